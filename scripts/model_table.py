@@ -1,0 +1,42 @@
+"""Prints a Markdown table of every preset: depth, parameters and MACs.
+
+  python scripts/model_table.py [--models=resnet20,resnet50]
+
+MACs are per image at the preset's native size (32 or 224 pixels), counted from
+the traced graph as `python -m resnet_app.model` does. The two deepest presets
+take about a minute each to trace.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import flags  # noqa: E402
+
+from resnet_app import cli, presets  # noqa: E402
+from resnet_app.model_summary import format_count, summarize  # noqa: E402
+
+_MODELS = flags.DEFINE_list("models", None, "Presets to list (default: all but 'tiny').")
+
+
+def main(argv: list[str]) -> None:
+    cli.reject_positional(argv)
+    names = _MODELS.value or [name for name in presets.model_names() if name != "tiny"]
+    rows = [
+        "| preset | block | version | depth | params | MACs |",
+        "| --- | --- | --- | ---: | ---: | ---: |",
+    ]
+    for name in names:
+        config = presets.get_config(name)
+        summary = summarize(name)
+        rows.append(
+            f"| {name} | {config.block} | {config.version} | {config.depth} | "
+            f"{summary['trainable_params']:,} | {format_count(summary['macs'])} |"
+        )
+        sys.stdout.write(rows[-1] + "\n" if len(rows) > 3 else "\n".join(rows) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,294 @@
+"""Tests of the ResNet builder against the papers and independent references.
+
+References used here: the parameter counts published by He et al. and
+torchvision; a closed-form parameter and MAC count written from the papers'
+architecture description (not from model.py); and NumPy for the shortcut,
+weight decay and unit arithmetic.
+"""
+
+import functools
+
+import keras
+import numpy as np
+import pytest
+
+from resnet_app import model as model_lib
+from resnet_app import presets
+from resnet_app.errors import ConfigError
+from resnet_app.model_summary import count_params, summarize
+from tests.reference import closed_form_macs, closed_form_params
+
+# The deepest presets are checked by parameter count only: a forward pass of
+# ResNet-1202 adds nothing that ResNet-110 does not test, at 10x the cost.
+DEEPEST = ("resnet1202", "preact_resnet1001")
+# Published trainable parameter counts: He et al. 2015 (CIFAR) and torchvision
+# (ImageNet v1 networks, which ours match layer for layer).
+PUBLISHED_PARAMS = {
+    "resnet20": 269_722,
+    "resnet32": 464_154,
+    "resnet44": 658_586,
+    "resnet56": 853_018,
+    "resnet110": 1_727_962,
+    "resnet1202": 19_421_274,
+    "resnet18": 11_689_512,
+    "resnet34": 21_797_672,
+    "resnet50": 25_557_032,
+    "resnet101": 44_549_160,
+    "resnet152": 60_192_808,
+}
+# He et al. 2016, table 2 of "Identity Mappings": "about" these many.
+APPROXIMATE_PARAMS = {"preact_resnet164": 1.7e6, "preact_resnet1001": 10.2e6}
+
+
+@functools.cache
+def built(name: str, **overrides) -> model_lib.ResNet:
+    """Each preset is built once per session; tests only read it."""
+    model = model_lib.create_model(name, **overrides)
+    size = model.config.default_image_size
+    model.build((None, size, size, 3))
+    return model
+
+
+@pytest.mark.parametrize("name", presets.model_names())
+def test_parameter_counts_match_the_closed_form(name):
+    model = built(name)
+    trainable, non_trainable = closed_form_params(model.config)
+    assert count_params(model.trainable_variables) == trainable
+    assert count_params(model.non_trainable_variables) == non_trainable
+
+
+@pytest.mark.parametrize("name,expected", sorted(PUBLISHED_PARAMS.items()))
+def test_parameter_counts_match_the_published_table(name, expected):
+    assert count_params(built(name).trainable_variables) == expected
+
+
+@pytest.mark.parametrize("name,expected", sorted(APPROXIMATE_PARAMS.items()))
+def test_preactivation_parameter_counts_are_about_the_published(name, expected):
+    assert count_params(built(name).trainable_variables) == pytest.approx(expected, rel=0.02)
+
+
+def _expected_hidden_shapes(config, size):
+    size = -(-size // config.init_stride)
+    if config.init_max_pool:
+        size = -(-size // 2)
+    shapes = [(size, size, config.stem_filters)]
+    for width, stride in zip(config.widths, config.strides):
+        size = -(-size // stride)
+        shapes.append((size, size, width * config.expansion))
+    return shapes
+
+
+@pytest.mark.parametrize("name", [n for n in presets.model_names() if n not in DEEPEST])
+def test_forward_pass_logits_and_hidden_states(name):
+    model = built(name)
+    # Small images keep the ImageNet presets quick; every stage still sees > 1 pixel.
+    size = 64 if model.config.init_max_pool else 32
+    images = np.random.default_rng(0).normal(size=(2, size, size, 3)).astype("float32")
+    logits, hidden = model(images, training=False, return_hidden=True)
+    assert logits.shape == (2, model.config.num_classes)
+    assert np.all(np.isfinite(logits))
+    assert len(hidden) == len(model.config.units) + 1
+    assert [tuple(h.shape[1:]) for h in hidden] == _expected_hidden_shapes(model.config, size)
+    # The logits are the dense layer applied to the pooled last hidden state.
+    # (An untrained deep v1 net in inference mode has huge activations, so the
+    # tolerance scales with them.)
+    pooled = np.mean(np.asarray(hidden[-1], np.float64), axis=(1, 2))
+    kernel, bias = (np.asarray(w, np.float64) for w in model.logits.weights)
+    scale = np.max(np.abs(logits))
+    np.testing.assert_allclose(logits, pooled @ kernel + bias, rtol=1e-4, atol=1e-5 * scale)
+    # Without return_hidden, the same logits alone.
+    np.testing.assert_allclose(model(images, training=False), logits, rtol=1e-5, atol=1e-6 * scale)
+
+
+@pytest.mark.parametrize("name", presets.model_names())
+def test_preset_depth_matches_its_name(name):
+    digits = "".join(c for c in name.split("_v2")[0] if c.isdigit())
+    if digits:
+        assert presets.get_config(name).depth == int(digits)
+
+
+def test_bottleneck_multiplies_the_seed_filters_by_four():
+    model = built("preact_resnet164")
+    assert model.config.stage_channels() == (64, 128, 256)  # The seed's [16, 64, 128, 256].
+
+
+@pytest.mark.parametrize("stride_in_1x1,published", [(False, 4.09e9), (True, 3.86e9)])
+def test_resnet50_macs_match_the_published_figures(stride_in_1x1, published):
+
+    summary = summarize("resnet50", stride_in_1x1=stride_in_1x1)
+    assert summary["macs"] == pytest.approx(published, rel=0.02)
+    config = presets.get_config("resnet50", stride_in_1x1=stride_in_1x1)
+    assert summary["macs"] == closed_form_macs(config, 224)
+
+
+@pytest.mark.parametrize("name", ["resnet20", "resnet110", "preact_resnet164", "resnet18_v2"])
+def test_macs_match_the_closed_form(name):
+
+    summary = summarize(name)
+    config = presets.get_config(name)
+    assert summary["macs"] == closed_form_macs(config, summary["image_size"])
+    if name == "resnet20":
+        assert summary["macs"] == pytest.approx(41e6, rel=0.02)
+
+
+def test_bottleneck_stride_placement():
+    default = model_lib.create_model("resnet50")
+    original = model_lib.create_model("resnet50", stride_in_1x1=True)
+    unit = lambda m: m.stages[1][0]  # noqa: E731 (stage2_unit0 downsamples)
+    assert [c.strides for c in unit(default).convs] == [(1, 1), (2, 2), (1, 1)]
+    assert [c.strides for c in unit(original).convs] == [(2, 2), (1, 1), (1, 1)]
+
+
+def test_pad_shortcut_subsamples_and_zero_pads_like_numpy():
+    x = np.random.default_rng(1).normal(size=(2, 8, 8, 16)).astype("float32")
+    out = np.asarray(model_lib.ZeroPadShortcut(stride=2, extra_channels=16)(x))
+    expected = np.zeros((2, 4, 4, 32), "float32")
+    expected[..., 8:24] = x[:, ::2, ::2, :]
+    np.testing.assert_array_equal(out, expected)
+
+
+def _relu(x):
+    return np.maximum(np.asarray(x), 0)
+
+
+def test_v1_unit_is_post_activation():
+    model = built("resnet20")
+    images = np.random.default_rng(2).normal(size=(2, 32, 32, 3)).astype("float32")
+    _, hidden = model(images, training=False, return_hidden=True)
+    # stage2_unit0: 16 -> 32 channels, stride 2, option A shortcut; its input
+    # is the output of stage 1.
+    unit = model.stages[1][0]
+    h = np.asarray(hidden[1])
+    conv1, conv2 = unit.convs
+    bn1, bn2 = unit.norms
+    branch = bn2(conv2(_relu(bn1(conv1(h), training=False))), training=False)
+    shortcut = np.zeros((2, 16, 16, 32), "float32")
+    shortcut[..., 8:24] = np.asarray(h)[:, ::2, ::2, :]
+    np.testing.assert_allclose(
+        unit(h, training=False), _relu(np.asarray(branch) + shortcut), rtol=1e-5, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("activate_before_residual", [True, False])
+def test_v2_structure(activate_before_residual):
+    model = model_lib.create_model(
+        "tiny",
+        version="v2",
+        units=(1, 1),
+        widths=(4, 8),
+        strides=(1, 2),
+        shortcut="projection",
+        activate_before_residual=activate_before_residual,
+    )
+    rng = np.random.default_rng(3)
+    images = rng.normal(size=(2, 16, 16, 3)).astype("float32")
+    model.build(images.shape)
+    # Random BN statistics, so that a skipped or doubled BN shows in the numbers.
+    for layer in model._flatten_layers():
+        if isinstance(layer, keras.layers.BatchNormalization):
+            for weight in layer.weights:
+                weight.assign(rng.uniform(0.5, 1.5, size=weight.shape).astype("float32"))
+    _, hidden = model(images, training=False, return_hidden=True)
+    first, second = model.stages[0][0], model.stages[1][0]
+    names = {layer.name for layer in model._flatten_layers()}
+    # No BN-ReLU before the network's very first unit: its input is the stem
+    # output, already normalized and activated.
+    assert "stage1_unit0_bn0" not in names and "stage2_unit0_bn0" in names
+    conv1, conv2 = first.convs
+    (bn1,) = first.norms
+    h0 = np.asarray(hidden[0])
+    expected = conv2(_relu(bn1(conv1(h0), training=False))) + h0
+    np.testing.assert_allclose(first(h0, training=False), expected, rtol=1e-5, atol=1e-5)
+    # A stage's first unit: its BN-ReLU feeds the shortcut too, if asked.
+    h1 = np.asarray(first(h0, training=False))
+    pre = _relu(second.preact_norm(h1, training=False))
+    branch = second.convs[1](_relu(second.norms[0](second.convs[0](pre), training=False)))
+    shortcut = second.projection(pre if activate_before_residual else h1)
+    out = np.asarray(branch) + np.asarray(shortcut)
+    np.testing.assert_allclose(second(h1, training=False), out, rtol=1e-5, atol=1e-5)
+    # A final BN + ReLU runs before pooling, and its output is the last hidden state.
+    assert model.final_bn is not None
+    final = _relu(model.final_bn(out, training=False))
+    np.testing.assert_allclose(hidden[-1], final, rtol=1e-5, atol=1e-5)
+
+
+def test_v1_has_no_final_batch_norm():
+    assert built("resnet50").final_bn is None
+    assert built("resnet50_v2").final_bn is not None
+
+
+def test_regularization_losses_are_half_l2_on_kernels_only():
+    model = model_lib.create_model("resnet20", weight_decay=3e-4)
+    model.build((None, 32, 32, 3))
+    kernel_layers = [
+        layer
+        for layer in model._flatten_layers()
+        if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense))
+    ]
+    assert len(kernel_layers) == 20  # 19 convs and the logits: ResNet-20.
+    assert len(model.losses) == len(kernel_layers)
+    rng = np.random.default_rng(4)
+    for variable in model.weights:  # BN weights and biases too: they must not count.
+        variable.assign(rng.normal(size=variable.shape).astype("float32"))
+    expected = (
+        3e-4 * sum(np.sum(np.asarray(layer.kernel, np.float64) ** 2) for layer in kernel_layers) / 2
+    )
+    assert float(sum(model.losses)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_zero_weight_decay_adds_no_losses():
+    model = model_lib.create_model("tiny", weight_decay=0.0)
+    model.build((None, 8, 8, 3))
+    assert model.losses == []
+
+
+def test_batch_norm_settings_reach_every_layer():
+    model = model_lib.create_model("tiny", bn_momentum=0.99, bn_epsilon=1e-3, bn_synchronized=True)
+    norms = [
+        layer
+        for layer in model._flatten_layers()
+        if isinstance(layer, keras.layers.BatchNormalization)
+    ]
+    assert norms
+    for layer in norms:
+        assert (layer.momentum, layer.epsilon, layer.synchronized) == (0.99, 1e-3, True)
+
+
+def test_zero_init_residual_makes_each_unit_start_as_identity_plus_relu():
+    model = model_lib.create_model("tiny", zero_init_residual=True)
+    x = np.random.default_rng(5).normal(size=(2, 8, 8, 4)).astype("float32")
+    unit = model.stages[0][0]
+    np.testing.assert_allclose(unit(x, training=False), _relu(x), atol=1e-6)
+
+
+def test_layer_and_variable_names_are_stable_and_unique():
+    model = built("resnet20")
+    names = [layer.name for layer in model._flatten_layers(include_self=False)]
+    assert "stage2_unit0_conv1" in names and "stage3_unit2_bn2" in names
+    assert len(names) == len(set(names))
+    paths = [variable.path for variable in model.weights]
+    assert len(paths) == len(set(paths))
+
+
+def test_create_model_overrides_any_field():
+    model = model_lib.create_model("resnet50", num_classes=10, version="v2")
+    assert (model.config.num_classes, model.config.version) == (10, "v2")
+
+
+@pytest.mark.parametrize(
+    "name,overrides,message",
+    [
+        ("resnet51", {}, "unknown model 'resnet51'; valid models: resnet20"),
+        ("resnet20", {"depth": 3}, "unknown model field(s) depth"),
+        ("resnet20", {"block": "wide"}, "'block' must be one of basic, bottleneck"),
+        ("resnet20", {"units": (3, 3)}, "one entry per stage"),
+        ("resnet20", {"num_classes": 0}, "'num_classes'"),
+        ("resnet20", {"weight_decay": -1.0}, "'weight_decay'"),
+        ("resnet20", {"widths": (64, 32, 16)}, "cannot shrink"),
+        ("resnet50_v2", {"zero_init_residual": True}, "needs version v1"),
+    ],
+)
+def test_bad_configs_are_rejected_with_the_key_named(name, overrides, message):
+    with pytest.raises(ConfigError) as error:
+        model_lib.create_model(name, **overrides)
+    assert message in str(error.value)

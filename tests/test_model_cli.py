@@ -1,0 +1,64 @@
+"""The `python -m resnet_app.model` summary CLI, run as a user would."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from resnet_app import presets
+from tests.reference import closed_form_macs
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "resnet_app.model", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_json_summary_of_resnet20():
+    result = run_cli("--model=resnet20", "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["trainable_params"] == 269_722  # He et al. 2015: 0.27M.
+    assert summary["params"] == summary["trainable_params"] + summary["non_trainable_params"]
+    assert summary["macs"] == closed_form_macs(presets.get_config("resnet20"), 32)
+    assert summary["stages"] == [[32, 32, 16], [16, 16, 32], [8, 8, 64]]
+
+
+def test_table_summary_with_overridden_classes_and_size():
+    result = run_cli("--model=resnet18", "--num_classes=10", "--image_size=64")
+    assert result.returncode == 0, result.stderr
+    assert "resnet18 at 64x64, 10 classes" in result.stdout
+    assert "stage4   2 x 2 x 512" in result.stdout
+    # 11,689,512 with 1000 classes; 990 fewer classes drop 990 * 513 weights.
+    assert f"trainable {11_689_512 - 990 * 513:,}" in result.stdout
+    assert "MACs per image:" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--model=resnet51"], "unknown model 'resnet51'; valid models: resnet20, resnet32"),
+        (["--model=resnet20", "--num_classes=0"], "'num_classes'"),
+        (["--model=resnet20", "--image_size=big"], "--image_size=big"),
+        (["--model=resnet20", "--image_size=0"], "--image_size must be positive"),
+        (["--modle=resnet20"], "Unknown command line flag 'modle'"),
+        ([], "--model"),
+        (["--model=resnet20", "resnet50"], "unexpected argument(s) resnet50"),
+    ],
+)
+def test_user_mistakes_get_one_line_and_status_2(args, message):
+    result = run_cli(*args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ") and message in lines[0]
