@@ -29,7 +29,7 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
     try:
         return flags.FLAGS(list(argv))
     except flags.Error as error:
-        fail(f"{error} (run with --helpfull to list the flags)")
+        fail(f"{error} (run with --help to list the flags)")
 
 
 def run(main: Callable[[list[str]], None]) -> int:

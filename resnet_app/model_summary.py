@@ -25,12 +25,19 @@ FLAGS = flags.FLAGS
 
 
 def _define_flags() -> None:
-    flags.DEFINE_string("model", None, f"Preset name: {', '.join(presets.model_names())}.")
-    flags.DEFINE_integer("num_classes", None, "Width of the logits (default: the preset's).")
+    # Registered as the main module's flags, so that --help lists them.
+    main = {"module_name": sys.argv[0]}
+    flags.DEFINE_string("model", None, f"Preset name: {', '.join(presets.model_names())}.", **main)
     flags.DEFINE_integer(
-        "image_size", None, "Input height and width (default: 224 for ImageNet presets, else 32)."
+        "num_classes", None, "Width of the logits (default: the preset's).", **main
     )
-    flags.DEFINE_boolean("json", False, "Print one JSON object instead of a table.")
+    flags.DEFINE_integer(
+        "image_size",
+        None,
+        "Input height and width (default: 224 for ImageNet presets, else 32).",
+        **main,
+    )
+    flags.DEFINE_boolean("json", False, "Print one JSON object instead of a table.", **main)
     flags.mark_flag_as_required("model")
 
 
@@ -147,5 +154,6 @@ def main(argv: list[str]) -> None:
 
 def run() -> int:
     """The `python -m resnet_app.model` entry point."""
+    sys.modules["__main__"].__doc__ = __doc__  # What --help shows.
     _define_flags()
     return cli.run(main)
