@@ -19,7 +19,11 @@ USAGE_ERROR = 2
 
 
 def fail(message: str) -> NoReturn:
-    """Prints `message` as a one-line error and exits with status 2."""
+    """Prints `message` as a one-line error and exits with status 2.
+
+    Args:
+      message: what is wrong and how to fix it, on one line.
+    """
     sys.stderr.write(f"error: {message}\n")
     sys.stderr.flush()
     sys.exit(USAGE_ERROR)
@@ -35,7 +39,11 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
 def run(main: Callable[[list[str]], None]) -> int:
     """Runs `main(argv)` under absl, turning user mistakes into one-line errors.
 
-    Positional arguments are refused unless `main` handles them itself.
+    Args:
+      main: the command; it raises `ConfigError` for a user mistake.
+
+    Returns:
+      0 once `main` returns (absl exits on its own otherwise).
     """
 
     def guarded_main(argv: list[str]) -> None:
@@ -49,7 +57,14 @@ def run(main: Callable[[list[str]], None]) -> int:
 
 
 def reject_positional(argv: Sequence[str]) -> None:
-    """Fails on positional arguments, which usually mean a mistyped flag."""
+    """Refuses positional arguments, which usually mean a mistyped flag.
+
+    Args:
+      argv: what absl left after parsing the flags; argv[0] is the program.
+
+    Raises:
+      ConfigError: naming the unexpected arguments.
+    """
     if len(argv) > 1:
         raise ConfigError(
             f"unexpected argument(s) {' '.join(argv[1:])}; flags look like --name=value"

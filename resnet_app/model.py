@@ -33,6 +33,7 @@ if __name__ == "__main__":
 
     sys.exit(model_summary.run())
 
+import dataclasses  # noqa: E402
 from typing import Any  # noqa: E402
 
 import keras  # noqa: E402
@@ -40,12 +41,22 @@ import keras  # noqa: E402
 from resnet_app.errors import ConfigError
 from resnet_app.presets import ResNetConfig, get_config
 
+Shape = tuple[int | None, ...]
+
 
 def create_model(name: str, **overrides: Any) -> ResNet:
-    """Builds preset `name`, e.g. `create_model("resnet50", num_classes=10)`.
+    """Creates preset `name`, e.g. `create_model("resnet50", num_classes=10)`.
 
-    Any `ResNetConfig` field can be overridden. The model is unbuilt: its
-    variables are created by the first call (or by `model.build(shape)`).
+    Args:
+      name: a preset from `presets.model_names()`.
+      **overrides: any `ResNetConfig` field.
+
+    Returns:
+      An unbuilt model: its variables are created by the first call, or by
+      `model.build((None, height, width, 3))`.
+
+    Raises:
+      ConfigError: for an unknown preset, field or bad value.
     """
     return ResNet(get_config(name, **overrides), name=name)
 
@@ -86,7 +97,7 @@ class _Layers:
         )
 
 
-def _build_layer(layer: keras.layers.Layer | None, input_shape) -> tuple | None:
+def _build_layer(layer: keras.layers.Layer | None, input_shape: Shape) -> Shape | None:
     """Creates `layer`'s variables for `input_shape`; returns its output shape."""
     if layer is None:
         return None
@@ -139,7 +150,8 @@ class ResidualUnit(keras.layers.Layer):
         make = _Layers(config)
         name = self.name
         self.version = config.version
-        out_channels = width * config.expansion
+        self.stride = stride
+        self.out_channels = out_channels = width * config.expansion
         v1 = config.version == "v1"
 
         if config.block == "basic":
@@ -193,7 +205,7 @@ class ResidualUnit(keras.layers.Layer):
                     stride, out_channels - in_channels, name=f"{name}_shortcut_pad"
                 )
 
-    def build(self, input_shape):
+    def build(self, input_shape: Shape) -> None:
         shape = input_shape
         if self.preact_norm is not None:
             _build_layer(self.preact_norm, shape)
@@ -208,10 +220,12 @@ class ResidualUnit(keras.layers.Layer):
                 shape = _build_layer(conv, shape)
         if self.projection is not None:
             _build_layer(self.projection_norm, _build_layer(self.projection, input_shape))
-        self.output_shape_ = tuple(shape)
 
-    def compute_output_shape(self, input_shape):
-        return self.output_shape_
+    def compute_output_shape(self, input_shape: Shape) -> Shape:
+        # "same" padding: a stride-s conv gives ceil(size / s).
+        batch, height, width, _ = input_shape
+        spatial = [None if size is None else -(-size // self.stride) for size in (height, width)]
+        return (batch, *spatial, self.out_channels)
 
     def _shortcut(self, inputs, training):
         if self.projection is not None:
@@ -243,6 +257,7 @@ class ResidualUnit(keras.layers.Layer):
         return outputs + self._shortcut(shortcut_input, training)
 
 
+@keras.saving.register_keras_serializable(package="resnet_app")
 class ResNet(keras.Model):
     """A ResNet: stem, stages of residual units, global average pool, logits.
 
@@ -300,7 +315,14 @@ class ResNet(keras.Model):
             name="logits",
         )
 
-    def build(self, input_shape):
+    def get_config(self) -> dict[str, Any]:
+        return {"name": self.name, "config": dataclasses.asdict(self.config)}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> ResNet:
+        return cls(ResNetConfig(**config["config"]), name=config["name"])
+
+    def build(self, input_shape: Shape) -> None:
         # Shapes are walked through the table instead of traced: a symbolic
         # call of ResNet-1202 takes about 25 s, this takes a fraction of that.
         shape = _build_layer(self.stem_conv, input_shape)

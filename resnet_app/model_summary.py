@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 from absl import flags
@@ -25,6 +26,8 @@ FLAGS = flags.FLAGS
 
 
 def _define_flags() -> None:
+    if "model" in FLAGS:  # Already defined, by an earlier run() in this process.
+        return
     # Registered as the main module's flags, so that --help lists them.
     main = {"module_name": sys.argv[0]}
     flags.DEFINE_string("model", None, f"Preset name: {', '.join(presets.model_names())}.", **main)
@@ -41,8 +44,15 @@ def _define_flags() -> None:
     flags.mark_flag_as_required("model")
 
 
-def count_params(variables) -> int:
-    """The number of scalars in `variables`."""
+def count_params(variables: Iterable[Any]) -> int:
+    """Counts scalars.
+
+    Args:
+      variables: variables or tensors with static shapes.
+
+    Returns:
+      The total number of elements.
+    """
     total = 0
     for variable in variables:
         size = 1
@@ -52,8 +62,16 @@ def count_params(variables) -> int:
     return total
 
 
-def count_macs(graph) -> int:
-    """Multiply-accumulates of the Conv2D, depthwise and MatMul ops in `graph`."""
+def count_macs(graph: Any) -> int:
+    """Counts the multiply-accumulates of a traced graph.
+
+    Args:
+      graph: a `tf.Graph` (e.g. a concrete function's) with static shapes.
+
+    Returns:
+      The MACs of its Conv2D, depthwise conv and MatMul ops, for the traced
+      batch size.
+    """
     macs = 0
     for op in graph.get_operations():
         if op.type in ("Conv2D", "DepthwiseConv2dNative"):
@@ -72,8 +90,13 @@ def count_macs(graph) -> int:
     return macs
 
 
-def summarize(name: str, image_size: int | None = None, **overrides: Any) -> dict:
+def summarize(name: str, image_size: int | None = None, **overrides: Any) -> dict[str, Any]:
     """Builds preset `name`, with any `ResNetConfig` field overridden, and measures it.
+
+    Args:
+      name: a preset name.
+      image_size: input height and width; default: the preset's native size.
+      **overrides: `ResNetConfig` fields, e.g. `num_classes=100`.
 
     Returns:
       A dict with `model`, `image_size`, `params`, `trainable_params`,
@@ -117,7 +140,14 @@ def summarize(name: str, image_size: int | None = None, **overrides: Any) -> dic
 
 
 def format_summary(summary: dict[str, Any]) -> str:
-    """A human-readable table of `summary`."""
+    """Formats a `summarize()` result as a human-readable table.
+
+    Args:
+      summary: what `summarize` returned.
+
+    Returns:
+      Multi-line text without a trailing newline.
+    """
     size = summary["image_size"]
     lines = [
         f"{summary['model']} at {size}x{size}, {summary['num_classes']} classes",
@@ -137,7 +167,7 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 def format_count(value: int) -> str:
-    """`value` with a K, M or G suffix and two decimals."""
+    """Formats `value` with a K, M or G suffix and two decimals, e.g. "4.09 G"."""
     for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
         if value >= scale:
             return f"{value / scale:.2f} {unit}"
@@ -145,6 +175,7 @@ def format_count(value: int) -> str:
 
 
 def main(argv: list[str]) -> None:
+    """Prints the summary that the flags ask for."""
     cli.reject_positional(argv)
     overrides = {} if FLAGS.num_classes is None else {"num_classes": FLAGS.num_classes}
     summary = summarize(FLAGS.model, FLAGS.image_size, **overrides)

@@ -74,7 +74,12 @@ class ResNetConfig:
 
     def __post_init__(self):
         for name in ("units", "widths", "strides"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
+            value = getattr(self, name)
+            if not isinstance(value, (list, tuple)):
+                raise ConfigError(
+                    f"model field '{name}' needs a list with one entry per stage, got {value!r}"
+                )
+            object.__setattr__(self, name, tuple(value))
         _check_choice("block", self.block, BLOCKS)
         _check_choice("version", self.version, VERSIONS)
         _check_choice("shortcut", self.shortcut, SHORTCUTS)
@@ -91,6 +96,17 @@ class ResNetConfig:
                 _check_positive_int(name, value)
         for name in ("stem_filters", "init_filter", "init_stride", "num_classes"):
             _check_positive_int(name, getattr(self, name))
+        for name in (
+            "init_max_pool",
+            "activate_before_residual",
+            "stride_in_1x1",
+            "bn_synchronized",
+            "zero_init_residual",
+        ):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(
+                    f"model field '{name}' must be true or false, got {getattr(self, name)!r}"
+                )
         for name in ("weight_decay", "bn_epsilon"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
@@ -107,6 +123,7 @@ class ResNetConfig:
 
     @property
     def expansion(self) -> int:
+        """How much wider a unit's output is than its stage width."""
         return BOTTLENECK_EXPANSION if self.block == "bottleneck" else 1
 
     @property
@@ -191,23 +208,38 @@ PRESETS.update(
     }
 )
 # A test-only network: one stage of one unit with a few filters, built in
-# milliseconds. Not meant for real training.
+# milliseconds. Not meant for real training, so not offered to users.
 PRESETS["tiny"] = dict(units=(1,), widths=(4,), strides=(1,), stem_filters=4)
+TEST_ONLY = ("tiny",)
 
 
-def model_names() -> list[str]:
-    """All preset names, in table order."""
-    return list(PRESETS)
+def model_names(include_test_only: bool = False) -> list[str]:
+    """Preset names, in table order.
+
+    Args:
+      include_test_only: also return the presets that exist for tests.
+
+    Returns:
+      The names `get_config` and `create_model` accept.
+    """
+    return [name for name in PRESETS if include_test_only or name not in TEST_ONLY]
 
 
 def get_config(name: str, **overrides: Any) -> ResNetConfig:
     """Returns the config of preset `name` with `overrides` applied.
 
+    Args:
+      name: a preset from `model_names()`.
+      **overrides: `ResNetConfig` fields to change, e.g. `num_classes=100`.
+
+    Returns:
+      The validated config.
+
     Raises:
       ConfigError: for an unknown preset, an unknown field or a bad value.
     """
     if name not in PRESETS:
-        raise ConfigError(f"unknown model '{name}'; valid models: {', '.join(PRESETS)}")
+        raise ConfigError(f"unknown model '{name}'; valid models: {', '.join(model_names())}")
     fields = {field.name for field in dataclasses.fields(ResNetConfig)}
     unknown = sorted(set(overrides) - fields)
     if unknown:

@@ -1,0 +1,1 @@
+"""resnet_app tests; a package so that tests can share `reference.py`."""

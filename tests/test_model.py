@@ -18,6 +18,7 @@ from resnet_app.errors import ConfigError
 from resnet_app.model_summary import count_params, summarize
 from tests.reference import closed_form_macs, closed_form_params
 
+ALL = presets.model_names(include_test_only=True)
 # The deepest presets are checked by parameter count only: a forward pass of
 # ResNet-1202 adds nothing that ResNet-110 does not test, at 10x the cost.
 DEEPEST = ("resnet1202", "preact_resnet1001")
@@ -49,7 +50,7 @@ def built(name: str, **overrides) -> model_lib.ResNet:
     return model
 
 
-@pytest.mark.parametrize("name", presets.model_names())
+@pytest.mark.parametrize("name", ALL)
 def test_parameter_counts_match_the_closed_form(name):
     model = built(name)
     trainable, non_trainable = closed_form_params(model.config)
@@ -74,11 +75,11 @@ def _expected_hidden_shapes(config, size):
     shapes = [(size, size, config.stem_filters)]
     for width, stride in zip(config.widths, config.strides):
         size = -(-size // stride)
-        shapes.append((size, size, width * config.expansion))
+        shapes.append((size, size, width * (4 if config.block == "bottleneck" else 1)))
     return shapes
 
 
-@pytest.mark.parametrize("name", [n for n in presets.model_names() if n not in DEEPEST])
+@pytest.mark.parametrize("name", [n for n in ALL if n not in DEEPEST])
 def test_forward_pass_logits_and_hidden_states(name):
     model = built(name)
     # Small images keep the ImageNet presets quick; every stage still sees > 1 pixel.
@@ -100,16 +101,60 @@ def test_forward_pass_logits_and_hidden_states(name):
     np.testing.assert_allclose(model(images, training=False), logits, rtol=1e-5, atol=1e-6 * scale)
 
 
-@pytest.mark.parametrize("name", presets.model_names())
+@pytest.mark.parametrize("name", [n for n in ALL if any(c.isdigit() for c in n)])
 def test_preset_depth_matches_its_name(name):
-    digits = "".join(c for c in name.split("_v2")[0] if c.isdigit())
-    if digits:
-        assert presets.get_config(name).depth == int(digits)
+    digits = "".join(c for c in name.removesuffix("_v2") if c.isdigit())
+    assert presets.get_config(name).depth == int(digits)
 
 
 def test_bottleneck_multiplies_the_seed_filters_by_four():
     model = built("preact_resnet164")
-    assert model.config.stage_channels() == (64, 128, 256)  # The seed's [16, 64, 128, 256].
+    # The seed's CIFAR filters [16, 16, 32, 64] become [16, 64, 128, 256].
+    assert model.stem_conv.filters == 16
+    for stage, (width, out) in enumerate([(16, 64), (32, 128), (64, 256)]):
+        for unit in model.stages[stage]:
+            assert [conv.filters for conv in unit.convs] == [width, width, out]
+            assert [conv.kernel_size for conv in unit.convs] == [(1, 1), (3, 3), (1, 1)]
+
+
+# Combinations no preset uses, so that every branch of the builder is counted.
+CUSTOM = {
+    "v2_basic_pad": dict(version="v2", units=(2, 2), widths=(8, 16), strides=(1, 2)),
+    "v2_bottleneck_pad": dict(
+        version="v2", block="bottleneck", units=(1, 2), widths=(4, 8), strides=(2, 2)
+    ),
+    "v1_bottleneck_pad_no_abr": dict(
+        block="bottleneck", units=(2, 1), widths=(4, 8), strides=(1, 2)
+    ),
+    "v2_projection_no_abr": dict(
+        version="v2",
+        shortcut="projection",
+        activate_before_residual=False,
+        units=(1, 1, 1),
+        widths=(4, 8, 16),
+        strides=(1, 2, 2),
+    ),
+    "stem_7x7_maxpool": dict(
+        init_filter=7,
+        init_stride=2,
+        init_max_pool=True,
+        units=(1, 1),
+        widths=(8, 8),
+        strides=(1, 1),
+    ),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(CUSTOM))
+def test_custom_variants_match_the_closed_form_and_run(variant):
+    model = model_lib.create_model("tiny", **CUSTOM[variant])
+    images = np.random.default_rng(7).normal(size=(2, 33, 33, 3)).astype("float32")
+    logits, hidden = model(images, training=True, return_hidden=True)
+    trainable, non_trainable = closed_form_params(model.config)
+    assert count_params(model.trainable_variables) == trainable
+    assert count_params(model.non_trainable_variables) == non_trainable
+    assert logits.shape == (2, 10) and np.all(np.isfinite(logits))
+    assert [tuple(h.shape[1:]) for h in hidden] == _expected_hidden_shapes(model.config, 33)
 
 
 @pytest.mark.parametrize("stride_in_1x1,published", [(False, 4.09e9), (True, 3.86e9)])
@@ -134,9 +179,9 @@ def test_macs_match_the_closed_form(name):
 def test_bottleneck_stride_placement():
     default = model_lib.create_model("resnet50")
     original = model_lib.create_model("resnet50", stride_in_1x1=True)
-    unit = lambda m: m.stages[1][0]  # noqa: E731 (stage2_unit0 downsamples)
-    assert [c.strides for c in unit(default).convs] == [(1, 1), (2, 2), (1, 1)]
-    assert [c.strides for c in unit(original).convs] == [(2, 2), (1, 1), (1, 1)]
+    # stage2_unit0 is the first unit that downsamples.
+    assert [c.strides for c in default.stages[1][0].convs] == [(1, 1), (2, 2), (1, 1)]
+    assert [c.strides for c in original.stages[1][0].convs] == [(2, 2), (1, 1), (1, 1)]
 
 
 def test_pad_shortcut_subsamples_and_zero_pads_like_numpy():
@@ -236,6 +281,50 @@ def test_regularization_losses_are_half_l2_on_kernels_only():
     assert float(sum(model.losses)) == pytest.approx(expected, rel=1e-5)
 
 
+def test_training_mode_normalizes_with_batch_statistics_and_updates_moving_ones():
+    model = model_lib.create_model("tiny")
+    images = 3.0 + np.random.default_rng(8).normal(size=(4, 8, 8, 3)).astype("float32")
+    model.build(images.shape)
+    stem = model.stem_conv(images)
+    before = np.asarray(model.stem_bn.moving_mean)
+    model(images, training=True)
+    # Keras momentum m: moving = m * moving + (1 - m) * batch mean.
+    batch_mean = np.mean(np.asarray(stem), axis=(0, 1, 2))
+    np.testing.assert_allclose(
+        model.stem_bn.moving_mean, 0.9 * before + 0.1 * batch_mean, rtol=1e-4, atol=1e-5
+    )
+
+
+def test_batch_norm_defaults_are_the_documented_ones():
+    config = presets.get_config("resnet50")
+    assert (config.bn_momentum, config.bn_epsilon, config.bn_synchronized) == (0.9, 1e-5, False)
+    norms = [
+        layer
+        for layer in built("resnet50")._flatten_layers()
+        if isinstance(layer, keras.layers.BatchNormalization)
+    ]
+    assert len(norms) == 53  # Stem, 3 per unit (16 units), 4 projection shortcuts.
+    for layer in norms:
+        assert (layer.momentum, layer.epsilon, layer.synchronized) == (0.9, 1e-5, False)
+
+
+def test_unit_output_shape_follows_its_input():
+    model = built("resnet20")
+    assert model.stages[1][0].compute_output_shape((None, 15, 15, 16)) == (None, 8, 8, 32)
+
+
+def test_keras_save_and_load_round_trip(tmp_path):
+    model = model_lib.create_model(
+        "tiny", version="v2", units=(1, 1), widths=(4, 8), strides=(1, 2)
+    )
+    images = np.random.default_rng(9).normal(size=(2, 16, 16, 3)).astype("float32")
+    logits = model(images, training=False)
+    model.save(tmp_path / "tiny.keras")
+    loaded = keras.models.load_model(tmp_path / "tiny.keras")
+    assert loaded.config == model.config
+    np.testing.assert_array_equal(loaded(images, training=False), logits)
+
+
 def test_zero_weight_decay_adds_no_losses():
     model = model_lib.create_model("tiny", weight_decay=0.0)
     model.build((None, 8, 8, 3))
@@ -286,6 +375,9 @@ def test_create_model_overrides_any_field():
         ("resnet20", {"weight_decay": -1.0}, "'weight_decay'"),
         ("resnet20", {"widths": (64, 32, 16)}, "cannot shrink"),
         ("resnet50_v2", {"zero_init_residual": True}, "needs version v1"),
+        ("resnet50", {"init_max_pool": "no"}, "'init_max_pool' must be true or false"),
+        ("resnet20", {"units": 3}, "'units' needs a list with one entry per stage"),
+        ("tiny", {"bn_momentum": 1.0}, "'bn_momentum' must be in [0, 1)"),
     ],
 )
 def test_bad_configs_are_rejected_with_the_key_named(name, overrides, message):

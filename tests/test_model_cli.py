@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from resnet_app import presets
-from tests.reference import closed_form_macs
+from tests.reference import closed_form_macs, closed_form_params
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,6 +40,9 @@ def test_table_summary_with_overridden_classes_and_size():
     assert "stage4   2 x 2 x 512" in result.stdout
     # 11,689,512 with 1000 classes; 990 fewer classes drop 990 * 513 weights.
     assert f"trainable {11_689_512 - 990 * 513:,}" in result.stdout
+    # BN moving mean and variance: 2 x the BN channels (closed form).
+    non_trainable = closed_form_params(presets.get_config("resnet18"))[1]
+    assert f"non-trainable {non_trainable:,}" in result.stdout
     assert "MACs per image:" in result.stdout
 
 
@@ -62,3 +65,10 @@ def test_user_mistakes_get_one_line_and_status_2(args, message):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("error: ") and message in lines[0]
+
+
+def test_help_lists_the_flags_and_the_user_facing_presets():
+    result = run_cli("--help")  # absl exits 1 after printing help.
+    for flag in ("--model", "--num_classes", "--image_size", "--[no]json"):
+        assert flag in result.stdout
+    assert "resnet1202" in result.stdout and "tiny" not in result.stdout
