@@ -13,6 +13,7 @@ pooling and additions are not counted, as in the published figures (ResNet-50:
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -53,13 +54,7 @@ def count_params(variables: Iterable[Any]) -> int:
     Returns:
       The total number of elements.
     """
-    total = 0
-    for variable in variables:
-        size = 1
-        for dim in variable.shape:
-            size *= int(dim)
-        total += size
-    return total
+    return sum(math.prod(int(dim) for dim in variable.shape) for variable in variables)
 
 
 def count_macs(graph: Any) -> int:
