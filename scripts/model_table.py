@@ -17,12 +17,12 @@ from absl import flags  # noqa: E402
 from resnet_app import cli, presets  # noqa: E402
 from resnet_app.model_summary import format_count, summarize  # noqa: E402
 
-_MODELS = flags.DEFINE_list("models", None, "Presets to list (default: all but 'tiny').")
+_MODELS = flags.DEFINE_list("models", None, "Presets to list (default: all that users can pick).")
 
 
 def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
-    names = _MODELS.value or [name for name in presets.model_names() if name != "tiny"]
+    names = _MODELS.value or presets.model_names()
     rows = [
         "| preset | block | version | depth | params | MACs |",
         "| --- | --- | --- | ---: | ---: | ---: |",

@@ -50,6 +50,11 @@ def built(name: str, **overrides) -> model_lib.ResNet:
     return model
 
 
+def layers_of_type(model, types):
+    """Every layer of `model`, however deeply nested, that is one of `types`."""
+    return [layer for layer in model._flatten_layers() if isinstance(layer, types)]
+
+
 @pytest.mark.parametrize("name", ALL)
 def test_parameter_counts_match_the_closed_form(name):
     model = built(name)
@@ -229,10 +234,9 @@ def test_v2_structure(activate_before_residual):
     images = rng.normal(size=(2, 16, 16, 3)).astype("float32")
     model.build(images.shape)
     # Random BN statistics, so that a skipped or doubled BN shows in the numbers.
-    for layer in model._flatten_layers():
-        if isinstance(layer, keras.layers.BatchNormalization):
-            for weight in layer.weights:
-                weight.assign(rng.uniform(0.5, 1.5, size=weight.shape).astype("float32"))
+    for layer in layers_of_type(model, keras.layers.BatchNormalization):
+        for weight in layer.weights:
+            weight.assign(rng.uniform(0.5, 1.5, size=weight.shape).astype("float32"))
     _, hidden = model(images, training=False, return_hidden=True)
     first, second = model.stages[0][0], model.stages[1][0]
     names = {layer.name for layer in model._flatten_layers()}
@@ -265,11 +269,7 @@ def test_v1_has_no_final_batch_norm():
 def test_regularization_losses_are_half_l2_on_kernels_only():
     model = model_lib.create_model("resnet20", weight_decay=3e-4)
     model.build((None, 32, 32, 3))
-    kernel_layers = [
-        layer
-        for layer in model._flatten_layers()
-        if isinstance(layer, (keras.layers.Conv2D, keras.layers.Dense))
-    ]
+    kernel_layers = layers_of_type(model, (keras.layers.Conv2D, keras.layers.Dense))
     assert len(kernel_layers) == 20  # 19 convs and the logits: ResNet-20.
     assert len(model.losses) == len(kernel_layers)
     rng = np.random.default_rng(4)
@@ -298,11 +298,7 @@ def test_training_mode_normalizes_with_batch_statistics_and_updates_moving_ones(
 def test_batch_norm_defaults_are_the_documented_ones():
     config = presets.get_config("resnet50")
     assert (config.bn_momentum, config.bn_epsilon, config.bn_synchronized) == (0.9, 1e-5, False)
-    norms = [
-        layer
-        for layer in built("resnet50")._flatten_layers()
-        if isinstance(layer, keras.layers.BatchNormalization)
-    ]
+    norms = layers_of_type(built("resnet50"), keras.layers.BatchNormalization)
     assert len(norms) == 53  # Stem, 3 per unit (16 units), 4 projection shortcuts.
     for layer in norms:
         assert (layer.momentum, layer.epsilon, layer.synchronized) == (0.9, 1e-5, False)
@@ -333,11 +329,7 @@ def test_zero_weight_decay_adds_no_losses():
 
 def test_batch_norm_settings_reach_every_layer():
     model = model_lib.create_model("tiny", bn_momentum=0.99, bn_epsilon=1e-3, bn_synchronized=True)
-    norms = [
-        layer
-        for layer in model._flatten_layers()
-        if isinstance(layer, keras.layers.BatchNormalization)
-    ]
+    norms = layers_of_type(model, keras.layers.BatchNormalization)
     assert norms
     for layer in norms:
         assert (layer.momentum, layer.epsilon, layer.synchronized) == (0.99, 1e-3, True)
