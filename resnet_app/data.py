@@ -1,0 +1,511 @@
+"""Input pipelines: `--dataset` to batches of preprocessed images.
+
+`create_pipeline(DataConfig(...))` loads a source (`sources.py`) and returns an
+`InputPipeline`, whose `train_dataset` and `eval_dataset` build tf.data
+pipelines. Every batch is a dict:
+- "image": [batch, size, size, 3] in the configured dtype, normalized;
+- "label": int32 [batch];
+- "id": int64 [batch], the example's index in its split (-1 for padding);
+- "mask": float32 [batch], 1 for a real example and 0 for padding.
+
+Training order. The training stream is the concatenation of epochs; epoch `e`
+visits every training example once, in an order that is a function of (seed, e)
+only: a stateless permutation of the example indices for in-memory and folder
+data, or tfds's file shuffle plus a shuffle buffer, both seeded from (seed, e),
+for streamed data. Each example's augmentation is seeded by (seed, e, id). So
+the stream can be entered at any example position without replaying what came
+before (`start_example`), which is what exact resumption needs. Batches are of
+the global batch size and may span an epoch boundary.
+
+Sharding. With S input pipelines (workers), pipeline s keeps the stream
+positions congruent to s modulo S, and batches them by global_batch / S. The S
+batches of one step are then exactly the global batch one pipeline would make.
+
+Evaluation. `eval_dataset` visits every example of the split exactly once and
+pads the last batch with masked examples, so that every replica of every worker
+gets a full batch at every step (no empty or short tower batches) and metrics
+weighted by "mask" count each real example once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from resnet_app import preprocessing, sources
+from resnet_app.errors import ConfigError
+from resnet_app.preprocessing import Preprocessing
+
+FAMILIES = ("auto", "cifar", "imagenet")
+DTYPES = ("float32", "bfloat16", "float16")
+# Images up to this size use the CIFAR recipe when the family is "auto".
+CIFAR_MAX_SIZE = 64
+SYNTHETIC_SPLIT_SIZES = {"train": 50_000, "test": 10_000}
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Everything about the input; every field is a config key and a flag.
+
+    Attributes:
+      dataset: "shapes", "synthetic", "folder:PATH" or a tfds name.
+      data_dir: tfds data directory, and where `shapes` is cached (default:
+        tfds's ~/tensorflow_datasets and ~/.cache/resnet_app).
+      image_size: output size (default: the dataset's own size if fixed, else
+        224).
+      preprocessing: "cifar", "imagenet" or "auto" (CIFAR up to 64 pixels).
+      mean: per-channel mean, 0-255 scale (default: measured on the training
+        split of in-memory data, else ImageNet's).
+      std: per-channel standard deviation, 0-255 scale (default: as `mean`).
+      crop_padding: CIFAR recipe: padding before the random crop.
+      flip: random horizontal flips in training.
+      area_range: ImageNet recipe: the crop's area fraction range.
+      aspect_ratio_range: ImageNet recipe: the crop's aspect ratio range.
+      eval_resize: ImageNet recipe: shorter side before the central crop
+        (default: image_size / 0.875, so 256 for 224).
+      validation_split: training examples held out as the "holdout" split for
+        model selection (after `train_examples`); evaluation then uses it
+        instead of the test set.
+      eval_split: the split to evaluate on (default: "holdout" when held out,
+        else the dataset's validation or test split).
+      train_examples: use only the first N training examples (all if None).
+      eval_examples: use only the first N evaluation examples (all if None).
+      shuffle_buffer: streamed datasets: examples in the shuffle buffer.
+      seed: the data order and augmentation seed.
+      dtype: the images' dtype, following the precision setting.
+      num_classes: `synthetic` only: the number of labels.
+    """
+
+    dataset: str = "shapes"
+    data_dir: str | None = None
+    image_size: int | None = None
+    preprocessing: str = "auto"
+    mean: tuple[float, float, float] | None = None
+    std: tuple[float, float, float] | None = None
+    crop_padding: int = 4
+    flip: bool = True
+    area_range: tuple[float, float] = (0.08, 1.0)
+    aspect_ratio_range: tuple[float, float] = (3 / 4, 4 / 3)
+    eval_resize: int | None = None
+    validation_split: int = 0
+    eval_split: str | None = None
+    train_examples: int | None = None
+    eval_examples: int | None = None
+    shuffle_buffer: int = 10_000
+    seed: int = 0
+    dtype: str = "float32"
+    num_classes: int = 10
+
+    def __post_init__(self):
+        def check(ok: bool, message: str) -> None:
+            if not ok:
+                raise ConfigError(message)
+
+        check(bool(self.dataset), "dataset must not be empty; try --dataset=shapes")
+        check(
+            self.preprocessing in FAMILIES,
+            f"preprocessing={self.preprocessing!r}; use one of {', '.join(FAMILIES)}",
+        )
+        check(self.dtype in DTYPES, f"dtype={self.dtype!r}; use one of {', '.join(DTYPES)}")
+        check(
+            self.image_size is None or self.image_size >= 8,
+            f"image_size={self.image_size}; use at least 8",
+        )
+        check(self.crop_padding >= 0, f"crop_padding={self.crop_padding}; use 0 or more")
+        check(
+            self.validation_split >= 0,
+            f"validation_split={self.validation_split}; use 0 or more",
+        )
+        check(self.shuffle_buffer >= 1, f"shuffle_buffer={self.shuffle_buffer}; use 1 or more")
+        check(self.num_classes >= 1, f"num_classes={self.num_classes}; use 1 or more")
+        for name in ("train_examples", "eval_examples"):
+            value = getattr(self, name)
+            check(value is None or value >= 1, f"{name}={value}; use 1 or more")
+        for name in ("area_range", "aspect_ratio_range"):
+            low, high = getattr(self, name)
+            check(0 < low <= high, f"{name}=({low}, {high}); need 0 < low <= high")
+        check(self.area_range[1] <= 1, f"area_range={self.area_range}; the area is at most 1")
+        for name in ("mean", "std"):
+            value = getattr(self, name)
+            check(value is None or len(value) == 3, f"{name} needs 3 values, one per channel")
+        check(self.std is None or min(self.std) > 0, f"std={self.std}; must be positive")
+
+
+def _load_source(config: DataConfig) -> sources.Source | None:
+    name = config.dataset
+    if name == "synthetic":
+        return None
+    if name == "shapes":
+        return sources.load_shapes(config.data_dir, config.train_examples, config.eval_examples)
+    if name.startswith(sources.FOLDER_PREFIX):
+        path = name[len(sources.FOLDER_PREFIX) :]
+        if not path:
+            raise ConfigError("--dataset=folder:PATH needs a path, e.g. folder:/data/imagenet")
+        return sources.load_folder(path)
+    return sources.load_tfds(name, config.data_dir)
+
+
+def _limit(split: sources.Split, count: int | None) -> sources.Split:
+    if count is None or count >= split.num_examples:
+        return split
+    if split.kind == "records":
+        return split.records.slice_split(None, count, split.name)
+    return split.subset(np.arange(count))
+
+
+def _channel_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    # Two passes in float64 over chunks: exact enough and memory-bounded.
+    pixels = images.reshape(-1, images.shape[-1])
+    total, count = np.zeros(3), 0
+    for start in range(0, len(pixels), 1 << 22):
+        total += pixels[start : start + (1 << 22)].sum(axis=0, dtype=np.float64)
+        count += len(pixels[start : start + (1 << 22)])
+    mean = total / count
+    squares = np.zeros(3)
+    for start in range(0, len(pixels), 1 << 22):
+        centred = pixels[start : start + (1 << 22)].astype(np.float64) - mean
+        squares += (centred * centred).sum(axis=0)
+    return tuple(mean.tolist()), tuple(np.sqrt(squares / count).tolist())
+
+
+class InputPipeline:
+    """A loaded dataset and the preprocessing to apply; builds tf.data pipelines.
+
+    Attributes:
+      config: the `DataConfig`.
+      source: the loaded source (None for `synthetic`).
+      class_names: label names.
+      num_classes: number of labels.
+      train_split: the training `Split` (after holding out and limiting).
+      eval_split_name: the default evaluation split.
+      preprocessing: the resolved `Preprocessing` parameters.
+    """
+
+    def __init__(self, config: DataConfig, default_image_size: int | None = None):
+        self.config = config
+        source = _load_source(config)
+        if source is not None:
+            # Limit first, then hold out: --train_examples=N --validation_split=M
+            # trains on N - M examples.
+            train = _limit(source.split("train"), config.train_examples)
+            source = dataclasses.replace(source, splits={**source.splits, "train": train})
+            source = sources.hold_out(source, config.validation_split)
+            self.class_names = source.class_names
+            self.train_split = source.split("train")
+            self.eval_split_name = config.eval_split or source.default_eval_split()
+            source.split(self.eval_split_name)  # Fails early, naming the splits.
+        else:
+            self.class_names = [str(i) for i in range(config.num_classes)]
+            self.train_split = None
+            self.eval_split_name = config.eval_split or "test"
+        self.source = source
+        self.num_classes = len(self.class_names)
+
+        native = source.image_size if source is not None else None
+        size = config.image_size or default_image_size or native or 224
+        family = config.preprocessing
+        if family == "auto":
+            family = "cifar" if size <= CIFAR_MAX_SIZE else "imagenet"
+        mean, std = config.mean, config.std
+        if mean is None or std is None:
+            measured = (preprocessing.IMAGENET_MEAN, preprocessing.IMAGENET_STD)
+            if self.train_split is not None and self.train_split.kind == "array":
+                measured = _channel_stats(self.train_split.images)
+            mean, std = mean or measured[0], std or measured[1]
+        self.preprocessing = Preprocessing(
+            family=family,
+            image_size=size,
+            mean=tuple(mean),
+            std=tuple(std),
+            dtype=config.dtype,
+            crop_padding=config.crop_padding,
+            flip=config.flip,
+            area_range=tuple(config.area_range),
+            aspect_ratio_range=tuple(config.aspect_ratio_range),
+            eval_resize=config.eval_resize or round(size / preprocessing.EVAL_CROP_FRACTION),
+        )
+        logging.info(
+            "Dataset %s: %s training examples, evaluation on %r; %s preprocessing at %d px, "
+            "mean %s, std %s",
+            config.dataset,
+            self.num_train_examples,
+            self.eval_split_name,
+            family,
+            size,
+            [round(m, 2) for m in mean],
+            [round(s, 2) for s in std],
+        )
+
+    @property
+    def num_train_examples(self) -> int:
+        """Examples in one training epoch."""
+        if self.train_split is None:
+            return self.config.train_examples or SYNTHETIC_SPLIT_SIZES["train"]
+        return self.train_split.num_examples
+
+    def eval_split(self, name: str | None = None) -> sources.Split | None:
+        """The evaluation split (limited by `eval_examples`); None for synthetic."""
+        if self.source is None:
+            return None
+        split = self.source.split(name or self.eval_split_name)
+        return _limit(split, self.config.eval_examples)
+
+    def num_eval_examples(self, name: str | None = None) -> int:
+        split = self.eval_split(name)
+        if split is None:
+            return self.config.eval_examples or SYNTHETIC_SPLIT_SIZES["test"]
+        return split.num_examples
+
+    # -- per-example preprocessing ---------------------------------------------
+
+    def _augment(self, image: tf.Tensor, seed: tf.Tensor, encoded: bool) -> tf.Tensor:
+        config = self.preprocessing
+        if config.family == "imagenet":
+            return preprocessing.imagenet_train(image, seed, config, encoded=encoded)
+        if encoded or self.source.image_size != config.image_size:
+            image = preprocessing.resize_only(image, config, encoded=encoded)
+        return preprocessing.cifar_train(image, seed, config)
+
+    def _evaluate_transform(self, image: tf.Tensor, encoded: bool) -> tf.Tensor:
+        config = self.preprocessing
+        if config.family == "imagenet":
+            return preprocessing.imagenet_eval(image, config, encoded=encoded)
+        if encoded or self.source.image_size != config.image_size:
+            image = preprocessing.resize_only(image, config, encoded=encoded)
+        return preprocessing.cifar_eval(image, config)
+
+    def _lookup(self, split: sources.Split) -> Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
+        """A function from example index to (raw image, label)."""
+        labels = tf.constant(split.labels, tf.int64)
+        if split.kind == "array":
+            images = tf.constant(split.images)
+            return lambda i: (tf.gather(images, i), tf.gather(labels, i))
+        if split.contents is not None:
+            contents = tf.constant(split.contents, tf.string)
+            return lambda i: (tf.gather(contents, i), tf.gather(labels, i))
+        files = tf.constant(split.files, tf.string)
+        return lambda i: (tf.io.read_file(tf.gather(files, i)), tf.gather(labels, i))
+
+    # -- training ----------------------------------------------------------------
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The example indices of training epoch `epoch`, in visiting order.
+
+        Only for in-memory and folder data; streamed data is ordered by tfds.
+        """
+        return _permutation(self.num_train_examples, self.config.seed, epoch).numpy()
+
+    def train_dataset(
+        self,
+        global_batch_size: int,
+        start_example: int = 0,
+        num_shards: int = 1,
+        shard_index: int = 0,
+    ) -> tf.data.Dataset:
+        """The infinite training stream, batched.
+
+        Args:
+          global_batch_size: examples per step over all shards.
+          start_example: where to enter the stream (an example count from the
+            start of epoch 0, normally step * global_batch_size).
+          num_shards: input pipelines (workers) reading the stream.
+          shard_index: which of them this is.
+
+        Returns:
+          Batches of global_batch_size / num_shards examples, infinitely.
+        """
+        if global_batch_size % num_shards:
+            raise ConfigError(
+                f"global batch size {global_batch_size} is not divisible by the "
+                f"{num_shards} input pipelines"
+            )
+        if start_example % num_shards:
+            raise ConfigError(f"start_example={start_example} must be a multiple of {num_shards}")
+        batch = global_batch_size // num_shards
+        if self.train_split is None:
+            return self._synthetic(batch, training=True)
+        size = self.num_train_examples
+        first_epoch, offset = divmod(start_example, size)
+        seed = self.config.seed
+        split = self.train_split
+
+        # A stream of (epoch, id, raw image, label), entered at `start_example`.
+        if split.kind == "records":
+            stream = tf.data.Dataset.range(first_epoch, 1 << 62).flat_map(
+                lambda epoch: self._record_epoch(split, epoch)
+            )
+            # Skipping happens on encoded records: nothing is decoded.
+            stream = stream.skip(offset).shard(num_shards, shard_index)
+        else:
+            lookup = self._lookup(split)
+
+            def epoch_indices(epoch):
+                order = _permutation(size, seed, epoch)
+                # The first epoch starts at `offset`; later ones at 0.
+                order = order[tf.where(tf.equal(epoch, first_epoch), offset, 0) :]
+                return tf.data.Dataset.from_tensor_slices((tf.fill(tf.shape(order), epoch), order))
+
+            def load(epoch, index):
+                return (epoch, index, *lookup(index))
+
+            stream = tf.data.Dataset.range(first_epoch, 1 << 62).flat_map(epoch_indices)
+            stream = stream.shard(num_shards, shard_index)
+            stream = stream.map(load, num_parallel_calls=tf.data.AUTOTUNE)
+
+        def transform(epoch, example_id, image, label):
+            # Each example's augmentation depends on (seed, epoch, id) only.
+            example_seed = tf.stack([tf.constant(seed, tf.int64), epoch * size + example_id])
+            return {
+                "image": self._augment(image, example_seed, split.encoded),
+                "label": tf.cast(label, tf.int32),
+                "id": example_id,
+                "mask": tf.ones([], tf.float32),
+            }
+
+        stream = stream.map(transform, num_parallel_calls=tf.data.AUTOTUNE)
+        if split.encoded:
+            # Files passed a header check when listed; one that still fails to
+            # decode is skipped with a warning rather than ending the run.
+            stream = stream.ignore_errors(log_warning=True)
+        stream = stream.batch(batch, drop_remainder=True)
+        return stream.prefetch(tf.data.AUTOTUNE).with_options(_options())
+
+    def _record_epoch(self, split: sources.Split, epoch: tf.Tensor) -> tf.data.Dataset:
+        epoch_seed = _epoch_seed(self.config.seed, epoch)
+        records = split.records(epoch_seed)
+        records = records.shuffle(self.config.shuffle_buffer, seed=epoch_seed)
+        return records.map(lambda x: (epoch, x["id"], x["image"], x["label"]))
+
+    # -- evaluation --------------------------------------------------------------
+
+    def eval_dataset(
+        self,
+        batch_size: int,
+        split: str | None = None,
+        num_shards: int = 1,
+        shard_index: int = 0,
+        batches_multiple_of: int = 1,
+    ) -> tf.data.Dataset:
+        """Every example of a split exactly once, in padded batches.
+
+        Pipeline `shard_index` of `num_shards` reads examples shard_index,
+        shard_index + num_shards, ... Each pipeline yields the same number of
+        batches, a multiple of `batches_multiple_of` (its replicas), so no
+        replica ever steps alone or gets an empty batch. Padding has mask 0.
+
+        Args:
+          batch_size: examples per batch of this pipeline.
+          split: the split (default: `eval_split_name`).
+          num_shards: input pipelines (workers).
+          shard_index: which of them this is.
+          batches_multiple_of: round the number of batches up to this multiple.
+
+        Returns:
+          A finite dataset of padded batches.
+        """
+        total = self.num_eval_examples(split)
+        per_shard = math.ceil(total / num_shards)
+        num_batches = math.ceil(per_shard / batch_size / batches_multiple_of) * batches_multiple_of
+        padded = num_batches * batch_size
+        data = self.eval_split(split)
+        if data is None:
+            return self._synthetic(batch_size, training=False, num_batches=num_batches)
+
+        # Every pipeline reads its share, then pads with masked blanks to
+        # `padded` examples. An undecodable file is dropped with a warning and
+        # then simply not counted.
+        if data.kind == "records":
+            stream = data.records(None).shard(num_shards, shard_index)
+            stream = stream.map(lambda x: (x["id"], x["image"], x["label"]))
+        else:
+            lookup = self._lookup(data)
+            stream = tf.data.Dataset.from_tensor_slices(
+                np.arange(shard_index, total, num_shards, dtype=np.int64)
+            )
+            stream = stream.map(lambda index: (index, *lookup(index)))
+
+        def transform(example_id, image, label):
+            return {
+                "image": self._evaluate_transform(image, data.encoded),
+                "label": tf.cast(label, tf.int32),
+                "id": example_id,
+                "mask": tf.ones([], tf.float32),
+            }
+
+        stream = stream.map(transform, num_parallel_calls=tf.data.AUTOTUNE)
+        if data.encoded:
+            stream = stream.ignore_errors(log_warning=True)
+        size, dtype = self.preprocessing.image_size, self.preprocessing.dtype
+        blank = {
+            "image": tf.zeros([size, size, 3], dtype),
+            "label": tf.constant(0, tf.int32),
+            "id": tf.constant(-1, tf.int64),
+            "mask": tf.constant(0.0),
+        }
+        stream = stream.concatenate(tf.data.Dataset.from_tensors(blank).repeat()).take(padded)
+        stream = stream.batch(batch_size, drop_remainder=True)
+        return stream.prefetch(tf.data.AUTOTUNE).with_options(_options())
+
+    # -- synthetic ---------------------------------------------------------------
+
+    def _synthetic(
+        self, batch_size: int, training: bool, num_batches: int | None = None
+    ) -> tf.data.Dataset:
+        # One random batch, made once and repeated: the input costs nothing, so
+        # the step rate measures compute alone.
+        size = self.preprocessing.image_size
+        generator = tf.random.Generator.from_seed(self.config.seed)
+        images = generator.normal([batch_size, size, size, 3])
+        labels = generator.uniform([batch_size], 0, self.num_classes, dtype=tf.int32)
+        batch = {
+            "image": tf.cast(images, self.config.dtype),
+            "label": labels,
+            "id": tf.range(batch_size, dtype=tf.int64),
+            "mask": tf.ones([batch_size], tf.float32),
+        }
+        if training:
+            return tf.data.Dataset.from_tensors(batch).repeat()
+        total = self.num_eval_examples()
+        count = tf.range(num_batches * batch_size, dtype=tf.int64)
+        masks = tf.reshape(tf.cast(count < total, tf.float32), [num_batches, batch_size])
+        ids = tf.reshape(tf.where(count < total, count, -1), [num_batches, batch_size])
+        return tf.data.Dataset.from_tensor_slices((ids, masks)).map(
+            lambda example_ids, mask: {**batch, "id": example_ids, "mask": mask}
+        )
+
+
+def _permutation(size: int, seed: int, epoch) -> tf.Tensor:
+    """A permutation of range(size) that depends only on (seed, epoch)."""
+    pair = tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
+    return tf.random.experimental.stateless_shuffle(tf.range(size, dtype=tf.int64), seed=pair)
+
+
+def _epoch_seed(seed: int, epoch: tf.Tensor) -> tf.Tensor:
+    # One int64 seed per (seed, epoch), for tfds's file shuffle and the buffer.
+    return tf.cast(epoch, tf.int64) * 1_000_003 + seed
+
+
+def _options() -> tf.data.Options:
+    options = tf.data.Options()
+    options.deterministic = True
+    options.experimental_optimization.map_parallelization = True
+    return options
+
+
+def create_pipeline(config: DataConfig, default_image_size: int | None = None) -> InputPipeline:
+    """Loads `config.dataset` and resolves its preprocessing.
+
+    Args:
+      config: the data config.
+      default_image_size: the model's input size, used when the config does not
+        set one.
+
+    Returns:
+      The `InputPipeline`.
+    """
+    return InputPipeline(config, default_image_size)

@@ -1,0 +1,153 @@
+"""Exact evaluation: every example of a split counted once, on any number of towers.
+
+The input pipeline pads the split to whole batches for every replica and marks
+the padding with mask 0 (see `data.InputPipeline.eval_dataset`), so no tower
+ever receives an empty or short batch, which a plain Keras step does not
+survive under MirroredStrategy. Metrics are mask-weighted sums, reduced across
+replicas, and divided once at the end by the real example count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from resnet_app.data import InputPipeline
+
+
+@dataclasses.dataclass
+class EvalResult:
+    """What one pass over a split measured.
+
+    Attributes:
+      examples: real examples seen (padding excluded).
+      accuracy: top-1 accuracy.
+      top5_accuracy: top-5 accuracy (top-k with k = min(5, classes)).
+      loss: mean cross-entropy.
+      ids: with `collect=True`, each example's id, in the order seen.
+      labels: with `collect=True`, the true labels.
+      predictions: with `collect=True`, the predicted (arg-max) labels.
+    """
+
+    examples: int
+    accuracy: float
+    top5_accuracy: float
+    loss: float
+    ids: np.ndarray | None = None
+    labels: np.ndarray | None = None
+    predictions: np.ndarray | None = None
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            "examples": self.examples,
+            "accuracy": self.accuracy,
+            "top5_accuracy": self.top5_accuracy,
+            "loss": self.loss,
+        }
+
+
+def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
+    """Evaluation rounds the batch up to a multiple of the replicas; padding fills it."""
+    return math.ceil(global_batch_size / num_replicas)
+
+
+def evaluate(
+    model: tf.keras.Model,
+    pipeline: InputPipeline,
+    global_batch_size: int,
+    strategy: tf.distribute.Strategy | None = None,
+    split: str | None = None,
+    collect: bool = False,
+) -> EvalResult:
+    """Runs `model` over a whole split, in inference mode.
+
+    Args:
+      model: maps a batch of images to logits; its variables were created in
+        `strategy.scope()`.
+      pipeline: the input pipeline.
+      global_batch_size: examples per step over all replicas (rounded up to a
+        multiple of the replicas; the extra slots are padding).
+      strategy: the distribution strategy (default: the current one).
+      split: the split (default: the pipeline's evaluation split).
+      collect: also return every example's id, label and prediction.
+
+    Returns:
+      The `EvalResult`.
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    replicas = strategy.num_replicas_in_sync
+    batch = per_replica_batch_size(global_batch_size, replicas)
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        return pipeline.eval_dataset(
+            batch,
+            split,
+            num_shards=context.num_input_pipelines,
+            shard_index=context.input_pipeline_id,
+            batches_multiple_of=replicas // context.num_input_pipelines,
+        )
+
+    dataset = strategy.distribute_datasets_from_function(dataset_fn)
+    top_k = min(5, pipeline.num_classes)
+
+    def replica_step(batch):
+        logits = tf.cast(model(batch["image"], training=False), tf.float32)
+        labels, mask = batch["label"], batch["mask"]
+        predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        correct = tf.cast(tf.equal(predictions, labels), tf.float32)
+        in_top_k = tf.cast(tf.math.in_top_k(labels, logits, top_k), tf.float32)
+        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+        sums = {
+            "examples": tf.reduce_sum(mask),
+            "correct": tf.reduce_sum(mask * correct),
+            "correct_top_k": tf.reduce_sum(mask * in_top_k),
+            "loss": tf.reduce_sum(mask * loss),
+        }
+        return sums, (batch["id"], labels, predictions, mask)
+
+    @tf.function
+    def step(batch):
+        sums, per_example = strategy.run(replica_step, args=(batch,))
+        sums = {
+            k: strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for k, v in sums.items()
+        }
+        return sums, per_example
+
+    # Sums in float64 on the host: float32 counts stop being exact past 2**24.
+    totals = dict.fromkeys(("examples", "correct", "correct_top_k", "loss"), 0.0)
+    seen = []
+    for batch in dataset:
+        sums, per_example = step(batch)
+        for key, value in sums.items():
+            totals[key] += float(value.numpy())
+        if collect:
+            locals_ = [strategy.experimental_local_results(t) for t in per_example]
+            for ids, labels, predictions, mask in zip(*locals_):
+                real = mask.numpy() > 0
+                seen.append((ids.numpy()[real], labels.numpy()[real], predictions.numpy()[real]))
+    count = int(round(totals["examples"]))
+    denominator = max(count, 1)
+    result = EvalResult(
+        examples=count,
+        accuracy=totals["correct"] / denominator,
+        top5_accuracy=totals["correct_top_k"] / denominator,
+        loss=totals["loss"] / denominator,
+    )
+    if collect:
+        parts = [np.concatenate(part) if seen else np.zeros(0) for part in zip(*seen)] or [
+            np.zeros(0, np.int64)
+        ] * 3
+        result.ids, result.labels, result.predictions = parts
+    logging.info(
+        "Evaluated %d examples: accuracy %.4f, top-%d %.4f, loss %.4f",
+        result.examples,
+        result.accuracy,
+        top_k,
+        result.top5_accuracy,
+        result.loss,
+    )
+    return result

@@ -1,0 +1,217 @@
+"""Per-example image preprocessing: the CIFAR and the ImageNet recipes.
+
+Every random choice is a stateless op driven by an explicit `seed` tensor of
+shape [2], so that an example's augmentation is a function of (run seed, epoch,
+example id) and a resumed run redraws exactly what the interrupted one would
+have drawn. The pipeline (`data.py`) derives the seeds.
+
+Two families:
+- CIFAR (He et al. 2015, section 4.2): per-channel mean/std normalization; for
+  training, pad 4 pixels (with zeros after normalization, i.e. the mean colour),
+  take a random crop of the original size and flip horizontally at random.
+- ImageNet (Szegedy et al. 2015 crops, as in every ResNet reference since):
+  for training, a random crop of 8-100% of the area with aspect ratio 3/4-4/3,
+  resized to the output size, and a random flip; for evaluation, the shorter
+  side is resized to 256 and the central 224x224 is kept (for another output
+  size S, the shorter side goes to S / 0.875). JPEG bytes are decoded only
+  inside the crop window (`decode_and_crop_jpeg`), which is much cheaper.
+
+Images enter as uint8 (decoded pixels, or encoded bytes for the ImageNet family)
+and leave normalized, in the requested dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import tensorflow as tf
+
+# ImageNet's per-channel statistics on the 0-255 scale, the usual constants.
+IMAGENET_MEAN = (123.675, 116.28, 103.53)
+IMAGENET_STD = (58.395, 57.12, 57.375)
+EVAL_CROP_FRACTION = 0.875  # 224 / 256
+
+
+@dataclasses.dataclass(frozen=True)
+class Preprocessing:
+    """Resolved preprocessing parameters; `data.py` fills them from the config.
+
+    Attributes:
+      family: "cifar" or "imagenet".
+      image_size: output height and width.
+      mean: per-channel mean on the 0-255 scale.
+      std: per-channel standard deviation on the 0-255 scale.
+      dtype: output dtype name ("float32", "bfloat16" or "float16").
+      crop_padding: CIFAR family: pixels of padding before the random crop.
+      flip: whether training images are flipped horizontally at random.
+      area_range: ImageNet family: range of the crop's area, as a fraction.
+      aspect_ratio_range: ImageNet family: range of the crop's width / height.
+      eval_resize: ImageNet family: the shorter side before the central crop.
+    """
+
+    family: str
+    image_size: int
+    mean: Sequence[float]
+    std: Sequence[float]
+    dtype: str = "float32"
+    crop_padding: int = 4
+    flip: bool = True
+    area_range: tuple[float, float] = (0.08, 1.0)
+    aspect_ratio_range: tuple[float, float] = (3 / 4, 4 / 3)
+    eval_resize: int = 256
+
+
+def _normalize(image: tf.Tensor, config: Preprocessing) -> tf.Tensor:
+    image = tf.cast(image, tf.float32)
+    mean = tf.constant(config.mean, tf.float32)
+    std = tf.constant(config.std, tf.float32)
+    return (image - mean) / std
+
+
+def _finish(image: tf.Tensor, config: Preprocessing) -> tf.Tensor:
+    image = tf.ensure_shape(image, [config.image_size, config.image_size, 3])
+    return tf.cast(image, config.dtype)
+
+
+def decode_image(encoded: tf.Tensor) -> tf.Tensor:
+    """Decodes JPEG, PNG, BMP or GIF (its first frame) bytes to uint8 RGB.
+
+    The format is read from the bytes, never from a file name, so a PNG saved
+    as `.jpg` decodes. Grayscale and RGBA images are converted to RGB.
+    """
+    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    return tf.ensure_shape(image, [None, None, 3])
+
+
+def _resize(image: tf.Tensor, height: tf.Tensor, width: tf.Tensor) -> tf.Tensor:
+    return tf.image.resize(tf.cast(image, tf.float32), tf.stack([height, width]))
+
+
+def cifar_train(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> tf.Tensor:
+    """Normalize, pad, random-crop and random-flip one decoded image.
+
+    Args:
+      image: uint8 [H, W, 3] with H = W = `config.image_size`.
+      seed: int [2], this example's stateless seed.
+      config: the parameters.
+
+    Returns:
+      [image_size, image_size, 3] in `config.dtype`.
+    """
+    crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    image = _normalize(image, config)
+    pad = config.crop_padding
+    if pad:
+        image = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]])
+        image = tf.image.stateless_random_crop(
+            image, [config.image_size, config.image_size, 3], seed=crop_seed
+        )
+    if config.flip:
+        image = tf.image.stateless_random_flip_left_right(image, seed=flip_seed)
+    return _finish(image, config)
+
+
+def cifar_eval(image: tf.Tensor, config: Preprocessing) -> tf.Tensor:
+    """Normalize one decoded image (no augmentation)."""
+    return _finish(_normalize(image, config), config)
+
+
+def _crop_window(shape: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> tf.Tensor:
+    # The Inception crop: sample_distorted_bounding_box with the whole image as
+    # the object, so only the area and aspect ranges constrain it. After 10
+    # failed attempts it returns the whole image.
+    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        shape,
+        bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
+        seed=seed,
+        min_object_covered=0.0,
+        aspect_ratio_range=config.aspect_ratio_range,
+        area_range=config.area_range,
+        max_attempts=10,
+        use_image_if_no_bounding_boxes=True,
+    )
+    return tf.stack([begin[0], begin[1], size[0], size[1]])
+
+
+def _random_crop_pixels(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> tf.Tensor:
+    top, left, height, width = tf.unstack(_crop_window(tf.shape(image), seed, config))
+    return image[top : top + height, left : left + width]
+
+
+def imagenet_train(
+    image: tf.Tensor, seed: tf.Tensor, config: Preprocessing, encoded: bool = False
+) -> tf.Tensor:
+    """Random-resized crop and random flip of one image.
+
+    Args:
+      image: uint8 [H, W, 3] pixels, or a scalar string of encoded bytes when
+        `encoded`. JPEG bytes are decoded inside the crop window only.
+      seed: int [2], this example's stateless seed.
+      config: the parameters.
+      encoded: whether `image` holds encoded bytes.
+
+    Returns:
+      [image_size, image_size, 3] in `config.dtype`.
+    """
+    crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+    if encoded:
+
+        def fused_jpeg() -> tf.Tensor:
+            window = _crop_window(tf.image.extract_jpeg_shape(image), crop_seed, config)
+            return tf.image.decode_and_crop_jpeg(image, window, channels=3)
+
+        def other_formats() -> tf.Tensor:
+            return _random_crop_pixels(decode_image(image), crop_seed, config)
+
+        crop = tf.cond(tf.io.is_jpeg(image), fused_jpeg, other_formats)
+    else:
+        crop = _random_crop_pixels(image, crop_seed, config)
+    size = config.image_size
+    crop = _resize(crop, size, size)
+    if config.flip:
+        crop = tf.image.stateless_random_flip_left_right(crop, seed=flip_seed)
+    return _finish(_normalize(crop, config), config)
+
+
+def imagenet_eval(image: tf.Tensor, config: Preprocessing, encoded: bool = False) -> tf.Tensor:
+    """Resize the shorter side to `eval_resize`, then crop the centre.
+
+    Args:
+      image: uint8 [H, W, 3] pixels, or encoded bytes when `encoded`.
+      config: the parameters.
+      encoded: whether `image` holds encoded bytes.
+
+    Returns:
+      [image_size, image_size, 3] in `config.dtype`.
+    """
+    if encoded:
+        image = decode_image(image)
+    shape = tf.cast(tf.shape(image)[:2], tf.float32)
+    scale = config.eval_resize / tf.reduce_min(shape)
+    height, width = tf.unstack(tf.cast(tf.round(shape * scale), tf.int32))
+    resized = _resize(image, height, width)
+    size = config.image_size
+    top, left = (height - size) // 2, (width - size) // 2
+    crop = resized[top : top + size, left : left + size]
+    return _finish(_normalize(crop, config), config)
+
+
+def resize_only(image: tf.Tensor, config: Preprocessing, encoded: bool = False) -> tf.Tensor:
+    """Decodes if needed and resizes to the output size, for CIFAR-family files.
+
+    Small images read from files (a folder of 32x32 PNGs, say) may not all have
+    the configured size; they are resized, then treated as decoded pixels.
+    """
+    if encoded:
+        image = decode_image(image)
+    size = config.image_size
+    shape = tf.shape(image)
+    same = tf.logical_and(tf.equal(shape[0], size), tf.equal(shape[1], size))
+    resized = tf.cond(
+        same,
+        lambda: tf.cast(image, tf.float32),
+        lambda: _resize(image, size, size),
+    )
+    # Round back to the 0-255 grid so that both branches give the same dtype.
+    return tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)

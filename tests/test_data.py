@@ -1,0 +1,444 @@
+"""Input pipelines: sources, order, resumption, sharding, validation split, errors."""
+
+import logging
+import os
+import socket
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from resnet_app import data, sources
+from resnet_app.errors import ConfigError
+from tests import image_files
+from tests.tfds_mock import mock_tfds
+
+
+def shapes_config(tmp_path_factory=None, **overrides):
+    fields = dict(dataset="shapes", train_examples=300, eval_examples=100)
+    fields.update(overrides)
+    return data.DataConfig(**fields)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_cache(tmp_path_factory):
+    # Keep the shapes cache out of the user's home.
+    cache = tmp_path_factory.mktemp("cache")
+    previous = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(cache)
+    yield
+    if previous is None:
+        del os.environ["XDG_CACHE_HOME"]
+    else:
+        os.environ["XDG_CACHE_HOME"] = previous
+
+
+@pytest.fixture(scope="module")
+def shapes_pipeline():
+    return data.create_pipeline(shapes_config())
+
+
+def take_examples(dataset, count):
+    """The first `count` examples of a batched dataset, as NumPy arrays."""
+    parts = {"image": [], "label": [], "id": []}
+    total = 0
+    for batch in dataset:
+        for key in parts:
+            parts[key].append(batch[key].numpy())
+        total += len(batch["id"])
+        if total >= count:
+            break
+    return {key: np.concatenate(value)[:count] for key, value in parts.items()}
+
+
+# -- order, determinism, resumption ------------------------------------------
+
+
+def test_an_epoch_visits_every_example_once(shapes_pipeline):
+    examples = take_examples(shapes_pipeline.train_dataset(50), 600)
+    first, second = examples["id"][:300], examples["id"][300:]
+    assert sorted(first) == list(range(300)) and sorted(second) == list(range(300))
+    assert not np.array_equal(first, second)  # Each epoch has its own order.
+    np.testing.assert_array_equal(first, shapes_pipeline.epoch_order(0))
+    np.testing.assert_array_equal(second, shapes_pipeline.epoch_order(1))
+
+
+def test_labels_follow_the_ids(shapes_pipeline):
+    examples = take_examples(shapes_pipeline.train_dataset(50), 300)
+    np.testing.assert_array_equal(
+        examples["label"], shapes_pipeline.train_split.labels[examples["id"]]
+    )
+
+
+def test_same_seed_same_stream_other_seed_other_stream():
+    one = take_examples(data.create_pipeline(shapes_config()).train_dataset(32), 64)
+    two = take_examples(data.create_pipeline(shapes_config()).train_dataset(32), 64)
+    np.testing.assert_array_equal(one["image"], two["image"])
+    np.testing.assert_array_equal(one["id"], two["id"])
+    other = take_examples(data.create_pipeline(shapes_config(seed=1)).train_dataset(32), 64)
+    assert not np.array_equal(one["id"], other["id"])
+
+
+@pytest.mark.parametrize("start", [40, 280])  # mid-epoch, and across the epoch boundary
+def test_entering_the_stream_anywhere_gives_the_same_examples(shapes_pipeline, start):
+    reference = take_examples(shapes_pipeline.train_dataset(20), start + 60)
+    entered = take_examples(shapes_pipeline.train_dataset(20, start_example=start), 60)
+    np.testing.assert_array_equal(entered["id"], reference["id"][start:])
+    # Bitwise: the augmentation is a function of (seed, epoch, id), not of history.
+    np.testing.assert_array_equal(entered["image"], reference["image"][start:])
+
+
+def test_shards_make_up_the_global_batch(shapes_pipeline):
+    whole = take_examples(shapes_pipeline.train_dataset(24), 96)
+    shards = [
+        take_examples(shapes_pipeline.train_dataset(24, num_shards=3, shard_index=i), 32)
+        for i in range(3)
+    ]
+    for step in range(4):
+        expected = whole["id"][24 * step : 24 * (step + 1)]
+        got = np.concatenate([shard["id"][8 * step : 8 * (step + 1)] for shard in shards])
+        assert sorted(got) == sorted(expected)
+
+
+def test_global_batch_must_divide_among_shards(shapes_pipeline):
+    with pytest.raises(ConfigError, match="not divisible"):
+        shapes_pipeline.train_dataset(10, num_shards=3)
+
+
+def test_batch_structure_and_dtype():
+    pipeline = data.create_pipeline(shapes_config(dtype="bfloat16"))
+    batch = next(iter(pipeline.train_dataset(16)))
+    assert batch["image"].shape == (16, 32, 32, 3) and batch["image"].dtype == tf.bfloat16
+    assert batch["label"].dtype == tf.int32 and batch["id"].dtype == tf.int64
+    np.testing.assert_array_equal(batch["mask"].numpy(), np.ones(16))
+
+
+def test_normalization_statistics_are_measured_on_the_training_split(shapes_pipeline):
+    images = shapes_pipeline.train_split.images.astype(np.float64)
+    np.testing.assert_allclose(
+        shapes_pipeline.preprocessing.mean, images.mean(axis=(0, 1, 2)), rtol=1e-9
+    )
+    np.testing.assert_allclose(
+        shapes_pipeline.preprocessing.std, images.std(axis=(0, 1, 2)), rtol=1e-9
+    )
+    assert shapes_pipeline.preprocessing.family == "cifar"
+
+
+# -- evaluation padding ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("shards,multiple", [(1, 1), (1, 3), (2, 2)])
+def test_eval_dataset_visits_each_example_once_in_full_batches(shapes_pipeline, shards, multiple):
+    seen, batches = [], []
+    for index in range(shards):
+        dataset = shapes_pipeline.eval_dataset(
+            16, num_shards=shards, shard_index=index, batches_multiple_of=multiple
+        )
+        count = 0
+        for batch in dataset:
+            assert batch["image"].shape[0] == 16
+            real = batch["mask"].numpy() > 0
+            seen.extend(batch["id"].numpy()[real])
+            assert (batch["id"].numpy()[~real] == -1).all()
+            count += 1
+        assert count % multiple == 0
+        batches.append(count)
+    assert sorted(seen) == list(range(100))
+    assert len(set(batches)) == 1  # Every pipeline steps the same number of times.
+
+
+def test_eval_images_are_the_normalized_test_images(shapes_pipeline):
+    batch = next(iter(shapes_pipeline.eval_dataset(10)))
+    split = shapes_pipeline.eval_split()
+    config = shapes_pipeline.preprocessing
+    expected = (split.images[:10] - np.array(config.mean)) / np.array(config.std)
+    np.testing.assert_allclose(batch["image"].numpy(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(batch["label"].numpy(), split.labels[:10])
+
+
+# -- validation split ---------------------------------------------------------------
+
+
+def test_validation_split_holds_out_training_examples():
+    full = data.create_pipeline(shapes_config())
+    held = data.create_pipeline(shapes_config(validation_split=50))
+    assert held.eval_split_name == "holdout"
+    assert held.num_train_examples == 250 and held.num_eval_examples() == 50
+    train, holdout = held.train_split, held.eval_split()
+    # Disjoint, and together exactly the original training set.
+    together = {image.tobytes() for image in np.concatenate([train.images, holdout.images])}
+    assert len(together) == 300
+    assert together == {image.tobytes() for image in full.train_split.images}
+    # Model selection never sees the test set, which stays available.
+    assert held.num_eval_examples("test") == 100
+    # The held-out examples do not depend on the training seed.
+    other = data.create_pipeline(shapes_config(validation_split=50, seed=9))
+    np.testing.assert_array_equal(other.eval_split().images, holdout.images)
+    # Normalization statistics come from the remaining training examples only.
+    np.testing.assert_allclose(
+        held.preprocessing.mean, train.images.astype(np.float64).mean(axis=(0, 1, 2))
+    )
+
+
+def test_validation_split_larger_than_the_training_set_is_an_error():
+    with pytest.raises(ConfigError, match="leaves no training examples"):
+        data.create_pipeline(shapes_config(validation_split=300))
+
+
+# -- synthetic -----------------------------------------------------------------
+
+
+def test_synthetic_is_any_shape_and_counts_exactly():
+    pipeline = data.create_pipeline(
+        data.DataConfig(dataset="synthetic", image_size=48, num_classes=7, eval_examples=50)
+    )
+    batch = next(iter(pipeline.train_dataset(8)))
+    assert batch["image"].shape == (8, 48, 48, 3)
+    assert batch["label"].numpy().min() >= 0 and batch["label"].numpy().max() < 7
+    masks = [b["mask"].numpy() for b in pipeline.eval_dataset(16)]
+    assert sum(m.sum() for m in masks) == 50 and len(masks) == 4
+
+
+# -- image folders ---------------------------------------------------------------
+
+
+def write(path, payload):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as file:
+        file.write(payload)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("images"))
+    originals = {}
+
+    def add(path, image, encoder):
+        payload = encoder(image)
+        write(os.path.join(root, path), payload)
+        originals[path] = image
+        return payload
+
+    png = lambda image: tf.io.encode_png(image).numpy()  # noqa: E731
+    jpeg = lambda image: tf.io.encode_jpeg(image, quality=90).numpy()  # noqa: E731
+    for i in range(3):
+        add(f"train/dog/dog{i}.png", image_files.few_colour_image(32, 32, i), png)
+        add(f"val/dog/dog{i}.png", image_files.few_colour_image(32, 32, 10 + i), png)
+    add("val/cat/cat0.png", image_files.few_colour_image(32, 32, 20), png)
+    add("train/cat/a.jpg", image_files.few_colour_image(32, 32, 30), jpeg)
+    add("train/cat/b.png", image_files.few_colour_image(32, 32, 31), png)
+    add("train/cat/c.bmp", image_files.few_colour_image(32, 32, 32), image_files.encode_bmp)
+    add("train/cat/d.gif", image_files.few_colour_image(32, 32, 33), image_files.encode_gif)
+    add("train/cat/png_named.jpg", image_files.few_colour_image(32, 32, 34), png)
+    # Unreadable: random bytes, a truncated JPEG, an empty file. Hidden: ignored.
+    write(os.path.join(root, "train/cat/garbage.jpg"), os.urandom(500))
+    truncated = jpeg(image_files.few_colour_image(32, 32, 35))
+    write(os.path.join(root, "train/cat/truncated.jpg"), truncated[: len(truncated) // 2])
+    write(os.path.join(root, "train/dog/empty.png"), b"")
+    write(os.path.join(root, "train/cat/.DS_Store"), b"\0\0")
+    # An empty class directory still counts as a class; a stray file at the top does not.
+    os.makedirs(os.path.join(root, "train/zebra"))
+    write(os.path.join(root, "train/README.txt"), b"not a class")
+    return root, originals
+
+
+def test_folder_lists_classes_and_skips_unreadable_files(folder, caplog):
+    root, _ = folder
+    with caplog.at_level(logging.WARNING):
+        source = sources.load_folder(root)
+    assert source.class_names == ["cat", "dog", "zebra"]
+    assert set(source.splits) == {"train", "val"}
+    train = source.splits["train"]
+    names = sorted(os.path.basename(path) for path in train.files)
+    assert names == sorted(
+        ["a.jpg", "b.png", "c.bmp", "d.gif", "png_named.jpg", "dog0.png", "dog1.png", "dog2.png"]
+    )
+    warnings = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(warnings) == 1 and "skipped 3 of 15 files" in warnings[0]
+
+
+def test_folder_images_decode_to_their_pixels_whatever_the_extension(folder):
+    root, originals = folder
+    pipeline = data.create_pipeline(
+        data.DataConfig(dataset=f"folder:{root}", image_size=32, mean=(0, 0, 0), std=(1, 1, 1))
+    )
+    assert pipeline.preprocessing.family == "cifar"
+    split = pipeline.eval_split("train")
+    batch = next(iter(pipeline.eval_dataset(16, split="train")))
+    real = batch["mask"].numpy() > 0
+    assert real.sum() == split.num_examples == 8
+    for example_id, image in zip(batch["id"].numpy()[real], batch["image"].numpy()[real]):
+        relative = os.path.relpath(split.files[example_id], root)
+        expected = originals[relative]
+        if relative.endswith("a.jpg"):  # Lossy: compare with TF's own JPEG decoding.
+            with open(split.files[example_id], "rb") as file:
+                expected = tf.io.decode_jpeg(file.read(), channels=3).numpy()
+        np.testing.assert_array_equal(image, expected.astype(np.float32), err_msg=relative)
+
+
+def test_folder_training_stream_at_imagenet_size(folder):
+    root, _ = folder
+    pipeline = data.create_pipeline(data.DataConfig(dataset=f"folder:{root}", image_size=96))
+    assert pipeline.preprocessing.family == "imagenet"
+    examples = take_examples(pipeline.train_dataset(4), 16)
+    assert examples["image"].shape == (16, 96, 96, 3)
+    assert sorted(examples["id"][:8]) == list(range(8))
+
+
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda root: os.path.join(root, "missing"), "is not a directory"),
+        (lambda root: os.path.join(root, "train", "cat"), "no train/"),
+    ],
+)
+def test_folder_errors(folder, make, message):
+    with pytest.raises(ConfigError, match=message):
+        data.create_pipeline(data.DataConfig(dataset=f"folder:{make(folder[0])}"))
+
+
+def test_folder_with_a_class_unknown_to_train(tmp_path):
+    png = tf.io.encode_png(image_files.few_colour_image(8, 8, 0)).numpy()
+    write(str(tmp_path / "train/a/x.png"), png)
+    write(str(tmp_path / "val/b/y.png"), png)
+    with pytest.raises(ConfigError, match="a class that train/ does not have"):
+        sources.load_folder(str(tmp_path))
+
+
+# -- tfds ------------------------------------------------------------------------
+
+
+def test_tfds_cifar10_through_mock_data_is_held_in_memory(tmp_path):
+    with mock_tfds("cifar10", str(tmp_path), ("train", "test"), 40):
+        pipeline = data.create_pipeline(data.DataConfig(dataset="cifar10", data_dir=str(tmp_path)))
+        assert pipeline.train_split.kind == "array"
+        assert pipeline.num_train_examples == 40 and pipeline.num_classes == 10
+        assert pipeline.eval_split_name == "test"
+        examples = take_examples(pipeline.train_dataset(20), 40)
+        assert examples["image"].shape == (40, 32, 32, 3)
+        assert sorted(examples["id"]) == list(range(40))
+        np.testing.assert_array_equal(
+            examples["label"], pipeline.train_split.labels[examples["id"]]
+        )
+
+
+def test_tfds_imagenet2012_through_mock_data_is_streamed(tmp_path):
+    with mock_tfds("imagenet2012", str(tmp_path), ("train", "validation"), 30):
+        pipeline = data.create_pipeline(
+            data.DataConfig(dataset="imagenet2012", data_dir=str(tmp_path), shuffle_buffer=8)
+        )
+        assert pipeline.train_split.kind == "records"
+        assert pipeline.num_classes == 1000 and pipeline.eval_split_name == "validation"
+        assert pipeline.preprocessing.family == "imagenet"
+        assert pipeline.preprocessing.eval_resize == 256
+        examples = take_examples(pipeline.train_dataset(10), 60)
+        assert examples["image"].shape == (60, 224, 224, 3)
+        assert sorted(examples["id"][:30]) == list(range(30))
+        assert sorted(examples["id"][30:]) == list(range(30))
+        assert not np.array_equal(examples["id"][:30], examples["id"][30:])
+        # Entering the stream mid-epoch gives the same examples, bitwise.
+        entered = take_examples(pipeline.train_dataset(10, start_example=20), 20)
+        np.testing.assert_array_equal(entered["id"], examples["id"][20:40])
+        np.testing.assert_array_equal(entered["image"], examples["image"][20:40])
+        batches = list(pipeline.eval_dataset(8, batches_multiple_of=3))
+        assert len(batches) == 6
+        ids = np.concatenate([b["id"].numpy()[b["mask"].numpy() > 0] for b in batches])
+        assert sorted(ids) == list(range(30))
+
+
+def test_tfds_records_on_real_files_with_slicing(tmp_path, monkeypatch):
+    # A small dataset that tfds really prepares on disk (record files, dataset
+    # info), streamed as ImageNet would be, to check what mocks cannot: tfds's
+    # split slicing and the ids it reports.
+    import tensorflow_datasets as tfds
+
+    tfds.testing.DummyMnist(data_dir=str(tmp_path)).download_and_prepare()
+    monkeypatch.setattr(sources, "IN_MEMORY_LIMIT_BYTES", 0)
+    config = data.DataConfig(
+        dataset="dummy_mnist",
+        data_dir=str(tmp_path),
+        image_size=32,
+        train_examples=16,
+        validation_split=4,
+        shuffle_buffer=4,
+    )
+    pipeline = data.create_pipeline(config)
+    assert pipeline.train_split.kind == "records"
+    assert pipeline.num_train_examples == 12 and pipeline.num_eval_examples() == 4
+    ids = [b["id"].numpy()[b["mask"].numpy() > 0] for b in pipeline.eval_dataset(3)]
+    assert sorted(np.concatenate(ids)) == [12, 13, 14, 15]
+    examples = take_examples(pipeline.train_dataset(4), 24)
+    assert sorted(examples["id"][:12]) == list(range(12))
+    assert sorted(examples["id"][12:]) == list(range(12))
+    entered = take_examples(pipeline.train_dataset(4, start_example=8), 8)
+    np.testing.assert_array_equal(entered["id"], examples["id"][8:16])
+    np.testing.assert_array_equal(entered["image"], examples["image"][8:16])
+    # Labels are the stored ones: compare with tfds read directly.
+    builder = tfds.builder("dummy_mnist", data_dir=str(tmp_path))
+    stored = tfds.as_numpy(builder.as_dataset(split="train", batch_size=-1))["label"]
+    np.testing.assert_array_equal(examples["label"], stored[examples["id"]])
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    # A closed local port: the network probe fails at once, on any machine.
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    monkeypatch.setenv(sources.NETWORK_PROBE_ENV, f"127.0.0.1:{port}")
+
+
+def test_offline_tfds_dataset_fails_fast_with_the_fix(tmp_path, offline):
+    started = time.monotonic()
+    with pytest.raises(ConfigError) as error:
+        data.create_pipeline(data.DataConfig(dataset="cifar10", data_dir=str(tmp_path)))
+    assert time.monotonic() - started < 30
+    message = str(error.value)
+    assert "'cifar10'" in message and str(tmp_path) in message
+    assert "no network" in message and "--data_dir" in message and "\n" not in message
+
+
+def test_imagenet_without_its_manual_download_explains_where_files_go(tmp_path, offline):
+    with pytest.raises(ConfigError) as error:
+        data.create_pipeline(data.DataConfig(dataset="imagenet2012", data_dir=str(tmp_path)))
+    message = str(error.value)
+    assert os.path.join(str(tmp_path), "downloads", "manual") in message
+    assert "ILSVRC2012_img_train.tar" in message and "\n" not in message
+
+
+def test_unknown_dataset_names_the_choices(tmp_path):
+    with pytest.raises(ConfigError, match="unknown dataset 'cifar11'.*shapes"):
+        data.create_pipeline(data.DataConfig(dataset="cifar11", data_dir=str(tmp_path)))
+
+
+def test_tfds_dataset_that_is_not_image_classification(tmp_path):
+    with pytest.raises(ConfigError, match="not an image-classification dataset"):
+        data.create_pipeline(data.DataConfig(dataset="glue/cola", data_dir=str(tmp_path)))
+
+
+# -- config ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("preprocessing", "vgg", "preprocessing='vgg'"),
+        ("dtype", "int8", "dtype='int8'"),
+        ("area_range", (0.5, 0.1), "area_range"),
+        ("area_range", (0.1, 1.5), "at most 1"),
+        ("std", (1.0, 0.0, 1.0), "positive"),
+        ("mean", (1.0, 2.0), "3 values"),
+        ("validation_split", -1, "validation_split=-1"),
+        ("image_size", 4, "image_size=4"),
+    ],
+)
+def test_bad_config_values_name_the_field(field, value, message):
+    with pytest.raises(ConfigError, match=message):
+        data.DataConfig(**{field: value})
+
+
+def test_unknown_eval_split_lists_the_splits():
+    with pytest.raises(ConfigError, match="no split 'valid'; it has train, test"):
+        data.create_pipeline(shapes_config(eval_split="valid"))

@@ -1,0 +1,151 @@
+"""Augmentations against NumPy and closed forms: shapes, ranges, windows, dtypes."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from resnet_app import preprocessing
+from resnet_app.preprocessing import Preprocessing
+
+MEAN, STD = (120.0, 110.0, 100.0), (60.0, 50.0, 40.0)
+CIFAR = Preprocessing("cifar", 32, MEAN, STD)
+IMAGENET = Preprocessing("imagenet", 224, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+
+
+def random_image(height=32, width=32, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def smooth_image(height, width):
+    # Smooth content, so that JPEG round trips stay close to the original.
+    y, x = np.mgrid[0:height, 0:width]
+    channels = [128 + 100 * np.sin(x / 17.0 + c) * np.cos(y / 23.0 - c) for c in range(3)]
+    return np.stack(channels, -1).astype(np.uint8)
+
+
+def seed(i):
+    return tf.constant([7, i], tf.int64)
+
+
+def test_cifar_train_is_a_window_of_the_padded_image_maybe_flipped():
+    image = random_image()
+    normalized = (image - np.array(MEAN)) / np.array(STD)
+    padded = np.pad(normalized, ((4, 4), (4, 4), (0, 0)))
+    offsets, flips = set(), set()
+    for i in range(40):
+        out = preprocessing.cifar_train(tf.constant(image), seed(i), CIFAR).numpy()
+        assert out.shape == (32, 32, 3) and out.dtype == np.float32
+        matches = [
+            (top, left, flipped)
+            for top in range(9)
+            for left in range(9)
+            for flipped in (False, True)
+            if np.allclose(
+                out,
+                padded[top : top + 32, left : left + 32][:, ::-1]
+                if flipped
+                else padded[top : top + 32, left : left + 32],
+                atol=1e-5,
+            )
+        ]
+        assert len(matches) == 1, "not a window of the padded image"
+        offsets.add(matches[0][:2])
+        flips.add(matches[0][2])
+    assert flips == {False, True}
+    assert len(offsets) > 10  # The crop position really varies.
+
+
+def test_cifar_train_is_a_function_of_the_seed():
+    image = tf.constant(random_image())
+    first = preprocessing.cifar_train(image, seed(3), CIFAR)
+    again = preprocessing.cifar_train(image, seed(3), CIFAR)
+    np.testing.assert_array_equal(first.numpy(), again.numpy())
+    others = [preprocessing.cifar_train(image, seed(i), CIFAR).numpy() for i in range(4, 10)]
+    assert any(not np.array_equal(first.numpy(), other) for other in others)
+
+
+def test_cifar_eval_normalizes_per_channel():
+    image = random_image()
+    out = preprocessing.cifar_eval(tf.constant(image), CIFAR).numpy()
+    np.testing.assert_allclose(out, (image - np.array(MEAN)) / np.array(STD), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_output_dtype_follows_the_precision(dtype):
+    import dataclasses
+
+    config = dataclasses.replace(CIFAR, dtype=dtype)
+    out = preprocessing.cifar_train(tf.constant(random_image()), seed(0), config)
+    assert out.dtype == tf.as_dtype(dtype)
+    config = dataclasses.replace(IMAGENET, dtype=dtype)
+    out = preprocessing.imagenet_eval(tf.constant(random_image(300, 260)), config)
+    assert out.dtype == tf.as_dtype(dtype) and out.shape == (224, 224, 3)
+
+
+def test_inception_crop_windows_respect_area_and_aspect_ranges():
+    shape = tf.constant([480, 640, 3])
+    areas, aspects = [], []
+    for i in range(300):
+        top, left, height, width = preprocessing._crop_window(shape, seed(i), IMAGENET).numpy()
+        assert top >= 0 and top + height <= 480 and left >= 0 and left + width <= 640
+        areas.append(height * width / (480 * 640))
+        aspects.append(width / height)
+    areas, aspects = np.array(areas), np.array(aspects)
+    # Integer rounding of the window moves the ratios by about a pixel's worth.
+    assert areas.min() >= 0.08 - 0.01 and areas.max() <= 1.0
+    assert aspects.min() >= 0.75 - 0.03 and aspects.max() <= 4 / 3 + 0.03
+    assert areas.min() < 0.2 and areas.max() > 0.8  # The whole range is used.
+
+
+def test_imagenet_train_output_and_range():
+    image = tf.constant(random_image(300, 400))
+    out = preprocessing.imagenet_train(image, seed(1), IMAGENET).numpy()
+    assert out.shape == (224, 224, 3)
+    # Bilinear resizing of 0-255 pixels stays within 0-255 (mean 0, std 1 here).
+    assert out.min() >= 0 and out.max() <= 255
+
+
+def test_fused_jpeg_crop_equals_decoding_then_cropping():
+    encoded = tf.io.encode_jpeg(tf.constant(smooth_image(240, 320)), quality=95)
+    decoded = tf.io.decode_jpeg(encoded, channels=3)
+    for i in range(5):
+        fused = preprocessing.imagenet_train(encoded, seed(i), IMAGENET, encoded=True)
+        plain = preprocessing.imagenet_train(decoded, seed(i), IMAGENET, encoded=False)
+        # Same window; libjpeg's chroma upsampling differs slightly at the window's
+        # edges only, so a few edge pixels move by a few levels.
+        difference = np.abs(fused.numpy() - plain.numpy())
+        assert difference.max() <= 8 and difference.mean() < 0.05
+
+
+def test_png_bytes_take_the_generic_decoder():
+    image = random_image(64, 48)
+    encoded = tf.io.encode_png(tf.constant(image))
+    fused = preprocessing.imagenet_train(encoded, seed(2), IMAGENET, encoded=True)
+    plain = preprocessing.imagenet_train(tf.constant(image), seed(2), IMAGENET)
+    np.testing.assert_array_equal(fused.numpy(), plain.numpy())
+
+
+def test_imagenet_eval_matches_the_closed_form_on_a_ramp():
+    # Pixel value = column index. Bilinear resizing (half-pixel centres) maps a
+    # linear ramp to a linear ramp, so every output pixel has a closed form.
+    height, width = 300, 400
+    ramp = np.broadcast_to(np.arange(width, dtype=np.float64)[None, :, None], (height, width, 3))
+    image = tf.constant(np.minimum(ramp, 255).astype(np.uint8) if width <= 256 else ramp / 2)
+    image = tf.cast(tf.round(image), tf.uint8)
+    values = np.round(ramp / 2)[0, :, 0]  # the uint8 ramp actually fed in
+    out = preprocessing.imagenet_eval(image, IMAGENET).numpy()
+    assert out.shape == (224, 224, 3)
+    new_width = round(width * 256 / height)  # shorter side 300 -> 256: 341
+    left = (new_width - 224) // 2
+    source_x = (np.arange(224) + left + 0.5) * width / new_width - 0.5
+    expected = np.interp(source_x, np.arange(width), values)
+    np.testing.assert_allclose(out[112, :, 0], expected, atol=1e-3)
+    np.testing.assert_allclose(out[:, 100, 1], expected[100], atol=1e-3)
+
+
+def test_decode_image_reads_every_format_whatever_the_name():
+    image = random_image(20, 30)
+    png = tf.io.encode_png(tf.constant(image))
+    np.testing.assert_array_equal(preprocessing.decode_image(png).numpy(), image)
+    gray = tf.io.encode_png(tf.constant(image[..., :1]))
+    assert preprocessing.decode_image(gray).shape == (20, 30, 3)
