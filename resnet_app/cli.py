@@ -7,9 +7,10 @@ of ours and keeps its traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from absl import app, flags
 
@@ -69,3 +70,72 @@ def reject_positional(argv: Sequence[str]) -> None:
         raise ConfigError(
             f"unexpected argument(s) {' '.join(argv[1:])}; flags look like --name=value"
         )
+
+
+def _attribute_help(cls: type) -> dict[str, str]:
+    """The "Attributes:" section of a class docstring, as {name: one-line help}."""
+    lines = (cls.__doc__ or "").split("Attributes:", 1)[-1].splitlines()
+    help_text: dict[str, list[str]] = {}
+    current = None
+    for line in lines:
+        stripped = line.strip()
+        name, colon, rest = stripped.partition(":")
+        if colon and name.isidentifier() and len(line) - len(line.lstrip()) <= 6:
+            current = name
+            help_text[current] = [rest.strip()]
+        elif current and stripped:
+            help_text[current].append(stripped)
+    return {name: " ".join(parts) for name, parts in help_text.items()}
+
+
+def define_config_flags(cls: type, module_name: str | None = None) -> None:
+    """Defines one flag per field of dataclass `cls`, with its docstring as help.
+
+    Fields typed str, int, float or bool get flags of that type; tuples get
+    comma-separated lists. A default of None means "unset". Flags already
+    defined (by an earlier call in this process) are left alone.
+
+    Args:
+      cls: a dataclass with Google-style "Attributes:" documentation.
+      module_name: the module to register the flags under, so --help lists them.
+    """
+    help_text = _attribute_help(cls)
+    key_flags = {"module_name": module_name} if module_name else {}
+    for field in dataclasses.fields(cls):
+        if field.name in flags.FLAGS:
+            continue
+        kind = str(field.type)
+        default = field.default
+        text = help_text.get(field.name, field.name)
+        if kind.startswith("tuple"):
+            value = None if default is None else [str(v) for v in default]
+            flags.DEFINE_list(field.name, value, text, **key_flags)
+        elif kind.startswith("bool"):
+            flags.DEFINE_boolean(field.name, default, text, **key_flags)
+        elif kind.startswith("int"):
+            flags.DEFINE_integer(field.name, default, text, **key_flags)
+        elif kind.startswith("float"):
+            flags.DEFINE_float(field.name, default, text, **key_flags)
+        else:
+            flags.DEFINE_string(field.name, default, text, **key_flags)
+
+
+def config_from_flags(cls: type) -> Any:
+    """Builds dataclass `cls` from the flags `define_config_flags` defined.
+
+    Raises:
+      ConfigError: for a value the dataclass rejects, or a list that is not
+        numbers.
+    """
+    values = {}
+    for field in dataclasses.fields(cls):
+        value = flags.FLAGS[field.name].value
+        if isinstance(value, list):
+            try:
+                value = tuple(float(item) for item in value)
+            except ValueError:
+                raise ConfigError(
+                    f"--{field.name}={','.join(value)}: expected comma-separated numbers"
+                ) from None
+        values[field.name] = value
+    return cls(**values)

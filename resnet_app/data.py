@@ -38,102 +38,15 @@ import tensorflow as tf
 from absl import logging
 
 from resnet_app import preprocessing, sources
+from resnet_app.data_config import DataConfig
 from resnet_app.errors import ConfigError
 from resnet_app.preprocessing import Preprocessing
 
-FAMILIES = ("auto", "cifar", "imagenet")
-DTYPES = ("float32", "bfloat16", "float16")
+__all__ = ["DataConfig", "InputPipeline", "create_pipeline"]
+
 # Images up to this size use the CIFAR recipe when the family is "auto".
 CIFAR_MAX_SIZE = 64
 SYNTHETIC_SPLIT_SIZES = {"train": 50_000, "test": 10_000}
-
-
-@dataclasses.dataclass(frozen=True)
-class DataConfig:
-    """Everything about the input; every field is a config key and a flag.
-
-    Attributes:
-      dataset: "shapes", "synthetic", "folder:PATH" or a tfds name.
-      data_dir: tfds data directory, and where `shapes` is cached (default:
-        tfds's ~/tensorflow_datasets and ~/.cache/resnet_app).
-      image_size: output size (default: the dataset's own size if fixed, else
-        224).
-      preprocessing: "cifar", "imagenet" or "auto" (CIFAR up to 64 pixels).
-      mean: per-channel mean, 0-255 scale (default: measured on the training
-        split of in-memory data, else ImageNet's).
-      std: per-channel standard deviation, 0-255 scale (default: as `mean`).
-      crop_padding: CIFAR recipe: padding before the random crop.
-      flip: random horizontal flips in training.
-      area_range: ImageNet recipe: the crop's area fraction range.
-      aspect_ratio_range: ImageNet recipe: the crop's aspect ratio range.
-      eval_resize: ImageNet recipe: shorter side before the central crop
-        (default: image_size / 0.875, so 256 for 224).
-      validation_split: training examples held out as the "holdout" split for
-        model selection (after `train_examples`); evaluation then uses it
-        instead of the test set.
-      eval_split: the split to evaluate on (default: "holdout" when held out,
-        else the dataset's validation or test split).
-      train_examples: use only the first N training examples (all if None).
-      eval_examples: use only the first N evaluation examples (all if None).
-      shuffle_buffer: streamed datasets: examples in the shuffle buffer.
-      seed: the data order and augmentation seed.
-      dtype: the images' dtype, following the precision setting.
-      num_classes: `synthetic` only: the number of labels.
-    """
-
-    dataset: str = "shapes"
-    data_dir: str | None = None
-    image_size: int | None = None
-    preprocessing: str = "auto"
-    mean: tuple[float, float, float] | None = None
-    std: tuple[float, float, float] | None = None
-    crop_padding: int = 4
-    flip: bool = True
-    area_range: tuple[float, float] = (0.08, 1.0)
-    aspect_ratio_range: tuple[float, float] = (3 / 4, 4 / 3)
-    eval_resize: int | None = None
-    validation_split: int = 0
-    eval_split: str | None = None
-    train_examples: int | None = None
-    eval_examples: int | None = None
-    shuffle_buffer: int = 10_000
-    seed: int = 0
-    dtype: str = "float32"
-    num_classes: int = 10
-
-    def __post_init__(self):
-        def check(ok: bool, message: str) -> None:
-            if not ok:
-                raise ConfigError(message)
-
-        check(bool(self.dataset), "dataset must not be empty; try --dataset=shapes")
-        check(
-            self.preprocessing in FAMILIES,
-            f"preprocessing={self.preprocessing!r}; use one of {', '.join(FAMILIES)}",
-        )
-        check(self.dtype in DTYPES, f"dtype={self.dtype!r}; use one of {', '.join(DTYPES)}")
-        check(
-            self.image_size is None or self.image_size >= 8,
-            f"image_size={self.image_size}; use at least 8",
-        )
-        check(self.crop_padding >= 0, f"crop_padding={self.crop_padding}; use 0 or more")
-        check(
-            self.validation_split >= 0,
-            f"validation_split={self.validation_split}; use 0 or more",
-        )
-        check(self.shuffle_buffer >= 1, f"shuffle_buffer={self.shuffle_buffer}; use 1 or more")
-        check(self.num_classes >= 1, f"num_classes={self.num_classes}; use 1 or more")
-        for name in ("train_examples", "eval_examples"):
-            value = getattr(self, name)
-            check(value is None or value >= 1, f"{name}={value}; use 1 or more")
-        for name in ("area_range", "aspect_ratio_range"):
-            low, high = getattr(self, name)
-            check(0 < low <= high, f"{name}=({low}, {high}); need 0 < low <= high")
-        check(self.area_range[1] <= 1, f"area_range={self.area_range}; the area is at most 1")
-        for name in ("mean", "std"):
-            value = getattr(self, name)
-            check(value is None or len(value) == 3, f"{name} needs 3 values, one per channel")
-        check(self.std is None or min(self.std) > 0, f"std={self.std}; must be positive")
 
 
 def _load_source(config: DataConfig) -> sources.Source | None:
@@ -181,8 +94,7 @@ class InputPipeline:
       source: the loaded source (None for `synthetic`).
       class_names: label names.
       num_classes: number of labels.
-      train_split: the training `Split` (after holding out and limiting).
-      eval_split_name: the default evaluation split.
+      train_split: the training `Split` (after limiting and holding out).
       preprocessing: the resolved `Preprocessing` parameters.
     """
 
@@ -197,12 +109,11 @@ class InputPipeline:
             source = sources.hold_out(source, config.validation_split)
             self.class_names = source.class_names
             self.train_split = source.split("train")
-            self.eval_split_name = config.eval_split or source.default_eval_split()
-            source.split(self.eval_split_name)  # Fails early, naming the splits.
+            if config.eval_split:
+                source.split(config.eval_split)  # Fails early, naming the splits.
         else:
             self.class_names = [str(i) for i in range(config.num_classes)]
             self.train_split = None
-            self.eval_split_name = config.eval_split or "test"
         self.source = source
         self.num_classes = len(self.class_names)
 
@@ -230,16 +141,29 @@ class InputPipeline:
             eval_resize=config.eval_resize or round(size / preprocessing.EVAL_CROP_FRACTION),
         )
         logging.info(
-            "Dataset %s: %s training examples, evaluation on %r; %s preprocessing at %d px, "
+            "Dataset %s: %s training examples, splits %s; %s preprocessing at %d px, "
             "mean %s, std %s",
             config.dataset,
             self.num_train_examples,
-            self.eval_split_name,
+            ", ".join(source.splits) if source else "synthetic",
             family,
             size,
             [round(m, 2) for m in mean],
             [round(s, 2) for s in std],
         )
+
+    @property
+    def eval_split_name(self) -> str:
+        """The split evaluated by default: --eval_split, else holdout, validation, test.
+
+        Raises:
+          ConfigError: when the dataset has no split to evaluate on.
+        """
+        if self.config.eval_split:
+            return self.config.eval_split
+        if self.source is None:
+            return "test"
+        return self.source.default_eval_split()
 
     @property
     def num_train_examples(self) -> int:

@@ -1,0 +1,102 @@
+"""`DataConfig`: every setting of the input pipeline, validated, without TensorFlow.
+
+Kept apart from `data.py` so that command-line tools can check a user's flags
+before paying for the TensorFlow import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from resnet_app.errors import ConfigError
+
+FAMILIES = ("auto", "cifar", "imagenet")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Everything about the input; every field is a config key and a flag.
+
+    Attributes:
+      dataset: "shapes", "synthetic", "folder:PATH" or a tfds name.
+      data_dir: tfds data directory, and where `shapes` is cached (default:
+        tfds's ~/tensorflow_datasets and ~/.cache/resnet_app).
+      image_size: output size (default: the dataset's own size if fixed, else
+        224).
+      preprocessing: "cifar", "imagenet" or "auto" (CIFAR up to 64 pixels).
+      mean: per-channel mean, 0-255 scale (default: measured on the training
+        split of in-memory data, else ImageNet's).
+      std: per-channel standard deviation, 0-255 scale (default: as `mean`).
+      crop_padding: CIFAR recipe: padding before the random crop.
+      flip: random horizontal flips in training.
+      area_range: ImageNet recipe: the crop's area fraction range.
+      aspect_ratio_range: ImageNet recipe: the crop's aspect ratio range.
+      eval_resize: ImageNet recipe: shorter side before the central crop
+        (default: image_size / 0.875, so 256 for 224).
+      validation_split: training examples held out as the "holdout" split for
+        model selection (after `train_examples`); evaluation then uses it
+        instead of the test set.
+      eval_split: the split to evaluate on (default: "holdout" when held out,
+        else the dataset's validation or test split).
+      train_examples: use only the first N training examples (all if None).
+      eval_examples: use only the first N evaluation examples (all if None).
+      shuffle_buffer: streamed datasets: examples in the shuffle buffer.
+      seed: the data order and augmentation seed.
+      dtype: the images' dtype, following the precision setting.
+      num_classes: `synthetic` only: the number of labels.
+    """
+
+    dataset: str = "shapes"
+    data_dir: str | None = None
+    image_size: int | None = None
+    preprocessing: str = "auto"
+    mean: tuple[float, float, float] | None = None
+    std: tuple[float, float, float] | None = None
+    crop_padding: int = 4
+    flip: bool = True
+    area_range: tuple[float, float] = (0.08, 1.0)
+    aspect_ratio_range: tuple[float, float] = (3 / 4, 4 / 3)
+    eval_resize: int | None = None
+    validation_split: int = 0
+    eval_split: str | None = None
+    train_examples: int | None = None
+    eval_examples: int | None = None
+    shuffle_buffer: int = 10_000
+    seed: int = 0
+    dtype: str = "float32"
+    num_classes: int = 10
+
+    def __post_init__(self):
+        def check(ok: bool, message: str) -> None:
+            if not ok:
+                raise ConfigError(message)
+
+        check(bool(self.dataset), "dataset must not be empty; try --dataset=shapes")
+        check(
+            self.preprocessing in FAMILIES,
+            f"preprocessing={self.preprocessing!r}; use one of {', '.join(FAMILIES)}",
+        )
+        check(self.dtype in DTYPES, f"dtype={self.dtype!r}; use one of {', '.join(DTYPES)}")
+        check(
+            self.image_size is None or self.image_size >= 8,
+            f"image_size={self.image_size}; use at least 8",
+        )
+        check(self.crop_padding >= 0, f"crop_padding={self.crop_padding}; use 0 or more")
+        check(
+            self.validation_split >= 0,
+            f"validation_split={self.validation_split}; use 0 or more",
+        )
+        check(self.shuffle_buffer >= 1, f"shuffle_buffer={self.shuffle_buffer}; use 1 or more")
+        check(self.num_classes >= 1, f"num_classes={self.num_classes}; use 1 or more")
+        for name in ("train_examples", "eval_examples"):
+            value = getattr(self, name)
+            check(value is None or value >= 1, f"{name}={value}; use 1 or more")
+        for name in ("area_range", "aspect_ratio_range"):
+            low, high = getattr(self, name)
+            check(0 < low <= high, f"{name}=({low}, {high}); need 0 < low <= high")
+        check(self.area_range[1] <= 1, f"area_range={self.area_range}; the area is at most 1")
+        for name in ("mean", "std"):
+            value = getattr(self, name)
+            check(value is None or len(value) == 3, f"{name} needs 3 values, one per channel")
+        check(self.std is None or min(self.std) > 0, f"std={self.std}; must be positive")

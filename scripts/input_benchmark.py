@@ -1,0 +1,140 @@
+"""Input pipeline throughput, side by side with what training consumes.
+
+  python scripts/input_benchmark.py [--batch_size=128] [--imagenet_batch_size=32]
+
+Measures, in one run on this machine (images/sec, the median of 3 timed windows
+after a warm-up):
+- the CIFAR-style training pipeline on `shapes` (in memory, pad-crop-flip);
+- the ImageNet-style training pipeline on a folder of JPEGs written for the
+  run (ImageNet-like 500x375 images, fused decode-and-crop, resize to 224);
+- ResNet-20 training steps fed by `synthetic` data (free input) and by the
+  `shapes` pipeline. Their ratio says whether training is input-bound: 1.00
+  means the pipeline costs the training nothing.
+Ratios matter, not absolute numbers: shared machines are noisy.
+"""
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import flags  # noqa: E402
+
+from resnet_app import cli  # noqa: E402
+
+_BATCH = flags.DEFINE_integer("batch_size", 128, "Global batch for the CIFAR-style runs.")
+_IMAGENET_BATCH = flags.DEFINE_integer("imagenet_batch_size", 32, "Batch for ImageNet style.")
+_WINDOWS = flags.DEFINE_integer("windows", 3, "Timed windows per measurement (median).")
+_STEPS = flags.DEFINE_integer("steps", 30, "Batches per timed window.")
+_JPEGS = flags.DEFINE_integer("jpegs", 256, "JPEG files written for the ImageNet-style run.")
+_TRAIN = flags.DEFINE_boolean("train", True, "Also measure ResNet-20 training consumption.")
+
+
+def images_per_second(next_batch, batch_size: int) -> float:
+    """Median images/sec over the timed windows, after a warm-up window."""
+    steps = _STEPS.value
+    for _ in range(steps):
+        next_batch()
+    rates = []
+    for _ in range(_WINDOWS.value):
+        start = time.perf_counter()
+        for _ in range(steps):
+            next_batch()
+        rates.append(steps * batch_size / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def pipeline_rate(dataset, batch_size: int) -> float:
+    iterator = iter(dataset)
+
+    def next_batch():
+        # Touch the data so that nothing is left lazily unevaluated.
+        return next(iterator)["image"].numpy()
+
+    return images_per_second(next_batch, batch_size)
+
+
+def write_jpegs(directory: str, count: int) -> None:
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    y, x = np.mgrid[0:375, 0:500]
+    for i in range(count):
+        folder = os.path.join(directory, "train", f"class{i % 4}")
+        os.makedirs(folder, exist_ok=True)
+        phases = rng.uniform(0, 6, 3)
+        image = np.stack(
+            [
+                128 + 100 * np.sin(x / (9 + 3 * c) + p) * np.cos(y / 13 - p)
+                for c, p in enumerate(phases)
+            ],
+            -1,
+        )
+        image += rng.normal(0, 12, image.shape)
+        encoded = tf.io.encode_jpeg(np.clip(image, 0, 255).astype(np.uint8), quality=90)
+        tf.io.write_file(os.path.join(folder, f"{i}.jpg"), encoded)
+
+
+def training_rate(pipeline, batch_size: int) -> float:
+    import keras
+    import tensorflow as tf
+
+    from resnet_app.model import create_model
+
+    model = create_model("resnet20", num_classes=pipeline.num_classes)
+    model.build((None, 32, 32, 3))
+    optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
+    optimizer.build(model.trainable_variables)
+
+    @tf.function
+    def step(batch):
+        with tf.GradientTape() as tape:
+            logits = model(batch["image"], training=True)
+            loss = tf.reduce_mean(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(batch["label"], logits)
+            )
+            loss += tf.add_n(model.losses)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+
+    iterator = iter(pipeline.train_dataset(batch_size))
+    return images_per_second(lambda: step(next(iterator)).numpy(), batch_size)
+
+
+def main(argv: list[str]) -> None:
+    cli.reject_positional(argv)
+    from resnet_app import data
+
+    rows = []
+    shapes = data.create_pipeline(data.DataConfig(dataset="shapes"))
+    cifar = pipeline_rate(shapes.train_dataset(_BATCH.value), _BATCH.value)
+    rows.append(("CIFAR style: shapes, 32 px, pad-crop-flip", cifar))
+    with tempfile.TemporaryDirectory() as directory:
+        write_jpegs(directory, _JPEGS.value)
+        folder = data.create_pipeline(
+            data.DataConfig(dataset=f"folder:{directory}", image_size=224)
+        )
+        imagenet = pipeline_rate(folder.train_dataset(_IMAGENET_BATCH.value), _IMAGENET_BATCH.value)
+        rows.append(("ImageNet style: 500x375 JPEG files, crop to 224", imagenet))
+    if _TRAIN.value:
+        synthetic = data.create_pipeline(data.DataConfig(dataset="synthetic", image_size=32))
+        free = training_rate(synthetic, _BATCH.value)
+        fed = training_rate(shapes, _BATCH.value)
+        rows.append(("ResNet-20 training, synthetic input", free))
+        rows.append(("ResNet-20 training, shapes pipeline", fed))
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{'measurement':<{width}}  images/sec"]
+    lines += [f"{name:<{width}}  {rate:10.0f}" for name, rate in rows]
+    if _TRAIN.value:
+        lines.append(f"CIFAR pipeline / ResNet-20 consumption: {cifar / free:.1f}x")
+        lines.append(f"ResNet-20 fed by shapes / by synthetic: {fed / free:.2f}")
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,87 @@
+"""Saves a grid of augmented training images with their label names.
+
+  python scripts/show_batch.py --dataset=shapes --out=batch.png
+  python scripts/show_batch.py --dataset=folder:/data/flowers --image_size=224 --out=b.png
+  python scripts/show_batch.py --dataset=cifar10 --split=test --out=test.png
+
+Shows exactly what the model is fed: the images come from the training
+pipeline (or the evaluation pipeline with --split), and are un-normalized with
+the pipeline's own mean and std for display. Every data flag of training
+(--preprocessing, --crop_padding, --area_range, ...) is accepted. Needs
+matplotlib: `pip install -r requirements-plot.txt`.
+"""
+
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import flags  # noqa: E402
+
+from resnet_app import cli  # noqa: E402
+from resnet_app.data_config import DataConfig  # noqa: E402
+from resnet_app.errors import ConfigError  # noqa: E402
+
+_OUT = flags.DEFINE_string("out", "batch.png", "Where to write the PNG.")
+_COUNT = flags.DEFINE_integer("count", 32, "How many images.")
+_SPLIT = flags.DEFINE_string(
+    "split", None, "Show this evaluation split instead of augmented training images."
+)
+cli.define_config_flags(DataConfig)
+
+
+def main(argv: list[str]) -> None:
+    cli.reject_positional(argv)
+    config = cli.config_from_flags(DataConfig)
+    if _COUNT.value < 1:
+        raise ConfigError(f"--count={_COUNT.value}; use 1 or more")
+    out_dir = os.path.dirname(os.path.abspath(_OUT.value))
+    if not os.path.isdir(out_dir):
+        raise ConfigError(f"--out={_OUT.value}: directory {out_dir} does not exist")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError(
+            "show_batch.py draws with matplotlib: pip install -r requirements-plot.txt"
+        ) from None
+
+    import numpy as np
+
+    from resnet_app import data
+
+    pipeline = data.create_pipeline(config)
+    count = _COUNT.value
+    if _SPLIT.value:
+        dataset = pipeline.eval_dataset(count, split=_SPLIT.value)
+    else:
+        dataset = pipeline.train_dataset(count)
+    batch = next(iter(dataset))
+    mask = batch["mask"].numpy() > 0
+    images = batch["image"].numpy().astype(np.float32)[mask]
+    labels = batch["label"].numpy()[mask]
+    mean = np.array(pipeline.preprocessing.mean, np.float32)
+    std = np.array(pipeline.preprocessing.std, np.float32)
+    pixels = np.clip((images * std + mean) / 255, 0, 1)
+
+    columns = min(8, len(pixels))
+    rows = math.ceil(len(pixels) / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(1.6 * columns, 1.8 * rows), squeeze=False)
+    for axis in axes.flat:
+        axis.axis("off")
+    for axis, image, label in zip(axes.flat, pixels, labels):
+        axis.imshow(image, interpolation="nearest")
+        axis.set_title(pipeline.class_names[label], fontsize=8)
+    figure.suptitle(f"{config.dataset}: {pipeline.preprocessing.family} preprocessing", fontsize=9)
+    figure.tight_layout()
+    figure.savefig(_OUT.value, dpi=100)
+    from absl import logging
+
+    logging.info("Wrote %d images to %s", len(pixels), _OUT.value)
+
+
+if __name__ == "__main__":
+    cli.run(main)

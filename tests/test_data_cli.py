@@ -1,0 +1,81 @@
+"""`scripts/show_batch.py`, run as a user would: the picture, and one-line errors."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+from resnet_app import sources
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def show_batch(*args, env=None):
+    return subprocess.run(
+        [sys.executable, os.path.join(REPO, "scripts", "show_batch.py"), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})},
+    )
+
+
+def error_line(result):
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+def test_writes_a_grid_of_training_images(tmp_path):
+    out = tmp_path / "batch.png"
+    result = show_batch(
+        "--dataset=shapes",
+        f"--data_dir={tmp_path}",
+        "--train_examples=64",
+        "--eval_examples=16",
+        "--count=12",
+        f"--out={out}",
+    )
+    assert result.returncode == 0, result.stderr
+    picture = tf.io.decode_png(out.read_bytes()).numpy()
+    assert picture.shape[0] > 200 and picture.shape[1] > 400
+    assert picture[..., :3].std() > 20  # Not blank.
+
+
+def test_offline_tfds_dataset_is_one_line_within_seconds(tmp_path):
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    closed = f"127.0.0.1:{probe.getsockname()[1]}"
+    probe.close()
+    started = time.monotonic()
+    result = show_batch(
+        "--dataset=cifar10",
+        f"--data_dir={tmp_path}",
+        f"--out={tmp_path / 'b.png'}",
+        env={sources.NETWORK_PROBE_ENV: closed},
+    )
+    assert time.monotonic() - started < 60  # tfds alone would retry for minutes.
+    line = error_line(result)
+    assert "'cifar10'" in line and str(tmp_path) in line and "--data_dir" in line
+
+
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["--preprocessing=vgg"], "preprocessing='vgg'"),
+        (["--area_range=small,large"], "--area_range=small,large: expected comma-separated"),
+        (["--dataset=folder:/no/such/dir"], "/no/such/dir is not a directory"),
+        (["--out=/no/such/dir/b.png"], "directory /no/such/dir does not exist"),
+        (["--datset=shapes"], "--help"),
+        (["--count=0"], "--count=0"),
+    ],
+)
+def test_user_mistakes_are_one_line_errors(args, expected):
+    assert expected in error_line(show_batch(*args))
