@@ -252,7 +252,7 @@ class InputPipeline:
             raise ConfigError(f"start_example={start_example} must be a multiple of {num_shards}")
         batch = global_batch_size // num_shards
         if self.train_split is None:
-            return self._synthetic(batch, training=True)
+            return self._synthetic(batch)
         size = self.num_train_examples
         first_epoch, offset = divmod(start_example, size)
         seed = self.config.seed
@@ -260,9 +260,11 @@ class InputPipeline:
 
         # A stream of (epoch, id, raw image, label), entered at `start_example`.
         if split.kind == "records":
-            stream = tf.data.Dataset.range(first_epoch, 1 << 62).flat_map(
+            # tfds builds its reader inside flat_map; autograph has nothing to do there.
+            record_epoch = tf.autograph.experimental.do_not_convert(
                 lambda epoch: self._record_epoch(split, epoch)
             )
+            stream = tf.data.Dataset.range(first_epoch, 1 << 62).flat_map(record_epoch)
             # Skipping happens on encoded records: nothing is decoded.
             stream = stream.skip(offset).shard(num_shards, shard_index)
         else:
@@ -336,9 +338,10 @@ class InputPipeline:
         per_shard = math.ceil(total / num_shards)
         num_batches = math.ceil(per_shard / batch_size / batches_multiple_of) * batches_multiple_of
         padded = num_batches * batch_size
+        real = len(range(shard_index, total, num_shards))
         data = self.eval_split(split)
         if data is None:
-            return self._synthetic(batch_size, training=False, num_batches=num_batches)
+            return self._synthetic(batch_size, num_batches=num_batches, num_real=real)
 
         # Every pipeline reads its share, then pads with masked blanks to
         # `padded` examples. An undecodable file is dropped with a warning and
@@ -351,7 +354,9 @@ class InputPipeline:
             stream = tf.data.Dataset.from_tensor_slices(
                 np.arange(shard_index, total, num_shards, dtype=np.int64)
             )
-            stream = stream.map(lambda index: (index, *lookup(index)))
+            stream = stream.map(
+                lambda index: (index, *lookup(index)), num_parallel_calls=tf.data.AUTOTUNE
+            )
 
         def transform(example_id, image, label):
             return {
@@ -378,10 +383,13 @@ class InputPipeline:
     # -- synthetic ---------------------------------------------------------------
 
     def _synthetic(
-        self, batch_size: int, training: bool, num_batches: int | None = None
+        self, batch_size: int, num_batches: int | None = None, num_real: int = 0
     ) -> tf.data.Dataset:
-        # One random batch, made once and repeated: the input costs nothing, so
-        # the step rate measures compute alone.
+        """One random batch, made once and repeated: the input costs nothing.
+
+        For training (`num_batches` None) the stream is infinite. For evaluation
+        it is `num_batches` batches whose first `num_real` examples are real.
+        """
         size = self.preprocessing.image_size
         generator = tf.random.Generator.from_seed(self.config.seed)
         images = generator.normal([batch_size, size, size, 3])
@@ -392,12 +400,11 @@ class InputPipeline:
             "id": tf.range(batch_size, dtype=tf.int64),
             "mask": tf.ones([batch_size], tf.float32),
         }
-        if training:
+        if num_batches is None:
             return tf.data.Dataset.from_tensors(batch).repeat()
-        total = self.num_eval_examples()
-        count = tf.range(num_batches * batch_size, dtype=tf.int64)
-        masks = tf.reshape(tf.cast(count < total, tf.float32), [num_batches, batch_size])
-        ids = tf.reshape(tf.where(count < total, count, -1), [num_batches, batch_size])
+        position = tf.reshape(tf.range(num_batches * batch_size, dtype=tf.int64), [num_batches, -1])
+        masks = tf.cast(position < num_real, tf.float32)
+        ids = tf.where(position < num_real, position, -1)
         return tf.data.Dataset.from_tensor_slices((ids, masks)).map(
             lambda example_ids, mask: {**batch, "id": example_ids, "mask": mask}
         )

@@ -73,7 +73,8 @@ def evaluate(
         multiple of the replicas; the extra slots are padding).
       strategy: the distribution strategy (default: the current one).
       split: the split (default: the pipeline's evaluation split).
-      collect: also return every example's id, label and prediction.
+      collect: also return every example's id, label and prediction (those
+        of this worker's replicas, in a multi-worker run).
 
     Returns:
       The `EvalResult`.
@@ -138,10 +139,8 @@ def evaluate(
         loss=totals["loss"] / denominator,
     )
     if collect:
-        parts = [np.concatenate(part) if seen else np.zeros(0) for part in zip(*seen)] or [
-            np.zeros(0, np.int64)
-        ] * 3
-        result.ids, result.labels, result.predictions = parts
+        columns = list(zip(*seen)) or [[np.zeros(0, np.int64)]] * 3
+        result.ids, result.labels, result.predictions = (np.concatenate(c) for c in columns)
     logging.info(
         "Evaluated %d examples: accuracy %.4f, top-%d %.4f, loss %.4f",
         result.examples,

@@ -351,6 +351,8 @@ def _prepare(builder, name: str, data_dir: str) -> None:
         present = os.path.isdir(manual_dir) and os.listdir(manual_dir)
         if not present:
             hint = " ".join(str(builder.MANUAL_DOWNLOAD_INSTRUCTIONS).split())
+            if len(hint) > 300:
+                hint = hint[:297] + "..."
             raise ConfigError(
                 f"dataset {name!r} is not prepared in {data_dir} and needs a manual download: "
                 f"put its files in {manual_dir} ({hint}), or pass --data_dir=DIR where it is "
