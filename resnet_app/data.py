@@ -187,13 +187,28 @@ class InputPipeline:
 
     # -- per-example preprocessing ---------------------------------------------
 
-    def _augment(self, image: tf.Tensor, seed: tf.Tensor, encoded: bool) -> tf.Tensor:
+    def _augment(self, image: tf.Tensor, seed: tf.Tensor, encoded: bool) -> dict:
+        """One training example's part of the augmentation.
+
+        The ImageNet recipe runs whole here. The CIFAR recipe only draws its
+        choices here; `_augment_batch` applies them to the whole batch at once.
+        """
         config = self.preprocessing
         if config.family == "imagenet":
-            return preprocessing.imagenet_train(image, seed, config, encoded=encoded)
+            return {"image": preprocessing.imagenet_train(image, seed, config, encoded=encoded)}
         if encoded or self.source.image_size != config.image_size:
             image = preprocessing.resize_only(image, config, encoded=encoded)
-        return preprocessing.cifar_train(image, seed, config)
+        return {"image": image, "choices": preprocessing.cifar_choices(seed, config)}
+
+    def _augment_batch(self, batch: dict) -> dict:
+        if "choices" not in batch:
+            return batch
+        batch = dict(batch)
+        choices = batch.pop("choices")
+        batch["image"] = preprocessing.cifar_train_batch(
+            batch["image"], choices, self.preprocessing
+        )
+        return batch
 
     def _evaluate_transform(self, image: tf.Tensor, encoded: bool) -> tf.Tensor:
         config = self.preprocessing
@@ -287,7 +302,7 @@ class InputPipeline:
             # Each example's augmentation depends on (seed, epoch, id) only.
             example_seed = tf.stack([tf.constant(seed, tf.int64), epoch * size + example_id])
             return {
-                "image": self._augment(image, example_seed, split.encoded),
+                **self._augment(image, example_seed, split.encoded),
                 "label": tf.cast(label, tf.int32),
                 "id": example_id,
                 "mask": tf.ones([], tf.float32),
@@ -299,6 +314,7 @@ class InputPipeline:
             # decode is skipped with a warning rather than ending the run.
             stream = stream.ignore_errors(log_warning=True)
         stream = stream.batch(batch, drop_remainder=True)
+        stream = stream.map(self._augment_batch, num_parallel_calls=tf.data.AUTOTUNE)
         return stream.prefetch(tf.data.AUTOTUNE).with_options(_options())
 
     def _record_epoch(self, split: sources.Split, epoch: tf.Tensor) -> tf.data.Dataset:

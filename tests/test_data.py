@@ -71,6 +71,21 @@ def test_labels_follow_the_ids(shapes_pipeline):
     )
 
 
+def test_training_images_are_the_per_example_recipe(shapes_pipeline):
+    # The pipeline augments whole batches; each image must still be exactly
+    # cifar_train(image, seed) with its own seed (seed, epoch * N + id).
+    from resnet_app import preprocessing
+
+    examples = take_examples(shapes_pipeline.train_dataset(25), 350)
+    size = shapes_pipeline.num_train_examples
+    for position in (0, 7, 299, 300, 349):
+        epoch, example_id = divmod(position, size)[0], examples["id"][position]
+        seed = tf.constant([0, epoch * size + example_id], tf.int64)
+        image = tf.constant(shapes_pipeline.train_split.images[example_id])
+        expected = preprocessing.cifar_train(image, seed, shapes_pipeline.preprocessing)
+        np.testing.assert_array_equal(examples["image"][position], expected.numpy())
+
+
 def test_same_seed_same_stream_other_seed_other_stream():
     one = take_examples(data.create_pipeline(shapes_config()).train_dataset(32), 64)
     two = take_examples(data.create_pipeline(shapes_config()).train_dataset(32), 64)
