@@ -301,18 +301,9 @@ class InputPipeline:
         def transform(epoch, example_id, image, label):
             # Each example's augmentation depends on (seed, epoch, id) only.
             example_seed = tf.stack([tf.constant(seed, tf.int64), epoch * size + example_id])
-            return {
-                **self._augment(image, example_seed, split.encoded),
-                "label": tf.cast(label, tf.int32),
-                "id": example_id,
-                "mask": tf.ones([], tf.float32),
-            }
+            return _example(self._augment(image, example_seed, split.encoded), label, example_id)
 
-        stream = stream.map(transform, num_parallel_calls=tf.data.AUTOTUNE)
-        if split.encoded:
-            # Files passed a header check when listed; one that still fails to
-            # decode is skipped with a warning rather than ending the run.
-            stream = stream.ignore_errors(log_warning=True)
+        stream = _map_examples(stream, transform, split.encoded)
         stream = stream.batch(batch, drop_remainder=True)
         stream = stream.map(self._augment_batch, num_parallel_calls=tf.data.AUTOTUNE)
         return stream.prefetch(tf.data.AUTOTUNE).with_options(_options())
@@ -375,16 +366,10 @@ class InputPipeline:
             )
 
         def transform(example_id, image, label):
-            return {
-                "image": self._evaluate_transform(image, data.encoded),
-                "label": tf.cast(label, tf.int32),
-                "id": example_id,
-                "mask": tf.ones([], tf.float32),
-            }
+            image = self._evaluate_transform(image, data.encoded)
+            return _example({"image": image}, label, example_id)
 
-        stream = stream.map(transform, num_parallel_calls=tf.data.AUTOTUNE)
-        if data.encoded:
-            stream = stream.ignore_errors(log_warning=True)
+        stream = _map_examples(stream, transform, data.encoded)
         size, dtype = self.preprocessing.image_size, self.preprocessing.dtype
         blank = {
             "image": tf.zeros([size, size, 3], dtype),
@@ -424,6 +409,25 @@ class InputPipeline:
         return tf.data.Dataset.from_tensor_slices((ids, masks)).map(
             lambda example_ids, mask: {**batch, "id": example_ids, "mask": mask}
         )
+
+
+def _example(features: dict, label: tf.Tensor, example_id: tf.Tensor) -> dict:
+    """A real (mask 1) example: its image features, label and id."""
+    return {
+        **features,
+        "label": tf.cast(label, tf.int32),
+        "id": example_id,
+        "mask": tf.ones([], tf.float32),
+    }
+
+
+def _map_examples(stream: tf.data.Dataset, transform, encoded: bool) -> tf.data.Dataset:
+    stream = stream.map(transform, num_parallel_calls=tf.data.AUTOTUNE)
+    if encoded:
+        # Files passed a header check when listed; one that still fails to
+        # decode is skipped with a warning rather than ending the run.
+        stream = stream.ignore_errors(log_warning=True)
+    return stream
 
 
 def _permutation(size: int, seed: int, epoch) -> tf.Tensor:
