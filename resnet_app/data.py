@@ -128,6 +128,12 @@ class InputPipeline:
             if self.train_split is not None and self.train_split.kind == "array":
                 measured = _channel_stats(self.train_split.images)
             mean, std = mean or measured[0], std or measured[1]
+        eval_resize = config.eval_resize or round(size / preprocessing.EVAL_CROP_FRACTION)
+        if family == "imagenet" and eval_resize < size:
+            raise ConfigError(
+                f"eval_resize={eval_resize} is smaller than image_size={size}; the central "
+                f"crop needs eval_resize >= image_size (usually image_size / 0.875)"
+            )
         self.preprocessing = Preprocessing(
             family=family,
             image_size=size,
@@ -138,7 +144,7 @@ class InputPipeline:
             flip=config.flip,
             area_range=tuple(config.area_range),
             aspect_ratio_range=tuple(config.aspect_ratio_range),
-            eval_resize=config.eval_resize or round(size / preprocessing.EVAL_CROP_FRACTION),
+            eval_resize=eval_resize,
         )
         logging.info(
             "Dataset %s: %s training examples, splits %s; %s preprocessing at %d px, "
@@ -300,8 +306,8 @@ class InputPipeline:
 
         def transform(epoch, example_id, image, label):
             # Each example's augmentation depends on (seed, epoch, id) only.
-            example_seed = tf.stack([tf.constant(seed, tf.int64), epoch * size + example_id])
-            return _example(self._augment(image, example_seed, split.encoded), label, example_id)
+            augment_seed = example_seed(seed, epoch, example_id)
+            return _example(self._augment(image, augment_seed, split.encoded), label, example_id)
 
         stream = _map_examples(stream, transform, split.encoded)
         stream = stream.batch(batch, drop_remainder=True)
@@ -309,9 +315,9 @@ class InputPipeline:
         return stream.prefetch(tf.data.AUTOTUNE).with_options(_options())
 
     def _record_epoch(self, split: sources.Split, epoch: tf.Tensor) -> tf.data.Dataset:
-        epoch_seed = _epoch_seed(self.config.seed, epoch)
-        records = split.records(epoch_seed)
-        records = records.shuffle(self.config.shuffle_buffer, seed=epoch_seed)
+        file_seed, buffer_seed = tf.unstack(_stream_seed(self.config.seed, _RECORDS, epoch))
+        records = split.records(file_seed)
+        records = records.shuffle(self.config.shuffle_buffer, seed=buffer_seed)
         return records.map(lambda x: (epoch, x["id"], x["image"], x["label"]))
 
     # -- evaluation --------------------------------------------------------------
@@ -345,10 +351,10 @@ class InputPipeline:
         per_shard = math.ceil(total / num_shards)
         num_batches = math.ceil(per_shard / batch_size / batches_multiple_of) * batches_multiple_of
         padded = num_batches * batch_size
-        real = len(range(shard_index, total, num_shards))
         data = self.eval_split(split)
         if data is None:
-            return self._synthetic(batch_size, num_batches=num_batches, num_real=real)
+            ids = np.arange(shard_index, total, num_shards)
+            return self._synthetic(batch_size, num_batches=num_batches, eval_ids=ids)
 
         # Every pipeline reads its share, then pads with masked blanks to
         # `padded` examples. An undecodable file is dropped with a warning and
@@ -384,12 +390,12 @@ class InputPipeline:
     # -- synthetic ---------------------------------------------------------------
 
     def _synthetic(
-        self, batch_size: int, num_batches: int | None = None, num_real: int = 0
+        self, batch_size: int, num_batches: int | None = None, eval_ids: np.ndarray | None = None
     ) -> tf.data.Dataset:
         """One random batch, made once and repeated: the input costs nothing.
 
         For training (`num_batches` None) the stream is infinite. For evaluation
-        it is `num_batches` batches whose first `num_real` examples are real.
+        it is `num_batches` batches holding the examples `eval_ids`, then padding.
         """
         size = self.preprocessing.image_size
         generator = tf.random.Generator.from_seed(self.config.seed)
@@ -403,11 +409,15 @@ class InputPipeline:
         }
         if num_batches is None:
             return tf.data.Dataset.from_tensors(batch).repeat()
-        position = tf.reshape(tf.range(num_batches * batch_size, dtype=tf.int64), [num_batches, -1])
-        masks = tf.cast(position < num_real, tf.float32)
-        ids = tf.where(position < num_real, position, -1)
-        return tf.data.Dataset.from_tensor_slices((ids, masks)).map(
-            lambda example_ids, mask: {**batch, "id": example_ids, "mask": mask}
+        ids = np.full(num_batches * batch_size, -1, np.int64)
+        ids[: len(eval_ids)] = eval_ids
+        ids = ids.reshape(num_batches, batch_size)
+        return tf.data.Dataset.from_tensor_slices(ids).map(
+            lambda example_ids: {
+                **batch,
+                "id": example_ids,
+                "mask": tf.cast(example_ids >= 0, tf.float32),
+            }
         )
 
 
@@ -430,15 +440,26 @@ def _map_examples(stream: tf.data.Dataset, transform, encoded: bool) -> tf.data.
     return stream
 
 
+# Independent streams of randomness drawn from the one --seed.
+_ORDER, _AUGMENT, _RECORDS = 1, 2, 3
+
+
+def _stream_seed(seed: int, stream: int, epoch) -> tf.Tensor:
+    """An int64 [2] seed for one stream of randomness in one epoch."""
+    base = tf.constant([seed, stream], tf.int64)
+    return tf.random.experimental.stateless_fold_in(base, tf.cast(epoch, tf.int64))
+
+
+def example_seed(seed: int, epoch, example_id) -> tf.Tensor:
+    """The seed of one training example's augmentation in one epoch."""
+    epoch_seed = _stream_seed(seed, _AUGMENT, epoch)
+    return tf.random.experimental.stateless_fold_in(epoch_seed, tf.cast(example_id, tf.int64))
+
+
 def _permutation(size: int, seed: int, epoch) -> tf.Tensor:
     """A permutation of range(size) that depends only on (seed, epoch)."""
-    pair = tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
-    return tf.random.experimental.stateless_shuffle(tf.range(size, dtype=tf.int64), seed=pair)
-
-
-def _epoch_seed(seed: int, epoch: tf.Tensor) -> tf.Tensor:
-    # One int64 seed per (seed, epoch), for tfds's file shuffle and the buffer.
-    return tf.cast(epoch, tf.int64) * 1_000_003 + seed
+    order_seed = _stream_seed(seed, _ORDER, epoch)
+    return tf.random.experimental.stateless_shuffle(tf.range(size, dtype=tf.int64), order_seed)
 
 
 def _options() -> tf.data.Options:

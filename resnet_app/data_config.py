@@ -82,6 +82,10 @@ class DataConfig:
             self.image_size is None or self.image_size >= 8,
             f"image_size={self.image_size}; use at least 8",
         )
+        check(
+            self.eval_resize is None or self.eval_resize >= 8,
+            f"eval_resize={self.eval_resize}; use at least the image size",
+        )
         check(self.crop_padding >= 0, f"crop_padding={self.crop_padding}; use 0 or more")
         check(
             self.validation_split >= 0,
@@ -93,7 +97,9 @@ class DataConfig:
             value = getattr(self, name)
             check(value is None or value >= 1, f"{name}={value}; use 1 or more")
         for name in ("area_range", "aspect_ratio_range"):
-            low, high = getattr(self, name)
+            value = getattr(self, name)
+            check(len(value) == 2, f"{name} needs 2 values, low and high; got {len(value)}")
+            low, high = value
             check(0 < low <= high, f"{name}=({low}, {high}); need 0 < low <= high")
         check(self.area_range[1] <= 1, f"area_range={self.area_range}; the area is at most 1")
         for name in ("mean", "std"):

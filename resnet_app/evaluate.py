@@ -138,6 +138,14 @@ def evaluate(
         top5_accuracy=totals["correct_top_k"] / denominator,
         loss=totals["loss"] / denominator,
     )
+    expected = pipeline.num_eval_examples(split)
+    if count != expected:
+        logging.warning(
+            "Evaluated %d of the %d examples of the split: the others failed to decode "
+            "(see the warnings above)",
+            count,
+            expected,
+        )
     if collect:
         columns = list(zip(*seen)) or [[np.zeros(0, np.int64)]] * 3
         result.ids, result.labels, result.predictions = (np.concatenate(c) for c in columns)

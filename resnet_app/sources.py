@@ -28,7 +28,6 @@ from absl import logging
 from resnet_app import shapes
 from resnet_app.errors import ConfigError
 
-SPECIAL_DATASETS = ("shapes", "synthetic")
 FOLDER_PREFIX = "folder:"
 FOLDER_EVAL_SPLITS = ("val", "validation", "test")
 HOLDOUT_SPLIT = "holdout"
@@ -111,10 +110,6 @@ class Source:
     image_size: int | None
     splits: dict[str, Split]
 
-    @property
-    def num_classes(self) -> int:
-        return len(self.class_names)
-
     def split(self, name: str) -> Split:
         if name not in self.splits:
             raise ConfigError(
@@ -132,7 +127,11 @@ class Source:
         )
 
 
-def hold_out(source: Source, count: int, seed: int = 0) -> Source:
+# Which training examples are held out; fixed, so it never follows the run's seed.
+HOLDOUT_SEED = 20151210
+
+
+def hold_out(source: Source, count: int) -> Source:
     """Moves `count` training examples into a new "holdout" split.
 
     The held-out examples are drawn at random with their own fixed seed, so the
@@ -143,7 +142,6 @@ def hold_out(source: Source, count: int, seed: int = 0) -> Source:
     Args:
       source: the source; its "train" split is replaced.
       count: examples to hold out; 0 leaves the source unchanged.
-      seed: which examples; not the training seed.
 
     Returns:
       The source with "train" reduced and "holdout" added.
@@ -161,7 +159,7 @@ def hold_out(source: Source, count: int, seed: int = 0) -> Source:
         splits["train"] = train.records.slice_split(None, -count)
         splits[HOLDOUT_SPLIT] = train.records.slice_split(-count, None, HOLDOUT_SPLIT)
     else:
-        order = np.random.default_rng([seed, 20151210]).permutation(train.num_examples)
+        order = np.random.default_rng(HOLDOUT_SEED).permutation(train.num_examples)
         splits["train"] = train.subset(np.sort(order[count:]))
         splits[HOLDOUT_SPLIT] = train.subset(np.sort(order[:count]), HOLDOUT_SPLIT)
     return dataclasses.replace(source, splits=splits)
@@ -370,11 +368,15 @@ def _prepare(builder, name: str, data_dir: str) -> None:
     except (OSError, ConnectionError, tfds.core.DatasetNotFoundError) as error:
         raise ConfigError(f"preparing dataset {name!r} in {data_dir} failed: {error}") from None
     except Exception as error:  # requests' and tfds's download errors have no common base.
-        if type(error).__module__.split(".")[0] not in ("requests", "urllib3"):
+        if type(error).__module__.split(".")[0] not in (
+            "requests",
+            "urllib3",
+            "tensorflow_datasets",
+        ):
             raise
         raise ConfigError(
-            f"downloading dataset {name!r} failed ({type(error).__name__}); check the "
-            f"network or prepare it elsewhere and pass --data_dir=DIR"
+            f"downloading dataset {name!r} failed ({type(error).__name__}: {error}); check "
+            f"the network or prepare it elsewhere and pass --data_dir=DIR"
         ) from None
 
 
@@ -426,11 +428,12 @@ class _RecordSplit:
             shard = tf.strings.regex_replace(tfds_id, r"^.*-(\d+)-of-\d+__\d+$", r"\1")
             shard = tf.strings.to_number(shard, tf.int64)
             index = tf.strings.regex_replace(tfds_id, r"^.*__(\d+)$", r"\1")
-            offset = tf.gather(offsets, tf.minimum(shard, tf.size(offsets, tf.int64) - 1))
+            # The position in the whole split, then in this range of it.
+            position = tf.gather(offsets, shard) + tf.strings.to_number(index, tf.int64)
             return {
                 "image": example[self.image_key],
                 "label": tf.cast(example[self.label_key], tf.int64),
-                "id": offset + tf.strings.to_number(index, tf.int64),
+                "id": position - self.begin,
             }
 
         return dataset.map(tf.autograph.experimental.do_not_convert(to_example))
@@ -455,7 +458,7 @@ def _image_and_label_keys(info) -> tuple[str | None, str | None]:
     return None, None
 
 
-def load_tfds(name: str, data_dir: str | None = None, in_memory_limit: int | None = None):
+def load_tfds(name: str, data_dir: str | None = None) -> Source:
     """A tfds image-classification dataset, downloaded and prepared if needed.
 
     Args:
@@ -463,9 +466,6 @@ def load_tfds(name: str, data_dir: str | None = None, in_memory_limit: int | Non
         "imagenet2012", "imagenette/320px-v2").
       data_dir: the tfds data directory (default: $TFDS_DATA_DIR or
         ~/tensorflow_datasets).
-      in_memory_limit: splits whose decoded images fit in this many bytes are
-        loaded into memory as arrays; larger ones are streamed (default:
-        `IN_MEMORY_LIMIT_BYTES`).
 
     Returns:
       The source.
@@ -473,14 +473,19 @@ def load_tfds(name: str, data_dir: str | None = None, in_memory_limit: int | Non
     import tensorflow_datasets as tfds
 
     data_dir = tfds_data_dir(data_dir)
-    if in_memory_limit is None:
-        in_memory_limit = IN_MEMORY_LIMIT_BYTES
     try:
         builder = tfds.builder(name, data_dir=data_dir)
     except tfds.core.registered.DatasetNotFoundError:
         raise ConfigError(
             f"unknown dataset {name!r}: use shapes, synthetic, folder:PATH or a tfds name "
             f"(cifar10, cifar100, imagenet2012, imagenette, ...)"
+        ) from None
+    except (ValueError, AssertionError, KeyError) as error:
+        # A bad config or version: "cifar10/nope", "cifar10:9.9.9".
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise ConfigError(
+            f"cannot load tfds dataset {name!r} ({type(error).__name__}: {first_line}); "
+            f"check the name's config and version, e.g. cifar10 or imagenette/320px-v2"
         ) from None
     info = builder.info
     image_key, label_key = _image_and_label_keys(info)
@@ -495,12 +500,15 @@ def load_tfds(name: str, data_dir: str | None = None, in_memory_limit: int | Non
 
     splits = {}
     for split_name, split_info in info.splits.items():
+        # Example ids of streamed splits come from the shard lengths.
         lengths = list(getattr(split_info, "shard_lengths", None) or [split_info.num_examples])
         offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         records = _RecordSplit(
             builder, split_name, image_key, label_key, offsets, 0, split_info.num_examples
         )
-        if static and split_info.num_examples * int(np.prod(shape)) <= in_memory_limit:
+        # Splits whose decoded images fit in memory are held there as arrays;
+        # larger ones are streamed.
+        if static and split_info.num_examples * int(np.prod(shape)) <= IN_MEMORY_LIMIT_BYTES:
             data = tfds.as_numpy(builder.as_dataset(split=split_name, batch_size=-1))
             images, labels = data[image_key], data[label_key]
             if images.shape[-1] == 1:  # Grayscale (MNIST and friends): to RGB.

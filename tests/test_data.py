@@ -15,7 +15,7 @@ from tests import image_files
 from tests.tfds_mock import mock_tfds
 
 
-def shapes_config(tmp_path_factory=None, **overrides):
+def shapes_config(**overrides):
     fields = dict(dataset="shapes", train_examples=300, eval_examples=100)
     fields.update(overrides)
     return data.DataConfig(**fields)
@@ -79,8 +79,8 @@ def test_training_images_are_the_per_example_recipe(shapes_pipeline):
     examples = take_examples(shapes_pipeline.train_dataset(25), 350)
     size = shapes_pipeline.num_train_examples
     for position in (0, 7, 299, 300, 349):
-        epoch, example_id = divmod(position, size)[0], examples["id"][position]
-        seed = tf.constant([0, epoch * size + example_id], tf.int64)
+        epoch, example_id = position // size, examples["id"][position]
+        seed = data.example_seed(0, epoch, example_id)
         image = tf.constant(shapes_pipeline.train_split.images[example_id])
         expected = preprocessing.cifar_train(image, seed, shapes_pipeline.preprocessing)
         np.testing.assert_array_equal(examples["image"][position], expected.numpy())
@@ -213,6 +213,13 @@ def test_synthetic_is_any_shape_and_counts_exactly():
     assert batch["label"].numpy().min() >= 0 and batch["label"].numpy().max() < 7
     masks = [b["mask"].numpy() for b in pipeline.eval_dataset(16)]
     assert sum(m.sum() for m in masks) == 50 and len(masks) == 4
+    # Two workers: every example id exactly once overall.
+    ids = [
+        batch["id"].numpy()[batch["mask"].numpy() > 0]
+        for index in range(2)
+        for batch in pipeline.eval_dataset(8, num_shards=2, shard_index=index)
+    ]
+    assert sorted(np.concatenate(ids)) == list(range(50))
 
 
 # -- image folders ---------------------------------------------------------------
@@ -363,12 +370,15 @@ def test_tfds_imagenet2012_through_mock_data_is_streamed(tmp_path):
 
 
 def test_tfds_records_on_real_files_with_slicing(tmp_path, monkeypatch):
-    # A small dataset that tfds really prepares on disk (record files, dataset
-    # info), streamed as ImageNet would be, to check what mocks cannot: tfds's
-    # split slicing and the ids it reports.
+    # A small dataset that tfds really prepares on disk (3 record files and the
+    # dataset info), streamed as ImageNet would be, to check what mocks cannot:
+    # ids across record files and tfds's split slicing.
     import tensorflow_datasets as tfds
 
-    tfds.testing.DummyMnist(data_dir=str(tmp_path)).download_and_prepare()
+    builder = tfds.testing.DummyMnist(data_dir=str(tmp_path))
+    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(num_shards=3))
+    assert len(builder.info.splits["train"].shard_lengths) == 3
+    stored = tfds.as_numpy(builder.as_dataset(split="train", batch_size=-1))
     monkeypatch.setattr(sources, "IN_MEMORY_LIMIT_BYTES", 0)
     config = data.DataConfig(
         dataset="dummy_mnist",
@@ -381,18 +391,21 @@ def test_tfds_records_on_real_files_with_slicing(tmp_path, monkeypatch):
     pipeline = data.create_pipeline(config)
     assert pipeline.train_split.kind == "records"
     assert pipeline.num_train_examples == 12 and pipeline.num_eval_examples() == 4
-    ids = [b["id"].numpy()[b["mask"].numpy() > 0] for b in pipeline.eval_dataset(3)]
-    assert sorted(np.concatenate(ids)) == [12, 13, 14, 15]
+    # The holdout is examples 12-15 of the split, with ids 0-3 within it.
+    batches = list(pipeline.eval_dataset(3))
+    real = np.concatenate([b["mask"].numpy() > 0 for b in batches])
+    ids = np.concatenate([b["id"].numpy() for b in batches])[real]
+    labels = np.concatenate([b["label"].numpy() for b in batches])[real]
+    assert sorted(ids) == [0, 1, 2, 3]
+    np.testing.assert_array_equal(labels, stored["label"][12 + ids])
+    # Training: every epoch is a permutation of the 12 remaining examples.
     examples = take_examples(pipeline.train_dataset(4), 24)
     assert sorted(examples["id"][:12]) == list(range(12))
     assert sorted(examples["id"][12:]) == list(range(12))
+    np.testing.assert_array_equal(examples["label"], stored["label"][examples["id"]])
     entered = take_examples(pipeline.train_dataset(4, start_example=8), 8)
     np.testing.assert_array_equal(entered["id"], examples["id"][8:16])
     np.testing.assert_array_equal(entered["image"], examples["image"][8:16])
-    # Labels are the stored ones: compare with tfds read directly.
-    builder = tfds.builder("dummy_mnist", data_dir=str(tmp_path))
-    stored = tfds.as_numpy(builder.as_dataset(split="train", batch_size=-1))["label"]
-    np.testing.assert_array_equal(examples["label"], stored[examples["id"]])
 
 
 @pytest.fixture
@@ -428,6 +441,12 @@ def test_unknown_dataset_names_the_choices(tmp_path):
         data.create_pipeline(data.DataConfig(dataset="cifar11", data_dir=str(tmp_path)))
 
 
+@pytest.mark.parametrize("name", ["cifar10:9.9.9", "cifar10/nope"])
+def test_bad_tfds_version_or_config(tmp_path, name):
+    with pytest.raises(ConfigError, match=f"cannot load tfds dataset '{name}'"):
+        data.create_pipeline(data.DataConfig(dataset=name, data_dir=str(tmp_path)))
+
+
 def test_tfds_dataset_that_is_not_image_classification(tmp_path):
     with pytest.raises(ConfigError, match="not an image-classification dataset"):
         data.create_pipeline(data.DataConfig(dataset="glue/cola", data_dir=str(tmp_path)))
@@ -447,11 +466,20 @@ def test_tfds_dataset_that_is_not_image_classification(tmp_path):
         ("mean", (1.0, 2.0), "3 values"),
         ("validation_split", -1, "validation_split=-1"),
         ("image_size", 4, "image_size=4"),
+        ("area_range", (0.1,), "area_range needs 2 values"),
+        ("aspect_ratio_range", (0.5, 1.0, 2.0), "aspect_ratio_range needs 2 values"),
+        ("eval_resize", 0, "eval_resize=0"),
     ],
 )
 def test_bad_config_values_name_the_field(field, value, message):
     with pytest.raises(ConfigError, match=message):
         data.DataConfig(**{field: value})
+
+
+def test_eval_resize_below_the_crop_is_an_error(folder):
+    config = data.DataConfig(dataset=f"folder:{folder[0]}", image_size=96, eval_resize=64)
+    with pytest.raises(ConfigError, match="eval_resize=64 is smaller than image_size=96"):
+        data.create_pipeline(config)
 
 
 def test_unknown_eval_split_lists_the_splits():

@@ -75,6 +75,8 @@ def test_offline_tfds_dataset_is_one_line_within_seconds(tmp_path):
         (["--out=/no/such/dir/b.png"], "directory /no/such/dir does not exist"),
         (["--datset=shapes"], "--help"),
         (["--count=0"], "--count=0"),
+        (["--area_range=0.1"], "area_range needs 2 values"),
+        (["--dataset=cifar10:9.9.9"], "cannot load tfds dataset 'cifar10:9.9.9'"),
     ],
 )
 def test_user_mistakes_are_one_line_errors(args, expected):

@@ -101,3 +101,26 @@ def test_per_replica_batch_rounds_up():
     assert evaluate.per_replica_batch_size(64, 3) == 22
     assert evaluate.per_replica_batch_size(64, 1) == 64
     assert evaluate.per_replica_batch_size(2, 3) == 1
+
+
+def test_a_file_that_fails_to_decode_is_skipped_and_reported(tmp_path, weights, caplog):
+    # It passes the header check (JPEG markers at both ends) but is not a JPEG.
+    png = tf.io.encode_png(tf.zeros([32, 32, 3], tf.uint8) + 90).numpy()
+    for split in ("train", "test"):
+        for i in range(3):
+            (tmp_path / split / "a").mkdir(parents=True, exist_ok=True)
+            (tmp_path / split / "a" / f"{i}.png").write_bytes(png)
+        (tmp_path / split / "a" / "fake.jpg").write_bytes(
+            b"\xff\xd8\xff" + b"\x17" * 300 + b"\xff\xd9"
+        )
+    pipeline = data.create_pipeline(
+        data.DataConfig(dataset=f"folder:{tmp_path}", image_size=32, num_classes=1)
+    )
+    assert pipeline.num_eval_examples() == 4
+    batches = list(pipeline.train_dataset(2).take(4))  # Training goes on past it.
+    assert all(-1 not in batch["id"].numpy() for batch in batches)
+    model = tiny_model()
+    model.set_weights(weights)
+    result = evaluate.evaluate(model, pipeline, 4)
+    assert result.examples == 3
+    assert any("Evaluated 3 of the 4 examples" in r.getMessage() for r in caplog.records)

@@ -126,14 +126,13 @@ def test_png_bytes_take_the_generic_decoder():
 
 
 def test_imagenet_eval_matches_the_closed_form_on_a_ramp():
-    # Pixel value = column index. Bilinear resizing (half-pixel centres) maps a
-    # linear ramp to a linear ramp, so every output pixel has a closed form.
+    # Pixel value = column index / 2 (a uint8 ramp from 0 to 199.5, rounded).
+    # Bilinear resizing with half-pixel centres interpolates linearly between
+    # source pixels, so every output pixel has a closed form: np.interp.
     height, width = 300, 400
-    ramp = np.broadcast_to(np.arange(width, dtype=np.float64)[None, :, None], (height, width, 3))
-    image = tf.constant(np.minimum(ramp, 255).astype(np.uint8) if width <= 256 else ramp / 2)
-    image = tf.cast(tf.round(image), tf.uint8)
-    values = np.round(ramp / 2)[0, :, 0]  # the uint8 ramp actually fed in
-    out = preprocessing.imagenet_eval(image, IMAGENET).numpy()
+    values = np.round(np.arange(width) / 2)
+    image = np.broadcast_to(values[None, :, None], (height, width, 3)).astype(np.uint8)
+    out = preprocessing.imagenet_eval(tf.constant(image), IMAGENET).numpy()
     assert out.shape == (224, 224, 3)
     new_width = round(width * 256 / height)  # shorter side 300 -> 256: 341
     left = (new_width - 224) // 2
@@ -143,7 +142,7 @@ def test_imagenet_eval_matches_the_closed_form_on_a_ramp():
     np.testing.assert_allclose(out[:, 100, 1], expected[100], atol=1e-3)
 
 
-def test_decode_image_reads_every_format_whatever_the_name():
+def test_decode_image_gives_rgb_for_color_and_grayscale_png():
     image = random_image(20, 30)
     png = tf.io.encode_png(tf.constant(image))
     np.testing.assert_array_equal(preprocessing.decode_image(png).numpy(), image)
