@@ -279,7 +279,8 @@ class InputPipeline:
         seed = self.config.seed
         split = self.train_split
 
-        # A stream of (epoch, id, raw image, label), entered at `start_example`.
+        # A stream of (epoch's augmentation key, id, raw image, label), entered
+        # at `start_example`.
         if split.kind == "records":
             # tfds builds its reader inside flat_map; autograph has nothing to do there.
             record_epoch = tf.autograph.experimental.do_not_convert(
@@ -295,18 +296,19 @@ class InputPipeline:
                 order = _permutation(size, seed, epoch)
                 # The first epoch starts at `offset`; later ones at 0.
                 order = order[tf.where(tf.equal(epoch, first_epoch), offset, 0) :]
-                return tf.data.Dataset.from_tensor_slices((tf.fill(tf.shape(order), epoch), order))
+                key = _augment_key(seed, epoch)  # Once per epoch, not per example.
+                return tf.data.Dataset.from_tensor_slices((tf.fill(tf.shape(order), key), order))
 
-            def load(epoch, index):
-                return (epoch, index, *lookup(index))
+            def load(key, index):
+                return (key, index, *lookup(index))
 
             stream = tf.data.Dataset.range(first_epoch, 1 << 62).flat_map(epoch_indices)
             stream = stream.shard(num_shards, shard_index)
             stream = stream.map(load, num_parallel_calls=tf.data.AUTOTUNE)
 
-        def transform(epoch, example_id, image, label):
+        def transform(key, example_id, image, label):
             # Each example's augmentation depends on (seed, epoch, id) only.
-            augment_seed = example_seed(seed, epoch, example_id)
+            augment_seed = tf.stack([key, example_id])
             return _example(self._augment(image, augment_seed, split.encoded), label, example_id)
 
         stream = _map_examples(stream, transform, split.encoded)
@@ -318,7 +320,8 @@ class InputPipeline:
         file_seed, buffer_seed = tf.unstack(_stream_seed(self.config.seed, _RECORDS, epoch))
         records = split.records(file_seed)
         records = records.shuffle(self.config.shuffle_buffer, seed=buffer_seed)
-        return records.map(lambda x: (epoch, x["id"], x["image"], x["label"]))
+        key = _augment_key(self.config.seed, epoch)
+        return records.map(lambda x: (key, x["id"], x["image"], x["label"]))
 
     # -- evaluation --------------------------------------------------------------
 
@@ -450,10 +453,18 @@ def _stream_seed(seed: int, stream: int, epoch) -> tf.Tensor:
     return tf.random.experimental.stateless_fold_in(base, tf.cast(epoch, tf.int64))
 
 
+def _augment_key(seed: int, epoch) -> tf.Tensor:
+    """An int64 key shared by one epoch's augmentations."""
+    return _stream_seed(seed, _AUGMENT, epoch)[0]
+
+
 def example_seed(seed: int, epoch, example_id) -> tf.Tensor:
-    """The seed of one training example's augmentation in one epoch."""
-    epoch_seed = _stream_seed(seed, _AUGMENT, epoch)
-    return tf.random.experimental.stateless_fold_in(epoch_seed, tf.cast(example_id, tf.int64))
+    """The seed of one training example's augmentation in one epoch.
+
+    [epoch key, id]: the stateless ops use the pair as a key, so distinct ids
+    (and epochs, through the key's 64-bit hash) draw independent numbers.
+    """
+    return tf.stack([_augment_key(seed, epoch), tf.cast(example_id, tf.int64)])
 
 
 def _permutation(size: int, seed: int, epoch) -> tf.Tensor:
