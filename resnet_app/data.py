@@ -74,10 +74,10 @@ def _limit(split: sources.Split, count: int | None) -> sources.Split:
 def _channel_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
     # Two passes in float64 over chunks: exact enough and memory-bounded.
     pixels = images.reshape(-1, images.shape[-1])
-    total, count = np.zeros(3), 0
-    for start in range(0, len(pixels), 1 << 22):
+    count = len(pixels)
+    total = np.zeros(3)
+    for start in range(0, count, 1 << 22):
         total += pixels[start : start + (1 << 22)].sum(axis=0, dtype=np.float64)
-        count += len(pixels[start : start + (1 << 22)])
     mean = total / count
     squares = np.zeros(3)
     for start in range(0, len(pixels), 1 << 22):
@@ -115,6 +115,7 @@ class InputPipeline:
             self.class_names = [str(i) for i in range(config.num_classes)]
             self.train_split = None
         self.source = source
+        self._eval_splits: dict[str, sources.Split] = {}
         self.num_classes = len(self.class_names)
 
         native = source.image_size if source is not None else None
@@ -182,8 +183,10 @@ class InputPipeline:
         """The evaluation split (limited by `eval_examples`); None for synthetic."""
         if self.source is None:
             return None
-        split = self.source.split(name or self.eval_split_name)
-        return _limit(split, self.config.eval_examples)
+        name = name or self.eval_split_name
+        if name not in self._eval_splits:  # Limiting copies arrays: do it once.
+            self._eval_splits[name] = _limit(self.source.split(name), self.config.eval_examples)
+        return self._eval_splits[name]
 
     def num_eval_examples(self, name: str | None = None) -> int:
         split = self.eval_split(name)

@@ -208,6 +208,11 @@ def sniff_image(path: str) -> str | None:
     Returns:
       "jpeg", "png", "gif", "bmp", or None.
     """
+    return _inspect(path)[0]
+
+
+def _inspect(path: str) -> tuple[str | None, int]:
+    """`sniff_image`'s answer and the file's size in bytes (0 if unreadable)."""
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as file:
@@ -215,7 +220,7 @@ def sniff_image(path: str) -> str | None:
             file.seek(max(0, size - 1024))
             tail = file.read()
     except OSError:
-        return None
+        return None, 0
     kind = next((name for magic, name in _MAGIC.items() if head.startswith(magic)), None)
     complete = {
         "jpeg": b"\xff\xd9" in tail,
@@ -223,7 +228,7 @@ def sniff_image(path: str) -> str | None:
         "gif": b";" in tail[-16:],
         "bmp": len(head) >= 6 and size >= int.from_bytes(head[2:6], "little"),
     }
-    return kind if kind and complete[kind] else None
+    return (kind if kind and complete[kind] else None), size
 
 
 def _list_folder_split(root: str, split: str, class_names: list[str]) -> tuple[list, list]:
@@ -285,7 +290,7 @@ def load_folder(root: str) -> Source:
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         for split in ["train"] + [s for s in FOLDER_EVAL_SPLITS if s in split_names]:
             paths, labels = _list_folder_split(root, split, class_names)
-            formats = list(pool.map(sniff_image, paths))
+            formats, sizes = zip(*pool.map(_inspect, paths)) if paths else ((), ())
             good = [i for i, kind in enumerate(formats) if kind is not None]
             bad = [paths[i] for i, kind in enumerate(formats) if kind is None]
             skipped, total = skipped + len(bad), total + len(paths)
@@ -294,7 +299,7 @@ def load_folder(root: str) -> Source:
                 raise ConfigError(f"--dataset={name}: no readable images in {root}/{split}")
             files = np.array([paths[i] for i in good])
             contents = None
-            if sum(os.path.getsize(path) for path in files) <= FOLDER_MEMORY_LIMIT_BYTES:
+            if sum(sizes[i] for i in good) <= FOLDER_MEMORY_LIMIT_BYTES:
                 contents = np.array(list(pool.map(_read_bytes, files)), dtype=object)
             splits[split] = Split(
                 split,
@@ -364,7 +369,7 @@ def _prepare(builder, name: str, data_dir: str) -> None:
         )
     logging.info("Downloading and preparing %s into %s", name, data_dir)
     try:
-        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=None))
+        builder.download_and_prepare()
     except (OSError, ConnectionError, tfds.core.DatasetNotFoundError) as error:
         raise ConfigError(f"preparing dataset {name!r} in {data_dir} failed: {error}") from None
     except Exception as error:  # requests' and tfds's download errors have no common base.
@@ -500,12 +505,6 @@ def load_tfds(name: str, data_dir: str | None = None) -> Source:
 
     splits = {}
     for split_name, split_info in info.splits.items():
-        # Example ids of streamed splits come from the shard lengths.
-        lengths = list(getattr(split_info, "shard_lengths", None) or [split_info.num_examples])
-        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-        records = _RecordSplit(
-            builder, split_name, image_key, label_key, offsets, 0, split_info.num_examples
-        )
         # Splits whose decoded images fit in memory are held there as arrays;
         # larger ones are streamed.
         if static and split_info.num_examples * int(np.prod(shape)) <= IN_MEMORY_LIMIT_BYTES:
@@ -517,6 +516,12 @@ def load_tfds(name: str, data_dir: str | None = None) -> Source:
                 split_name, len(labels), labels=labels.astype(np.int64), images=images
             )
         else:
+            # Example ids of streamed splits come from the shard lengths.
+            lengths = split_info.shard_lengths or [split_info.num_examples]
+            offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+            records = _RecordSplit(
+                builder, split_name, image_key, label_key, offsets, 0, split_info.num_examples
+            )
             splits[split_name] = Split(split_name, split_info.num_examples, records=records)
     if "train" not in splits:
         raise ConfigError(f"dataset {name!r} has no train split (it has {', '.join(splits)})")

@@ -2,7 +2,6 @@
 
 import logging
 import os
-import socket
 import time
 
 import numpy as np
@@ -12,7 +11,7 @@ import tensorflow as tf
 from resnet_app import data, sources
 from resnet_app.errors import ConfigError
 from tests import image_files
-from tests.tfds_mock import mock_tfds
+from tests.tfds_mock import closed_port, mock_tfds
 
 
 def shapes_config(**overrides):
@@ -411,11 +410,7 @@ def test_tfds_records_on_real_files_with_slicing(tmp_path, monkeypatch):
 @pytest.fixture
 def offline(monkeypatch):
     # A closed local port: the network probe fails at once, on any machine.
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
-    monkeypatch.setenv(sources.NETWORK_PROBE_ENV, f"127.0.0.1:{port}")
+    monkeypatch.setenv(sources.NETWORK_PROBE_ENV, closed_port())
 
 
 def test_offline_tfds_dataset_fails_fast_with_the_fix(tmp_path, offline):

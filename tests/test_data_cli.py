@@ -1,7 +1,6 @@
 """`scripts/show_batch.py`, run as a user would: the picture, and one-line errors."""
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -10,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from resnet_app import sources
+from tests.tfds_mock import closed_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,16 +50,12 @@ def test_writes_a_grid_of_training_images(tmp_path):
 
 
 def test_offline_tfds_dataset_is_one_line_within_seconds(tmp_path):
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    closed = f"127.0.0.1:{probe.getsockname()[1]}"
-    probe.close()
     started = time.monotonic()
     result = show_batch(
         "--dataset=cifar10",
         f"--data_dir={tmp_path}",
         f"--out={tmp_path / 'b.png'}",
-        env={sources.NETWORK_PROBE_ENV: closed},
+        env={sources.NETWORK_PROBE_ENV: closed_port()},
     )
     assert time.monotonic() - started < 60  # tfds alone would retry for minutes.
     line = error_line(result)

@@ -7,6 +7,7 @@ under test take its normal path: builder, `is_prepared`, info, `as_dataset`.
 """
 
 import contextlib
+import socket
 
 import tensorflow_datasets as tfds
 
@@ -43,3 +44,12 @@ def mock_tfds(name: str, data_dir: str, splits: tuple[str, ...], num_examples: i
         data_dir=data_dir,
     ):
         yield
+
+
+def closed_port() -> str:
+    """host:port of a local port nobody listens on: a network probe there fails at once."""
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    return f"127.0.0.1:{port}"
