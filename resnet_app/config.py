@@ -1,0 +1,348 @@
+"""The training config: defaults, YAML recipes, `--set KEY=VALUE`, validated without TF.
+
+A config has five sections, each a YAML mapping:
+- `model`: `name` (a preset) plus any `ResNetConfig` field to override;
+- `data`: any `DataConfig` field except `seed` (which is `train.seed`);
+- `optimizer`: `class` and its arguments (see `optim.py`);
+- `schedule`: the learning-rate schedule (see `schedules.create_schedule`);
+- `train`: the `TrainSettings` below.
+
+The defaults are He et al.'s CIFAR recipe for ResNet-20 (batch 128, momentum
+0.9, LR 0.1 divided by 10 at 32k and 48k steps, 64k steps, weight decay 1e-4).
+A recipe in `configs/` overrides a few fields; `--set section.key=value`
+overrides any one (the value is read as YAML: `0.1`, `true`, `[30, 60]`).
+Unknown sections and keys, wrong types and impossible values raise a
+`ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import yaml
+
+from resnet_app import presets
+from resnet_app.data_config import DataConfig
+from resnet_app.errors import ConfigError
+
+SECTIONS = ("model", "data", "optimizer", "schedule", "train")
+# Sections whose keys depend on a kind: a new kind starts from an empty section.
+KIND_KEYS = {"optimizer": "class", "schedule": "name"}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSettings:
+    """How long and how to train; every field is a `train.` config key.
+
+    Attributes:
+      batch_size: the global batch: examples per step over all towers and
+        workers.
+      epochs: train this many epochs (may be fractional); or set train_steps.
+      train_steps: train this many steps; or set epochs.
+      eval_every: evaluate every this many steps (default: once per epoch),
+        and always at the end.
+      log_every: log training metrics every this many steps.
+      steps_per_loop: steps run per call of the compiled loop (default:
+        log_every); the learning rate is still set for every step.
+      num_towers: towers (GPUs, or logical CPU devices on a CPU-only machine);
+        default all GPUs, or one CPU.
+      seed: seeds the weights, the data order and the augmentation.
+      label_smoothing: cross-entropy label smoothing (0 for none).
+      eval_batch_size: global evaluation batch (default: batch_size).
+    """
+
+    batch_size: int = 128
+    epochs: float | None = None
+    train_steps: int | None = 64_000
+    eval_every: int | None = None
+    log_every: int = 100
+    steps_per_loop: int | None = None
+    num_towers: int | None = None
+    seed: int = 0
+    label_smoothing: float = 0.0
+    eval_batch_size: int | None = None
+
+    def __post_init__(self):
+        for name in ("batch_size", "log_every"):
+            _require(getattr(self, name) >= 1, f"train.{name}={getattr(self, name)}; use 1 or more")
+        for name in (
+            "train_steps",
+            "eval_every",
+            "steps_per_loop",
+            "num_towers",
+            "eval_batch_size",
+        ):
+            value = getattr(self, name)
+            _require(value is None or value >= 1, f"train.{name}={value}; use 1 or more")
+        _require(
+            (self.epochs is None) != (self.train_steps is None),
+            "give exactly one of train.epochs and train.train_steps "
+            f"(got epochs={self.epochs}, train_steps={self.train_steps})",
+        )
+        _require(
+            self.epochs is None or self.epochs > 0, f"train.epochs={self.epochs}; use more than 0"
+        )
+        _require(
+            0 <= self.label_smoothing < 1,
+            f"train.label_smoothing={self.label_smoothing}; use a value in [0, 1)",
+        )
+
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "model": {"name": "resnet20"},
+    "data": {"dataset": "shapes"},
+    "optimizer": {"class": "momentum", "learning_rate": 0.1, "momentum": 0.9, "nesterov": False},
+    "schedule": {
+        "name": "piecewise",
+        "boundaries": [32_000, 48_000],
+        "unit": "steps",
+        "multipliers": [1.0, 0.1, 0.01],
+    },
+    "train": {},
+}
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A resolved, validated training config.
+
+    Attributes:
+      model: the preset `name` and the `ResNetConfig` fields it overrides.
+      data: the input settings.
+      optimizer: `class` and arguments, checked when the optimizer is built.
+      schedule: the learning-rate schedule spec.
+      train: the training settings.
+    """
+
+    model: dict[str, Any]
+    data: DataConfig
+    optimizer: dict[str, Any]
+    schedule: dict[str, Any]
+    train: TrainSettings
+
+    @property
+    def model_name(self) -> str:
+        return self.model["name"]
+
+    @property
+    def model_overrides(self) -> dict[str, Any]:
+        return {k: v for k, v in self.model.items() if k != "name"}
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """The config as plain YAML-ready data, every field spelled out."""
+        data = dataclasses.asdict(self.data)
+        data.pop("seed")
+        return _plain(
+            {
+                "model": self.model,
+                "data": data,
+                "optimizer": self.optimizer,
+                "schedule": self.schedule,
+                "train": dataclasses.asdict(self.train),
+            }
+        )
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def read_yaml(path: str) -> dict[str, Any]:
+    """Reads a config file; a missing or malformed file is a one-line `ConfigError`."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file {path} not found; recipes are in configs/")
+    try:
+        with open(path) as f:
+            content = yaml.safe_load(f)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"config file {path} is not valid YAML{where}; fix the syntax") from None
+    if content is None:
+        return {}
+    if not isinstance(content, dict):
+        raise ConfigError(
+            f"config file {path} must be a mapping of sections ({', '.join(SECTIONS)})"
+        )
+    return content
+
+
+def parse_set(assignment: str) -> tuple[list[str], Any]:
+    """Splits `section.key=value` into its key path and its YAML-parsed value."""
+    key, equals, text = assignment.partition("=")
+    if not equals or not key:
+        raise ConfigError(
+            f"--set {assignment}: use --set section.key=value, e.g. train.batch_size=256"
+        )
+    try:
+        value = yaml.safe_load(text) if text else ""
+    except yaml.YAMLError:
+        value = text
+    return key.strip().split("."), value
+
+
+def _merge(base: dict[str, Any], update: Mapping[str, Any], where: str) -> None:
+    for section, values in update.items():
+        if section not in SECTIONS:
+            raise ConfigError(
+                f"unknown config section '{section}'{where}; valid sections: {', '.join(SECTIONS)}"
+            )
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"config section '{section}'{where} must be a mapping of keys")
+        _update(base, section, values)
+
+
+def _update(tree: dict[str, Any], section: str, values: Mapping[str, Any]) -> None:
+    kind = KIND_KEYS.get(section)
+    if kind in values and values[kind] != tree[section].get(kind):
+        tree[section] = {}
+    tree[section].update(values)
+
+
+def _one_length(tree: dict[str, Any], given: Any) -> None:
+    """Setting one of train.epochs and train.train_steps clears the other."""
+    if not isinstance(given, Mapping):
+        return
+    chosen = [key for key in ("epochs", "train_steps") if given.get(key) is not None]
+    if len(chosen) == 1:
+        tree["train"]["train_steps" if chosen[0] == "epochs" else "epochs"] = None
+
+
+def _set(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    section = path[0]
+    if section not in SECTIONS or len(path) != 2:
+        raise ConfigError(
+            f"--set {'.'.join(path)}: keys look like section.key with section one of "
+            f"{', '.join(SECTIONS)}"
+        )
+    _update(tree, section, {path[1]: value})
+
+
+def _typed(section: str, name: str, value: Any, annotation: str) -> Any:
+    """Checks `value` against a dataclass field annotation (a string)."""
+    optional = "None" in annotation
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{section}.{name} must not be empty")
+    kind = annotation.split("|")[0].strip()
+    bad = ConfigError(f"{section}.{name}={value!r}: expected {kind.split('[')[0]}")
+    if kind.startswith("tuple"):
+        if not isinstance(value, (list, tuple)):
+            raise bad
+        return tuple(value)
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise bad
+        return value
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise bad
+        return value
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad
+        return float(value)
+    if kind == "str":
+        if not isinstance(value, str):
+            raise bad
+        return value
+    return value
+
+
+def _build(cls: type, section: str, values: Mapping[str, Any], exclude: Iterable[str] = ()):
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in exclude}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"unknown {section} key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(fields))}"
+        )
+    typed = {k: _typed(section, k, v, str(fields[k].type)) for k, v in values.items()}
+    return typed
+
+
+def resolve(
+    config_file: str | None = None,
+    sets: Iterable[str] = (),
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Config:
+    """Builds the config: defaults, then the file, then `--set`s, then `overrides`.
+
+    Args:
+      config_file: a YAML recipe, or None.
+      sets: `section.key=value` strings.
+      overrides: {section: {key: value}} from dedicated flags (--batch_size...),
+        applied last. Setting train.epochs clears train.train_steps and vice versa.
+
+    Returns:
+      The validated `Config`.
+
+    Raises:
+      ConfigError: naming the first bad section, key or value.
+    """
+    tree = copy.deepcopy(DEFAULTS)
+    if config_file:
+        recipe = read_yaml(config_file)
+        _merge(tree, recipe, f" in {config_file}")
+        _one_length(tree, recipe.get("train"))
+    for assignment in sets:
+        path, value = parse_set(assignment)
+        _set(tree, path, value)
+        if path[0] == "train":
+            _one_length(tree, {path[1]: value})
+    for section, values in (overrides or {}).items():
+        _update(tree, section, values)
+        if section == "train":
+            _one_length(tree, values)
+    return from_dict(tree)
+
+
+def from_dict(tree: Mapping[str, Mapping[str, Any]]) -> Config:
+    """Validates a full config tree (as written to config.yaml)."""
+    tree = {section: dict(tree.get(section) or {}) for section in SECTIONS}
+    train = TrainSettings(**_build(TrainSettings, "train", tree["train"]))
+
+    model = dict(tree["model"])
+    name = model.pop("name", None)
+    if not isinstance(name, str):
+        raise ConfigError(f"model.name={name!r}; valid models: {', '.join(presets.model_names())}")
+    model_fields = _build(presets.ResNetConfig, "model", model)
+    presets.get_config(name, **model_fields)  # Validates name and values.
+
+    data_fields = _build(DataConfig, "data", tree["data"], exclude=("seed",))
+    data = DataConfig(**data_fields, seed=train.seed)
+
+    for section in ("optimizer", "schedule"):
+        for key in tree[section]:
+            if not isinstance(key, str):
+                raise ConfigError(f"{section} key {key!r} must be a name")
+    return Config(
+        model={"name": name, **model_fields},
+        data=data,
+        optimizer=dict(tree["optimizer"]),
+        schedule=dict(tree["schedule"]),
+        train=train,
+    )
+
+
+def write_yaml(config: Config, path: str) -> None:
+    """Writes the resolved config (atomically: a reader never sees half a file)."""
+    temporary = f"{path}.tmp"
+    with open(temporary, "w") as f:
+        yaml.safe_dump(config.to_dict(), f, sort_keys=False)
+    os.replace(temporary, path)

@@ -1,0 +1,164 @@
+"""Towers: the `tf.distribute` strategy a run uses, picked from the machine.
+
+- `TF_CONFIG` set: `MultiWorkerMirroredStrategy`, one replica per local GPU (or
+  the CPU) on every worker, gradients all-reduced across machines.
+- GPUs visible: `MirroredStrategy` over them (the TF1 "towers"), or over the
+  first `num_towers` of them.
+- CPU only: one device, or with `num_towers=N` a `MirroredStrategy` over N
+  logical CPU devices, so that tower code runs (and is tested) anywhere.
+
+Per-tower BatchNorm (the default) keeps one set of moving statistics per
+replica, as TF1 towers and PyTorch DDP do. `sync_moving_statistics` averages
+them across all replicas; the trainer calls it before every evaluation and
+save, so what is evaluated and saved does not depend on which tower is read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+
+import tensorflow as tf
+from absl import logging
+
+from resnet_app.errors import ConfigError
+
+
+def _workers_in_tf_config() -> int:
+    try:
+        cluster = json.loads(os.environ["TF_CONFIG"]).get("cluster", {})
+    except (json.JSONDecodeError, AttributeError) as error:
+        raise ConfigError(f"TF_CONFIG is not valid JSON ({error}); unset it or fix it") from None
+    return len(cluster.get("worker", [])) + len(cluster.get("chief", []))
+
+
+def configure_towers(num_towers: int | None) -> None:
+    """Makes `num_towers` CPU devices when there are no GPUs; call before TF runs ops.
+
+    Args:
+      num_towers: the towers wanted (None: every GPU, or the one CPU).
+
+    Raises:
+      ConfigError: for a number below 1, more towers than GPUs, or when the
+        CPU was already split into fewer devices.
+    """
+    if num_towers is None:
+        return
+    if num_towers < 1:
+        raise ConfigError(f"--num_towers={num_towers}; use 1 or more")
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        if num_towers > len(gpus):
+            raise ConfigError(
+                f"--num_towers={num_towers} but this machine has {len(gpus)} GPU(s); "
+                f"use at most {len(gpus)}"
+            )
+        return
+    if num_towers == 1:
+        return
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * num_towers
+        )
+    except RuntimeError:
+        # Already initialized (a second run in one process, or tests): use
+        # the logical devices that exist, if there are enough.
+        existing = len(tf.config.list_logical_devices("CPU"))
+        if existing < num_towers:
+            raise ConfigError(
+                f"--num_towers={num_towers}, but TensorFlow already started with {existing} "
+                "CPU device(s) in this process; run in a fresh process"
+            ) from None
+
+
+def mirrored_strategy(devices: list[str]) -> tf.distribute.MirroredStrategy:
+    """`MirroredStrategy(devices)` whose collectives cannot collide with an earlier one's.
+
+    Every MirroredStrategy numbers its collective groups from the same base, so
+    a second strategy of another size in one process (a second run, a test)
+    would join the first one's groups and abort. TF's own tests move the base
+    the same way.
+    """
+    tf.distribute.MirroredStrategy._collective_key_base += 100_000
+    return tf.distribute.MirroredStrategy(devices)
+
+
+def create_strategy(num_towers: int | None = None) -> tf.distribute.Strategy:
+    """The strategy for this machine (see the module docstring).
+
+    Args:
+      num_towers: towers to use on this worker (None: all GPUs, or one CPU).
+
+    Returns:
+      The strategy; create the model and optimizer inside its `scope()`.
+    """
+    if "TF_CONFIG" in os.environ and _workers_in_tf_config() > 1:
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        logging.info(
+            "Multi-worker: %d replicas over %d workers",
+            strategy.num_replicas_in_sync,
+            strategy.cluster_resolver.cluster_spec().num_tasks("worker"),
+        )
+        return strategy
+    configure_towers(num_towers)
+    gpus = tf.config.list_logical_devices("GPU")
+    if gpus:
+        devices = [device.name for device in gpus[: num_towers or len(gpus)]]
+    elif num_towers and num_towers > 1:
+        devices = [device.name for device in tf.config.list_logical_devices("CPU")[:num_towers]]
+    else:
+        devices = []
+    if len(devices) > 1:
+        logging.info("%d towers: %s", len(devices), ", ".join(devices))
+        return mirrored_strategy(devices)
+    device = devices[0] if devices else "/cpu:0"
+    logging.info("One device: %s", device)
+    return tf.distribute.OneDeviceStrategy(device)
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """Whether this process writes the run's files (always, unless multi-worker)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.task_type:
+        return True
+    if resolver.task_type == "chief":
+        return True
+    spec = resolver.cluster_spec().as_dict()
+    return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in spec
+
+
+def moving_statistics_sync(
+    model: tf.keras.Model, strategy: tf.distribute.Strategy
+) -> Callable[[], None]:
+    """A function that averages the model's non-trainable variables across replicas.
+
+    Keras 3 BatchNorm updates its moving mean and variance per replica, so
+    without this each tower (and worker) would keep its own. The moving
+    averages are linear in the batch statistics, so averaging them is the
+    same as having averaged the towers' batch statistics at every step.
+
+    Args:
+      model: the model, built in `strategy.scope()`.
+      strategy: its strategy.
+
+    Returns:
+      A function of no arguments to call (in cross-replica context) before
+      evaluating or saving; it does nothing with one replica.
+    """
+    variables = list(model.non_trainable_variables)
+    if not variables or strategy.num_replicas_in_sync == 1:
+        return lambda: None
+
+    def replica_fn():
+        context = tf.distribute.get_replica_context()
+        means = context.all_reduce(tf.distribute.ReduceOp.MEAN, [v.value for v in variables])
+        for variable, mean in zip(variables, means):
+            variable.assign(mean)
+
+    @tf.function
+    def sync():
+        strategy.run(replica_fn)
+
+    return sync

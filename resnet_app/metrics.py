@@ -1,0 +1,128 @@
+"""What a run reports: `metrics.jsonl`, TensorBoard events, and the console progress line.
+
+`metrics.jsonl` holds one JSON object per line:
+- training records: {"step", "epoch", "loss", "accuracy", "learning_rate",
+  "examples_per_sec"}, averaged over the steps since the previous record;
+- evaluation records: {"step", "split", "top1", "top5", "loss", "num_examples"};
+- events ({"step", "event", ...}): a learning-rate override, the run's start
+  and end.
+The same scalars go to TensorBoard under `model_dir/train` and `model_dir/eval`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+import tensorflow as tf
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class MetricsWriter:
+    """Appends records to `model_dir/metrics.jsonl` and TensorBoard.
+
+    Args:
+      model_dir: the run directory.
+      enabled: False on non-chief workers: nothing is written.
+    """
+
+    def __init__(self, model_dir: str, enabled: bool = True):
+        self.enabled = enabled
+        self.path = os.path.join(model_dir, METRICS_FILE)
+        self._file = open(self.path, "a") if enabled else None  # noqa: SIM115
+        self._writers: dict[str, Any] = {}
+        self._model_dir = model_dir
+
+    def _summary_writer(self, kind: str):
+        if kind not in self._writers:
+            self._writers[kind] = tf.summary.create_file_writer(os.path.join(self._model_dir, kind))
+        return self._writers[kind]
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Writes one record (a line of JSON, flushed at once)."""
+        if not self.enabled:
+            return
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def scalars(self, kind: str, step: int, values: dict[str, float]) -> None:
+        """Writes TensorBoard scalars under `model_dir/kind`."""
+        if not self.enabled:
+            return
+        writer = self._summary_writer(kind)
+        with writer.as_default(step=step):
+            for name, value in values.items():
+                tf.summary.scalar(name, value)
+
+    def flush(self) -> None:
+        """Makes everything written so far visible (the JSON lines already are)."""
+        for writer in self._writers.values():
+            writer.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        for writer in self._writers.values():
+            writer.close()
+
+
+def format_duration(seconds: float) -> str:
+    """`1:02:03` or `2:03`."""
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
+
+
+class Progress:
+    """A one-line progress bar with ETA on the console (redrawn in place on a terminal).
+
+    Args:
+      total_steps: the last step of the run.
+      start_step: the step the run starts (or resumes) from.
+      stream: where to draw (default stderr); when it is not a terminal,
+        nothing is drawn and the log records are the progress.
+    """
+
+    WIDTH = 24
+
+    def __init__(self, total_steps: int, start_step: int = 0, stream: TextIO | None = None):
+        self.total = total_steps
+        self.start = start_step
+        self.stream = stream or sys.stderr
+        self.interactive = getattr(self.stream, "isatty", lambda: False)()
+        self._started = time.monotonic()
+
+    def eta(self, step: int) -> float:
+        """Seconds left, at the average speed since the start."""
+        done = step - self.start
+        if done <= 0:
+            return math.inf
+        return (time.monotonic() - self._started) / done * (self.total - step)
+
+    def line(self, step: int, status: str) -> str:
+        fraction = step / max(self.total, 1)
+        filled = int(self.WIDTH * fraction)
+        bar = "=" * filled + (">" if filled < self.WIDTH else "") + " " * (self.WIDTH - filled - 1)
+        return (
+            f"[{bar[: self.WIDTH]}] {step}/{self.total} {100 * fraction:.0f}% {status} "
+            f"ETA {format_duration(self.eta(step))}"
+        )
+
+    def update(self, step: int, status: str) -> None:
+        if self.interactive:
+            self.stream.write("\r\033[K" + self.line(step, status))
+            self.stream.flush()
+
+    def finish(self) -> None:
+        if self.interactive:
+            self.stream.write("\n")
+            self.stream.flush()

@@ -1,0 +1,159 @@
+"""The training step: one tower's loss and gradients, run on every replica.
+
+Each tower sums the per-example cross-entropy over its real examples (mask 1)
+and divides by the number of real examples in the GLOBAL batch, summed across
+towers; it adds the regularization loss divided by the number of replicas.
+Gradients are summed across replicas when applied (Keras all-reduces with SUM),
+so the update is the gradient of the global mean loss plus the regularization
+counted exactly once: the same update as one device on the whole batch,
+whatever the split, including a short last batch.
+
+A tower that receives no example (a batch smaller than the number of towers)
+contributes zero gradients. With per-tower BatchNorm it skips its forward
+pass, whose batch statistics would be 0/0 and poison the moving averages;
+with synchronized BatchNorm an empty tower is not supported: TF 2.21 aborts
+the statistics' all-reduce ("shape mismatch in the collective"). The trainer
+never makes one: its batches are full and divisible by the number of towers.
+
+`TrainStep.loop` runs several steps per call of one compiled function and
+assigns the learning rate before each of them from a vector the host computed:
+the TF2 form of feeding the learning rate through a placeholder every step.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from resnet_app import optim
+
+SUM = tf.distribute.ReduceOp.SUM
+METRICS = ("examples", "loss", "correct", "regularization")
+
+
+def _has_synchronized_batch_norm(model: keras.Model) -> bool:
+    return any(
+        isinstance(layer, keras.layers.BatchNormalization) and layer.synchronized
+        for layer in model._flatten_layers(include_self=False)
+    )
+
+
+def _dense(gradients: list, variables: list) -> list[tf.Tensor]:
+    """Zeros for variables the loss does not reach: both branches of a cond must match."""
+    return [
+        tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+        for g, v in zip(gradients, variables)
+    ]
+
+
+class TrainStep:
+    """Builds the distributed training loop for a model and optimizer.
+
+    Args:
+      model: built in `strategy.scope()`.
+      optimizer: built in `strategy.scope()` with
+        `optimizer.build(model.trainable_variables)`.
+      strategy: the distribution strategy.
+      label_smoothing: cross-entropy label smoothing.
+    """
+
+    def __init__(
+        self,
+        model: keras.Model,
+        optimizer: keras.optimizers.Optimizer,
+        strategy: tf.distribute.Strategy,
+        label_smoothing: float = 0.0,
+    ):
+        self.model = model
+        self.optimizer = optimizer
+        self.strategy = strategy
+        self.label_smoothing = label_smoothing
+        self.skip_empty_towers = not _has_synchronized_batch_norm(model)
+        self._loop = tf.function(self._loop_fn, reduce_retracing=True)
+
+    def _losses(self, batch: dict, global_count: tf.Tensor):
+        logits = tf.cast(self.model(batch["image"], training=True), tf.float32)
+        labels, mask = batch["label"], batch["mask"]
+        if self.label_smoothing:
+            targets = tf.one_hot(labels, tf.shape(logits)[-1])
+            targets = targets * (1 - self.label_smoothing) + self.label_smoothing / tf.cast(
+                tf.shape(logits)[-1], tf.float32
+            )
+            per_example = tf.nn.softmax_cross_entropy_with_logits(targets, logits)
+        else:
+            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+        loss_sum = tf.reduce_sum(mask * per_example)
+        correct = tf.reduce_sum(
+            mask
+            * tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
+        )
+        return loss_sum, correct, self._regularization()
+
+    def _regularization(self) -> tf.Tensor:
+        """The model's L2 penalties (computed from the weights when read)."""
+        return tf.add_n([tf.cast(x, tf.float32) for x in self.model.losses] or [tf.constant(0.0)])
+
+    def replica_step(self, batch: dict) -> dict[str, tf.Tensor]:
+        """One tower's part of a step: gradients applied, metric sums returned."""
+        context = tf.distribute.get_replica_context()
+        replicas = context.num_replicas_in_sync
+        variables = self.model.trainable_variables
+        # The denominator is the real example count of the whole global batch,
+        # because the gradients of all towers are summed when applied.
+        global_count = context.all_reduce(SUM, tf.reduce_sum(batch["mask"]))
+
+        def forward_backward():
+            with tf.GradientTape() as tape:
+                loss_sum, correct, regularization = self._losses(batch, global_count)
+                # Regularization is counted once over all towers.
+                loss = tf.math.divide_no_nan(loss_sum, global_count) + regularization / replicas
+            gradients = _dense(tape.gradient(loss, variables), variables)
+            return gradients, loss_sum, correct, regularization
+
+        def empty_tower():
+            # No forward pass, but this tower's share of the regularization.
+            with tf.GradientTape() as tape:
+                regularization = self._regularization()
+                loss = regularization / replicas
+            gradients = _dense(tape.gradient(loss, variables), variables)
+            return gradients, tf.constant(0.0), tf.constant(0.0), regularization
+
+        if self.skip_empty_towers:
+            has_examples = tf.shape(batch["label"])[0] > 0
+            gradients, loss_sum, correct, regularization = tf.cond(
+                has_examples, forward_backward, empty_tower
+            )
+        else:
+            gradients, loss_sum, correct, regularization = forward_backward()
+        self.optimizer.apply_gradients(zip(gradients, variables))
+        return {
+            "examples": tf.reduce_sum(batch["mask"]),
+            "loss": loss_sum,
+            "correct": correct,
+            # Identical on every replica; divided back after the SUM reduction.
+            "regularization": regularization / replicas,
+        }
+
+    def _loop_fn(self, iterator, learning_rates: tf.Tensor) -> tf.Tensor:
+        totals = tf.zeros([len(METRICS)])
+        for i in tf.range(tf.shape(learning_rates)[0]):
+            optim.set_learning_rate(self.optimizer, learning_rates[i])
+            sums = self.strategy.run(self.replica_step, args=(next(iterator),))
+            totals += tf.stack(
+                [self.strategy.reduce(SUM, sums[name], axis=None) for name in METRICS]
+            )
+        return totals
+
+    def loop(self, iterator, learning_rates) -> dict[str, float]:
+        """Runs len(learning_rates) steps, step i with learning rate learning_rates[i].
+
+        Args:
+          iterator: over the distributed training dataset.
+          learning_rates: one value per step.
+
+        Returns:
+          Sums over the steps: "examples", "loss" (summed cross-entropy),
+          "correct", "regularization" (summed over steps).
+        """
+        totals = self._loop(iterator, tf.constant(learning_rates, tf.float32)).numpy()
+        return {name: float(value) for name, value in zip(METRICS, totals)}

@@ -1,0 +1,169 @@
+"""Towers against one device: the update of a distributed step equals the single-device one.
+
+The reference is written here, independently of `step.py`: one GradientTape
+over the whole batch on one device, mean cross-entropy plus the sum of the
+regularization losses, and TF1's momentum rule applied by hand.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from resnet_app import optim
+from resnet_app.distribute import mirrored_strategy, moving_statistics_sync
+from resnet_app.model import create_model
+from resnet_app.step import TrainStep
+
+SIZE = 8
+LEARNING_RATES = (0.1, 0.05)  # Two steps, with an LR change between them.
+MOMENTUM = 0.9
+
+
+def _tiny_bn(synchronized: bool) -> keras.Model:
+    # A large weight decay makes a miscounted regularization loss visible.
+    return create_model("tiny", bn_synchronized=synchronized, weight_decay=0.05, num_classes=5)
+
+
+def _no_bn() -> keras.Model:
+    l2 = keras.regularizers.L2(0.05)
+    return keras.Sequential(
+        [
+            keras.layers.Conv2D(4, 3, padding="same", activation="relu", kernel_regularizer=l2),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(5, kernel_regularizer=l2),
+        ]
+    )
+
+
+def _batch(count: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {
+        "image": rng.normal(size=(count, SIZE, SIZE, 3)).astype(np.float32),
+        "label": rng.integers(0, 5, size=count).astype(np.int32),
+        "id": np.arange(count, dtype=np.int64),
+        "mask": np.ones(count, np.float32),
+    }
+
+
+def _reference(make_model, initial_weights, batch) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Two steps on one device, written from the definitions."""
+    model = make_model()
+    model.build((None, SIZE, SIZE, 3))
+    model.set_weights(initial_weights)
+    accumulators = [np.zeros(v.shape, np.float32) for v in model.trainable_variables]
+    for learning_rate in LEARNING_RATES:
+        with tf.GradientTape() as tape:
+            logits = model(batch["image"], training=True)
+            cross_entropy = tf.reduce_mean(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(batch["label"], logits)
+            )
+            loss = cross_entropy + tf.add_n(model.losses)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        for variable, gradient, accumulator in zip(
+            model.trainable_variables, gradients, accumulators
+        ):
+            accumulator *= MOMENTUM
+            accumulator += gradient.numpy()
+            variable.assign(variable.numpy() - learning_rate * accumulator)
+    trainable = [v.numpy() for v in model.trainable_variables]
+    return trainable, [v.numpy() for v in model.non_trainable_variables]
+
+
+def _distributed(make_model, initial_weights, batch, towers):
+    strategy = mirrored_strategy([f"/cpu:{i}" for i in range(towers)])
+    with strategy.scope():
+        model = make_model()
+        model.build((None, SIZE, SIZE, 3))
+        model.set_weights(initial_weights)
+        optimizer = optim.create_optimizer(
+            {"class": "momentum", "learning_rate": 0.1, "momentum": MOMENTUM}
+        )
+        optimizer.build(model.trainable_variables)
+    dataset = tf.data.Dataset.from_tensors(batch).repeat()
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    step = TrainStep(model, optimizer, strategy)
+    totals = step.loop(iterator, list(LEARNING_RATES))
+    return model, strategy, totals
+
+
+def _initial_weights(make_model) -> list[np.ndarray]:
+    model = make_model()
+    model.build((None, SIZE, SIZE, 3))
+    # Non-trivial BatchNorm parameters, so that their gradients matter.
+    rng = np.random.default_rng(1)
+    return [w + 0.1 * rng.normal(size=w.shape).astype(np.float32) for w in model.get_weights()]
+
+
+def _local_values(strategy, variable) -> list[np.ndarray]:
+    return [v.numpy() for v in strategy.experimental_local_results(variable.value)]
+
+
+CASES = {
+    "synchronized_bn": lambda: _tiny_bn(synchronized=True),
+    "no_bn": _no_bn,
+}
+
+
+@pytest.mark.parametrize(
+    "case,towers,count",
+    [
+        (case, towers, count)
+        for case in sorted(CASES)
+        for towers, count in [(2, 6), (3, 6), (2, 7), (3, 7), (3, 2)]
+        # An empty tower cannot join synchronized BatchNorm's all-reduce (TF
+        # aborts the collective); the trainer never makes one (see step.py).
+        if not (case == "synchronized_bn" and count < towers)
+    ],
+)
+def test_towers_match_one_device(case, towers, count):
+    make_model = CASES[case]
+    weights = _initial_weights(make_model)
+    batch = _batch(count)
+    expected_trainable, expected_stats = _reference(make_model, weights, batch)
+    model, strategy, totals = _distributed(make_model, weights, batch, towers)
+    assert totals["examples"] == 2 * count
+    for variable, expected in zip(model.trainable_variables, expected_trainable):
+        for value in _local_values(strategy, variable):
+            np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-7)
+    # Synchronized statistics are global: every tower already holds the
+    # single-device moving averages.
+    for variable, expected in zip(model.non_trainable_variables, expected_stats):
+        for value in _local_values(strategy, variable):
+            np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-7)
+
+
+def test_reference_is_sensitive_to_the_split():
+    """Per-tower BatchNorm really differs from one device, so the test above can fail."""
+    make_model = lambda: _tiny_bn(synchronized=False)  # noqa: E731
+    weights = _initial_weights(make_model)
+    batch = _batch(6)
+    expected_trainable, _ = _reference(make_model, weights, batch)
+    model, strategy, _ = _distributed(make_model, weights, batch, towers=3)
+    differences = [
+        np.max(np.abs(_local_values(strategy, v)[0] - e))
+        for v, e in zip(model.trainable_variables, expected_trainable)
+    ]
+    assert max(differences) > 1e-4
+
+
+def test_empty_tower_with_per_tower_batch_norm():
+    """2 examples on 3 towers: the third tower skips its forward pass; nothing is NaN."""
+    make_model = lambda: _tiny_bn(synchronized=False)  # noqa: E731
+    weights = _initial_weights(make_model)
+    model, strategy, totals = _distributed(make_model, weights, _batch(2), towers=3)
+    assert totals["examples"] == 4
+    for variable in model.variables:
+        for value in _local_values(strategy, variable):
+            assert np.all(np.isfinite(value)), variable.path
+    # The empty tower's moving statistics were left untouched.
+    bn_mean = model.stem_bn.moving_mean
+    initial = weights[[v.path for v in model.weights].index(bn_mean.path)]
+    towers = _local_values(strategy, bn_mean)
+    np.testing.assert_array_equal(towers[2], initial)
+    assert not np.allclose(towers[0], initial)
+    # Averaging the statistics makes every tower hold their mean.
+    moving_statistics_sync(model, strategy)()
+    np.testing.assert_allclose(
+        _local_values(strategy, bn_mean)[1], np.mean(towers, axis=0), rtol=1e-6
+    )
