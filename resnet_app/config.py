@@ -270,7 +270,8 @@ def _build(cls: type, section: str, values: Mapping[str, Any], exclude: Iterable
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise ConfigError(
-            f"unknown {section} key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(fields))}"
+            f"unknown {section} key(s) {', '.join(unknown)}; "
+            f"valid keys: {', '.join(sorted(fields))}"
         )
     typed = {k: _typed(section, k, v, str(fields[k].type)) for k, v in values.items()}
     return typed

@@ -2,7 +2,7 @@
 
     python -m resnet_app.train --dataset=cifar10
     python -m resnet_app.train --config=configs/cifar10_resnet56.yaml --num_towers=2
-    python -m resnet_app.train --config=configs/shapes_resnet20.yaml --set optimizer.learning_rate=0.05
+    python -m resnet_app.train --config=configs/shapes_resnet20.yaml --set optimizer.momentum=0.8
 
 Flags are parsed and the config is checked before TensorFlow is imported, so
 a mistake is answered at once, in one line. The work is done by

@@ -168,15 +168,12 @@ def train_and_evaluate(config: Config, model_dir: str) -> dict[str, Any]:
     total_steps = train.train_steps or math.ceil(train.epochs * examples_per_epoch / global_batch)
     eval_every = train.eval_every or steps_per_epoch
     optimizer_config = optim.check_optimizer_config(config.optimizer)
-    if config.schedule.get("name") == "script":
-        schedule = schedules.load_script(config.schedule.get("path", ""))
-    else:
-        schedule = schedules.create_schedule(
-            config.schedule,
-            base_lr=optimizer_config["learning_rate"],
-            global_batch_size=global_batch,
-            total_steps=total_steps,
-        )
+    schedule = schedules.create_schedule(
+        config.schedule,
+        base_lr=optimizer_config["learning_rate"],
+        global_batch_size=global_batch,
+        total_steps=total_steps,
+    )
     schedules.check_schedule(schedule, steps_per_epoch, total_steps)
     if chief:
         write_yaml(config, os.path.join(model_dir, CONFIG_FILE))

@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from resnet_app import data, evaluate
+from resnet_app.distribute import mirrored_strategy
 from resnet_app.model import create_model
 
 TOWERS = ["/cpu:0", "/cpu:1", "/cpu:2"]
@@ -59,7 +60,7 @@ def reference(pipeline, weights):
 def strategy_for(towers):
     if towers == 1:
         return tf.distribute.OneDeviceStrategy("/cpu:0")
-    return tf.distribute.MirroredStrategy(TOWERS[:towers])
+    return mirrored_strategy(TOWERS[:towers])
 
 
 @pytest.mark.parametrize("towers", [1, 3])

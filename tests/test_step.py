@@ -82,7 +82,8 @@ def _distributed(make_model, initial_weights, batch, towers):
         optimizer.build(model.trainable_variables)
     dataset = tf.data.Dataset.from_tensors(batch).repeat()
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
-    step = TrainStep(model, optimizer, strategy)
+    # The cond that guards empty towers only when one can occur, as the trainer.
+    step = TrainStep(model, optimizer, strategy, partial_batches=len(batch["label"]) < towers)
     totals = step.loop(iterator, list(LEARNING_RATES))
     return model, strategy, totals
 

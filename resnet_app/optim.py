@@ -1,0 +1,302 @@
+"""Optimizers built from a config dict, as a TF1 trainer's were.
+
+A config names a class and its arguments, e.g.
+`{"class": "momentum", "learning_rate": 0.1, "momentum": 0.9, "nesterov": False}`.
+`OPTIMIZERS` is the table of classes and their defaults; `check_optimizer_config`
+validates a config against it without building anything, and `create_optimizer`
+builds the optimizer. `set_learning_rate` is how the trainer changes the learning
+rate every step.
+
+Classes:
+  * `momentum`: `Momentum` below, TF1's `MomentumOptimizer` rule. After a learning
+    rate drop it applies the new rate to the whole accumulated velocity at once;
+    Keras `SGD` keeps the velocity it accumulated at the old rate.
+  * `sgd`, `rmsprop`, `adam`, `adamw`: the Keras 3 optimizers.
+  * Every class also takes `clipnorm` (per variable) or `global_clipnorm`.
+
+Weight decay: the model's L2 penalties (`model.losses`, see `model.py`) are summed
+into the loss by the trainer, as in TF1, whatever the optimizer. `adamw`'s decoupled
+decay (`w -= learning_rate * weight_decay * w`, before the Adam step) is separate:
+use one or the other. Keras applies it to every variable the optimizer updates, so
+`create_optimizer` excludes BatchNorm `gamma` and `beta` and every `bias`.
+
+Distribution (tf.distribute):
+  * Create the optimizer and build it inside `strategy.scope()`:
+    `optimizer = create_optimizer(config); optimizer.build(model.trainable_variables)`.
+    Construction makes the iteration and learning-rate variables and records the
+    strategy (built in a scope after construction outside it: "Mixing different
+    tf.distribute.Strategy objects"); left unbuilt, the first `apply_gradients`
+    inside `strategy.run` fails with "You must feed a value for placeholder tensor".
+  * `apply_gradients` in replica context sums the gradients over replicas.
+  * Clipping happens in each replica, before that sum: with `global_clipnorm=1` and
+    two replicas the summed gradient can have norm 2.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+import keras
+from keras import ops
+
+from resnet_app.errors import ConfigError
+
+_CLIPPING = {"clipnorm": None, "global_clipnorm": None}
+
+# Class name -> argument -> default. Pure data: validation needs no TensorFlow.
+OPTIMIZERS: dict[str, dict[str, Any]] = {
+    "momentum": {"learning_rate": 0.1, "momentum": 0.9, "nesterov": False, **_CLIPPING},
+    "sgd": {"learning_rate": 0.1, "momentum": 0.0, "nesterov": False, **_CLIPPING},
+    "rmsprop": {
+        "learning_rate": 0.001,
+        "rho": 0.9,
+        "momentum": 0.0,
+        "epsilon": 1e-7,
+        "centered": False,
+        **_CLIPPING,
+    },
+    "adam": {
+        "learning_rate": 0.001,
+        "beta_1": 0.9,
+        "beta_2": 0.999,
+        "epsilon": 1e-7,
+        "amsgrad": False,
+        **_CLIPPING,
+    },
+    "adamw": {
+        "learning_rate": 0.001,
+        "weight_decay": 0.004,  # Keras's default; per unit of learning rate.
+        "beta_1": 0.9,
+        "beta_2": 0.999,
+        "epsilon": 1e-7,
+        "amsgrad": False,
+        **_CLIPPING,
+    },
+}
+
+# Argument -> (test, what a valid value is). Numbers are ints or floats, never bools.
+_CHECKS = {
+    "learning_rate": (lambda x: x >= 0, "a number >= 0"),
+    "momentum": (lambda x: 0 <= x < 1, "a number in [0, 1)"),
+    "rho": (lambda x: 0 <= x < 1, "a number in [0, 1)"),
+    "beta_1": (lambda x: 0 <= x < 1, "a number in [0, 1)"),
+    "beta_2": (lambda x: 0 <= x < 1, "a number in [0, 1)"),
+    "epsilon": (lambda x: x > 0, "a number > 0"),
+    "weight_decay": (lambda x: x >= 0, "a number >= 0"),
+    "clipnorm": (lambda x: x > 0, "a number > 0 or null"),
+    "global_clipnorm": (lambda x: x > 0, "a number > 0 or null"),
+}
+_FLAGS = ("nesterov", "centered", "amsgrad")
+
+# Matched by Keras against the TensorFlow variable name, which is the whole path
+# ("stage1_unit0_bn1/gamma:0", and ".../gamma/replica_1:0" for a mirrored copy),
+# not the short name. A bare substring would also exclude the kernel of a layer
+# whose name contains "beta", so the pattern is anchored to the last component.
+# Keras joins these strings into one regular expression; a test checks that.
+NO_WEIGHT_DECAY = (r"(?:^|/)(?:gamma|beta|bias)(?:/replica_\d+)?(?::\d+)?$",)
+
+
+@keras.saving.register_keras_serializable(package="resnet_app")
+class Momentum(keras.optimizers.Optimizer):
+    """TF1's `tf.compat.v1.train.MomentumOptimizer` update rule.
+
+    With accumulator `a` (zero at first), gradient `g` and learning rate `lr`:
+
+        a = momentum * a + g
+        w -= lr * a                        (nesterov=False)
+        w -= lr * (g + momentum * a)       (nesterov=True, TF1's use_nesterov)
+
+    Keras `SGD` keeps `v = momentum * v - lr * g` instead: the same steps while the
+    learning rate is constant, but after a change TF1 rescales the whole velocity
+    at once, while `SGD` lets the old velocity decay at the old rate. Gradients are
+    applied densely (as `SGD` does), so `IndexedSlices` decay every row.
+
+    Args:
+      learning_rate: a float (kept in a variable, see `set_learning_rate`), a
+        `LearningRateSchedule` or a callable.
+      momentum: in [0, 1).
+      nesterov: whether to use Nesterov momentum.
+      name: the name scope of the optimizer's variables.
+      **kwargs: base `keras.optimizers.Optimizer` arguments (`clipnorm`, ...).
+    """
+
+    def __init__(
+        self,
+        learning_rate: Any = 0.1,
+        momentum: float = 0.9,
+        nesterov: bool = False,
+        name: str = "momentum",
+        **kwargs: Any,
+    ):
+        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        if not 0 <= momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+        self.momentum = float(momentum)
+        self.nesterov = bool(nesterov)
+
+    def build(self, var_list: list[keras.Variable]) -> None:
+        """Creates one zero "momentum" accumulator per variable."""
+        if self.built:
+            return
+        super().build(var_list)
+        self.accumulators = [
+            self.add_variable_from_reference(variable, "momentum") for variable in var_list
+        ]
+
+    def update_step(self, gradient: Any, variable: keras.Variable, learning_rate: Any) -> None:
+        """Applies one step of TF1's momentum rule to `variable`."""
+        learning_rate = ops.cast(learning_rate, variable.dtype)
+        gradient = ops.cast(gradient, variable.dtype)
+        # Not ops.cast(self.momentum, ...): a Python float goes through float32 first.
+        momentum = ops.convert_to_tensor(self.momentum, variable.dtype)
+        accumulator = self.accumulators[self._get_variable_index(variable)]
+
+        new_accumulator = ops.add(ops.multiply(accumulator, momentum), gradient)
+        self.assign(accumulator, new_accumulator)
+        if self.nesterov:
+            step = ops.add(gradient, ops.multiply(new_accumulator, momentum))
+        else:
+            step = new_accumulator
+        self.assign_sub(variable, ops.multiply(step, learning_rate))
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update({"momentum": self.momentum, "nesterov": self.nesterov})
+        return config
+
+
+_KERAS_CLASSES = {
+    "momentum": Momentum,
+    "sgd": keras.optimizers.SGD,
+    "rmsprop": keras.optimizers.RMSprop,
+    "adam": keras.optimizers.Adam,
+    "adamw": keras.optimizers.AdamW,
+}
+
+
+def check_optimizer_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Validates an optimizer config without building anything.
+
+    Args:
+      config: `{"class": name, arg: value, ...}` with a class from `OPTIMIZERS`
+        and any of its arguments.
+
+    Returns:
+      A new dict with `class` and every argument of the class: missing ones get
+      their default, numbers become floats (Keras rejects an int learning rate).
+
+    Raises:
+      ConfigError: for a missing or unknown class, an unknown argument, or a value
+        of the wrong type or out of range; the message is one line naming the key.
+    """
+    if not isinstance(config, Mapping):
+        raise ConfigError(
+            f"optimizer config must be a mapping like {{'class': 'momentum'}}, got {config!r}"
+        )
+    valid_classes = ", ".join(sorted(OPTIMIZERS))
+    if "class" not in config:
+        raise ConfigError(f"optimizer config needs a 'class', one of: {valid_classes}")
+    name = config["class"]
+    if not isinstance(name, str) or name not in OPTIMIZERS:
+        raise ConfigError(f"unknown optimizer class {name!r}; valid classes: {valid_classes}")
+    defaults = OPTIMIZERS[name]
+    unknown = sorted(str(key) for key in config if key != "class" and key not in defaults)
+    if unknown:
+        raise ConfigError(
+            f"unknown argument(s) {', '.join(unknown)} for optimizer class '{name}'; "
+            f"valid arguments: {', '.join(defaults)}"
+        )
+
+    checked: dict[str, Any] = {"class": name}
+    for key, default in defaults.items():
+        checked[key] = _check_value(name, key, config.get(key, default))
+    if checked["clipnorm"] is not None and checked["global_clipnorm"] is not None:
+        raise ConfigError(
+            f"optimizer '{name}': set clipnorm or global_clipnorm, not both "
+            f"(got {checked['clipnorm']} and {checked['global_clipnorm']})"
+        )
+    return checked
+
+
+def _check_value(name: str, key: str, value: Any) -> Any:
+    """Returns `value` for argument `key` of class `name`, or raises ConfigError."""
+    where = f"optimizer '{name}' argument '{key}'"
+    if key in _FLAGS:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
+        return value
+    if value is None and OPTIMIZERS[name][key] is None:
+        return None
+    test, wanted = _CHECKS[key]
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        hint = ""
+        if isinstance(value, str) and _is_float(value):
+            # PyYAML reads `1e-7` (no dot) as a string; `1.0e-7` is a float.
+            if "e" in value.lower() and "." not in value:
+                hint = f"; YAML reads {value} as text, write {value.lower().replace('e', '.0e')}"
+            else:
+                hint = "; write the number without quotes"
+        raise ConfigError(f"{where} must be {wanted}, got {value!r} ({type(value).__name__}){hint}")
+    value = float(value)
+    if not math.isfinite(value) or not test(value):
+        raise ConfigError(f"{where} must be {wanted}, got {value}")
+    return value
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def create_optimizer(config: Mapping[str, Any]) -> keras.optimizers.Optimizer:
+    """Creates the optimizer a config describes, e.g. `{"class": "adam"}`.
+
+    Call it (and then `optimizer.build(model.trainable_variables)`) inside
+    `strategy.scope()` when training with a `tf.distribute` strategy.
+
+    Args:
+      config: see `check_optimizer_config`.
+
+    Returns:
+      An unbuilt Keras 3 optimizer whose learning rate is a variable, so that
+      `set_learning_rate` can change it between steps.
+
+    Raises:
+      ConfigError: for a bad config, see `check_optimizer_config`.
+    """
+    args = check_optimizer_config(config)
+    name = args.pop("class")
+    optimizer = _KERAS_CLASSES[name](**args)
+    if name == "adamw":
+        optimizer.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY))
+    return optimizer
+
+
+def set_learning_rate(optimizer: keras.optimizers.Optimizer, value: Any) -> None:
+    """Sets the learning rate the next `apply_gradients` uses.
+
+    The rate lives in a variable, so a `tf.function` traced earlier reads the new
+    value; this does not retrace it. Called inside a `tf.function`, pass a tensor
+    rather than a Python float that changes every step.
+
+    Args:
+      optimizer: an optimizer made with a float learning rate, e.g. by
+        `create_optimizer`.
+      value: the new learning rate, a float or a scalar tensor.
+
+    Raises:
+      TypeError: if the optimizer's learning rate is a schedule or a callable.
+    """
+    learning_rate = optimizer.learning_rate
+    if not isinstance(learning_rate, keras.Variable):
+        raise TypeError(
+            f"{type(optimizer).__name__} has learning rate {learning_rate!r}, not a "
+            "variable; create it with a float learning_rate to set the rate per step"
+        )
+    learning_rate.assign(value)

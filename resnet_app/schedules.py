@@ -1,0 +1,611 @@
+"""Learning-rate schedules: pure Python functions of the step, without TensorFlow.
+
+A schedule is any callable `schedule(step, steps_per_epoch) -> float`, where
+`step` counts optimizer updates from 0. The training loop calls it on the host
+before every step and logs the value it used, so the schedules here use only
+`math`: cheap to call, and testable without TensorFlow.
+
+Conventions shared by every schedule here:
+- Epochs become steps as `round(epochs * steps_per_epoch)` (Python's round,
+  half to even), so epoch 30 at 1251 steps per epoch is step 37530.
+- A boundary belongs to the interval it starts: the new value is used from step
+  `b` on (`step >= b`), the old one up to step `b - 1`.
+- A linear warmup of W steps ends at its target and never uses 0 (Goyal et al.
+  2017): `lr = start + (target - start) * (step + 1) / W` for `step < W`, where
+  `target` is the wrapped schedule's value at step W. So step 0 trains at
+  target / W (when `start` is 0), step W - 1 at the target, and from step W on
+  the wrapped schedule takes over, continuously.
+
+`create_schedule` builds a schedule from the `schedule:` section of a config.
+`load_script` loads a user's function from a Python file
+(`--lr_schedule=PATH.py:FUNCTION`); `check_schedule` tries any schedule at a few
+steps before training starts, so that a broken one fails in a second, not after
+an epoch.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import importlib.util
+import math
+import numbers
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from resnet_app.errors import ConfigError
+
+Schedule = Callable[[int, int], float]
+"""`schedule(step, steps_per_epoch) -> learning rate`, `step` counting from 0."""
+
+UNITS = ("steps", "epochs")
+
+# The keys each schedule accepts in a config's `schedule:` section. A script
+# returns the learning rate as is: scaling or warming it up is the script's job.
+_COMMON_KEYS = ("name", "batch_scaling", "warmup_steps", "warmup_epochs")
+_KEYS: dict[str, tuple[str, ...]] = {
+    "constant": _COMMON_KEYS,
+    "piecewise": _COMMON_KEYS + ("boundaries", "unit", "values", "multipliers"),
+    "cosine": _COMMON_KEYS + ("final", "total_steps", "total_epochs"),
+    "exponential": _COMMON_KEYS + ("decay_rate", "decay_steps", "decay_epochs", "staircase"),
+    "script": ("name", "path"),
+}
+# One key of each group is required (the factories reject two of a group).
+_REQUIRED: dict[str, tuple[tuple[str, ...], ...]] = {
+    "piecewise": (("boundaries",), ("values", "multipliers")),
+    "exponential": (("decay_rate",), ("decay_steps", "decay_epochs")),
+    "script": (("path",),),
+}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_number(what: str, value: Any, *, positive: bool = False) -> float:
+    """Returns `value` as a float if it is a finite number >= 0 (> 0 if `positive`).
+
+    `what` names the value in the message, e.g. "schedule key 'final'".
+    """
+    if not _is_number(value) or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ConfigError(f"{what} must be a number {bound}, got {value!r}")
+    return float(value)
+
+
+def _check_positive_int(what: str, value: Any) -> int:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{what} must be a whole number >= 1, got {value!r}")
+    return int(value)
+
+
+def _key(name: str) -> str:
+    return f"schedule key '{name}'"
+
+
+def _check_one_of(names: tuple[str, str], first: Any, second: Any) -> None:
+    """Exactly one of two alternative arguments must be given."""
+    if first is None and second is None:
+        raise ConfigError(f"schedule needs '{names[0]}' or '{names[1]}'; give one of them")
+    if first is not None and second is not None:
+        raise ConfigError(
+            f"schedule keys '{names[0]}' and '{names[1]}' exclude each other; keep one"
+        )
+
+
+def _check_rates(name: str, rates: Any, length: int) -> list[float]:
+    if not isinstance(rates, Sequence) or isinstance(rates, str):
+        raise ConfigError(f"schedule key '{name}' needs a list of numbers, got {rates!r}")
+    if len(rates) != length:
+        raise ConfigError(
+            f"schedule key '{name}' needs {length} entries (one more than 'boundaries'), "
+            f"got {len(rates)}: {list(rates)}"
+        )
+    for rate in rates:
+        if not _is_number(rate) or rate < 0:
+            raise ConfigError(
+                f"schedule key '{name}' needs numbers >= 0, got {rate!r} in {list(rates)}"
+            )
+    return [float(rate) for rate in rates]
+
+
+def _to_steps(epochs: float, steps_per_epoch: int) -> int:
+    """The step count of a (possibly fractional) number of epochs, at least 1."""
+    return max(1, round(epochs * steps_per_epoch))
+
+
+def constant(value: float) -> Schedule:
+    """The same learning rate at every step.
+
+    Args:
+      value: the learning rate, >= 0.
+
+    Returns:
+      The schedule.
+    """
+    value = _check_number("a constant learning rate", value)
+
+    def constant_schedule(step: int, steps_per_epoch: int) -> float:
+        return value
+
+    return constant_schedule
+
+
+def piecewise(
+    boundaries: Sequence[float],
+    *,
+    values: Sequence[float] | None = None,
+    multipliers: Sequence[float] | None = None,
+    base: float | None = None,
+    unit: str = "steps",
+) -> Schedule:
+    """A piecewise-constant schedule: one learning rate between two boundaries.
+
+    With boundaries `[b0, b1]` the rate is the first value for `step < b0`, the
+    second for `b0 <= step < b1` and the third from `b1` on.
+
+    Args:
+      boundaries: strictly increasing, >= 0, in `unit`s. Epochs may be
+        fractional; they are compared as `round(b * steps_per_epoch)` steps.
+      values: absolute learning rates, one more than `boundaries`.
+      multipliers: or, factors of `base`, one more than `boundaries`.
+      base: the learning rate the multipliers multiply; only with `multipliers`.
+      unit: "steps" or "epochs".
+
+    Returns:
+      The schedule.
+
+    Raises:
+      ConfigError: for a bad unit, boundaries that do not increase, lists of
+        the wrong length, negative rates, or not exactly one of `values` and
+        `multipliers`.
+    """
+    if unit not in UNITS:
+        raise ConfigError(f"schedule key 'unit' must be steps or epochs, got {unit!r}")
+    if not isinstance(boundaries, Sequence) or isinstance(boundaries, str):
+        raise ConfigError(
+            f"schedule key 'boundaries' needs a list of {unit}, e.g. [30, 60, 80]; "
+            f"got {boundaries!r}"
+        )
+    bounds = [_check_number(_key("boundaries"), boundary) for boundary in boundaries]
+    if any(current <= previous for previous, current in zip(bounds, bounds[1:])):
+        raise ConfigError(
+            f"schedule key 'boundaries' must be strictly increasing, got {list(boundaries)}"
+        )
+    _check_one_of(("values", "multipliers"), values, multipliers)
+    if multipliers is not None:
+        if base is None:
+            raise ConfigError("piecewise 'multipliers' need the base learning rate they multiply")
+        base = _check_number("the base learning rate", base)
+        rates = [base * m for m in _check_rates("multipliers", multipliers, len(bounds) + 1)]
+    else:
+        if base is not None:
+            raise ConfigError(
+                "piecewise 'values' are absolute learning rates; give 'multipliers' to use a base"
+            )
+        rates = _check_rates("values", values, len(bounds) + 1)
+
+    # bisect_right counts the boundaries b <= step: the index of the interval.
+    if unit == "steps":
+
+        def piecewise_schedule(step: int, steps_per_epoch: int) -> float:
+            return rates[bisect.bisect_right(bounds, step)]
+
+    else:
+
+        def piecewise_schedule(step: int, steps_per_epoch: int) -> float:
+            steps = [round(boundary * steps_per_epoch) for boundary in bounds]
+            return rates[bisect.bisect_right(steps, step)]
+
+    return piecewise_schedule
+
+
+def warmup(
+    schedule: Schedule,
+    *,
+    steps: int | None = None,
+    epochs: float | None = None,
+    start: float = 0.0,
+) -> Schedule:
+    """A linear warmup in front of `schedule`.
+
+    With W warmup steps, step `s < W` trains at
+    `start + (target - start) * (s + 1) / W`, where `target = schedule(W)`:
+    the ramp ends at the target on step W - 1 and never uses `start` itself
+    (Goyal et al. 2017). From step W on, `schedule` decides.
+
+    Args:
+      schedule: the schedule after the warmup.
+      steps: the warmup length in steps, >= 1.
+      epochs: or in epochs (> 0, may be fractional); the warmup then lasts
+        `round(epochs * steps_per_epoch)` steps, at least 1.
+      start: the learning rate the ramp starts from, >= 0.
+
+    Returns:
+      The schedule with the warmup.
+
+    Raises:
+      ConfigError: for a warmup <= 0, both `steps` and `epochs` or neither, or
+        a negative `start`.
+    """
+    _check_one_of(("warmup_steps", "warmup_epochs"), steps, epochs)
+    if steps is not None:
+        steps = _check_positive_int(_key("warmup_steps"), steps)
+    else:
+        epochs = _check_number(_key("warmup_epochs"), epochs, positive=True)
+    start = _check_number("the warmup start", start)
+
+    def warmup_schedule(step: int, steps_per_epoch: int) -> float:
+        length = steps if steps is not None else _to_steps(epochs, steps_per_epoch)
+        if step >= length:
+            return float(schedule(step, steps_per_epoch))
+        target = float(schedule(length, steps_per_epoch))
+        return float(start + (target - start) * (step + 1) / length)
+
+    return warmup_schedule
+
+
+def cosine(
+    base: float,
+    *,
+    total_steps: int | None = None,
+    total_epochs: float | None = None,
+    final: float = 0.0,
+) -> Schedule:
+    """Cosine decay from `base` to `final` (Loshchilov & Hutter 2017, no restarts).
+
+    `lr = final + (base - final) * (1 + cos(pi * min(step, T) / T)) / 2`, so
+    `base` at step 0, and `final` from step T on.
+
+    Args:
+      base: the learning rate at step 0, >= 0.
+      total_steps: T, the decay length in steps, >= 1.
+      total_epochs: or in epochs (> 0); T is then
+        `round(total_epochs * steps_per_epoch)`, at least 1.
+      final: the learning rate at and after step T, >= 0.
+
+    Returns:
+      The schedule.
+
+    Raises:
+      ConfigError: for negative rates, a length <= 0, or not exactly one of
+        `total_steps` and `total_epochs`.
+    """
+    base = _check_number("the base learning rate", base)
+    final = _check_number(_key("final"), final)
+    _check_one_of(("total_steps", "total_epochs"), total_steps, total_epochs)
+    if total_steps is not None:
+        total_steps = _check_positive_int(_key("total_steps"), total_steps)
+    else:
+        total_epochs = _check_number(_key("total_epochs"), total_epochs, positive=True)
+
+    def cosine_schedule(step: int, steps_per_epoch: int) -> float:
+        total = total_steps if total_steps is not None else _to_steps(total_epochs, steps_per_epoch)
+        progress = min(step, total) / total
+        return float(final + 0.5 * (base - final) * (1.0 + math.cos(math.pi * progress)))
+
+    return cosine_schedule
+
+
+def exponential(
+    base: float,
+    *,
+    decay_rate: float,
+    decay_steps: float | None = None,
+    decay_epochs: float | None = None,
+    staircase: bool = False,
+) -> Schedule:
+    """Exponential decay: `base * decay_rate ** (step / D)`.
+
+    Args:
+      base: the learning rate at step 0, >= 0.
+      decay_rate: the factor per period D, > 0 (e.g. 0.97).
+      decay_steps: D in steps, > 0.
+      decay_epochs: or in epochs, > 0; D is then
+        `round(decay_epochs * steps_per_epoch)`, at least 1.
+      staircase: use `floor(step / D)`: the rate drops once per period.
+
+    Returns:
+      The schedule.
+
+    Raises:
+      ConfigError: for a negative base, a decay rate or period <= 0, not exactly
+        one of `decay_steps` and `decay_epochs`, or a non-boolean `staircase`.
+    """
+    base = _check_number("the base learning rate", base)
+    decay_rate = _check_number(_key("decay_rate"), decay_rate, positive=True)
+    _check_one_of(("decay_steps", "decay_epochs"), decay_steps, decay_epochs)
+    if decay_steps is not None:
+        decay_steps = _check_number(_key("decay_steps"), decay_steps, positive=True)
+    else:
+        decay_epochs = _check_number(_key("decay_epochs"), decay_epochs, positive=True)
+    if not isinstance(staircase, bool):
+        raise ConfigError(f"schedule key 'staircase' must be true or false, got {staircase!r}")
+
+    def exponential_schedule(step: int, steps_per_epoch: int) -> float:
+        period = (
+            decay_steps if decay_steps is not None else _to_steps(decay_epochs, steps_per_epoch)
+        )
+        exponent = step // period if staircase else step / period
+        return float(base * decay_rate**exponent)
+
+    return exponential_schedule
+
+
+def scaled(schedule: Schedule, factor: float) -> Schedule:
+    """`schedule` multiplied by `factor` (e.g. the linear scaling rule's B / 256).
+
+    Args:
+      schedule: the schedule to scale.
+      factor: the multiplier, >= 0.
+
+    Returns:
+      The scaled schedule.
+    """
+    factor = _check_number("a schedule scale factor", factor)
+
+    def scaled_schedule(step: int, steps_per_epoch: int) -> float:
+        return factor * float(schedule(step, steps_per_epoch))
+
+    return scaled_schedule
+
+
+def linear_scaling(base_lr: float, global_batch_size: int, reference: int = 256) -> float:
+    """The linear scaling rule (Goyal et al. 2017): the rate grows with the batch.
+
+    Args:
+      base_lr: the learning rate for a batch of `reference` examples.
+      global_batch_size: the batch over all towers and workers.
+      reference: the batch size `base_lr` is meant for.
+
+    Returns:
+      `base_lr * global_batch_size / reference`, e.g. 0.4 for 0.1 at batch 1024.
+    """
+    return base_lr * global_batch_size / reference
+
+
+def create_schedule(
+    spec: Mapping[str, Any] | None,
+    *,
+    base_lr: float,
+    global_batch_size: int,
+    total_steps: int,
+) -> Schedule:
+    """Builds the schedule a config's `schedule:` section describes.
+
+    Keys (a key set to null counts as absent):
+    - `name`: constant (the default), piecewise, cosine, exponential or script.
+    - `batch_scaling`: a reference batch such as 256: every learning rate of the
+      schedule (`base_lr`, piecewise `values`, cosine `final`) is multiplied by
+      `global_batch_size / batch_scaling`. Not for scripts.
+    - `warmup_steps` or `warmup_epochs`: a linear warmup (see `warmup`), from 0
+      to the schedule's (scaled) value at the end of the warmup. Not for scripts.
+    - piecewise: `boundaries`, `unit` (steps, the default, or epochs), and
+      `values` (absolute rates) or `multipliers` (of `base_lr`).
+    - cosine: `final` (default 0); it decays over the run's `total_steps`
+      unless `total_steps` or `total_epochs` is given.
+    - exponential: `decay_rate`, `decay_steps` or `decay_epochs`, `staircase`.
+    - script: `path`, "PATH.py:FUNCTION"; the function's value is used as is.
+
+    He et al. (2015), CIFAR (64k steps at batch 128), and Goyal et al. (2017),
+    ImageNet (90 epochs):
+
+        {"name": "piecewise", "boundaries": [32000, 48000],
+         "multipliers": [1, 0.1, 0.01]}
+        {"name": "piecewise", "boundaries": [30, 60, 80], "unit": "epochs",
+         "multipliers": [1, 0.1, 0.01, 0.001], "warmup_epochs": 5,
+         "batch_scaling": 256}
+
+    Args:
+      spec: the `schedule:` section (None or empty: a constant `base_lr`).
+      base_lr: the optimizer's configured learning rate.
+      global_batch_size: the batch over all towers and workers.
+      total_steps: the length of the run, in steps.
+
+    Returns:
+      The schedule.
+
+    Raises:
+      ConfigError: for an unknown schedule, an unknown or missing key, or an
+        impossible value; the message names the key.
+    """
+    spec = {} if spec is None else spec
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"the schedule section must be a mapping of keys, got {spec!r}")
+    name = spec.get("name")
+    name = "constant" if name is None else name
+    if not isinstance(name, str) or name not in _KEYS:
+        raise ConfigError(f"unknown schedule {name!r}; valid schedules: {', '.join(sorted(_KEYS))}")
+    valid = sorted(_KEYS[name])
+    for key in spec:
+        if key not in valid:
+            raise ConfigError(
+                f"unknown schedule key {key!r} for {name}; valid keys: {', '.join(valid)}"
+            )
+    spec = {key: value for key, value in spec.items() if value is not None}
+    for group in _REQUIRED.get(name, ()):
+        if not any(key in spec for key in group):
+            needed = " or ".join(f"'{key}'" for key in group)
+            raise ConfigError(f"schedule {name} needs key {needed}; valid keys: {', '.join(valid)}")
+    if name == "script":
+        if not isinstance(spec["path"], str):
+            raise ConfigError(f"schedule key 'path' must be PATH.py:FUNCTION, got {spec['path']!r}")
+        return load_script(spec["path"])
+
+    base_lr = _check_number("the optimizer learning rate", base_lr)
+    _check_positive_int("the global batch size", global_batch_size)
+    _check_positive_int("the run's total_steps", total_steps)
+    reference = spec.get("batch_scaling")
+    if reference is not None and (
+        not isinstance(reference, numbers.Integral) or isinstance(reference, bool) or reference < 1
+    ):
+        raise ConfigError(
+            "schedule key 'batch_scaling' must be the batch size the learning rates are meant "
+            f"for, such as 256 (or null for none), got {reference!r}"
+        )
+
+    if name == "constant":
+        schedule = constant(base_lr)
+    elif name == "piecewise":
+        schedule = piecewise(
+            spec["boundaries"],
+            values=spec.get("values"),
+            multipliers=spec.get("multipliers"),
+            base=base_lr if "multipliers" in spec else None,
+            unit=spec.get("unit", "steps"),
+        )
+    elif name == "cosine":
+        total_epochs = spec.get("total_epochs")
+        schedule = cosine(
+            base_lr,
+            total_steps=spec.get("total_steps", total_steps if total_epochs is None else None),
+            total_epochs=total_epochs,
+            final=spec.get("final", 0.0),
+        )
+    else:  # exponential
+        schedule = exponential(
+            base_lr,
+            decay_rate=spec["decay_rate"],
+            decay_steps=spec.get("decay_steps"),
+            decay_epochs=spec.get("decay_epochs"),
+            staircase=spec.get("staircase", False),
+        )
+    # Scaling the whole schedule scales absolute rates (values, final) as well.
+    if reference is not None:
+        schedule = scaled(schedule, linear_scaling(1.0, global_batch_size, reference))
+    if "warmup_steps" in spec or "warmup_epochs" in spec:
+        schedule = warmup(
+            schedule, steps=spec.get("warmup_steps"), epochs=spec.get("warmup_epochs")
+        )
+    return schedule
+
+
+def _one_line(error: BaseException) -> str:
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"
+
+
+def _as_learning_rate(value: Any, step: int, source: str) -> float:
+    """`value` as a Python float, if it is a finite number >= 0."""
+    if value is None or isinstance(value, (str, bytes, bool)):
+        problem = f"returned {value!r}"
+    else:
+        try:
+            rate = float(value)  # Also numpy scalars, 0-d arrays, eager tensors.
+        except (TypeError, ValueError):
+            problem = f"returned a {type(value).__name__}"
+        else:
+            if math.isfinite(rate) and rate >= 0:
+                return rate
+            problem = f"returned {rate!r}"
+    raise ConfigError(f"{source} {problem} at step {step}; it must return a finite number >= 0")
+
+
+def load_script(spec: str) -> Schedule:
+    """Loads a user's schedule function from a Python file.
+
+    The function is called as `function(step, steps_per_epoch)` and its value
+    used as is; the returned schedule converts it to a Python float and raises
+    `ConfigError` if it is not a finite number >= 0.
+
+    Args:
+      spec: "PATH.py:FUNCTION", e.g. "scripts/schedules/one_cycle.py:one_cycle".
+
+    Returns:
+      The schedule.
+
+    Raises:
+      ConfigError: for a spec without ':', a missing file, a file that fails
+        to import, or a FUNCTION it does not define or that is not callable.
+    """
+    path, _, function_name = spec.rpartition(":") if isinstance(spec, str) else ("", "", "")
+    if not path or not function_name:
+        raise ConfigError(
+            f"--lr_schedule={spec} needs PATH.py:FUNCTION, "
+            "e.g. scripts/schedules/one_cycle.py:one_cycle"
+        )
+    if not os.path.isfile(path):
+        raise ConfigError(
+            f"schedule script {path} not found (relative paths start at {os.getcwd()})"
+        )
+    module_name = "_lr_schedule_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
+    module_spec = importlib.util.spec_from_file_location(module_name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise ConfigError(f"schedule script {path} is not a Python file; name it *.py")
+    module = importlib.util.module_from_spec(module_spec)
+    # Registered only while it runs, for code that looks itself up (dataclasses).
+    previous = sys.modules.get(module_name)
+    sys.modules[module_name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except (Exception, SystemExit) as error:  # The user's code: any failure is theirs.
+        raise ConfigError(f"schedule script {path} failed on import: {_one_line(error)}") from error
+    finally:
+        if previous is None:
+            sys.modules.pop(module_name, None)
+        else:
+            sys.modules[module_name] = previous
+
+    if not hasattr(module, function_name):
+        defined = sorted(
+            name
+            for name, value in vars(module).items()
+            if callable(value)
+            and not name.startswith("_")
+            and getattr(value, "__module__", None) == module_name
+        )
+        raise ConfigError(
+            f"schedule script {path} defines no {function_name!r}; "
+            f"callables defined there: {', '.join(defined) or 'none'}"
+        )
+    function = getattr(module, function_name)
+    if not callable(function):
+        raise ConfigError(
+            f"{function_name!r} in schedule script {path} is a {type(function).__name__}, "
+            "not a function of (step, steps_per_epoch)"
+        )
+    source = f"schedule script {spec}"
+
+    @functools.wraps(function)
+    def script_schedule(step: int, steps_per_epoch: int) -> float:
+        return _as_learning_rate(function(step, steps_per_epoch), step, source)
+
+    return script_schedule
+
+
+def check_schedule(schedule: Schedule, steps_per_epoch: int, total_steps: int) -> dict[int, float]:
+    """Tries `schedule` at a few steps, so that a broken one fails before training.
+
+    The steps are 0, 1, the last step of the first epoch and the first of the
+    second, every eighth of the run, and the last step, `total_steps - 1`.
+
+    Args:
+      schedule: the schedule to check.
+      steps_per_epoch: steps in one epoch, >= 1.
+      total_steps: the length of the run, >= 1.
+
+    Returns:
+      The learning rate at each step tried, as Python floats.
+
+    Raises:
+      ConfigError: naming the step, if the schedule raises there or returns
+        something other than a finite number >= 0.
+    """
+    _check_positive_int("steps_per_epoch", steps_per_epoch)
+    _check_positive_int("the run's total_steps", total_steps)
+    last = total_steps - 1
+    steps = {0, 1, steps_per_epoch - 1, steps_per_epoch, last}
+    steps.update(round(last * eighth / 8) for eighth in range(1, 8))
+    source = f"learning-rate schedule {getattr(schedule, '__name__', repr(schedule))}"
+    rates = {}
+    for step in sorted(step for step in steps if step <= last):
+        try:
+            value = schedule(step, steps_per_epoch)
+        except ConfigError:
+            raise
+        except Exception as error:  # Whoever wrote it, say where it broke.
+            raise ConfigError(f"{source} raised at step {step}: {_one_line(error)}") from error
+        rates[step] = _as_learning_rate(value, step, source)
+    return rates
