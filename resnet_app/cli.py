@@ -72,7 +72,7 @@ def reject_positional(argv: Sequence[str]) -> None:
         )
 
 
-def _attribute_help(cls: type) -> dict[str, str]:
+def attribute_help(cls: type) -> dict[str, str]:
     """The "Attributes:" section of a class docstring, as {name: one-line help}."""
     lines = (cls.__doc__ or "").split("Attributes:", 1)[-1].splitlines()
     help_text: dict[str, list[str]] = {}
@@ -99,7 +99,7 @@ def define_config_flags(cls: type, module_name: str | None = None) -> None:
       cls: a dataclass with Google-style "Attributes:" documentation.
       module_name: the module to register the flags under, so --help lists them.
     """
-    help_text = _attribute_help(cls)
+    help_text = attribute_help(cls)
     key_flags = {"module_name": module_name} if module_name else {}
     for field in dataclasses.fields(cls):
         if field.name in flags.FLAGS:

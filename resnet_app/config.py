@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from resnet_app import presets
+from resnet_app import presets, schedules
 from resnet_app.data_config import DataConfig
 from resnet_app.errors import ConfigError
 
@@ -222,13 +222,18 @@ def _one_length(tree: dict[str, Any], given: Any) -> None:
 
 
 def _set(tree: dict[str, Any], path: list[str], value: Any) -> None:
-    section = path[0]
-    if section not in SECTIONS or len(path) != 2:
+    key = ".".join(path)
+    if len(path) != 2:
         raise ConfigError(
-            f"--set {'.'.join(path)}: keys look like section.key with section one of "
+            f"--set {key}: keys look like section.key, e.g. train.batch_size; sections: "
             f"{', '.join(SECTIONS)}"
         )
-    _update(tree, section, {path[1]: value})
+    if path[0] not in SECTIONS:
+        raise ConfigError(
+            f"unknown config section '{path[0]}' in --set {key}; valid sections: "
+            f"{', '.join(SECTIONS)}"
+        )
+    _update(tree, path[0], {path[1]: value})
 
 
 def _typed(section: str, name: str, value: Any, annotation: str) -> Any:
@@ -332,6 +337,15 @@ def from_dict(tree: Mapping[str, Mapping[str, Any]]) -> Config:
         for key in tree[section]:
             if not isinstance(key, str):
                 raise ConfigError(f"{section} key {key!r} must be a name")
+    # The schedule's keys and values are checked now, before TensorFlow loads;
+    # its length and the optimizer are checked when training starts.
+    learning_rate = tree["optimizer"].get("learning_rate", 0.1)
+    schedules.create_schedule(
+        tree["schedule"],
+        base_lr=learning_rate if isinstance(learning_rate, (int, float)) else 0.1,
+        global_batch_size=train.batch_size,
+        total_steps=train.train_steps or 1,
+    )
     return Config(
         model={"name": name, **model_fields},
         data=data,

@@ -153,7 +153,8 @@ def moving_statistics_sync(
 
     def replica_fn():
         context = tf.distribute.get_replica_context()
-        means = context.all_reduce(tf.distribute.ReduceOp.MEAN, [v.value for v in variables])
+        values = [tf.identity(v.value) for v in variables]  # Tensors, not variables.
+        means = context.all_reduce(tf.distribute.ReduceOp.MEAN, values)
         for variable, mean in zip(variables, means):
             variable.assign(mean)
 

@@ -100,6 +100,7 @@ class Progress:
         self.stream = stream or sys.stderr
         self.interactive = getattr(self.stream, "isatty", lambda: False)()
         self._started = time.monotonic()
+        self._drawn = False
 
     def eta(self, step: int) -> float:
         """Seconds left, at the average speed since the start."""
@@ -121,8 +122,11 @@ class Progress:
         if self.interactive:
             self.stream.write("\r\033[K" + self.line(step, status))
             self.stream.flush()
+            self._drawn = True
 
     def finish(self) -> None:
-        if self.interactive:
+        """Ends the bar's line, if one is drawn, so that other output starts afresh."""
+        if self.interactive and self._drawn:
             self.stream.write("\n")
             self.stream.flush()
+            self._drawn = False

@@ -435,7 +435,7 @@ def create_schedule(
             raise ConfigError(f"schedule key 'path' must be PATH.py:FUNCTION, got {spec['path']!r}")
         return load_script(spec["path"])
 
-    base_lr = _check_number("the optimizer learning rate", base_lr)
+    base_lr = _check_number("optimizer.learning_rate", base_lr)
     _check_positive_int("the global batch size", global_batch_size)
     _check_positive_int("the run's total_steps", total_steps)
     reference = spec.get("batch_scaling")

@@ -11,12 +11,14 @@ a mistake is answered at once, in one line. The work is done by
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
 from absl import flags
 
 from resnet_app import cli, config
+from resnet_app.data_config import DataConfig
 
 _CONFIG = flags.DEFINE_string("config", None, "A YAML recipe, e.g. configs/cifar10_resnet20.yaml.")
 _SET = flags.DEFINE_multi_string(
@@ -37,57 +39,47 @@ _LR_SCHEDULE = flags.DEFINE_string(
     "A schedule script, PATH.py:FUNCTION, with FUNCTION(step, "
     "steps_per_epoch) -> learning rate; see scripts/schedules/.",
 )
-# Shortcuts for the most used keys: flag -> (section, key).
+# Flags for the most used config keys; --set reaches every other one.
 SHORTCUTS = {
-    "dataset": (
-        "data",
-        "dataset",
-        flags.DEFINE_string,
-        "shapes, synthetic, folder:PATH or a tfds name.",
-    ),
-    "data_dir": ("data", "data_dir", flags.DEFINE_string, "The tfds data directory."),
-    "model": ("model", "name", flags.DEFINE_string, "A model preset, e.g. resnet20, resnet50."),
-    "batch_size": ("train", "batch_size", flags.DEFINE_integer, "The global batch size."),
-    "epochs": ("train", "epochs", flags.DEFINE_float, "Epochs to train (replaces train_steps)."),
-    "train_steps": (
-        "train",
-        "train_steps",
-        flags.DEFINE_integer,
-        "Steps to train (replaces epochs).",
-    ),
-    "num_towers": (
-        "train",
-        "num_towers",
-        flags.DEFINE_integer,
-        "Towers: GPUs, or logical CPU devices on a CPU-only machine.",
-    ),
-    "eval_every": ("train", "eval_every", flags.DEFINE_integer, "Evaluate every N steps."),
-    "log_every": ("train", "log_every", flags.DEFINE_integer, "Log every N steps."),
-    "steps_per_loop": (
-        "train",
-        "steps_per_loop",
-        flags.DEFINE_integer,
-        "Steps per call of the compiled loop.",
-    ),
-    "seed": (
-        "train",
-        "seed",
-        flags.DEFINE_integer,
-        "Seed of the weights, data order, augmentation.",
-    ),
+    "dataset": "data.dataset",
+    "data_dir": "data.data_dir",
+    "model": "model.name",
+    "batch_size": "train.batch_size",
+    "epochs": "train.epochs",
+    "train_steps": "train.train_steps",
+    "num_towers": "train.num_towers",
+    "eval_every": "train.eval_every",
+    "log_every": "train.log_every",
+    "steps_per_loop": "train.steps_per_loop",
+    "seed": "train.seed",
 }
-for _name, (_section, _key, _define, _help) in SHORTCUTS.items():
-    _define(_name, None, f"{_help} (config key {_section}.{_key})")
+_OWNERS = {"data": DataConfig, "train": config.TrainSettings}
+_DEFINE = {"int": flags.DEFINE_integer, "float": flags.DEFINE_float}
 
+
+def _define_shortcuts() -> None:
+    for name, key in SHORTCUTS.items():
+        section, field = key.split(".")
+        if section == "model":
+            flags.DEFINE_string(name, None, f"A model preset, e.g. resnet20 or resnet50 ({key}).")
+            continue
+        owner = _OWNERS[section]
+        kind = str({f.name: f.type for f in dataclasses.fields(owner)}[field]).split(" |")[0]
+        text = cli.attribute_help(owner).get(field, field)
+        _DEFINE.get(kind, flags.DEFINE_string)(name, None, f"{text} ({key})")
+
+
+_define_shortcuts()
 FLAGS = flags.FLAGS
 
 
 def config_from_flags() -> config.Config:
     """The config the command line describes: defaults, --config, --set, then flags."""
     overrides: dict[str, dict] = {}
-    for name, (section, key, _, _) in SHORTCUTS.items():
+    for name, key in SHORTCUTS.items():
         if FLAGS[name].present:
-            overrides.setdefault(section, {})[key] = FLAGS[name].value
+            section, field = key.split(".")
+            overrides.setdefault(section, {})[field] = FLAGS[name].value
     if _LR_SCHEDULE.value:
         overrides["schedule"] = {"name": "script", "path": _LR_SCHEDULE.value}
     return config.resolve(_CONFIG.value, _SET.value, overrides)

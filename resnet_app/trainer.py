@@ -16,6 +16,7 @@ the schedule (and each other). The override is part of the checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -132,13 +133,66 @@ def _train_dataset(pipeline, strategy, global_batch, start_step):
     return strategy.distribute_datasets_from_function(dataset_fn)
 
 
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """The length of a run and its learning-rate schedule.
+
+    Attributes:
+      steps_per_epoch: whole steps per epoch (what epoch units in schedules use).
+      total_steps: the run's length in steps.
+      schedule: f(step, steps_per_epoch) -> learning rate.
+    """
+
+    steps_per_epoch: int
+    total_steps: int
+    schedule: schedules.Schedule
+
+
+def plan_run(config: Config, examples_per_epoch: int) -> RunPlan:
+    """Works out the run's length and schedule, and tries the schedule.
+
+    Args:
+      config: the resolved config.
+      examples_per_epoch: training examples per epoch.
+
+    Raises:
+      ConfigError: for a bad optimizer config or a schedule that fails.
+    """
+    train = config.train
+    global_batch = train.batch_size
+    steps_per_epoch = max(1, examples_per_epoch // global_batch)
+    total_steps = train.train_steps or math.ceil(train.epochs * examples_per_epoch / global_batch)
+    schedule = schedules.create_schedule(
+        config.schedule,
+        base_lr=optim.check_optimizer_config(config.optimizer)["learning_rate"],
+        global_batch_size=global_batch,
+        total_steps=total_steps,
+    )
+    schedules.check_schedule(schedule, steps_per_epoch, total_steps)
+    return RunPlan(steps_per_epoch, total_steps, schedule)
+
+
 def _record_metrics(sums: dict[str, float], steps: int) -> tuple[float, float]:
     examples = max(sums["examples"], 1.0)
     loss = sums["loss"] / examples + sums["regularization"] / max(steps, 1)
     return loss, sums["correct"] / examples
 
 
-def train_and_evaluate(config: Config, model_dir: str) -> dict[str, Any]:
+@dataclasses.dataclass
+class RunResult:
+    """What `train_and_evaluate` returns.
+
+    Attributes:
+      summary: the final evaluation record plus "train_loss" (the last logged
+        training loss) and "examples_per_sec" (over the whole run).
+      model: the trained model (moving statistics averaged over towers).
+    """
+
+    summary: dict[str, Any]
+    model: keras.Model
+
+
+def train_and_evaluate(config: Config, model_dir: str) -> RunResult:
     """Trains and evaluates `config`, writing everything to `model_dir`.
 
     Args:
@@ -147,13 +201,13 @@ def train_and_evaluate(config: Config, model_dir: str) -> dict[str, Any]:
         checkpoint, training resumes from it.
 
     Returns:
-      The final evaluation record and training summary: "step", "top1",
-      "top5", "loss", "num_examples", "train_loss", "examples_per_sec".
+      The `RunResult`.
 
     Raises:
       ConfigError: for settings that do not fit the data or machine.
     """
     train = config.train
+    optimizer_config = optim.check_optimizer_config(config.optimizer)  # Fails before loading.
     strategy = distribute.create_strategy(train.num_towers)
     _check_batch(config, strategy)
     chief = distribute.is_chief(strategy)
@@ -164,17 +218,9 @@ def train_and_evaluate(config: Config, model_dir: str) -> dict[str, Any]:
     model_fields = _model_config(config, pipeline)
     global_batch = train.batch_size
     examples_per_epoch = pipeline.num_train_examples
-    steps_per_epoch = max(1, examples_per_epoch // global_batch)
-    total_steps = train.train_steps or math.ceil(train.epochs * examples_per_epoch / global_batch)
+    plan = plan_run(config, examples_per_epoch)
+    steps_per_epoch, total_steps, schedule = plan.steps_per_epoch, plan.total_steps, plan.schedule
     eval_every = train.eval_every or steps_per_epoch
-    optimizer_config = optim.check_optimizer_config(config.optimizer)
-    schedule = schedules.create_schedule(
-        config.schedule,
-        base_lr=optimizer_config["learning_rate"],
-        global_batch_size=global_batch,
-        total_steps=total_steps,
-    )
-    schedules.check_schedule(schedule, steps_per_epoch, total_steps)
     if chief:
         write_yaml(config, os.path.join(model_dir, CONFIG_FILE))
 
@@ -227,6 +273,8 @@ def train_and_evaluate(config: Config, model_dir: str) -> dict[str, Any]:
     writer.write({"step": start_step, "event": "start", "total_steps": total_steps})
 
     def run_evaluation(step: int) -> dict[str, Any]:
+        if progress:
+            progress.finish()  # Log lines start on a line of their own.
         sync_statistics()
         result = evaluate.evaluate(model, pipeline, train.eval_batch_size or global_batch, strategy)
         record = {
@@ -272,9 +320,9 @@ def train_and_evaluate(config: Config, model_dir: str) -> dict[str, Any]:
         if step % train.log_every == 0 or step == total_steps:
             loss, accuracy = _record_metrics(interval, interval_steps)
             if not math.isfinite(loss):
-                raise FloatingPointError(
-                    f"the training loss became {loss} by step {step}; lower the learning "
-                    "rate or check the data"
+                raise ConfigError(
+                    f"training diverged: the loss is {loss} at step {step}; lower the "
+                    "learning rate (optimizer.learning_rate) or check the data"
                 )
             record = {
                 "step": step,
@@ -294,8 +342,9 @@ def train_and_evaluate(config: Config, model_dir: str) -> dict[str, Any]:
                 f"loss {loss:.4f} acc {accuracy:.4f} lr {rates[-1]:.4g} "
                 f"{record['examples_per_sec']:.0f} img/s"
             )
-            if progress:
+            if progress and progress.interactive:
                 progress.update(step, status)
+            elif progress:
                 logging.info(
                     "step %d/%d epoch %.2f: %s, ETA %s",
                     step,
@@ -317,8 +366,6 @@ def train_and_evaluate(config: Config, model_dir: str) -> dict[str, Any]:
 
     if last_eval is None:  # Resumed at the end: evaluate what is there.
         last_eval = run_evaluation(step)
-    if progress:
-        progress.finish()
     elapsed = time.monotonic() - run_started
     summary = {
         **last_eval,
@@ -342,4 +389,4 @@ def train_and_evaluate(config: Config, model_dir: str) -> dict[str, Any]:
         last_eval["num_examples"],
         model_dir,
     )
-    return summary
+    return RunResult(summary=summary, model=model)

@@ -435,8 +435,8 @@ def test_create_schedule_rejects(spec, message):
 @pytest.mark.parametrize(
     "arguments, message",
     [
-        (dict(base_lr=-0.1), "the optimizer learning rate must be a number >= 0, got -0.1"),
-        (dict(base_lr=float("nan")), "the optimizer learning rate must be a number >= 0"),
+        (dict(base_lr=-0.1), "optimizer.learning_rate must be a number >= 0, got -0.1"),
+        (dict(base_lr=float("nan")), "optimizer.learning_rate must be a number >= 0"),
         (dict(global_batch_size=0), "the global batch size must be a whole number >= 1"),
         (dict(total_steps=0), "the run's total_steps must be a whole number >= 1"),
     ],

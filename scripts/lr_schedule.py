@@ -1,0 +1,121 @@
+"""Dry run of a config's learning-rate schedule: print it, and optionally save or plot it.
+
+    python scripts/lr_schedule.py --config=configs/imagenet_resnet50.yaml
+    python scripts/lr_schedule.py --config=configs/cifar10_resnet20.yaml --csv=lr.csv --plot=lr.png
+    python scripts/lr_schedule.py --lr_schedule=scripts/schedules/one_cycle.py:one_cycle \\
+        --dataset=cifar10 --epochs=35
+
+Nothing is trained and no data is read: the epoch length comes from the
+dataset's known size (or --examples_per_epoch). The schedule is the same
+function the trainer calls, so what is printed is what a run would use,
+before any live override (model_dir/lr_override). It takes every flag of
+`python -m resnet_app.train`.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import flags, logging  # noqa: E402
+
+from resnet_app import cli, train  # noqa: E402
+from resnet_app.errors import ConfigError  # noqa: E402
+
+# Training split sizes of the datasets people schedule most often.
+KNOWN_SIZES = {
+    "shapes": 50_000,
+    "synthetic": 50_000,
+    "cifar10": 50_000,
+    "cifar100": 50_000,
+    "mnist": 60_000,
+    "fashion_mnist": 60_000,
+    "imagenet2012": 1_281_167,
+    "imagenette": 9_469,
+}
+
+_EXAMPLES = flags.DEFINE_integer(
+    "examples_per_epoch",
+    None,
+    "Training examples per epoch (default: the dataset's known size, less any "
+    "validation_split, or data.train_examples).",
+)
+_CSV = flags.DEFINE_string("csv", None, "Write every step's learning rate to this CSV file.")
+_PLOT = flags.DEFINE_string("plot", None, "Draw the schedule into this PNG (needs matplotlib).")
+_ROWS = flags.DEFINE_integer("rows", 24, "Rows in the printed table.")
+
+
+def examples_per_epoch(resolved) -> int:
+    if _EXAMPLES.value:
+        return _EXAMPLES.value
+    name = resolved.data.dataset.split(":", 1)[0]
+    size = KNOWN_SIZES.get(name)
+    if size is None:
+        raise ConfigError(
+            f"the size of {resolved.data.dataset} is not known here; pass --examples_per_epoch=N"
+        )
+    if resolved.data.train_examples:
+        size = min(size, resolved.data.train_examples)
+    return size - resolved.data.validation_split
+
+
+def table_steps(total_steps: int, rows: int) -> list[int]:
+    """Evenly spread steps, first and last included."""
+    if total_steps <= rows:
+        return list(range(total_steps))
+    return sorted({round(i * (total_steps - 1) / (rows - 1)) for i in range(rows)})
+
+
+def main(argv: list[str]) -> None:
+    cli.reject_positional(argv)
+    resolved = train.config_from_flags()
+    examples = examples_per_epoch(resolved)
+    from resnet_app import trainer  # After the flags are known to be good.
+
+    plan = trainer.plan_run(resolved, examples)
+    rates = [plan.schedule(step, plan.steps_per_epoch) for step in range(plan.total_steps)]
+    lines = [
+        f"{resolved.model_name} on {resolved.data.dataset}: {plan.total_steps} steps, "
+        f"{plan.steps_per_epoch} per epoch ({examples} examples, global batch "
+        f"{resolved.train.batch_size}); schedule {resolved.schedule}",
+        f"{'step':>9} {'epoch':>8} {'learning rate':>14}",
+    ]
+    for step in table_steps(plan.total_steps, _ROWS.value):
+        lines.append(f"{step:>9} {step / plan.steps_per_epoch:>8.2f} {rates[step]:>14.6g}")
+    lines.append(f"peak {max(rates):.6g} at step {rates.index(max(rates))}; last {rates[-1]:.6g}")
+    sys.stdout.write("\n".join(lines) + "\n")
+    if _CSV.value:
+        with open(_CSV.value, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["step", "epoch", "learning_rate"])
+            for step, rate in enumerate(rates):
+                writer.writerow([step, step / plan.steps_per_epoch, rate])
+        logging.info("Wrote %s", _CSV.value)
+    if _PLOT.value:
+        plot(rates, plan.steps_per_epoch, _PLOT.value, resolved.schedule.get("name", ""))
+
+
+def plot(rates: list[float], steps_per_epoch: int, path: str, title: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ConfigError("--plot needs matplotlib: pip install -r requirements-plot.txt") from None
+    figure, axes = plt.subplots(figsize=(7, 3.5))
+    axes.plot([step / steps_per_epoch for step in range(len(rates))], rates)
+    axes.set_xlabel("epoch")
+    axes.set_ylabel("learning rate")
+    axes.set_title(f"{title} schedule, {len(rates)} steps")
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    logging.info("Wrote %s", path)
+
+
+if __name__ == "__main__":
+    cli.run(main)

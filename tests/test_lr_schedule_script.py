@@ -1,0 +1,57 @@
+"""`scripts/lr_schedule.py`: the dry run prints and saves the schedule a config would use."""
+
+import csv
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def lr_schedule(*args):
+    return subprocess.run(
+        [sys.executable, os.path.join(REPO, "scripts", "lr_schedule.py"), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+
+
+def test_cifar_recipe_to_csv_and_png(tmp_path):
+    out, picture = tmp_path / "lr.csv", tmp_path / "lr.png"
+    result = lr_schedule(
+        "--config=configs/cifar10_resnet20.yaml", f"--csv={out}", f"--plot={picture}"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "64000 steps, 390 per epoch" in result.stdout
+    with open(out) as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 64_000
+    # He et al.: 0.1, /10 at 32k and at 48k iterations.
+    for step, expected in [(0, 0.1), (31_999, 0.1), (32_000, 0.01), (48_000, 0.001)]:
+        assert abs(float(rows[step]["learning_rate"]) - expected) < 1e-12
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_script_schedule_and_unknown_size(tmp_path):
+    result = lr_schedule(
+        "--lr_schedule=scripts/schedules/step_decay.py:step_decay",
+        "--dataset=cifar10",
+        "--epochs=90",
+        "--batch_size=500",
+        "--rows=4",
+    )
+    assert result.returncode == 0, result.stderr
+    # 100 steps per epoch; 0.1 divided by 10 every 30 epochs; rows at 0, 3000, 5999, 8999.
+    table = [line.split() for line in result.stdout.splitlines()[2:6]]
+    assert [(int(s), float(lr)) for s, _, lr in table] == [
+        (0, 0.1),
+        (3000, 0.01),
+        (5999, 0.01),
+        (8999, 0.001),
+    ]
+    result = lr_schedule("--dataset=folder:/somewhere", "--epochs=1")
+    assert result.returncode == 2
+    assert "pass --examples_per_epoch=N" in result.stderr and "Traceback" not in result.stderr

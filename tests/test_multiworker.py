@@ -1,0 +1,84 @@
+"""Two workers on 127.0.0.1 (MultiWorkerMirroredStrategy) end with identical weights."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+WORKER = """
+import sys
+import numpy as np
+from resnet_app import config, trainer
+
+model_dir, data_dir, out = sys.argv[1:4]
+resolved = config.resolve(
+    sets=[
+        "model.name=tiny",
+        f"data.data_dir={data_dir}",
+        "data.train_examples=64",
+        "data.eval_examples=21",
+        "train.batch_size=16",
+        "train.train_steps=4",
+        "train.log_every=2",
+    ]
+)
+result = trainer.train_and_evaluate(resolved, model_dir)
+np.savez(out, *result.model.get_weights(), examples=result.summary["num_examples"])
+"""
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_two_workers_end_with_identical_weights(tmp_path):
+    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
+    processes = []
+    for index in range(2):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        env = {
+            **os.environ,
+            "TF_CONFIG": json.dumps(tf_config),
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "PYTHONPATH": REPO,
+        }
+        processes.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    WORKER,
+                    str(tmp_path / "run"),
+                    str(tmp_path / "data"),
+                    str(tmp_path / f"weights{index}.npz"),
+                ],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    for process in processes:
+        output, _ = process.communicate(timeout=300)
+        assert process.returncode == 0, output[-3000:]
+    chief, other = (np.load(tmp_path / f"weights{i}.npz") for i in range(2))
+    assert len(chief.files) > 2
+    for name in chief.files:
+        np.testing.assert_array_equal(chief[name], other[name], err_msg=name)
+    # Both workers evaluated all 21 examples together, each counted once.
+    assert int(chief["examples"]) == 21
+    # Only the chief wrote the run's files.
+    records = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert sum('"top1"' in line for line in records) == 1
+    assert sorted(p.name for p in (tmp_path / "run").glob("ckpt-4.index")) == ["ckpt-4.index"]

@@ -1,0 +1,196 @@
+"""The trainer end to end: the CLI's files, the learning rate it logs and obeys, errors."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+from resnet_app import config, trainer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A few steps of the tiny test network on a few hundred `shapes` images.
+SMALL = [
+    "--model=tiny",
+    "--batch_size=16",
+    "--set=data.train_examples=64",
+    "--set=data.eval_examples=37",
+]
+
+
+def train_cli(*args, cwd=REPO, env=None, timeout=300):
+    return subprocess.run(
+        [sys.executable, "-m", "resnet_app.train", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": REPO, **(env or {})},
+    )
+
+
+def read_records(model_dir):
+    with open(os.path.join(model_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def small_config(tmp_path, *sets, **train):
+    return config.resolve(
+        sets=[
+            "model.name=tiny",
+            f"data.data_dir={tmp_path / 'data'}",
+            "data.train_examples=64",
+            "data.eval_examples=37",
+            "train.batch_size=16",
+            *sets,
+        ],
+        overrides={"train": train},
+    )
+
+
+def test_cli_writes_metrics_events_and_config(tmp_path):
+    model_dir = tmp_path / "run"
+    result = train_cli(
+        *SMALL,
+        f"--data_dir={tmp_path / 'data'}",
+        "--train_steps=6",
+        "--log_every=2",
+        "--eval_every=4",
+        f"--model_dir={model_dir}",
+    )
+    assert result.returncode == 0, result.stderr
+    records = read_records(model_dir)
+    train_records = [r for r in records if "accuracy" in r]
+    eval_records = [r for r in records if "top1" in r]
+    assert [r["step"] for r in train_records] == [2, 4, 6]
+    for record in train_records:
+        assert set(record) == {
+            "step",
+            "epoch",
+            "loss",
+            "accuracy",
+            "learning_rate",
+            "examples_per_sec",
+        }
+        assert record["epoch"] == pytest.approx(record["step"] * 16 / 64)
+        assert np.isfinite(record["loss"]) and 0 <= record["accuracy"] <= 1
+    # Evaluated at step 4 and at the end, each time on all 37 examples.
+    assert [(r["step"], r["num_examples"], r["split"]) for r in eval_records] == [
+        (4, 37, "test"),
+        (6, 37, "test"),
+    ]
+    for kind in ("train", "eval"):
+        events = os.listdir(model_dir / kind)
+        assert any(name.startswith("events.out.tfevents") for name in events), kind
+    with open(model_dir / "config.yaml") as f:
+        written = config.from_dict(yaml.safe_load(f))
+    assert written.model_name == "tiny" and written.train.train_steps == 6
+    assert "Done: 6 steps" in result.stderr
+
+
+def test_logged_learning_rate_follows_the_schedule_and_the_override(tmp_path):
+    # 0.1 for 3 steps, then 0.02 (hand-computed from the spec).
+    sets = [
+        "schedule.name=piecewise",
+        "schedule.boundaries=[3]",
+        "schedule.values=[0.1, 0.02]",
+        "schedule.multipliers=null",  # The default's; values replace them.
+        "train.log_every=1",
+        "train.eval_every=100",
+    ]
+    model_dir = tmp_path / "run"
+    os.makedirs(model_dir)
+    resolved = small_config(tmp_path, *sets, train_steps=6)
+    (model_dir / "lr_override").write_text("x0.5\n")  # Read after step 1.
+    trainer.train_and_evaluate(resolved, str(model_dir))
+    records = read_records(model_dir)
+    rates = [r["learning_rate"] for r in records if "accuracy" in r]
+    # Step 1 used 0.1; from step 2 on, half the schedule.
+    np.testing.assert_allclose(rates, [0.1, 0.05, 0.05, 0.01, 0.01, 0.01], rtol=1e-6)
+    events = [r for r in records if r.get("event") == "lr_override"]
+    assert len(events) == 1 and events[0]["step"] == 1
+    assert not (model_dir / "lr_override").exists()
+    assert (model_dir / "lr_override.applied").read_text().strip() == "x0.5"
+
+    # A fixed value replaces the schedule; the resumed run keeps the state.
+    (model_dir / "lr_override").write_text("0.003")
+    resolved = small_config(tmp_path, *sets, train_steps=8)
+    trainer.train_and_evaluate(resolved, str(model_dir))
+    rates = [r["learning_rate"] for r in read_records(model_dir) if "accuracy" in r][6:]
+    np.testing.assert_allclose(rates, [0.01, 0.003], rtol=1e-6)
+    resolved = small_config(tmp_path, *sets, train_steps=9)
+    trainer.train_and_evaluate(resolved, str(model_dir))
+    rates = [r["learning_rate"] for r in read_records(model_dir) if "accuracy" in r][8:]
+    np.testing.assert_allclose(rates, [0.003], rtol=1e-6)
+
+
+def test_schedule_script(tmp_path):
+    script = tmp_path / "my_schedule.py"
+    script.write_text("def lr(step, steps_per_epoch):\n    return 0.01 * (step + 1)\n")
+    result = train_cli(
+        *SMALL,
+        f"--data_dir={tmp_path / 'data'}",
+        "--train_steps=3",
+        "--log_every=1",
+        f"--lr_schedule={script}:lr",
+        f"--model_dir={tmp_path / 'run'}",
+    )
+    assert result.returncode == 0, result.stderr
+    rates = [r["learning_rate"] for r in read_records(tmp_path / "run") if "accuracy" in r]
+    np.testing.assert_allclose(rates, [0.01, 0.02, 0.03], rtol=1e-6)
+
+
+def error_line(result):
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--batch_sise=3"], "Unknown command line flag 'batch_sise'"),
+        (["--batch_size=x"], "batch_size"),
+        (["--config=configs/nope.yaml"], "configs/nope.yaml not found"),
+        (["--set=train.bach_size=3"], "unknown train key.*bach_size.*valid keys"),
+        (["--set=optimizer.learning_rate=-0.1"], "learning_rate"),
+        (["--train_steps=0"], "train.train_steps=0; use 1 or more"),
+        (["--model=resnet21"], "unknown model 'resnet21'"),
+        (["--dataset=folder:/no/such/dir"], "/no/such/dir"),
+        (["--set=optimizer.class=adagrad"], "adagrad.*momentum"),
+        (["--set=optimizer.momentun=0.5"], "momentun"),
+        (["--lr_schedule=nothere.py:f"], "nothere.py"),
+        (["--batch_size=16", "--num_towers=3"], None),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path, args, message):
+    if message is None:
+        # 16 examples do not split over 3 towers.
+        message = "batch_size=16 is not divisible by the 3 towers"
+    length = [] if any(a.startswith("--train_steps") for a in args) else ["--train_steps=1"]
+    result = train_cli(*args, *length, f"--model_dir={tmp_path / 'run'}")
+    assert re.search(message, error_line(result))
+
+
+def test_two_towers_train_like_one(tmp_path):
+    """With synchronized BatchNorm, the trainer on 2 towers follows the 1-tower run."""
+    weights = []
+    for towers in (1, 2):
+        resolved = small_config(
+            tmp_path, "model.bn_synchronized=true", "train.eval_every=100", train_steps=3
+        )
+        resolved = config.from_dict(
+            {**resolved.to_dict(), "train": {**resolved.to_dict()["train"], "num_towers": towers}}
+        )
+        result = trainer.train_and_evaluate(resolved, str(tmp_path / f"run{towers}"))
+        weights.append(result.model.get_weights())
+    # Three steps through the whole trainer; one step is compared to 1e-5 in
+    # test_step.py. Per-tower BatchNorm would differ by about 1e-2.
+    for one, two in zip(*weights):
+        np.testing.assert_allclose(two, one, rtol=1e-3, atol=2e-5)
