@@ -163,6 +163,7 @@ def error_line(result):
         (["--train_steps=0"], "train.train_steps=0; use 1 or more"),
         (["--model=resnet21"], "unknown model 'resnet21'"),
         (["--dataset=folder:/no/such/dir"], "/no/such/dir"),
+        (["--dataset=cifar11"], "cifar11"),
         (["--set=optimizer.class=adagrad"], "adagrad.*momentum"),
         (["--set=optimizer.momentun=0.5"], "momentun"),
         (["--lr_schedule=nothere.py:f"], "nothere.py"),
