@@ -168,7 +168,12 @@ def plan_run(config: Config, examples_per_epoch: int) -> RunPlan:
         global_batch_size=global_batch,
         total_steps=total_steps,
     )
-    schedules.check_schedule(schedule, steps_per_epoch, total_steps)
+    rates = schedules.check_schedule(schedule, steps_per_epoch, total_steps)
+    if not any(rates.values()):
+        raise ConfigError(
+            f"the learning rate is 0 at every step tried over the {total_steps} steps (is a "
+            "warmup longer than the run?); lengthen the run or shorten schedule.warmup_*"
+        )
     return RunPlan(steps_per_epoch, total_steps, schedule)
 
 

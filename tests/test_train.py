@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from resnet_app import config, trainer
+from resnet_app.errors import ConfigError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A few steps of the tiny test network on a few hundred `shapes` images.
@@ -195,3 +196,11 @@ def test_two_towers_train_like_one(tmp_path):
     # test_step.py. Per-tower BatchNorm would differ by about 1e-2.
     for one, two in zip(*weights):
         np.testing.assert_allclose(two, one, rtol=1e-3, atol=2e-5)
+
+
+def test_a_schedule_that_never_trains_is_refused(tmp_path):
+    resolved = small_config(
+        tmp_path, "schedule.name=cosine", "schedule.warmup_steps=10", train_steps=5
+    )
+    with pytest.raises(ConfigError, match="learning rate is 0 at every step"):
+        trainer.plan_run(resolved, 64)
