@@ -1,36 +1,17 @@
 """`scripts/show_batch.py`, run as a user would: the picture, and one-line errors."""
 
-import os
-import subprocess
-import sys
 import time
 
 import pytest
 import tensorflow as tf
 
 from resnet_app import sources
+from tests.commands import error_line, run_command
 from tests.tfds_mock import closed_port
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def show_batch(*args, env=None):
-    return subprocess.run(
-        [sys.executable, os.path.join(REPO, "scripts", "show_batch.py"), *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **(env or {})},
-    )
-
-
-def error_line(result):
-    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert result.returncode == 2, result.stderr
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    return lines[0]
+    return run_command("scripts/show_batch.py", *args, env=env)
 
 
 def test_writes_a_grid_of_training_images(tmp_path):

@@ -6,30 +6,19 @@ it takes about 7 minutes. A linear classifier on the pixels reaches about 10%
 """
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.commands import run_command
 
 
 @pytest.mark.slow
 def test_quickstart_recipe_reaches_90_percent(tmp_path):
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "resnet_app.train",
-            "--config=configs/shapes_resnet20.yaml",
-            f"--model_dir={tmp_path / 'run'}",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
+    result = run_command(
+        "resnet_app.train",
+        "--config=configs/shapes_resnet20.yaml",
+        f"--model_dir={tmp_path / 'run'}",
         timeout=1800,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     with open(tmp_path / "run" / "metrics.jsonl") as f:

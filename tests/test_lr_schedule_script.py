@@ -1,22 +1,12 @@
 """`scripts/lr_schedule.py`: the dry run prints and saves the schedule a config would use."""
 
 import csv
-import os
-import subprocess
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.commands import run_command
 
 
 def lr_schedule(*args):
-    return subprocess.run(
-        [sys.executable, os.path.join(REPO, "scripts", "lr_schedule.py"), *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
+    return run_command("scripts/lr_schedule.py", *args)
 
 
 def test_cifar_recipe_to_csv_and_png(tmp_path):

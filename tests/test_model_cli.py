@@ -1,26 +1,16 @@
 """The `python -m resnet_app.model` summary CLI, run as a user would."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from resnet_app import presets
+from tests.commands import run_command
 from tests.reference import closed_form_macs, closed_form_params
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_cli(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "resnet_app.model", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_command("resnet_app.model", *args)
 
 
 def test_json_summary_of_resnet20():

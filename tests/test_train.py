@@ -3,8 +3,6 @@
 import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,8 +10,8 @@ import yaml
 
 from resnet_app import config, trainer
 from resnet_app.errors import ConfigError
+from tests.commands import error_line, run_command
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A few steps of the tiny test network on a few hundred `shapes` images.
 SMALL = [
     "--model=tiny",
@@ -23,15 +21,8 @@ SMALL = [
 ]
 
 
-def train_cli(*args, cwd=REPO, env=None, timeout=300):
-    return subprocess.run(
-        [sys.executable, "-m", "resnet_app.train", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": REPO, **(env or {})},
-    )
+def train_cli(*args, env=None):
+    return run_command("resnet_app.train", *args, env=env)
 
 
 def read_records(model_dir):
@@ -143,14 +134,6 @@ def test_schedule_script(tmp_path):
     assert result.returncode == 0, result.stderr
     rates = [r["learning_rate"] for r in read_records(tmp_path / "run") if "accuracy" in r]
     np.testing.assert_allclose(rates, [0.01, 0.02, 0.03], rtol=1e-6)
-
-
-def error_line(result):
-    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert result.returncode == 2, result.stderr
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.stderr
-    return lines[0]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,36 @@
+"""Running the app's commands as a user would, and reading their one-line errors."""
+
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_command(command, *args, env=None, timeout=300):
+    """Runs `python -m MODULE` or `python scripts/X.py` from the repository root.
+
+    Args:
+      command: a module ("resnet_app.train") or a path ending in .py.
+      *args: its arguments.
+      env: extra environment variables.
+      timeout: seconds before the test fails.
+    """
+    target = [os.path.join(REPO, command)] if command.endswith(".py") else ["-m", command]
+    return subprocess.run(
+        [sys.executable, *target, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": REPO, **(env or {})},
+    )
+
+
+def error_line(result):
+    """The one `error: ...` line of a failed command; asserts exit 2 and no traceback."""
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
