@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -32,6 +33,17 @@ from resnet_app.errors import ConfigError
 SECTIONS = ("model", "data", "optimizer", "schedule", "train")
 # Sections whose keys depend on a kind: a new kind starts from an empty section.
 KIND_KEYS = {"optimizer": "class", "schedule": "name"}
+# Keys that replace each other: setting one drops the other.
+ALTERNATIVES = {
+    "train": [("epochs", "train_steps")],
+    "schedule": [
+        ("values", "multipliers"),
+        ("warmup_steps", "warmup_epochs"),
+        ("decay_steps", "decay_epochs"),
+        ("total_steps", "total_epochs"),
+    ],
+    "optimizer": [("clipnorm", "global_clipnorm")],
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +96,8 @@ class TrainSettings:
             f"(got epochs={self.epochs}, train_steps={self.train_steps})",
         )
         _require(
-            self.epochs is None or self.epochs > 0, f"train.epochs={self.epochs}; use more than 0"
+            self.epochs is None or 0 < self.epochs < math.inf,
+            f"train.epochs={self.epochs}; use a number more than 0",
         )
         _require(
             0 <= self.label_smoothing < 1,
@@ -98,8 +111,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "optimizer": {"class": "momentum", "learning_rate": 0.1, "momentum": 0.9, "nesterov": False},
     "schedule": {
         "name": "piecewise",
-        "boundaries": [32_000, 48_000],
-        "unit": "steps",
+        "boundaries": [32_000, 48_000],  # steps
         "multipliers": [1.0, 0.1, 0.01],
     },
     "train": {},
@@ -194,46 +206,56 @@ def parse_set(assignment: str) -> tuple[list[str], Any]:
     return key.strip().split("."), value
 
 
-def _merge(base: dict[str, Any], update: Mapping[str, Any], where: str) -> None:
-    for section, values in update.items():
+def _merge(tree: dict[str, Any], layer: Mapping[str, Any], where: str) -> None:
+    """Applies one layer of settings (a file, the --sets, the flags) to `tree`.
+
+    Within a layer the order of keys does not matter. A new optimizer class or
+    schedule name starts its section afresh (their keys differ), then the
+    layer's keys apply. Giving one of two alternative keys (epochs or
+    train_steps, values or multipliers, ...) drops the other one set before.
+    """
+    for section, values in layer.items():
         if section not in SECTIONS:
             raise ConfigError(
                 f"unknown config section '{section}'{where}; valid sections: {', '.join(SECTIONS)}"
             )
         if not isinstance(values, Mapping):
             raise ConfigError(f"config section '{section}'{where} must be a mapping of keys")
-        _update(base, section, values)
+        kind = KIND_KEYS.get(section)
+        if kind in values and values[kind] != tree[section].get(kind):
+            tree[section] = {}
+        for pair in ALTERNATIVES.get(section, ()):
+            given = [key for key in pair if values.get(key) is not None]
+            if len(given) == 1:
+                other = pair[1 - pair.index(given[0])]
+                # TrainSettings has a default for train_steps: clear it explicitly.
+                if section == "train":
+                    tree[section][other] = None
+                else:
+                    tree[section].pop(other, None)
+        tree[section].update(values)
 
 
-def _update(tree: dict[str, Any], section: str, values: Mapping[str, Any]) -> None:
-    kind = KIND_KEYS.get(section)
-    if kind in values and values[kind] != tree[section].get(kind):
-        tree[section] = {}
-    tree[section].update(values)
-
-
-def _one_length(tree: dict[str, Any], given: Any) -> None:
-    """Setting one of train.epochs and train.train_steps clears the other."""
-    if not isinstance(given, Mapping):
-        return
-    chosen = [key for key in ("epochs", "train_steps") if given.get(key) is not None]
-    if len(chosen) == 1:
-        tree["train"]["train_steps" if chosen[0] == "epochs" else "epochs"] = None
-
-
-def _set(tree: dict[str, Any], path: list[str], value: Any) -> None:
-    key = ".".join(path)
-    if len(path) != 2:
-        raise ConfigError(
-            f"--set {key}: keys look like section.key, e.g. train.batch_size; sections: "
-            f"{', '.join(SECTIONS)}"
-        )
-    if path[0] not in SECTIONS:
-        raise ConfigError(
-            f"unknown config section '{path[0]}' in --set {key}; valid sections: "
-            f"{', '.join(SECTIONS)}"
-        )
-    _update(tree, path[0], {path[1]: value})
+def _set_layer(sets: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The --set assignments as one layer {section: {key: value}}; later ones win."""
+    layer: dict[str, dict[str, Any]] = {}
+    for assignment in sets:
+        path, value = parse_set(assignment)
+        key = ".".join(path)
+        if len(path) != 2:
+            raise ConfigError(
+                f"--set {key}: keys look like section.key, e.g. train.batch_size; sections: "
+                f"{', '.join(SECTIONS)}"
+            )
+        if path[0] not in SECTIONS:
+            raise ConfigError(
+                f"unknown config section '{path[0]}' in --set {key}; valid sections: "
+                f"{', '.join(SECTIONS)}"
+            )
+        section = layer.setdefault(path[0], {})
+        section.pop(path[1], None)  # Keep the order of the last assignment.
+        section[path[1]] = value
+    return layer
 
 
 def _typed(section: str, name: str, value: Any, annotation: str) -> Any:
@@ -246,9 +268,18 @@ def _typed(section: str, name: str, value: Any, annotation: str) -> Any:
     kind = annotation.split("|")[0].strip()
     bad = ConfigError(f"{section}.{name}={value!r}: expected {kind.split('[')[0]}")
     if kind.startswith("tuple"):
+        item = kind[len("tuple[") :].split(",")[0].strip()
         if not isinstance(value, (list, tuple)):
             raise bad
-        return tuple(value)
+        numbers = all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in value
+        )
+        if item in ("int", "float") and not numbers:
+            raise ConfigError(f"{section}.{name}={value!r}: expected a list of numbers")
+        if item == "int" and not all(float(v).is_integer() for v in value):
+            raise ConfigError(f"{section}.{name}={value!r}: expected a list of integers")
+        return tuple(int(v) if item == "int" else float(v) for v in value)
     if kind == "bool":
         if not isinstance(value, bool):
             raise bad
@@ -262,6 +293,8 @@ def _typed(section: str, name: str, value: Any, annotation: str) -> Any:
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad
+        if not math.isfinite(value):
+            raise ConfigError(f"{section}.{name}={value}: expected a finite number")
         return float(value)
     if kind == "str":
         if not isinstance(value, str):
@@ -293,7 +326,7 @@ def resolve(
       config_file: a YAML recipe, or None.
       sets: `section.key=value` strings.
       overrides: {section: {key: value}} from dedicated flags (--batch_size...),
-        applied last. Setting train.epochs clears train.train_steps and vice versa.
+        applied last. See `_merge` for how a layer replaces what came before.
 
     Returns:
       The validated `Config`.
@@ -303,18 +336,9 @@ def resolve(
     """
     tree = copy.deepcopy(DEFAULTS)
     if config_file:
-        recipe = read_yaml(config_file)
-        _merge(tree, recipe, f" in {config_file}")
-        _one_length(tree, recipe.get("train"))
-    for assignment in sets:
-        path, value = parse_set(assignment)
-        _set(tree, path, value)
-        if path[0] == "train":
-            _one_length(tree, {path[1]: value})
-    for section, values in (overrides or {}).items():
-        _update(tree, section, values)
-        if section == "train":
-            _one_length(tree, values)
+        _merge(tree, read_yaml(config_file), f" in {config_file}")
+    _merge(tree, _set_layer(sets), " in --set")
+    _merge(tree, overrides or {}, "")
     return from_dict(tree)
 
 

@@ -45,7 +45,7 @@ UNITS = ("steps", "epochs")
 
 # The keys each schedule accepts in a config's `schedule:` section. A script
 # returns the learning rate as is: scaling or warming it up is the script's job.
-_COMMON_KEYS = ("name", "batch_scaling", "warmup_steps", "warmup_epochs")
+_COMMON_KEYS = ("name", "batch_scaling", "warmup_steps", "warmup_epochs", "warmup_start")
 _KEYS: dict[str, tuple[str, ...]] = {
     "constant": _COMMON_KEYS,
     "piecewise": _COMMON_KEYS + ("boundaries", "unit", "values", "multipliers"),
@@ -214,8 +214,9 @@ def warmup(
 
     With W warmup steps, step `s < W` trains at
     `start + (target - start) * (s + 1) / W`, where `target = schedule(W)`:
-    the ramp ends at the target on step W - 1 and never uses `start` itself
-    (Goyal et al. 2017). From step W on, `schedule` decides.
+    the ramp ends at the target on step W - 1 and never uses `start` itself.
+    From step W on, `schedule` decides. Goyal et al. 2017 start from the
+    one-GPU rate (0.1) and reach 0.1 x B/256 after 5 epochs.
 
     Args:
       schedule: the schedule after the warmup.
@@ -381,8 +382,9 @@ def create_schedule(
     - `batch_scaling`: a reference batch such as 256: every learning rate of the
       schedule (`base_lr`, piecewise `values`, cosine `final`) is multiplied by
       `global_batch_size / batch_scaling`. Not for scripts.
-    - `warmup_steps` or `warmup_epochs`: a linear warmup (see `warmup`), from 0
-      to the schedule's (scaled) value at the end of the warmup. Not for scripts.
+    - `warmup_steps` or `warmup_epochs`: a linear warmup (see `warmup`), from
+      `warmup_start` (default 0, not scaled) to the schedule's (scaled) value
+      at the end of the warmup. Not for scripts.
     - piecewise: `boundaries`, `unit` (steps, the default, or epochs), and
       `values` (absolute rates) or `multipliers` (of `base_lr`).
     - cosine: `final` (default 0); it decays over the run's `total_steps`
@@ -478,8 +480,13 @@ def create_schedule(
         schedule = scaled(schedule, linear_scaling(1.0, global_batch_size, reference))
     if "warmup_steps" in spec or "warmup_epochs" in spec:
         schedule = warmup(
-            schedule, steps=spec.get("warmup_steps"), epochs=spec.get("warmup_epochs")
+            schedule,
+            steps=spec.get("warmup_steps"),
+            epochs=spec.get("warmup_epochs"),
+            start=spec.get("warmup_start", 0.0),
         )
+    elif "warmup_start" in spec:
+        raise ConfigError("schedule key 'warmup_start' needs warmup_steps or warmup_epochs")
     return schedule
 
 

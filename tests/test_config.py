@@ -74,8 +74,12 @@ def test_imagenet_recipe_is_goyal_et_al():
     )
     peak = 0.1 * batch / 256
     warmup = 5 * steps_per_epoch
+    # Goyal et al.: linear from 0.1 to 0.1 x B/256 over 5 epochs.
+    assert schedule(0, steps_per_epoch) == pytest.approx(0.1 + (peak - 0.1) / warmup)
     assert schedule(warmup - 1, steps_per_epoch) == pytest.approx(peak)
-    assert schedule(warmup // 2 - 1, steps_per_epoch) == pytest.approx(peak / 2, rel=1e-3)
+    assert schedule(warmup // 2 - 1, steps_per_epoch) == pytest.approx(
+        0.1 + (peak - 0.1) * (warmup // 2) / warmup
+    )
     assert schedule(30 * steps_per_epoch - 1, steps_per_epoch) == pytest.approx(peak)
     assert schedule(30 * steps_per_epoch, steps_per_epoch) == pytest.approx(peak / 10)
     assert schedule(80 * steps_per_epoch, steps_per_epoch) == pytest.approx(peak / 1000)
@@ -129,7 +133,10 @@ def test_written_config_reads_back_the_same(tmp_path):
         (["train.batchsize=3"], "unknown train key.*batchsize.*valid keys:.*batch_size"),
         (["train.batch_size=many"], r"train.batch_size='many': expected int"),
         (["train.train_steps=0"], r"train.train_steps=0; use 1 or more"),
-        (["train.epochs=-1"], r"train.epochs=-1.0; use more than 0"),
+        (["train.epochs=-1"], r"train.epochs=-1.0; use a number more than 0"),
+        (["train.epochs=.inf"], r"train.epochs=inf: expected a finite number"),
+        (["data.area_range=[a, b]"], r"data.area_range=\['a', 'b'\]: expected a list of numbers"),
+        (["model.units=[1.5, 2]"], "expected a list of integers"),
         (["model.name=resnet21"], "unknown model 'resnet21'; valid models:.*resnet20"),
         (["model.widht=3"], "unknown model key.*widht"),
         (["model.bn_momentum=2"], "bn_momentum"),
@@ -166,3 +173,18 @@ def test_bad_files(tmp_path):
     both.write_text("train:\n  epochs: 1\n  train_steps: 5\n")
     with pytest.raises(ConfigError, match="exactly one of train.epochs and train.train_steps"):
         config.resolve(str(both))
+
+
+def test_alternatives_replace_each_other_and_order_within_a_layer_is_free(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("schedule:\n  name: piecewise\n  boundaries: [100]\n  values: [0.2, 0.02]\n")
+    resolved = config.resolve(str(recipe))
+    # The default's multipliers gave way to the recipe's values.
+    assert resolved.schedule == {"name": "piecewise", "boundaries": [100], "values": [0.2, 0.02]}
+    resolved = config.resolve(sets=["optimizer.learning_rate=0.05", "optimizer.class=sgd"])
+    assert resolved.optimizer == {"class": "sgd", "learning_rate": 0.05}
+    resolved = config.resolve(
+        str(recipe), sets=["schedule.multipliers=[1, 0.5]"], overrides={"train": {"epochs": 2}}
+    )
+    assert "values" not in resolved.schedule and resolved.schedule["multipliers"] == [1, 0.5]
+    assert resolved.train.epochs == 2 and resolved.train.train_steps is None

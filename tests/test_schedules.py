@@ -315,7 +315,8 @@ def test_script_from_a_spec(tmp_path):
 
 PIECEWISE = {"name": "piecewise", "boundaries": [10, 20], "multipliers": [1, 0.1, 0.01]}
 PIECEWISE_KEYS = (
-    "batch_scaling, boundaries, multipliers, name, unit, values, warmup_epochs, warmup_steps"
+    "batch_scaling, boundaries, multipliers, name, unit, values, warmup_epochs, "
+    "warmup_start, warmup_steps"
 )
 
 
@@ -340,7 +341,7 @@ PIECEWISE_KEYS = (
         (
             {"name": "constant", "final": 0.0},
             "unknown schedule key 'final' for constant; valid keys: "
-            "batch_scaling, name, warmup_epochs, warmup_steps",
+            "batch_scaling, name, warmup_epochs, warmup_start, warmup_steps",
         ),
         (
             {"name": "piecewise", "multipliers": [1]},
