@@ -58,8 +58,11 @@ class TrainSettings:
       eval_every: evaluate every this many steps (default: once per epoch),
         and always at the end.
       log_every: log training metrics every this many steps.
-      steps_per_loop: steps run per call of the compiled loop (default:
-        log_every); the learning rate is still set for every step.
+      steps_per_loop: steps run per call of the compiled loop (default and
+        at most: log_every; a call also stops at evaluation and checkpoint
+        steps); the learning rate is still set for every step.
+      checkpoint_every: save a checkpoint every this many steps (default: at
+        every evaluation); also saved at every evaluation and at the end.
       num_towers: towers (GPUs, or logical CPU devices on a CPU-only machine);
         default all GPUs, or one CPU.
       seed: seeds the weights, the data order and the augmentation.
@@ -73,6 +76,7 @@ class TrainSettings:
     eval_every: int | None = None
     log_every: int = 100
     steps_per_loop: int | None = None
+    checkpoint_every: int | None = None
     num_towers: int | None = None
     seed: int = 0
     label_smoothing: float = 0.0
@@ -85,6 +89,7 @@ class TrainSettings:
             "train_steps",
             "eval_every",
             "steps_per_loop",
+            "checkpoint_every",
             "num_towers",
             "eval_batch_size",
         ):

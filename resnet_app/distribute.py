@@ -129,6 +129,63 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in spec
 
 
+def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+
+
+def broadcast_from_chief(strategy: tf.distribute.Strategy, values: list[float]) -> list[float]:
+    """The chief's `values` on every worker; the identity within one machine.
+
+    For host-side state that only the chief reads (the live LR override):
+    every worker must feed the same learning rate, or their weights drift apart.
+    Call it on every worker at the same point of the loop.
+    """
+    if not is_multi_worker(strategy):
+        return values
+    return _broadcast_function(strategy)(tf.constant(values, tf.float64)).tolist()
+
+
+def gather_from_workers(strategy: tf.distribute.Strategy, value: float) -> list[float]:
+    """`value` from every replica, in replica order (one machine: just `value`)."""
+    if not is_multi_worker(strategy):
+        return [value]
+    return _gather_function(strategy)(tf.constant([value], tf.float64)).tolist()
+
+
+_FUNCTIONS: dict = {}
+
+
+def _cached(strategy: tf.distribute.Strategy, kind: str, replica_fn):
+    key = (id(strategy), kind)
+    if key not in _FUNCTIONS:
+
+        @tf.function
+        def run(tensor):
+            result = strategy.run(replica_fn, args=(tensor,))
+            return strategy.experimental_local_results(result)[0]
+
+        _FUNCTIONS[key] = (strategy, lambda tensor: run(tensor).numpy())
+    return _FUNCTIONS[key][1]
+
+
+def _broadcast_function(strategy: tf.distribute.Strategy):
+    def replica_fn(tensor):
+        context = tf.distribute.get_replica_context()
+        # Made here, on the replica's device: a tensor from outside has none to reduce to.
+        tensor = tf.identity(tensor)
+        mine = tf.where(context.replica_id_in_sync_group == 0, tensor, tf.zeros_like(tensor))
+        return context.all_reduce(tf.distribute.ReduceOp.SUM, mine)
+
+    return _cached(strategy, "broadcast", replica_fn)
+
+
+def _gather_function(strategy: tf.distribute.Strategy):
+    def replica_fn(tensor):
+        return tf.distribute.get_replica_context().all_gather(tf.identity(tensor), axis=0)
+
+    return _cached(strategy, "gather", replica_fn)
+
+
 def moving_statistics_sync(
     model: tf.keras.Model, strategy: tf.distribute.Strategy
 ) -> Callable[[], None]:

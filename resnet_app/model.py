@@ -160,17 +160,20 @@ class ResidualUnit(keras.layers.Layer):
         else:
             kernels, widths = (1, 3, 1), (width, width, out_channels)
             strides = (stride, 1, 1) if config.stride_in_1x1 else (1, stride, 1)
-        self.convs = [
+        # Sublayers are attributes (conv1, bn1, ...), not lists: TensorFlow
+        # checkpoints follow attributes only, so layers held in a list would
+        # be missing from every checkpoint.
+        convs = [
             make.conv(filters, kernel, conv_stride, f"{name}_conv{index}")
             for index, (filters, kernel, conv_stride) in enumerate(
                 zip(widths, kernels, strides), start=1
             )
         ]
-        last = len(self.convs)
+        last = len(convs)
         self.preact_norm = None
         if v1:
             # Post-activation: a BN after every conv.
-            self.norms = [
+            norms = [
                 make.batch_norm(
                     f"{name}_bn{index}",
                     zero_gamma=config.zero_init_residual and index == last,
@@ -183,7 +186,12 @@ class ResidualUnit(keras.layers.Layer):
             # stem output) is already normalized and activated.
             if not first_in_network:
                 self.preact_norm = make.batch_norm(f"{name}_bn0")
-            self.norms = [make.batch_norm(f"{name}_bn{index}") for index in range(1, last)]
+            norms = [make.batch_norm(f"{name}_bn{index}") for index in range(1, last)]
+        for index, conv in enumerate(convs, start=1):
+            setattr(self, f"conv{index}", conv)
+        for index, norm in enumerate(norms, start=1):
+            setattr(self, f"bn{index}", norm)
+        self.num_convs, self.num_norms = len(convs), len(norms)
         # Whether the shortcut takes the activated input (v2 "both_preact").
         self.shortcut_preactivated = not v1 and (
             first_in_network or (first_in_stage and config.activate_before_residual)
@@ -204,6 +212,16 @@ class ResidualUnit(keras.layers.Layer):
                 self.pad = ZeroPadShortcut(
                     stride, out_channels - in_channels, name=f"{name}_shortcut_pad"
                 )
+
+    @property
+    def convs(self) -> list[keras.layers.Layer]:
+        """The branch's convolutions, in order."""
+        return [getattr(self, f"conv{index}") for index in range(1, self.num_convs + 1)]
+
+    @property
+    def norms(self) -> list[keras.layers.Layer]:
+        """The branch's BatchNorms after (v1) or before (v2) its convolutions."""
+        return [getattr(self, f"bn{index}") for index in range(1, self.num_norms + 1)]
 
     def build(self, input_shape: Shape) -> None:
         shape = input_shape
@@ -284,26 +302,30 @@ class ResNet(keras.Model):
             else None
         )
 
-        self.stages = []
+        # Units are attributes named stage2_unit0, ... (checkpoints follow
+        # attributes, not lists); `stage_names` keeps the table's order.
+        stage_names = []
         in_channels = config.stem_filters
         for stage, (units, width, stride) in enumerate(
             zip(config.units, config.widths, config.strides), start=1
         ):
-            stage_units = []
+            names = []
             for unit in range(units):
-                stage_units.append(
-                    ResidualUnit(
-                        config,
-                        in_channels=in_channels,
-                        width=width,
-                        stride=stride if unit == 0 else 1,
-                        first_in_network=stage == 1 and unit == 0,
-                        first_in_stage=unit == 0,
-                        name=f"stage{stage}_unit{unit}",
-                    )
+                name = f"stage{stage}_unit{unit}"
+                layer = ResidualUnit(
+                    config,
+                    in_channels=in_channels,
+                    width=width,
+                    stride=stride if unit == 0 else 1,
+                    first_in_network=stage == 1 and unit == 0,
+                    first_in_stage=unit == 0,
+                    name=name,
                 )
+                setattr(self, name, layer)
+                names.append(name)
                 in_channels = width * config.expansion
-            self.stages.append(stage_units)
+            stage_names.append(tuple(names))
+        self.stage_names = tuple(stage_names)
 
         self.final_bn = make.batch_norm("final_bn") if config.version == "v2" else None
         self.pool = keras.layers.GlobalAveragePooling2D(name="pool")
@@ -314,6 +336,11 @@ class ResNet(keras.Model):
             dtype="float32",
             name="logits",
         )
+
+    @property
+    def stages(self) -> list[list[ResidualUnit]]:
+        """The residual units, stage by stage."""
+        return [[getattr(self, name) for name in names] for names in self.stage_names]
 
     def get_config(self) -> dict[str, Any]:
         return {"name": self.name, "config": dataclasses.asdict(self.config)}

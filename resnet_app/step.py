@@ -103,8 +103,8 @@ class TrainStep:
         """The model's L2 penalties (computed from the weights when read)."""
         return tf.add_n([tf.cast(x, tf.float32) for x in self.model.losses] or [tf.constant(0.0)])
 
-    def replica_step(self, batch: dict) -> dict[str, tf.Tensor]:
-        """One tower's part of a step: gradients applied, metric sums returned."""
+    def replica_step(self, batch: dict) -> tf.Tensor:
+        """One tower's part of a step: gradients applied, its METRICS sums returned."""
         context = tf.distribute.get_replica_context()
         replicas = context.num_replicas_in_sync
         variables = self.model.trainable_variables
@@ -136,22 +136,18 @@ class TrainStep:
         else:
             gradients, loss_sum, correct, regularization = forward_backward()
         self.optimizer.apply_gradients(zip(gradients, variables))
-        return {
-            "examples": tf.reduce_sum(batch["mask"]),
-            "loss": loss_sum,
-            "correct": correct,
-            # Identical on every replica; divided back after the SUM reduction.
-            "regularization": regularization / replicas,
-        }
+        # In METRICS order, reduced as one vector. The regularization is the
+        # same on every replica: its share here sums back to one copy.
+        return tf.stack(
+            [tf.reduce_sum(batch["mask"]), loss_sum, correct, regularization / replicas]
+        )
 
     def _loop_fn(self, iterator, learning_rates: tf.Tensor) -> tf.Tensor:
         totals = tf.zeros([len(METRICS)])
         for i in tf.range(tf.shape(learning_rates)[0]):
             optim.set_learning_rate(self.optimizer, learning_rates[i])
             sums = self.strategy.run(self.replica_step, args=(next(iterator),))
-            totals += tf.stack(
-                [self.strategy.reduce(SUM, sums[name], axis=None) for name in METRICS]
-            )
+            totals += self.strategy.reduce(SUM, sums, axis=None)
         return totals
 
     def loop(self, iterator, learning_rates) -> dict[str, float]:

@@ -11,6 +11,7 @@ import functools
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from resnet_app import model as model_lib
 from resnet_app import presets
@@ -394,3 +395,32 @@ def test_logits_stay_float32_under_a_mixed_precision_policy():
     assert logits.dtype == "float32"
     # bf16 keeps 8 bits of mantissa: the same network to about 1%.
     np.testing.assert_allclose(logits, reference_logits, rtol=0.02, atol=0.02)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(units=(2, 1), widths=(4, 8), strides=(1, 2)),  # v1, pad shortcut
+        dict(
+            units=(1, 2),
+            widths=(4, 8),
+            strides=(1, 2),
+            block="bottleneck",
+            version="v2",
+            shortcut="projection",
+        ),
+        dict(units=(1, 1), widths=(4, 8), strides=(1, 2), shortcut="projection"),  # v1 + BN
+    ],
+)
+def test_checkpoint_holds_every_variable(tmp_path, overrides):
+    """TF checkpoints follow attributes, not lists: every variable must be reachable."""
+    model = model_lib.create_model("tiny", **overrides)
+    model.build((None, 8, 8, 3))
+    path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
+    saved = [name for name, _ in tf.train.list_variables(path) if name.startswith("model/")]
+    assert len(saved) == len(model.variables)
+    fresh = model_lib.create_model("tiny", **overrides)
+    fresh.build((None, 8, 8, 3))
+    tf.train.Checkpoint(model=fresh).restore(path).assert_consumed()
+    for expected, restored in zip(model.variables, fresh.variables):
+        np.testing.assert_array_equal(restored.numpy(), expected.numpy())

@@ -8,11 +8,15 @@ import sys
 
 import numpy as np
 
+from resnet_app import config, trainer
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 WORKER = """
 import sys
 import numpy as np
+
+from resnet_app import config, trainer
 from resnet_app import config, trainer
 
 model_dir, data_dir, out = sys.argv[1:4]
@@ -25,6 +29,7 @@ resolved = config.resolve(
         "train.batch_size=16",
         "train.train_steps=4",
         "train.log_every=2",
+        "model.bn_synchronized=true",
     ]
 )
 result = trainer.train_and_evaluate(resolved, model_dir)
@@ -43,6 +48,9 @@ def _free_ports(count):
 
 
 def test_two_workers_end_with_identical_weights(tmp_path):
+    os.makedirs(tmp_path / "run")
+    # Read by the chief at step 2; every worker must follow it.
+    (tmp_path / "run" / "lr_override").write_text("x0.5")
     workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
     processes = []
     for index in range(2):
@@ -79,6 +87,27 @@ def test_two_workers_end_with_identical_weights(tmp_path):
     # Both workers evaluated all 21 examples together, each counted once.
     assert int(chief["examples"]) == 21
     # Only the chief wrote the run's files.
-    records = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-    assert sum('"top1"' in line for line in records) == 1
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert sum("top1" in r for r in records) == 1
+    assert [r["learning_rate"] for r in records if "accuracy" in r] == [0.1, 0.05]
+
+    # The same run in one process on 2 towers: the workers' update is the
+    # towers' update (synchronized BatchNorm makes them comparable).
+    resolved = config.resolve(
+        sets=[
+            "model.name=tiny",
+            f"data.data_dir={tmp_path / 'data'}",
+            "data.train_examples=64",
+            "data.eval_examples=21",
+            "train.batch_size=16",
+            "train.log_every=2",
+            "model.bn_synchronized=true",
+        ],
+        overrides={"train": {"train_steps": 4, "num_towers": 2}},
+    )
+    os.makedirs(tmp_path / "one")
+    (tmp_path / "one" / "lr_override").write_text("x0.5")
+    reference = trainer.train_and_evaluate(resolved, str(tmp_path / "one")).model.get_weights()
+    for index, expected in enumerate(reference):
+        np.testing.assert_allclose(chief[f"arr_{index}"], expected, rtol=1e-3, atol=2e-5)
     assert sorted(p.name for p in (tmp_path / "run").glob("ckpt-4.index")) == ["ckpt-4.index"]

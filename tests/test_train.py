@@ -187,3 +187,24 @@ def test_a_schedule_that_never_trains_is_refused(tmp_path):
     )
     with pytest.raises(ConfigError, match="learning rate is 0 at every step"):
         trainer.plan_run(resolved, 64)
+
+
+def test_resumed_run_equals_an_uninterrupted_one(tmp_path):
+    """3 steps, a restart, 3 more: the same weights as 6 steps in one go."""
+    # A schedule in steps, so that the 3-step run feeds the same rates.
+    sets = ["train.log_every=1", "train.eval_every=100", "schedule.boundaries=[4]"]
+    sets += ["schedule.multipliers=[1, 0.3]"]
+    whole = trainer.train_and_evaluate(
+        small_config(tmp_path, *sets, train_steps=6), str(tmp_path / "whole")
+    ).model.get_weights()
+    # Stopped after 3 steps, with the checkpoint of step 3 on disk, then rerun.
+    trainer.train_and_evaluate(
+        small_config(tmp_path, *sets, train_steps=3), str(tmp_path / "resumed")
+    )
+    resumed = trainer.train_and_evaluate(
+        small_config(tmp_path, *sets, train_steps=6), str(tmp_path / "resumed")
+    ).model.get_weights()
+    for expected, actual in zip(whole, resumed):
+        np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-8)
+    records = read_records(tmp_path / "resumed")
+    assert [r["step"] for r in records if "accuracy" in r] == [1, 2, 3, 4, 5, 6]

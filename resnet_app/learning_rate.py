@@ -1,0 +1,92 @@
+"""The learning rate a run feeds its optimizer: the schedule, plus live control.
+
+The trainer asks `LearningRate.rates(start, stop)` for the rate of every step
+of the next compiled call and assigns each to the optimizer's learning-rate
+variable before its step: the TF2 form of feeding a placeholder every step.
+
+Live control, as the TF1 placeholder allowed: write a number (`0.01`) or a
+multiplier (`x0.1`) into `model_dir/lr_override`. The trainer reads it at the
+next log interval (`apply_override`) and renames it `lr_override.applied`. A
+number fixes the rate, replacing the schedule; a multiplier scales whatever is
+in force (the schedule, or the fixed rate), and multipliers compound. The
+state is two variables, saved in every checkpoint, so a resumed run keeps it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import tensorflow as tf
+from absl import logging
+
+from resnet_app import schedules
+
+OVERRIDE_FILE = "lr_override"
+
+
+class LearningRate:
+    """The schedule and the override state; create it in `strategy.scope()`.
+
+    Args:
+      schedule: f(step, steps_per_epoch) -> learning rate.
+      steps_per_epoch: passed to the schedule.
+    """
+
+    def __init__(self, schedule: schedules.Schedule, steps_per_epoch: int):
+        self.schedule = schedule
+        self.steps_per_epoch = steps_per_epoch
+        # NaN: no fixed rate, follow the schedule. Either way, times `scale`.
+        self.value = tf.Variable(math.nan, dtype=tf.float64, trainable=False, name="lr_value")
+        self.scale = tf.Variable(1.0, dtype=tf.float64, trainable=False, name="lr_scale")
+
+    def state(self) -> tuple[float, float]:
+        """(fixed value or NaN, scale)."""
+        return float(self.value.numpy()), float(self.scale.numpy())
+
+    def set_state(self, value: float, scale: float) -> None:
+        self.value.assign(value)
+        self.scale.assign(scale)
+
+    def rates(self, start: int, stop: int) -> list[float]:
+        """The learning rate of each step in [start, stop)."""
+        value, scale = self.state()
+        if not math.isnan(value):
+            return [value * scale] * (stop - start)
+        return [self.schedule(s, self.steps_per_epoch) * scale for s in range(start, stop)]
+
+    def apply_override(self, model_dir: str) -> str | None:
+        """Reads and consumes `model_dir/lr_override`.
+
+        Returns:
+          What was applied, for the log; None when there is no file, or an
+          empty one (perhaps still being written: it is read next time).
+        """
+        path = os.path.join(model_dir, OVERRIDE_FILE)
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            text = f.read().strip()
+        if not text:
+            return None
+        os.replace(path, path + ".applied")
+        value, scale = self.state()
+        try:
+            if text.lower().startswith("x"):
+                factor = float(text[1:])
+                if not (factor > 0 and math.isfinite(factor)):
+                    raise ValueError(text)
+                self.set_state(value, scale * factor)
+                return f"multiplier {factor:g} (now x{scale * factor:g})"
+            fixed = float(text)
+            if not (fixed >= 0 and math.isfinite(fixed)):
+                raise ValueError(text)
+            self.set_state(fixed, 1.0)
+            return f"fixed rate {fixed:g}"
+        except ValueError:
+            logging.error(
+                "Ignored %s: %r is neither a learning rate (0.01) nor a multiplier (x0.1)",
+                path,
+                text,
+            )
+            return None
