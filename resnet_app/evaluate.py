@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -55,6 +56,46 @@ def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
     return math.ceil(global_batch_size / num_replicas)
 
 
+# Compiled evaluation steps, per model: a trainer evaluating every epoch traces once.
+_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _step_function(model: tf.keras.Model, strategy: tf.distribute.Strategy, top_k: int):
+    key = (id(strategy), top_k)
+    steps = _STEPS.setdefault(model, {})
+    if key in steps:
+        return steps[key][1]
+
+    model_ref = weakref.ref(model)  # A strong one here would keep the model alive.
+
+    def replica_step(batch):
+        logits = tf.cast(model_ref()(batch["image"], training=False), tf.float32)
+        labels, mask = batch["label"], batch["mask"]
+        predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        correct = tf.cast(tf.equal(predictions, labels), tf.float32)
+        in_top_k = tf.cast(tf.math.in_top_k(labels, logits, top_k), tf.float32)
+        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+        sums = {
+            "examples": tf.reduce_sum(mask),
+            "correct": tf.reduce_sum(mask * correct),
+            "correct_top_k": tf.reduce_sum(mask * in_top_k),
+            "loss": tf.reduce_sum(mask * loss),
+        }
+        return sums, (batch["id"], labels, predictions, mask)
+
+    @tf.function
+    def step(batch):
+        sums, per_example = strategy.run(replica_step, args=(batch,))
+        sums = {
+            k: strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for k, v in sums.items()
+        }
+        return sums, per_example
+
+    # The strategy is kept alive with its function, so its id cannot be reused.
+    steps[key] = (strategy, step)
+    return step
+
+
 def evaluate(
     model: tf.keras.Model,
     pipeline: InputPipeline,
@@ -94,29 +135,7 @@ def evaluate(
 
     dataset = strategy.distribute_datasets_from_function(dataset_fn)
     top_k = min(5, pipeline.num_classes)
-
-    def replica_step(batch):
-        logits = tf.cast(model(batch["image"], training=False), tf.float32)
-        labels, mask = batch["label"], batch["mask"]
-        predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
-        correct = tf.cast(tf.equal(predictions, labels), tf.float32)
-        in_top_k = tf.cast(tf.math.in_top_k(labels, logits, top_k), tf.float32)
-        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
-        sums = {
-            "examples": tf.reduce_sum(mask),
-            "correct": tf.reduce_sum(mask * correct),
-            "correct_top_k": tf.reduce_sum(mask * in_top_k),
-            "loss": tf.reduce_sum(mask * loss),
-        }
-        return sums, (batch["id"], labels, predictions, mask)
-
-    @tf.function
-    def step(batch):
-        sums, per_example = strategy.run(replica_step, args=(batch,))
-        sums = {
-            k: strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for k, v in sums.items()
-        }
-        return sums, per_example
+    step = _step_function(model, strategy, top_k)
 
     # Sums in float64 on the host: float32 counts stop being exact past 2**24.
     totals = dict.fromkeys(("examples", "correct", "correct_top_k", "loss"), 0.0)

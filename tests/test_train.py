@@ -114,10 +114,12 @@ def test_logged_learning_rate_follows_the_schedule_and_the_override(tmp_path):
     trainer.train_and_evaluate(resolved, str(model_dir))
     rates = [r["learning_rate"] for r in read_records(model_dir) if "accuracy" in r][6:]
     np.testing.assert_allclose(rates, [0.01, 0.003], rtol=1e-6)
-    resolved = small_config(tmp_path, *sets, train_steps=9)
+    # Resumed, the fixed rate holds; a multiplier then scales it.
+    (model_dir / "lr_override").write_text("x0.5")
+    resolved = small_config(tmp_path, *sets, train_steps=10)
     trainer.train_and_evaluate(resolved, str(model_dir))
     rates = [r["learning_rate"] for r in read_records(model_dir) if "accuracy" in r][8:]
-    np.testing.assert_allclose(rates, [0.003], rtol=1e-6)
+    np.testing.assert_allclose(rates, [0.003, 0.0015], rtol=1e-6)
 
 
 def test_schedule_script(tmp_path):
@@ -208,3 +210,12 @@ def test_resumed_run_equals_an_uninterrupted_one(tmp_path):
         np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-8)
     records = read_records(tmp_path / "resumed")
     assert [r["step"] for r in records if "accuracy" in r] == [1, 2, 3, 4, 5, 6]
+
+
+def test_resuming_another_model_is_a_one_line_error(tmp_path):
+    trainer.train_and_evaluate(
+        small_config(tmp_path, "train.eval_every=100", train_steps=1), str(tmp_path / "run")
+    )
+    wider = small_config(tmp_path, "train.eval_every=100", "model.widths=[8]", train_steps=2)
+    with pytest.raises(ConfigError, match="cannot resume from .*ckpt-1.*use a new --model_dir"):
+        trainer.train_and_evaluate(wider, str(tmp_path / "run"))
