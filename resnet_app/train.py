@@ -4,8 +4,9 @@
     python -m resnet_app.train --config=configs/cifar10_resnet56.yaml --num_towers=2
     python -m resnet_app.train --config=configs/shapes_resnet20.yaml --set optimizer.momentum=0.8
 
-Flags are parsed and the config is checked before TensorFlow is imported, so
-a mistake is answered at once, in one line. The work is done by
+Flags are parsed and the config (all but the optimizer's arguments) is
+checked before TensorFlow is imported, so most mistakes are answered at once;
+every one gets one line and exit status 2. The work is done by
 `trainer.train_and_evaluate(config, model_dir)`, which tests call directly.
 """
 
