@@ -81,7 +81,7 @@ class TrainStep:
         )
         self._loop = tf.function(self._loop_fn, reduce_retracing=True)
 
-    def _losses(self, batch: dict, global_count: tf.Tensor):
+    def _losses(self, batch: dict):
         logits = tf.cast(self.model(batch["image"], training=True), tf.float32)
         labels, mask = batch["label"], batch["mask"]
         if self.label_smoothing:
@@ -114,7 +114,7 @@ class TrainStep:
 
         def forward_backward():
             with tf.GradientTape() as tape:
-                loss_sum, correct, regularization = self._losses(batch, global_count)
+                loss_sum, correct, regularization = self._losses(batch)
                 # Regularization is counted once over all towers.
                 loss = tf.math.divide_no_nan(loss_sum, global_count) + regularization / replicas
             gradients = _dense(tape.gradient(loss, variables), variables)
