@@ -160,7 +160,6 @@ class Trainer:
                 f"towers; use a multiple of {replicas}"
             )
         self.chief = distribute.is_chief(strategy)
-        os.makedirs(model_dir, exist_ok=True)
 
         preset = get_config(config.model_name, **config.model_overrides)
         self.pipeline = data.create_pipeline(
@@ -173,6 +172,8 @@ class Trainer:
                 "penalty on top; set model.weight_decay=0 unless both are meant",
                 preset.weight_decay,
             )
+        # Only now that the data and schedule are known to work.
+        os.makedirs(model_dir, exist_ok=True)
         if self.chief:
             write_yaml(config, os.path.join(model_dir, CONFIG_FILE))
 
