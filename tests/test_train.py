@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import yaml
 
 from resnet_app import config, trainer
@@ -23,6 +24,15 @@ SMALL = [
 
 def train_cli(*args, env=None):
     return run_command("resnet_app.train", *args, env=env)
+
+
+def event_tags(directory):
+    """The scalar tags in a TensorBoard event directory."""
+    tags = set()
+    for name in os.listdir(directory):
+        for event in tf.compat.v1.train.summary_iterator(str(directory / name)):
+            tags.update(value.tag for value in event.summary.value)
+    return tags
 
 
 def read_records(model_dir):
@@ -75,9 +85,12 @@ def test_cli_writes_metrics_events_and_config(tmp_path):
         (4, 37, "test"),
         (6, 37, "test"),
     ]
-    for kind in ("train", "eval"):
-        events = os.listdir(model_dir / kind)
-        assert any(name.startswith("events.out.tfevents") for name in events), kind
+    expected_tags = {
+        "train": {"loss", "accuracy", "learning_rate", "examples_per_sec"},
+        "eval": {"top1", "top5", "loss"},
+    }
+    for kind, tags in expected_tags.items():
+        assert event_tags(model_dir / kind) == tags, kind
     with open(model_dir / "config.yaml") as f:
         written = config.from_dict(yaml.safe_load(f))
     assert written.model_name == "tiny" and written.train.train_steps == 6
