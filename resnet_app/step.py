@@ -9,11 +9,13 @@ counted exactly once: the same update as one device on the whole batch,
 whatever the split, including a short last batch.
 
 A tower that receives no example (a batch smaller than the number of towers)
-contributes zero gradients. With per-tower BatchNorm it skips its forward
+contributes no data gradient. With per-tower BatchNorm it skips its forward
 pass, whose batch statistics would be 0/0 and poison the moving averages;
-with synchronized BatchNorm an empty tower is not supported: TF 2.21 aborts
-the statistics' all-reduce ("shape mismatch in the collective"). The trainer
-never makes one: its batches are full and divisible by the number of towers.
+with synchronized BatchNorm it must join the statistics' all-reduce, where
+the cross-tower moments ignore it. (On CPUs, TF 2.21's oneDNN convolution
+mis-shapes an empty batch and the all-reduce aborts; TF_ENABLE_ONEDNN_OPTS=0
+avoids it. The trainer never makes an empty tower: its batches are full and
+divisible by the number of towers.)
 
 `TrainStep.loop` runs several steps per call of one compiled function and
 assigns the learning rate before each of them from a vector the host computed:
