@@ -8,7 +8,7 @@
   logical CPU devices, so that tower code runs (and is tested) anywhere.
 
 Per-tower BatchNorm (the default) keeps one set of moving statistics per
-replica, as TF1 towers and PyTorch DDP do. `sync_moving_statistics` averages
+replica, as TF1 towers and PyTorch DDP do. `moving_statistics_sync` averages
 them across all replicas; the trainer calls it before every evaluation and
 save, so what is evaluated and saved does not depend on which tower is read.
 """

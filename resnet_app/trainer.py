@@ -257,17 +257,17 @@ class Trainer:
         return record
 
     def _read_override(self, step: int) -> bool:
-        """Applies a live LR override (the chief's, on every worker)."""
+        """Applies a live LR override (the chief's, on every worker); True if one came."""
         applied = self.learning_rate.apply_override(self.model_dir) if self.chief else None
-        before = self.learning_rate.state()
-        state = distribute.broadcast_from_chief(self.strategy, list(before))
+        # The chief's state and whether it changed, so every worker decides alike.
+        *state, changed = distribute.broadcast_from_chief(
+            self.strategy, [*self.learning_rate.state(), float(bool(applied))]
+        )
         self.learning_rate.set_state(*state)
         if applied:
             logging.warning("Learning rate override from step %d on: %s", step + 1, applied)
             self.writer.write({"step": step, "event": "lr_override", "override": applied})
-        return bool(applied) or any(
-            not (math.isnan(a) and math.isnan(b)) and a != b for a, b in zip(before, state)
-        )
+        return bool(changed)
 
     # -- the loop ----------------------------------------------------------------
 
