@@ -31,6 +31,7 @@ from resnet_app.data_config import DataConfig
 from resnet_app.errors import ConfigError
 
 SECTIONS = ("model", "data", "optimizer", "schedule", "train")
+CONFIG_FILE = "config.yaml"  # The resolved config, in every run directory.
 # Sections whose keys depend on a kind: a new kind starts from an empty section.
 KIND_KEYS = {"optimizer": "class", "schedule": "name"}
 # Keys that replace each other: setting one drops the other.
@@ -44,6 +45,36 @@ ALTERNATIVES = {
     ],
     "optimizer": [("clipnorm", "global_clipnorm")],
 }
+
+
+ON_NAN = ("stop", "rollback")
+MAX_ROLLBACKS = 3
+
+# Settings a resumed run may change: they do not change what it computes (or,
+# for the run's length, only where it ends: the trainer checks separately that
+# the learning rate of the steps left stays the same, and that a change of
+# towers keeps the batch BatchNorm normalizes over).
+RESUMABLE_CHANGES = frozenset(
+    {
+        "data.data_dir",
+        "data.eval_split",
+        "data.eval_examples",
+        "data.eval_resize",
+        "train.epochs",
+        "train.train_steps",
+        "train.eval_every",
+        "train.log_every",
+        "train.steps_per_loop",
+        "train.checkpoint_every",
+        "train.num_towers",
+        "train.eval_batch_size",
+        "train.keep_checkpoints",
+        "train.keep_checkpoint_every_n_hours",
+        "train.deterministic",
+        "train.on_nan",
+        "train.nan_lr_factor",
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +99,15 @@ class TrainSettings:
       seed: seeds the weights, the data order and the augmentation.
       label_smoothing: cross-entropy label smoothing (0 for none).
       eval_batch_size: global evaluation batch (default: batch_size).
+      keep_checkpoints: the newest checkpoints kept (older ones are deleted).
+      keep_checkpoint_every_n_hours: also keep one checkpoint per this many
+        hours of training, forever (default: none).
+      deterministic: TensorFlow's op determinism: a run, and a run resumed
+        from any checkpoint, give bitwise the same weights (slower).
+      on_nan: what a non-finite loss does: "stop" with an error, or
+        "rollback" to the last good checkpoint, multiply the learning rate by
+        nan_lr_factor and go on (at most MAX_ROLLBACKS times).
+      nan_lr_factor: the learning-rate multiplier of a rollback.
     """
 
     batch_size: int = 128
@@ -81,6 +121,11 @@ class TrainSettings:
     seed: int = 0
     label_smoothing: float = 0.0
     eval_batch_size: int | None = None
+    keep_checkpoints: int = 3
+    keep_checkpoint_every_n_hours: float | None = None
+    deterministic: bool = False
+    on_nan: str = "stop"
+    nan_lr_factor: float = 0.5
 
     def __post_init__(self):
         for name in ("batch_size", "log_every"):
@@ -92,6 +137,7 @@ class TrainSettings:
             "checkpoint_every",
             "num_towers",
             "eval_batch_size",
+            "keep_checkpoints",
         ):
             value = getattr(self, name)
             _require(value is None or value >= 1, f"train.{name}={value}; use 1 or more")
@@ -107,6 +153,19 @@ class TrainSettings:
         _require(
             0 <= self.label_smoothing < 1,
             f"train.label_smoothing={self.label_smoothing}; use a value in [0, 1)",
+        )
+        hours = self.keep_checkpoint_every_n_hours
+        _require(
+            hours is None or hours > 0,
+            f"train.keep_checkpoint_every_n_hours={hours}; use a number of hours more than 0",
+        )
+        _require(
+            self.on_nan in ON_NAN,
+            f"train.on_nan={self.on_nan!r}; use one of: {', '.join(ON_NAN)}",
+        )
+        _require(
+            0 < self.nan_lr_factor < 1,
+            f"train.nan_lr_factor={self.nan_lr_factor}; use a value in (0, 1)",
         )
 
 
@@ -382,6 +441,24 @@ def from_dict(tree: Mapping[str, Mapping[str, Any]]) -> Config:
         schedule=dict(tree["schedule"]),
         train=train,
     )
+
+
+def changes(old: Config, new: Config) -> dict[str, tuple[Any, Any]]:
+    """The settings that differ between two configs: {"section.key": (old, new)}."""
+
+    def flat(config: Config) -> dict[str, Any]:
+        return {
+            f"{section}.{key}": value
+            for section, values in config.to_dict().items()
+            for key, value in values.items()
+        }
+
+    before, after = flat(old), flat(new)
+    return {
+        key: (before.get(key), after.get(key))
+        for key in sorted(set(before) | set(after))
+        if before.get(key) != after.get(key)
+    }
 
 
 def write_yaml(config: Config, path: str) -> None:

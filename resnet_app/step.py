@@ -20,9 +20,15 @@ divisible by the number of towers.)
 `TrainStep.loop` runs several steps per call of one compiled function and
 assigns the learning rate before each of them from a vector the host computed:
 the TF2 form of feeding the learning rate through a placeholder every step.
+It checks each step's metrics for NaN/Inf (they are reduced anyway, so this is
+free) and ends the call at the first non-finite one; and it reads a stop flag
+before every step, so a preempted run stops after the step in progress.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import math
 
 import keras
 import tensorflow as tf
@@ -31,6 +37,24 @@ from resnet_app import optim
 
 SUM = tf.distribute.ReduceOp.SUM
 METRICS = ("examples", "loss", "correct", "regularization")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopResult:
+    """What one call of `TrainStep.loop` did.
+
+    Attributes:
+      steps: the steps run (fewer than asked when stopped or diverged).
+      sums: METRICS summed over those steps: "examples", "loss" (summed
+        cross-entropy), "correct", "regularization" (summed over steps).
+    """
+
+    steps: int
+    sums: dict[str, float]
+
+    @property
+    def finite(self) -> bool:
+        return all(math.isfinite(v) for v in self.sums.values())
 
 
 def _has_synchronized_batch_norm(model: keras.Model) -> bool:
@@ -144,24 +168,36 @@ class TrainStep:
             [tf.reduce_sum(batch["mask"]), loss_sum, correct, regularization / replicas]
         )
 
-    def _loop_fn(self, iterator, learning_rates: tf.Tensor) -> tf.Tensor:
+    def _loop_fn(self, iterator, learning_rates: tf.Tensor, stop: tf.Variable | None):
         totals = tf.zeros([len(METRICS)])
+        done = tf.constant(0)
         for i in tf.range(tf.shape(learning_rates)[0]):
+            if stop is not None and stop:
+                break
             optim.set_learning_rate(self.optimizer, learning_rates[i])
             sums = self.strategy.run(self.replica_step, args=(next(iterator),))
-            totals += self.strategy.reduce(SUM, sums, axis=None)
-        return totals
+            sums = self.strategy.reduce(SUM, sums, axis=None)
+            totals += sums
+            done = i + 1
+            if not tf.reduce_all(tf.math.is_finite(sums)):
+                break  # Diverged: the weights are no longer worth training.
+        return totals, done
 
-    def loop(self, iterator, learning_rates) -> dict[str, float]:
-        """Runs len(learning_rates) steps, step i with learning rate learning_rates[i].
+    def loop(self, iterator, learning_rates, stop: tf.Variable | None = None) -> LoopResult:
+        """Runs up to len(learning_rates) steps, step i with learning rate learning_rates[i].
+
+        The call ends early, after the step in progress, once `stop` is True
+        (read before every step; another thread may set it), or right after a
+        step whose loss is not finite.
 
         Args:
           iterator: over the distributed training dataset.
           learning_rates: one value per step.
+          stop: a boolean variable outside any strategy, or None.
 
         Returns:
-          Sums over the steps: "examples", "loss" (summed cross-entropy),
-          "correct", "regularization" (summed over steps).
+          The `LoopResult`.
         """
-        totals = self._loop(iterator, tf.constant(learning_rates, tf.float32)).numpy()
-        return {name: float(value) for name, value in zip(METRICS, totals)}
+        totals, done = self._loop(iterator, tf.constant(learning_rates, tf.float32), stop)
+        sums = {name: float(value) for name, value in zip(METRICS, totals.numpy())}
+        return LoopResult(steps=int(done), sums=sums)

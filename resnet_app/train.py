@@ -3,6 +3,7 @@
     python -m resnet_app.train --dataset=cifar10
     python -m resnet_app.train --config=configs/cifar10_resnet56.yaml --num_towers=2
     python -m resnet_app.train --config=configs/shapes_resnet20.yaml --set optimizer.momentum=0.8
+    python -m resnet_app.train --model_dir=runs/shapes_resnet20_20261130-060000  # resume
 
 Flags are parsed and the config (all but the optimizer's arguments) is
 checked before TensorFlow is imported, so most mistakes are answered at once;
@@ -16,7 +17,7 @@ import dataclasses
 import os
 import time
 
-from absl import flags
+from absl import flags, logging
 
 from resnet_app import cli, config
 from resnet_app.data_config import DataConfig
@@ -32,7 +33,21 @@ _MODEL_DIR = flags.DEFINE_string(
     "model_dir",
     None,
     "The run directory (default: a new folder under ./runs/). An existing "
-    "run directory is resumed from its latest checkpoint.",
+    "run directory is resumed from its latest checkpoint; given alone, with "
+    "the settings it was run with.",
+)
+_RESTART = flags.DEFINE_bool(
+    "restart",
+    False,
+    "Start over in an existing --model_dir: its contents are moved to "
+    "model_dir/previous-<time>/ first.",
+)
+_ALLOW_CONFIG_CHANGE = flags.DEFINE_bool(
+    "allow_config_change",
+    False,
+    "Resume even though settings that change what the run computes (model, "
+    "data, batch, optimizer, schedule, seed, towers with per-tower BatchNorm) "
+    "differ from the run's config.yaml.",
 )
 _LR_SCHEDULE = flags.DEFINE_string(
     "lr_schedule",
@@ -53,9 +68,11 @@ SHORTCUTS = {
     "log_every": "train.log_every",
     "steps_per_loop": "train.steps_per_loop",
     "seed": "train.seed",
+    "deterministic": "train.deterministic",
+    "on_nan": "train.on_nan",
 }
 _OWNERS = {"data": DataConfig, "train": config.TrainSettings}
-_DEFINE = {"int": flags.DEFINE_integer, "float": flags.DEFINE_float}
+_DEFINE = {"int": flags.DEFINE_integer, "float": flags.DEFINE_float, "bool": flags.DEFINE_bool}
 
 
 def _define_shortcuts() -> None:
@@ -75,7 +92,17 @@ FLAGS = flags.FLAGS
 
 
 def config_from_flags() -> config.Config:
-    """The config the command line describes: defaults, --config, --set, then flags."""
+    """The config the command line describes: defaults, --config, --set, then flags.
+
+    With no setting on the command line, an existing run directory's
+    config.yaml: `--model_dir=DIR` alone resumes a run as it was.
+    """
+    given = _CONFIG.value or _SET.value or _LR_SCHEDULE.value
+    if not given and not any(FLAGS[name].present for name in SHORTCUTS) and _MODEL_DIR.value:
+        saved = os.path.join(_MODEL_DIR.value, config.CONFIG_FILE)
+        if os.path.isfile(saved) and not _RESTART.value:
+            logging.info("Resuming %s with its settings (%s)", _MODEL_DIR.value, saved)
+            return config.from_dict(config.read_yaml(saved))
     overrides: dict[str, dict] = {}
     for name, key in SHORTCUTS.items():
         if FLAGS[name].present:
@@ -97,7 +124,12 @@ def main(argv: list[str]) -> None:
     resolved = config_from_flags()
     from resnet_app import trainer  # TensorFlow is imported only once the config is valid.
 
-    trainer.train_and_evaluate(resolved, _MODEL_DIR.value or default_model_dir(resolved))
+    trainer.train_and_evaluate(
+        resolved,
+        _MODEL_DIR.value or default_model_dir(resolved),
+        restart=_RESTART.value,
+        allow_config_change=_ALLOW_CONFIG_CHANGE.value,
+    )
 
 
 if __name__ == "__main__":

@@ -7,11 +7,29 @@ every step, and the rate logged is the one used. A call never crosses a log,
 evaluation or checkpoint step. The loop logs every `log_every` steps (and
 reads `model_dir/lr_override` then), evaluates every `eval_every` steps and
 at the end, and saves a checkpoint every `checkpoint_every` steps, at every
-evaluation, after a learning-rate override and at the end.
+evaluation, after a learning-rate override, when stopped and at the end.
 
-Resuming: a run directory that holds a checkpoint continues from it. The data
-stream is entered at step x global batch (see `data.py`), so no example is
-skipped or repeated across the restart.
+A checkpoint holds the model (with BatchNorm moving statistics), the optimizer
+(slots and iterations), the global step, the data position (examples consumed
+since the start of epoch 0, which gives the epoch and the position within it),
+the learning-rate override state and the number of replicas. Training uses no
+stateful random numbers: the data order and augmentation are functions of
+(seed, epoch, example), so the seed in the config and the data position
+reproduce the data from any point.
+
+Resuming: a run directory that holds a checkpoint continues from the newest
+readable one (`checkpoint.find_latest`). The data stream is entered at the
+saved position (see `data.py`), so no example is skipped or repeated across
+the restart; with `train.deterministic` the resumed run is bitwise the
+uninterrupted one. Before resuming, the settings are compared with the run's
+`config.yaml`: a change of what the run computes is refused
+(`config.RESUMABLE_CHANGES` lists the others) unless allowed.
+
+Stopping: SIGTERM or SIGINT stops the run after the step in progress; it saves
+a checkpoint and returns (see `preemption.py`). A non-finite loss stops the
+run with an error naming the step, or with `train.on_nan=rollback` restores the
+last good checkpoint, lowers the learning rate and goes on. A checkpoint with
+non-finite weights is never written.
 """
 
 from __future__ import annotations
@@ -19,8 +37,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import shutil
-import tempfile
 import time
 from typing import Any
 
@@ -28,16 +44,15 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from resnet_app import data, distribute, evaluate, optim, schedules
-from resnet_app.config import Config, write_yaml
+from resnet_app import checkpoint, data, distribute, evaluation, optim, preemption, schedules
+from resnet_app import config as config_lib
+from resnet_app.config import CONFIG_FILE, Config, write_yaml
 from resnet_app.errors import ConfigError
 from resnet_app.learning_rate import LearningRate
 from resnet_app.metrics import MetricsWriter, Progress, format_duration
 from resnet_app.model import create_model
 from resnet_app.presets import get_config
-from resnet_app.step import TrainStep
-
-CONFIG_FILE = "config.yaml"
+from resnet_app.step import LoopResult, TrainStep
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,33 +117,49 @@ class RunResult:
 
     Attributes:
       summary: the final evaluation record plus "train_loss" (the last logged
-        training loss) and "examples_per_sec" (over the whole run).
+        training loss) and "examples_per_sec" (over the whole run); for a
+        stopped run, {"step", "stopped": the signal's name}.
       model: the trained model (moving statistics averaged over towers).
+      stopped: the signal that stopped the run before its end, or None.
     """
 
     summary: dict[str, Any]
     model: keras.Model
+    stopped: str | None = None
 
 
-def train_and_evaluate(config: Config, model_dir: str) -> RunResult:
+def train_and_evaluate(
+    config: Config, model_dir: str, restart: bool = False, allow_config_change: bool = False
+) -> RunResult:
     """Trains and evaluates `config`, writing everything to `model_dir`.
 
     Args:
       config: the resolved config.
       model_dir: the run directory (created if needed). If it holds a
         checkpoint, training resumes from it.
+      restart: start over: move the directory's contents aside first.
+      allow_config_change: resume even if settings that change what the run
+        computes differ from the run's.
 
     Returns:
       The `RunResult`.
 
     Raises:
       ConfigError: for settings that do not fit the data or machine, a run
-        directory holding another model, or a diverged run.
+        directory holding another model or other settings, unreadable
+        checkpoints, or a diverged run.
     """
-    return Trainer(config, model_dir).run()
+    return Trainer(config, model_dir, restart, allow_config_change).run()
 
 
-def _model_fields(config: Config, pipeline: data.InputPipeline) -> dict[str, Any]:
+def build_model(config: Config, pipeline: data.InputPipeline) -> keras.Model:
+    """The config's model for the pipeline's classes and image size, built.
+
+    Create it in the strategy's scope to distribute it.
+
+    Raises:
+      ConfigError: when model.num_classes contradicts the dataset.
+    """
     overrides = config.model_overrides
     classes = overrides.get("num_classes")
     if classes is not None and classes != pipeline.num_classes:
@@ -136,7 +167,18 @@ def _model_fields(config: Config, pipeline: data.InputPipeline) -> dict[str, Any
             f"model.num_classes={classes} but dataset {config.data.dataset} has "
             f"{pipeline.num_classes} classes; drop model.num_classes"
         )
-    return {**overrides, "num_classes": pipeline.num_classes}
+    model = create_model(config.model_name, **{**overrides, "num_classes": pipeline.num_classes})
+    size = pipeline.preprocessing.image_size
+    model.build((None, size, size, 3))
+    return model
+
+
+class _DivergedError(Exception):
+    """The loss or the weights went non-finite at `step`."""
+
+    def __init__(self, step: int):
+        super().__init__(step)
+        self.step = step
 
 
 class Trainer:
@@ -145,13 +187,23 @@ class Trainer:
     Args:
       config: the resolved config.
       model_dir: the run directory.
+      restart: move the directory's contents aside and start over.
+      allow_config_change: resume despite changed settings.
     """
 
-    def __init__(self, config: Config, model_dir: str):
+    def __init__(
+        self,
+        config: Config,
+        model_dir: str,
+        restart: bool = False,
+        allow_config_change: bool = False,
+    ):
         self.config = config
         self.model_dir = model_dir
         train = config.train
         optimizer_config = optim.check_optimizer_config(config.optimizer)  # Before loading.
+        if train.deterministic:
+            tf.config.experimental.enable_op_determinism()
         self.strategy = strategy = distribute.create_strategy(train.num_towers)
         replicas = strategy.num_replicas_in_sync
         if train.batch_size % replicas:
@@ -161,7 +213,7 @@ class Trainer:
             )
         self.chief = distribute.is_chief(strategy)
 
-        preset = get_config(config.model_name, **config.model_overrides)
+        self.preset = preset = get_config(config.model_name, **config.model_overrides)
         self.pipeline = data.create_pipeline(
             config.data, default_image_size=preset.default_image_size
         )
@@ -173,47 +225,110 @@ class Trainer:
                 preset.weight_decay,
             )
         # Only now that the data and schedule are known to work.
+        if restart and self.chief:
+            aside = checkpoint.move_aside(model_dir)
+            if aside:
+                logging.warning("--restart: moved the previous run to %s", aside)
         os.makedirs(model_dir, exist_ok=True)
+        # Every worker reads the chief's directory (a shared filesystem).
+        self.resume_from = None if restart else checkpoint.find_latest(model_dir)
+        self.config_changes: dict[str, tuple[Any, Any]] = {}
+        if self.resume_from:
+            self._check_settings(allow_config_change)
         if self.chief:
             write_yaml(config, os.path.join(model_dir, CONFIG_FILE))
 
         keras.utils.set_random_seed(train.seed)
-        size = self.pipeline.preprocessing.image_size
         with strategy.scope():
-            self.model = create_model(config.model_name, **_model_fields(config, self.pipeline))
-            self.model.build((None, size, size, 3))
+            self.model = build_model(config, self.pipeline)
             self.optimizer = optim.create_optimizer(optimizer_config)
             self.optimizer.build(self.model.trainable_variables)
             self.learning_rate = LearningRate(self.plan.schedule, self.plan.steps_per_epoch)
             self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        self.checkpoint = tf.train.Checkpoint(
+            self.data_position = tf.Variable(
+                0, dtype=tf.int64, trainable=False, name="data_position"
+            )
+            self.num_replicas = tf.Variable(
+                replicas, dtype=tf.int64, trainable=False, name="num_replicas"
+            )
+        self.checkpoints = checkpoint.RunCheckpoint(
+            model_dir,
+            chief=self.chief,
+            max_to_keep=train.keep_checkpoints,
+            keep_every_n_hours=train.keep_checkpoint_every_n_hours,
             model=self.model,
             optimizer=self.optimizer,
             global_step=self.global_step,
+            data_position=self.data_position,
+            num_replicas=self.num_replicas,
             lr_value=self.learning_rate.value,
             lr_scale=self.learning_rate.scale,
         )
-        # Every worker takes part in saving; only the chief's copy is kept.
-        self.save_dir = model_dir if self.chief else tempfile.mkdtemp(prefix="resnet_app_")
-        self.manager = tf.train.CheckpointManager(self.checkpoint, self.save_dir, max_to_keep=3)
         self.sync_statistics = distribute.moving_statistics_sync(self.model, strategy)
         self.writer = MetricsWriter(model_dir, enabled=self.chief)
+        self.rollbacks = 0
 
-    # -- checkpoints -------------------------------------------------------------
+    # -- resuming ----------------------------------------------------------------
 
-    def restore(self) -> int:
-        """Restores the latest checkpoint of the run directory; returns the step."""
-        latest = tf.train.latest_checkpoint(self.model_dir)  # The chief's, on every worker.
-        if latest:
-            try:
-                self.checkpoint.restore(latest).assert_existing_objects_matched()
-            except (AssertionError, ValueError, tf.errors.OpError) as error:
-                first_line = str(error).strip().splitlines()[0][:200]
-                raise ConfigError(
-                    f"cannot resume from {latest} ({first_line}); it was saved by another "
-                    f"model or optimizer (see {self.model_dir}/{CONFIG_FILE}); use a new "
-                    "--model_dir"
-                ) from None
+    def _check_settings(self, allow: bool) -> None:
+        """Compares the settings with the run's; refuses a change of what it computes."""
+        step, prefix = self.resume_from
+        path = os.path.join(self.model_dir, CONFIG_FILE)
+        try:
+            old = config_lib.from_dict(config_lib.read_yaml(path))
+        except ConfigError as error:
+            if allow:
+                logging.warning("Cannot compare settings with %s (%s)", path, error)
+                return
+            raise ConfigError(
+                f"cannot check the settings of the run in {self.model_dir}: {path}: {error}; "
+                "restore the file, or pass --allow_config_change"
+            ) from None
+        self.config_changes = changes = config_lib.changes(old, self.config)
+        refused = [key for key in changes if key not in config_lib.RESUMABLE_CHANGES]
+        explanations = [f"{key} {changes[key][0]!r} -> {changes[key][1]!r}" for key in refused]
+        if not refused:
+            # The same schedule may still give other rates for another length (cosine).
+            examples = self.pipeline.num_train_examples
+            old_plan = plan_run(old, examples)
+            stop = min(old_plan.total_steps, self.plan.total_steps)
+            for s in range(step, stop, max(1, (stop - step) // 2000)):
+                before = old_plan.schedule(s, old_plan.steps_per_epoch)
+                after = self.plan.schedule(s, self.plan.steps_per_epoch)
+                if not math.isclose(before, after, rel_tol=1e-9, abs_tol=1e-15):
+                    explanations.append(
+                        f"the learning rate at step {s} {before:.6g} -> {after:.6g} (the "
+                        "schedule depends on the run's length)"
+                    )
+                    break
+        saved_replicas = checkpoint.read_value(prefix, "num_replicas")
+        replicas = self.strategy.num_replicas_in_sync
+        if saved_replicas is not None and int(saved_replicas) != replicas:
+            if not self.preset.bn_synchronized:
+                batch = self.config.train.batch_size
+                explanations.append(
+                    f"replicas {int(saved_replicas)} -> {replicas} (each BatchNorm normalizes "
+                    f"over {batch // int(saved_replicas)} -> {batch // replicas} examples)"
+                )
+            changes["replicas"] = (int(saved_replicas), replicas)
+        if explanations and not allow:
+            raise ConfigError(
+                f"cannot resume {self.model_dir} from step {step}: these settings differ from "
+                f"the run's: {'; '.join(explanations)}. Rerun with the run's settings "
+                f"({path}), or pass --restart to start over, or --allow_config_change"
+            )
+        if explanations:
+            logging.warning("--allow_config_change: resuming despite %s", "; ".join(explanations))
+        elif changes:
+            logging.info(
+                "Settings changed on resume: %s",
+                "; ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()),
+            )
+
+    def restore(self, prefix: str | None) -> int:
+        """Restores a checkpoint (None: none, a fresh start); returns the step."""
+        if prefix:
+            self.checkpoints.restore(prefix)
         step = int(self.global_step.numpy())
         steps = distribute.gather_from_workers(self.strategy, step)
         if min(steps) != max(steps):
@@ -222,21 +337,36 @@ class Trainer:
                 f"worker must see the chief's checkpoints, so put --model_dir on a shared "
                 "filesystem"
             )
-        if latest:
-            logging.info("Resumed from step %d (%s)", step, latest)
+        if prefix:
+            epoch, position = divmod(int(self.data_position.numpy()), self._examples_per_epoch)
+            logging.info(
+                "Resumed from step %d (epoch %d, example %d of %d) from %s",
+                step,
+                epoch,
+                position,
+                self._examples_per_epoch,
+                prefix,
+            )
         return step
 
+    @property
+    def _examples_per_epoch(self) -> int:
+        return self.pipeline.num_train_examples
+
     def save(self, step: int) -> None:
+        """Saves a checkpoint; raises `_DivergedError` instead if the weights are not finite."""
         self.sync_statistics()
-        self.manager.save(checkpoint_number=step)
+        if not self.checkpoints.finite():
+            raise _DivergedError(step)
+        self.checkpoints.save(step)
 
     # -- evaluation and logging --------------------------------------------------
 
     def evaluate(self, step: int) -> dict[str, Any]:
-        """Evaluates the whole split, writes the record and saves a checkpoint."""
+        """Evaluates the whole split and writes the record."""
         self.sync_statistics()
         train = self.config.train
-        result = evaluate.evaluate(
+        result = evaluation.evaluate(
             self.model,
             self.pipeline,
             train.eval_batch_size or train.batch_size,
@@ -253,7 +383,6 @@ class Trainer:
         self.writer.write(record)
         self.writer.scalars("eval", step, {k: record[k] for k in ("top1", "top5", "loss")})
         self.writer.flush()
-        self.manager.save(checkpoint_number=step)
         return record
 
     def _read_override(self, step: int) -> bool:
@@ -269,16 +398,58 @@ class Trainer:
             self.writer.write({"step": step, "event": "lr_override", "override": applied})
         return bool(changed)
 
+    def _roll_back(self, step: int) -> int:
+        """Handles a non-finite loss at `step`: an error, or a rollback; returns the new step."""
+        train = self.config.train
+        latest = checkpoint.find_latest(self.model_dir)
+        kept = f"the last good checkpoint is {latest[1]}" if latest else "no checkpoint was written"
+        if train.on_nan != "rollback":
+            raise ConfigError(
+                f"training diverged: the loss is not finite at step {step}; {kept}. Lower the "
+                "learning rate (optimizer.learning_rate), or resume with "
+                "--set train.on_nan=rollback"
+            )
+        if latest is None or self.rollbacks >= config_lib.MAX_ROLLBACKS:
+            raise ConfigError(
+                f"training diverged at step {step} after {self.rollbacks} rollback(s) "
+                f"(at most {config_lib.MAX_ROLLBACKS}); {kept}. Lower the learning rate "
+                "(optimizer.learning_rate)"
+            )
+        self.rollbacks += 1
+        scale = self.learning_rate.state()[1]
+        self.restore(latest[1])
+        value, restored_scale = self.learning_rate.state()
+        # A second rollback to the same checkpoint lowers the rate further.
+        new_scale = min(scale, restored_scale) * train.nan_lr_factor
+        self.learning_rate.set_state(value, new_scale)
+        logging.error(
+            "ROLLBACK %d/%d: the loss is not finite at step %d; restored step %d from %s and "
+            "multiplied the learning rate by %g (now x%g of the schedule)",
+            self.rollbacks,
+            config_lib.MAX_ROLLBACKS,
+            step,
+            latest[0],
+            latest[1],
+            train.nan_lr_factor,
+            new_scale,
+        )
+        self.writer.write(
+            {"step": step, "event": "rollback", "to_step": latest[0], "lr_scale": new_scale}
+        )
+        self.checkpoints.save(latest[0])  # The lowered rate survives a crash.
+        return latest[0]
+
     # -- the loop ----------------------------------------------------------------
 
-    def _train_dataset(self, start_step: int) -> tf.distribute.DistributedDataset:
+    def _train_dataset(self) -> tf.distribute.DistributedDataset:
         global_batch = self.config.train.batch_size
         replicas = self.strategy.num_replicas_in_sync
+        start_example = int(self.data_position.numpy())
 
         def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
             dataset = self.pipeline.train_dataset(
                 global_batch,
-                start_example=start_step * global_batch,
+                start_example=start_example,
                 num_shards=context.num_input_pipelines,
                 shard_index=context.input_pipeline_id,
             )
@@ -289,15 +460,31 @@ class Trainer:
 
     def run(self) -> RunResult:
         """Trains to the end of the plan, evaluating and saving on the way."""
+        with preemption.StopRequest() as stop:
+            try:
+                return self._run(stop)
+            finally:
+                self.writer.close()
+                self.checkpoints.close()
+
+    def _run(self, stop: preemption.StopRequest) -> RunResult:
         train, plan = self.config.train, self.plan
         total = plan.total_steps
         eval_every = train.eval_every or plan.steps_per_epoch
         checkpoint_every = train.checkpoint_every or eval_every
         steps_per_loop = train.steps_per_loop or train.log_every
-        examples_per_epoch = self.pipeline.num_train_examples
-        start = self.restore()
+        multi_worker = distribute.is_multi_worker(self.strategy)
+        start = self.restore(self.resume_from[1] if self.resume_from else None)
+        if self.config_changes:
+            self.writer.write(
+                {
+                    "step": start,
+                    "event": "config_change",
+                    "changes": {k: list(v) for k, v in self.config_changes.items()},
+                }
+            )
         step_fn = TrainStep(self.model, self.optimizer, self.strategy, train.label_smoothing)
-        iterator = iter(self._train_dataset(start))
+        iterator = iter(self._train_dataset())
         progress = Progress(total, start) if self.chief else None
         logging.info(
             "Training %s on %s: %d steps (%.2f epochs of %d examples), global batch %d on %d "
@@ -305,8 +492,8 @@ class Trainer:
             self.config.model_name,
             self.config.data.dataset,
             total,
-            total * train.batch_size / examples_per_epoch,
-            examples_per_epoch,
+            total * train.batch_size / self._examples_per_epoch,
+            self._examples_per_epoch,
             train.batch_size,
             self.strategy.num_replicas_in_sync,
             self.pipeline.eval_split_name,
@@ -314,57 +501,74 @@ class Trainer:
             self.model_dir,
         )
         self.writer.write({"step": start, "event": "start", "total_steps": total})
+        if train.on_nan == "rollback" and self.resume_from is None:
+            self.save(start)  # Something to roll back to.
 
         step, last_eval, train_loss = start, None, math.nan
         interval = dict.fromkeys(("examples", "loss", "correct", "regularization"), 0.0)
         interval_steps, interval_time, trained_examples = 0, 0.0, 0.0
         started = time.monotonic()
         while step < total:
-            stop = min(
+            stop_at = min(
                 total,
                 step + steps_per_loop,
                 *((step // every + 1) * every for every in (train.log_every, eval_every)),
                 (step // checkpoint_every + 1) * checkpoint_every,
             )
-            rates = self.learning_rate.rates(step, stop)
+            rates = self.learning_rate.rates(step, stop_at)
             call_started = time.monotonic()
-            sums = step_fn.loop(iterator, rates)
+            # Workers must stop at the same step: they agree below, between calls.
+            result = step_fn.loop(iterator, rates, None if multi_worker else stop.flag)
             interval_time += time.monotonic() - call_started
-            for name in interval:
-                interval[name] += sums[name]
-            interval_steps += stop - step
-            trained_examples += sums["examples"]
-            for index, rate in enumerate(rates, start=step + 1):
-                # Each step's rate, against the step count after it.
-                self.writer.scalars("train", index, {"learning_rate": rate})
-            step = stop
-            self.global_step.assign(step)
+            try:
+                step = self._advance(step, result, rates)
+                if not result.finite:
+                    raise _DivergedError(step)
+                for name in interval:
+                    interval[name] += result.sums[name]
+                interval_steps += result.steps
+                trained_examples += result.sums["examples"]
+                stopping = stop.requested
+                if multi_worker:
+                    stopping = max(distribute.gather_from_workers(self.strategy, stopping)) > 0
 
-            saved = False
-            if step % train.log_every == 0 or step == total:
-                train_loss = self._log(step, interval, interval_steps, interval_time, rates[-1])
-                if progress and progress.interactive:
-                    progress.update(step, self._status)
-                elif progress:
-                    logging.info(
-                        "step %d/%d epoch %.2f: %s, ETA %s",
-                        step,
-                        total,
-                        step * train.batch_size / examples_per_epoch,
-                        self._status,
-                        format_duration(progress.eta(step)),
-                    )
+                save = step % checkpoint_every == 0 or stopping
+                if step % train.log_every == 0 or step == total:
+                    train_loss = self._log(step, interval, interval_steps, interval_time, rates)
+                    if progress and progress.interactive:
+                        progress.update(step, self._status)
+                    elif progress:
+                        logging.info(
+                            "step %d/%d epoch %.2f: %s, ETA %s",
+                            step,
+                            total,
+                            step * train.batch_size / self._examples_per_epoch,
+                            self._status,
+                            format_duration(progress.eta(step)),
+                        )
+                    interval = dict.fromkeys(interval, 0.0)
+                    interval_steps, interval_time = 0, 0.0
+                    # The override survives a crash from here on.
+                    save = self._read_override(step) or save
+                evaluate = step % eval_every == 0 or step == total
+                if (save or evaluate) and not self.checkpoints.finite():
+                    raise _DivergedError(step)
+                if evaluate:
+                    if progress:
+                        progress.finish()  # Log lines start on a line of their own.
+                    last_eval = self.evaluate(step)
+                if save or evaluate:
+                    self.save(step)
+            except _DivergedError as diverged:
+                if progress:
+                    progress.finish()
+                step = self._roll_back(diverged.step)
+                iterator = iter(self._train_dataset())
                 interval = dict.fromkeys(interval, 0.0)
                 interval_steps, interval_time = 0, 0.0
-                if self._read_override(step) and step < total:
-                    self.save(step)  # The override survives a crash from here on.
-                    saved = True
-            if step % eval_every == 0 or step == total:
-                if progress:
-                    progress.finish()  # Log lines start on a line of their own.
-                last_eval = self.evaluate(step)
-            elif step % checkpoint_every == 0 and not saved:
-                self.save(step)
+                continue
+            if stopping and step < total:
+                return self._stopped(step, stop.signal_name or "a signal on another worker")
 
         if last_eval is None:  # Resumed at the end: report what is there.
             last_eval = self.evaluate(step)
@@ -375,9 +579,6 @@ class Trainer:
             "examples_per_sec": trained_examples / max(elapsed, 1e-9),
         }
         self.writer.write({"step": step, "event": "end", "seconds": elapsed})
-        self.writer.close()
-        if not self.chief:
-            shutil.rmtree(self.save_dir, ignore_errors=True)
         logging.info(
             "Done: %d steps in %s (%.0f examples/s); %s top-1 %.4f, top-5 %.4f, loss %.4f on "
             "%d examples; run directory %s",
@@ -393,21 +594,40 @@ class Trainer:
         )
         return RunResult(summary=summary, model=self.model)
 
-    def _log(self, step, interval, steps, seconds, rate) -> float:
+    def _advance(self, step: int, result: LoopResult, rates: list[float]) -> int:
+        """Moves the step and data position past the steps a call ran; returns the step."""
+        for index, rate in enumerate(rates[: result.steps], start=step + 1):
+            # Each step's rate, against the step count after it.
+            self.writer.scalars("train", index, {"learning_rate": rate})
+        step += result.steps
+        self.global_step.assign(step)
+        self.data_position.assign_add(result.steps * self.config.train.batch_size)
+        return step
+
+    def _stopped(self, step: int, signal_name: str) -> RunResult:
+        self.writer.write({"step": step, "event": "stopped", "signal": signal_name})
+        logging.warning(
+            "Stopped by %s at step %d of %d; saved a checkpoint in %s. Rerun the same command "
+            "to resume.",
+            signal_name,
+            step,
+            self.plan.total_steps,
+            self.model_dir,
+        )
+        return RunResult(
+            summary={"step": step, "stopped": signal_name}, model=self.model, stopped=signal_name
+        )
+
+    def _log(self, step, interval, steps, seconds, rates) -> float:
         """Writes a training record for the interval; returns its loss."""
         examples = max(interval["examples"], 1.0)
         loss = interval["loss"] / examples + interval["regularization"] / max(steps, 1)
-        if not math.isfinite(loss):
-            raise ConfigError(
-                f"training diverged: the loss is {loss} at step {step}; lower the learning "
-                "rate (optimizer.learning_rate) or check the data"
-            )
         record = {
             "step": step,
-            "epoch": step * self.config.train.batch_size / self.pipeline.num_train_examples,
+            "epoch": step * self.config.train.batch_size / self._examples_per_epoch,
             "loss": loss,
             "accuracy": interval["correct"] / examples,
-            "learning_rate": rate,
+            "learning_rate": rates[-1] if rates else math.nan,
             "examples_per_sec": interval["examples"] / max(seconds, 1e-9),
         }
         self.writer.write(record)
@@ -416,7 +636,7 @@ class Trainer:
         )
         self.writer.flush()
         self._status = (
-            f"loss {loss:.4f} acc {record['accuracy']:.4f} lr {rate:.4g} "
+            f"loss {loss:.4f} acc {record['accuracy']:.4f} lr {record['learning_rate']:.4g} "
             f"{record['examples_per_sec']:.0f} img/s"
         )
         return loss

@@ -46,7 +46,7 @@ def main(argv: list[str]) -> None:
         raise ConfigError("--epochs must be 0 or more and --linear_examples 1 or more")
     import keras
 
-    from resnet_app import data, evaluate
+    from resnet_app import data, evaluation
     from resnet_app.model import create_model
 
     pipeline = data.create_pipeline(data.DataConfig(dataset="shapes"))
@@ -64,7 +64,7 @@ def main(argv: list[str]) -> None:
         start = time.perf_counter()
         for epoch in range(_EPOCHS.value):
             model.fit(train, epochs=1, steps_per_epoch=steps, shuffle=False, verbose=0)
-            result = evaluate.evaluate(model, pipeline, 500, split="test")
+            result = evaluation.evaluate(model, pipeline, 500, split="test")
             sys.stdout.write(
                 f"ResNet-20 epoch {epoch + 1}: test accuracy {result.accuracy:.4f} "
                 f"({result.examples} images), {time.perf_counter() - start:.0f} s\n"

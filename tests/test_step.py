@@ -74,7 +74,7 @@ def _reference(make_model, initial_weights, batch) -> tuple[list[np.ndarray], li
     return trainable, [v.numpy() for v in model.non_trainable_variables]
 
 
-def _distributed(make_model, initial_weights, batch, towers):
+def _distributed(make_model, initial_weights, batch, towers, learning_rates=LEARNING_RATES, stop=None):
     strategy = mirrored_strategy([f"/cpu:{i}" for i in range(towers)])
     with strategy.scope():
         model = make_model()
@@ -88,8 +88,9 @@ def _distributed(make_model, initial_weights, batch, towers):
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
     # The cond that guards empty towers only when one can occur, as the trainer.
     step = TrainStep(model, optimizer, strategy, partial_batches=len(batch["label"]) < towers)
-    totals = step.loop(iterator, list(LEARNING_RATES))
-    return model, strategy, totals
+    result = step.loop(iterator, list(learning_rates), stop)
+    assert result.steps == len(learning_rates) or stop is not None or not result.finite
+    return model, strategy, result.sums
 
 
 def _initial_weights(make_model) -> list[np.ndarray]:
@@ -191,3 +192,34 @@ def test_empty_tower_with_synchronized_batch_norm_without_onednn():
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed" in result.stdout
+
+
+def test_loop_ends_after_the_first_step_with_a_nonfinite_loss():
+    """A NaN learning rate at step 2 makes the weights NaN; step 3's loss is the
+    first non-finite one, and the call ends there instead of running step 4."""
+    make_model = lambda: _tiny_bn(synchronized=True)  # noqa: E731
+    strategy = mirrored_strategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        model = make_model()
+        model.build((None, SIZE, SIZE, 3))
+        optimizer = optim.create_optimizer({"class": "momentum", "learning_rate": 0.1})
+        optimizer.build(model.trainable_variables)
+    dataset = tf.data.Dataset.from_tensors(_batch(4)).repeat()
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    result = TrainStep(model, optimizer, strategy).loop(iterator, [0.1, np.nan, 0.1, 0.1])
+    assert result.steps == 3
+    assert not result.finite
+    assert int(optimizer.iterations.numpy()) == 3
+
+
+@pytest.mark.parametrize("stop_first", [True, False])
+def test_loop_reads_the_stop_flag_before_every_step(stop_first):
+    make_model = lambda: _tiny_bn(synchronized=False)  # noqa: E731
+    weights = _initial_weights(make_model)
+    stop = tf.Variable(stop_first)
+    model, strategy, totals = _distributed(make_model, weights, _batch(4), 2, stop=stop)
+    assert totals["examples"] == (0 if stop_first else 4 * len(LEARNING_RATES))
+    unchanged = all(
+        np.array_equal(_local_values(strategy, v)[0], w) for v, w in zip(model.weights, weights)
+    )
+    assert unchanged == stop_first

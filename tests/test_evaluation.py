@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app import data, evaluate
+from resnet_app import data, evaluation
 from resnet_app.distribute import mirrored_strategy
 from resnet_app.model import create_model
 
@@ -69,7 +69,7 @@ def test_every_example_counted_once_and_accuracy_matches_numpy(pipeline, weights
     with strategy.scope():
         model = tiny_model()
     model.set_weights(weights)
-    result = evaluate.evaluate(model, pipeline, 64, strategy=strategy, collect=True)
+    result = evaluation.evaluate(model, pipeline, 64, strategy=strategy, collect=True)
 
     predictions, labels, loss = reference(pipeline, weights)
     assert len(set(predictions.tolist())) > 3  # A discriminating check.
@@ -91,7 +91,7 @@ def test_fewer_examples_than_towers(tmp_path, weights):
     with strategy.scope():
         model = tiny_model()
     model.set_weights(weights)
-    result = evaluate.evaluate(model, pipeline, 64, strategy=strategy, collect=True)
+    result = evaluation.evaluate(model, pipeline, 64, strategy=strategy, collect=True)
     predictions, labels, _ = reference(pipeline, weights)
     assert result.examples == 2
     assert sorted(result.ids.tolist()) == [0, 1]
@@ -99,9 +99,9 @@ def test_fewer_examples_than_towers(tmp_path, weights):
 
 
 def test_per_replica_batch_rounds_up():
-    assert evaluate.per_replica_batch_size(64, 3) == 22
-    assert evaluate.per_replica_batch_size(64, 1) == 64
-    assert evaluate.per_replica_batch_size(2, 3) == 1
+    assert evaluation.per_replica_batch_size(64, 3) == 22
+    assert evaluation.per_replica_batch_size(64, 1) == 64
+    assert evaluation.per_replica_batch_size(2, 3) == 1
 
 
 def test_a_file_that_fails_to_decode_is_skipped_and_reported(tmp_path, weights, caplog):
@@ -122,6 +122,6 @@ def test_a_file_that_fails_to_decode_is_skipped_and_reported(tmp_path, weights, 
     assert all(-1 not in batch["id"].numpy() for batch in batches)
     model = tiny_model()
     model.set_weights(weights)
-    result = evaluate.evaluate(model, pipeline, 4)
+    result = evaluation.evaluate(model, pipeline, 4)
     assert result.examples == 3
     assert any("Evaluated 3 of the 4 examples" in r.getMessage() for r in caplog.records)
