@@ -21,6 +21,7 @@ import copy
 import dataclasses
 import math
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -236,13 +237,29 @@ def _plain(value: Any) -> Any:
     return value
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as people write numbers: `1e-4` is a float (YAML 1.1 wants `1.0e-4`)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(text) -> Any:
+    """Parses YAML text or a file object, reading `1e-4` as a number."""
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader.
+
+
 def read_yaml(path: str) -> dict[str, Any]:
     """Reads a config file; a missing or malformed file is a one-line `ConfigError`."""
     if not os.path.isfile(path):
         raise ConfigError(f"config file {path} not found; recipes are in configs/")
     try:
         with open(path) as f:
-            content = yaml.safe_load(f)
+            content = load_yaml(f)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -264,7 +281,7 @@ def parse_set(assignment: str) -> tuple[list[str], Any]:
             f"--set {assignment}: use --set section.key=value, e.g. train.batch_size=256"
         )
     try:
-        value = yaml.safe_load(text) if text else ""
+        value = load_yaml(text) if text else ""
     except yaml.YAMLError:
         value = text
     return key.strip().split("."), value

@@ -320,6 +320,12 @@ class InputPipeline:
         return stream.prefetch(tf.data.AUTOTUNE).with_options(_options())
 
     def _record_epoch(self, split: sources.Split, epoch: tf.Tensor) -> tf.data.Dataset:
+        # Built inside flat_map's graph. Dataset.shuffle pairs its seed with the
+        # graph's (TF's global seed), and with a global seed of 0 it cannot take
+        # a tensor seed at all (it compares the pair with (0, 0)). Our seed is
+        # complete on its own: the order depends on (seed, epoch) only.
+        if not tf.executing_eagerly():
+            tf.compat.v1.get_default_graph().seed = None
         file_seed, buffer_seed = tf.unstack(_stream_seed(self.config.seed, _RECORDS, epoch))
         records = split.records(file_seed)
         records = records.shuffle(self.config.shuffle_buffer, seed=buffer_seed)

@@ -5,8 +5,12 @@
   "examples_per_sec"}, averaged over the steps since the previous record;
 - evaluation records: {"step", "split", "top1", "top5", "loss", "num_examples"};
 - events ({"step", "event", ...}): a learning-rate override, the run's start
-  and end.
-The same scalars go to TensorBoard under `model_dir/train` and `model_dir/eval`.
+  and end;
+- evaluations of saved checkpoints by `python -m resnet_app.evaluate`: an
+  evaluation record plus "checkpoint" ("ckpt-N") and "event": "evaluation"
+  (they have "top1" too: tell them from the trainer's by "event").
+The trainer's scalars also go to TensorBoard under `model_dir/train` and
+`model_dir/eval`; `evaluate` writes no TensorBoard events.
 """
 
 from __future__ import annotations

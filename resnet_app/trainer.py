@@ -288,11 +288,11 @@ class Trainer:
         refused = [key for key in changes if key not in config_lib.RESUMABLE_CHANGES]
         explanations = [f"{key} {changes[key][0]!r} -> {changes[key][1]!r}" for key in refused]
         if not refused:
-            # The same schedule may still give other rates for another length (cosine).
-            examples = self.pipeline.num_train_examples
-            old_plan = plan_run(old, examples)
+            # The same schedule may give other rates for another length (cosine):
+            # then the steps already run were not this run's.
+            old_plan = plan_run(old, self.pipeline.num_train_examples)
             stop = min(old_plan.total_steps, self.plan.total_steps)
-            for s in range(step, stop, max(1, (stop - step) // 2000)):
+            for s in range(0, stop, max(1, stop // 4000)):
                 before = old_plan.schedule(s, old_plan.steps_per_epoch)
                 after = self.plan.schedule(s, self.plan.steps_per_epoch)
                 if not math.isclose(before, after, rel_tol=1e-9, abs_tol=1e-15):

@@ -188,3 +188,10 @@ def test_alternatives_replace_each_other_and_order_within_a_layer_is_free(tmp_pa
     )
     assert "values" not in resolved.schedule and resolved.schedule["multipliers"] == [1, 0.5]
     assert resolved.train.epochs == 2 and resolved.train.train_steps is None
+
+
+def test_exponent_numbers_are_numbers():
+    # Plain YAML 1.1 would read 1e-3 as a string.
+    resolved = config.resolve(sets=["optimizer.learning_rate=1e-3", "train.nan_lr_factor=5E-1"])
+    assert resolved.optimizer["learning_rate"] == 0.001
+    assert resolved.train.nan_lr_factor == 0.5

@@ -362,6 +362,12 @@ def test_tfds_imagenet2012_through_mock_data_is_streamed(tmp_path):
         entered = take_examples(pipeline.train_dataset(10, start_example=20), 20)
         np.testing.assert_array_equal(entered["id"], examples["id"][20:40])
         np.testing.assert_array_equal(entered["image"], examples["image"][20:40])
+        # TF's global seed (the trainer sets it to train.seed, often 0) changes nothing.
+        for global_seed in (0, 7):
+            tf.random.set_seed(global_seed)
+            seeded = take_examples(pipeline.train_dataset(10, start_example=20), 20)
+            np.testing.assert_array_equal(seeded["id"], examples["id"][20:40])
+        tf.random.set_seed(None)
         batches = list(pipeline.eval_dataset(8, batches_multiple_of=3))
         assert len(batches) == 6
         ids = np.concatenate([b["id"].numpy()[b["mask"].numpy() > 0] for b in batches])

@@ -1,5 +1,6 @@
 """Two workers on 127.0.0.1 (MultiWorkerMirroredStrategy) end with identical weights."""
 
+import dataclasses
 import json
 import os
 import socket
@@ -17,9 +18,8 @@ import sys
 import numpy as np
 
 from resnet_app import config, trainer
-from resnet_app import config, trainer
 
-model_dir, data_dir, out = sys.argv[1:4]
+model_dir, data_dir, out, steps = sys.argv[1:5]
 resolved = config.resolve(
     sets=[
         "model.name=tiny",
@@ -27,7 +27,7 @@ resolved = config.resolve(
         "data.train_examples=64",
         "data.eval_examples=21",
         "train.batch_size=16",
-        "train.train_steps=4",
+        f"train.train_steps={steps}",
         "train.log_every=2",
         "model.bn_synchronized=true",
     ]
@@ -35,6 +35,10 @@ resolved = config.resolve(
 result = trainer.train_and_evaluate(resolved, model_dir)
 np.savez(out, *result.model.get_weights(), examples=result.summary["num_examples"])
 """
+
+
+def read_records(model_dir):
+    return [json.loads(line) for line in (model_dir / "metrics.jsonl").open()]
 
 
 def _free_ports(count):
@@ -47,10 +51,8 @@ def _free_ports(count):
     return ports
 
 
-def test_two_workers_end_with_identical_weights(tmp_path):
-    os.makedirs(tmp_path / "run")
-    # Read by the chief at step 2; every worker must follow it.
-    (tmp_path / "run" / "lr_override").write_text("x0.5")
+def run_workers(tmp_path, steps):
+    """Trains `steps` steps on 2 workers in tmp_path/run; returns their weights."""
     workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
     processes = []
     for index in range(2):
@@ -70,6 +72,7 @@ def test_two_workers_end_with_identical_weights(tmp_path):
                     str(tmp_path / "run"),
                     str(tmp_path / "data"),
                     str(tmp_path / f"weights{index}.npz"),
+                    str(steps),
                 ],
                 env=env,
                 stdout=subprocess.PIPE,
@@ -80,14 +83,21 @@ def test_two_workers_end_with_identical_weights(tmp_path):
     for process in processes:
         output, _ = process.communicate(timeout=300)
         assert process.returncode == 0, output[-3000:]
-    chief, other = (np.load(tmp_path / f"weights{i}.npz") for i in range(2))
+    return [np.load(tmp_path / f"weights{i}.npz") for i in range(2)]
+
+
+def test_two_workers_end_with_identical_weights_and_resume(tmp_path):
+    os.makedirs(tmp_path / "run")
+    # Read by the chief at step 2; every worker must follow it.
+    (tmp_path / "run" / "lr_override").write_text("x0.5")
+    chief, other = run_workers(tmp_path, 4)
     assert len(chief.files) > 2
     for name in chief.files:
         np.testing.assert_array_equal(chief[name], other[name], err_msg=name)
     # Both workers evaluated all 21 examples together, each counted once.
     assert int(chief["examples"]) == 21
     # Only the chief wrote the run's files.
-    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    records = read_records(tmp_path / "run")
     assert sum("top1" in r for r in records) == 1
     assert [r["learning_rate"] for r in records if "accuracy" in r] == [0.1, 0.05]
 
@@ -111,3 +121,18 @@ def test_two_workers_end_with_identical_weights(tmp_path):
     for index, expected in enumerate(reference):
         np.testing.assert_allclose(chief[f"arr_{index}"], expected, rtol=1e-3, atol=2e-5)
     assert sorted(p.name for p in (tmp_path / "run").glob("ckpt-4.index")) == ["ckpt-4.index"]
+
+    # Both workers resume from the chief's checkpoint of step 4 and go on to 6,
+    # as the one-process run does.
+    chief, other = run_workers(tmp_path, 6)
+    for name in chief.files:
+        np.testing.assert_array_equal(chief[name], other[name], err_msg=name)
+    starts = [r["step"] for r in read_records(tmp_path / "run") if r.get("event") == "start"]
+    assert starts == [0, 4]
+    resolved = dataclasses.replace(
+        resolved, train=dataclasses.replace(resolved.train, train_steps=6)
+    )
+    reference = trainer.train_and_evaluate(resolved, str(tmp_path / "one")).model.get_weights()
+    for index, expected in enumerate(reference):
+        np.testing.assert_allclose(chief[f"arr_{index}"], expected, rtol=1e-3, atol=2e-5)
+    assert not list((tmp_path / "run").glob("resnet_app_*"))  # No stray temporary saves.

@@ -74,7 +74,9 @@ def _reference(make_model, initial_weights, batch) -> tuple[list[np.ndarray], li
     return trainable, [v.numpy() for v in model.non_trainable_variables]
 
 
-def _distributed(make_model, initial_weights, batch, towers, learning_rates=LEARNING_RATES, stop=None):
+def _distributed(
+    make_model, initial_weights, batch, towers, learning_rates=LEARNING_RATES, stop=None
+):
     strategy = mirrored_strategy([f"/cpu:{i}" for i in range(towers)])
     with strategy.scope():
         model = make_model()

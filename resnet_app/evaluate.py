@@ -1,0 +1,145 @@
+"""`python -m resnet_app.evaluate`: evaluate a run's checkpoints.
+
+    python -m resnet_app.evaluate --model_dir=runs/imagenet_resnet50
+    python -m resnet_app.evaluate --model_dir=runs/try --checkpoint=all --split=train
+    python -m resnet_app.evaluate --model_dir=runs/try --checkpoint=ckpt-4000 --data_dir=/data
+
+The model and data come from the run's `config.yaml`, as the trainer wrote it;
+`--data_dir` says where the data is now, and `--split` picks another split.
+Each checkpoint chosen is restored (only the model: the optimizer and the
+rest of the training state are not needed), evaluated on every example of the
+split exactly once, and reported as one line of JSON on stdout:
+
+    {"checkpoint": "ckpt-4", "step": 4, "split": "test", "top1": ..., "top5": ...,
+     "loss": ..., "num_examples": 37}
+
+The same record, with "event": "evaluation", is appended to the run's
+`metrics.jsonl`. A mistake (no such run, no such checkpoint, a checkpoint of
+another model) gets one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from typing import Any
+
+from absl import flags
+
+from resnet_app import cli, config
+from resnet_app.errors import ConfigError
+from resnet_app.presets import get_config
+
+_MODEL_DIR = flags.DEFINE_string(
+    "model_dir", None, "The run directory written by `python -m resnet_app.train`."
+)
+_CHECKPOINT = flags.DEFINE_string(
+    "checkpoint",
+    "latest",
+    "Which checkpoint(s): latest (the newest readable one), all, ckpt-N or N.",
+)
+_SPLIT = flags.DEFINE_string(
+    "split", None, "The split to evaluate (default: the run's evaluation split)."
+)
+_BATCH_SIZE = flags.DEFINE_integer(
+    "batch_size",
+    None,
+    "Global evaluation batch (default: the run's train.eval_batch_size, else train.batch_size).",
+)
+_NUM_TOWERS = flags.DEFINE_integer(
+    "num_towers", None, "Towers to evaluate on (default: every GPU, or the one CPU)."
+)
+_DATA_DIR = flags.DEFINE_string(
+    "data_dir", None, "Where the run's data is now, if it moved (default: the run's data.data_dir)."
+)
+
+
+def read_run_config(model_dir: str | None) -> config.Config:
+    """The config a run was trained with, from `model_dir/config.yaml`.
+
+    Raises:
+      ConfigError: when `model_dir` is not a run directory, or its config is
+        not valid.
+    """
+    path = os.path.join(model_dir or "", config.CONFIG_FILE)
+    if not model_dir or not os.path.isfile(path):
+        found = f"{model_dir} has no {config.CONFIG_FILE}" if model_dir else "it is not set"
+        raise ConfigError(
+            f"--model_dir must be a run directory written by `python -m resnet_app.train` ({found})"
+        )
+    try:
+        return config.from_dict(config.read_yaml(path))
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
+
+
+def _restore_model(model, prefix: str) -> None:
+    """Restores only the model from a training checkpoint (which holds more)."""
+    import tensorflow as tf
+
+    try:
+        status = tf.train.Checkpoint(model=model).restore(prefix).expect_partial()
+        status.assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.OpError) as error:
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        raise ConfigError(
+            f"checkpoint {prefix} does not match the model of the run's {config.CONFIG_FILE} "
+            f"({first_line})"
+        ) from None
+
+
+def main(argv: list[str]) -> None:
+    cli.reject_positional(argv)
+    model_dir = _MODEL_DIR.value
+    run_config = read_run_config(model_dir)
+    batch_size = _BATCH_SIZE.value
+    if batch_size is None:
+        batch_size = run_config.train.eval_batch_size or run_config.train.batch_size
+    if batch_size < 1:
+        raise ConfigError(f"--batch_size={batch_size}; use 1 or more")
+    # The data moved, or another split: both are data settings of the run's config.
+    changed: dict[str, Any] = {}
+    if _DATA_DIR.value:
+        changed["data_dir"] = _DATA_DIR.value
+    if _SPLIT.value:
+        changed["eval_split"] = _SPLIT.value
+    data_config = dataclasses.replace(run_config.data, **changed)
+
+    # TensorFlow is imported only once the run directory is known to be one.
+    from resnet_app import checkpoint, data, distribute, evaluation, metrics, trainer
+
+    strategy = distribute.create_strategy(_NUM_TOWERS.value)  # Before TF runs any op.
+    chosen = checkpoint.select(model_dir, _CHECKPOINT.value)  # Before the data loads.
+    preset = get_config(run_config.model_name, **run_config.model_overrides)
+    pipeline = data.create_pipeline(data_config, default_image_size=preset.default_image_size)
+    with strategy.scope():
+        model = trainer.build_model(run_config, pipeline)
+
+    writer = metrics.MetricsWriter(model_dir, enabled=distribute.is_chief(strategy))
+    try:
+        for step, prefix in chosen:
+            _restore_model(model, prefix)
+            result = evaluation.evaluate(
+                model, pipeline, batch_size, strategy, pipeline.eval_split_name
+            )
+            record = {
+                "checkpoint": os.path.basename(prefix),
+                "step": step,
+                "split": pipeline.eval_split_name,
+                "top1": result.accuracy,
+                "top5": result.top5_accuracy,
+                "loss": result.loss,
+                "num_examples": result.examples,
+            }
+            # The command's output: one line per checkpoint, as soon as it is known.
+            sys.stdout.write(json.dumps(record) + "\n")
+            sys.stdout.flush()
+            writer.write({**record, "event": "evaluation"})
+    finally:
+        writer.close()
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,181 @@
+"""`python -m resnet_app.evaluate` on a tiny trained run, against a NumPy reference."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import yaml
+
+from resnet_app import checkpoint, config, data, trainer
+from resnet_app.presets import get_config
+from tests.commands import error_line, run_command
+
+EVAL_EXAMPLES = 37  # Not a multiple of any batch size used here: the last batch is padded.
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A 4-step run of the tiny network on `shapes`, with checkpoints at steps 2 and 4."""
+    root = tmp_path_factory.mktemp("evaluate")
+    resolved = config.resolve(
+        sets=[
+            "model.name=tiny",
+            f"data.data_dir={root / 'data'}",
+            "data.train_examples=64",
+            f"data.eval_examples={EVAL_EXAMPLES}",
+            "train.batch_size=16",
+            "train.train_steps=4",
+            "train.eval_every=2",
+            "train.log_every=2",
+        ]
+    )
+    model_dir = root / "run"
+    trainer.train_and_evaluate(resolved, str(model_dir))
+    assert [step for step, _ in checkpoint.list_checkpoints(str(model_dir))] == [2, 4]
+    return resolved, model_dir
+
+
+def reference(run, name, split=None):
+    """top1, top5, mean cross-entropy and count from plain model calls and NumPy."""
+    resolved, model_dir = run
+    preset = get_config(resolved.model_name, **resolved.model_overrides)
+    pipeline = data.create_pipeline(resolved.data, default_image_size=preset.default_image_size)
+    model = trainer.build_model(resolved, pipeline)
+    tf.train.Checkpoint(model=model).restore(str(model_dir / name)).expect_partial()
+    logits, labels = [], []
+    for batch in pipeline.eval_dataset(16, split):
+        real = batch["mask"].numpy() > 0  # Drop the padding.
+        logits.append(model(batch["image"], training=False).numpy()[real])
+        labels.append(batch["label"].numpy()[real])
+    logits = np.concatenate(logits).astype(np.float64)
+    labels = np.concatenate(labels)
+    true_logit = logits[np.arange(len(labels)), labels]
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_sum_exp = np.log(np.exp(shifted).sum(axis=1)) + logits.max(axis=1)
+    return {
+        "top1": float(np.mean(logits.argmax(axis=1) == labels)),
+        "top5": float(np.mean((logits > true_logit[:, None]).sum(axis=1) < 5)),
+        "loss": float(np.mean(log_sum_exp - true_logit)),
+        "num_examples": len(labels),
+    }
+
+
+def evaluate_cli(model_dir, *args):
+    return run_command("resnet_app.evaluate", f"--model_dir={model_dir}", *args)
+
+
+def json_lines(result):
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def assert_matches(record, expected):
+    assert record["num_examples"] == expected["num_examples"]
+    assert record["top1"] == pytest.approx(expected["top1"], abs=1e-9)
+    assert record["top5"] == pytest.approx(expected["top5"], abs=1e-9)
+    assert record["loss"] == pytest.approx(expected["loss"], rel=1e-5)
+
+
+def files_and_sizes(model_dir):
+    """Every file under the run directory but metrics.jsonl, with its size."""
+    found = {}
+    for parent, _, names in os.walk(model_dir):
+        for name in names:
+            path = os.path.join(parent, name)
+            found[os.path.relpath(path, model_dir)] = os.path.getsize(path)
+    found.pop("metrics.jsonl")
+    return found
+
+
+def read_metrics(model_dir):
+    with open(model_dir / "metrics.jsonl") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_latest_matches_numpy_and_is_appended_to_metrics(run):
+    _, model_dir = run
+    before, other_files = len(read_metrics(model_dir)), files_and_sizes(model_dir)
+    [record] = json_lines(evaluate_cli(model_dir))
+    expected = reference(run, "ckpt-4")
+    assert expected["num_examples"] == EVAL_EXAMPLES
+    assert {k: record[k] for k in ("checkpoint", "step", "split")} == {
+        "checkpoint": "ckpt-4",
+        "step": 4,
+        "split": "test",
+    }
+    assert_matches(record, expected)
+    assert read_metrics(model_dir)[before:] == [{**record, "event": "evaluation"}]
+    assert files_and_sizes(model_dir) == other_files  # No TensorBoard events, nothing else.
+
+
+def test_all_gives_one_line_per_checkpoint(run):
+    _, model_dir = run
+    records = json_lines(evaluate_cli(model_dir, "--checkpoint=all"))
+    assert [(r["checkpoint"], r["step"]) for r in records] == [("ckpt-2", 2), ("ckpt-4", 4)]
+    assert_matches(records[1], reference(run, "ckpt-4"))
+    assert records[0]["loss"] != records[1]["loss"]  # Each line is its own checkpoint.
+
+
+def test_a_named_checkpoint_with_moved_data(run, tmp_path):
+    _, model_dir = run
+    moved = tmp_path / "moved"
+    result = evaluate_cli(model_dir, "--checkpoint=ckpt-2", f"--data_dir={moved}")
+    [record] = json_lines(result)
+    assert record["step"] == 2 and record["checkpoint"] == "ckpt-2"
+    assert_matches(record, reference(run, "ckpt-2"))
+    assert os.listdir(moved)  # The shapes cache was read from (here: made in) the new place.
+
+
+def test_another_split_on_three_towers(run):
+    _, model_dir = run
+    result = evaluate_cli(model_dir, "--split=train", "--num_towers=3", "--batch_size=8")
+    [record] = json_lines(result)
+    assert record["split"] == "train"
+    # eval_examples limits whichever split is evaluated.
+    assert_matches(record, reference(run, "ckpt-4", split="train"))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--model_dir={tmp}/nowhere"], "must be a run directory written by"),
+        (["--model_dir={tmp}"], "must be a run directory written by"),
+        (["--model_dir={run}", "--checkpoint=ckpt-99"], "one of: ckpt-2, ckpt-4"),
+        (["--model_dir={run}", "--batch_size=0"], "--batch_size=0"),
+        (["--model_dir={run}", "extra"], "unexpected argument"),
+    ],
+)
+def test_mistakes_are_one_line(run, tmp_path, args, message):
+    _, model_dir = run
+    args = [a.format(tmp=tmp_path, run=model_dir) for a in args]
+    assert message in error_line(run_command("resnet_app.evaluate", *args))
+
+
+def test_truncated_latest_falls_back_to_the_one_before(run, tmp_path):
+    _, model_dir = run
+    copy = tmp_path / "run"
+    shutil.copytree(model_dir, copy)
+    [data_file] = [name for name in os.listdir(copy) if name.startswith("ckpt-4.data")]
+    with open(copy / data_file, "r+b") as f:
+        f.truncate(os.path.getsize(copy / data_file) // 2)
+    result = evaluate_cli(copy, "--checkpoint=latest")
+    [record] = json_lines(result)
+    assert record["step"] == 2
+    assert "falling back to the one before it" in result.stderr
+    assert_matches(record, reference(run, "ckpt-2"))
+
+
+def test_checkpoint_of_another_model_is_one_line(run, tmp_path):
+    _, model_dir = run
+    copy = tmp_path / "run"
+    shutil.copytree(model_dir, copy)
+    with open(copy / "config.yaml") as f:
+        tree = yaml.safe_load(f)
+    tree["model"] = {"name": "resnet20"}
+    with open(copy / "config.yaml", "w") as f:
+        yaml.safe_dump(tree, f)
+    line = error_line(evaluate_cli(copy))
+    assert f"checkpoint {copy / 'ckpt-4'} does not match" in line
