@@ -241,11 +241,16 @@ class _Loader(yaml.SafeLoader):
     """YAML as people write numbers: `1e-4` is a float (YAML 1.1 wants `1.0e-4`)."""
 
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
-    list("-+0123456789."),
-)
+class _Dumper(yaml.SafeDumper):
+    """Quotes a string such as "1e5", which `_Loader` would read as a number."""
+
+
+for _yaml_class in (_Loader, _Dumper):
+    _yaml_class.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
+        list("-+0123456789."),
+    )
 
 
 def load_yaml(text) -> Any:
@@ -461,16 +466,25 @@ def from_dict(tree: Mapping[str, Mapping[str, Any]]) -> Config:
 
 
 def changes(old: Config, new: Config) -> dict[str, tuple[Any, Any]]:
-    """The settings that differ between two configs: {"section.key": (old, new)}."""
+    """The settings that differ between two configs: {"section.key": (old, new)}.
 
-    def flat(config: Config) -> dict[str, Any]:
+    Model keys compare as the preset resolves them: `bn_synchronized: false`
+    given or left at its default is the same setting.
+    """
+
+    def flat(config: Config, model_keys: Iterable[str]) -> dict[str, Any]:
+        tree = config.to_dict()
+        preset = presets.get_config(config.model_name, **config.model_overrides)
+        tree["model"] = {"name": config.model_name}
+        tree["model"].update({key: _plain(getattr(preset, key)) for key in model_keys})
         return {
             f"{section}.{key}": value
-            for section, values in config.to_dict().items()
+            for section, values in tree.items()
             for key, value in values.items()
         }
 
-    before, after = flat(old), flat(new)
+    model_keys = set(old.model_overrides) | set(new.model_overrides)
+    before, after = flat(old, model_keys), flat(new, model_keys)
     return {
         key: (before.get(key), after.get(key))
         for key in sorted(set(before) | set(after))
@@ -478,9 +492,25 @@ def changes(old: Config, new: Config) -> dict[str, tuple[Any, Any]]:
     }
 
 
+def to_yaml(config: Config) -> str:
+    """The resolved config as YAML text; `from_yaml` reads it back equal."""
+    return yaml.dump(config.to_dict(), Dumper=_Dumper, sort_keys=False)
+
+
+def from_yaml(text: str, where: str) -> Config:
+    """Reads `to_yaml`'s text back; `where` names its origin in errors."""
+    try:
+        tree = load_yaml(text)
+    except yaml.YAMLError:
+        raise ConfigError(f"{where} is not valid YAML; it was not written by resnet_app") from None
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{where} must be a mapping of sections ({', '.join(SECTIONS)})")
+    return from_dict(tree)
+
+
 def write_yaml(config: Config, path: str) -> None:
     """Writes the resolved config (atomically: a reader never sees half a file)."""
     temporary = f"{path}.tmp"
     with open(temporary, "w") as f:
-        yaml.safe_dump(config.to_dict(), f, sort_keys=False)
+        f.write(to_yaml(config))
     os.replace(temporary, path)

@@ -174,11 +174,12 @@ def build_model(config: Config, pipeline: data.InputPipeline) -> keras.Model:
 
 
 class _DivergedError(Exception):
-    """The loss or the weights went non-finite at `step`."""
+    """`what` ("the loss" or "the weights") went non-finite at `step`."""
 
-    def __init__(self, step: int):
-        super().__init__(step)
+    def __init__(self, step: int, what: str):
+        super().__init__(step, what)
         self.step = step
+        self.what = what
 
 
 class Trainer:
@@ -235,8 +236,6 @@ class Trainer:
         self.config_changes: dict[str, tuple[Any, Any]] = {}
         if self.resume_from:
             self._check_settings(allow_config_change)
-        if self.chief:
-            write_yaml(config, os.path.join(model_dir, CONFIG_FILE))
 
         keras.utils.set_random_seed(train.seed)
         with strategy.scope():
@@ -251,48 +250,44 @@ class Trainer:
             self.num_replicas = tf.Variable(
                 replicas, dtype=tf.int64, trainable=False, name="num_replicas"
             )
+            self.rollback_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="rollbacks")
+        # The settings each checkpoint was trained with, for the resume guard.
+        self.saved_config = tf.Variable(config_lib.to_yaml(config), trainable=False, name="config")
         self.checkpoints = checkpoint.RunCheckpoint(
             model_dir,
             chief=self.chief,
             max_to_keep=train.keep_checkpoints,
             keep_every_n_hours=train.keep_checkpoint_every_n_hours,
+            worker=distribute.worker_index(strategy),
             model=self.model,
             optimizer=self.optimizer,
             global_step=self.global_step,
             data_position=self.data_position,
             num_replicas=self.num_replicas,
+            rollbacks=self.rollback_count,
+            config=self.saved_config,
             lr_value=self.learning_rate.value,
             lr_scale=self.learning_rate.scale,
         )
         self.sync_statistics = distribute.moving_statistics_sync(self.model, strategy)
         self.writer = MetricsWriter(model_dir, enabled=self.chief)
-        self.rollbacks = 0
 
     # -- resuming ----------------------------------------------------------------
 
     def _check_settings(self, allow: bool) -> None:
-        """Compares the settings with the run's; refuses a change of what it computes."""
+        """Compares the settings with the checkpoint's; refuses a change of what it computes."""
         step, prefix = self.resume_from
-        path = os.path.join(self.model_dir, CONFIG_FILE)
-        try:
-            old = config_lib.from_dict(config_lib.read_yaml(path))
-        except ConfigError as error:
-            if allow:
-                logging.warning("Cannot compare settings with %s (%s)", path, error)
-                return
-            raise ConfigError(
-                f"cannot check the settings of the run in {self.model_dir}: {path}: {error}; "
-                "restore the file, or pass --allow_config_change"
-            ) from None
+        old = config_lib.from_yaml(
+            checkpoint.read_value(prefix, "config").decode(), f"the config saved in {prefix}"
+        )
         self.config_changes = changes = config_lib.changes(old, self.config)
         refused = [key for key in changes if key not in config_lib.RESUMABLE_CHANGES]
         explanations = [f"{key} {changes[key][0]!r} -> {changes[key][1]!r}" for key in refused]
         if not refused:
             # The same schedule may give other rates for another length (cosine):
-            # then the steps already run were not this run's.
+            # then the steps already run, and the next one, were not this run's.
             old_plan = plan_run(old, self.pipeline.num_train_examples)
-            stop = min(old_plan.total_steps, self.plan.total_steps)
-            for s in range(0, stop, max(1, stop // 4000)):
+            for s in range(0, step + 1, max(1, step // 4000)):
                 before = old_plan.schedule(s, old_plan.steps_per_epoch)
                 after = self.plan.schedule(s, self.plan.steps_per_epoch)
                 if not math.isclose(before, after, rel_tol=1e-9, abs_tol=1e-15):
@@ -314,8 +309,9 @@ class Trainer:
         if explanations and not allow:
             raise ConfigError(
                 f"cannot resume {self.model_dir} from step {step}: these settings differ from "
-                f"the run's: {'; '.join(explanations)}. Rerun with the run's settings "
-                f"({path}), or pass --restart to start over, or --allow_config_change"
+                f"the run's: {'; '.join(explanations)}. Rerun with the run's settings (give "
+                "--model_dir alone to reuse them), or pass --restart to start over, or "
+                "--allow_config_change"
             )
         if explanations:
             logging.warning("--allow_config_change: resuming despite %s", "; ".join(explanations))
@@ -325,10 +321,13 @@ class Trainer:
                 "; ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()),
             )
 
-    def restore(self, prefix: str | None) -> int:
+    def restore(self, prefix: str | None, verb: str = "Resumed from") -> int:
         """Restores a checkpoint (None: none, a fresh start); returns the step."""
         if prefix:
             self.checkpoints.restore(prefix)
+            # What this run is: its next checkpoints are saved with these.
+            self.num_replicas.assign(self.strategy.num_replicas_in_sync)
+            self.saved_config.assign(config_lib.to_yaml(self.config))
         step = int(self.global_step.numpy())
         steps = distribute.gather_from_workers(self.strategy, step)
         if min(steps) != max(steps):
@@ -340,7 +339,8 @@ class Trainer:
         if prefix:
             epoch, position = divmod(int(self.data_position.numpy()), self._examples_per_epoch)
             logging.info(
-                "Resumed from step %d (epoch %d, example %d of %d) from %s",
+                "%s step %d (epoch %d, example %d of %d) from %s",
+                verb,
                 step,
                 epoch,
                 position,
@@ -353,11 +353,18 @@ class Trainer:
     def _examples_per_epoch(self) -> int:
         return self.pipeline.num_train_examples
 
+    def check_finite(self, step: int) -> None:
+        """Raises `_DivergedError` if a weight is not finite (on any worker: all raise)."""
+        self.sync_statistics()  # Per-tower statistics differ until averaged.
+        finite = self.checkpoints.finite()
+        if distribute.is_multi_worker(self.strategy):
+            finite = min(distribute.gather_from_workers(self.strategy, float(finite))) > 0
+        if not finite:
+            raise _DivergedError(step, "the weights")
+
     def save(self, step: int) -> None:
         """Saves a checkpoint; raises `_DivergedError` instead if the weights are not finite."""
-        self.sync_statistics()
-        if not self.checkpoints.finite():
-            raise _DivergedError(step)
+        self.check_finite(step)
         self.checkpoints.save(step)
 
     # -- evaluation and logging --------------------------------------------------
@@ -398,35 +405,38 @@ class Trainer:
             self.writer.write({"step": step, "event": "lr_override", "override": applied})
         return bool(changed)
 
-    def _roll_back(self, step: int) -> int:
-        """Handles a non-finite loss at `step`: an error, or a rollback; returns the new step."""
-        train = self.config.train
+    def _roll_back(self, diverged: _DivergedError) -> int:
+        """Handles divergence: an error, or a rollback; returns the step rolled back to."""
+        train, step = self.config.train, diverged.step
         latest = checkpoint.find_latest(self.model_dir)
         kept = f"the last good checkpoint is {latest[1]}" if latest else "no checkpoint was written"
         if train.on_nan != "rollback":
             raise ConfigError(
-                f"training diverged: the loss is not finite at step {step}; {kept}. Lower the "
-                "learning rate (optimizer.learning_rate), or resume with "
-                "--set train.on_nan=rollback"
+                f"training diverged: {diverged.what} is not finite at step {step}; {kept}. Lower "
+                "the learning rate (optimizer.learning_rate), or rerun with --on_nan=rollback"
             )
-        if latest is None or self.rollbacks >= config_lib.MAX_ROLLBACKS:
+        count = int(self.rollback_count.numpy())
+        if latest is None or count >= config_lib.MAX_ROLLBACKS:
             raise ConfigError(
-                f"training diverged at step {step} after {self.rollbacks} rollback(s) "
-                f"(at most {config_lib.MAX_ROLLBACKS}); {kept}. Lower the learning rate "
+                f"training diverged at step {step} after {count} rollback(s) (at most "
+                f"{config_lib.MAX_ROLLBACKS}); {kept}. Lower the learning rate "
                 "(optimizer.learning_rate)"
             )
-        self.rollbacks += 1
         scale = self.learning_rate.state()[1]
-        self.restore(latest[1])
+        self.restore(latest[1], verb="Rolled back to")
         value, restored_scale = self.learning_rate.state()
-        # A second rollback to the same checkpoint lowers the rate further.
+        # A second rollback to the same checkpoint lowers the rate further. The
+        # new rate is saved with the next checkpoint; the one rolled back to is
+        # not rewritten (a crash while overwriting it would lose it).
         new_scale = min(scale, restored_scale) * train.nan_lr_factor
         self.learning_rate.set_state(value, new_scale)
+        self.rollback_count.assign(count + 1)
         logging.error(
-            "ROLLBACK %d/%d: the loss is not finite at step %d; restored step %d from %s and "
+            "ROLLBACK %d/%d: %s is not finite at step %d; restored step %d from %s and "
             "multiplied the learning rate by %g (now x%g of the schedule)",
-            self.rollbacks,
+            count + 1,
             config_lib.MAX_ROLLBACKS,
+            diverged.what,
             step,
             latest[0],
             latest[1],
@@ -436,7 +446,6 @@ class Trainer:
         self.writer.write(
             {"step": step, "event": "rollback", "to_step": latest[0], "lr_scale": new_scale}
         )
-        self.checkpoints.save(latest[0])  # The lowered rate survives a crash.
         return latest[0]
 
     # -- the loop ----------------------------------------------------------------
@@ -475,6 +484,8 @@ class Trainer:
         steps_per_loop = train.steps_per_loop or train.log_every
         multi_worker = distribute.is_multi_worker(self.strategy)
         start = self.restore(self.resume_from[1] if self.resume_from else None)
+        if self.chief:  # Once resumed: the file describes the run from here on.
+            write_yaml(self.config, os.path.join(self.model_dir, CONFIG_FILE))
         if self.config_changes:
             self.writer.write(
                 {
@@ -501,40 +512,52 @@ class Trainer:
             self.model_dir,
         )
         self.writer.write({"step": start, "event": "start", "total_steps": total})
-        if train.on_nan == "rollback" and self.resume_from is None:
+        last_saved = start if self.resume_from else None
+        if train.on_nan == "rollback" and last_saved is None:
             self.save(start)  # Something to roll back to.
+            last_saved = start
 
         step, last_eval, train_loss = start, None, math.nan
         interval = dict.fromkeys(("examples", "loss", "correct", "regularization"), 0.0)
         interval_steps, interval_time, trained_examples = 0, 0.0, 0.0
         started = time.monotonic()
         while step < total:
-            stop_at = min(
-                total,
-                step + steps_per_loop,
-                *((step // every + 1) * every for every in (train.log_every, eval_every)),
-                (step // checkpoint_every + 1) * checkpoint_every,
-            )
-            rates = self.learning_rate.rates(step, stop_at)
-            call_started = time.monotonic()
-            # Workers must stop at the same step: they agree below, between calls.
-            result = step_fn.loop(iterator, rates, None if multi_worker else stop.flag)
-            interval_time += time.monotonic() - call_started
             try:
+                # Workers must stop at the same step: they agree between calls.
+                stopping = stop.requested
+                if multi_worker:
+                    stopping = max(distribute.gather_from_workers(self.strategy, stopping)) > 0
+                if stopping:
+                    if interval_steps:  # The steps since the last record.
+                        train_loss = self._log(step, interval, interval_steps, interval_time)
+                    if last_saved != step:
+                        self.save(step)
+                    return self._stopped(step, stop.signal_name or "a signal on another worker")
+
+                stop_at = min(
+                    total,
+                    step + steps_per_loop,
+                    *((step // every + 1) * every for every in (train.log_every, eval_every)),
+                    (step // checkpoint_every + 1) * checkpoint_every,
+                )
+                rates = self.learning_rate.rates(step, stop_at)
+                call_started = time.monotonic()
+                # Within one machine, a stop request ends the call after its step.
+                result = step_fn.loop(iterator, rates, None if multi_worker else stop.flag)
+                interval_time += time.monotonic() - call_started
+                if result.steps == 0:
+                    continue  # Stopped before its first step.
                 step = self._advance(step, result, rates)
                 if not result.finite:
-                    raise _DivergedError(step)
+                    raise _DivergedError(step, "the loss")
                 for name in interval:
                     interval[name] += result.sums[name]
                 interval_steps += result.steps
                 trained_examples += result.sums["examples"]
-                stopping = stop.requested
-                if multi_worker:
-                    stopping = max(distribute.gather_from_workers(self.strategy, stopping)) > 0
 
-                save = step % checkpoint_every == 0 or stopping
+                save = step % checkpoint_every == 0
                 if step % train.log_every == 0 or step == total:
-                    train_loss = self._log(step, interval, interval_steps, interval_time, rates)
+                    train_loss = self._log(step, interval, interval_steps, interval_time)
                     if progress and progress.interactive:
                         progress.update(step, self._status)
                     elif progress:
@@ -551,24 +574,21 @@ class Trainer:
                     # The override survives a crash from here on.
                     save = self._read_override(step) or save
                 evaluate = step % eval_every == 0 or step == total
-                if (save or evaluate) and not self.checkpoints.finite():
-                    raise _DivergedError(step)
                 if evaluate:
+                    self.check_finite(step)  # No evaluation of a diverged model.
                     if progress:
                         progress.finish()  # Log lines start on a line of their own.
                     last_eval = self.evaluate(step)
                 if save or evaluate:
                     self.save(step)
+                    last_saved = step
             except _DivergedError as diverged:
                 if progress:
                     progress.finish()
-                step = self._roll_back(diverged.step)
+                step = last_saved = self._roll_back(diverged)
                 iterator = iter(self._train_dataset())
                 interval = dict.fromkeys(interval, 0.0)
                 interval_steps, interval_time = 0, 0.0
-                continue
-            if stopping and step < total:
-                return self._stopped(step, stop.signal_name or "a signal on another worker")
 
         if last_eval is None:  # Resumed at the end: report what is there.
             last_eval = self.evaluate(step)
@@ -618,7 +638,7 @@ class Trainer:
             summary={"step": step, "stopped": signal_name}, model=self.model, stopped=signal_name
         )
 
-    def _log(self, step, interval, steps, seconds, rates) -> float:
+    def _log(self, step, interval, steps, seconds) -> float:
         """Writes a training record for the interval; returns its loss."""
         examples = max(interval["examples"], 1.0)
         loss = interval["loss"] / examples + interval["regularization"] / max(steps, 1)
@@ -627,7 +647,8 @@ class Trainer:
             "epoch": step * self.config.train.batch_size / self._examples_per_epoch,
             "loss": loss,
             "accuracy": interval["correct"] / examples,
-            "learning_rate": rates[-1] if rates else math.nan,
+            # The rate of the interval's last step.
+            "learning_rate": self.learning_rate.rates(step - 1, step)[0],
             "examples_per_sec": interval["examples"] / max(seconds, 1e-9),
         }
         self.writer.write(record)

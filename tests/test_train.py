@@ -229,8 +229,12 @@ def test_resuming_another_model_is_a_one_line_error(tmp_path):
     )
     wider = small_config(tmp_path, "train.eval_every=100", "model.widths=[8]", train_steps=2)
     # The settings are compared first ...
-    with pytest.raises(ConfigError, match=r"settings differ .*: model.widths None -> \[8\]\."):
+    with pytest.raises(ConfigError, match=r"settings differ .*: model.widths \[4\] -> \[8\]\."):
         trainer.train_and_evaluate(wider, str(tmp_path / "run"))
     # ... and a checkpoint that does not fit the model is refused even when allowed.
     with pytest.raises(ConfigError, match="cannot resume from .*ckpt-1.*use a new --model_dir"):
         trainer.train_and_evaluate(wider, str(tmp_path / "run"), allow_config_change=True)
+    # That failed attempt changed nothing: the run goes on with its own settings.
+    trainer.train_and_evaluate(
+        small_config(tmp_path, "train.eval_every=100", train_steps=2), str(tmp_path / "run")
+    )
