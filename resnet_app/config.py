@@ -49,6 +49,8 @@ ALTERNATIVES = {
 
 
 ON_NAN = ("stop", "rollback")
+# train.precision -> the images' dtype (data.dtype, unless set).
+PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 MAX_ROLLBACKS = 3
 
 # Settings a resumed run may change: they do not change what it computes (or,
@@ -72,6 +74,7 @@ RESUMABLE_CHANGES = frozenset(
         "train.keep_checkpoints",
         "train.keep_checkpoint_every_n_hours",
         "train.deterministic",
+        "train.jit",
         "train.on_nan",
         "train.nan_lr_factor",
     }
@@ -109,6 +112,11 @@ class TrainSettings:
         "rollback" to the last good checkpoint, multiply the learning rate by
         nan_lr_factor and go on (at most MAX_ROLLBACKS times).
       nan_lr_factor: the learning-rate multiplier of a rollback.
+      precision: "fp32", or mixed precision: "bf16" (bfloat16 compute with
+        float32 weights; CPUs with AVX512_BF16 or AMX, TPUs, Ampere+ GPUs) or
+        "fp16" (float16 with dynamic loss scaling; GPUs). Logits, loss and
+        BatchNorm statistics stay float32.
+      jit: compile each tower's forward and backward pass with XLA.
     """
 
     batch_size: int = 128
@@ -127,6 +135,8 @@ class TrainSettings:
     deterministic: bool = False
     on_nan: str = "stop"
     nan_lr_factor: float = 0.5
+    precision: str = "fp32"
+    jit: bool = False
 
     def __post_init__(self):
         for name in ("batch_size", "log_every"):
@@ -163,6 +173,10 @@ class TrainSettings:
         _require(
             self.on_nan in ON_NAN,
             f"train.on_nan={self.on_nan!r}; use one of: {', '.join(ON_NAN)}",
+        )
+        _require(
+            self.precision in PRECISIONS,
+            f"train.precision={self.precision!r}; use one of: {', '.join(PRECISIONS)}",
         )
         _require(
             0 < self.nan_lr_factor < 1,
@@ -441,6 +455,7 @@ def from_dict(tree: Mapping[str, Mapping[str, Any]]) -> Config:
     presets.get_config(name, **model_fields)  # Validates name and values.
 
     data_fields = _build(DataConfig, "data", tree["data"], exclude=("seed",))
+    data_fields.setdefault("dtype", PRECISIONS[train.precision])
     data = DataConfig(**data_fields, seed=train.seed)
 
     for section in ("optimizer", "schedule"):

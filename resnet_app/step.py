@@ -47,10 +47,12 @@ class LoopResult:
       steps: the steps run (fewer than asked when stopped or diverged).
       sums: METRICS summed over those steps: "examples", "loss" (summed
         cross-entropy), "correct", "regularization" (summed over steps).
+      input_wait: seconds the steps waited for their batches.
     """
 
     steps: int
     sums: dict[str, float]
+    input_wait: float = 0.0
 
     @property
     def finite(self) -> bool:
@@ -62,6 +64,13 @@ def _has_synchronized_batch_norm(model: keras.Model) -> bool:
         isinstance(layer, keras.layers.BatchNormalization) and layer.synchronized
         for layer in model._flatten_layers(include_self=False)
     )
+
+
+def _local_tensors(strategy: tf.distribute.Strategy, batch) -> list[tf.Tensor]:
+    """Every local component of a distributed batch (for control dependencies)."""
+    return [
+        t for value in tf.nest.flatten(batch) for t in strategy.experimental_local_results(value)
+    ]
 
 
 def _dense(gradients: list, variables: list) -> list[tf.Tensor]:
@@ -86,6 +95,7 @@ class TrainStep:
         cond around the forward pass, which costs about 45% of the step rate
         of ResNet-20 on a CPU, so it is only built when asked for. The
         trainer's batches are always full and never need it.
+      jit: compile each tower's forward and backward pass with XLA.
     """
 
     def __init__(
@@ -95,6 +105,7 @@ class TrainStep:
         strategy: tf.distribute.Strategy,
         label_smoothing: float = 0.0,
         partial_batches: bool = False,
+        jit: bool = False,
     ):
         self.model = model
         self.optimizer = optimizer
@@ -104,6 +115,11 @@ class TrainStep:
             partial_batches
             and strategy.num_replicas_in_sync > 1
             and not _has_synchronized_batch_norm(model)
+        )
+        # The tower's forward and backward pass, compiled by XLA when asked
+        # (collectives and the optimizer update stay outside it).
+        self._forward_backward = (
+            tf.function(self._gradients, jit_compile=True) if jit else self._gradients
         )
         self._loop = tf.function(self._loop_fn, reduce_retracing=True)
 
@@ -129,6 +145,20 @@ class TrainStep:
         """The model's L2 penalties (computed from the weights when read)."""
         return tf.add_n([tf.cast(x, tf.float32) for x in self.model.losses] or [tf.constant(0.0)])
 
+    def _gradients(self, batch: dict, global_count: tf.Tensor):
+        """One tower's gradients and its loss sum, correct count and regularization."""
+        replicas = tf.distribute.get_replica_context().num_replicas_in_sync
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            loss_sum, correct, regularization = self._losses(batch)
+            # Regularization is counted once over all towers.
+            loss = tf.math.divide_no_nan(loss_sum, global_count) + regularization / replicas
+            # Times the loss scale under fp16 (apply_gradients divides it out);
+            # the identity for other optimizers.
+            scaled = self.optimizer.scale_loss(loss)
+        gradients = _dense(tape.gradient(scaled, variables), variables)
+        return gradients, loss_sum, correct, regularization
+
     def replica_step(self, batch: dict) -> tf.Tensor:
         """One tower's part of a step: gradients applied, its METRICS sums returned."""
         context = tf.distribute.get_replica_context()
@@ -139,18 +169,13 @@ class TrainStep:
         global_count = context.all_reduce(SUM, tf.reduce_sum(batch["mask"]))
 
         def forward_backward():
-            with tf.GradientTape() as tape:
-                loss_sum, correct, regularization = self._losses(batch)
-                # Regularization is counted once over all towers.
-                loss = tf.math.divide_no_nan(loss_sum, global_count) + regularization / replicas
-            gradients = _dense(tape.gradient(loss, variables), variables)
-            return gradients, loss_sum, correct, regularization
+            return self._forward_backward(batch, global_count)
 
         def empty_tower():
             # No forward pass, but this tower's share of the regularization.
             with tf.GradientTape() as tape:
                 regularization = self._regularization()
-                loss = regularization / replicas
+                loss = self.optimizer.scale_loss(regularization / replicas)
             gradients = _dense(tape.gradient(loss, variables), variables)
             return gradients, tf.constant(0.0), tf.constant(0.0), regularization
 
@@ -171,17 +196,25 @@ class TrainStep:
     def _loop_fn(self, iterator, learning_rates: tf.Tensor, stop: tf.Variable | None):
         totals = tf.zeros([len(METRICS)])
         done = tf.constant(0)
+        waited = tf.constant(0.0, tf.float64)
         for i in tf.range(tf.shape(learning_rates)[0]):
             if stop is not None and stop:
                 break
             optim.set_learning_rate(self.optimizer, learning_rates[i])
-            sums = self.strategy.run(self.replica_step, args=(next(iterator),))
+            # The time spent waiting for the batch: ~0 unless the input is the bottleneck.
+            with tf.control_dependencies([totals]):  # After the previous step.
+                asked = tf.timestamp()
+            with tf.control_dependencies([asked]):
+                batch = next(iterator)
+            with tf.control_dependencies(_local_tensors(self.strategy, batch)):
+                waited += tf.timestamp() - asked
+            sums = self.strategy.run(self.replica_step, args=(batch,))
             sums = self.strategy.reduce(SUM, sums, axis=None)
             totals += sums
             done = i + 1
             if not tf.reduce_all(tf.math.is_finite(sums)):
                 break  # Diverged: the weights are no longer worth training.
-        return totals, done
+        return totals, done, waited
 
     def loop(self, iterator, learning_rates, stop: tf.Variable | None = None) -> LoopResult:
         """Runs up to len(learning_rates) steps, step i with learning rate learning_rates[i].
@@ -198,6 +231,6 @@ class TrainStep:
         Returns:
           The `LoopResult`.
         """
-        totals, done = self._loop(iterator, tf.constant(learning_rates, tf.float32), stop)
+        totals, done, waited = self._loop(iterator, tf.constant(learning_rates, tf.float32), stop)
         sums = {name: float(value) for name, value in zip(METRICS, totals.numpy())}
-        return LoopResult(steps=int(done), sums=sums)
+        return LoopResult(steps=int(done), sums=sums, input_wait=float(waited))

@@ -70,6 +70,8 @@ SHORTCUTS = {
     "seed": "train.seed",
     "deterministic": "train.deterministic",
     "on_nan": "train.on_nan",
+    "precision": "train.precision",
+    "jit": "train.jit",
 }
 _OWNERS = {"data": DataConfig, "train": config.TrainSettings}
 _DEFINE = {"int": flags.DEFINE_integer, "float": flags.DEFINE_float, "bool": flags.DEFINE_bool}

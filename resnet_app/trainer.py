@@ -34,6 +34,7 @@ non-finite weights is never written.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -52,7 +53,7 @@ from resnet_app.learning_rate import LearningRate
 from resnet_app.metrics import MetricsWriter, Progress, format_duration
 from resnet_app.model import create_model
 from resnet_app.presets import get_config
-from resnet_app.step import LoopResult, TrainStep
+from resnet_app.step import METRICS, LoopResult, TrainStep
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +174,25 @@ def build_model(config: Config, pipeline: data.InputPipeline) -> keras.Model:
     return model
 
 
+# A training record whose steps waited for data longer than this fraction of
+# their time is input-bound.
+INPUT_BOUND_WAIT = 0.1
+
+# Keras dtype policies of train.precision.
+POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+
+
+@contextlib.contextmanager
+def _dtype_policy(name: str):
+    """Layers made inside compute in `name`'s dtype; the global policy is restored after."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
 class _DivergedError(Exception):
     """`what` ("the loss" or "the weights") went non-finite at `step`."""
 
@@ -215,6 +235,13 @@ class Trainer:
         self.chief = distribute.is_chief(strategy)
 
         self.preset = preset = get_config(config.model_name, **config.model_overrides)
+        if train.jit and preset.bn_synchronized and not isinstance(
+            strategy, tf.distribute.OneDeviceStrategy
+        ):
+            raise ConfigError(
+                "train.jit cannot compile model.bn_synchronized: its all-reduce across towers "
+                "cannot run inside XLA; drop one of them"
+            )
         self.pipeline = data.create_pipeline(
             config.data, default_image_size=preset.default_image_size
         )
@@ -239,8 +266,11 @@ class Trainer:
 
         keras.utils.set_random_seed(train.seed)
         with strategy.scope():
-            self.model = build_model(config, self.pipeline)
+            with _dtype_policy(POLICIES[train.precision]):
+                self.model = build_model(config, self.pipeline)
             self.optimizer = optim.create_optimizer(optimizer_config)
+            if train.precision == "fp16":
+                self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
             self.optimizer.build(self.model.trainable_variables)
             self.learning_rate = LearningRate(self.plan.schedule, self.plan.steps_per_epoch)
             self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -271,6 +301,7 @@ class Trainer:
         )
         self.sync_statistics = distribute.moving_statistics_sync(self.model, strategy)
         self.writer = MetricsWriter(model_dir, enabled=self.chief)
+        self._intervals_logged, self._warned_input_bound = 0, False
 
     # -- resuming ----------------------------------------------------------------
 
@@ -494,7 +525,9 @@ class Trainer:
                     "changes": {k: list(v) for k, v in self.config_changes.items()},
                 }
             )
-        step_fn = TrainStep(self.model, self.optimizer, self.strategy, train.label_smoothing)
+        step_fn = TrainStep(
+            self.model, self.optimizer, self.strategy, train.label_smoothing, jit=train.jit
+        )
         iterator = iter(self._train_dataset())
         progress = Progress(total, start) if self.chief else None
         logging.info(
@@ -518,7 +551,7 @@ class Trainer:
             last_saved = start
 
         step, last_eval, train_loss = start, None, math.nan
-        interval = dict.fromkeys(("examples", "loss", "correct", "regularization"), 0.0)
+        interval = dict.fromkeys((*METRICS, "input_wait"), 0.0)
         interval_steps, interval_time, trained_examples = 0, 0.0, 0.0
         started = time.monotonic()
         while step < total:
@@ -550,8 +583,9 @@ class Trainer:
                 step = self._advance(step, result, rates)
                 if not result.finite:
                     raise _DivergedError(step, "the loss")
-                for name in interval:
+                for name in METRICS:
                     interval[name] += result.sums[name]
+                interval["input_wait"] += result.input_wait
                 interval_steps += result.steps
                 trained_examples += result.sums["examples"]
 
@@ -650,14 +684,37 @@ class Trainer:
             # The rate of the interval's last step.
             "learning_rate": self.learning_rate.rates(step - 1, step)[0],
             "examples_per_sec": interval["examples"] / max(seconds, 1e-9),
+            # The fraction of the time the steps waited for their batches.
+            "input_wait": min(interval["input_wait"] / max(seconds, 1e-9), 1.0),
         }
         self.writer.write(record)
         self.writer.scalars(
-            "train", step, {k: record[k] for k in ("loss", "accuracy", "examples_per_sec")}
+            "train",
+            step,
+            {k: record[k] for k in ("loss", "accuracy", "examples_per_sec", "input_wait")},
         )
         self.writer.flush()
         self._status = (
             f"loss {loss:.4f} acc {record['accuracy']:.4f} lr {record['learning_rate']:.4g} "
             f"{record['examples_per_sec']:.0f} img/s"
         )
+        self._check_input_bound(step, record)
         return loss
+
+    def _check_input_bound(self, step: int, record: dict[str, Any]) -> None:
+        """Warns once when training waits for its input (after a first interval of warm-up)."""
+        self._intervals_logged += 1
+        if self._intervals_logged < 2 or self._warned_input_bound:
+            return
+        if record["input_wait"] > INPUT_BOUND_WAIT:
+            self._warned_input_bound = True
+            logging.warning(
+                "Training is input-bound: the steps waited for data %.0f%% of the time (at "
+                "%.0f images/s). Faster input: more CPU cores for tf.data, data on a faster "
+                "disk, or a smaller data.image_size; scripts/benchmark.py measures both sides",
+                100 * record["input_wait"],
+                record["examples_per_sec"],
+            )
+            self.writer.write(
+                {"step": step, "event": "input_bound", "input_wait": record["input_wait"]}
+            )

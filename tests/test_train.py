@@ -77,7 +77,9 @@ def test_cli_writes_metrics_events_and_config(tmp_path):
             "accuracy",
             "learning_rate",
             "examples_per_sec",
+            "input_wait",
         }
+        assert 0 <= record["input_wait"] <= 1
         assert record["epoch"] == pytest.approx(record["step"] * 16 / 64)
         assert np.isfinite(record["loss"]) and 0 <= record["accuracy"] <= 1
     # Evaluated at step 4 and at the end, each time on all 37 examples.
@@ -86,7 +88,7 @@ def test_cli_writes_metrics_events_and_config(tmp_path):
         (6, 37, "test"),
     ]
     expected_tags = {
-        "train": {"loss", "accuracy", "learning_rate", "examples_per_sec"},
+        "train": {"loss", "accuracy", "learning_rate", "examples_per_sec", "input_wait"},
         "eval": {"top1", "top5", "loss"},
     }
     for kind, tags in expected_tags.items():
