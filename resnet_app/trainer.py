@@ -686,6 +686,7 @@ class Trainer:
             "examples_per_sec": interval["examples"] / max(seconds, 1e-9),
             # The fraction of the time the steps waited for their batches.
             "input_wait": min(interval["input_wait"] / max(seconds, 1e-9), 1.0),
+            "time": time.time(),  # Wall clock (Unix seconds), for rates that include the host.
         }
         self.writer.write(record)
         self.writer.scalars(

@@ -78,6 +78,7 @@ def test_cli_writes_metrics_events_and_config(tmp_path):
             "learning_rate",
             "examples_per_sec",
             "input_wait",
+            "time",
         }
         assert 0 <= record["input_wait"] <= 1
         assert record["epoch"] == pytest.approx(record["step"] * 16 / 64)
