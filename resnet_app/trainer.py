@@ -235,8 +235,10 @@ class Trainer:
         self.chief = distribute.is_chief(strategy)
 
         self.preset = preset = get_config(config.model_name, **config.model_overrides)
-        if train.jit and preset.bn_synchronized and not isinstance(
-            strategy, tf.distribute.OneDeviceStrategy
+        if (
+            train.jit
+            and preset.bn_synchronized
+            and not isinstance(strategy, tf.distribute.OneDeviceStrategy)
         ):
             raise ConfigError(
                 "train.jit cannot compile model.bn_synchronized: its all-reduce across towers "
@@ -526,7 +528,12 @@ class Trainer:
                 }
             )
         step_fn = TrainStep(
-            self.model, self.optimizer, self.strategy, train.label_smoothing, jit=train.jit
+            self.model,
+            self.optimizer,
+            self.strategy,
+            train.label_smoothing,
+            jit=train.jit,
+            time_input=not train.deterministic,
         )
         iterator = iter(self._train_dataset())
         progress = Progress(total, start) if self.chief else None
