@@ -38,6 +38,7 @@ from typing import Any  # noqa: E402
 
 import keras  # noqa: E402
 
+from resnet_app.batch_norm import BatchNorm
 from resnet_app.errors import ConfigError
 from resnet_app.presets import ResNetConfig, get_config
 
@@ -88,7 +89,7 @@ class _Layers:
         )
 
     def batch_norm(self, name: str, zero_gamma: bool = False) -> keras.layers.Layer:
-        return keras.layers.BatchNormalization(
+        return BatchNorm(
             momentum=self.config.bn_momentum,
             epsilon=self.config.bn_epsilon,
             synchronized=self.config.bn_synchronized,

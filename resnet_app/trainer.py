@@ -495,8 +495,11 @@ class Trainer:
                 num_shards=context.num_input_pipelines,
                 shard_index=context.input_pipeline_id,
             )
-            # Each local replica takes its consecutive slice of the worker's batch.
-            return dataset.rebatch(global_batch // replicas)
+            if replicas > context.num_input_pipelines:
+                # Each local replica takes its consecutive slice of the worker's batch.
+                dataset = dataset.rebatch(global_batch // replicas)
+            # The next batches are ready (and sliced) before the step asks for them.
+            return dataset.prefetch(tf.data.AUTOTUNE)
 
         return self.strategy.distribute_datasets_from_function(dataset_fn)
 

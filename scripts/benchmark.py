@@ -7,9 +7,13 @@
 One run measures, on the same model, batch and synthetic data (made once, so
 the input costs nothing), each variant in a fresh process of its own (so that
 its peak memory is its own):
-- keras_fit: `model.compile(SGD(momentum=0.9), from_logits cross-entropy,
-  metrics=["accuracy"])` and `model.fit`, as a user would write it (Keras's
-  default jit_compile="auto" turns XLA on); keras_fit_nojit: the same without XLA;
+- keras_fit: the same architecture with Keras's stock layers
+  (`keras.layers.BatchNormalization`), `model.compile(SGD(momentum=0.9),
+  from_logits cross-entropy, metrics=["accuracy"])` and `model.fit`, as a user
+  would write it (Keras's default jit_compile="auto" turns XLA on);
+  keras_fit_nojit: the same without XLA; keras_fit_our_layers: `fit` on
+  resnet_app's own model (its fused-kernel BatchNorm), which tells the gain of
+  the trainer's loop from that of its layers;
 - fp32, bf16, fp16, jit (XLA), towers2 (2 logical CPU devices, or 2 GPUs):
   `python -m resnet_app.train`'s trainer, timed between its training records.
 Images/sec are the median of --windows timed windows of --steps steps after a
@@ -50,8 +54,10 @@ TRAINER_VARIANTS = {
     "jit": ["train.jit=true"],
     "towers2": ["train.num_towers=2"],
 }
-KERAS_VARIANTS = ("keras_fit", "keras_fit_nojit")
-DEFAULT_VARIANTS = "keras_fit,keras_fit_nojit,fp32,bf16,jit,towers2,input,startup"
+KERAS_VARIANTS = ("keras_fit", "keras_fit_nojit", "keras_fit_our_layers")
+DEFAULT_VARIANTS = (
+    "keras_fit,keras_fit_nojit,keras_fit_our_layers,fp32,bf16,jit,towers2,input,startup"
+)
 
 _MODEL = flags.DEFINE_string("model", "resnet20", "The model preset.")
 _IMAGE_SIZE = flags.DEFINE_integer("image_size", None, "Image size (default: the model's).")
@@ -104,11 +110,15 @@ def measure_matmul_peak() -> dict:
     return {"peak_gflops": peaks}
 
 
-def measure_keras_fit(jit: bool) -> dict:
+def measure_keras_fit(jit: bool, stock_layers: bool) -> dict:
     import keras
     import tensorflow as tf
 
+    from resnet_app import model as model_lib
     from resnet_app.model import create_model
+
+    if stock_layers:  # What a user writing the ResNet with Keras would get.
+        model_lib.BatchNorm = keras.layers.BatchNormalization
 
     size, batch, steps = image_size(), _BATCH.value, _STEPS.value
     keras.utils.set_random_seed(0)
@@ -228,7 +238,9 @@ def run_worker(variant: str) -> dict:
     if variant == "peak":
         result = measure_matmul_peak()
     elif variant in KERAS_VARIANTS:
-        result = measure_keras_fit(jit=variant == "keras_fit")
+        result = measure_keras_fit(
+            jit=variant != "keras_fit_nojit", stock_layers=variant != "keras_fit_our_layers"
+        )
     elif variant in TRAINER_VARIANTS:
         result = measure_trainer(TRAINER_VARIANTS[variant])
     elif variant == "input_trainer":
@@ -312,13 +324,13 @@ def format_report(report: dict) -> str:
         f"{report['train_flops_per_image'] / 1e9:.3f} GFLOP per training image; matmul peak "
         f"{peak['float32']:.0f} GFLOP/s float32, {peak['bfloat16']:.0f} bfloat16",
         "",
-        f"{'variant':<16}{'img/s':>8}{'x keras_fit':>13}{'GFLOP/s':>9}{'% of peak':>11}"
+        f"{'variant':<22}{'img/s':>8}{'x keras_fit':>13}{'GFLOP/s':>9}{'% of peak':>11}"
         f"{'peak RSS MB':>13}   windows (img/s)",
     ]
     for name, result in report["variants"].items():
         ratio = result["vs_keras_fit"]
         lines.append(
-            f"{name:<16}{result['images_per_sec']:>8.1f}"
+            f"{name:<22}{result['images_per_sec']:>8.1f}"
             f"{(f'{ratio:.2f}x' if ratio else '-'):>13}{result['gflops']:>9.1f}"
             f"{100 * result['peak_fraction']:>10.1f}%{result['peak_rss_mb']:>13.0f}   "
             + ", ".join(f"{w:.0f}" for w in result["windows"])
