@@ -23,6 +23,14 @@ the TF2 form of feeding the learning rate through a placeholder every step.
 It checks each step's metrics for NaN/Inf (they are reduced anyway, so this is
 free) and ends the call at the first non-finite one; and it reads a stop flag
 before every step, so a preempted run stops after the step in progress.
+
+With model averaging (`averaging.ModelAveraging`, `sync.mode: model_average`)
+the step changes in three places and nowhere else: a tower divides by its own
+example count and counts the whole regularization (it steps alone), applies
+its gradients to its own copy without all-reducing them, and after the step
+the copies are averaged when the interval divides the step count; a stop
+then waits for the next average. With the default all-reduce the compiled
+step is what it was.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import math
 import keras
 import tensorflow as tf
 
+from resnet_app import averaging as averaging_lib
 from resnet_app import optim
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -86,6 +95,8 @@ class TrainStep:
         cond around the forward pass, which costs about 45% of the step rate
         of ResNet-20 on a CPU, so it is only built when asked for. The
         trainer's batches are always full and never need it.
+      averaging: model averaging instead of the gradient all-reduce (the
+        model and optimizer built in `averaging.local_variables()`), or None.
     """
 
     def __init__(
@@ -95,8 +106,10 @@ class TrainStep:
         strategy: tf.distribute.Strategy,
         label_smoothing: float = 0.0,
         partial_batches: bool = False,
+        averaging: averaging_lib.ModelAveraging | None = None,
     ):
         self.model = model
+        self.averaging = averaging
         self.optimizer = optimizer
         self.strategy = strategy
         self.label_smoothing = label_smoothing
@@ -134,15 +147,23 @@ class TrainStep:
         context = tf.distribute.get_replica_context()
         replicas = context.num_replicas_in_sync
         variables = self.model.trainable_variables
-        # The denominator is the real example count of the whole global batch,
-        # because the gradients of all towers are summed when applied.
-        global_count = context.all_reduce(SUM, tf.reduce_sum(batch["mask"]))
+        if self.averaging is None:
+            # The denominator is the real example count of the whole global
+            # batch, because the gradients of all towers are summed when applied,
+            # and each tower carries its share of the regularization.
+            count = context.all_reduce(SUM, tf.reduce_sum(batch["mask"]))
+            shares = replicas
+        else:
+            # Model averaging: the tower steps alone, on the mean loss of its own
+            # examples and the whole regularization. With equal shares, the mean
+            # of the towers' steps is the all-reduce step.
+            count = tf.reduce_sum(batch["mask"])
+            shares = 1
 
         def forward_backward():
             with tf.GradientTape() as tape:
                 loss_sum, correct, regularization = self._losses(batch)
-                # Regularization is counted once over all towers.
-                loss = tf.math.divide_no_nan(loss_sum, global_count) + regularization / replicas
+                loss = tf.math.divide_no_nan(loss_sum, count) + regularization / shares
             gradients = _dense(tape.gradient(loss, variables), variables)
             return gradients, loss_sum, correct, regularization
 
@@ -150,7 +171,7 @@ class TrainStep:
             # No forward pass, but this tower's share of the regularization.
             with tf.GradientTape() as tape:
                 regularization = self._regularization()
-                loss = regularization / replicas
+                loss = regularization / shares
             gradients = _dense(tape.gradient(loss, variables), variables)
             return gradients, tf.constant(0.0), tf.constant(0.0), regularization
 
@@ -161,7 +182,10 @@ class TrainStep:
             )
         else:
             gradients, loss_sum, correct, regularization = forward_backward()
-        self.optimizer.apply_gradients(zip(gradients, variables))
+        if self.averaging is None:
+            self.optimizer.apply_gradients(zip(gradients, variables))
+        else:
+            self.averaging.apply_locally(gradients, variables)
         # In METRICS order, reduced as one vector. The regularization is the
         # same on every replica: its share here sums back to one copy.
         return tf.stack(
@@ -172,10 +196,12 @@ class TrainStep:
         totals = tf.zeros([len(METRICS)])
         done = tf.constant(0)
         for i in tf.range(tf.shape(learning_rates)[0]):
-            if stop is not None and stop:
+            if stop is not None and self._may_stop(stop):
                 break
             optim.set_learning_rate(self.optimizer, learning_rates[i])
             sums = self.strategy.run(self.replica_step, args=(next(iterator),))
+            if self.averaging is not None:
+                self.averaging.average_if_due()
             sums = self.strategy.reduce(SUM, sums, axis=None)
             totals += sums
             done = i + 1
@@ -183,12 +209,20 @@ class TrainStep:
                 break  # Diverged: the weights are no longer worth training.
         return totals, done
 
+    def _may_stop(self, stop: tf.Variable):
+        """Whether to stop before the next step: when asked to, and with model
+        averaging only right after an average (what a checkpoint must hold)."""
+        if self.averaging is None:
+            return stop
+        return tf.logical_and(tf.convert_to_tensor(stop), self.averaging.at_average())
+
     def loop(self, iterator, learning_rates, stop: tf.Variable | None = None) -> LoopResult:
         """Runs up to len(learning_rates) steps, step i with learning rate learning_rates[i].
 
         The call ends early, after the step in progress, once `stop` is True
-        (read before every step; another thread may set it), or right after a
-        step whose loss is not finite.
+        (read before every step; another thread may set it; with model
+        averaging, at the next average), or right after a step whose loss is
+        not finite.
 
         Args:
           iterator: over the distributed training dataset.

@@ -70,8 +70,10 @@ SHORTCUTS = {
     "seed": "train.seed",
     "deterministic": "train.deterministic",
     "on_nan": "train.on_nan",
+    "sync": "sync.mode",
+    "average_interval": "sync.interval",
 }
-_OWNERS = {"data": DataConfig, "train": config.TrainSettings}
+_OWNERS = {"data": DataConfig, "train": config.TrainSettings, "sync": config.SyncSettings}
 _DEFINE = {"int": flags.DEFINE_integer, "float": flags.DEFINE_float, "bool": flags.DEFINE_bool}
 
 
