@@ -1,7 +1,8 @@
 """Towers: the `tf.distribute` strategy a run uses, picked from the machine.
 
 - `TF_CONFIG` set: `MultiWorkerMirroredStrategy`, one replica per local GPU (or
-  the CPU) on every worker, gradients all-reduced across machines.
+  the CPU) on every worker, gradients all-reduced across machines (or, with
+  model averaging, the weights every K steps: see `averaging.py`).
 - GPUs visible: `MirroredStrategy` over them (the TF1 "towers"), or over the
   first `num_towers` of them.
 - CPU only: one device, or with `num_towers=N` a `MirroredStrategy` over N
@@ -11,6 +12,9 @@ Per-tower BatchNorm (the default) keeps one set of moving statistics per
 replica, as TF1 towers and PyTorch DDP do. `moving_statistics_sync` averages
 them across all replicas; the trainer calls it before every evaluation and
 save, so what is evaluated and saved does not depend on which tower is read.
+
+`collective_ops` lists the cross-replica collectives of a traced function
+(tests and `scripts/averaging_benchmark.py` use it to see what a step sends).
 """
 
 from __future__ import annotations

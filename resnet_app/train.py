@@ -46,7 +46,8 @@ _ALLOW_CONFIG_CHANGE = flags.DEFINE_bool(
     "allow_config_change",
     False,
     "Resume even though settings that change what the run computes (model, "
-    "data, batch, optimizer, schedule, seed, towers with per-tower BatchNorm) "
+    "data, batch, optimizer, schedule, seed, sync, towers with per-tower "
+    "BatchNorm or model averaging) "
     "differ from the run's config.yaml.",
 )
 _LR_SCHEDULE = flags.DEFINE_string(

@@ -368,3 +368,25 @@ def test_sync_section_round_trips_and_defaults_to_allreduce():
     # A run directory written before the section existed reads as all-reduce.
     old = {k: v for k, v in default.to_dict().items() if k != "sync"}
     assert config.from_dict(old) == dataclasses.replace(default)
+
+
+def test_benchmark_counts_collectives_falling_by_the_interval():
+    """The benchmark's profiler count: all-reduce 2 collectives per step (gradients,
+    example count); model averaging 1/K, and its bytes fall by K."""
+    result = run_command(
+        "scripts/averaging_benchmark.py",
+        "--model=tiny",
+        "--steps=4",
+        "--intervals=1,4",
+        "--windows=1",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {
+        tuple(line.split()[:2]): [float(x) for x in line.split()[2:]]
+        for line in result.stdout.splitlines()
+        if line.startswith(("allreduce", "model_average"))
+    }
+    assert [
+        rows[k][0] for k in [("allreduce", "-"), ("model_average", "1"), ("model_average", "4")]
+    ] == [2.0, 1.0, 0.25]
+    assert rows[("model_average", "4")][2] * 4 == rows[("model_average", "1")][2]
