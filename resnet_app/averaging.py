@@ -110,7 +110,9 @@ class ModelAveraging:
             raise ValueError(f"interval must be 1 or more, got {interval}")
         if optimizer.use_ema or optimizer.gradient_accumulation_steps:
             raise ValueError("model averaging does not average EMA or gradient accumulators")
-        if optimizer.loss_scale_factor is not None:
+        if optimizer.loss_scale_factor is not None or isinstance(
+            optimizer, keras.optimizers.LossScaleOptimizer
+        ):
             raise ValueError("model averaging does not apply a loss scale")
         self.model = model
         self.optimizer = optimizer

@@ -19,6 +19,7 @@ learning-rate state.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -28,7 +29,9 @@ import time
 import tensorflow as tf
 from absl import logging
 
+from resnet_app.config import CONFIG_FILE
 from resnet_app.errors import ConfigError
+from resnet_app.metrics import METRICS_FILE
 
 PREFIX = "ckpt"
 POINTER_FILE = "checkpoint"
@@ -139,13 +142,28 @@ def move_aside(directory: str) -> str | None:
 
     Returns:
       The new folder, or None if there was nothing to move.
+
+    Raises:
+      ConfigError: when the directory holds files but does not look like a run
+        directory (a mistyped --model_dir must not move a source tree).
     """
     if not os.path.isdir(directory):
         return None
     names = [n for n in os.listdir(directory) if not n.startswith("previous-")]
     if not names:
         return None
-    aside = os.path.join(directory, f"previous-{time.strftime('%Y%m%d-%H%M%S')}")
+    markers = (CONFIG_FILE, METRICS_FILE, POINTER_FILE)
+    if not list_checkpoints(directory) and not any(n in names for n in markers):
+        raise ConfigError(
+            f"--restart: {directory} is not a run directory (no checkpoint, {CONFIG_FILE} or "
+            f"{METRICS_FILE}); check --model_dir"
+        )
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = os.path.join(directory, f"previous-{stamp}")
+    count = 1
+    while os.path.exists(aside):
+        count += 1
+        aside = os.path.join(directory, f"previous-{stamp}-{count}")
     os.makedirs(aside)
     for name in names:
         os.replace(os.path.join(directory, name), os.path.join(aside, name))
@@ -164,13 +182,16 @@ class RunCheckpoint:
 
     Every worker of a multi-worker run takes part in a save (the variables
     are read collectively), but only the chief's copy is kept: the others
-    write to a temporary directory, removed by `close`.
+    write their newest one only, to a scratch directory of their own (named
+    by the run and the worker, so that a killed worker's is reused, not
+    leaked), removed by `close`.
 
     Args:
       directory: the run directory.
       chief: whether this worker writes the real checkpoints.
       max_to_keep: the newest checkpoints kept.
       keep_every_n_hours: also keep one checkpoint per this many hours.
+      worker: this worker's index (names a non-chief's scratch directory).
       **objects: what to save, as for `tf.train.Checkpoint`.
     """
 
@@ -180,15 +201,23 @@ class RunCheckpoint:
         chief: bool = True,
         max_to_keep: int = 3,
         keep_every_n_hours: float | None = None,
+        worker: int = 0,
         **objects,
     ):
         self.directory = directory
+        self.save_dir = directory
+        if not chief:
+            run = hashlib.sha1(os.path.abspath(directory).encode()).hexdigest()[:12]
+            self.save_dir = os.path.join(
+                tempfile.gettempdir(), f"resnet_app_{os.getuid()}_{run}_worker{worker}"
+            )
+            shutil.rmtree(self.save_dir, ignore_errors=True)
+            max_to_keep, keep_every_n_hours = 1, None
         self.checkpoint = tf.train.Checkpoint(**objects)
         # The weights and optimizer state; other state may hold NaN on purpose.
         self._variables = [
             v for name in ("model", "optimizer") for v in _variables_of(objects.get(name))
         ]
-        self.save_dir = directory if chief else tempfile.mkdtemp(prefix="resnet_app_")
         self.manager = tf.train.CheckpointManager(
             self.checkpoint,
             self.save_dir,

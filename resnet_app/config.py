@@ -50,6 +50,8 @@ ALTERNATIVES = {
 
 
 ON_NAN = ("stop", "rollback")
+# train.precision -> the images' dtype (data.dtype, unless set).
+PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 MAX_ROLLBACKS = 3
 SYNC_MODES = ("allreduce", "model_average")
 
@@ -75,6 +77,7 @@ RESUMABLE_CHANGES = frozenset(
         "train.keep_checkpoints",
         "train.keep_checkpoint_every_n_hours",
         "train.deterministic",
+        "train.jit",
         "train.on_nan",
         "train.nan_lr_factor",
     }
@@ -112,6 +115,11 @@ class TrainSettings:
         "rollback" to the last good checkpoint, multiply the learning rate by
         nan_lr_factor and go on (at most MAX_ROLLBACKS times).
       nan_lr_factor: the learning-rate multiplier of a rollback.
+      precision: "fp32", or mixed precision: "bf16" (bfloat16 compute with
+        float32 weights; CPUs with AVX512_BF16 or AMX, TPUs, Ampere+ GPUs) or
+        "fp16" (float16 with dynamic loss scaling; GPUs). Logits, loss and
+        BatchNorm statistics stay float32.
+      jit: compile each tower's forward and backward pass with XLA.
     """
 
     batch_size: int = 128
@@ -130,6 +138,8 @@ class TrainSettings:
     deterministic: bool = False
     on_nan: str = "stop"
     nan_lr_factor: float = 0.5
+    precision: str = "fp32"
+    jit: bool = False
 
     def __post_init__(self):
         for name in ("batch_size", "log_every"):
@@ -166,6 +176,10 @@ class TrainSettings:
         _require(
             self.on_nan in ON_NAN,
             f"train.on_nan={self.on_nan!r}; use one of: {', '.join(ON_NAN)}",
+        )
+        _require(
+            self.precision in PRECISIONS,
+            f"train.precision={self.precision!r}; use one of: {', '.join(PRECISIONS)}",
         )
         _require(
             0 < self.nan_lr_factor < 1,
@@ -273,11 +287,16 @@ class _Loader(yaml.SafeLoader):
     """YAML as people write numbers: `1e-4` is a float (YAML 1.1 wants `1.0e-4`)."""
 
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
-    list("-+0123456789."),
-)
+class _Dumper(yaml.SafeDumper):
+    """Quotes a string such as "1e5", which `_Loader` would read as a number."""
+
+
+for _yaml_class in (_Loader, _Dumper):
+    _yaml_class.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
+        list("-+0123456789."),
+    )
 
 
 def load_yaml(text) -> Any:
@@ -460,6 +479,11 @@ def from_dict(tree: Mapping[str, Mapping[str, Any]]) -> Config:
     tree = {section: dict(tree.get(section) or {}) for section in SECTIONS}
     train = TrainSettings(**_build(TrainSettings, "train", tree["train"]))
     sync = SyncSettings(**_build(SyncSettings, "sync", tree["sync"]))
+    _require(
+        not (sync.mode == "model_average" and train.precision == "fp16"),
+        "sync.mode=model_average cannot use train.precision=fp16: its loss scale is not "
+        "kept per replica; use bf16 or fp32",
+    )
 
     model = dict(tree["model"])
     name = model.pop("name", None)
@@ -469,6 +493,7 @@ def from_dict(tree: Mapping[str, Mapping[str, Any]]) -> Config:
     presets.get_config(name, **model_fields)  # Validates name and values.
 
     data_fields = _build(DataConfig, "data", tree["data"], exclude=("seed",))
+    data_fields.setdefault("dtype", PRECISIONS[train.precision])
     data = DataConfig(**data_fields, seed=train.seed)
 
     for section in ("optimizer", "schedule"):
@@ -495,16 +520,25 @@ def from_dict(tree: Mapping[str, Mapping[str, Any]]) -> Config:
 
 
 def changes(old: Config, new: Config) -> dict[str, tuple[Any, Any]]:
-    """The settings that differ between two configs: {"section.key": (old, new)}."""
+    """The settings that differ between two configs: {"section.key": (old, new)}.
 
-    def flat(config: Config) -> dict[str, Any]:
+    Model keys compare as the preset resolves them: `bn_synchronized: false`
+    given or left at its default is the same setting.
+    """
+
+    def flat(config: Config, model_keys: Iterable[str]) -> dict[str, Any]:
+        tree = config.to_dict()
+        preset = presets.get_config(config.model_name, **config.model_overrides)
+        tree["model"] = {"name": config.model_name}
+        tree["model"].update({key: _plain(getattr(preset, key)) for key in model_keys})
         return {
             f"{section}.{key}": value
-            for section, values in config.to_dict().items()
+            for section, values in tree.items()
             for key, value in values.items()
         }
 
-    before, after = flat(old), flat(new)
+    model_keys = set(old.model_overrides) | set(new.model_overrides)
+    before, after = flat(old, model_keys), flat(new, model_keys)
     return {
         key: (before.get(key), after.get(key))
         for key in sorted(set(before) | set(after))
@@ -512,9 +546,25 @@ def changes(old: Config, new: Config) -> dict[str, tuple[Any, Any]]:
     }
 
 
+def to_yaml(config: Config) -> str:
+    """The resolved config as YAML text; `from_yaml` reads it back equal."""
+    return yaml.dump(config.to_dict(), Dumper=_Dumper, sort_keys=False)
+
+
+def from_yaml(text: str, where: str) -> Config:
+    """Reads `to_yaml`'s text back; `where` names its origin in errors."""
+    try:
+        tree = load_yaml(text)
+    except yaml.YAMLError:
+        raise ConfigError(f"{where} is not valid YAML; it was not written by resnet_app") from None
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{where} must be a mapping of sections ({', '.join(SECTIONS)})")
+    return from_dict(tree)
+
+
 def write_yaml(config: Config, path: str) -> None:
     """Writes the resolved config (atomically: a reader never sees half a file)."""
     temporary = f"{path}.tmp"
     with open(temporary, "w") as f:
-        yaml.safe_dump(config.to_dict(), f, sort_keys=False)
+        f.write(to_yaml(config))
     os.replace(temporary, path)

@@ -43,7 +43,8 @@ class DataConfig:
       eval_examples: use only the first N evaluation examples (all if None).
       shuffle_buffer: streamed datasets: examples in the shuffle buffer.
       seed: the data order and augmentation seed.
-      dtype: the images' dtype, following the precision setting.
+      dtype: the images' dtype (default: train.precision's: float32,
+        bfloat16 or float16).
       num_classes: `synthetic` only: the number of labels.
     """
 

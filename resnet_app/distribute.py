@@ -134,6 +134,12 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in spec
 
 
+def worker_index(strategy: tf.distribute.Strategy) -> int:
+    """This process's task index (0 unless multi-worker)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    return int(resolver.task_id or 0) if resolver is not None and resolver.task_type else 0
+
+
 def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
     return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 

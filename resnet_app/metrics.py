@@ -2,10 +2,12 @@
 
 `metrics.jsonl` holds one JSON object per line:
 - training records: {"step", "epoch", "loss", "accuracy", "learning_rate",
-  "examples_per_sec"}, averaged over the steps since the previous record;
+  "examples_per_sec", "input_wait" (the fraction of the time spent waiting
+  for data), "time" (Unix seconds)}, over the steps since the previous record;
 - evaluation records: {"step", "split", "top1", "top5", "loss", "num_examples"};
-- events ({"step", "event", ...}): a learning-rate override, the run's start
-  and end;
+- events ({"step", "event", ...}): the run's start and end, a learning-rate
+  override, settings changed on resume, a stop by a signal, a NaN rollback,
+  an input-bound warning;
 - evaluations of saved checkpoints by `python -m resnet_app.evaluate`: an
   evaluation record plus "checkpoint" ("ckpt-N") and "event": "evaluation"
   (they have "top1" too: tell them from the trainer's by "event").

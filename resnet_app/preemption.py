@@ -3,8 +3,9 @@
 A cluster preempts a job with SIGTERM; a person stops one with Ctrl-C. Either
 asks `StopRequest` to stop: the compiled training loop reads its flag before
 every step (`step.TrainStep.loop`), so the run stops after the step in
-progress, and the trainer saves a checkpoint and returns. A second signal
-exits at once, without a checkpoint.
+progress, and the trainer saves a checkpoint and returns. A second Ctrl-C
+(SIGINT) exits at once, without a checkpoint; a repeated SIGTERM changes
+nothing.
 
 Python runs signal handlers only in the main thread and only between
 bytecodes, which never happens while the main thread is inside a long
@@ -63,26 +64,27 @@ class StopRequest:
         self._pipe = (read_end, write_end)
         self._previous = {s: signal.signal(s, _noop) for s in SIGNALS}
         self._previous_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-        threading.Thread(target=self._watch, args=(read_end,), daemon=True).start()
+        self._watcher = threading.Thread(target=self._watch, args=(read_end,), daemon=True)
+        self._watcher.start()
         return self
 
     def _watch(self, read_end: int) -> None:
-        while True:
-            try:
-                data = os.read(read_end, 1)
-            except OSError:
-                return
-            if not data:
-                return  # The pipe was closed: uninstalled.
-            number = data[0]
-            if number not in SIGNALS:
-                continue
-            name = signal.Signals(number).name
-            if self.requested:
-                logging.error("Second %s: exiting now, without a checkpoint", name)
-                logging.flush()
-                os._exit(128 + number)
-            self.request(name)
+        try:
+            while data := os.read(read_end, 1):  # Empty once the pipe is closed.
+                number = data[0]
+                if number not in SIGNALS:
+                    continue
+                name = signal.Signals(number).name
+                # A person pressing Ctrl-C again means it; a scheduler may repeat SIGTERM.
+                if self.requested and number == signal.SIGINT:
+                    logging.error("Second %s: exiting now, without a checkpoint", name)
+                    logging.flush()
+                    os._exit(128 + number)
+                self.request(name)
+        except OSError:
+            pass
+        finally:
+            os.close(read_end)
 
     def __exit__(self, *exc_info) -> None:
         if self._pipe is None:
@@ -91,6 +93,7 @@ class StopRequest:
         for number, handler in self._previous.items():
             signal.signal(number, handler)
         os.close(self._pipe[1])  # The watcher reads end-of-file and returns.
+        self._watcher.join(timeout=5)
         self._pipe = None
 
 

@@ -56,10 +56,12 @@ class LoopResult:
       steps: the steps run (fewer than asked when stopped or diverged).
       sums: METRICS summed over those steps: "examples", "loss" (summed
         cross-entropy), "correct", "regularization" (summed over steps).
+      input_wait: seconds the steps waited for their batches.
     """
 
     steps: int
     sums: dict[str, float]
+    input_wait: float = 0.0
 
     @property
     def finite(self) -> bool:
@@ -71,6 +73,13 @@ def _has_synchronized_batch_norm(model: keras.Model) -> bool:
         isinstance(layer, keras.layers.BatchNormalization) and layer.synchronized
         for layer in model._flatten_layers(include_self=False)
     )
+
+
+def _local_tensors(strategy: tf.distribute.Strategy, batch) -> list[tf.Tensor]:
+    """Every local component of a distributed batch (for control dependencies)."""
+    return [
+        t for value in tf.nest.flatten(batch) for t in strategy.experimental_local_results(value)
+    ]
 
 
 def _dense(gradients: list, variables: list) -> list[tf.Tensor]:
@@ -95,6 +104,7 @@ class TrainStep:
         cond around the forward pass, which costs about 45% of the step rate
         of ResNet-20 on a CPU, so it is only built when asked for. The
         trainer's batches are always full and never need it.
+      jit: compile each tower's forward and backward pass with XLA.
       averaging: model averaging instead of the gradient all-reduce (the
         model and optimizer built in `averaging.local_variables()`), or None.
     """
@@ -106,6 +116,7 @@ class TrainStep:
         strategy: tf.distribute.Strategy,
         label_smoothing: float = 0.0,
         partial_batches: bool = False,
+        jit: bool = False,
         averaging: averaging_lib.ModelAveraging | None = None,
     ):
         self.model = model
@@ -117,6 +128,11 @@ class TrainStep:
             partial_batches
             and strategy.num_replicas_in_sync > 1
             and not _has_synchronized_batch_norm(model)
+        )
+        # The tower's forward and backward pass, compiled by XLA when asked
+        # (collectives and the optimizer update stay outside it).
+        self._forward_backward = (
+            tf.function(self._gradients, jit_compile=True) if jit else self._gradients
         )
         self._loop = tf.function(self._loop_fn, reduce_retracing=True)
 
@@ -142,6 +158,30 @@ class TrainStep:
         """The model's L2 penalties (computed from the weights when read)."""
         return tf.add_n([tf.cast(x, tf.float32) for x in self.model.losses] or [tf.constant(0.0)])
 
+    def _shares(self) -> int:
+        """How many towers share the regularization: all of them, or with model
+        averaging none (each tower steps alone, so it counts the whole of it)."""
+        if self.averaging is not None:
+            return 1
+        return tf.distribute.get_replica_context().num_replicas_in_sync
+
+    def _gradients(self, batch: dict, count: tf.Tensor):
+        """One tower's gradients and its loss sum, correct count and regularization.
+
+        `count` is the loss's denominator: the global batch's example count, or
+        with model averaging this tower's.
+        """
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            loss_sum, correct, regularization = self._losses(batch)
+            # Regularization is counted once over all towers.
+            loss = tf.math.divide_no_nan(loss_sum, count) + regularization / self._shares()
+            # Times the loss scale under fp16 (apply_gradients divides it out);
+            # the identity for other optimizers.
+            scaled = self.optimizer.scale_loss(loss)
+        gradients = _dense(tape.gradient(scaled, variables), variables)
+        return gradients, loss_sum, correct, regularization
+
     def replica_step(self, batch: dict) -> tf.Tensor:
         """One tower's part of a step: gradients applied, its METRICS sums returned."""
         context = tf.distribute.get_replica_context()
@@ -149,29 +189,22 @@ class TrainStep:
         variables = self.model.trainable_variables
         if self.averaging is None:
             # The denominator is the real example count of the whole global
-            # batch, because the gradients of all towers are summed when applied,
-            # and each tower carries its share of the regularization.
+            # batch, because the gradients of all towers are summed when applied.
             count = context.all_reduce(SUM, tf.reduce_sum(batch["mask"]))
-            shares = replicas
         else:
             # Model averaging: the tower steps alone, on the mean loss of its own
-            # examples and the whole regularization. With equal shares, the mean
-            # of the towers' steps is the all-reduce step.
+            # examples. With equal shares, the mean of the towers' steps is the
+            # all-reduce step.
             count = tf.reduce_sum(batch["mask"])
-            shares = 1
 
         def forward_backward():
-            with tf.GradientTape() as tape:
-                loss_sum, correct, regularization = self._losses(batch)
-                loss = tf.math.divide_no_nan(loss_sum, count) + regularization / shares
-            gradients = _dense(tape.gradient(loss, variables), variables)
-            return gradients, loss_sum, correct, regularization
+            return self._forward_backward(batch, count)
 
         def empty_tower():
             # No forward pass, but this tower's share of the regularization.
             with tf.GradientTape() as tape:
                 regularization = self._regularization()
-                loss = regularization / shares
+                loss = self.optimizer.scale_loss(regularization / self._shares())
             gradients = _dense(tape.gradient(loss, variables), variables)
             return gradients, tf.constant(0.0), tf.constant(0.0), regularization
 
@@ -195,11 +228,19 @@ class TrainStep:
     def _loop_fn(self, iterator, learning_rates: tf.Tensor, stop: tf.Variable | None):
         totals = tf.zeros([len(METRICS)])
         done = tf.constant(0)
+        waited = tf.constant(0.0, tf.float64)
         for i in tf.range(tf.shape(learning_rates)[0]):
             if stop is not None and self._may_stop(stop):
                 break
             optim.set_learning_rate(self.optimizer, learning_rates[i])
-            sums = self.strategy.run(self.replica_step, args=(next(iterator),))
+            # The time spent waiting for the batch: ~0 unless the input is the bottleneck.
+            with tf.control_dependencies([totals]):  # After the previous step.
+                asked = tf.timestamp()
+            with tf.control_dependencies([asked]):
+                batch = next(iterator)
+            with tf.control_dependencies(_local_tensors(self.strategy, batch)):
+                waited += tf.timestamp() - asked
+            sums = self.strategy.run(self.replica_step, args=(batch,))
             if self.averaging is not None:
                 self.averaging.average_if_due()
             sums = self.strategy.reduce(SUM, sums, axis=None)
@@ -207,7 +248,7 @@ class TrainStep:
             done = i + 1
             if not tf.reduce_all(tf.math.is_finite(sums)):
                 break  # Diverged: the weights are no longer worth training.
-        return totals, done
+        return totals, done, waited
 
     def _may_stop(self, stop: tf.Variable):
         """Whether to stop before the next step: when asked to, and with model
@@ -232,6 +273,6 @@ class TrainStep:
         Returns:
           The `LoopResult`.
         """
-        totals, done = self._loop(iterator, tf.constant(learning_rates, tf.float32), stop)
+        totals, done, waited = self._loop(iterator, tf.constant(learning_rates, tf.float32), stop)
         sums = {name: float(value) for name, value in zip(METRICS, totals.numpy())}
-        return LoopResult(steps=int(done), sums=sums)
+        return LoopResult(steps=int(done), sums=sums, input_wait=float(waited))

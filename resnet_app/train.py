@@ -33,8 +33,8 @@ _MODEL_DIR = flags.DEFINE_string(
     "model_dir",
     None,
     "The run directory (default: a new folder under ./runs/). An existing "
-    "run directory is resumed from its latest checkpoint; given alone, with "
-    "the settings it was run with.",
+    "run directory is resumed from its latest checkpoint, with its own "
+    "settings (config.yaml) unless --config is given.",
 )
 _RESTART = flags.DEFINE_bool(
     "restart",
@@ -71,6 +71,8 @@ SHORTCUTS = {
     "seed": "train.seed",
     "deterministic": "train.deterministic",
     "on_nan": "train.on_nan",
+    "precision": "train.precision",
+    "jit": "train.jit",
     "sync": "sync.mode",
     "average_interval": "sync.interval",
 }
@@ -97,23 +99,23 @@ FLAGS = flags.FLAGS
 def config_from_flags() -> config.Config:
     """The config the command line describes: defaults, --config, --set, then flags.
 
-    With no setting on the command line, an existing run directory's
-    config.yaml: `--model_dir=DIR` alone resumes a run as it was.
+    Without --config, an existing run directory's config.yaml takes its place:
+    `--model_dir=DIR` resumes a run with its own settings, plus any flag given.
     """
-    given = _CONFIG.value or _SET.value or _LR_SCHEDULE.value
-    if not given and not any(FLAGS[name].present for name in SHORTCUTS) and _MODEL_DIR.value:
+    config_file = _CONFIG.value
+    if not config_file and _MODEL_DIR.value:
         saved = os.path.join(_MODEL_DIR.value, config.CONFIG_FILE)
-        if os.path.isfile(saved) and not _RESTART.value:
-            logging.info("Resuming %s with its settings (%s)", _MODEL_DIR.value, saved)
-            return config.from_dict(config.read_yaml(saved))
+        if os.path.isfile(saved):
+            logging.info("Settings from %s, then the command line", saved)
+            config_file = saved
     overrides: dict[str, dict] = {}
     for name, key in SHORTCUTS.items():
         if FLAGS[name].present:
             section, field = key.split(".")
             overrides.setdefault(section, {})[field] = FLAGS[name].value
     if _LR_SCHEDULE.value:
-        overrides["schedule"] = {"name": "script", "path": _LR_SCHEDULE.value}
-    return config.resolve(_CONFIG.value, _SET.value, overrides)
+        overrides["schedule"] = {"name": "script", "path": os.path.abspath(_LR_SCHEDULE.value)}
+    return config.resolve(config_file, _SET.value, overrides)
 
 
 def default_model_dir(resolved: config.Config) -> str:

@@ -73,7 +73,7 @@ from resnet_app.learning_rate import LearningRate
 from resnet_app.metrics import MetricsWriter, Progress, format_duration
 from resnet_app.model import create_model
 from resnet_app.presets import get_config
-from resnet_app.step import LoopResult, TrainStep
+from resnet_app.step import METRICS, LoopResult, TrainStep
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,12 +194,32 @@ def build_model(config: Config, pipeline: data.InputPipeline) -> keras.Model:
     return model
 
 
-class _DivergedError(Exception):
-    """The loss or the weights went non-finite at `step`."""
+# A training record whose steps waited for data longer than this fraction of
+# their time is input-bound.
+INPUT_BOUND_WAIT = 0.1
 
-    def __init__(self, step: int):
-        super().__init__(step)
+# Keras dtype policies of train.precision.
+POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+
+
+@contextlib.contextmanager
+def _dtype_policy(name: str):
+    """Layers made inside compute in `name`'s dtype; the global policy is restored after."""
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+class _DivergedError(Exception):
+    """`what` ("the loss" or "the weights") went non-finite at `step`."""
+
+    def __init__(self, step: int, what: str):
+        super().__init__(step, what)
         self.step = step
+        self.what = what
 
 
 class Trainer:
@@ -235,6 +255,15 @@ class Trainer:
         self.chief = distribute.is_chief(strategy)
 
         self.preset = preset = get_config(config.model_name, **config.model_overrides)
+        if (
+            train.jit
+            and preset.bn_synchronized
+            and not isinstance(strategy, tf.distribute.OneDeviceStrategy)
+        ):
+            raise ConfigError(
+                "train.jit cannot compile model.bn_synchronized: its all-reduce across towers "
+                "cannot run inside XLA; drop one of them"
+            )
         self.pipeline = data.create_pipeline(
             config.data, default_image_size=preset.default_image_size
         )
@@ -256,16 +285,17 @@ class Trainer:
         self.config_changes: dict[str, tuple[Any, Any]] = {}
         if self.resume_from:
             self._check_settings(allow_config_change)
-        if self.chief:
-            write_yaml(config, os.path.join(model_dir, CONFIG_FILE))
 
         # Model averaging with one replica would be the all-reduce run.
         average = config.sync.mode == "model_average" and replicas > 1
         keras.utils.set_random_seed(train.seed)
         with strategy.scope():
             with averaging.local_variables() if average else contextlib.nullcontext():
-                self.model = build_model(config, self.pipeline)
+                with _dtype_policy(POLICIES[train.precision]):
+                    self.model = build_model(config, self.pipeline)
                 self.optimizer = optim.create_optimizer(optimizer_config)
+                if train.precision == "fp16":
+                    self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
                 self.optimizer.build(self.model.trainable_variables)
             self.learning_rate = LearningRate(self.plan.schedule, self.plan.steps_per_epoch)
             self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -275,16 +305,22 @@ class Trainer:
             self.num_replicas = tf.Variable(
                 replicas, dtype=tf.int64, trainable=False, name="num_replicas"
             )
+            self.rollback_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="rollbacks")
+        # The settings each checkpoint was trained with, for the resume guard.
+        self.saved_config = tf.Variable(config_lib.to_yaml(config), trainable=False, name="config")
         self.checkpoints = checkpoint.RunCheckpoint(
             model_dir,
             chief=self.chief,
             max_to_keep=train.keep_checkpoints,
             keep_every_n_hours=train.keep_checkpoint_every_n_hours,
+            worker=distribute.worker_index(strategy),
             model=self.model,
             optimizer=self.optimizer,
             global_step=self.global_step,
             data_position=self.data_position,
             num_replicas=self.num_replicas,
+            rollbacks=self.rollback_count,
+            config=self.saved_config,
             lr_value=self.learning_rate.value,
             lr_scale=self.learning_rate.scale,
         )
@@ -299,33 +335,24 @@ class Trainer:
         else:
             self.sync_statistics = distribute.moving_statistics_sync(self.model, strategy)
         self.writer = MetricsWriter(model_dir, enabled=self.chief)
-        self.rollbacks = 0
+        self._intervals_logged, self._warned_input_bound = 0, False
 
     # -- resuming ----------------------------------------------------------------
 
     def _check_settings(self, allow: bool) -> None:
-        """Compares the settings with the run's; refuses a change of what it computes."""
+        """Compares the settings with the checkpoint's; refuses a change of what it computes."""
         step, prefix = self.resume_from
-        path = os.path.join(self.model_dir, CONFIG_FILE)
-        try:
-            old = config_lib.from_dict(config_lib.read_yaml(path))
-        except ConfigError as error:
-            if allow:
-                logging.warning("Cannot compare settings with %s (%s)", path, error)
-                return
-            raise ConfigError(
-                f"cannot check the settings of the run in {self.model_dir}: {path}: {error}; "
-                "restore the file, or pass --allow_config_change"
-            ) from None
+        old = config_lib.from_yaml(
+            checkpoint.read_value(prefix, "config").decode(), f"the config saved in {prefix}"
+        )
         self.config_changes = changes = config_lib.changes(old, self.config)
         refused = [key for key in changes if key not in config_lib.RESUMABLE_CHANGES]
         explanations = [f"{key} {changes[key][0]!r} -> {changes[key][1]!r}" for key in refused]
         if not refused:
             # The same schedule may give other rates for another length (cosine):
-            # then the steps already run were not this run's.
+            # then the steps already run, and the next one, were not this run's.
             old_plan = plan_run(old, self.pipeline.num_train_examples)
-            stop = min(old_plan.total_steps, self.plan.total_steps)
-            for s in range(0, stop, max(1, stop // 4000)):
+            for s in range(0, step + 1, max(1, step // 4000)):
                 before = old_plan.schedule(s, old_plan.steps_per_epoch)
                 after = self.plan.schedule(s, self.plan.steps_per_epoch)
                 if not math.isclose(before, after, rel_tol=1e-9, abs_tol=1e-15):
@@ -354,8 +381,9 @@ class Trainer:
         if explanations and not allow:
             raise ConfigError(
                 f"cannot resume {self.model_dir} from step {step}: these settings differ from "
-                f"the run's: {'; '.join(explanations)}. Rerun with the run's settings "
-                f"({path}), or pass --restart to start over, or --allow_config_change"
+                f"the run's: {'; '.join(explanations)}. Rerun with the run's settings (give "
+                "--model_dir alone to reuse them), or pass --restart to start over, or "
+                "--allow_config_change"
             )
         if explanations:
             logging.warning("--allow_config_change: resuming despite %s", "; ".join(explanations))
@@ -365,10 +393,13 @@ class Trainer:
                 "; ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()),
             )
 
-    def restore(self, prefix: str | None) -> int:
+    def restore(self, prefix: str | None, verb: str = "Resumed from") -> int:
         """Restores a checkpoint (None: none, a fresh start); returns the step."""
         if prefix:
             self.checkpoints.restore(prefix)
+            # What this run is: its next checkpoints are saved with these.
+            self.num_replicas.assign(self.strategy.num_replicas_in_sync)
+            self.saved_config.assign(config_lib.to_yaml(self.config))
         step = int(self.global_step.numpy())
         steps = distribute.gather_from_workers(self.strategy, step)
         if min(steps) != max(steps):
@@ -380,7 +411,8 @@ class Trainer:
         if prefix:
             epoch, position = divmod(int(self.data_position.numpy()), self._examples_per_epoch)
             logging.info(
-                "Resumed from step %d (epoch %d, example %d of %d) from %s",
+                "%s step %d (epoch %d, example %d of %d) from %s",
+                verb,
                 step,
                 epoch,
                 position,
@@ -393,11 +425,18 @@ class Trainer:
     def _examples_per_epoch(self) -> int:
         return self.pipeline.num_train_examples
 
+    def check_finite(self, step: int) -> None:
+        """Raises `_DivergedError` if a weight is not finite (on any worker: all raise)."""
+        self.sync_statistics()  # Per-tower statistics differ until averaged.
+        finite = self.checkpoints.finite()
+        if distribute.is_multi_worker(self.strategy):
+            finite = min(distribute.gather_from_workers(self.strategy, float(finite))) > 0
+        if not finite:
+            raise _DivergedError(step, "the weights")
+
     def save(self, step: int) -> None:
         """Saves a checkpoint; raises `_DivergedError` instead if the weights are not finite."""
-        self.sync_statistics()
-        if not self.checkpoints.finite():
-            raise _DivergedError(step)
+        self.check_finite(step)
         self.checkpoints.save(step)
 
     # -- evaluation and logging --------------------------------------------------
@@ -438,35 +477,38 @@ class Trainer:
             self.writer.write({"step": step, "event": "lr_override", "override": applied})
         return bool(changed)
 
-    def _roll_back(self, step: int) -> int:
-        """Handles a non-finite loss at `step`: an error, or a rollback; returns the new step."""
-        train = self.config.train
+    def _roll_back(self, diverged: _DivergedError) -> int:
+        """Handles divergence: an error, or a rollback; returns the step rolled back to."""
+        train, step = self.config.train, diverged.step
         latest = checkpoint.find_latest(self.model_dir)
         kept = f"the last good checkpoint is {latest[1]}" if latest else "no checkpoint was written"
         if train.on_nan != "rollback":
             raise ConfigError(
-                f"training diverged: the loss is not finite at step {step}; {kept}. Lower the "
-                "learning rate (optimizer.learning_rate), or resume with "
-                "--set train.on_nan=rollback"
+                f"training diverged: {diverged.what} is not finite at step {step}; {kept}. Lower "
+                "the learning rate (optimizer.learning_rate), or rerun with --on_nan=rollback"
             )
-        if latest is None or self.rollbacks >= config_lib.MAX_ROLLBACKS:
+        count = int(self.rollback_count.numpy())
+        if latest is None or count >= config_lib.MAX_ROLLBACKS:
             raise ConfigError(
-                f"training diverged at step {step} after {self.rollbacks} rollback(s) "
-                f"(at most {config_lib.MAX_ROLLBACKS}); {kept}. Lower the learning rate "
+                f"training diverged at step {step} after {count} rollback(s) (at most "
+                f"{config_lib.MAX_ROLLBACKS}); {kept}. Lower the learning rate "
                 "(optimizer.learning_rate)"
             )
-        self.rollbacks += 1
         scale = self.learning_rate.state()[1]
-        self.restore(latest[1])
+        self.restore(latest[1], verb="Rolled back to")
         value, restored_scale = self.learning_rate.state()
-        # A second rollback to the same checkpoint lowers the rate further.
+        # A second rollback to the same checkpoint lowers the rate further. The
+        # new rate is saved with the next checkpoint; the one rolled back to is
+        # not rewritten (a crash while overwriting it would lose it).
         new_scale = min(scale, restored_scale) * train.nan_lr_factor
         self.learning_rate.set_state(value, new_scale)
+        self.rollback_count.assign(count + 1)
         logging.error(
-            "ROLLBACK %d/%d: the loss is not finite at step %d; restored step %d from %s and "
+            "ROLLBACK %d/%d: %s is not finite at step %d; restored step %d from %s and "
             "multiplied the learning rate by %g (now x%g of the schedule)",
-            self.rollbacks,
+            count + 1,
             config_lib.MAX_ROLLBACKS,
+            diverged.what,
             step,
             latest[0],
             latest[1],
@@ -476,7 +518,6 @@ class Trainer:
         self.writer.write(
             {"step": step, "event": "rollback", "to_step": latest[0], "lr_scale": new_scale}
         )
-        self.checkpoints.save(latest[0])  # The lowered rate survives a crash.
         return latest[0]
 
     # -- the loop ----------------------------------------------------------------
@@ -518,6 +559,8 @@ class Trainer:
         steps_per_loop = train.steps_per_loop or train.log_every
         multi_worker = distribute.is_multi_worker(self.strategy)
         start = self.restore(self.resume_from[1] if self.resume_from else None)
+        if self.chief:  # Once resumed: the file describes the run from here on.
+            write_yaml(self.config, os.path.join(self.model_dir, CONFIG_FILE))
         if self.config_changes:
             self.writer.write(
                 {
@@ -531,6 +574,7 @@ class Trainer:
             self.optimizer,
             self.strategy,
             train.label_smoothing,
+            jit=train.jit,
             averaging=self.averaging,
         )
         iterator = iter(self._train_dataset())
@@ -550,43 +594,60 @@ class Trainer:
             self.model_dir,
         )
         self.writer.write({"step": start, "event": "start", "total_steps": total})
-        if train.on_nan == "rollback" and self.resume_from is None:
+        last_saved = start if self.resume_from else None
+        if train.on_nan == "rollback" and last_saved is None:
             self.save(start)  # Something to roll back to.
+            last_saved = start
 
         step, last_eval, train_loss = start, None, math.nan
-        interval = dict.fromkeys(("examples", "loss", "correct", "regularization"), 0.0)
+        interval = dict.fromkeys((*METRICS, "input_wait"), 0.0)
         interval_steps, interval_time, trained_examples = 0, 0.0, 0.0
-        held_save = held_stop = False  # Model averaging: waiting for the next average.
+        held_save = False  # Model averaging: a save waiting for the next average.
         started = time.monotonic()
         while step < total:
-            stop_at = min(
-                total,
-                step + steps_per_loop,
-                *((step // every + 1) * every for every in (train.log_every, eval_every)),
-                (step // checkpoint_every + 1) * checkpoint_every,
-            )
-            if held_save or held_stop:
-                stop_at = min(stop_at, self._next_average(step))
-            rates = self.learning_rate.rates(step, stop_at)
-            call_started = time.monotonic()
-            # Workers must stop at the same step: they agree below, between calls.
-            result = step_fn.loop(iterator, rates, None if multi_worker else stop.flag)
-            interval_time += time.monotonic() - call_started
             try:
-                step = self._advance(step, result, rates)
-                if not result.finite:
-                    raise _DivergedError(step)
-                for name in interval:
-                    interval[name] += result.sums[name]
-                interval_steps += result.steps
-                trained_examples += result.sums["examples"]
+                # Workers must stop at the same step: they agree between calls.
                 stopping = stop.requested
                 if multi_worker:
                     stopping = max(distribute.gather_from_workers(self.strategy, stopping)) > 0
+                # With model averaging, only right after an average do the copies
+                # hold the global model a checkpoint needs: a stop waits for it.
+                wait = stopping and self._between_averages(step)
+                if stopping and not wait:
+                    if interval_steps:  # The steps since the last record.
+                        train_loss = self._log(step, interval, interval_steps, interval_time)
+                    if last_saved != step:
+                        self.save(step)
+                    return self._stopped(step, stop.signal_name or "a signal on another worker")
 
-                save = step % checkpoint_every == 0 or stopping
+                stop_at = min(
+                    total,
+                    step + steps_per_loop,
+                    *((step // every + 1) * every for every in (train.log_every, eval_every)),
+                    (step // checkpoint_every + 1) * checkpoint_every,
+                )
+                if wait or held_save:
+                    stop_at = min(stop_at, self._next_average(step))
+                rates = self.learning_rate.rates(step, stop_at)
+                call_started = time.monotonic()
+                # Within one machine, a stop request ends the call after its step
+                # (with model averaging, after the next average).
+                result = step_fn.loop(iterator, rates, None if multi_worker else stop.flag)
+                interval_time += time.monotonic() - call_started
+                if result.steps == 0:
+                    continue  # Stopped before its first step.
+                step = self._advance(step, result, rates)
+                if not result.finite:
+                    raise _DivergedError(step, "the loss")
+                for name in METRICS:
+                    interval[name] += result.sums[name]
+                interval["input_wait"] += result.input_wait
+                interval_steps += result.steps
+                trained_examples += result.sums["examples"]
+
+                save = step % checkpoint_every == 0
                 if step % train.log_every == 0 or step == total:
-                    train_loss = self._log(step, interval, interval_steps, interval_time, rates)
+                    train_loss = self._log(step, interval, interval_steps, interval_time)
                     if progress and progress.interactive:
                         progress.update(step, self._status)
                     elif progress:
@@ -603,34 +664,29 @@ class Trainer:
                     # The override survives a crash from here on.
                     save = self._read_override(step) or save
                 if self.averaging is not None:
-                    if step == total and step % self.averaging.interval:
+                    if step == total and self._between_averages(step):
                         self.averaging.average()  # The run ends with the global model.
-                    if step % self.averaging.interval and step < total:
-                        held_save, held_stop = held_save or save, held_stop or stopping
-                        save = stopping = False
+                    elif self._between_averages(step):
+                        held_save, save = held_save or save, False
                     else:
-                        save, stopping = save or held_save, stopping or held_stop
-                        held_save = held_stop = False
+                        save, held_save = save or held_save, False
                 evaluate = step % eval_every == 0 or step == total
-                if (save or evaluate) and not self.checkpoints.finite():
-                    raise _DivergedError(step)
                 if evaluate:
+                    self.check_finite(step)  # No evaluation of a diverged model.
                     if progress:
                         progress.finish()  # Log lines start on a line of their own.
                     last_eval = self.evaluate(step)
                 if save or evaluate:
                     self.save(step)
+                    last_saved = step
             except _DivergedError as diverged:
                 if progress:
                     progress.finish()
-                step = self._roll_back(diverged.step)
+                step = last_saved = self._roll_back(diverged)
                 iterator = iter(self._train_dataset())
-                held_save = held_stop = False
+                held_save = False
                 interval = dict.fromkeys(interval, 0.0)
                 interval_steps, interval_time = 0, 0.0
-                continue
-            if stopping and step < total:
-                return self._stopped(step, stop.signal_name or "a signal on another worker")
 
         if last_eval is None:  # Resumed at the end: report what is there.
             last_eval = self.evaluate(step)
@@ -671,6 +727,10 @@ class Trainer:
             )
         return rounded
 
+    def _between_averages(self, step: int) -> bool:
+        """With model averaging, whether the copies have drifted apart at `step`."""
+        return self.averaging is not None and step % self.averaging.interval != 0
+
     def _next_average(self, step: int) -> int:
         return (step // self.averaging.interval + 1) * self.averaging.interval
 
@@ -698,7 +758,7 @@ class Trainer:
             summary={"step": step, "stopped": signal_name}, model=self.model, stopped=signal_name
         )
 
-    def _log(self, step, interval, steps, seconds, rates) -> float:
+    def _log(self, step, interval, steps, seconds) -> float:
         """Writes a training record for the interval; returns its loss."""
         examples = max(interval["examples"], 1.0)
         loss = interval["loss"] / examples + interval["regularization"] / max(steps, 1)
@@ -707,16 +767,41 @@ class Trainer:
             "epoch": step * self.config.train.batch_size / self._examples_per_epoch,
             "loss": loss,
             "accuracy": interval["correct"] / examples,
-            "learning_rate": rates[-1] if rates else math.nan,
+            # The rate of the interval's last step.
+            "learning_rate": self.learning_rate.rates(step - 1, step)[0],
             "examples_per_sec": interval["examples"] / max(seconds, 1e-9),
+            # The fraction of the time the steps waited for their batches.
+            "input_wait": min(interval["input_wait"] / max(seconds, 1e-9), 1.0),
+            "time": time.time(),  # Wall clock (Unix seconds), for rates that include the host.
         }
         self.writer.write(record)
         self.writer.scalars(
-            "train", step, {k: record[k] for k in ("loss", "accuracy", "examples_per_sec")}
+            "train",
+            step,
+            {k: record[k] for k in ("loss", "accuracy", "examples_per_sec", "input_wait")},
         )
         self.writer.flush()
         self._status = (
             f"loss {loss:.4f} acc {record['accuracy']:.4f} lr {record['learning_rate']:.4g} "
             f"{record['examples_per_sec']:.0f} img/s"
         )
+        self._check_input_bound(step, record)
         return loss
+
+    def _check_input_bound(self, step: int, record: dict[str, Any]) -> None:
+        """Warns once when training waits for its input (after a first interval of warm-up)."""
+        self._intervals_logged += 1
+        if self._intervals_logged < 2 or self._warned_input_bound:
+            return
+        if record["input_wait"] > INPUT_BOUND_WAIT:
+            self._warned_input_bound = True
+            logging.warning(
+                "Training is input-bound: the steps waited for data %.0f%% of the time (at "
+                "%.0f images/s). Faster input: more CPU cores for tf.data, data on a faster "
+                "disk, or a smaller data.image_size; scripts/benchmark.py measures both sides",
+                100 * record["input_wait"],
+                record["examples_per_sec"],
+            )
+            self.writer.write(
+                {"step": step, "event": "input_bound", "input_wait": record["input_wait"]}
+            )

@@ -353,10 +353,14 @@ def test_two_workers_end_with_the_same_global_model(tmp_path):
         ("--sync=foo", r"sync.mode='foo'; use one of: allreduce, model_average"),
         ("--average_interval=0", r"sync.interval=0; use 1 or more"),
         ("--set=sync.intervall=2", r"unknown sync key\(s\) intervall; valid keys: interval, mode"),
+        (
+            "--sync=model_average --precision=fp16",
+            r"sync.mode=model_average cannot use train.precision=fp16",
+        ),
     ],
 )
 def test_bad_sync_input_is_one_line(tmp_path, flag, message):
-    result = run_command("resnet_app.train", flag, f"--model_dir={tmp_path / 'run'}")
+    result = run_command("resnet_app.train", *flag.split(), f"--model_dir={tmp_path / 'run'}")
     assert re.search(message, error_line(result))
 
 

@@ -287,6 +287,7 @@ def test_nan_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_path):
     step = int(line.split("not finite at step ")[1].split(";")[0])
     assert step in (6, 7), line
     assert f"the last good checkpoint is {model_dir}/ckpt-4" in line
+    assert "rerun with --on_nan=rollback" in line
     assert [s for s, _ in checkpoint.list_checkpoints(str(model_dir))] == [4]
     for name, value in saved_tensors(model_dir / "ckpt-4").items():
         if (
@@ -359,6 +360,11 @@ def test_a_change_of_towers_with_per_tower_batch_norm_is_refused(tmp_path):
         ConfigError, match=r"replicas 2 -> 1 \(each BatchNorm normalizes over 8 -> 16"
     ):
         trainer.train_and_evaluate(small_config(tmp_path, train_steps=2, num_towers=1), model_dir)
+    trainer.train_and_evaluate(
+        small_config(tmp_path, train_steps=2, num_towers=1), model_dir, allow_config_change=True
+    )
+    # The run is now a one-tower run: going on with one tower needs no permission.
+    trainer.train_and_evaluate(small_config(tmp_path, train_steps=3, num_towers=1), model_dir)
 
 
 def test_restart_moves_the_old_run_aside_and_keep_checkpoints(tmp_path):
@@ -377,3 +383,83 @@ def test_restart_moves_the_old_run_aside_and_keep_checkpoints(tmp_path):
     assert [s for s, _ in checkpoint.list_checkpoints(str(aside))] == [3, 4]
     assert [s for s, _ in checkpoint.list_checkpoints(str(model_dir))] == [1]
     assert read_records(model_dir)[0] == {"step": 0, "event": "start", "total_steps": 1}
+
+
+def test_rerun_after_nan_with_rollback_and_the_runs_own_settings(tmp_path):
+    """The error's advice: --model_dir with --on_nan=rollback resumes the same run."""
+    model_dir = tmp_path / "run"
+    sets = ["--set=schedule.boundaries=[5]", "--set=schedule.values=[0.1, 1e38]"]
+    args = [*SMALL, f"--data_dir={tmp_path / 'data'}", f"--model_dir={model_dir}", *sets]
+    args += ["--train_steps=8", "--set=train.checkpoint_every=4"]
+    assert "not finite" in error_line(run_command("resnet_app.train", *args))
+    rerun = run_command(
+        "resnet_app.train",
+        f"--model_dir={model_dir}",
+        "--on_nan=rollback",
+        "--set=train.nan_lr_factor=1e-39",
+    )
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "Resumed from step 4 " in rerun.stderr
+    assert "ROLLBACK 1/3: the loss is not finite" in rerun.stderr
+    changes = [r["changes"] for r in read_records(model_dir) if r.get("event") == "config_change"]
+    assert changes == [{"train.nan_lr_factor": [0.5, 1e-39], "train.on_nan": ["stop", "rollback"]}]
+    assert [s for s, _ in checkpoint.list_checkpoints(str(model_dir))][-1] == 8
+
+
+def test_a_stop_during_evaluation_saves_once_and_evaluates_once(tmp_path, monkeypatch):
+    evaluate = trainer.Trainer.evaluate
+
+    def evaluate_then_get_stopped(self, step):
+        record = evaluate(self, step)
+        os.kill(os.getpid(), signal.SIGTERM)  # As a cluster would, mid-evaluation.
+        time.sleep(0.5)  # The watcher thread sets the flag.
+        return record
+
+    monkeypatch.setattr(trainer.Trainer, "evaluate", evaluate_then_get_stopped)
+    model_dir = tmp_path / "run"
+    result = trainer.train_and_evaluate(
+        small_config(tmp_path, "train.eval_every=4", "train.log_every=1", train_steps=12),
+        str(model_dir),
+    )
+    assert result.stopped == "SIGTERM"
+    records = read_records(model_dir)
+    assert [r["step"] for r in records if "top1" in r] == [4]
+    assert [r["step"] for r in records if "accuracy" in r] == [1, 2, 3, 4]
+    assert [r for r in records if r.get("event") == "stopped"] == [
+        {"step": 4, "event": "stopped", "signal": "SIGTERM"}
+    ]
+    assert [s for s, _ in checkpoint.list_checkpoints(str(model_dir))] == [4]
+    # The handlers are restored (a SIGTERM now would end pytest, so none is sent).
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_the_stop_watcher_leaves_no_open_file():
+    from resnet_app.preemption import StopRequest
+
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(5):
+        with StopRequest():
+            pass
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_restart_refuses_a_directory_that_is_not_a_run(tmp_path):
+    (tmp_path / "setup.py").write_text("")
+    with pytest.raises(ConfigError, match="is not a run directory"):
+        checkpoint.move_aside(str(tmp_path))
+    assert (tmp_path / "setup.py").exists()
+
+
+def test_keep_one_checkpoint_per_n_hours(tmp_path):
+    # Every save comes more than 1e-7 hours after the previous one: all are kept.
+    trainer.train_and_evaluate(
+        small_config(
+            tmp_path,
+            "train.checkpoint_every=1",
+            "train.keep_checkpoints=1",
+            "train.keep_checkpoint_every_n_hours=1e-7",
+            train_steps=3,
+        ),
+        str(tmp_path / "run"),
+    )
+    assert [s for s, _ in checkpoint.list_checkpoints(str(tmp_path / "run"))] == [1, 2, 3]

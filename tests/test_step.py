@@ -75,7 +75,7 @@ def _reference(make_model, initial_weights, batch) -> tuple[list[np.ndarray], li
 
 
 def _distributed(
-    make_model, initial_weights, batch, towers, learning_rates=LEARNING_RATES, stop=None
+    make_model, initial_weights, batch, towers, learning_rates=LEARNING_RATES, stop=None, jit=False
 ):
     strategy = mirrored_strategy([f"/cpu:{i}" for i in range(towers)])
     with strategy.scope():
@@ -89,7 +89,9 @@ def _distributed(
     dataset = tf.data.Dataset.from_tensors(batch).repeat()
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
     # The cond that guards empty towers only when one can occur, as the trainer.
-    step = TrainStep(model, optimizer, strategy, partial_batches=len(batch["label"]) < towers)
+    step = TrainStep(
+        model, optimizer, strategy, partial_batches=len(batch["label"]) < towers, jit=jit
+    )
     result = step.loop(iterator, list(learning_rates), stop)
     assert result.steps == len(learning_rates) or stop is not None or not result.finite
     return model, strategy, result.sums
@@ -225,3 +227,44 @@ def test_loop_reads_the_stop_flag_before_every_step(stop_first):
         np.array_equal(_local_values(strategy, v)[0], w) for v, w in zip(model.weights, weights)
     )
     assert unchanged == stop_first
+
+
+@pytest.mark.parametrize(
+    "make_model,towers", [(lambda: _tiny_bn(synchronized=False), 1), (_no_bn, 2)]
+)
+def test_xla_step_matches_one_device(make_model, towers):
+    """Each tower's forward and backward pass compiled by XLA: the same update.
+    (Synchronized BatchNorm's all-reduce cannot sit inside XLA; the trainer refuses it.)"""
+    weights = _initial_weights(make_model)
+    batch = _batch(6)
+    expected_trainable, _ = _reference(make_model, weights, batch)
+    model, strategy, _ = _distributed(make_model, weights, batch, towers, jit=True)
+    for variable, expected in zip(model.trainable_variables, expected_trainable):
+        for value in _local_values(strategy, variable):
+            np.testing.assert_allclose(value, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_bfloat16_step_updates_like_float32():
+    """Mixed bfloat16: float32 weights, bfloat16 compute; the update of two steps is
+    the float32 reference's to within 10% (bfloat16 keeps 8 bits of mantissa: each
+    product is off by up to 0.4%, and the errors add up over the layers)."""
+    from resnet_app.trainer import _dtype_policy
+
+    def make_bf16_model():
+        with _dtype_policy("mixed_bfloat16"):
+            return _tiny_bn(synchronized=True)
+
+    weights = _initial_weights(lambda: _tiny_bn(synchronized=True))
+    batch = _batch(6)
+    expected_trainable, _ = _reference(lambda: _tiny_bn(synchronized=True), weights, batch)
+    model, strategy, _ = _distributed(make_bf16_model, weights, batch, towers=2)
+    assert model.stem_conv.compute_dtype == "bfloat16"
+    assert model.logits.compute_dtype == "float32"
+    assert all(v.dtype == "float32" for v in model.trainable_variables)
+    paths = [v.path for v in model.weights]
+    for variable, expected in zip(model.trainable_variables, expected_trainable):
+        initial = weights[paths.index(variable.path)]
+        update = _local_values(strategy, variable)[0] - initial
+        expected_update = expected - initial
+        error = np.linalg.norm(update - expected_update) / np.linalg.norm(expected_update)
+        assert error < 0.1, (variable.path, error)

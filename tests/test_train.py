@@ -77,7 +77,10 @@ def test_cli_writes_metrics_events_and_config(tmp_path):
             "accuracy",
             "learning_rate",
             "examples_per_sec",
+            "input_wait",
+            "time",
         }
+        assert 0 <= record["input_wait"] <= 1
         assert record["epoch"] == pytest.approx(record["step"] * 16 / 64)
         assert np.isfinite(record["loss"]) and 0 <= record["accuracy"] <= 1
     # Evaluated at step 4 and at the end, each time on all 37 examples.
@@ -86,7 +89,7 @@ def test_cli_writes_metrics_events_and_config(tmp_path):
         (6, 37, "test"),
     ]
     expected_tags = {
-        "train": {"loss", "accuracy", "learning_rate", "examples_per_sec"},
+        "train": {"loss", "accuracy", "learning_rate", "examples_per_sec", "input_wait"},
         "eval": {"top1", "top5", "loss"},
     }
     for kind, tags in expected_tags.items():
@@ -229,8 +232,12 @@ def test_resuming_another_model_is_a_one_line_error(tmp_path):
     )
     wider = small_config(tmp_path, "train.eval_every=100", "model.widths=[8]", train_steps=2)
     # The settings are compared first ...
-    with pytest.raises(ConfigError, match=r"settings differ .*: model.widths None -> \[8\]\."):
+    with pytest.raises(ConfigError, match=r"settings differ .*: model.widths \[4\] -> \[8\]\."):
         trainer.train_and_evaluate(wider, str(tmp_path / "run"))
     # ... and a checkpoint that does not fit the model is refused even when allowed.
     with pytest.raises(ConfigError, match="cannot resume from .*ckpt-1.*use a new --model_dir"):
         trainer.train_and_evaluate(wider, str(tmp_path / "run"), allow_config_change=True)
+    # That failed attempt changed nothing: the run goes on with its own settings.
+    trainer.train_and_evaluate(
+        small_config(tmp_path, "train.eval_every=100", train_steps=2), str(tmp_path / "run")
+    )

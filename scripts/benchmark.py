@@ -1,0 +1,365 @@
+"""Training throughput, side by side: plain Keras `fit` against resnet_app's variants.
+
+    python scripts/benchmark.py                              # resnet20, 32 px, batch 128
+    python scripts/benchmark.py --model=resnet50 --image_size=224 --batch_size=32 --steps=5
+    python scripts/benchmark.py --variants=keras_fit,fp32,bf16 --json
+
+One run measures, on the same model, batch and synthetic data (made once, so
+the input costs nothing), each variant in a fresh process of its own (so that
+its peak memory is its own):
+- keras_fit: `model.compile(SGD(momentum=0.9), from_logits cross-entropy,
+  metrics=["accuracy"])` and `model.fit`, as a user would write it (Keras's
+  default jit_compile="auto" turns XLA on); keras_fit_nojit: the same without XLA;
+- fp32, bf16, fp16, jit (XLA), towers2 (2 logical CPU devices, or 2 GPUs):
+  `python -m resnet_app.train`'s trainer, timed between its training records.
+Images/sec are the median of --windows timed windows of --steps steps after a
+warm-up window, wall clock, host overhead included. Each is shown as a ratio
+to keras_fit, with the model's training FLOPs per image (6 x the forward
+multiply-accumulates: forward 2, backward 4), the achieved GFLOP/s and their
+fraction of a matmul peak measured in the same run (float32, or bfloat16 for
+bf16), and the peak resident memory.
+
+Then, for the chosen --dataset: its training pipeline alone (images/sec, and
+how many times training's consumption it delivers), the trainer on it against
+the trainer on synthetic data (input-bound when it is slower), and the time
+from the command to the first training step. Ratios matter, not absolute
+numbers: the machines are shared and noisy.
+"""
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import flags  # noqa: E402
+
+from resnet_app import cli  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Variants of the trainer: --set assignments over the common settings.
+TRAINER_VARIANTS = {
+    "fp32": [],
+    "bf16": ["train.precision=bf16"],
+    "fp16": ["train.precision=fp16"],
+    "jit": ["train.jit=true"],
+    "towers2": ["train.num_towers=2"],
+}
+KERAS_VARIANTS = ("keras_fit", "keras_fit_nojit")
+DEFAULT_VARIANTS = "keras_fit,keras_fit_nojit,fp32,bf16,jit,towers2,input,startup"
+
+_MODEL = flags.DEFINE_string("model", "resnet20", "The model preset.")
+_IMAGE_SIZE = flags.DEFINE_integer("image_size", None, "Image size (default: the model's).")
+_BATCH = flags.DEFINE_integer("batch_size", 128, "Global batch.")
+_STEPS = flags.DEFINE_integer("steps", 20, "Steps per timed window.")
+_WINDOWS = flags.DEFINE_integer("windows", 3, "Timed windows after the warm-up one (median).")
+_VARIANTS = flags.DEFINE_string(
+    "variants",
+    DEFAULT_VARIANTS,
+    f"Comma-separated: {', '.join((*KERAS_VARIANTS, *TRAINER_VARIANTS))}, input (the "
+    "dataset's pipeline against synthetic data), startup (command to first step).",
+)
+_DATASET = flags.DEFINE_string("dataset", "shapes", "The dataset of the input measurements.")
+_DATA_DIR = flags.DEFINE_string("data_dir", None, "Its data directory.")
+_JSON = flags.DEFINE_boolean("json", False, "Print one JSON object instead of a table.")
+_WORKER = flags.DEFINE_string("worker", None, "Internal: measure one variant and print JSON.")
+
+
+# -- workers: one variant each, in its own process ---------------------------------
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def window_rates(times: list[float], images_per_window: int) -> list[float]:
+    """Images/sec of each window between consecutive timestamps, the first (warm-up) dropped."""
+    return [images_per_window / (b - a) for a, b in zip(times[1:], times[2:])]
+
+
+def measure_matmul_peak() -> dict:
+    """GFLOP/s of a large matmul in float32 and bfloat16: what the cores can do."""
+    import tensorflow as tf
+
+    peaks = {}
+    for dtype in ("float32", "bfloat16"):
+        n = 2048
+        a = tf.cast(tf.random.normal([n, n]), dtype)
+        b = tf.cast(tf.random.normal([n, n]), dtype)
+        matmul = tf.function(lambda a, b: tf.reduce_sum(tf.matmul(a, b)))
+        matmul(a, b).numpy()
+        seconds = []
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(8):
+                result = matmul(a, b)
+            result.numpy()
+            seconds.append(time.perf_counter() - start)
+        peaks[dtype] = 2 * n**3 * 8 / statistics.median(seconds) / 1e9
+    return {"peak_gflops": peaks}
+
+
+def measure_keras_fit(jit: bool) -> dict:
+    import keras
+    import tensorflow as tf
+
+    from resnet_app.model import create_model
+
+    size, batch, steps = image_size(), _BATCH.value, _STEPS.value
+    keras.utils.set_random_seed(0)
+    model = create_model(_MODEL.value, num_classes=10)
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+        jit_compile="auto" if jit else False,
+    )
+    images = tf.random.normal([batch, size, size, 3])
+    labels = tf.random.uniform([batch], 0, 10, tf.int32)
+    dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
+    times = []
+
+    class Clock(keras.callbacks.Callback):
+        def on_train_batch_end(self, index, logs=None):
+            if index % steps == 0:
+                times.append(time.perf_counter())
+
+    model.fit(
+        dataset,
+        steps_per_epoch=steps * (_WINDOWS.value + 1) + 1,
+        epochs=1,
+        callbacks=[Clock()],
+        verbose=0,
+    )
+    return {"images_per_sec": window_rates(times, steps * batch)}
+
+
+def measure_trainer(sets: list[str], dataset: str = "synthetic") -> dict:
+    from resnet_app import config, trainer
+
+    steps = _STEPS.value
+    model_dir = tempfile.mkdtemp(prefix="benchmark_")
+    resolved = config.resolve(
+        sets=[
+            f"model.name={_MODEL.value}",
+            f"data.dataset={dataset}",
+            *([f"data.image_size={_IMAGE_SIZE.value}"] if _IMAGE_SIZE.value else []),
+            *([f"data.data_dir={_DATA_DIR.value}"] if _DATA_DIR.value else []),
+            f"data.eval_examples={_BATCH.value}",
+            f"train.batch_size={_BATCH.value}",
+            f"train.train_steps={steps * (_WINDOWS.value + 1)}",
+            f"train.log_every={steps}",
+            "train.eval_every=1000000",
+            "schedule.name=constant",
+            *sets,
+        ]
+    )
+    started = time.time()
+    trainer.train_and_evaluate(resolved, model_dir)
+    with open(os.path.join(model_dir, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f]
+    training = [r for r in records if "accuracy" in r]
+    # The first window starts when the run does: it holds the tracing (warm-up).
+    times = [started, *(r["time"] for r in training)]
+    return {
+        "images_per_sec": window_rates(times, steps * _BATCH.value),
+        "input_wait": statistics.median(r["input_wait"] for r in training[1:]),
+    }
+
+
+def measure_pipeline() -> dict:
+    """The dataset's training pipeline alone: images/sec, nothing trained."""
+    from resnet_app import data
+    from resnet_app.data_config import DataConfig
+    from resnet_app.presets import get_config
+
+    pipeline = data.create_pipeline(
+        DataConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value, image_size=_IMAGE_SIZE.value),
+        default_image_size=get_config(_MODEL.value).default_image_size,
+    )
+    iterator = iter(pipeline.train_dataset(_BATCH.value))
+    steps, times = _STEPS.value, []
+    for _ in range(_WINDOWS.value + 2):
+        times.append(time.perf_counter())
+        for _ in range(steps):
+            next(iterator)["image"].numpy()
+    return {"images_per_sec": window_rates(times, steps * _BATCH.value)}
+
+
+def measure_startup() -> dict:
+    """Seconds from the command to the end of the first training step."""
+    model_dir = tempfile.mkdtemp(prefix="benchmark_")
+    args = [
+        f"--model={_MODEL.value}",
+        f"--dataset={_DATASET.value}",
+        *([f"--data_dir={_DATA_DIR.value}"] if _DATA_DIR.value else []),
+        f"--batch_size={_BATCH.value}",
+        "--train_steps=2",
+        "--log_every=1",
+        "--eval_every=1000000",
+        "--set=data.eval_examples=1",
+        f"--model_dir={model_dir}",
+    ]
+    started = time.time()
+    subprocess.run(
+        [sys.executable, "-m", "resnet_app.train", *args],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    with open(os.path.join(model_dir, "metrics.jsonl")) as f:
+        first = next(r for r in map(json.loads, f) if "accuracy" in r)
+    return {"seconds": first["time"] - started}
+
+
+def image_size() -> int:
+    from resnet_app.presets import get_config
+
+    return _IMAGE_SIZE.value or get_config(_MODEL.value).default_image_size
+
+
+def run_worker(variant: str) -> dict:
+    if variant == "peak":
+        result = measure_matmul_peak()
+    elif variant in KERAS_VARIANTS:
+        result = measure_keras_fit(jit=variant == "keras_fit")
+    elif variant in TRAINER_VARIANTS:
+        result = measure_trainer(TRAINER_VARIANTS[variant])
+    elif variant == "input_trainer":
+        result = measure_trainer([], dataset=_DATASET.value)
+    elif variant == "pipeline":
+        result = measure_pipeline()
+    elif variant == "startup":
+        result = measure_startup()
+    else:
+        raise ValueError(variant)
+    return {**result, "peak_rss_mb": peak_rss_mb()}
+
+
+# -- the parent: runs the workers, prints the table ----------------------------------
+
+
+def spawn(variant: str) -> dict:
+    """Runs one worker process; returns its JSON (with the median rate)."""
+    argv = [a for a in sys.argv[1:] if not a.startswith("--worker")]
+    completed = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), *argv, f"--worker={variant}"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    if completed.returncode != 0:
+        tail = completed.stderr.strip().splitlines()[-3:]
+        raise RuntimeError(f"variant {variant} failed: {' | '.join(tail)}")
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    if "images_per_sec" in result:
+        result["windows"] = result.pop("images_per_sec")
+        result["images_per_sec"] = statistics.median(result["windows"])
+    return result
+
+
+def training_flops_per_image() -> float:
+    from resnet_app.model_summary import summarize
+
+    return 6.0 * summarize(_MODEL.value, image_size())["macs"]
+
+
+def build_report(variants: list[str]) -> dict:
+    report = {
+        "model": _MODEL.value,
+        "image_size": image_size(),
+        "batch_size": _BATCH.value,
+        "train_flops_per_image": training_flops_per_image(),
+        "peak_gflops": spawn("peak")["peak_gflops"],
+        "variants": {},
+    }
+    flops = report["train_flops_per_image"]
+    for variant in (v for v in variants if v in (*KERAS_VARIANTS, *TRAINER_VARIANTS)):
+        result = spawn(variant)
+        gflops = result["images_per_sec"] * flops / 1e9
+        peak = report["peak_gflops"]["bfloat16" if variant == "bf16" else "float32"]
+        report["variants"][variant] = {**result, "gflops": gflops, "peak_fraction": gflops / peak}
+    base = report["variants"].get("keras_fit")
+    for result in report["variants"].values():
+        result["vs_keras_fit"] = result["images_per_sec"] / base["images_per_sec"] if base else None
+    if "input" in variants:
+        synthetic = report["variants"].get("fp32") or spawn("fp32")
+        real = spawn("input_trainer")
+        pipeline = spawn("pipeline")
+        report["input"] = {
+            "dataset": _DATASET.value,
+            "pipeline_images_per_sec": pipeline["images_per_sec"],
+            "pipeline_vs_training": pipeline["images_per_sec"] / synthetic["images_per_sec"],
+            "training_images_per_sec": real["images_per_sec"],
+            "training_vs_synthetic": real["images_per_sec"] / synthetic["images_per_sec"],
+            "input_wait": real["input_wait"],
+        }
+    if "startup" in variants:
+        report["startup_seconds"] = spawn("startup")["seconds"]
+    return report
+
+
+def format_report(report: dict) -> str:
+    peak = report["peak_gflops"]
+    lines = [
+        f"{report['model']} at {report['image_size']} px, batch {report['batch_size']}: "
+        f"{report['train_flops_per_image'] / 1e9:.3f} GFLOP per training image; matmul peak "
+        f"{peak['float32']:.0f} GFLOP/s float32, {peak['bfloat16']:.0f} bfloat16",
+        "",
+        f"{'variant':<16}{'img/s':>8}{'x keras_fit':>13}{'GFLOP/s':>9}{'% of peak':>11}"
+        f"{'peak RSS MB':>13}   windows (img/s)",
+    ]
+    for name, result in report["variants"].items():
+        ratio = result["vs_keras_fit"]
+        lines.append(
+            f"{name:<16}{result['images_per_sec']:>8.1f}"
+            f"{(f'{ratio:.2f}x' if ratio else '-'):>13}{result['gflops']:>9.1f}"
+            f"{100 * result['peak_fraction']:>10.1f}%{result['peak_rss_mb']:>13.0f}   "
+            + ", ".join(f"{w:.0f}" for w in result["windows"])
+        )
+    if "input" in report:
+        found = report["input"]
+        verdict = "input-bound" if found["training_vs_synthetic"] < 0.95 else "not input-bound"
+        lines += [
+            "",
+            f"input ({found['dataset']}): the pipeline alone gives "
+            f"{found['pipeline_images_per_sec']:.0f} img/s, "
+            f"{found['pipeline_vs_training']:.1f}x what fp32 training consumes; training on it "
+            f"runs at {found['training_images_per_sec']:.1f} img/s, "
+            f"{found['training_vs_synthetic']:.2f}x synthetic, waiting for data "
+            f"{100 * found['input_wait']:.0f}% of the time: {verdict}",
+        ]
+    if "startup_seconds" in report:
+        lines.append(
+            f"startup: {report['startup_seconds']:.1f} s from the command to the end of the "
+            "first training step"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    cli.reject_positional(argv)
+    if _WORKER.value:
+        sys.stdout.write(json.dumps(run_worker(_WORKER.value)) + "\n")
+        return
+    variants = [v.strip() for v in _VARIANTS.value.split(",") if v.strip()]
+    known = {*KERAS_VARIANTS, *TRAINER_VARIANTS, "input", "startup"}
+    unknown = sorted(set(variants) - known)
+    if unknown:
+        cli.fail(
+            f"--variants: unknown {', '.join(unknown)}; use some of {', '.join(sorted(known))}"
+        )
+    report = build_report(variants)
+    sys.stdout.write(
+        (json.dumps(report, indent=1) if _JSON.value else format_report(report)) + "\n"
+    )
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,38 @@
+"""scripts/benchmark.py runs end to end (its numbers are measured, not tested)."""
+
+import json
+
+from resnet_app import presets
+from tests.commands import error_line, run_command
+from tests.reference import closed_form_macs
+
+
+def test_json_report_of_one_trainer_variant(tmp_path):
+    result = run_command(
+        "scripts/benchmark.py",
+        "--model=tiny",
+        "--batch_size=8",
+        "--steps=2",
+        "--windows=2",
+        "--variants=fp32,startup",
+        f"--data_dir={tmp_path}",
+        "--json",
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    # Training FLOPs: forward 2 per multiply-accumulate, backward twice that.
+    tiny = presets.get_config("tiny", num_classes=10)
+    assert report["train_flops_per_image"] == 6 * closed_form_macs(tiny, 32)
+    fp32 = report["variants"]["fp32"]
+    assert len(fp32["windows"]) == 2 and fp32["images_per_sec"] > 0
+    assert fp32["gflops"] == fp32["images_per_sec"] * report["train_flops_per_image"] / 1e9
+    peak = report["peak_gflops"]["float32"]
+    assert fp32["peak_fraction"] == fp32["gflops"] / peak and fp32["peak_rss_mb"] > 100
+    assert fp32["vs_keras_fit"] is None  # keras_fit was not asked for.
+    assert report["startup_seconds"] > 0
+
+
+def test_unknown_variant_is_one_line():
+    line = error_line(run_command("scripts/benchmark.py", "--variants=fp32,turbo"))
+    assert "unknown turbo" in line

@@ -1,0 +1,90 @@
+"""Speed features of the trainer: mixed precision, XLA, and input-bound detection.
+
+(Their speed is measured by scripts/benchmark.py, not here: timed tests on a
+shared machine are noise. These tests check that each feature does what it
+says.)
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from resnet_app import config, data, trainer
+from resnet_app.errors import ConfigError
+
+
+def small_config(tmp_path, *sets, **train):
+    return config.resolve(
+        sets=[
+            "model.name=tiny",
+            f"data.data_dir={tmp_path / 'data'}",
+            "data.train_examples=64",
+            "data.eval_examples=20",
+            "train.batch_size=16",
+            "train.eval_every=100",
+            *sets,
+        ],
+        overrides={"train": train},
+    )
+
+
+def read_records(model_dir):
+    with open(os.path.join(model_dir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.mark.parametrize("precision,compute", [("bf16", "bfloat16"), ("fp16", "float16")])
+def test_mixed_precision_trains_with_float32_weights_and_logits(tmp_path, precision, compute):
+    resolved = small_config(tmp_path, f"train.precision={precision}", train_steps=4)
+    assert resolved.data.dtype == compute  # The images follow the precision.
+    result = trainer.train_and_evaluate(resolved, str(tmp_path / "run"))
+    model = result.model
+    assert model.stem_conv.compute_dtype == compute
+    assert model.logits.compute_dtype == "float32"
+    assert all(w.dtype == np.float32 and np.all(np.isfinite(w)) for w in model.get_weights())
+    assert np.isfinite(result.summary["train_loss"])
+    reader = tf.train.load_checkpoint(str(tmp_path / "run" / "ckpt-4"))
+    scale_saved = any("dynamic_scale" in n for n in reader.get_variable_to_shape_map())
+    assert scale_saved == (precision == "fp16")  # fp16 scales the loss; bf16 need not.
+    # The policy was only for building the model.
+    assert tf.keras.mixed_precision.global_policy().name == "float32"
+
+
+def test_xla_with_synchronized_batch_norm_on_towers_is_refused(tmp_path):
+    resolved = small_config(tmp_path, "train.jit=true", "model.bn_synchronized=true", num_towers=2)
+    with pytest.raises(ConfigError, match="train.jit cannot compile model.bn_synchronized"):
+        trainer.Trainer(resolved, str(tmp_path / "run"))
+
+
+def test_xla_run_trains(tmp_path):
+    result = trainer.train_and_evaluate(
+        small_config(tmp_path, "train.jit=true", train_steps=3), str(tmp_path / "run")
+    )
+    assert np.isfinite(result.summary["train_loss"])
+
+
+def test_a_slow_input_pipeline_is_reported_once(tmp_path, monkeypatch):
+    train_dataset = data.InputPipeline.train_dataset
+
+    def slow_train_dataset(self, *args, **kwargs):
+        def wait(batch):
+            # 50 ms per batch: far slower than the tiny network's step.
+            done = tf.py_function(lambda: __import__("time").sleep(0.05) or 0, [], tf.int32)
+            with tf.control_dependencies([done]):
+                return {k: tf.identity(v) for k, v in batch.items()}
+
+        return train_dataset(self, *args, **kwargs).map(wait)
+
+    monkeypatch.setattr(data.InputPipeline, "train_dataset", slow_train_dataset)
+    model_dir = tmp_path / "run"
+    trainer.train_and_evaluate(
+        small_config(tmp_path, "train.log_every=3", train_steps=12), str(model_dir)
+    )
+    records = read_records(model_dir)
+    waits = [r["input_wait"] for r in records if "accuracy" in r]
+    assert len(waits) == 4 and min(waits[1:]) > 0.5, waits
+    events = [r for r in records if r.get("event") == "input_bound"]
+    assert [e["step"] for e in events] == [6]  # After a first interval of warm-up; once.
