@@ -105,6 +105,8 @@ class TrainStep:
         of ResNet-20 on a CPU, so it is only built when asked for. The
         trainer's batches are always full and never need it.
       jit: compile each tower's forward and backward pass with XLA.
+      time_input: measure the time each step waits for its batch (clock
+        reads are refused under TensorFlow's op determinism).
       averaging: model averaging instead of the gradient all-reduce (the
         model and optimizer built in `averaging.local_variables()`), or None.
     """
@@ -117,6 +119,7 @@ class TrainStep:
         label_smoothing: float = 0.0,
         partial_batches: bool = False,
         jit: bool = False,
+        time_input: bool = True,
         averaging: averaging_lib.ModelAveraging | None = None,
     ):
         self.model = model
@@ -124,6 +127,7 @@ class TrainStep:
         self.optimizer = optimizer
         self.strategy = strategy
         self.label_smoothing = label_smoothing
+        self.time_input = time_input
         self.skip_empty_towers = (
             partial_batches
             and strategy.num_replicas_in_sync > 1
@@ -233,13 +237,16 @@ class TrainStep:
             if stop is not None and self._may_stop(stop):
                 break
             optim.set_learning_rate(self.optimizer, learning_rates[i])
-            # The time spent waiting for the batch: ~0 unless the input is the bottleneck.
-            with tf.control_dependencies([totals]):  # After the previous step.
-                asked = tf.timestamp()
-            with tf.control_dependencies([asked]):
+            if self.time_input:
+                # The time spent waiting for the batch: ~0 unless the input is the bottleneck.
+                with tf.control_dependencies([totals]):  # After the previous step.
+                    asked = tf.timestamp()
+                with tf.control_dependencies([asked]):
+                    batch = next(iterator)
+                with tf.control_dependencies(_local_tensors(self.strategy, batch)):
+                    waited += tf.timestamp() - asked
+            else:
                 batch = next(iterator)
-            with tf.control_dependencies(_local_tensors(self.strategy, batch)):
-                waited += tf.timestamp() - asked
             sums = self.strategy.run(self.replica_step, args=(batch,))
             if self.averaging is not None:
                 self.averaging.average_if_due()

@@ -575,6 +575,7 @@ class Trainer:
             self.strategy,
             train.label_smoothing,
             jit=train.jit,
+            time_input=not train.deterministic,
             averaging=self.averaging,
         )
         iterator = iter(self._train_dataset())

@@ -19,6 +19,7 @@ from resnet_app.distribute import mirrored_strategy
 from resnet_app.errors import ConfigError
 from resnet_app.model import create_model
 from resnet_app.step import TrainStep
+from tests import runs
 from tests.commands import error_line, run_command
 from tests.test_multiworker import run_workers
 
@@ -227,20 +228,16 @@ def test_a_stop_waits_for_the_next_average():
 
 
 def small_config(tmp_path, *sets, **train):
-    return config.resolve(
-        sets=[
-            "model.name=tiny",
-            f"data.data_dir={tmp_path / 'data'}",
-            "data.train_examples=64",
-            "data.eval_examples=20",
-            "train.batch_size=16",
-            "train.log_every=1",
-            "train.eval_every=100",
-            "sync.mode=model_average",
-            "sync.interval=3",
-            *sets,
-        ],
-        overrides={"train": {"num_towers": 2, **train}},
+    """`runs.small_config` on 2 towers with model averaging every 3 steps."""
+    return runs.small_config(
+        tmp_path,
+        "train.log_every=1",
+        "train.eval_every=100",
+        "sync.mode=model_average",
+        "sync.interval=3",
+        *sets,
+        num_towers=2,
+        **train,
     )
 
 

@@ -5,7 +5,6 @@ test's driver wraps the trainer's step accounting to kill its own process
 right after that step, before anything is saved, as a power cut would.
 """
 
-import json
 import os
 import random
 import signal
@@ -17,9 +16,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app import checkpoint, config, trainer
+from resnet_app import checkpoint, trainer
 from resnet_app.errors import ConfigError
+from tests import runs
 from tests.commands import REPO, error_line, run_command
+from tests.runs import read_records
 
 # Tiny network, 64 training images: 4 steps of 16 per epoch.
 SMALL = [
@@ -82,11 +83,6 @@ def drive(*args, kill_at=0, ids="-"):
 def saved_tensors(prefix):
     reader = tf.train.load_checkpoint(str(prefix))
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
-
-
-def read_records(model_dir):
-    with open(os.path.join(model_dir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
 
 
 def consumed_ids(path):
@@ -262,18 +258,8 @@ def test_find_latest_ignores_the_pointer_file_and_a_save_cut_short(tmp_path):
 
 
 def small_config(tmp_path, *sets, **train):
-    return config.resolve(
-        sets=[
-            "model.name=tiny",
-            f"data.data_dir={tmp_path / 'data'}",
-            "data.train_examples=64",
-            "data.eval_examples=20",
-            "train.batch_size=16",
-            "train.eval_every=100",
-            *sets,
-        ],
-        overrides={"train": train},
-    )
+    """`runs.small_config`, evaluating only at the end."""
+    return runs.small_config(tmp_path, "train.eval_every=100", *sets, **train)
 
 
 def test_nan_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_path):

@@ -5,35 +5,19 @@ shared machine are noise. These tests check that each feature does what it
 says.)
 """
 
-import json
-import os
-
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app import config, data, trainer
+from resnet_app import data, trainer
 from resnet_app.errors import ConfigError
+from tests import runs
+from tests.runs import read_records
 
 
 def small_config(tmp_path, *sets, **train):
-    return config.resolve(
-        sets=[
-            "model.name=tiny",
-            f"data.data_dir={tmp_path / 'data'}",
-            "data.train_examples=64",
-            "data.eval_examples=20",
-            "train.batch_size=16",
-            "train.eval_every=100",
-            *sets,
-        ],
-        overrides={"train": train},
-    )
-
-
-def read_records(model_dir):
-    with open(os.path.join(model_dir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
+    """`runs.small_config`, evaluating only at the end."""
+    return runs.small_config(tmp_path, "train.eval_every=100", *sets, **train)
 
 
 @pytest.mark.parametrize("precision,compute", [("bf16", "bfloat16"), ("fp16", "float16")])

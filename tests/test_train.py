@@ -1,6 +1,5 @@
 """The trainer end to end: the CLI's files, the learning rate it logs and obeys, errors."""
 
-import json
 import os
 import re
 
@@ -12,6 +11,7 @@ import yaml
 from resnet_app import config, trainer
 from resnet_app.errors import ConfigError
 from tests.commands import error_line, run_command
+from tests.runs import read_records, small_config
 
 # A few steps of the tiny test network on a few hundred `shapes` images.
 SMALL = [
@@ -33,25 +33,6 @@ def event_tags(directory):
         for event in tf.compat.v1.train.summary_iterator(str(directory / name)):
             tags.update(value.tag for value in event.summary.value)
     return tags
-
-
-def read_records(model_dir):
-    with open(os.path.join(model_dir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
-
-
-def small_config(tmp_path, *sets, **train):
-    return config.resolve(
-        sets=[
-            "model.name=tiny",
-            f"data.data_dir={tmp_path / 'data'}",
-            "data.train_examples=64",
-            "data.eval_examples=37",
-            "train.batch_size=16",
-            *sets,
-        ],
-        overrides={"train": train},
-    )
 
 
 def test_cli_writes_metrics_events_and_config(tmp_path):
