@@ -236,8 +236,7 @@ def small_config(tmp_path, *sets, **train):
         "sync.mode=model_average",
         "sync.interval=3",
         *sets,
-        num_towers=2,
-        **train,
+        **{"num_towers": 2, **train},
     )
 
 
