@@ -1,11 +1,12 @@
 """The training config: defaults, YAML recipes, `--set KEY=VALUE`, validated without TF.
 
-A config has five sections, each a YAML mapping:
+A config has six sections, each a YAML mapping:
 - `model`: `name` (a preset) plus any `ResNetConfig` field to override;
 - `data`: any `DataConfig` field except `seed` (which is `train.seed`);
 - `optimizer`: `class` and its arguments (see `optim.py`);
 - `schedule`: the learning-rate schedule (see `schedules.create_schedule`);
-- `train`: the `TrainSettings` below.
+- `train`: the `TrainSettings` below;
+- `sync`: how the towers and workers keep one model, the `SyncSettings` below.
 
 The defaults are He et al.'s CIFAR recipe for ResNet-20 (batch 128, momentum
 0.9, LR 0.1 divided by 10 at 32k and 48k steps, 64k steps, weight decay 1e-4).
@@ -31,7 +32,7 @@ from resnet_app import presets, schedules
 from resnet_app.data_config import DataConfig
 from resnet_app.errors import ConfigError
 
-SECTIONS = ("model", "data", "optimizer", "schedule", "train")
+SECTIONS = ("model", "data", "optimizer", "schedule", "train", "sync")
 CONFIG_FILE = "config.yaml"  # The resolved config, in every run directory.
 # Sections whose keys depend on a kind: a new kind starts from an empty section.
 KIND_KEYS = {"optimizer": "class", "schedule": "name"}
@@ -52,11 +53,13 @@ ON_NAN = ("stop", "rollback")
 # train.precision -> the images' dtype (data.dtype, unless set).
 PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 MAX_ROLLBACKS = 3
+SYNC_MODES = ("allreduce", "model_average")
 
 # Settings a resumed run may change: they do not change what it computes (or,
 # for the run's length, only where it ends: the trainer checks separately that
 # the learning rate of the steps left stays the same, and that a change of
-# towers keeps the batch BatchNorm normalizes over).
+# towers keeps the batch BatchNorm normalizes over). The `sync` keys are not
+# here: model averaging, and its interval, change the weights a run reaches.
 RESUMABLE_CHANGES = frozenset(
     {
         "data.data_dir",
@@ -184,6 +187,31 @@ class TrainSettings:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class SyncSettings:
+    """How the replicas (towers and workers) keep one model; `sync.` config keys.
+
+    Attributes:
+      mode: "allreduce" (gradients summed across replicas at every step) or
+        "model_average" (local SGD: each replica steps on its own share of
+        the batch, and the replicas average their weights, BatchNorm moving
+        statistics and optimizer slots every `interval` steps; see
+        `averaging.py`).
+      interval: steps between averages with mode model_average (1 or more;
+        1 is the all-reduce update).
+    """
+
+    mode: str = "allreduce"
+    interval: int = 8
+
+    def __post_init__(self):
+        _require(
+            self.mode in SYNC_MODES,
+            f"sync.mode={self.mode!r}; use one of: {', '.join(SYNC_MODES)}",
+        )
+        _require(self.interval >= 1, f"sync.interval={self.interval}; use 1 or more")
+
+
 DEFAULTS: dict[str, dict[str, Any]] = {
     "model": {"name": "resnet20"},
     "data": {"dataset": "shapes"},
@@ -194,6 +222,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "multipliers": [1.0, 0.1, 0.01],
     },
     "train": {},
+    "sync": {},
 }
 
 
@@ -212,6 +241,7 @@ class Config:
       optimizer: `class` and arguments, checked when the optimizer is built.
       schedule: the learning-rate schedule spec.
       train: the training settings.
+      sync: how the replicas keep one model.
     """
 
     model: dict[str, Any]
@@ -219,6 +249,7 @@ class Config:
     optimizer: dict[str, Any]
     schedule: dict[str, Any]
     train: TrainSettings
+    sync: SyncSettings = SyncSettings()
 
     @property
     def model_name(self) -> str:
@@ -239,6 +270,7 @@ class Config:
                 "optimizer": self.optimizer,
                 "schedule": self.schedule,
                 "train": dataclasses.asdict(self.train),
+                "sync": dataclasses.asdict(self.sync),
             }
         )
 
@@ -446,6 +478,12 @@ def from_dict(tree: Mapping[str, Mapping[str, Any]]) -> Config:
     """Validates a full config tree (as written to config.yaml)."""
     tree = {section: dict(tree.get(section) or {}) for section in SECTIONS}
     train = TrainSettings(**_build(TrainSettings, "train", tree["train"]))
+    sync = SyncSettings(**_build(SyncSettings, "sync", tree["sync"]))
+    _require(
+        not (sync.mode == "model_average" and train.precision == "fp16"),
+        "sync.mode=model_average cannot use train.precision=fp16: its loss scale is not "
+        "kept per replica; use bf16 or fp32",
+    )
 
     model = dict(tree["model"])
     name = model.pop("name", None)
@@ -477,6 +515,7 @@ def from_dict(tree: Mapping[str, Mapping[str, Any]]) -> Config:
         optimizer=dict(tree["optimizer"]),
         schedule=dict(tree["schedule"]),
         train=train,
+        sync=sync,
     )
 
 

@@ -1,7 +1,8 @@
 """Towers: the `tf.distribute` strategy a run uses, picked from the machine.
 
 - `TF_CONFIG` set: `MultiWorkerMirroredStrategy`, one replica per local GPU (or
-  the CPU) on every worker, gradients all-reduced across machines.
+  the CPU) on every worker, gradients all-reduced across machines (or, with
+  model averaging, the weights every K steps: see `averaging.py`).
 - GPUs visible: `MirroredStrategy` over them (the TF1 "towers"), or over the
   first `num_towers` of them.
 - CPU only: one device, or with `num_towers=N` a `MirroredStrategy` over N
@@ -11,10 +12,14 @@ Per-tower BatchNorm (the default) keeps one set of moving statistics per
 replica, as TF1 towers and PyTorch DDP do. `moving_statistics_sync` averages
 them across all replicas; the trainer calls it before every evaluation and
 save, so what is evaluated and saved does not depend on which tower is read.
+
+`collective_ops` lists the cross-replica collectives of a traced function
+(tests and `scripts/averaging_benchmark.py` use it to see what a step sends).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable
@@ -226,3 +231,51 @@ def moving_statistics_sync(
         strategy.run(replica_fn)
 
     return sync
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectiveOp:
+    """A collective op of a traced function (see `collective_ops`).
+
+    Attributes:
+      name: the op's name in the function graph that holds it.
+      type: e.g. "CollectiveReduceV2", "NcclAllReduce".
+      bytes: the size of the tensor one replica sends into it.
+      path: the op types that lead to it from the top graph, e.g.
+        ("While", "If") for an op in a branch of a cond in a loop.
+    """
+
+    name: str
+    type: str
+    bytes: int
+    path: tuple[str, ...]
+
+
+COLLECTIVE_TYPES = ("CollectiveReduceV2", "CollectiveGatherV2", "NcclAllReduce")
+
+
+def collective_ops(graph: tf.Graph, path: tuple[str, ...] = ()) -> list[CollectiveOp]:
+    """The cross-replica reductions and gathers in a traced graph and the functions it calls.
+
+    Args:
+      graph: e.g. `tf.function(...).get_concrete_function(...).graph`.
+      path: for the recursion.
+
+    Returns:
+      One entry per op, for every replica's op (two towers: two entries per
+      all-reduce).
+    """
+    found = []
+    for op in graph.get_operations():
+        if op.type in COLLECTIVE_TYPES:
+            tensor = op.inputs[0]
+            size = tensor.shape.num_elements() if tensor.shape.is_fully_defined() else 0
+            found.append(CollectiveOp(op.name, op.type, size * tensor.dtype.size, path))
+        for attr in op.node_def.attr.values():
+            names = [attr.func.name] if attr.HasField("func") else []
+            names += [f.name for f in attr.list.func]
+            for name in names:
+                function = graph._get_function(name)  # noqa: SLF001 - no public API.
+                if getattr(function, "graph", None) is not None:
+                    found += collective_ops(function.graph, (*path, op.type))
+    return found

@@ -28,6 +28,8 @@ Distribution (tf.distribute):
     tf.distribute.Strategy objects"); left unbuilt, the first `apply_gradients`
     inside `strategy.run` fails with "You must feed a value for placeholder tensor".
   * `apply_gradients` in replica context sums the gradients over replicas.
+    Model averaging (`averaging.py`) applies each replica's own gradients to
+    its own copy instead, with the same update rules.
   * Clipping happens in each replica, before that sum: with `global_clipnorm=1` and
     two replicas the summed gradient can have norm 2.
 """

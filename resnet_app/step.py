@@ -23,6 +23,14 @@ the TF2 form of feeding the learning rate through a placeholder every step.
 It checks each step's metrics for NaN/Inf (they are reduced anyway, so this is
 free) and ends the call at the first non-finite one; and it reads a stop flag
 before every step, so a preempted run stops after the step in progress.
+
+With model averaging (`averaging.ModelAveraging`, `sync.mode: model_average`)
+the step changes in three places and nowhere else: a tower divides by its own
+example count and counts the whole regularization (it steps alone), applies
+its gradients to its own copy without all-reducing them, and after the step
+the copies are averaged when the interval divides the step count; a stop
+then waits for the next average. With the default all-reduce the compiled
+step is what it was.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import math
 import keras
 import tensorflow as tf
 
+from resnet_app import averaging as averaging_lib
 from resnet_app import optim
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -98,6 +107,8 @@ class TrainStep:
       jit: compile each tower's forward and backward pass with XLA.
       time_input: measure the time each step waits for its batch (clock
         reads are refused under TensorFlow's op determinism).
+      averaging: model averaging instead of the gradient all-reduce (the
+        model and optimizer built in `averaging.local_variables()`), or None.
     """
 
     def __init__(
@@ -109,8 +120,10 @@ class TrainStep:
         partial_batches: bool = False,
         jit: bool = False,
         time_input: bool = True,
+        averaging: averaging_lib.ModelAveraging | None = None,
     ):
         self.model = model
+        self.averaging = averaging
         self.optimizer = optimizer
         self.strategy = strategy
         self.label_smoothing = label_smoothing
@@ -149,14 +162,24 @@ class TrainStep:
         """The model's L2 penalties (computed from the weights when read)."""
         return tf.add_n([tf.cast(x, tf.float32) for x in self.model.losses] or [tf.constant(0.0)])
 
-    def _gradients(self, batch: dict, global_count: tf.Tensor):
-        """One tower's gradients and its loss sum, correct count and regularization."""
-        replicas = tf.distribute.get_replica_context().num_replicas_in_sync
+    def _shares(self) -> int:
+        """How many towers share the regularization: all of them, or with model
+        averaging none (each tower steps alone, so it counts the whole of it)."""
+        if self.averaging is not None:
+            return 1
+        return tf.distribute.get_replica_context().num_replicas_in_sync
+
+    def _gradients(self, batch: dict, count: tf.Tensor):
+        """One tower's gradients and its loss sum, correct count and regularization.
+
+        `count` is the loss's denominator: the global batch's example count, or
+        with model averaging this tower's.
+        """
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
             loss_sum, correct, regularization = self._losses(batch)
             # Regularization is counted once over all towers.
-            loss = tf.math.divide_no_nan(loss_sum, global_count) + regularization / replicas
+            loss = tf.math.divide_no_nan(loss_sum, count) + regularization / self._shares()
             # Times the loss scale under fp16 (apply_gradients divides it out);
             # the identity for other optimizers.
             scaled = self.optimizer.scale_loss(loss)
@@ -168,18 +191,24 @@ class TrainStep:
         context = tf.distribute.get_replica_context()
         replicas = context.num_replicas_in_sync
         variables = self.model.trainable_variables
-        # The denominator is the real example count of the whole global batch,
-        # because the gradients of all towers are summed when applied.
-        global_count = context.all_reduce(SUM, tf.reduce_sum(batch["mask"]))
+        if self.averaging is None:
+            # The denominator is the real example count of the whole global
+            # batch, because the gradients of all towers are summed when applied.
+            count = context.all_reduce(SUM, tf.reduce_sum(batch["mask"]))
+        else:
+            # Model averaging: the tower steps alone, on the mean loss of its own
+            # examples. With equal shares, the mean of the towers' steps is the
+            # all-reduce step.
+            count = tf.reduce_sum(batch["mask"])
 
         def forward_backward():
-            return self._forward_backward(batch, global_count)
+            return self._forward_backward(batch, count)
 
         def empty_tower():
             # No forward pass, but this tower's share of the regularization.
             with tf.GradientTape() as tape:
                 regularization = self._regularization()
-                loss = self.optimizer.scale_loss(regularization / replicas)
+                loss = self.optimizer.scale_loss(regularization / self._shares())
             gradients = _dense(tape.gradient(loss, variables), variables)
             return gradients, tf.constant(0.0), tf.constant(0.0), regularization
 
@@ -190,7 +219,10 @@ class TrainStep:
             )
         else:
             gradients, loss_sum, correct, regularization = forward_backward()
-        self.optimizer.apply_gradients(zip(gradients, variables))
+        if self.averaging is None:
+            self.optimizer.apply_gradients(zip(gradients, variables))
+        else:
+            self.averaging.apply_locally(gradients, variables)
         # In METRICS order, reduced as one vector. The regularization is the
         # same on every replica: its share here sums back to one copy.
         return tf.stack(
@@ -202,7 +234,7 @@ class TrainStep:
         done = tf.constant(0)
         waited = tf.constant(0.0, tf.float64)
         for i in tf.range(tf.shape(learning_rates)[0]):
-            if stop is not None and stop:
+            if stop is not None and self._may_stop(stop):
                 break
             optim.set_learning_rate(self.optimizer, learning_rates[i])
             if self.time_input:
@@ -216,6 +248,8 @@ class TrainStep:
             else:
                 batch = next(iterator)
             sums = self.strategy.run(self.replica_step, args=(batch,))
+            if self.averaging is not None:
+                self.averaging.average_if_due()
             sums = self.strategy.reduce(SUM, sums, axis=None)
             totals += sums
             done = i + 1
@@ -223,12 +257,20 @@ class TrainStep:
                 break  # Diverged: the weights are no longer worth training.
         return totals, done, waited
 
+    def _may_stop(self, stop: tf.Variable):
+        """Whether to stop before the next step: when asked to, and with model
+        averaging only right after an average (what a checkpoint must hold)."""
+        if self.averaging is None:
+            return stop
+        return tf.logical_and(tf.convert_to_tensor(stop), self.averaging.at_average())
+
     def loop(self, iterator, learning_rates, stop: tf.Variable | None = None) -> LoopResult:
         """Runs up to len(learning_rates) steps, step i with learning rate learning_rates[i].
 
         The call ends early, after the step in progress, once `stop` is True
-        (read before every step; another thread may set it), or right after a
-        step whose loss is not finite.
+        (read before every step; another thread may set it; with model
+        averaging, at the next average), or right after a step whose loss is
+        not finite.
 
         Args:
           iterator: over the distributed training dataset.

@@ -46,7 +46,8 @@ _ALLOW_CONFIG_CHANGE = flags.DEFINE_bool(
     "allow_config_change",
     False,
     "Resume even though settings that change what the run computes (model, "
-    "data, batch, optimizer, schedule, seed, towers with per-tower BatchNorm) "
+    "data, batch, optimizer, schedule, seed, sync, towers with per-tower "
+    "BatchNorm or model averaging) "
     "differ from the run's config.yaml.",
 )
 _LR_SCHEDULE = flags.DEFINE_string(
@@ -72,8 +73,10 @@ SHORTCUTS = {
     "on_nan": "train.on_nan",
     "precision": "train.precision",
     "jit": "train.jit",
+    "sync": "sync.mode",
+    "average_interval": "sync.interval",
 }
-_OWNERS = {"data": DataConfig, "train": config.TrainSettings}
+_OWNERS = {"data": DataConfig, "train": config.TrainSettings, "sync": config.SyncSettings}
 _DEFINE = {"int": flags.DEFINE_integer, "float": flags.DEFINE_float, "bool": flags.DEFINE_bool}
 
 

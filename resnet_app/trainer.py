@@ -30,6 +30,17 @@ a checkpoint and returns (see `preemption.py`). A non-finite loss stops the
 run with an error naming the step, or with `train.on_nan=rollback` restores the
 last good checkpoint, lowers the learning rate and goes on. A checkpoint with
 non-finite weights is never written.
+
+Model averaging (`sync.mode: model_average`, see `averaging.py`): the replicas'
+copies are the global model only right after an average, so that is where
+the loop evaluates and saves. `eval_every` and `checkpoint_every` are rounded
+up to multiples of the interval; a stop request or an LR override's save that
+comes between averages waits for the next one (at most interval - 1 steps);
+and a run whose length is not a multiple of the interval averages once more
+at its last step. A checkpoint therefore always holds identical copies, and
+resuming from it is exactly the uninterrupted run. (Extending a finished run
+whose length was not a multiple of the interval goes on from that last
+average, which a longer uninterrupted run would not have made.)
 """
 
 from __future__ import annotations
@@ -45,7 +56,16 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from resnet_app import checkpoint, data, distribute, evaluation, optim, preemption, schedules
+from resnet_app import (
+    averaging,
+    checkpoint,
+    data,
+    distribute,
+    evaluation,
+    optim,
+    preemption,
+    schedules,
+)
 from resnet_app import config as config_lib
 from resnet_app.config import CONFIG_FILE, Config, write_yaml
 from resnet_app.errors import ConfigError
@@ -266,14 +286,17 @@ class Trainer:
         if self.resume_from:
             self._check_settings(allow_config_change)
 
+        # Model averaging with one replica would be the all-reduce run.
+        average = config.sync.mode == "model_average" and replicas > 1
         keras.utils.set_random_seed(train.seed)
         with strategy.scope():
-            with _dtype_policy(POLICIES[train.precision]):
-                self.model = build_model(config, self.pipeline)
-            self.optimizer = optim.create_optimizer(optimizer_config)
-            if train.precision == "fp16":
-                self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
-            self.optimizer.build(self.model.trainable_variables)
+            with averaging.local_variables() if average else contextlib.nullcontext():
+                with _dtype_policy(POLICIES[train.precision]):
+                    self.model = build_model(config, self.pipeline)
+                self.optimizer = optim.create_optimizer(optimizer_config)
+                if train.precision == "fp16":
+                    self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
+                self.optimizer.build(self.model.trainable_variables)
             self.learning_rate = LearningRate(self.plan.schedule, self.plan.steps_per_epoch)
             self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             self.data_position = tf.Variable(
@@ -301,7 +324,16 @@ class Trainer:
             lr_value=self.learning_rate.value,
             lr_scale=self.learning_rate.scale,
         )
-        self.sync_statistics = distribute.moving_statistics_sync(self.model, strategy)
+        self.averaging = None
+        if average:
+            self.averaging = averaging.ModelAveraging(
+                self.model, self.optimizer, strategy, config.sync.interval
+            )
+            # The moving statistics are averaged with the weights, and evaluations
+            # and saves happen right after an average: nothing left to sync.
+            self.sync_statistics = lambda: None
+        else:
+            self.sync_statistics = distribute.moving_statistics_sync(self.model, strategy)
         self.writer = MetricsWriter(model_dir, enabled=self.chief)
         self._intervals_logged, self._warned_input_bound = 0, False
 
@@ -332,7 +364,14 @@ class Trainer:
         saved_replicas = checkpoint.read_value(prefix, "num_replicas")
         replicas = self.strategy.num_replicas_in_sync
         if saved_replicas is not None and int(saved_replicas) != replicas:
-            if not self.preset.bn_synchronized:
+            if self.config.sync.mode == "model_average":
+                batch = self.config.train.batch_size
+                explanations.append(
+                    f"replicas {int(saved_replicas)} -> {replicas} (with model averaging each "
+                    f"replica trains alone on {batch // int(saved_replicas)} -> "
+                    f"{batch // replicas} examples per step)"
+                )
+            elif not self.preset.bn_synchronized:
                 batch = self.config.train.batch_size
                 explanations.append(
                     f"replicas {int(saved_replicas)} -> {replicas} (each BatchNorm normalizes "
@@ -517,6 +556,9 @@ class Trainer:
         total = plan.total_steps
         eval_every = train.eval_every or plan.steps_per_epoch
         checkpoint_every = train.checkpoint_every or eval_every
+        if self.averaging is not None:
+            eval_every = self._at_averages("eval_every", eval_every)
+            checkpoint_every = self._at_averages("checkpoint_every", checkpoint_every)
         steps_per_loop = train.steps_per_loop or train.log_every
         multi_worker = distribute.is_multi_worker(self.strategy)
         start = self.restore(self.resume_from[1] if self.resume_from else None)
@@ -537,6 +579,7 @@ class Trainer:
             train.label_smoothing,
             jit=train.jit,
             time_input=not train.deterministic,
+            averaging=self.averaging,
         )
         iterator = iter(self._train_dataset())
         progress = Progress(total, start) if self.chief else None
@@ -563,6 +606,7 @@ class Trainer:
         step, last_eval, train_loss = start, None, math.nan
         interval = dict.fromkeys((*METRICS, "input_wait"), 0.0)
         interval_steps, interval_time, trained_examples = 0, 0.0, 0.0
+        held_save = False  # Model averaging: a save waiting for the next average.
         started = time.monotonic()
         while step < total:
             try:
@@ -570,7 +614,10 @@ class Trainer:
                 stopping = stop.requested
                 if multi_worker:
                     stopping = max(distribute.gather_from_workers(self.strategy, stopping)) > 0
-                if stopping:
+                # With model averaging, only right after an average do the copies
+                # hold the global model a checkpoint needs: a stop waits for it.
+                wait = stopping and self._between_averages(step)
+                if stopping and not wait:
                     if interval_steps:  # The steps since the last record.
                         train_loss = self._log(step, interval, interval_steps, interval_time)
                     if last_saved != step:
@@ -583,9 +630,12 @@ class Trainer:
                     *((step // every + 1) * every for every in (train.log_every, eval_every)),
                     (step // checkpoint_every + 1) * checkpoint_every,
                 )
+                if wait or held_save:
+                    stop_at = min(stop_at, self._next_average(step))
                 rates = self.learning_rate.rates(step, stop_at)
                 call_started = time.monotonic()
-                # Within one machine, a stop request ends the call after its step.
+                # Within one machine, a stop request ends the call after its step
+                # (with model averaging, after the next average).
                 result = step_fn.loop(iterator, rates, None if multi_worker else stop.flag)
                 interval_time += time.monotonic() - call_started
                 if result.steps == 0:
@@ -617,6 +667,13 @@ class Trainer:
                     interval_steps, interval_time = 0, 0.0
                     # The override survives a crash from here on.
                     save = self._read_override(step) or save
+                if self.averaging is not None:
+                    if step == total and self._between_averages(step):
+                        self.averaging.average()  # The run ends with the global model.
+                    elif self._between_averages(step):
+                        held_save, save = held_save or save, False
+                    else:
+                        save, held_save = save or held_save, False
                 evaluate = step % eval_every == 0 or step == total
                 if evaluate:
                     self.check_finite(step)  # No evaluation of a diverged model.
@@ -631,6 +688,7 @@ class Trainer:
                     progress.finish()
                 step = last_saved = self._roll_back(diverged)
                 iterator = iter(self._train_dataset())
+                held_save = False
                 interval = dict.fromkeys(interval, 0.0)
                 interval_steps, interval_time = 0, 0.0
 
@@ -657,6 +715,28 @@ class Trainer:
             self.model_dir,
         )
         return RunResult(summary=summary, model=self.model)
+
+    def _at_averages(self, name: str, every: int) -> int:
+        """`every` rounded up to a multiple of the averaging interval, logged if changed."""
+        interval = self.averaging.interval
+        rounded = -(-every // interval) * interval
+        if rounded != every:
+            logging.info(
+                "Model averaging every %d steps: %s %d -> %d (evaluations and checkpoints "
+                "need the averaged model)",
+                interval,
+                name,
+                every,
+                rounded,
+            )
+        return rounded
+
+    def _between_averages(self, step: int) -> bool:
+        """With model averaging, whether the copies have drifted apart at `step`."""
+        return self.averaging is not None and step % self.averaging.interval != 0
+
+    def _next_average(self, step: int) -> int:
+        return (step // self.averaging.interval + 1) * self.averaging.interval
 
     def _advance(self, step: int, result: LoopResult, rates: list[float]) -> int:
         """Moves the step and data position past the steps a call ran; returns the step."""

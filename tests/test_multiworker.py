@@ -21,7 +21,7 @@ import numpy as np
 
 from resnet_app import config, trainer
 
-model_dir, data_dir, out, steps = sys.argv[1:5]
+model_dir, data_dir, out, steps, *extra_sets = sys.argv[1:]
 resolved = config.resolve(
     sets=[
         "model.name=tiny",
@@ -32,10 +32,16 @@ resolved = config.resolve(
         f"train.train_steps={steps}",
         "train.log_every=2",
         "model.bn_synchronized=true",
+        *extra_sets,
     ]
 )
 result = trainer.train_and_evaluate(resolved, model_dir)
-np.savez(out, *result.model.get_weights(), examples=result.summary["num_examples"])
+# Read across replicas (a mean with model averaging), and this worker's own copy.
+local = {
+    f"local_{index}": v.value.distribute_strategy.experimental_local_results(v.value)[0]
+    for index, v in enumerate(result.model.weights)
+}
+np.savez(out, *result.model.get_weights(), examples=result.summary["num_examples"], **local)
 """
 
 
@@ -53,8 +59,11 @@ def _free_ports(count):
     return ports
 
 
-def run_workers(tmp_path, steps):
-    """Trains `steps` steps on 2 workers in tmp_path/run; returns their weights."""
+def run_workers(tmp_path, steps, *sets):
+    """Trains `steps` steps on 2 workers in tmp_path/run; returns their weights.
+
+    `sets` are config assignments ("section.key=value") added to the run's.
+    """
     workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
     processes = []
     for index in range(2):
@@ -75,6 +84,7 @@ def run_workers(tmp_path, steps):
                     str(tmp_path / "data"),
                     str(tmp_path / f"weights{index}.npz"),
                     str(steps),
+                    *sets,
                 ],
                 env=env,
                 stdout=subprocess.PIPE,
