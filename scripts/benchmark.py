@@ -333,7 +333,7 @@ def format_report(report: dict) -> str:
             f"{name:<22}{result['images_per_sec']:>8.1f}"
             f"{(f'{ratio:.2f}x' if ratio else '-'):>13}{result['gflops']:>9.1f}"
             f"{100 * result['peak_fraction']:>10.1f}%{result['peak_rss_mb']:>13.0f}   "
-            + ", ".join(f"{w:.0f}" for w in result["windows"])
+            + ", ".join(f"{w:.3g}" for w in result["windows"])
         )
     if "input" in report:
         found = report["input"]
