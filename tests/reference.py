@@ -1,11 +1,38 @@
-"""Independent references for the model tests.
+"""Independent references for the tests.
 
 Closed-form parameter and MAC counts, written from the papers' description of
 the architecture (He et al. 2015, 2016), not from model.py, so that a mistake in
-the builder shows up as a mismatch instead of being copied.
+the builder shows up as a mismatch instead of being copied. And training steps
+on one device written out by hand, without step.py or optim.py.
 """
 
+import numpy as np
+import tensorflow as tf
+
 from resnet_app import presets
+
+
+def momentum_steps(model, batches, learning_rates, momentum: float) -> None:
+    """Trains `model` in place, one step per (images, labels) batch, on one device.
+
+    The loss is the mean cross-entropy plus the model's regularization losses,
+    and the update TF1's momentum rule (a = m*a + g; w -= lr*a); plain SGD when
+    momentum is 0.
+    """
+    variables = model.trainable_variables
+    accumulators = [np.zeros(v.shape, np.float32) for v in variables]
+    for (images, labels), learning_rate in zip(batches, learning_rates):
+        with tf.GradientTape() as tape:
+            logits = model(images, training=True)
+            cross_entropy = tf.reduce_mean(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+            )
+            loss = cross_entropy + tf.add_n(model.losses)
+        gradients = tape.gradient(loss, variables)
+        for variable, gradient, accumulator in zip(variables, gradients, accumulators):
+            accumulator *= momentum
+            accumulator += gradient.numpy()
+            variable.assign(variable.numpy() - learning_rate * accumulator)
 
 
 def closed_form_params(config: presets.ResNetConfig) -> tuple[int, int]:

@@ -21,6 +21,7 @@ from resnet_app.model import create_model
 from resnet_app.step import TrainStep
 from tests import runs
 from tests.commands import error_line, run_command
+from tests.reference import momentum_steps
 from tests.test_multiworker import run_workers
 
 SIZE = 8
@@ -89,22 +90,8 @@ def _single_device(make_model, weights, batches, optimizer_config) -> list[np.nd
     model = make_model()
     model.build((None, SIZE, SIZE, 3))
     model.set_weights(weights)
-    momentum = optimizer_config.get("momentum", 0.0)
-    accumulators = [np.zeros(v.shape, np.float32) for v in model.trainable_variables]
-    for index, learning_rate in enumerate(LEARNING_RATES):
-        with tf.GradientTape() as tape:
-            logits = model(batches["image"][index], training=True)
-            loss = tf.reduce_mean(
-                tf.nn.sparse_softmax_cross_entropy_with_logits(batches["label"][index], logits)
-            ) + tf.add_n(model.losses)
-        gradients = tape.gradient(loss, model.trainable_variables)
-        for variable, gradient, accumulator in zip(
-            model.trainable_variables, gradients, accumulators
-        ):
-            # TF1's momentum rule (a = m*a + g; w -= lr*a); plain SGD when m = 0.
-            accumulator *= momentum
-            accumulator += gradient.numpy()
-            variable.assign(variable.numpy() - learning_rate * accumulator)
+    pairs = list(zip(batches["image"], batches["label"]))
+    momentum_steps(model, pairs, LEARNING_RATES, optimizer_config.get("momentum", 0.0))
     return [v.numpy() for v in model.variables]
 
 

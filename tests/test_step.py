@@ -17,6 +17,7 @@ from resnet_app.distribute import mirrored_strategy, moving_statistics_sync
 from resnet_app.model import create_model
 from resnet_app.step import TrainStep
 from tests.commands import run_command
+from tests.reference import momentum_steps
 
 SIZE = 8
 ONEDNN = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0"
@@ -55,21 +56,8 @@ def _reference(make_model, initial_weights, batch) -> tuple[list[np.ndarray], li
     model = make_model()
     model.build((None, SIZE, SIZE, 3))
     model.set_weights(initial_weights)
-    accumulators = [np.zeros(v.shape, np.float32) for v in model.trainable_variables]
-    for learning_rate in LEARNING_RATES:
-        with tf.GradientTape() as tape:
-            logits = model(batch["image"], training=True)
-            cross_entropy = tf.reduce_mean(
-                tf.nn.sparse_softmax_cross_entropy_with_logits(batch["label"], logits)
-            )
-            loss = cross_entropy + tf.add_n(model.losses)
-        gradients = tape.gradient(loss, model.trainable_variables)
-        for variable, gradient, accumulator in zip(
-            model.trainable_variables, gradients, accumulators
-        ):
-            accumulator *= MOMENTUM
-            accumulator += gradient.numpy()
-            variable.assign(variable.numpy() - learning_rate * accumulator)
+    pairs = [(batch["image"], batch["label"])] * len(LEARNING_RATES)
+    momentum_steps(model, pairs, LEARNING_RATES, MOMENTUM)
     trainable = [v.numpy() for v in model.trainable_variables]
     return trainable, [v.numpy() for v in model.non_trainable_variables]
 
