@@ -4,6 +4,8 @@ TensorFlow initializes its devices, hence at import, before any test runs."""
 
 import os
 
+import pytest
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
@@ -14,3 +16,38 @@ _cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(
     _cpu, [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS
 )
+
+
+EVAL_EXAMPLES = 37  # Not a multiple of any batch size used in tests: the last batch is padded.
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """A 4-step run of the tiny network on 64 `shapes` images, checkpoints at steps 2 and 4.
+
+    Shared by the tests of the commands that use a trained run (evaluate,
+    export, predict, plot_metrics). Tests that change the run directory work
+    on a copy; appending to its metrics.jsonl is allowed.
+
+    Returns:
+      (resolved config, model_dir as a pathlib.Path)
+    """
+    from resnet_app import checkpoint, config, trainer
+
+    root = tmp_path_factory.mktemp("tiny_run")
+    resolved = config.resolve(
+        sets=[
+            "model.name=tiny",
+            f"data.data_dir={root / 'data'}",
+            "data.train_examples=64",
+            f"data.eval_examples={EVAL_EXAMPLES}",
+            "train.batch_size=16",
+            "train.train_steps=4",
+            "train.eval_every=2",
+            "train.log_every=2",
+        ]
+    )
+    model_dir = root / "run"
+    trainer.train_and_evaluate(resolved, str(model_dir))
+    assert [step for step, _ in checkpoint.list_checkpoints(str(model_dir))] == [2, 4]
+    return resolved, model_dir

@@ -9,33 +9,16 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from resnet_app import checkpoint, config, data, trainer
+from resnet_app import data, trainer
 from resnet_app.presets import get_config
 from tests.commands import error_line, run_command
+from tests.conftest import EVAL_EXAMPLES
 
-EVAL_EXAMPLES = 37  # Not a multiple of any batch size used here: the last batch is padded.
 
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """A 4-step run of the tiny network on `shapes`, with checkpoints at steps 2 and 4."""
-    root = tmp_path_factory.mktemp("evaluate")
-    resolved = config.resolve(
-        sets=[
-            "model.name=tiny",
-            f"data.data_dir={root / 'data'}",
-            "data.train_examples=64",
-            f"data.eval_examples={EVAL_EXAMPLES}",
-            "train.batch_size=16",
-            "train.train_steps=4",
-            "train.eval_every=2",
-            "train.log_every=2",
-        ]
-    )
-    model_dir = root / "run"
-    trainer.train_and_evaluate(resolved, str(model_dir))
-    assert [step for step, _ in checkpoint.list_checkpoints(str(model_dir))] == [2, 4]
-    return resolved, model_dir
+@pytest.fixture
+def run(tiny_run):
+    """The shared tiny run (tests/conftest.py): checkpoints at steps 2 and 4."""
+    return tiny_run
 
 
 def reference(run, name, split=None):
