@@ -265,3 +265,20 @@ class RunCheckpoint:
 
 def _variables_of(obj) -> list[tf.Variable]:
     return list(getattr(obj, "variables", [])) if obj is not None else []
+
+
+def restore_model(model, prefix: str) -> None:
+    """Restores only the model from a training checkpoint (which holds more).
+
+    Raises:
+      ConfigError: when the checkpoint holds another model.
+    """
+    try:
+        status = tf.train.Checkpoint(model=model).restore(prefix).expect_partial()
+        status.assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.OpError) as error:
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        raise ConfigError(
+            f"checkpoint {prefix} does not match the model of the run's {CONFIG_FILE} "
+            f"({first_line})"
+        ) from None

@@ -568,3 +568,22 @@ def write_yaml(config: Config, path: str) -> None:
     with open(temporary, "w") as f:
         f.write(to_yaml(config))
     os.replace(temporary, path)
+
+
+def read_run_config(model_dir: str | None) -> Config:
+    """The config a run was trained with, from `model_dir/config.yaml`.
+
+    Raises:
+      ConfigError: when `model_dir` is not a run directory, or its config is
+        not valid.
+    """
+    path = os.path.join(model_dir or "", CONFIG_FILE)
+    if not model_dir or not os.path.isfile(path):
+        found = f"{model_dir} has no {CONFIG_FILE}" if model_dir else "it is not set"
+        raise ConfigError(
+            f"--model_dir must be a run directory written by `python -m resnet_app.train` ({found})"
+        )
+    try:
+        return from_dict(read_yaml(path))
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None

@@ -30,7 +30,9 @@ weighted by "mask" count each real example once.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -47,6 +49,8 @@ __all__ = ["DataConfig", "InputPipeline", "create_pipeline"]
 # Images up to this size use the CIFAR recipe when the family is "auto".
 CIFAR_MAX_SIZE = 64
 SYNTHETIC_SPLIT_SIZES = {"train": 50_000, "test": 10_000}
+# What a trained model needs to know of its data, in every run directory.
+DATA_INFO_FILE = "data_info.json"
 
 
 def _load_source(config: DataConfig) -> sources.Source | None:
@@ -221,11 +225,8 @@ class InputPipeline:
 
     def _evaluate_transform(self, image: tf.Tensor, encoded: bool) -> tf.Tensor:
         config = self.preprocessing
-        if config.family == "imagenet":
-            return preprocessing.imagenet_eval(image, config, encoded=encoded)
-        if encoded or self.source.image_size != config.image_size:
-            image = preprocessing.resize_only(image, config, encoded=encoded)
-        return preprocessing.cifar_eval(image, config)
+        resize = self.source.image_size != config.image_size
+        return preprocessing.eval_image(image, config, encoded=encoded, resize=resize)
 
     def _lookup(self, split: sources.Split) -> Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
         """A function from example index to (raw image, label)."""
@@ -487,6 +488,49 @@ def _options() -> tf.data.Options:
     options.deterministic = True
     options.experimental_optimization.map_parallelization = True
     return options
+
+
+def write_data_info(pipeline: InputPipeline, model_dir: str) -> None:
+    """Records the class names and the resolved preprocessing in `model_dir`.
+
+    A model is only usable with the exact preprocessing it was trained with,
+    including the per-channel statistics measured on the training split. With
+    this file, export and predict need neither the dataset nor a re-measurement.
+    Written atomically.
+    """
+    info = {
+        "dataset": pipeline.config.dataset,
+        "class_names": list(pipeline.class_names),
+        "preprocessing": dataclasses.asdict(pipeline.preprocessing),
+    }
+    path = os.path.join(model_dir, DATA_INFO_FILE)
+    temporary = f"{path}.tmp"
+    with open(temporary, "w") as f:
+        json.dump(info, f, indent=1)
+    os.replace(temporary, path)
+
+
+def read_data_info(model_dir: str) -> tuple[list[str], Preprocessing] | None:
+    """The class names and preprocessing `write_data_info` recorded, or None if absent.
+
+    Raises:
+      ConfigError: when the file exists but is not one `write_data_info` wrote.
+    """
+    path = os.path.join(model_dir, DATA_INFO_FILE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as f:
+            info = json.load(f)
+        fields = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in info["preprocessing"].items()
+        }
+        return [str(name) for name in info["class_names"]], Preprocessing(**fields)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ConfigError(
+            f"{path} is damaged ({type(error).__name__}: {error}); delete it to take the "
+            f"classes and preprocessing from the dataset again"
+        ) from None
 
 
 def create_pipeline(config: DataConfig, default_image_size: int | None = None) -> InputPipeline:

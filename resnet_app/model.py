@@ -380,3 +380,8 @@ class ResNet(keras.Model):
         if return_hidden:
             return logits, hidden
         return logits
+
+    def features(self, inputs, training=None):
+        """The globally pooled activations that the logits layer reads: [batch, width]."""
+        _, hidden = self(inputs, training=training, return_hidden=True)
+        return self.pool(hidden[-1])

@@ -255,3 +255,25 @@ def resize_only(image: tf.Tensor, config: Preprocessing, encoded: bool = False) 
     )
     # Round back to the 0-255 grid so that both branches give the same dtype.
     return tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
+
+
+def eval_image(
+    image: tf.Tensor, config: Preprocessing, encoded: bool = False, resize: bool = True
+) -> tf.Tensor:
+    """The evaluation preprocessing of one image, for either family.
+
+    Args:
+      image: uint8 [H, W, 3] pixels of any size, or encoded bytes when `encoded`.
+      config: the parameters.
+      encoded: whether `image` holds encoded bytes.
+      resize: CIFAR family: whether the image may differ from `image_size`
+        (False skips the size check, for arrays known to have that size).
+
+    Returns:
+      [image_size, image_size, 3] in `config.dtype`.
+    """
+    if config.family == "imagenet":
+        return imagenet_eval(image, config, encoded=encoded)
+    if encoded or resize:
+        image = resize_only(image, config, encoded=encoded)
+    return cifar_eval(image, config)

@@ -188,9 +188,14 @@ def build_model(config: Config, pipeline: data.InputPipeline) -> keras.Model:
             f"model.num_classes={classes} but dataset {config.data.dataset} has "
             f"{pipeline.num_classes} classes; drop model.num_classes"
         )
-    model = create_model(config.model_name, **{**overrides, "num_classes": pipeline.num_classes})
-    size = pipeline.preprocessing.image_size
-    model.build((None, size, size, 3))
+    return create_run_model(config, pipeline.num_classes, pipeline.preprocessing.image_size)
+
+
+def create_run_model(config: Config, num_classes: int, image_size: int) -> keras.Model:
+    """The config's model with `num_classes` outputs, built for `image_size` inputs."""
+    overrides = {**config.model_overrides, "num_classes": num_classes}
+    model = create_model(config.model_name, **overrides)
+    model.build((None, image_size, image_size, 3))
     return model
 
 
@@ -564,6 +569,7 @@ class Trainer:
         start = self.restore(self.resume_from[1] if self.resume_from else None)
         if self.chief:  # Once resumed: the file describes the run from here on.
             write_yaml(self.config, os.path.join(self.model_dir, CONFIG_FILE))
+            data.write_data_info(self.pipeline, self.model_dir)
         if self.config_changes:
             self.writer.write(
                 {

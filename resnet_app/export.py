@@ -1,0 +1,67 @@
+"""`python -m resnet_app.export`: a run's checkpoint as a SavedModel for serving.
+
+    python -m resnet_app.export --model_dir=runs/cifar10 --export_dir=exported/cifar10/1
+    python -m resnet_app.export --model_dir=runs/try --checkpoint=ckpt-4000 --export_dir=out
+
+The SavedModel holds the network, the run's evaluation preprocessing and its
+class names, and has three signatures (`resnet_app/serving.py` describes them):
+`serving_default` (uint8 images of any size), `serving_bytes` (encoded JPEG or
+PNG files) and `features` (the pooled features). It needs nothing from
+resnet_app to run:
+
+    import tensorflow as tf
+    classify = tf.saved_model.load("out").signatures["serving_default"]
+    classify(images=uint8_batch)["top_k_names"]
+
+`saved_model_cli show --all --dir out` lists the signatures. Next to the model,
+`assets.extra/labels.txt` holds the class names, one per line in label order,
+and `assets.extra/export_info.json` says where it came from.
+
+The export is written beside its destination and renamed into place, so
+`--export_dir` never holds half a model; an existing export is replaced only
+with `--overwrite`. On success one JSON line goes to stdout. A mistake gets one
+line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from absl import flags
+
+from resnet_app import cli
+from resnet_app.errors import ConfigError
+
+_MODEL_DIR = flags.DEFINE_string(
+    "model_dir", None, "The run directory written by `python -m resnet_app.train`."
+)
+_EXPORT_DIR = flags.DEFINE_string(
+    "export_dir", None, "Where to write the SavedModel (for TF Serving, a version folder: out/1)."
+)
+_CHECKPOINT = flags.DEFINE_string(
+    "checkpoint", "latest", "Which checkpoint: latest (the newest readable one), ckpt-N or N."
+)
+_TOP_K = flags.DEFINE_integer("top_k", 5, "Classes in the top-k outputs (at most the classes).")
+_OVERWRITE = flags.DEFINE_boolean("overwrite", False, "Replace an existing export.")
+
+
+def main(argv: list[str]) -> None:
+    cli.reject_positional(argv)
+    if not _EXPORT_DIR.value:
+        raise ConfigError("--export_dir is not set; name the directory to write the SavedModel to")
+    from resnet_app import config
+
+    config.read_run_config(_MODEL_DIR.value)  # A wrong directory is named before TF loads.
+    from resnet_app import serving
+
+    serving.check_destination(_EXPORT_DIR.value, _OVERWRITE.value)  # Before any work.
+    served, source = serving.load(_MODEL_DIR.value, _CHECKPOINT.value, _TOP_K.value)
+    export_dir = serving.save(served, source, _EXPORT_DIR.value, _OVERWRITE.value)
+    record = {"export_dir": export_dir, **source, "signatures": list(serving.SIGNATURES)}
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,179 @@
+"""`python -m resnet_app.predict`: the top classes of image files.
+
+    python -m resnet_app.predict --export_dir=exported/cifar10/1 cat.jpg dog.png
+    python -m resnet_app.predict --model_dir=runs/cifar10 --checkpoint=ckpt-4000 photos/*.jpg
+    python -m resnet_app.predict --export_dir=out --top_k=3 --json images/*.png
+
+The model is an export of `python -m resnet_app.export` (its `serving_bytes`
+signature), or a run's checkpoint (`--model_dir`, latest by default), with the
+run's own evaluation preprocessing either way. JPEG, PNG, BMP and GIF files of
+any size are read. For each image one line goes to stdout,
+
+    cat.jpg: cat 0.9123, dog 0.0520, deer 0.0134, frog 0.0101, bird 0.0050
+
+or, with `--json`, one object: {"image": ..., "top_k": [{"id", "name",
+"probability"}, ...]}. A file that cannot be read or decoded gets one
+`error: FILE: ...` line on stderr and the others are still classified; the
+exit status is then 1. A mistake in the command gets one line and status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from absl import flags, logging
+
+from resnet_app import cli
+from resnet_app.errors import ConfigError
+
+_EXPORT_DIR = flags.DEFINE_string(
+    "export_dir", None, "A SavedModel written by `python -m resnet_app.export`."
+)
+_MODEL_DIR = flags.DEFINE_string(
+    "model_dir", None, "Or a run directory written by `python -m resnet_app.train`."
+)
+_CHECKPOINT = flags.DEFINE_string(
+    "checkpoint", "latest", "With --model_dir: latest (the newest readable one), ckpt-N or N."
+)
+_TOP_K = flags.DEFINE_integer(
+    "top_k", None, "Classes to show per image (default: all the model gives, usually 5)."
+)
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "Images classified per call.")
+_JSON = flags.DEFINE_boolean("json", False, "One JSON object per image instead of text.")
+
+
+def _load_classifier(export_dir: str | None, model_dir: str | None, which: str):
+    """A function from a string tensor of encoded images to the serving outputs."""
+    if bool(export_dir) == bool(model_dir):
+        raise ConfigError(
+            "give either --export_dir (an exported SavedModel) or --model_dir (a run "
+            "directory), not both"
+            if export_dir
+            else "give --export_dir (an exported SavedModel) or --model_dir (a run directory)"
+        )
+    if model_dir:
+        from resnet_app import config
+
+        config.read_run_config(model_dir)  # A wrong directory is named before TF loads.
+        from resnet_app import serving
+
+        served, _ = serving.load(model_dir, which)
+
+        def classify(images):
+            return served.serve_bytes(images)  # The closure keeps the model alive.
+
+        return classify
+
+    import tensorflow as tf
+
+    if not tf.saved_model.contains_saved_model(export_dir):
+        raise ConfigError(
+            f"--export_dir={export_dir} holds no SavedModel; write one with "
+            f"`python -m resnet_app.export`"
+        )
+    loaded = tf.saved_model.load(export_dir)
+    if "serving_bytes" not in loaded.signatures:
+        raise ConfigError(
+            f"--export_dir={export_dir} has no serving_bytes signature; it was not written "
+            f"by `python -m resnet_app.export`"
+        )
+    return loaded.signatures["serving_bytes"]
+
+
+def _read(path: str) -> bytes:
+    """The file's bytes; raises OSError with a short reason."""
+    if os.path.isdir(path):
+        raise OSError("is a directory")
+    with open(path, "rb") as f:
+        content = f.read()
+    if not content:
+        raise OSError("is empty")
+    return content
+
+
+def _reason(message: str) -> str:
+    """The op's own words from a TensorFlow error: the line before its `[[node]]` mark."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        if "[[" in line:
+            before = line.split("[[")[0].strip()
+            return before or (lines[i - 1] if i else "cannot be decoded")
+    return lines[-1] if lines else "cannot be decoded"
+
+
+def _classify(classify, contents: list[bytes]) -> list[dict | str]:
+    """Classifies a batch; if one file fails to decode, classifies them one by one.
+
+    Returns:
+      Per file, the model's outputs as NumPy values, or the reason it failed.
+    """
+    import tensorflow as tf
+
+    try:
+        outputs = classify(images=tf.constant(contents, tf.string))
+    except tf.errors.InvalidArgumentError as error:
+        if len(contents) > 1:
+            return [result for one in contents for result in _classify(classify, [one])]
+        return [f"not a readable image ({_reason(error.message)})"]
+    outputs = {key: value.numpy() for key, value in outputs.items()}
+    return [{key: value[i] for key, value in outputs.items()} for i in range(len(contents))]
+
+
+def _format(path: str, result: dict, top_k: int | None, as_json: bool) -> str:
+    ids = result["top_k_ids"][:top_k]
+    names = [name.decode("utf-8") for name in result["top_k_names"][:top_k]]
+    probabilities = result["top_k_probabilities"][:top_k]
+    if as_json:
+        top = [
+            {"id": int(i), "name": n, "probability": float(p)}
+            for i, n, p in zip(ids, names, probabilities)
+        ]
+        return json.dumps({"image": path, "top_k": top})
+    return f"{path}: " + ", ".join(f"{n} {p:.4f}" for n, p in zip(names, probabilities))
+
+
+def main(argv: list[str]) -> None:
+    paths = argv[1:]
+    if not paths:
+        raise ConfigError("no images given; name the image files after the flags")
+    if _BATCH_SIZE.value < 1:
+        raise ConfigError(f"--batch_size={_BATCH_SIZE.value}; use 1 or more")
+    if _TOP_K.value is not None and _TOP_K.value < 1:
+        raise ConfigError(f"--top_k={_TOP_K.value}; use 1 or more")
+    classify = _load_classifier(_EXPORT_DIR.value, _MODEL_DIR.value, _CHECKPOINT.value)
+    warned = False
+
+    failed = 0
+    for start in range(0, len(paths), _BATCH_SIZE.value):
+        chunk = paths[start : start + _BATCH_SIZE.value]
+        results: dict[str, dict | str] = {}
+        readable, contents = [], []
+        for path in chunk:
+            try:
+                contents.append(_read(path))
+                readable.append(path)
+            except OSError as error:
+                results[path] = error.strerror or str(error)
+        if contents:
+            results.update(zip(readable, _classify(classify, contents)))
+        for path in chunk:  # In the order given.
+            result = results[path]
+            if isinstance(result, str):
+                failed += 1
+                sys.stderr.write(f"error: {path}: {result}\n")
+            else:
+                given = len(result["top_k_ids"])
+                if _TOP_K.value and _TOP_K.value > given and not warned:
+                    logging.warning("--top_k=%d: the model gives its top %d", _TOP_K.value, given)
+                    warned = True
+                sys.stdout.write(_format(path, result, _TOP_K.value, _JSON.value) + "\n")
+        sys.stdout.flush()
+        sys.stderr.flush()
+    if failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,231 @@
+"""A trained model as serving functions: images in, class probabilities out.
+
+`ServingModel` wraps a run's restored network with the run's own evaluation
+preprocessing and class names, so a caller gives raw images and gets names.
+`export.py` writes it as a SavedModel; `predict.py` calls it in process for
+`--model_dir`. Its functions, which are the SavedModel's signatures:
+
+- `serving_default(images)`: uint8 [batch, height, width, 3], any height and
+  width (the images of one batch share a size). Each image gets exactly the
+  evaluation preprocessing of training (for the CIFAR family, resized to the
+  training size if it differs, then normalized; for the ImageNet family, the
+  shorter side resized and the centre cropped). Returns
+  - `logits`: float32 [batch, classes];
+  - `probabilities`: their softmax, indexed like the training classes;
+  - `top_k_ids`: int32 [batch, k], the most probable classes first;
+  - `top_k_probabilities`: float32 [batch, k];
+  - `top_k_names`: string [batch, k], the class names of `top_k_ids`.
+- `serving_bytes(images)`: string [batch] of encoded JPEG, PNG, BMP or GIF
+  files, of any sizes; the same outputs.
+- `features(images)`: uint8 images as for `serving_default`; returns
+  `features`, float32 [batch, width]: the globally pooled activations the
+  logits layer reads, for transfer learning.
+
+The network computes in float32 whatever precision it was trained in, as
+`python -m resnet_app.evaluate` does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+
+import tensorflow as tf
+from absl import logging
+
+from resnet_app import checkpoint, config, data, trainer
+from resnet_app.errors import ConfigError
+from resnet_app.preprocessing import Preprocessing, eval_image
+from resnet_app.presets import get_config
+
+TOP_K = 5
+SIGNATURES = ("serving_default", "serving_bytes", "features")
+
+
+class ServingModel(tf.Module):
+    """A classifier of raw images, from a trained network and its run's data settings.
+
+    Attributes:
+      model: the network (logits, no softmax).
+      class_names: the training classes, in label order.
+      top_k: how many classes the top-k outputs hold.
+    """
+
+    def __init__(
+        self, model, preprocessing: Preprocessing, class_names: list[str], top_k: int = TOP_K
+    ):
+        super().__init__(name="resnet_app")
+        self.model = model
+        self.class_names = list(class_names)
+        self.top_k = max(1, min(top_k, len(self.class_names)))
+        # float32 images whatever the training dtype: the network computes in float32.
+        self._preprocessing = dataclasses.replace(preprocessing, dtype="float32")
+        self._names = tf.constant(self.class_names, tf.string)
+
+    def _preprocess(self, images: tf.Tensor, encoded: bool) -> tf.Tensor:
+        size = self._preprocessing.image_size
+        return tf.map_fn(
+            lambda image: eval_image(image, self._preprocessing, encoded=encoded),
+            images,
+            fn_output_signature=tf.TensorSpec([size, size, 3], tf.float32),
+        )
+
+    def _classify(self, pixels: tf.Tensor) -> dict[str, tf.Tensor]:
+        logits = tf.cast(self.model(pixels, training=False), tf.float32)
+        probabilities = tf.nn.softmax(logits)
+        top_probabilities, top_ids = tf.math.top_k(probabilities, self.top_k)
+        return {
+            "logits": logits,
+            "probabilities": probabilities,
+            "top_k_ids": top_ids,
+            "top_k_probabilities": top_probabilities,
+            "top_k_names": tf.gather(self._names, top_ids),
+        }
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.uint8, name="images")])
+    def serve_images(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`serving_default`: decoded uint8 images of any size."""
+        return self._classify(self._preprocess(images, encoded=False))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")])
+    def serve_bytes(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`serving_bytes`: encoded image files."""
+        return self._classify(self._preprocess(images, encoded=True))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.uint8, name="images")])
+    def features(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`features`: the pooled features of decoded uint8 images."""
+        pixels = self._preprocess(images, encoded=False)
+        return {"features": tf.cast(self.model.features(pixels, training=False), tf.float32)}
+
+    def signatures(self) -> dict[str, tf.types.experimental.ConcreteFunction]:
+        """The SavedModel signatures, by name."""
+        functions = (self.serve_images, self.serve_bytes, self.features)
+        return {name: f.get_concrete_function() for name, f in zip(SIGNATURES, functions)}
+
+
+def _data_info(model_dir: str, run_config: config.Config) -> tuple[list[str], Preprocessing]:
+    """The run's class names and preprocessing: as recorded, else from its dataset."""
+    recorded = data.read_data_info(model_dir)
+    if recorded is not None:
+        return recorded
+    # A run from before data_info.json existed: measure the dataset again,
+    # as its training did.
+    logging.warning(
+        "%s has no %s; reading the dataset %s for the classes and preprocessing",
+        model_dir,
+        data.DATA_INFO_FILE,
+        run_config.data.dataset,
+    )
+    preset = get_config(run_config.model_name, **run_config.model_overrides)
+    pipeline = data.create_pipeline(run_config.data, default_image_size=preset.default_image_size)
+    return pipeline.class_names, pipeline.preprocessing
+
+
+def load(model_dir: str, which: str = "latest", top_k: int = TOP_K) -> tuple[ServingModel, dict]:
+    """A run's checkpoint as a `ServingModel`.
+
+    Args:
+      model_dir: a run directory written by `python -m resnet_app.train`.
+      which: "latest", "ckpt-N" or "N".
+      top_k: classes in the top-k outputs (at most the number of classes).
+
+    Returns:
+      (the serving model, a description of where it came from: model_dir,
+      checkpoint, step, model, dataset)
+
+    Raises:
+      ConfigError: for a directory that is not a run, an unknown or unreadable
+        checkpoint, or a checkpoint of another model.
+    """
+    run_config = config.read_run_config(model_dir)
+    if which == "all":
+        raise ConfigError("--checkpoint=all: this takes one checkpoint; use latest, ckpt-N or N")
+    if top_k < 1:
+        raise ConfigError(f"--top_k={top_k}; use 1 or more")
+    [(step, prefix)] = checkpoint.select(model_dir, which)
+    class_names, preprocessing = _data_info(model_dir, run_config)
+    model = trainer.create_run_model(run_config, len(class_names), preprocessing.image_size)
+    checkpoint.restore_model(model, prefix)
+    logging.info("Restored %s (step %d) from %s", run_config.model_name, step, prefix)
+    source = {
+        "model_dir": os.path.abspath(model_dir),
+        "checkpoint": os.path.basename(prefix),
+        "step": step,
+        "model": run_config.model_name,
+        "dataset": run_config.data.dataset,
+    }
+    return ServingModel(model, preprocessing, class_names, top_k), source
+
+
+def check_destination(export_dir: str, overwrite: bool) -> str:
+    """The absolute export directory; refused if it cannot be written.
+
+    Raises:
+      ConfigError: when it is a file, or a non-empty directory without `overwrite`.
+    """
+    export_dir = os.path.abspath(export_dir)
+    if os.path.exists(export_dir):
+        if not os.path.isdir(export_dir):
+            raise ConfigError(f"--export_dir={export_dir} is a file; name a directory")
+        if os.listdir(export_dir) and not overwrite:
+            raise ConfigError(
+                f"--export_dir={export_dir} is not empty; add --overwrite to replace it, "
+                f"or name a new directory"
+            )
+    return export_dir
+
+
+def _write_extras(directory: str, served: ServingModel, source: dict) -> None:
+    """assets.extra/: the class names one per line, and where the model came from."""
+    extra = os.path.join(directory, "assets.extra")
+    os.makedirs(extra, exist_ok=True)
+    with open(os.path.join(extra, "labels.txt"), "w") as f:
+        f.write("".join(f"{name}\n" for name in served.class_names))
+    info = {**source, "signatures": list(SIGNATURES), "top_k": served.top_k}
+    with open(os.path.join(extra, "export_info.json"), "w") as f:
+        json.dump(info, f, indent=1)
+
+
+def save(served: ServingModel, source: dict, export_dir: str, overwrite: bool = False) -> str:
+    """Writes `served` as a SavedModel with `SIGNATURES`, all or nothing.
+
+    The model is written to a sibling directory and renamed into place, so
+    `export_dir` never holds half a model, and a previous export survives a
+    failed one.
+
+    Args:
+      served: the serving model.
+      source: where it came from (recorded in assets.extra/export_info.json).
+      export_dir: the destination.
+      overwrite: whether an existing non-empty destination may be replaced.
+
+    Returns:
+      The absolute export directory.
+    """
+    export_dir = check_destination(export_dir, overwrite)
+    os.makedirs(os.path.dirname(export_dir), exist_ok=True)
+    staged = f"{export_dir}.partial-{os.getpid()}"
+    try:
+        tf.saved_model.save(served, staged, signatures=served.signatures())
+        _write_extras(staged, served, source)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    # A non-empty directory cannot be renamed over: the old export steps aside
+    # first, and comes back if the rename fails.
+    replaced = f"{export_dir}.replaced-{os.getpid()}"
+    if os.path.exists(export_dir):
+        os.replace(export_dir, replaced)
+    try:
+        os.replace(staged, export_dir)
+    except BaseException:
+        if os.path.exists(replaced):
+            os.replace(replaced, export_dir)
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    shutil.rmtree(replaced, ignore_errors=True)
+    logging.info("Exported %s (signatures %s) to %s", source, ", ".join(SIGNATURES), export_dir)
+    return export_dir
