@@ -1,0 +1,102 @@
+"""`python -m resnet_app.predict` on image files, against the in-process model and NumPy."""
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.commands import error_line, run_command
+from tests.test_export import evaluation_logits, restored, softmax, write_images
+
+
+def predict_cli(*args):
+    return run_command("resnet_app.predict", *args)
+
+
+@pytest.fixture(scope="module")
+def images(tiny_run, tmp_path_factory):
+    """Five test images as PNG and JPEG files, unreadable files among them, and the expected
+    top-5 (ids, probabilities) of the readable ones from the in-process model."""
+    pipeline, model = restored(tiny_run)
+    logits = evaluation_logits(model, pipeline.eval_dataset(16))[:5]
+    root = tmp_path_factory.mktemp("predict")
+    paths = write_images(root, pipeline.eval_split().images[:5])
+    # The JPEG's reference is its decoded pixels, through the same pipeline
+    # preprocessing (normalization with the run's statistics).
+    jpeg = str(root / "4.jpg")
+    tf.io.write_file(jpeg, tf.io.encode_jpeg(pipeline.eval_split().images[4], quality=95))
+    decoded = tf.io.decode_jpeg(tf.io.read_file(jpeg), channels=3).numpy().astype(np.float64)
+    mean, std = np.array(pipeline.preprocessing.mean), np.array(pipeline.preprocessing.std)
+    logits[4] = model(((decoded - mean) / std)[None].astype(np.float32), training=False)[0]
+    paths[4] = jpeg
+    (root / "garbage.png").write_bytes(b"not an image at all")
+    (root / "truncated.png").write_bytes((root / "0.png").read_bytes()[:60])
+    probabilities = softmax(logits.astype(np.float64))
+    top5 = np.argsort(-probabilities, axis=1, kind="stable")[:, :5]
+    expected = [
+        (list(ids), list(p[ids]), [pipeline.class_names[i] for i in ids])
+        for ids, p in zip(top5, probabilities)
+    ]
+    return root, paths, expected
+
+
+def test_predict_from_an_export(tiny_run, images, tmp_path):
+    _, model_dir = tiny_run
+    root, paths, expected = images
+    export_dir = tmp_path / "export"
+    exported = run_command(
+        "resnet_app.export", f"--model_dir={model_dir}", f"--export_dir={export_dir}"
+    )
+    assert exported.returncode == 0, exported.stderr
+    given = [paths[0], str(root / "garbage.png"), paths[1], str(root / "missing.png")]
+    given += [str(root), paths[2], str(root / "truncated.png"), paths[3], paths[4]]
+    result = predict_cli(f"--export_dir={export_dir}", "--top_k=3", "--batch_size=4", *given)
+    assert result.returncode == 1, result.stderr  # Some files failed.
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        f"error: {root / 'garbage.png'}: not a readable image (Unknown image file format. "
+        "One of JPEG, JPEG XL, PNG, GIF, BMP, WebP required.)",
+        f"error: {root / 'missing.png'}: No such file or directory",
+        f"error: {root}: is a directory",
+        errors[3],  # The PNG decoder's own words, checked below.
+    ]
+    assert errors[3].startswith(f"error: {root / 'truncated.png'}: not a readable image (")
+    lines = result.stdout.splitlines()
+    assert [line.split(": ")[0] for line in lines] == paths  # Every good file, in order.
+    for line, (_, probabilities, names) in zip(lines, expected):
+        shown = [item.rsplit(" ", 1) for item in line.split(": ", 1)[1].split(", ")]
+        assert [name for name, _ in shown] == names[:3]
+        np.testing.assert_allclose([float(p) for _, p in shown], probabilities[:3], atol=6e-5)
+
+
+def test_predict_from_a_run_directory_as_json(tiny_run, images):
+    _, model_dir = tiny_run
+    _, paths, expected = images
+    result = predict_cli(f"--model_dir={model_dir}", "--json", *paths)
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["image"] for r in records] == paths
+    for record, (ids, probabilities, names) in zip(records, expected):
+        assert [t["id"] for t in record["top_k"]] == ids
+        assert [t["name"] for t in record["top_k"]] == names
+        got = [t["probability"] for t in record["top_k"]]
+        np.testing.assert_allclose(got, probabilities, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["{image}"], "give --export_dir (an exported SavedModel) or --model_dir"),
+        (["--export_dir={tmp}", "--model_dir={run}", "{image}"], "not both"),
+        (["--model_dir={run}"], "no images given"),
+        (["--export_dir={tmp}", "{image}"], "holds no SavedModel"),
+        (["--model_dir={tmp}", "{image}"], "must be a run directory"),
+        (["--model_dir={run}", "--batch_size=0", "{image}"], "--batch_size=0"),
+    ],
+)
+def test_mistakes_are_one_line(tiny_run, images, tmp_path, args, message):
+    _, model_dir = tiny_run
+    image = images[1][0]
+    args = [a.format(tmp=tmp_path, run=model_dir, image=image) for a in args]
+    assert message in error_line(predict_cli(*args))
