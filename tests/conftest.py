@@ -51,3 +51,22 @@ def tiny_run(tmp_path_factory):
     trainer.train_and_evaluate(resolved, str(model_dir))
     assert [step for step, _ in checkpoint.list_checkpoints(str(model_dir))] == [2, 4]
     return resolved, model_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_export(tiny_run, tmp_path_factory):
+    """`tiny_run`'s latest checkpoint exported by `python -m resnet_app.export`: its directory."""
+    import json
+
+    from tests.commands import run_command
+
+    _, model_dir = tiny_run
+    export_dir = tmp_path_factory.mktemp("export") / "model"
+    result = run_command(
+        "resnet_app.export", f"--model_dir={model_dir}", f"--export_dir={export_dir}"
+    )
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)
+    assert record["checkpoint"] == "ckpt-4" and record["step"] == 4
+    assert record["export_dir"] == str(export_dir)
+    return export_dir

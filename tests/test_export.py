@@ -54,16 +54,9 @@ def export_cli(*args):
     return run_command("resnet_app.export", *args)
 
 
-@pytest.fixture(scope="module")
-def exported(tiny_run, tmp_path_factory):
-    _, model_dir = tiny_run
-    export_dir = tmp_path_factory.mktemp("export") / "model"
-    result = export_cli(f"--model_dir={model_dir}", f"--export_dir={export_dir}")
-    assert result.returncode == 0, result.stderr
-    record = json.loads(result.stdout)
-    assert record["checkpoint"] == "ckpt-4" and record["step"] == 4
-    assert record["export_dir"] == str(export_dir)
-    return export_dir
+@pytest.fixture
+def exported(tiny_export):
+    return tiny_export
 
 
 def restored(tiny_run, name="ckpt-4"):

@@ -41,14 +41,9 @@ def images(tiny_run, tmp_path_factory):
     return root, paths, expected
 
 
-def test_predict_from_an_export(tiny_run, images, tmp_path):
-    _, model_dir = tiny_run
+def test_predict_from_an_export(tiny_export, images):
     root, paths, expected = images
-    export_dir = tmp_path / "export"
-    exported = run_command(
-        "resnet_app.export", f"--model_dir={model_dir}", f"--export_dir={export_dir}"
-    )
-    assert exported.returncode == 0, exported.stderr
+    export_dir = tiny_export
     given = [paths[0], str(root / "garbage.png"), paths[1], str(root / "missing.png")]
     given += [str(root), paths[2], str(root / "truncated.png"), paths[3], paths[4]]
     result = predict_cli(f"--export_dir={export_dir}", "--top_k=3", "--batch_size=4", *given)
