@@ -5,8 +5,10 @@ its outputs are compared with the evaluation logits of the model restored in
 this process, on the same images.
 """
 
+import dataclasses
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -260,3 +262,20 @@ def test_mistakes_are_one_line(tiny_run, tmp_path, args, message):
     args = [a.format(tmp=tmp_path, run=model_dir, file=tmp_path / "file") for a in args]
     assert message in error_line(export_cli(*args))
     assert not (tmp_path / "out").exists()
+
+
+def test_a_run_without_data_info_reads_its_dataset_instead(tiny_run, tmp_path):
+    """Runs trained before data_info.json existed: the dataset gives the same answers."""
+    _, model_dir = tiny_run
+    copy = tmp_path / "run"
+    shutil.copytree(model_dir, copy)
+    recorded = data.read_data_info(str(copy))
+    (copy / data.DATA_INFO_FILE).unlink()
+    served, _ = serving.load(str(copy))
+    assert served.class_names == recorded[0]
+    measured = dataclasses.replace(served._preprocessing, dtype=recorded[1].dtype)
+    assert measured == recorded[1]
+
+    (copy / data.DATA_INFO_FILE).write_text('{"class_names": ["a"]')
+    with pytest.raises(ConfigError, match=r"data_info.json is damaged .*; delete it"):
+        serving.load(str(copy))
