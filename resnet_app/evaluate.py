@@ -3,6 +3,7 @@
     python -m resnet_app.evaluate --model_dir=runs/imagenet_resnet50
     python -m resnet_app.evaluate --model_dir=runs/try --checkpoint=all --split=train
     python -m resnet_app.evaluate --model_dir=runs/try --checkpoint=ckpt-4000 --data_dir=/data
+    python -m resnet_app.evaluate --model_dir=runs/try --report_dir=/tmp/reports
 
 The model and data come from the run's `config.yaml`, as the trainer wrote it;
 `--data_dir` says where the data is now, and `--split` picks another split.
@@ -11,11 +12,19 @@ rest of the training state are not needed), evaluated on every example of the
 split exactly once, and reported as one line of JSON on stdout:
 
     {"checkpoint": "ckpt-4", "step": 4, "split": "test", "top1": ..., "top5": ...,
-     "loss": ..., "num_examples": 37}
+     "loss": ..., "num_examples": 37, "report": "/abs/run/reports/ckpt-4-test"}
+
+"report" is the checkpoint's report directory, `REPORT_DIR/<checkpoint>-<split>`
+with REPORT_DIR = `--report_dir`, by default `MODEL_DIR/reports` (`eval/` holds
+TensorBoard's evaluation events). It holds
+`eval_results.json` (the record, per-class accuracy, the confusion matrix and
+the most-confused pairs) and `confusion_matrix.png` (with matplotlib, an
+optional extra); see `eval_report.py`. A rerun replaces them.
 
 The same record, with "event": "evaluation", is appended to the run's
 `metrics.jsonl`. A mistake (no such run, no such checkpoint, a checkpoint of
-another model) gets one line on stderr and exit status 2.
+another model, a report directory that cannot be made) gets one line on stderr
+and exit status 2.
 """
 
 from __future__ import annotations
@@ -54,46 +63,42 @@ _NUM_TOWERS = flags.DEFINE_integer(
 _DATA_DIR = flags.DEFINE_string(
     "data_dir", None, "Where the run's data is now, if it moved (default: the run's data.data_dir)."
 )
+_REPORT_DIR = flags.DEFINE_string(
+    "report_dir",
+    None,
+    "Where the reports go: one directory <checkpoint>-<split> per checkpoint, holding "
+    "eval_results.json and confusion_matrix.png (default: MODEL_DIR/reports).",
+)
+
+REPORTS = "reports"  # Under the run directory; eval/ is TensorBoard's.
 
 
-def read_run_config(model_dir: str | None) -> config.Config:
-    """The config a run was trained with, from `model_dir/config.yaml`.
+def make_report_root(model_dir: str, report_dir: str | None) -> str:
+    """Creates the directory the reports go in, before any evaluation runs.
+
+    Args:
+      model_dir: the run directory.
+      report_dir: `--report_dir`, or None for `model_dir/reports`.
+
+    Returns:
+      Its absolute path, so the records in metrics.jsonl mean the same from anywhere.
 
     Raises:
-      ConfigError: when `model_dir` is not a run directory, or its config is
-        not valid.
+      ConfigError: when it cannot be created (better now than after hours of evaluation).
     """
-    path = os.path.join(model_dir or "", config.CONFIG_FILE)
-    if not model_dir or not os.path.isfile(path):
-        found = f"{model_dir} has no {config.CONFIG_FILE}" if model_dir else "it is not set"
-        raise ConfigError(
-            f"--model_dir must be a run directory written by `python -m resnet_app.train` ({found})"
-        )
+    root = os.path.abspath(report_dir or os.path.join(model_dir, REPORTS))
     try:
-        return config.from_dict(config.read_yaml(path))
-    except ConfigError as error:
-        raise ConfigError(f"{path}: {error}") from None
-
-
-def _restore_model(model, prefix: str) -> None:
-    """Restores only the model from a training checkpoint (which holds more)."""
-    import tensorflow as tf
-
-    try:
-        status = tf.train.Checkpoint(model=model).restore(prefix).expect_partial()
-        status.assert_existing_objects_matched()
-    except (AssertionError, ValueError, tf.errors.OpError) as error:
-        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
-        raise ConfigError(
-            f"checkpoint {prefix} does not match the model of the run's {config.CONFIG_FILE} "
-            f"({first_line})"
-        ) from None
+        os.makedirs(root, exist_ok=True)
+    except OSError as error:
+        which = f"--report_dir={report_dir}" if report_dir else f"the report directory {root}"
+        raise ConfigError(f"{which}: cannot create it ({error.strerror}); pick another") from None
+    return root
 
 
 def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
     model_dir = _MODEL_DIR.value
-    run_config = read_run_config(model_dir)
+    run_config = config.read_run_config(model_dir)
     batch_size = _BATCH_SIZE.value
     if batch_size is None:
         batch_size = run_config.train.eval_batch_size or run_config.train.batch_size
@@ -108,31 +113,43 @@ def main(argv: list[str]) -> None:
     data_config = dataclasses.replace(run_config.data, **changed)
 
     # TensorFlow is imported only once the run directory is known to be one.
-    from resnet_app import checkpoint, data, distribute, evaluation, metrics, trainer
+    from resnet_app import checkpoint, data, distribute, eval_report, evaluation, metrics, trainer
 
     strategy = distribute.create_strategy(_NUM_TOWERS.value)  # Before TF runs any op.
     chosen = checkpoint.select(model_dir, _CHECKPOINT.value)  # Before the data loads.
+    report_root = make_report_root(model_dir, _REPORT_DIR.value)  # Before hours of evaluation.
     preset = get_config(run_config.model_name, **run_config.model_overrides)
     pipeline = data.create_pipeline(data_config, default_image_size=preset.default_image_size)
     with strategy.scope():
         model = trainer.build_model(run_config, pipeline)
 
-    writer = metrics.MetricsWriter(model_dir, enabled=distribute.is_chief(strategy))
+    chief = distribute.is_chief(strategy)
+    writer = metrics.MetricsWriter(model_dir, enabled=chief)
     try:
         for step, prefix in chosen:
-            _restore_model(model, prefix)
+            checkpoint.restore_model(model, prefix)
+            split = pipeline.eval_split_name
             result = evaluation.evaluate(
-                model, pipeline, batch_size, strategy, pipeline.eval_split_name
+                model, pipeline, batch_size, strategy, split, confusion=True
             )
+            name = os.path.basename(prefix)
             record = {
-                "checkpoint": os.path.basename(prefix),
+                "checkpoint": name,
                 "step": step,
-                "split": pipeline.eval_split_name,
+                "split": split,
                 "top1": result.accuracy,
                 "top5": result.top5_accuracy,
                 "loss": result.loss,
                 "num_examples": result.examples,
             }
+            report_dir = os.path.join(report_root, eval_report.report_name(name, split))
+            # Every worker holds the whole matrix (it is all-reduced); one writes it.
+            if chief:
+                report = eval_report.write_report(
+                    report_dir, record, result.confusion, pipeline.class_names
+                )
+                eval_report.log_summary(report)
+            record["report"] = report_dir  # On other workers: where the chief wrote it.
             # The command's output: one line per checkpoint, as soon as it is known.
             sys.stdout.write(json.dumps(record) + "\n")
             sys.stdout.flush()

@@ -4,7 +4,9 @@ The input pipeline pads the split to whole batches for every replica and marks
 the padding with mask 0 (see `data.InputPipeline.eval_dataset`), so no tower
 ever receives an empty or short batch, which a plain Keras step does not
 survive under MirroredStrategy. Metrics are mask-weighted sums, reduced across
-replicas, and divided once at the end by the real example count.
+replicas, and divided once at the end by the real example count. On request
+the step also counts a confusion matrix the same way, from which per-class
+accuracy follows.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class EvalResult:
       ids: with `collect=True`, each example's id, in the order seen.
       labels: with `collect=True`, the true labels.
       predictions: with `collect=True`, the predicted (arg-max) labels.
+      confusion: with `confusion=True`, the [classes, classes] int64 counts:
+        row = true class, column = predicted class (padding excluded).
     """
 
     examples: int
@@ -41,6 +45,17 @@ class EvalResult:
     ids: np.ndarray | None = None
     labels: np.ndarray | None = None
     predictions: np.ndarray | None = None
+    confusion: np.ndarray | None = None
+
+    def per_class_accuracy(self) -> np.ndarray:
+        """Top-1 accuracy of each true class; NaN for a class with no examples.
+
+        Raises:
+          ValueError: when the result was evaluated without `confusion=True`.
+        """
+        if self.confusion is None:
+            raise ValueError("per-class accuracy needs evaluate(..., confusion=True)")
+        return per_class_accuracy(self.confusion)
 
     def metrics(self) -> dict[str, float]:
         return {
@@ -49,6 +64,20 @@ class EvalResult:
             "top5_accuracy": self.top5_accuracy,
             "loss": self.loss,
         }
+
+
+def per_class_accuracy(confusion: np.ndarray) -> np.ndarray:
+    """Each true class's top-1 accuracy from a confusion matrix (rows = true class).
+
+    Args:
+      confusion: [classes, classes] counts, row = true class, column = predicted.
+
+    Returns:
+      float64 [classes]: the diagonal over the row sums; NaN for an empty row.
+    """
+    examples = confusion.sum(axis=1)
+    correct = np.diagonal(confusion)
+    return np.where(examples > 0, correct / np.maximum(examples, 1), np.nan)
 
 
 def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
@@ -60,8 +89,11 @@ def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
 _STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _step_function(model: tf.keras.Model, strategy: tf.distribute.Strategy, top_k: int):
-    key = (id(strategy), top_k)
+def _step_function(
+    model: tf.keras.Model, strategy: tf.distribute.Strategy, top_k: int, num_classes: int | None
+):
+    """The compiled step; `num_classes` set means it also counts a confusion matrix."""
+    key = (id(strategy), top_k, num_classes)
     steps = _STEPS.setdefault(model, {})
     if key in steps:
         return steps[key][1]
@@ -81,6 +113,13 @@ def _step_function(model: tf.keras.Model, strategy: tf.distribute.Strategy, top_
             "correct_top_k": tf.reduce_sum(mask * in_top_k),
             "loss": tf.reduce_sum(mask * loss),
         }
+        if num_classes:
+            # Weighted by the mask so padding is not counted; float32 so that it
+            # takes the same all-reduce as the other sums. A step's counts (at
+            # most the global batch) are whole numbers, exact in float32.
+            sums["confusion"] = tf.math.confusion_matrix(
+                labels, predictions, num_classes, weights=mask, dtype=tf.float32
+            )
         return sums, (batch["id"], labels, predictions, mask)
 
     @tf.function
@@ -103,6 +142,7 @@ def evaluate(
     strategy: tf.distribute.Strategy | None = None,
     split: str | None = None,
     collect: bool = False,
+    confusion: bool = False,
 ) -> EvalResult:
     """Runs `model` over a whole split, in inference mode.
 
@@ -116,6 +156,10 @@ def evaluate(
       split: the split (default: the pipeline's evaluation split).
       collect: also return every example's id, label and prediction (those
         of this worker's replicas, in a multi-worker run).
+      confusion: also count the confusion matrix over every example of the
+        split (all replicas and workers). Off by default: it costs a
+        [classes, classes] all-reduce per step, which the trainer's periodic
+        evaluations need not pay.
 
     Returns:
       The `EvalResult`.
@@ -135,13 +179,18 @@ def evaluate(
 
     dataset = strategy.distribute_datasets_from_function(dataset_fn)
     top_k = min(5, pipeline.num_classes)
-    step = _step_function(model, strategy, top_k)
+    num_classes = pipeline.num_classes
+    step = _step_function(model, strategy, top_k, num_classes if confusion else None)
 
     # Sums in float64 on the host: float32 counts stop being exact past 2**24.
     totals = dict.fromkeys(("examples", "correct", "correct_top_k", "loss"), 0.0)
+    # Counts in int64 on the host, for the same reason; each step's are whole numbers.
+    matrix = np.zeros((num_classes, num_classes), np.int64)
     seen = []
     for batch in dataset:
         sums, per_example = step(batch)
+        if confusion:
+            matrix += np.rint(sums.pop("confusion").numpy()).astype(np.int64)
         for key, value in sums.items():
             totals[key] += float(value.numpy())
         if collect:
@@ -156,6 +205,7 @@ def evaluate(
         accuracy=totals["correct"] / denominator,
         top5_accuracy=totals["correct_top_k"] / denominator,
         loss=totals["loss"] / denominator,
+        confusion=matrix if confusion else None,
     )
     expected = pipeline.num_eval_examples(split)
     if count != expected:

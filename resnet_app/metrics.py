@@ -9,7 +9,8 @@
   override, settings changed on resume, a stop by a signal, a NaN rollback,
   an input-bound warning;
 - evaluations of saved checkpoints by `python -m resnet_app.evaluate`: an
-  evaluation record plus "checkpoint" ("ckpt-N") and "event": "evaluation"
+  evaluation record plus "checkpoint" ("ckpt-N"), "report" (the directory of
+  its eval_results.json and confusion-matrix picture) and "event": "evaluation"
   (they have "top1" too: tell them from the trainer's by "event").
 The trainer's scalars also go to TensorBoard under `model_dir/train` and
 `model_dir/eval`; `evaluate` writes no TensorBoard events.

@@ -1,4 +1,8 @@
-"""`python -m resnet_app.evaluate` on a tiny trained run, against a NumPy reference."""
+"""`python -m resnet_app.evaluate` on a tiny trained run, against a NumPy reference.
+
+Its reports (eval_results.json, confusion_matrix.png) are checked here too; the
+report module's drawing and JSON details in-process in test_eval_report.py.
+"""
 
 import json
 import os
@@ -8,10 +12,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import yaml
+from matplotlib import image as mpimg
 
 from resnet_app import data, trainer
 from resnet_app.presets import get_config
-from tests.commands import error_line, run_command
+from resnet_app.shapes import CLASS_NAMES
+from tests.commands import REPO, error_line, run_command
 from tests.conftest import EVAL_EXAMPLES
 
 
@@ -22,7 +28,8 @@ def run(tiny_run):
 
 
 def reference(run, name, split=None):
-    """top1, top5, mean cross-entropy and count from plain model calls and NumPy."""
+    """top1, top5, mean cross-entropy, count, labels, arg-max predictions and the
+    confusion matrix, from plain model calls and NumPy."""
     resolved, model_dir = run
     preset = get_config(resolved.model_name, **resolved.model_overrides)
     pipeline = data.create_pipeline(resolved.data, default_image_size=preset.default_image_size)
@@ -38,11 +45,17 @@ def reference(run, name, split=None):
     true_logit = logits[np.arange(len(labels)), labels]
     shifted = logits - logits.max(axis=1, keepdims=True)
     log_sum_exp = np.log(np.exp(shifted).sum(axis=1)) + logits.max(axis=1)
+    predictions = logits.argmax(axis=1)
+    confusion = np.zeros((len(CLASS_NAMES), len(CLASS_NAMES)), np.int64)
+    np.add.at(confusion, (labels, predictions), 1)  # Row: true class; column: predicted.
     return {
-        "top1": float(np.mean(logits.argmax(axis=1) == labels)),
+        "top1": float(np.mean(predictions == labels)),
         "top5": float(np.mean((logits > true_logit[:, None]).sum(axis=1) < 5)),
         "loss": float(np.mean(log_sum_exp - true_logit)),
         "num_examples": len(labels),
+        "labels": labels,
+        "predictions": predictions,
+        "confusion": confusion,
     }
 
 
@@ -62,15 +75,51 @@ def assert_matches(record, expected):
     assert record["loss"] == pytest.approx(expected["loss"], rel=1e-5)
 
 
+def assert_report_matches(record, expected):
+    """The record's eval_results.json and confusion_matrix.png, against NumPy."""
+    directory = record["report"]
+    assert sorted(os.listdir(directory)) == ["confusion_matrix.png", "eval_results.json"]
+    with open(os.path.join(directory, "eval_results.json")) as f:
+        report = json.load(f)
+    assert {k: report[k] for k in record if k != "report"} == {
+        k: v for k, v in record.items() if k != "report"
+    }
+    confusion = np.array(report["confusion_matrix"])
+    np.testing.assert_array_equal(confusion, expected["confusion"])
+    assert confusion.sum() == EVAL_EXAMPLES  # Each example once, no padding.
+    assert "rows: true class" in report["confusion_matrix_axes"]
+    labels, predictions = expected["labels"], expected["predictions"]
+    examples = np.bincount(labels, minlength=len(CLASS_NAMES))
+    correct = np.bincount(labels[predictions == labels], minlength=len(CLASS_NAMES))
+    assert report["classes"] == [
+        {
+            "id": i,
+            "name": CLASS_NAMES[i],
+            "examples": int(examples[i]),
+            "correct": int(correct[i]),
+            "accuracy": float(correct[i] / examples[i]) if examples[i] else None,
+        }
+        for i in range(len(CLASS_NAMES))
+    ]
+    # The most-confused pair is the largest off-diagonal cell.
+    off_diagonal = expected["confusion"] * (1 - np.eye(len(CLASS_NAMES), dtype=np.int64))
+    top = report["most_confused"][0]
+    assert top["count"] == off_diagonal.max() > 0
+    assert off_diagonal[top["true_id"], top["predicted_id"]] == top["count"]
+    assert top["true_name"] == CLASS_NAMES[top["true_id"]]
+    picture = mpimg.imread(os.path.join(directory, "confusion_matrix.png"))
+    assert picture.ndim == 3 and min(picture.shape[:2]) > 300
+
+
 def files_and_sizes(model_dir):
-    """Every file under the run directory but metrics.jsonl, with its size."""
+    """Every file under the run directory but metrics.jsonl and the reports, with its size."""
     found = {}
     for parent, _, names in os.walk(model_dir):
         for name in names:
             path = os.path.join(parent, name)
             found[os.path.relpath(path, model_dir)] = os.path.getsize(path)
     found.pop("metrics.jsonl")
-    return found
+    return {path: size for path, size in found.items() if not path.startswith("reports/")}
 
 
 def read_metrics(model_dir):
@@ -91,7 +140,10 @@ def test_latest_matches_numpy_and_is_appended_to_metrics(run):
     }
     assert_matches(record, expected)
     assert read_metrics(model_dir)[before:] == [{**record, "event": "evaluation"}]
-    assert files_and_sizes(model_dir) == other_files  # No TensorBoard events, nothing else.
+    # No TensorBoard events, nothing else but the report, in its default place.
+    assert files_and_sizes(model_dir) == other_files
+    assert record["report"] == str(model_dir / "reports" / "ckpt-4-test")
+    assert_report_matches(record, expected)
 
 
 def test_all_gives_one_line_per_checkpoint(run):
@@ -112,6 +164,54 @@ def test_a_named_checkpoint_with_moved_data(run, tmp_path):
     assert os.listdir(moved)  # The shapes cache was read from (here: made in) the new place.
 
 
+def test_reports_on_three_towers_with_padding_match_numpy(run, tmp_path):
+    _, model_dir = run
+    before = len(read_metrics(model_dir))
+    # 37 examples in batches of 9 (3 per tower): the last batch is mostly padding.
+    result = evaluate_cli(
+        model_dir,
+        "--checkpoint=all",
+        "--num_towers=3",
+        "--batch_size=9",
+        f"--report_dir={tmp_path / 'reports'}",
+    )
+    records = json_lines(result)
+    assert [r["report"] for r in records] == [
+        str(tmp_path / "reports" / "ckpt-2-test"),
+        str(tmp_path / "reports" / "ckpt-4-test"),
+    ]
+    for record in records:
+        expected = reference(run, record["checkpoint"])
+        assert_matches(record, expected)
+        assert_report_matches(record, expected)
+    assert read_metrics(model_dir)[before:] == [{**r, "event": "evaluation"} for r in records]
+    assert "Per-class accuracy of ckpt-4 on test, worst first: " in result.stderr
+
+
+def test_without_matplotlib_the_json_is_still_written(run, tmp_path):
+    _, model_dir = run
+    # A matplotlib that fails to import, first on the path, as if it were not installed.
+    (tmp_path / "shim" / "matplotlib").mkdir(parents=True)
+    (tmp_path / "shim" / "matplotlib" / "__init__.py").write_text(
+        "raise ImportError('No module named matplotlib (test shim)')\n"
+    )
+    result = run_command(
+        "resnet_app.evaluate",
+        f"--model_dir={model_dir}",
+        "--checkpoint=ckpt-2",
+        f"--report_dir={tmp_path / 'reports'}",
+        env={"PYTHONPATH": f"{tmp_path / 'shim'}{os.pathsep}{REPO}"},
+    )
+    [record] = json_lines(result)
+    assert os.listdir(record["report"]) == ["eval_results.json"]  # No picture, no temp file.
+    with open(os.path.join(record["report"], "eval_results.json")) as f:
+        report = json.load(f)
+    expected = reference(run, "ckpt-2")
+    np.testing.assert_array_equal(report["confusion_matrix"], expected["confusion"])
+    [warning] = [line for line in result.stderr.splitlines() if "requirements-plot.txt" in line]
+    assert warning.startswith("W") and "Skipped confusion_matrix.png" in warning  # absl: W....
+
+
 def test_another_split_on_three_towers(run):
     _, model_dir = run
     result = evaluate_cli(model_dir, "--split=train", "--num_towers=3", "--batch_size=8")
@@ -129,6 +229,7 @@ def test_another_split_on_three_towers(run):
         (["--model_dir={run}", "--checkpoint=ckpt-99"], "one of: ckpt-2, ckpt-4"),
         (["--model_dir={run}", "--batch_size=0"], "--batch_size=0"),
         (["--model_dir={run}", "extra"], "unexpected argument"),
+        (["--model_dir={run}", "--report_dir={run}/config.yaml/x"], "cannot create it"),
     ],
 )
 def test_mistakes_are_one_line(run, tmp_path, args, message):

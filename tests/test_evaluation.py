@@ -80,6 +80,20 @@ def test_every_example_counted_once_and_accuracy_matches_numpy(pipeline, weights
     np.testing.assert_array_equal(result.predictions[order], predictions)
     assert result.accuracy == np.sum(predictions == labels) / 1001
     np.testing.assert_allclose(result.loss, loss, rtol=1e-5)
+    assert result.confusion is None  # Opt-in: the trainer's evaluations skip it.
+
+    # Same model and strategy, now with the confusion matrix: a step compiled
+    # without it must not be reused.
+    counted = evaluation.evaluate(model, pipeline, 64, strategy=strategy, confusion=True)
+    expected = np.zeros((10, 10), np.int64)
+    np.add.at(expected, (labels, predictions), 1)
+    assert counted.confusion.dtype == np.int64
+    np.testing.assert_array_equal(counted.confusion, expected)
+    assert counted.metrics() == result.metrics()
+    correct = np.bincount(labels[predictions == labels], minlength=10)
+    np.testing.assert_array_equal(
+        counted.per_class_accuracy(), correct / np.bincount(labels, minlength=10)
+    )
 
 
 def test_fewer_examples_than_towers(tmp_path, weights):
@@ -91,11 +105,24 @@ def test_fewer_examples_than_towers(tmp_path, weights):
     with strategy.scope():
         model = tiny_model()
     model.set_weights(weights)
-    result = evaluation.evaluate(model, pipeline, 64, strategy=strategy, collect=True)
+    result = evaluation.evaluate(
+        model, pipeline, 64, strategy=strategy, collect=True, confusion=True
+    )
     predictions, labels, _ = reference(pipeline, weights)
     assert result.examples == 2
+    expected = np.zeros((10, 10), np.int64)
+    np.add.at(expected, (labels, predictions), 1)
+    np.testing.assert_array_equal(result.confusion, expected)  # 64 padding slots not counted.
     assert sorted(result.ids.tolist()) == [0, 1]
     assert result.accuracy == np.mean(predictions == labels)
+
+
+def test_per_class_accuracy_of_a_class_without_examples_is_nan():
+    confusion = np.array([[3, 1, 0], [0, 0, 0], [2, 0, 2]])
+    accuracy = evaluation.per_class_accuracy(confusion)
+    np.testing.assert_array_equal(accuracy, [0.75, np.nan, 0.5])
+    with pytest.raises(ValueError, match="confusion=True"):
+        evaluation.EvalResult(1, 1.0, 1.0, 0.0).per_class_accuracy()
 
 
 def test_per_replica_batch_rounds_up():

@@ -1,0 +1,284 @@
+"""An evaluation report: per-class accuracy, the confusion matrix and its picture.
+
+`python -m resnet_app.evaluate` writes one report directory per checkpoint and
+split, `REPORT_ROOT/<checkpoint>-<split>/` (e.g. `ckpt-4000-validation/`), holding
+
+- `eval_results.json`: the evaluation record (checkpoint, step, split,
+  num_examples, top1, top5, loss), then per class {id, name, examples,
+  correct, accuracy} (accuracy null for a class without examples), the
+  confusion matrix (rows = true class, columns = predicted class, in class-id
+  order) and the most-confused pairs (the largest off-diagonal cells);
+- `confusion_matrix.png`: the matrix, rows normalized for the colour, with
+  class names on the axes and counts in the cells when there are few classes.
+  It needs matplotlib (`pip install -r requirements-plot.txt`); without it the
+  JSON is still written and one warning says so.
+
+Files are written atomically: a reader sees the previous report or the new
+one, never half a file. Nothing here runs TensorFlow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from typing import IO, Any
+
+import numpy as np
+from absl import logging
+
+from resnet_app.evaluation import per_class_accuracy
+
+RESULTS_FILE = "eval_results.json"
+PICTURE_FILE = "confusion_matrix.png"
+AXES_NOTE = "rows: true class, columns: predicted class, both in class-id order"
+MOST_CONFUSED = 10
+# Beyond this many classes the picture has no tick labels (1000 names do not fit).
+MAX_NAMED_CLASSES = 50
+# Beyond this many classes the cells are too small for their counts.
+MAX_COUNTED_CLASSES = 20
+
+
+def report_name(checkpoint: str, split: str) -> str:
+    """The report directory's name: `<checkpoint>-<split>`, e.g. `ckpt-4-test`."""
+    return f"{checkpoint}-{split}"
+
+
+def most_confused(
+    confusion: np.ndarray, class_names: Sequence[str], count: int = MOST_CONFUSED
+) -> list[dict[str, Any]]:
+    """The largest off-diagonal cells: which true class is taken for which.
+
+    Args:
+      confusion: [classes, classes] counts, row = true class, column = predicted.
+      class_names: the name of each class id.
+      count: how many pairs at most.
+
+    Returns:
+      Up to `count` dicts {true_id, true_name, predicted_id, predicted_name,
+      count}, largest count first, ties in class-id order; cells of 0 left out.
+    """
+    off_diagonal = confusion.copy()
+    np.fill_diagonal(off_diagonal, 0)
+    true_ids, predicted_ids = np.nonzero(off_diagonal)
+    counts = off_diagonal[true_ids, predicted_ids]
+    # nonzero() lists cells in row-major order; a stable sort keeps it for ties.
+    order = np.argsort(-counts, kind="stable")[:count]
+    return [
+        {
+            "true_id": int(true_ids[i]),
+            "true_name": class_names[true_ids[i]],
+            "predicted_id": int(predicted_ids[i]),
+            "predicted_name": class_names[predicted_ids[i]],
+            "count": int(counts[i]),
+        }
+        for i in order
+    ]
+
+
+def build_report(
+    record: dict[str, Any], confusion: np.ndarray, class_names: Sequence[str]
+) -> dict[str, Any]:
+    """The contents of `eval_results.json`.
+
+    Args:
+      record: the evaluation record (checkpoint, step, split, top1, top5,
+        loss, num_examples, ...), copied first.
+      confusion: [classes, classes] int counts, row = true class, column =
+        predicted class.
+      class_names: the name of each class id.
+
+    Returns:
+      A JSON-ready dict: the record, "classes", "confusion_matrix",
+      "confusion_matrix_axes" and "most_confused".
+    """
+    if confusion.shape != (len(class_names), len(class_names)):
+        raise ValueError(f"a {confusion.shape} confusion matrix for {len(class_names)} classes")
+    examples = confusion.sum(axis=1)
+    correct = np.diagonal(confusion)
+    accuracy = per_class_accuracy(confusion)
+    classes = [
+        {
+            "id": class_id,
+            "name": name,
+            "examples": int(examples[class_id]),
+            "correct": int(correct[class_id]),
+            "accuracy": None if examples[class_id] == 0 else float(accuracy[class_id]),
+        }
+        for class_id, name in enumerate(class_names)
+    ]
+    return {
+        **record,
+        "classes": classes,
+        "confusion_matrix_axes": AXES_NOTE,
+        "confusion_matrix": confusion.astype(int).tolist(),
+        "most_confused": most_confused(confusion, class_names),
+    }
+
+
+def to_json(report: dict[str, Any]) -> str:
+    """JSON with one line per key, and one line per item of a list.
+
+    A per-class entry or a matrix row stays on one line: 1000 classes make
+    1000 readable lines, not a million lines of one number each.
+    """
+    entries = []
+    for key, value in report.items():
+        if isinstance(value, list) and value:
+            items = ",\n".join(f"    {json.dumps(item)}" for item in value)
+            entries.append(f"  {json.dumps(key)}: [\n{items}\n  ]")
+        else:
+            entries.append(f"  {json.dumps(key)}: {json.dumps(value)}")
+    return "{\n" + ",\n".join(entries) + "\n}\n"
+
+
+def plot_confusion(confusion: np.ndarray, class_names: Sequence[str], title: str):
+    """Draws the confusion matrix; rows normalized, so each true class reads as fractions.
+
+    Class names label both axes up to `MAX_NAMED_CLASSES` classes, and the
+    non-zero counts are written in the cells up to `MAX_COUNTED_CLASSES`.
+    Beyond, the title says the names are left out and the matrix is drawn alone.
+
+    Args:
+      confusion: [classes, classes] counts, row = true class, column = predicted.
+      class_names: the name of each class id.
+      title: the first line of the title (which checkpoint, which split).
+
+    Returns:
+      A `matplotlib.figure.Figure` with an Agg canvas, not registered with
+      pyplot (nothing global to close).
+
+    Raises:
+      ImportError: when matplotlib is not installed.
+    """
+    # Imported here: matplotlib is an optional extra (requirements-plot.txt).
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    num_classes = len(class_names)
+    examples = confusion.sum(axis=1, keepdims=True)
+    fractions = confusion / np.maximum(examples, 1)
+    named = num_classes <= MAX_NAMED_CLASSES
+    size = min(max(6.0, 2.5 + 0.3 * num_classes), 18.0) if named else 12.0
+    figure = Figure(figsize=(size, size * 0.9), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    # With more cells than pixels, nearest-neighbour sampling would drop whole
+    # classes; antialiasing averages them instead.
+    image = axes.imshow(
+        fractions,
+        cmap="Blues",
+        vmin=0.0,
+        vmax=1.0,
+        interpolation="nearest" if named else "antialiased",
+    )
+    figure.colorbar(image, ax=axes, shrink=0.8, label="fraction of the true class")
+    axes.set_xlabel("predicted class")
+    axes.set_ylabel("true class")
+    if named:
+        ticks = np.arange(num_classes)
+        axes.set_xticks(ticks, labels=list(class_names), rotation=90)
+        axes.set_yticks(ticks, labels=list(class_names))
+        axes.set_title(title)
+    else:
+        axes.set_xticks([])
+        axes.set_yticks([])
+        axes.set_title(
+            f"{title}\n{num_classes} classes: names left out (see {RESULTS_FILE}); "
+            "class ids run left to right, top to bottom"
+        )
+    if num_classes <= MAX_COUNTED_CLASSES:
+        for true_id, predicted_id in zip(*np.nonzero(confusion)):
+            dark = fractions[true_id, predicted_id] > 0.5
+            axes.text(
+                predicted_id,
+                true_id,
+                str(int(confusion[true_id, predicted_id])),
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white" if dark else "black",
+            )
+    return figure
+
+
+def _write_atomically(path: str, write: Callable[[IO[bytes]], None]) -> None:
+    """Calls `write(file)` on a temporary file beside `path`, then renames it to `path`."""
+    # The process id keeps two evaluations of the same checkpoint apart; a plain
+    # open() (not mkstemp, which makes the file private) keeps the usual permissions.
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(temporary, "wb") as file:
+            write(file)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def write_report(
+    directory: str, record: dict[str, Any], confusion: np.ndarray, class_names: Sequence[str]
+) -> dict[str, Any]:
+    """Writes `eval_results.json` and, with matplotlib, `confusion_matrix.png`.
+
+    Args:
+      directory: the report directory (created if needed).
+      record: the evaluation record: checkpoint, step, split, top1, top5,
+        loss, num_examples.
+      confusion: [classes, classes] int counts, row = true class, column =
+        predicted class.
+      class_names: the name of each class id.
+
+    Returns:
+      The report written to `eval_results.json`.
+    """
+    os.makedirs(directory, exist_ok=True)
+    report = build_report(record, confusion, class_names)
+    text = to_json(report).encode()
+    _write_atomically(os.path.join(directory, RESULTS_FILE), lambda file: file.write(text))
+    try:
+        title = (
+            f"{record['checkpoint']} (step {record['step']}) on {record['split']}: "
+            f"top-1 {record['top1']:.2%} of {record['num_examples']} examples"
+        )
+        figure = plot_confusion(confusion, class_names, title)
+    except ImportError:
+        logging.warning(
+            "Skipped %s: it needs matplotlib (pip install -r requirements-plot.txt); %s is written",
+            PICTURE_FILE,
+            RESULTS_FILE,
+        )
+    else:
+        _write_atomically(
+            os.path.join(directory, PICTURE_FILE),
+            lambda file: figure.savefig(file, format="png", dpi=100),
+        )
+    return report
+
+
+def log_summary(report: dict[str, Any], worst: int = 5) -> None:
+    """Logs the classes with the lowest accuracy and the most-confused pair."""
+    measured = [c for c in report["classes"] if c["accuracy"] is not None]
+    measured.sort(key=lambda c: (c["accuracy"], -c["examples"], c["id"]))
+    listed = ", ".join(
+        f"{c['name']} {c['accuracy']:.1%} ({c['correct']}/{c['examples']})"
+        for c in measured[:worst]
+    )
+    empty = len(report["classes"]) - len(measured)
+    logging.info(
+        "Per-class accuracy of %s on %s, worst first: %s%s",
+        report["checkpoint"],
+        report["split"],
+        listed or "no examples",
+        f"; classes without examples: {empty}" if empty else "",
+    )
+    if report["most_confused"]:
+        pair = report["most_confused"][0]
+        logging.info(
+            "Most confused: %s taken for %s %d times",
+            pair["true_name"],
+            pair["predicted_name"],
+            pair["count"],
+        )
