@@ -1,0 +1,433 @@
+"""Draws the training curves of one or more runs from their `metrics.jsonl`.
+
+    python scripts/plot_metrics.py runs/try
+    python scripts/plot_metrics.py runs/resnet20 runs/resnet56 --out=compare.png
+    python scripts/plot_metrics.py runs/batch128 runs/batch512 --x=epoch
+
+Four panels, against the step (or, with --x=epoch, the epoch): training loss,
+training accuracy, evaluation top-1 and the learning rate. Each run has one
+colour, named by its directory's name (with parent directories when two names
+are equal), so that runs can be compared on one figure.
+
+A resumed run appends to its file: its "start" event at step N (like a
+"rollback" event to step N) means that the steps after N were trained again,
+so the earlier records after step N are dropped and only the newest attempt
+is drawn. A line that is not a complete JSON record (a run killed while
+writing) is skipped with a warning. Evaluations of checkpoints by
+`python -m resnet_app.evaluate` are not drawn: the curves are the trainer's.
+
+Only the files are read (no TensorFlow), so this is quick, also while a run
+is in progress. Needs matplotlib: `pip install -r requirements-plot.txt`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import json
+import math
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import flags, logging  # noqa: E402
+
+from resnet_app import cli  # noqa: E402
+from resnet_app.errors import ConfigError  # noqa: E402
+
+# The same name as resnet_app.metrics.METRICS_FILE; that module imports TensorFlow.
+METRICS_FILE = "metrics.jsonl"
+# The values of a training record that are drawn (the epoch is for --x=epoch).
+TRAIN_KEYS = ("epoch", "loss", "accuracy", "learning_rate")
+# (what is drawn, panel title), in the order of the panels.
+PANELS = (
+    ("loss", "training loss"),
+    ("accuracy", "training accuracy"),
+    ("top1", "evaluation top-1"),
+    ("learning_rate", "learning rate"),
+)
+FIGURE_SIZE = (11.0, 7.5)  # Inches.
+DPI = 100
+FEW_POINTS = 30  # Lines with fewer points get markers, so that one point shows.
+TRAINER = "`python -m resnet_app.train`"
+
+
+class Series(NamedTuple):
+    """One curve: values at increasing steps."""
+
+    steps: list[int]
+    values: list[float]
+
+
+@dataclasses.dataclass
+class RunCurves:
+    """What one run's `metrics.jsonl` holds to draw, newest attempt only.
+
+    Attributes:
+      train: the training records' values by key (TRAIN_KEYS).
+      top1: the trainer's evaluation top-1 by split (a resumed run may have
+        changed `data.eval_split`).
+    """
+
+    train: dict[str, Series]
+    top1: dict[str, Series]
+
+
+def metrics_path(run_dir: str) -> str:
+    """The path of `run_dir`'s metrics file.
+
+    Raises:
+      ConfigError: when `run_dir` is not a directory, or holds no metrics file.
+    """
+    what = f"RUN_DIR should be a directory written by {TRAINER}"
+    if not os.path.isdir(run_dir):
+        found = "is not a directory" if os.path.exists(run_dir) else "does not exist"
+        raise ConfigError(f"{run_dir} {found}; {what}")
+    path = os.path.join(run_dir, METRICS_FILE)
+    if not os.path.isfile(path):
+        raise ConfigError(f"{run_dir} has no {METRICS_FILE}; {what}")
+    return path
+
+
+def _parse_line(text: str) -> tuple[dict[str, Any] | None, bool]:
+    """The record on a line of the file, and whether the line was only that record.
+
+    A run killed while writing can leave a line without its end; the next
+    run appends its first record (its "start" event) to that line, and that
+    record is needed. So when a line is not one JSON object, the complete
+    object at its end, if any, is the record.
+
+    Args:
+      text: one line, without surrounding whitespace.
+
+    Returns:
+      (the record or None, True if the whole line was the record).
+    """
+    decoder = json.JSONDecoder()
+    start = text.find("{")
+    while start != -1:
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            value, end = None, -1
+        if end == len(text) and isinstance(value, dict):
+            return value, start == 0
+        start = text.find("{", start + 1)
+    return None, False
+
+
+def read_records(path: str) -> list[dict[str, Any]]:
+    """The records of a metrics file, in the order written.
+
+    What is not a complete record with an integer "step" is skipped, with one
+    warning for the file that names the lines.
+
+    Args:
+      path: a `metrics.jsonl` file.
+
+    Returns:
+      The records, as dicts.
+
+    Raises:
+      ConfigError: when the file cannot be read.
+    """
+    records, damaged = [], []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as lines:
+            for number, line in enumerate(lines, start=1):
+                text = line.strip()
+                if not text:
+                    continue
+                record, whole = _parse_line(text)
+                step = record.get("step") if record else None
+                if isinstance(step, int) and not isinstance(step, bool):
+                    records.append(record)
+                else:
+                    whole = False
+                if not whole:
+                    damaged.append(number)
+    except OSError as error:
+        raise ConfigError(f"cannot read {path}: {error.strerror}") from None
+    if damaged:
+        logging.warning(
+            "%s: skipped what is not a complete JSON record on line(s) %s (a run killed "
+            "while writing?)",
+            path,
+            ", ".join(str(number) for number in damaged),
+        )
+    return records
+
+
+def _number(value: Any) -> float:
+    """`value` as a float, NaN (a gap in the line) when it is not a number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return math.nan
+
+
+def _series(by_step: dict[int, float]) -> Series:
+    steps = sorted(by_step)
+    return Series(steps, [by_step[step] for step in steps])
+
+
+def load_curves(run_dir: str) -> RunCurves:
+    """Reads a run's curves from its `metrics.jsonl`, keeping the newest attempt only.
+
+    A "start" event at step N comes from a run that (re)started from its
+    checkpoint at step N, and a "rollback" event with "to_step" N from a run
+    that went back to it: the steps after N are trained again, so earlier
+    records of steps after N are dropped. Records at step N itself stay (a
+    checkpoint is saved after its step's records are written); a newer
+    record of the same step replaces an older one.
+
+    Args:
+      run_dir: a run directory written by `python -m resnet_app.train`.
+
+    Returns:
+      The run's curves.
+
+    Raises:
+      ConfigError: when `run_dir` holds no readable metrics file.
+    """
+    path = metrics_path(run_dir)
+    train: dict[str, dict[int, float]] = {key: {} for key in TRAIN_KEYS}
+    top1: dict[str, dict[int, float]] = {}
+    for record in read_records(path):
+        step, event = record["step"], record.get("event")
+        if event in ("start", "rollback"):
+            restart = record.get("to_step", step) if event == "rollback" else step
+            for by_step in (*train.values(), *top1.values()):
+                for superseded in [s for s in by_step if s > restart]:
+                    del by_step[superseded]
+        elif event is None and "top1" in record:
+            split = str(record.get("split", "?"))
+            top1.setdefault(split, {})[step] = _number(record["top1"])
+        elif event is None and "accuracy" in record:
+            for key in TRAIN_KEYS:
+                train[key][step] = _number(record.get(key))
+    return RunCurves(
+        train={key: _series(by_step) for key, by_step in train.items()},
+        top1={split: _series(by_step) for split, by_step in top1.items() if by_step},
+    )
+
+
+def epochs_at(steps: Sequence[int], epochs: Series) -> list[float] | None:
+    """The epochs of `steps`, from the training records' epochs.
+
+    The trainer's epoch is step x batch / examples per epoch: each step's is
+    taken at the ratio of the first training record at or after it (the
+    settings it was trained with), or of the last record.
+
+    Args:
+      steps: steps to convert, e.g. those of evaluations.
+      epochs: the training records' epochs ("epoch" of `RunCurves.train`).
+
+    Returns:
+      The epochs, or None when there is no training record to tell.
+    """
+    known = [(step, epoch) for step, epoch in zip(*epochs) if step > 0]
+    if not known:
+        return None
+    known_steps = [step for step, _ in known]
+    result = []
+    for step in steps:
+        at, epoch = known[min(bisect.bisect_left(known_steps, step), len(known) - 1)]
+        result.append(step * epoch / at)
+    return result
+
+
+def run_labels(run_dirs: Sequence[str]) -> list[str]:
+    """Legend names: each directory's name, with as many parents as make equal names differ.
+
+    Args:
+      run_dirs: different directories.
+
+    Returns:
+      One label per directory, e.g. ["resnet20", "a/try", "b/try"].
+    """
+    paths = [os.path.abspath(run_dir).split(os.sep) for run_dir in run_dirs]
+    labels = []
+    for path in paths:
+        depth = 1
+        while depth < len(path) and any(
+            other != path and other[-depth:] == path[-depth:] for other in paths
+        ):
+            depth += 1
+        labels.append("/".join(path[-depth:]))
+    return labels
+
+
+def _draw(axis, xs: Sequence[float], ys: Sequence[float], **style: Any) -> None:
+    marker = "o" if len(xs) < FEW_POINTS else None
+    axis.plot(xs, ys, marker=marker, markersize=3, linewidth=1.2, **style)
+
+
+def plot_curves(runs: Mapping[str, RunCurves], x: str = "step"):
+    """Draws runs' curves on one figure: a panel per entry of PANELS, a colour per run.
+
+    Args:
+      runs: curves by legend label, in legend order.
+      x: "step" or "epoch": what the horizontal axes show.
+
+    Returns:
+      A `matplotlib.figure.Figure` (not registered with pyplot); each panel's
+      lines are labelled with the run's label, and an evaluation line with
+      the split too when its run evaluated on several.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    figure = Figure(figsize=FIGURE_SIZE, dpi=DPI, layout="constrained")
+    axes = dict(zip((key for key, _ in PANELS), figure.subplots(2, 2).flat))
+    for index, (label, curves) in enumerate(runs.items()):
+        colour = f"C{index % 10}"
+        steps = curves.train["epoch"].steps
+        train_x = curves.train["epoch"].values if x == "epoch" else steps
+        for key in ("loss", "accuracy", "learning_rate"):
+            # A record's rate is that of its interval's last step: the rate
+            # changed somewhere in the interval, not linearly across it.
+            style = {"drawstyle": "steps-pre"} if key == "learning_rate" else {}
+            if steps:
+                _draw(
+                    axes[key], train_x, curves.train[key].values, color=colour, label=label, **style
+                )
+        for number, (split, series) in enumerate(sorted(curves.top1.items())):
+            eval_x = series.steps if x == "step" else epochs_at(series.steps, curves.train["epoch"])
+            if eval_x is None:
+                logging.warning(
+                    "%s: no training record gives the epochs of its evaluations; not drawn",
+                    label,
+                )
+                continue
+            _draw(
+                axes["top1"],
+                eval_x,
+                series.values,
+                color=colour,
+                linestyle=("-", "--", ":", "-.")[number % 4],
+                label=label if len(curves.top1) == 1 else f"{label} ({split})",
+            )
+    splits = sorted({split for curves in runs.values() for split in curves.top1})
+    for key, title in PANELS:
+        axis = axes[key]
+        if key == "top1" and splits:
+            title = f"{title} ({', '.join(splits)})"
+        axis.set_title(title)
+        axis.set_xlabel(x)
+        axis.grid(alpha=0.3)
+        if not axis.lines:
+            axis.text(0.5, 0.5, "no records", ha="center", va="center", transform=axis.transAxes)
+        elif any(len(curves.top1) > 1 for curves in runs.values()) and key == "top1":
+            axis.legend(fontsize=8)  # Tells the splits apart.
+    handles = [Line2D([], [], color=f"C{i % 10}", label=label) for i, label in enumerate(runs)]
+    figure.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4))
+    return figure
+
+
+def plot_runs(run_dirs: Sequence[str], x: str = "step"):
+    """Reads runs' curves and draws them on one figure (see `plot_curves`).
+
+    Args:
+      run_dirs: different run directories, in legend order.
+      x: "step" or "epoch".
+
+    Returns:
+      The matplotlib Figure, with the runs labelled by `run_labels`.
+
+    Raises:
+      ConfigError: when a directory holds no readable metrics file.
+    """
+    runs = {}
+    for label, run_dir in zip(run_labels(run_dirs), run_dirs):
+        runs[label] = load_curves(run_dir)
+        logging.info("%s: %s", run_dir, _summary(runs[label]))
+    return plot_curves(runs, x=x)
+
+
+def save_figure(figure, path: str) -> None:
+    """Writes `figure` to `path` atomically (a reader never sees half a picture).
+
+    Args:
+      figure: a matplotlib Figure.
+      path: where; the format comes from the file's extension (PNG if none).
+    """
+    file_format = os.path.splitext(path)[1][1:].lower() or "png"
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        figure.savefig(temporary, format=file_format, dpi=DPI)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+
+
+def _import_matplotlib() -> None:
+    """Selects the Agg backend (files, no display).
+
+    Raises:
+      ConfigError: when matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+    except ImportError:
+        raise ConfigError(
+            "plot_metrics.py draws with matplotlib: pip install -r requirements-plot.txt"
+        ) from None
+    matplotlib.use("Agg")
+
+
+def _summary(curves: RunCurves) -> str:
+    """What a run's curves hold, for the log."""
+    steps = curves.train["loss"].steps
+    parts = [f"{len(steps)} training records" + (f" to step {steps[-1]}" if steps else "")]
+    for split, series in sorted(curves.top1.items()):
+        parts.append(
+            f"{len(series.steps)} evaluations on {split} (last top-1 {series.values[-1]:.4f} at "
+            f"step {series.steps[-1]})"
+        )
+    return ", ".join(parts)
+
+
+def _define_flags() -> None:
+    flags.DEFINE_string("out", "curves.png", "Where to write the picture (a PNG, or .pdf, .svg).")
+    flags.DEFINE_enum("x", "step", ["step", "epoch"], "What the horizontal axes show.")
+
+
+def main(argv: list[str]) -> None:
+    """Draws the curves of the runs named on the command line."""
+    run_dirs = argv[1:]
+    if not run_dirs:
+        raise ConfigError(
+            f"no RUN_DIR: give one or more run directories written by {TRAINER}, "
+            "e.g. plot_metrics.py runs/try --out=curves.png"
+        )
+    out = flags.FLAGS.out
+    out_dir = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(out_dir):
+        raise ConfigError(f"--out={out}: directory {out_dir} does not exist")
+    if os.path.isdir(out):
+        raise ConfigError(f"--out={out} is a directory; give a file name, e.g. {out}/curves.png")
+    seen: dict[str, str] = {}
+    for run_dir in run_dirs:
+        metrics_path(run_dir)  # Every mistake before any work.
+        real = os.path.realpath(run_dir)
+        if real in seen:
+            raise ConfigError(f"{run_dir} is {seen[real]} again; give each run directory once")
+        seen[real] = run_dir
+    _import_matplotlib()
+    from matplotlib.figure import Figure
+
+    file_format = os.path.splitext(out)[1][1:].lower() or "png"
+    if file_format not in Figure().canvas.get_supported_filetypes():
+        raise ConfigError(f"--out={out}: matplotlib cannot write .{file_format}; use .png")
+
+    save_figure(plot_runs(run_dirs, x=flags.FLAGS.x), out)
+    logging.info("Wrote %s: %d run(s) against the %s", out, len(run_dirs), flags.FLAGS.x)
+
+
+if __name__ == "__main__":
+    _define_flags()
+    cli.run(main)
