@@ -143,6 +143,11 @@ def test_two_runs_with_the_same_name_share_the_figure(tmp_path):
     assert [text.get_text() for text in figure.legends[0].get_texts()] == list(losses)
 
 
+def append(run_dir, records):
+    with open(run_dir / "metrics.jsonl", "a") as f:
+        f.writelines(json.dumps(record) + "\n" for record in records)
+
+
 def test_resumed_run_keeps_the_newest_attempt(tmp_path):
     run_dir = write_run(
         tmp_path / "run",
@@ -158,7 +163,21 @@ def test_resumed_run_keeps_the_newest_attempt(tmp_path):
             trained(30, 0.7),
             evaluated(30, 0.31),
             trained(40, 9.9),
-            {"step": 45, "event": "rollback", "to_step": 30, "lr_scale": 0.5},
+            # The weights are not finite at the evaluation of step 40.
+            {"step": 40, "event": "rollback", "to_step": 30, "lr_scale": 0.5},
+            trained(35, 0.65, learning_rate=0.05),
+            {"step": 35, "event": "stopped", "signal": "SIGTERM"},
+        ],
+    )
+    curves = plot_metrics.load_curves(str(run_dir))
+    assert curves.train["loss"] == ([10, 20, 30, 35], [1.0, 0.9, 0.7, 0.65])
+    assert curves.train["learning_rate"] == ([10, 20, 30, 35], [0.1, 0.1, 0.1, 0.05])
+    assert curves.top1 == {"test": ([20, 30], [0.20, 0.31])}
+
+    append(
+        run_dir,
+        [
+            start(35),
             trained(40, 0.6, learning_rate=0.05),
             evaluated(40, 0.41),
             {"step": 40, "event": "end", "seconds": 1.0},
@@ -171,14 +190,12 @@ def test_resumed_run_keeps_the_newest_attempt(tmp_path):
         ],
     )
     curves = plot_metrics.load_curves(str(run_dir))
-    assert curves.train["loss"] == ([10, 20, 30, 40], [1.0, 0.9, 0.7, 0.6])
-    assert curves.train["learning_rate"] == ([10, 20, 30, 40], [0.1, 0.1, 0.1, 0.05])
-    assert curves.train["epoch"] == ([10, 20, 30, 40], [2.5, 5.0, 7.5, 10.0])
+    assert curves.train["loss"] == ([10, 20, 30, 35, 40], [1.0, 0.9, 0.7, 0.65, 0.6])
+    assert curves.train["epoch"] == ([10, 20, 30, 35, 40], [2.5, 5.0, 7.5, 8.75, 10.0])
     assert curves.top1 == {"test": ([20, 30, 40], [0.20, 0.31, 0.42])}
 
     # A restart from scratch drops everything before it.
-    with open(run_dir / "metrics.jsonl", "a") as f:
-        f.writelines(json.dumps(r) + "\n" for r in [start(0), trained(10, 5.0)])
+    append(run_dir, [start(0), trained(10, 5.0)])
     curves = plot_metrics.load_curves(str(run_dir))
     assert curves.train["loss"] == ([10], [5.0])
     assert curves.top1 == {}
@@ -209,17 +226,42 @@ def test_partial_last_line_is_skipped_with_a_warning(tmp_path, caplog):
 
 
 def test_record_appended_to_a_partial_line_still_counts(tmp_path, caplog):
-    # The resumed run appends its start event to the line the killed run left unfinished.
-    partial = '{"step": 30, "epoch": 7.5, "loss": 0.8, "accu'
+    # Killed while writing step 40's record, resumed from step 20: the resumed
+    # run's start event goes at the end of the unfinished line.
+    partial = '{"step": 40, "epoch": 10.0, "loss": 0.6, "accu'
     run_dir = write_run(
         tmp_path / "run",
-        [start(0), trained(10, 1.0), trained(20, 0.9)],
-        tail=partial + json.dumps(start(10)) + "\n" + json.dumps(trained(20, 0.5)) + "\n",
+        [
+            start(0),
+            trained(10, 1.0),
+            trained(20, 0.9),
+            evaluated(20, 0.2),
+            trained(30, 0.8),
+            evaluated(30, 0.3),
+        ],
+        tail=partial + json.dumps(start(20)) + "\n" + json.dumps(trained(30, 0.7)) + "\n",
     )
     curves = plot_metrics.load_curves(str(run_dir))
-    assert curves.train["loss"] == ([10, 20], [1.0, 0.5])
+    assert curves.train["loss"] == ([10, 20, 30], [1.0, 0.9, 0.7])
+    assert curves.top1 == {"test": ([20], [0.2])}
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert len(warnings) == 1 and "line(s) 4 " in warnings[0], warnings
+    assert len(warnings) == 1 and "line(s) 7 " in warnings[0], warnings
+
+
+def test_failed_save_leaves_the_previous_picture(tmp_path):
+    out = tmp_path / "curves.png"
+    out.write_bytes(b"the previous picture")
+
+    class FailingFigure:
+        def savefig(self, path, **kwargs):
+            with open(path, "wb") as f:
+                f.write(b"half a pic")
+            raise OSError("No space left on device")
+
+    with pytest.raises(OSError):
+        plot_metrics.save_figure(FailingFigure(), str(out))
+    assert out.read_bytes() == b"the previous picture"
+    assert os.listdir(tmp_path) == ["curves.png"]
 
 
 def test_run_labels():
