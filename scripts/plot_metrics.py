@@ -1,5 +1,7 @@
 """Draws the training curves of one or more runs from their `metrics.jsonl`.
 
+    python scripts/plot_metrics.py RUN_DIR... [--out=curves.png] [--x=step|epoch]
+
     python scripts/plot_metrics.py runs/try
     python scripts/plot_metrics.py runs/resnet20 runs/resnet56 --out=compare.png
     python scripts/plot_metrics.py runs/batch128 runs/batch512 --x=epoch
@@ -29,7 +31,7 @@ import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -37,6 +39,10 @@ from absl import flags, logging  # noqa: E402
 
 from resnet_app import cli  # noqa: E402
 from resnet_app.errors import ConfigError  # noqa: E402
+
+if TYPE_CHECKING:  # matplotlib is optional: imported once it is known to be there.
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 # The same name as resnet_app.metrics.METRICS_FILE; that module imports TensorFlow.
 METRICS_FILE = "metrics.jsonl"
@@ -260,12 +266,12 @@ def run_labels(run_dirs: Sequence[str]) -> list[str]:
     return labels
 
 
-def _draw(axis, xs: Sequence[float], ys: Sequence[float], **style: Any) -> None:
+def _draw(axis: Axes, xs: Sequence[float], ys: Sequence[float], **style: Any) -> None:
     marker = "o" if len(xs) < FEW_POINTS else None
     axis.plot(xs, ys, marker=marker, markersize=3, linewidth=1.2, **style)
 
 
-def plot_curves(runs: Mapping[str, RunCurves], x: str = "step"):
+def plot_curves(runs: Mapping[str, RunCurves], x: str = "step") -> Figure:
     """Draws runs' curves on one figure: a panel per entry of PANELS, a colour per run.
 
     Args:
@@ -286,14 +292,11 @@ def plot_curves(runs: Mapping[str, RunCurves], x: str = "step"):
         colour = f"C{index % 10}"
         steps = curves.train["epoch"].steps
         train_x = curves.train["epoch"].values if x == "epoch" else steps
-        for key in ("loss", "accuracy", "learning_rate"):
+        for key in ("loss", "accuracy", "learning_rate") if steps else ():
             # A record's rate is that of its interval's last step: the rate
             # changed somewhere in the interval, not linearly across it.
             style = {"drawstyle": "steps-pre"} if key == "learning_rate" else {}
-            if steps:
-                _draw(
-                    axes[key], train_x, curves.train[key].values, color=colour, label=label, **style
-                )
+            _draw(axes[key], train_x, curves.train[key].values, color=colour, label=label, **style)
         for number, (split, series) in enumerate(sorted(curves.top1.items())):
             eval_x = series.steps if x == "step" else epochs_at(series.steps, curves.train["epoch"])
             if eval_x is None:
@@ -327,7 +330,7 @@ def plot_curves(runs: Mapping[str, RunCurves], x: str = "step"):
     return figure
 
 
-def plot_runs(run_dirs: Sequence[str], x: str = "step"):
+def plot_runs(run_dirs: Sequence[str], x: str = "step") -> Figure:
     """Reads runs' curves and draws them on one figure (see `plot_curves`).
 
     Args:
@@ -347,7 +350,7 @@ def plot_runs(run_dirs: Sequence[str], x: str = "step"):
     return plot_curves(runs, x=x)
 
 
-def save_figure(figure, path: str) -> None:
+def save_figure(figure: Figure, path: str) -> None:
     """Writes `figure` to `path` atomically (a reader never sees half a picture).
 
     Args:

@@ -25,10 +25,6 @@ def _import_script():
 plot_metrics = _import_script()
 
 
-def plot(*args):
-    return run_command("scripts/plot_metrics.py", *args)
-
-
 def write_run(run_dir, records, tail=""):
     """A hand-written metrics.jsonl: one line per record, then `tail` as is."""
     run_dir.mkdir(parents=True)
@@ -279,20 +275,19 @@ def good_run(tmp_path):
 
 
 TRAINER = "written by `python -m resnet_app.train`"
+# The one-line error of each mistake.
+MISTAKES = {
+    "no run": f"no RUN_DIR: give one or more run directories {TRAINER}",
+    "missing": f"missing does not exist; RUN_DIR should be a directory {TRAINER}",
+    "empty": f"empty has no metrics.jsonl; RUN_DIR should be a directory {TRAINER}",
+    "twice": "good/ is {good} again; give each run directory once",
+    "out directory": "nowhere does not exist",
+    "no matplotlib": "matplotlib: pip install -r requirements-plot.txt",
+}
 
 
-@pytest.mark.parametrize(
-    "case, expected",
-    [
-        ("no run", f"no RUN_DIR: give one or more run directories {TRAINER}"),
-        ("missing", f"missing does not exist; RUN_DIR should be a directory {TRAINER}"),
-        ("empty", f"empty has no metrics.jsonl; RUN_DIR should be a directory {TRAINER}"),
-        ("twice", "good/ is {good} again; give each run directory once"),
-        ("out directory", "nowhere does not exist"),
-        ("no matplotlib", "matplotlib: pip install -r requirements-plot.txt"),
-    ],
-)
-def test_mistakes_get_one_line(case, expected, good_run, tmp_path):
+@pytest.mark.parametrize("case", MISTAKES)
+def test_mistakes_get_one_line(case, good_run, tmp_path):
     (tmp_path / "empty").mkdir()
     out = f"--out={tmp_path / 'curves.png'}"
     env = None
@@ -310,5 +305,5 @@ def test_mistakes_get_one_line(case, expected, good_run, tmp_path):
         (fake / "__init__.py").write_text("raise ImportError('no matplotlib here')\n")
         env = {"PYTHONPATH": f"{fake.parent}{os.pathsep}{REPO}"}
     line = error_line(run_command("scripts/plot_metrics.py", *args, env=env))
-    assert expected.format(good=good_run) in line, line
+    assert MISTAKES[case].format(good=good_run) in line, line
     assert not (tmp_path / "curves.png").exists()
