@@ -30,6 +30,16 @@ import tensorflow as tf
 METRICS_FILE = "metrics.jsonl"
 
 
+def _ends_a_line(path: str) -> bool:
+    """Whether the file is empty or ends with a newline."""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() == 0:
+            return True
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
 class MetricsWriter:
     """Appends records to `model_dir/metrics.jsonl` and TensorBoard.
 
@@ -42,6 +52,10 @@ class MetricsWriter:
         self.enabled = enabled
         self.path = os.path.join(model_dir, METRICS_FILE)
         self._file = open(self.path, "a") if enabled else None  # noqa: SIM115
+        if enabled and not _ends_a_line(self.path):
+            # A run killed mid-write left half a record: end it, so the next
+            # record starts a line of its own (readers skip the broken one).
+            self._file.write("\n")
         self._writers: dict[str, Any] = {}
         self._model_dir = model_dir
 

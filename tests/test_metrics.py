@@ -33,3 +33,16 @@ def test_progress_bar_and_eta(monkeypatch):
     quiet = io.StringIO()
     metrics.Progress(10, stream=quiet).update(5, "x")
     assert quiet.getvalue() == ""
+
+
+def test_a_record_cut_off_by_a_kill_does_not_swallow_the_next(tmp_path):
+    (tmp_path / metrics.METRICS_FILE).write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "lo')
+    writer = metrics.MetricsWriter(str(tmp_path))
+    writer.write({"step": 0, "event": "start"})
+    writer.close()
+    lines = (tmp_path / metrics.METRICS_FILE).read_text().splitlines()
+    assert lines == ['{"step": 1, "loss": 2.0}', '{"step": 2, "lo', '{"step": 0, "event": "start"}']
+    writer = metrics.MetricsWriter(str(tmp_path))  # A whole last line gains no blank line.
+    writer.write({"step": 3})
+    writer.close()
+    assert (tmp_path / metrics.METRICS_FILE).read_text().splitlines()[3:] == ['{"step": 3}']
