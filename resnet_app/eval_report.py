@@ -14,7 +14,7 @@ split, `REPORT_ROOT/<checkpoint>-<split>/` (e.g. `ckpt-4000-validation/`), holdi
   JSON is still written and one warning says so.
 
 Files are written atomically: a reader sees the previous report or the new
-one, never half a file. Nothing here runs TensorFlow.
+one, never half a file.
 """
 
 from __future__ import annotations
@@ -178,8 +178,10 @@ def plot_confusion(confusion: np.ndarray, class_names: Sequence[str], title: str
     axes.set_ylabel("true class")
     if named:
         ticks = np.arange(num_classes)
-        axes.set_xticks(ticks, labels=list(class_names), rotation=90)
-        axes.set_yticks(ticks, labels=list(class_names))
+        # Folder names may hold "$", which matplotlib would read as math.
+        labels = [str(name).replace("$", r"\$") for name in class_names]
+        axes.set_xticks(ticks, labels=labels, rotation=90)
+        axes.set_yticks(ticks, labels=labels)
         axes.set_title(title)
     else:
         axes.set_xticks([])
@@ -218,6 +220,12 @@ def _write_atomically(path: str, write: Callable[[IO[bytes]], None]) -> None:
         raise
 
 
+def _remove_stale(path: str) -> None:
+    """An older run's picture would disagree with the new numbers."""
+    if os.path.exists(path):
+        os.remove(path)
+
+
 def write_report(
     directory: str, record: dict[str, Any], confusion: np.ndarray, class_names: Sequence[str]
 ) -> dict[str, Any]:
@@ -238,23 +246,24 @@ def write_report(
     report = build_report(record, confusion, class_names)
     text = to_json(report).encode()
     _write_atomically(os.path.join(directory, RESULTS_FILE), lambda file: file.write(text))
+    picture = os.path.join(directory, PICTURE_FILE)
     try:
         title = (
             f"{record['checkpoint']} (step {record['step']}) on {record['split']}: "
             f"top-1 {record['top1']:.2%} of {record['num_examples']} examples"
         )
         figure = plot_confusion(confusion, class_names, title)
+        _write_atomically(picture, lambda file: figure.savefig(file, format="png", dpi=100))
     except ImportError:
+        _remove_stale(picture)
         logging.warning(
             "Skipped %s: it needs matplotlib (pip install -r requirements-plot.txt); %s is written",
             PICTURE_FILE,
             RESULTS_FILE,
         )
-    else:
-        _write_atomically(
-            os.path.join(directory, PICTURE_FILE),
-            lambda file: figure.savefig(file, format="png", dpi=100),
-        )
+    except Exception as error:  # noqa: BLE001 - the picture is optional, the numbers are not.
+        _remove_stale(picture)
+        logging.warning("Could not draw %s (%s); %s is written", PICTURE_FILE, error, RESULTS_FILE)
     return report
 
 

@@ -89,6 +89,11 @@ def make_report_root(model_dir: str, report_dir: str | None) -> str:
     root = os.path.abspath(report_dir or os.path.join(model_dir, REPORTS))
     try:
         os.makedirs(root, exist_ok=True)
+        # Existing but read-only would fail only after the evaluation.
+        probe = os.path.join(root, f".write-test-{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
     except OSError as error:
         which = f"--report_dir={report_dir}" if report_dir else f"the report directory {root}"
         raise ConfigError(f"{which}: cannot create it ({error.strerror}); pick another") from None
@@ -117,13 +122,19 @@ def main(argv: list[str]) -> None:
 
     strategy = distribute.create_strategy(_NUM_TOWERS.value)  # Before TF runs any op.
     chosen = checkpoint.select(model_dir, _CHECKPOINT.value)  # Before the data loads.
-    report_root = make_report_root(model_dir, _REPORT_DIR.value)  # Before hours of evaluation.
+    chief = distribute.is_chief(strategy)
+    # Before hours of evaluation. Only the chief writes reports: another
+    # worker's local paths are not the chief's.
+    report_root = (
+        make_report_root(model_dir, _REPORT_DIR.value)
+        if chief
+        else os.path.abspath(_REPORT_DIR.value or os.path.join(model_dir, REPORTS))
+    )
     preset = get_config(run_config.model_name, **run_config.model_overrides)
     pipeline = data.create_pipeline(data_config, default_image_size=preset.default_image_size)
     with strategy.scope():
         model = trainer.build_model(run_config, pipeline)
 
-    chief = distribute.is_chief(strategy)
     writer = metrics.MetricsWriter(model_dir, enabled=chief)
     try:
         for step, prefix in chosen:
@@ -143,17 +154,26 @@ def main(argv: list[str]) -> None:
                 "num_examples": result.examples,
             }
             report_dir = os.path.join(report_root, eval_report.report_name(name, split))
-            # Every worker holds the whole matrix (it is all-reduced); one writes it.
-            if chief:
-                report = eval_report.write_report(
-                    report_dir, record, result.confusion, pipeline.class_names
-                )
-                eval_report.log_summary(report)
-            record["report"] = report_dir  # On other workers: where the chief wrote it.
-            # The command's output: one line per checkpoint, as soon as it is known.
+            record["report"] = report_dir
+            # The numbers first: one line per checkpoint, as soon as it is
+            # known, and in metrics.jsonl, whatever happens to the report.
             sys.stdout.write(json.dumps(record) + "\n")
             sys.stdout.flush()
             writer.write({**record, "event": "evaluation"})
+            # Every worker holds the whole matrix (it is all-reduced); one writes it.
+            if chief:
+                details = {k: v for k, v in record.items() if k != "report"}
+                details["model_dir"] = os.path.abspath(model_dir)
+                try:
+                    report = eval_report.write_report(
+                        report_dir, details, result.confusion, pipeline.class_names
+                    )
+                except OSError as error:
+                    raise ConfigError(
+                        f"the report {report_dir} cannot be written ({error.strerror}); the "
+                        f"numbers above are in metrics.jsonl; free space or pick --report_dir"
+                    ) from None
+                eval_report.log_summary(report)
     finally:
         writer.close()
 

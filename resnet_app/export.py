@@ -5,8 +5,8 @@
 
 The SavedModel holds the network, the run's evaluation preprocessing and its
 class names, and has three signatures (`resnet_app/serving.py` describes them):
-`serving_default` (uint8 images of any size), `serving_bytes` (encoded JPEG or
-PNG files) and `features` (the pooled features). It needs nothing from
+`serving_default` (uint8 images of any size), `serving_bytes` (encoded JPEG,
+PNG, BMP or GIF files) and `features` (the pooled features). It needs nothing from
 resnet_app to run:
 
     import tensorflow as tf
@@ -18,9 +18,10 @@ resnet_app to run:
 and `assets.extra/export_info.json` says where it came from.
 
 The export is written beside its destination and renamed into place, so
-`--export_dir` never holds half a model; an existing export is replaced only
-with `--overwrite`. On success one JSON line goes to stdout. A mistake gets one
-line on stderr and exit status 2.
+`--export_dir` never holds half a model. An existing export is replaced only
+with `--overwrite`, and nothing else is ever replaced: a non-empty directory
+that is not an export, or one that holds the run, is refused. On success one
+JSON line goes to stdout. A mistake gets one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -53,11 +54,21 @@ def main(argv: list[str]) -> None:
     from resnet_app import config
 
     config.read_run_config(_MODEL_DIR.value)  # A wrong directory is named before TF loads.
+    import tensorflow as tf
+
     from resnet_app import serving
 
-    serving.check_destination(_EXPORT_DIR.value, _OVERWRITE.value)  # Before any work.
+    # Before any work: nothing in the way is ever replaced but an old export.
+    serving.check_destination(_EXPORT_DIR.value, _OVERWRITE.value, _MODEL_DIR.value)
     served, source = serving.load(_MODEL_DIR.value, _CHECKPOINT.value, _TOP_K.value)
-    export_dir = serving.save(served, source, _EXPORT_DIR.value, _OVERWRITE.value)
+    try:
+        export_dir = serving.save(served, source, _EXPORT_DIR.value, _OVERWRITE.value)
+    except (OSError, tf.errors.OpError) as error:
+        reason = getattr(error, "strerror", None) or str(error).strip().splitlines()[0]
+        raise ConfigError(
+            f"--export_dir={_EXPORT_DIR.value}: writing the export failed ({reason}); "
+            f"nothing was replaced"
+        ) from None
     record = {"export_dir": export_dir, **source, "signatures": list(serving.SIGNATURES)}
     sys.stdout.write(json.dumps(record) + "\n")
     sys.stdout.flush()

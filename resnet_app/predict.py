@@ -43,8 +43,10 @@ _TOP_K = flags.DEFINE_integer(
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "Images classified per call.")
 _JSON = flags.DEFINE_boolean("json", False, "One JSON object per image instead of text.")
 
+OUTPUTS = {"top_k_ids", "top_k_names", "top_k_probabilities"}  # What the lines show.
 
-def _load_classifier(export_dir: str | None, model_dir: str | None, which: str):
+
+def _load_classifier(export_dir: str | None, model_dir: str | None, which: str, top_k: int | None):
     """A function from a string tensor of encoded images to the serving outputs."""
     if bool(export_dir) == bool(model_dir):
         raise ConfigError(
@@ -59,7 +61,7 @@ def _load_classifier(export_dir: str | None, model_dir: str | None, which: str):
         config.read_run_config(model_dir)  # A wrong directory is named before TF loads.
         from resnet_app import serving
 
-        served, _ = serving.load(model_dir, which)
+        served, _ = serving.load(model_dir, which, top_k=top_k or serving.TOP_K)
 
         def classify(images):
             return served.serve_bytes(images)  # The closure keeps the model alive.
@@ -73,13 +75,25 @@ def _load_classifier(export_dir: str | None, model_dir: str | None, which: str):
             f"--export_dir={export_dir} holds no SavedModel; write one with "
             f"`python -m resnet_app.export`"
         )
-    loaded = tf.saved_model.load(export_dir)
-    if "serving_bytes" not in loaded.signatures:
+    try:
+        loaded = tf.saved_model.load(export_dir)
+    except (OSError, ValueError, tf.errors.OpError) as error:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
         raise ConfigError(
-            f"--export_dir={export_dir} has no serving_bytes signature; it was not written "
-            f"by `python -m resnet_app.export`"
+            f"--export_dir={export_dir}: the SavedModel cannot be loaded ({reason}); "
+            f"export it again with `python -m resnet_app.export`"
+        ) from None
+    signature = loaded.signatures.get("serving_bytes")
+    if signature is None or not OUTPUTS.issubset(signature.structured_outputs):
+        raise ConfigError(
+            f"--export_dir={export_dir} has no serving_bytes signature with "
+            f"{', '.join(sorted(OUTPUTS))}; it was not written by `python -m resnet_app.export`"
         )
-    return loaded.signatures["serving_bytes"]
+
+    def classify(images):
+        return signature(images=images)  # The closure keeps the SavedModel alive.
+
+    return classify
 
 
 def _read(path: str) -> bytes:
@@ -142,7 +156,9 @@ def main(argv: list[str]) -> None:
         raise ConfigError(f"--batch_size={_BATCH_SIZE.value}; use 1 or more")
     if _TOP_K.value is not None and _TOP_K.value < 1:
         raise ConfigError(f"--top_k={_TOP_K.value}; use 1 or more")
-    classify = _load_classifier(_EXPORT_DIR.value, _MODEL_DIR.value, _CHECKPOINT.value)
+    classify = _load_classifier(
+        _EXPORT_DIR.value, _MODEL_DIR.value, _CHECKPOINT.value, _TOP_K.value
+    )
     warned = False
 
     failed = 0

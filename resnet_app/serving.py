@@ -21,13 +21,13 @@ preprocessing and class names, so a caller gives raw images and gets names.
   `features`, float32 [batch, width]: the globally pooled activations the
   logits layer reads, for transfer learning.
 
-The network computes in float32 whatever precision it was trained in, as
+The network computes in float32 whatever precision it was trained in, on
+images rounded to the run's data dtype (bfloat16 for a bf16 run), exactly as
 `python -m resnet_app.evaluate` does.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -60,8 +60,9 @@ class ServingModel(tf.Module):
         self.model = model
         self.class_names = list(class_names)
         self.top_k = max(1, min(top_k, len(self.class_names)))
-        # float32 images whatever the training dtype: the network computes in float32.
-        self._preprocessing = dataclasses.replace(preprocessing, dtype="float32")
+        # Images in the run's data dtype (bfloat16 for a bf16 run), as
+        # `evaluate` feeds them; the network computes in float32 either way.
+        self._preprocessing = preprocessing
         self._names = tf.constant(self.class_names, tf.string)
 
     def _preprocess(self, images: tf.Tensor, encoded: bool) -> tf.Tensor:
@@ -69,13 +70,15 @@ class ServingModel(tf.Module):
         return tf.map_fn(
             lambda image: eval_image(image, self._preprocessing, encoded=encoded),
             images,
-            fn_output_signature=tf.TensorSpec([size, size, 3], tf.float32),
+            fn_output_signature=tf.TensorSpec([size, size, 3], self._preprocessing.dtype),
         )
 
     def _classify(self, pixels: tf.Tensor) -> dict[str, tf.Tensor]:
         logits = tf.cast(self.model(pixels, training=False), tf.float32)
         probabilities = tf.nn.softmax(logits)
-        top_probabilities, top_ids = tf.math.top_k(probabilities, self.top_k)
+        # Ranked by logits: probabilities that underflow to 0 would tie.
+        top_ids = tf.math.top_k(logits, self.top_k).indices
+        top_probabilities = tf.gather(probabilities, top_ids, batch_dims=1)
         return {
             "logits": logits,
             "probabilities": probabilities,
@@ -160,21 +163,47 @@ def load(model_dir: str, which: str = "latest", top_k: int = TOP_K) -> tuple[Ser
     return ServingModel(model, preprocessing, class_names, top_k), source
 
 
-def check_destination(export_dir: str, overwrite: bool) -> str:
-    """The absolute export directory; refused if it cannot be written.
+def is_export(directory: str) -> bool:
+    """Whether `directory` holds an export written by `save`."""
+    return tf.saved_model.contains_saved_model(directory) and os.path.isfile(
+        os.path.join(directory, "assets.extra", "export_info.json")
+    )
+
+
+def check_destination(export_dir: str, overwrite: bool, model_dir: str | None = None) -> str:
+    """The absolute export directory; refused if writing it could lose anything.
+
+    Only an empty directory, or with `overwrite` a previous export, is replaced:
+    never a run directory, a folder of runs or any other non-empty directory.
 
     Raises:
-      ConfigError: when it is a file, or a non-empty directory without `overwrite`.
+      ConfigError: when it is a file, the run directory or one of its parents,
+        a non-empty directory that is not an export, or an export without
+        `overwrite`.
     """
     export_dir = os.path.abspath(export_dir)
+    if model_dir is not None:
+        run = os.path.realpath(model_dir)
+        target = os.path.realpath(export_dir)
+        if run == target or run.startswith(target.rstrip(os.sep) + os.sep):
+            raise ConfigError(
+                f"--export_dir={export_dir} holds the run {model_dir}; name a directory "
+                f"outside it, e.g. {os.path.join(export_dir, 'export')}"
+            )
     if os.path.exists(export_dir):
         if not os.path.isdir(export_dir):
             raise ConfigError(f"--export_dir={export_dir} is a file; name a directory")
-        if os.listdir(export_dir) and not overwrite:
-            raise ConfigError(
-                f"--export_dir={export_dir} is not empty; add --overwrite to replace it, "
-                f"or name a new directory"
-            )
+        if os.listdir(export_dir):
+            if not is_export(export_dir):
+                raise ConfigError(
+                    f"--export_dir={export_dir} is a non-empty directory that is not an "
+                    f"export; name a new or empty directory"
+                )
+            if not overwrite:
+                raise ConfigError(
+                    f"--export_dir={export_dir} holds an export; add --overwrite to replace "
+                    f"it, or name a new directory"
+                )
     return export_dir
 
 
@@ -205,24 +234,26 @@ def save(served: ServingModel, source: dict, export_dir: str, overwrite: bool = 
     Returns:
       The absolute export directory.
     """
-    export_dir = check_destination(export_dir, overwrite)
-    os.makedirs(os.path.dirname(export_dir), exist_ok=True)
+    export_dir = check_destination(export_dir, overwrite, source.get("model_dir"))
     staged = f"{export_dir}.partial-{os.getpid()}"
+    try:
+        os.makedirs(staged)
+    except OSError as error:
+        raise ConfigError(
+            f"--export_dir={export_dir}: cannot write there ({error.strerror}: "
+            f"{error.filename}); pick another directory"
+        ) from None
+    replaced = f"{export_dir}.replaced-{os.getpid()}"
     try:
         tf.saved_model.save(served, staged, signatures=served.signatures())
         _write_extras(staged, served, source)
-    except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
-    # A non-empty directory cannot be renamed over: the old export steps aside
-    # first, and comes back if the rename fails.
-    replaced = f"{export_dir}.replaced-{os.getpid()}"
-    if os.path.exists(export_dir):
-        os.replace(export_dir, replaced)
-    try:
+        # A non-empty directory cannot be renamed over: the old export steps
+        # aside first, and comes back if the rename fails.
+        if os.path.lexists(export_dir):
+            os.replace(export_dir, replaced)
         os.replace(staged, export_dir)
     except BaseException:
-        if os.path.exists(replaced):
+        if os.path.lexists(replaced) and not os.path.lexists(export_dir):
             os.replace(replaced, export_dir)
         shutil.rmtree(staged, ignore_errors=True)
         raise

@@ -427,7 +427,12 @@ def main(argv: list[str]) -> None:
     if file_format not in Figure().canvas.get_supported_filetypes():
         raise ConfigError(f"--out={out}: matplotlib cannot write .{file_format}; use .png")
 
-    save_figure(plot_runs(run_dirs, x=flags.FLAGS.x), out)
+    try:
+        save_figure(plot_runs(run_dirs, x=flags.FLAGS.x), out)
+    except OSError as error:
+        raise ConfigError(f"--out={out}: cannot write it ({error.strerror}); pick another") from (
+            None
+        )
     logging.info("Wrote %s: %d run(s) against the %s", out, len(run_dirs), flags.FLAGS.x)
 
 

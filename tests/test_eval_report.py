@@ -107,3 +107,35 @@ def test_write_report_replaces_files_whole(tmp_path):
         assert json.load(f) == report
     assert report["confusion_matrix"] == hand_matrix().tolist()  # The second one.
     assert mpimg.imread(directory / "confusion_matrix.png").ndim == 3
+
+
+def test_a_picture_that_cannot_be_drawn_leaves_no_stale_one(tmp_path, monkeypatch, caplog):
+    directory = tmp_path / "ckpt-4-test"
+    names = ["cat", "dog", "emu", "fox"]
+    record = {**RECORD, "num_examples": 18}
+    eval_report.write_report(str(directory), record, hand_matrix(), names)
+    assert (directory / "confusion_matrix.png").exists()
+    for failure, message in [
+        (ImportError("no matplotlib"), "it needs matplotlib"),
+        (ValueError("bad mathtext"), "Could not draw confusion_matrix.png (bad mathtext)"),
+    ]:
+        eval_report.write_report(str(directory), record, hand_matrix(), names)
+
+        def fail(*args, error=failure, **kwargs):
+            raise error
+
+        monkeypatch.setattr(eval_report, "plot_confusion", fail)
+        caplog.clear()
+        report = eval_report.write_report(str(directory), record, np.eye(4, dtype=int), names)
+        monkeypatch.undo()
+        assert os.listdir(directory) == ["eval_results.json"]  # The old picture is gone.
+        assert report["confusion_matrix"] == np.eye(4, dtype=int).tolist()
+        assert any(message in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+
+
+def test_class_names_with_dollars_are_drawn_as_text(tmp_path):
+    names = ["$5 or $10", "$\\frac", "coin", "card"]  # Unescaped: math, or a parse error.
+    figure = eval_report.plot_confusion(hand_matrix(), names, "title")
+    labels = [t.get_text() for t in figure.axes[0].get_xticklabels()]
+    assert labels == [r"\$5 or \$10", r"\$\frac", "coin", "card"]
+    figure.savefig(io.BytesIO(), format="png")

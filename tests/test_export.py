@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app import data, serving, trainer
+from resnet_app import config, data, serving, trainer
 from resnet_app.errors import ConfigError
 from resnet_app.model import create_model
 from resnet_app.presets import get_config
@@ -218,18 +218,18 @@ def test_imagenet_preprocessing_of_files_of_any_size(tmp_path):
         assert from_pixels["top_k_ids"].shape == (1, 2)
 
 
-def test_a_failed_export_keeps_the_previous_one(tiny_run, exported, tmp_path, monkeypatch):
+def test_only_an_old_export_is_ever_replaced(tiny_run, exported, tmp_path, monkeypatch):
     _, model_dir = tiny_run
     target = tmp_path / "model"
-    target.mkdir()
-    (target / "previous.txt").write_text("the previous export")
+    shutil.copytree(exported, target)  # An export of ckpt-4.
     served, source = serving.load(str(model_dir), "ckpt-2", top_k=3)
-    with pytest.raises(ConfigError, match="is not empty; add --overwrite"):
+    with pytest.raises(ConfigError, match="holds an export; add --overwrite"):
         serving.save(served, source, str(target))
 
     def broken_save(obj, directory, signatures=None):
-        os.makedirs(directory)
         (tmp_path / "was_staged_at").write_text(directory)
+        with open(os.path.join(directory, "saved_model.pb"), "wb") as f:
+            f.write(b"half")
         raise OSError("disk full")
 
     monkeypatch.setattr(tf.saved_model, "save", broken_save)
@@ -237,13 +237,32 @@ def test_a_failed_export_keeps_the_previous_one(tiny_run, exported, tmp_path, mo
         serving.save(served, source, str(target), overwrite=True)
     monkeypatch.undo()
     assert sorted(os.listdir(tmp_path)) == ["model", "was_staged_at"]  # No partial directory.
-    assert (target / "previous.txt").read_text() == "the previous export"
 
+    def checkpoint_of(directory):
+        return json.loads((directory / "assets.extra" / "export_info.json").read_text())
+
+    assert checkpoint_of(target)["checkpoint"] == "ckpt-4"  # The old export, intact.
     serving.save(served, source, str(target), overwrite=True)
-    assert not (target / "previous.txt").exists()
-    info = json.loads((target / "assets.extra" / "export_info.json").read_text())
+    info = checkpoint_of(target)
     assert info["checkpoint"] == "ckpt-2" and info["step"] == 2 and info["top_k"] == 3
     assert sorted(os.listdir(tmp_path)) == ["model", "was_staged_at"]
+
+    # Never anything else, with --overwrite or not: a folder of other files,
+    # the run itself, or a folder holding the run.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    run = tmp_path / "runs" / "run"
+    shutil.copytree(model_dir, run)
+    for directory, message in [
+        (other, "is a non-empty directory that is not an export"),
+        (run, "holds the run"),
+        (tmp_path / "runs", "holds the run"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            serving.save(served, {**source, "model_dir": str(run)}, str(directory), True)
+    assert (other / "notes.txt").read_text() == "mine"
+    assert sorted(os.listdir(run)) == sorted(os.listdir(model_dir))
 
 
 @pytest.mark.parametrize(
@@ -254,6 +273,7 @@ def test_a_failed_export_keeps_the_previous_one(tiny_run, exported, tmp_path, mo
         (["--export_dir={file}", "--model_dir={run}"], "is a file; name a directory"),
         (["--export_dir={tmp}/out", "--model_dir={run}", "--checkpoint=all"], "takes one"),
         (["--export_dir={tmp}/out", "--model_dir={run}", "--checkpoint=9"], "ckpt-2, ckpt-4"),
+        (["--export_dir={tmp}", "--model_dir={run}", "--overwrite"], "that is not an export"),
     ],
 )
 def test_mistakes_are_one_line(tiny_run, tmp_path, args, message):
@@ -279,3 +299,28 @@ def test_a_run_without_data_info_reads_its_dataset_instead(tiny_run, tmp_path):
     (copy / data.DATA_INFO_FILE).write_text('{"class_names": ["a"]')
     with pytest.raises(ConfigError, match=r"data_info.json is damaged .*; delete it"):
         serving.load(str(copy))
+
+
+def test_a_bf16_run_serves_what_evaluate_measures(tiny_run, tmp_path):
+    """A bf16 run: images rounded to bfloat16 as the run's data, the network in float32."""
+    resolved, _ = tiny_run
+    bf16 = config.resolve(
+        sets=[
+            "model.name=tiny",
+            f"data.data_dir={resolved.data.data_dir}",
+            "data.train_examples=64",
+            "data.eval_examples=37",
+            "train.batch_size=16",
+            "train.train_steps=2",
+            "train.precision=bf16",
+        ]
+    )
+    model_dir = tmp_path / "run"
+    trainer.train_and_evaluate(bf16, str(model_dir))
+    pipeline, model = restored((bf16, model_dir), "ckpt-2")  # As evaluate builds it.
+    assert pipeline.preprocessing.dtype == "bfloat16"
+    assert model.compute_dtype == "float32"
+    expected = evaluation_logits(model, pipeline.eval_dataset(16))
+    served, _ = serving.load(str(model_dir))
+    logits = served.serve_images(pipeline.eval_split().images)["logits"].numpy()
+    np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-6)

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from tests.commands import error_line, run_command
+from tests.image_files import encode_bmp
 from tests.test_export import evaluation_logits, restored, softmax, write_images
 
 
@@ -16,8 +17,8 @@ def predict_cli(*args):
 
 @pytest.fixture(scope="module")
 def images(tiny_run, tmp_path_factory):
-    """Five test images as PNG and JPEG files, unreadable files among them, and the expected
-    top-5 (ids, probabilities) of the readable ones from the in-process model."""
+    """Five test images as PNG, BMP and JPEG files, unreadable files among them, and the
+    expected top-7 (ids, probabilities, names) of the readable ones from the in-process model."""
     pipeline, model = restored(tiny_run)
     logits = evaluation_logits(model, pipeline.eval_dataset(16))[:5]
     root = tmp_path_factory.mktemp("predict")
@@ -32,11 +33,16 @@ def images(tiny_run, tmp_path_factory):
     paths[4] = jpeg
     (root / "garbage.png").write_bytes(b"not an image at all")
     (root / "truncated.png").write_bytes((root / "0.png").read_bytes()[:60])
+    # A BMP of image 3: lossless, so the same reference.
+    bmp = str(root / "3.bmp")
+    with open(bmp, "wb") as f:
+        f.write(encode_bmp(pipeline.eval_split().images[3]))
+    paths[3] = bmp
     probabilities = softmax(logits.astype(np.float64))
-    top5 = np.argsort(-probabilities, axis=1, kind="stable")[:, :5]
+    top7 = np.argsort(-probabilities, axis=1, kind="stable")[:, :7]
     expected = [
         (list(ids), list(p[ids]), [pipeline.class_names[i] for i in ids])
-        for ids, p in zip(top5, probabilities)
+        for ids, p in zip(top7, probabilities)
     ]
     return root, paths, expected
 
@@ -68,7 +74,8 @@ def test_predict_from_an_export(tiny_export, images):
 def test_predict_from_a_run_directory_as_json(tiny_run, images):
     _, model_dir = tiny_run
     _, paths, expected = images
-    result = predict_cli(f"--model_dir={model_dir}", "--json", *paths)
+    # 7 classes: more than an export's default 5, which --model_dir can give.
+    result = predict_cli(f"--model_dir={model_dir}", "--json", "--top_k=7", *paths)
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r["image"] for r in records] == paths
@@ -86,6 +93,7 @@ def test_predict_from_a_run_directory_as_json(tiny_run, images):
         (["--export_dir={tmp}", "--model_dir={run}", "{image}"], "not both"),
         (["--model_dir={run}"], "no images given"),
         (["--export_dir={tmp}", "{image}"], "holds no SavedModel"),
+        (["--export_dir={broken}", "{image}"], "the SavedModel cannot be loaded"),
         (["--model_dir={tmp}", "{image}"], "must be a run directory"),
         (["--model_dir={run}", "--batch_size=0", "{image}"], "--batch_size=0"),
     ],
@@ -93,5 +101,8 @@ def test_predict_from_a_run_directory_as_json(tiny_run, images):
 def test_mistakes_are_one_line(tiny_run, images, tmp_path, args, message):
     _, model_dir = tiny_run
     image = images[1][0]
-    args = [a.format(tmp=tmp_path, run=model_dir, image=image) for a in args]
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "saved_model.pb").write_bytes(b"\x08\x01 not a protocol buffer")
+    args = [a.format(tmp=tmp_path, run=model_dir, image=image, broken=broken) for a in args]
     assert message in error_line(predict_cli(*args))
