@@ -85,7 +85,8 @@ def _distributed(
     return model, strategy, result.sums
 
 
-def _initial_weights(make_model) -> list[np.ndarray]:
+def _initial_weights(make_model, seed: int = 0) -> list[np.ndarray]:
+    keras.utils.set_random_seed(seed)  # The same weights whatever ran before.
     model = make_model()
     model.build((None, SIZE, SIZE, 3))
     # Non-trivial BatchNorm parameters, so that their gradients matter.
@@ -234,8 +235,11 @@ def test_xla_step_matches_one_device(make_model, towers):
 
 def test_bfloat16_step_updates_like_float32():
     """Mixed bfloat16: float32 weights, bfloat16 compute; the update of two steps is
-    the float32 reference's to within 10% (bfloat16 keeps 8 bits of mantissa: each
-    product is off by up to 0.4%, and the errors add up over the layers)."""
+    the float32 reference's to within 25% (bfloat16 keeps 8 bits of mantissa: each
+    product is off by up to 0.4%, the errors add up over the layers, and
+    BatchNorm's gamma and beta gradients are sums over the batch of terms of both
+    signs, whose cancellation magnifies the relative error: over seeds 0-5 the
+    worst variable's error was 0.02-0.15). A wrong update rule is off by ~100%."""
     from resnet_app.trainer import _dtype_policy
 
     def make_bf16_model():
@@ -255,4 +259,4 @@ def test_bfloat16_step_updates_like_float32():
         update = _local_values(strategy, variable)[0] - initial
         expected_update = expected - initial
         error = np.linalg.norm(update - expected_update) / np.linalg.norm(expected_update)
-        assert error < 0.1, (variable.path, error)
+        assert error < 0.25, (variable.path, error)
