@@ -32,21 +32,12 @@ def tiny_run(tmp_path_factory):
     Returns:
       (resolved config, model_dir as a pathlib.Path)
     """
-    from resnet_app import checkpoint, config, trainer
+    from resnet_app import checkpoint, trainer
+    from tests import runs
 
     root = tmp_path_factory.mktemp("tiny_run")
-    resolved = config.resolve(
-        sets=[
-            "model.name=tiny",
-            f"data.data_dir={root / 'data'}",
-            "data.train_examples=64",
-            f"data.eval_examples={EVAL_EXAMPLES}",
-            "train.batch_size=16",
-            "train.train_steps=4",
-            "train.eval_every=2",
-            "train.log_every=2",
-        ]
-    )
+    resolved = runs.small_config(root, train_steps=4, eval_every=2, log_every=2)
+    assert resolved.data.eval_examples == EVAL_EXAMPLES
     model_dir = root / "run"
     trainer.train_and_evaluate(resolved, str(model_dir))
     assert [step for step, _ in checkpoint.list_checkpoints(str(model_dir))] == [2, 4]

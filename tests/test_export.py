@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app import config, data, serving, trainer
+from resnet_app import data, serving, trainer
 from resnet_app.errors import ConfigError
 from resnet_app.model import create_model
 from resnet_app.presets import get_config
+from tests import runs
 from tests.commands import error_line, run_command
 from tests.image_files import few_colour_image
 
@@ -301,20 +302,9 @@ def test_a_run_without_data_info_reads_its_dataset_instead(tiny_run, tmp_path):
         serving.load(str(copy))
 
 
-def test_a_bf16_run_serves_what_evaluate_measures(tiny_run, tmp_path):
+def test_a_bf16_run_serves_what_evaluate_measures(tmp_path):
     """A bf16 run: images rounded to bfloat16 as the run's data, the network in float32."""
-    resolved, _ = tiny_run
-    bf16 = config.resolve(
-        sets=[
-            "model.name=tiny",
-            f"data.data_dir={resolved.data.data_dir}",
-            "data.train_examples=64",
-            "data.eval_examples=37",
-            "train.batch_size=16",
-            "train.train_steps=2",
-            "train.precision=bf16",
-        ]
-    )
+    bf16 = runs.small_config(tmp_path, "train.precision=bf16", train_steps=2)
     model_dir = tmp_path / "run"
     trainer.train_and_evaluate(bf16, str(model_dir))
     pipeline, model = restored((bf16, model_dir), "ckpt-2")  # As evaluate builds it.
