@@ -20,7 +20,6 @@ one, never half a file.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Callable, Sequence
 from typing import IO, Any
@@ -29,6 +28,7 @@ import numpy as np
 from absl import logging
 
 from resnet_app.evaluation import per_class_accuracy
+from resnet_app.metrics import json_text
 
 RESULTS_FILE = "eval_results.json"
 PICTURE_FILE = "confusion_matrix.png"
@@ -126,10 +126,10 @@ def to_json(report: dict[str, Any]) -> str:
     entries = []
     for key, value in report.items():
         if isinstance(value, list) and value:
-            items = ",\n".join(f"    {json.dumps(item)}" for item in value)
-            entries.append(f"  {json.dumps(key)}: [\n{items}\n  ]")
+            items = ",\n".join(f"    {json_text(item)}" for item in value)
+            entries.append(f"  {json_text(key)}: [\n{items}\n  ]")
         else:
-            entries.append(f"  {json.dumps(key)}: {json.dumps(value)}")
+            entries.append(f"  {json_text(key)}: {json_text(value)}")
     return "{\n" + ",\n".join(entries) + "\n}\n"
 
 

@@ -30,7 +30,6 @@ and exit status 2.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 from typing import Any
@@ -157,7 +156,7 @@ def main(argv: list[str]) -> None:
             record["report"] = report_dir
             # The numbers first: one line per checkpoint, as soon as it is
             # known, and in metrics.jsonl, whatever happens to the report.
-            sys.stdout.write(json.dumps(record) + "\n")
+            sys.stdout.write(metrics.json_text(record) + "\n")
             sys.stdout.flush()
             writer.write({**record, "event": "evaluation"})
             # Every worker holds the whole matrix (it is all-reduced); one writes it.

@@ -30,6 +30,22 @@ import tensorflow as tf
 METRICS_FILE = "metrics.jsonl"
 
 
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
+def json_text(value: Any) -> str:
+    """Strict JSON: NaN and infinities (a diverged loss) become null, which every
+    parser reads; Python's json would write bare NaN, which strict parsers reject."""
+    return json.dumps(_finite(value), allow_nan=False)
+
+
 def _ends_a_line(path: str) -> bool:
     """Whether the file is empty or ends with a newline."""
     with open(path, "rb") as f:
@@ -68,7 +84,7 @@ class MetricsWriter:
         """Writes one record (a line of JSON, flushed at once)."""
         if not self.enabled:
             return
-        self._file.write(json.dumps(record) + "\n")
+        self._file.write(json_text(record) + "\n")
         self._file.flush()
 
     def scalars(self, kind: str, step: int, values: dict[str, float]) -> None:

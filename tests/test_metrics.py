@@ -1,8 +1,13 @@
 """The console progress line: its bar, percentage and ETA (the clock is faked)."""
 
 import io
+import json
+import math
 
-from resnet_app import metrics
+import numpy as np
+import pytest
+
+from resnet_app import eval_report, metrics
 
 
 class FakeTerminal(io.StringIO):
@@ -46,3 +51,29 @@ def test_a_record_cut_off_by_a_kill_does_not_swallow_the_next(tmp_path):
     writer.write({"step": 3})
     writer.close()
     assert (tmp_path / metrics.METRICS_FILE).read_text().splitlines()[3:] == ['{"step": 3}']
+
+
+def test_non_finite_numbers_are_written_as_strict_json_null(tmp_path):
+    def strict(text):
+        return json.loads(text, parse_constant=lambda name: pytest.fail(f"bare {name}"))
+
+    writer = metrics.MetricsWriter(str(tmp_path))
+    writer.write({"step": 7, "loss": math.nan, "rates": [math.inf, 0.5], "x": {"y": -math.inf}})
+    writer.close()
+    line = (tmp_path / metrics.METRICS_FILE).read_text()
+    assert strict(line) == {"step": 7, "loss": None, "rates": [None, 0.5], "x": {"y": None}}
+    report = eval_report.build_report(
+        {
+            "checkpoint": "ckpt-1",
+            "step": 1,
+            "split": "test",
+            "top1": 0.0,
+            "top5": 0.0,
+            "loss": math.nan,
+            "num_examples": 2,
+        },
+        np.array([[0, 1], [0, 1]]),
+        ["a", "b"],
+    )
+    parsed = strict(eval_report.to_json(report))
+    assert parsed["loss"] is None and parsed["classes"][0]["accuracy"] == 0.0
