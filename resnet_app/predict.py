@@ -3,11 +3,13 @@
     python -m resnet_app.predict --export_dir=exported/cifar10/1 cat.jpg dog.png
     python -m resnet_app.predict --model_dir=runs/cifar10 --checkpoint=ckpt-4000 photos/*.jpg
     python -m resnet_app.predict --export_dir=out --top_k=3 --json images/*.png
+    python -m resnet_app.predict --export_dir=out photos/   # every image file under it
 
 The model is an export of `python -m resnet_app.export` (its `serving_bytes`
 signature), or a run's checkpoint (`--model_dir`, latest by default), with the
 run's own evaluation preprocessing either way. JPEG, PNG, BMP and GIF files of
-any size are read. For each image one line goes to stdout,
+any size are read; a directory stands for the image files under it (by
+extension, recursively, in sorted order). For each image one line goes to stdout,
 
     cat.jpg: cat 0.9123, dog 0.0520, deer 0.0134, frog 0.0101, bird 0.0050
 
@@ -96,10 +98,31 @@ def _load_classifier(export_dir: str | None, model_dir: str | None, which: str, 
     return classify
 
 
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+
+
+def expand(paths: list[str]) -> list[str]:
+    """The files to classify: each file as given, each directory's image files
+    (by extension, recursively, sorted). An empty directory stays, to be reported."""
+    files = []
+    for path in paths:
+        if not os.path.isdir(path):
+            files.append(path)
+            continue
+        found = sorted(
+            os.path.join(folder, name)
+            for folder, _, names in os.walk(path)
+            for name in names
+            if name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith(".")
+        )
+        files.extend(found or [path])
+    return files
+
+
 def _read(path: str) -> bytes:
     """The file's bytes; raises OSError with a short reason."""
     if os.path.isdir(path):
-        raise OSError("is a directory")
+        raise OSError(f"a directory without image files ({', '.join(IMAGE_EXTENSIONS)})")
     with open(path, "rb") as f:
         content = f.read()
     if not content:
@@ -149,7 +172,7 @@ def _format(path: str, result: dict, top_k: int | None, as_json: bool) -> str:
 
 
 def main(argv: list[str]) -> None:
-    paths = argv[1:]
+    paths = expand(argv[1:])
     if not paths:
         raise ConfigError("no images given; name the image files after the flags")
     if _BATCH_SIZE.value < 1:

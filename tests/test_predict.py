@@ -1,6 +1,7 @@
 """`python -m resnet_app.predict` on image files, against the in-process model and NumPy."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -22,21 +23,25 @@ def images(tiny_run, tmp_path_factory):
     pipeline, model = restored(tiny_run)
     logits = evaluation_logits(model, pipeline.eval_dataset(16))[:5]
     root = tmp_path_factory.mktemp("predict")
-    paths = write_images(root, pipeline.eval_split().images[:5])
+    good = root / "good"  # Only the five readable images, for the directory test.
+    paths = write_images(good, pipeline.eval_split().images[:5])
     # The JPEG's reference is its decoded pixels, through the same pipeline
     # preprocessing (normalization with the run's statistics).
-    jpeg = str(root / "4.jpg")
+    jpeg = str(good / "4.jpg")
     tf.io.write_file(jpeg, tf.io.encode_jpeg(pipeline.eval_split().images[4], quality=95))
     decoded = tf.io.decode_jpeg(tf.io.read_file(jpeg), channels=3).numpy().astype(np.float64)
     mean, std = np.array(pipeline.preprocessing.mean), np.array(pipeline.preprocessing.std)
     logits[4] = model(((decoded - mean) / std)[None].astype(np.float32), training=False)[0]
+    os.remove(paths[4])
     paths[4] = jpeg
     (root / "garbage.png").write_bytes(b"not an image at all")
-    (root / "truncated.png").write_bytes((root / "0.png").read_bytes()[:60])
+    (root / "truncated.png").write_bytes((good / "0.png").read_bytes()[:60])
+    (root / "empty").mkdir()
     # A BMP of image 3: lossless, so the same reference.
-    bmp = str(root / "3.bmp")
+    bmp = str(good / "3.bmp")
     with open(bmp, "wb") as f:
         f.write(encode_bmp(pipeline.eval_split().images[3]))
+    os.remove(paths[3])
     paths[3] = bmp
     probabilities = softmax(logits.astype(np.float64))
     top7 = np.argsort(-probabilities, axis=1, kind="stable")[:, :7]
@@ -51,7 +56,7 @@ def test_predict_from_an_export(tiny_export, images):
     root, paths, expected = images
     export_dir = tiny_export
     given = [paths[0], str(root / "garbage.png"), paths[1], str(root / "missing.png")]
-    given += [str(root), paths[2], str(root / "truncated.png"), paths[3], paths[4]]
+    given += [str(root / "empty"), paths[2], str(root / "truncated.png"), paths[3], paths[4]]
     result = predict_cli(f"--export_dir={export_dir}", "--top_k=3", "--batch_size=4", *given)
     assert result.returncode == 1, result.stderr  # Some files failed.
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
@@ -59,7 +64,7 @@ def test_predict_from_an_export(tiny_export, images):
         f"error: {root / 'garbage.png'}: not a readable image (Unknown image file format. "
         "One of JPEG, JPEG XL, PNG, GIF, BMP, WebP required.)",
         f"error: {root / 'missing.png'}: No such file or directory",
-        f"error: {root}: is a directory",
+        f"error: {root / 'empty'}: a directory without image files (.jpg, .jpeg, .png, .bmp, .gif)",
         errors[3],  # The PNG decoder's own words, checked below.
     ]
     assert errors[3].startswith(f"error: {root / 'truncated.png'}: not a readable image (")
@@ -73,9 +78,11 @@ def test_predict_from_an_export(tiny_export, images):
 
 def test_predict_from_a_run_directory_as_json(tiny_run, images):
     _, model_dir = tiny_run
-    _, paths, expected = images
+    root, paths, expected = images
     # 7 classes: more than an export's default 5, which --model_dir can give.
-    result = predict_cli(f"--model_dir={model_dir}", "--json", "--top_k=7", *paths)
+    # The directory stands for its image files, in sorted order.
+    assert sorted(paths) == paths
+    result = predict_cli(f"--model_dir={model_dir}", "--json", "--top_k=7", str(root / "good"))
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r["image"] for r in records] == paths
