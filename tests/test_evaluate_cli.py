@@ -7,6 +7,8 @@ report module's drawing and JSON details in-process in test_eval_report.py.
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -19,6 +21,7 @@ from resnet_app.presets import get_config
 from resnet_app.shapes import CLASS_NAMES
 from tests.commands import REPO, error_line, run_command
 from tests.conftest import EVAL_EXAMPLES
+from tests.test_multiworker import _free_ports
 
 
 @pytest.fixture
@@ -263,3 +266,39 @@ def test_checkpoint_of_another_model_is_one_line(run, tmp_path):
         yaml.safe_dump(tree, f)
     line = error_line(evaluate_cli(copy))
     assert f"checkpoint {copy / 'ckpt-4'} does not match" in line
+
+
+def test_two_workers_count_every_example_once_and_the_chief_reports(run, tmp_path):
+    """2 workers on 127.0.0.1 (TF_CONFIG), 4 examples each per step: both print the
+    NumPy reference's numbers; the matrix summed across workers counts 37; only the
+    chief writes the report and metrics.jsonl."""
+    _, model_dir = run
+    copy = tmp_path / "run"
+    shutil.copytree(model_dir, copy)
+    before = len(read_metrics(copy))
+    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
+    processes = []
+    for index in range(2):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "TF_CPP_MIN_LOG_LEVEL": "2"}
+        args = [f"--model_dir={copy}", "--batch_size=8", f"--report_dir={tmp_path / 'reports'}"]
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "resnet_app.evaluate", *args],
+                cwd=REPO,
+                env={**env, "PYTHONPATH": REPO},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    records = []
+    for process in processes:
+        output, errors = process.communicate(timeout=300)
+        assert process.returncode == 0, errors[-3000:]
+        records.append(json.loads(output))
+    assert records[0] == records[1]
+    expected = reference(run, "ckpt-4")
+    assert_matches(records[0], expected)
+    assert_report_matches(records[0], expected)
+    assert read_metrics(copy)[before:] == [{**records[0], "event": "evaluation"}]
