@@ -20,6 +20,7 @@ one, never half a file.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Callable, Sequence
 from typing import IO, Any
@@ -218,6 +219,16 @@ def _write_atomically(path: str, write: Callable[[IO[bytes]], None]) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+
+
+def owner(directory: str) -> str | None:
+    """The run directory whose report `directory` holds, if it holds one that says."""
+    try:
+        with open(os.path.join(directory, RESULTS_FILE)) as f:
+            found = json.load(f).get("model_dir")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, str) else None
 
 
 def _remove_stale(path: str) -> None:

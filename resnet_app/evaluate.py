@@ -134,6 +134,19 @@ def main(argv: list[str]) -> None:
     with strategy.scope():
         model = trainer.build_model(run_config, pipeline)
 
+    # A shared --report_dir must not lose another run's reports. (The default,
+    # inside the run directory, is the run's own even after a copy or a move.)
+    if chief and _REPORT_DIR.value:
+        run = os.path.abspath(model_dir)
+        for _, prefix in chosen:
+            name = eval_report.report_name(os.path.basename(prefix), pipeline.eval_split_name)
+            directory = os.path.join(report_root, name)
+            found = eval_report.owner(directory)
+            if found not in (None, run):
+                raise ConfigError(
+                    f"{directory} holds the report of another run ({found}); pick another "
+                    f"--report_dir"
+                )
     writer = metrics.MetricsWriter(model_dir, enabled=chief)
     try:
         for step, prefix in chosen:

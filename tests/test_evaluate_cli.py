@@ -302,3 +302,17 @@ def test_two_workers_count_every_example_once_and_the_chief_reports(run, tmp_pat
     assert_matches(records[0], expected)
     assert_report_matches(records[0], expected)
     assert read_metrics(copy)[before:] == [{**records[0], "event": "evaluation"}]
+
+
+def test_a_shared_report_dir_never_overwrites_another_runs_report(run, tmp_path):
+    _, model_dir = run
+    other = tmp_path / "other"
+    shutil.copytree(model_dir, other)
+    reports = tmp_path / "reports"
+    (record,) = json_lines(evaluate_cli(other, f"--report_dir={reports}"))
+    written = (reports / "ckpt-4-test" / "eval_results.json").read_text()
+    assert json.loads(written)["model_dir"] == str(other)
+    line = error_line(evaluate_cli(model_dir, f"--report_dir={reports}"))
+    assert f"holds the report of another run ({other})" in line
+    assert (reports / "ckpt-4-test" / "eval_results.json").read_text() == written
+    assert len(json_lines(evaluate_cli(other, f"--report_dir={reports}"))) == 1  # Its own: fine.
