@@ -28,7 +28,6 @@ images rounded to the run's data dtype (bfloat16 for a bf16 run), exactly as
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -110,41 +109,22 @@ class ServingModel(tf.Module):
         return {name: f.get_concrete_function() for name, f in zip(SIGNATURES, functions)}
 
 
-def _data_info(
-    model_dir: str, run_config: config.Config, trained: config.Config
-) -> tuple[list[str], Preprocessing]:
-    """The class names and preprocessing the checkpoint was trained with.
-
-    As recorded in data_info.json when the checkpoint's data settings are the
-    run's latest (the file describes the latest start); else measured from the
-    dataset with the checkpoint's own settings, as its training did.
-    """
+def _data_info(model_dir: str, run_config: config.Config) -> tuple[list[str], Preprocessing]:
+    """The run's class names and preprocessing: as recorded, else from its dataset."""
     recorded = data.read_data_info(model_dir)
-    latest = dataclasses.replace(run_config.data, data_dir=None)
-    if recorded is not None and dataclasses.replace(trained.data, data_dir=None) == latest:
+    if recorded is not None:
         return recorded
+    # A run from before data_info.json existed: measure the dataset again,
+    # as its training did.
     logging.warning(
-        "%s; reading the dataset %s for the classes and preprocessing",
-        f"{model_dir} has no {data.DATA_INFO_FILE}"
-        if recorded is None
-        else "this checkpoint was trained with other data settings than the run's latest",
-        trained.data.dataset,
+        "%s has no %s; reading the dataset %s for the classes and preprocessing",
+        model_dir,
+        data.DATA_INFO_FILE,
+        run_config.data.dataset,
     )
-    preset = get_config(trained.model_name, **trained.model_overrides)
-    pipeline = data.create_pipeline(trained.data, default_image_size=preset.default_image_size)
+    preset = get_config(run_config.model_name, **run_config.model_overrides)
+    pipeline = data.create_pipeline(run_config.data, default_image_size=preset.default_image_size)
     return pipeline.class_names, pipeline.preprocessing
-
-
-def _trained_config(prefix: str, run_config: config.Config) -> config.Config:
-    """The config saved in the checkpoint (settings may change on resume), else the run's."""
-    saved = checkpoint.read_value(prefix, "config")
-    if saved is None:
-        return run_config
-    trained = config.from_yaml(saved.decode(), f"the config saved in {prefix}")
-    # The data may have moved since: the run's latest location is where it is.
-    return dataclasses.replace(
-        trained, data=dataclasses.replace(trained.data, data_dir=run_config.data.data_dir)
-    )
 
 
 def load(model_dir: str, which: str = "latest", top_k: int = TOP_K) -> tuple[ServingModel, dict]:
@@ -169,17 +149,16 @@ def load(model_dir: str, which: str = "latest", top_k: int = TOP_K) -> tuple[Ser
     if top_k < 1:
         raise ConfigError(f"--top_k={top_k}; use 1 or more")
     [(step, prefix)] = checkpoint.select(model_dir, which)
-    trained = _trained_config(prefix, run_config)
-    class_names, preprocessing = _data_info(model_dir, run_config, trained)
-    model = trainer.create_run_model(trained, len(class_names), preprocessing.image_size)
+    class_names, preprocessing = _data_info(model_dir, run_config)
+    model = trainer.create_run_model(run_config, len(class_names), preprocessing.image_size)
     checkpoint.restore_model(model, prefix)
-    logging.info("Restored %s (step %d) from %s", trained.model_name, step, prefix)
+    logging.info("Restored %s (step %d) from %s", run_config.model_name, step, prefix)
     source = {
         "model_dir": os.path.abspath(model_dir),
         "checkpoint": os.path.basename(prefix),
         "step": step,
-        "model": trained.model_name,
-        "dataset": trained.data.dataset,
+        "model": run_config.model_name,
+        "dataset": run_config.data.dataset,
     }
     return ServingModel(model, preprocessing, class_names, top_k), source
 

@@ -314,26 +314,3 @@ def test_a_bf16_run_serves_what_evaluate_measures(tmp_path):
     served, _ = serving.load(str(model_dir))
     logits = served.serve_images(pipeline.eval_split().images)["logits"].numpy()
     np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-6)
-
-
-def test_each_checkpoint_serves_with_the_data_settings_it_was_trained_with(tmp_path):
-    """Statistics changed on resume (--allow_config_change): data_info.json describes
-    the latest start, so an older checkpoint takes its own saved config instead."""
-    before = runs.small_config(tmp_path, train_steps=2)
-    model_dir = tmp_path / "run"
-    trainer.train_and_evaluate(before, str(model_dir))
-    after = runs.small_config(
-        tmp_path, "data.mean=[100.0, 100.0, 100.0]", "data.std=[50.0, 50.0, 50.0]", train_steps=4
-    )
-    trainer.train_and_evaluate(after, str(model_dir), allow_config_change=True)
-    assert data.read_data_info(str(model_dir))[1].mean == (100.0, 100.0, 100.0)
-
-    newest, _ = serving.load(str(model_dir), "ckpt-4")
-    assert newest._preprocessing.mean == (100.0, 100.0, 100.0)
-    older, source = serving.load(str(model_dir), "ckpt-2")
-    pipeline, model = restored((before, model_dir), "ckpt-2")
-    assert older._preprocessing == pipeline.preprocessing  # Measured on the training set.
-    assert source["step"] == 2
-    expected = evaluation_logits(model, pipeline.eval_dataset(16))
-    logits = older.serve_images(pipeline.eval_split().images)["logits"].numpy()
-    np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-6)
