@@ -36,6 +36,8 @@ from resnet_app.metrics import METRICS_FILE
 PREFIX = "ckpt"
 POINTER_FILE = "checkpoint"
 _NAME = re.compile(rf"^{PREFIX}-(\d+)\.index$")
+# A name TensorFlow would take for a checkpoint prefix, or one of its files.
+PREFIX_NAME = re.compile(rf"^{PREFIX}-\d+(\..*)?$")
 
 
 class NonFiniteError(ConfigError):

@@ -136,13 +136,16 @@ def main(argv: list[str]) -> None:
 
     # A shared --report_dir must not lose another run's reports. (The default,
     # inside the run directory, is the run's own even after a copy or a move.)
-    if chief and _REPORT_DIR.value:
-        run = os.path.abspath(model_dir)
+    # Every worker checks, so that all stop together rather than some waiting
+    # for the others in a collective.
+    own = os.path.realpath(os.path.join(model_dir, REPORTS))
+    if _REPORT_DIR.value and os.path.realpath(report_root) != own:
+        run = os.path.realpath(model_dir)
         for _, prefix in chosen:
             name = eval_report.report_name(os.path.basename(prefix), pipeline.eval_split_name)
             directory = os.path.join(report_root, name)
             found = eval_report.owner(directory)
-            if found not in (None, run):
+            if found is not None and os.path.realpath(found) != run:
                 raise ConfigError(
                     f"{directory} holds the report of another run ({found}); pick another "
                     f"--report_dir"
@@ -175,7 +178,7 @@ def main(argv: list[str]) -> None:
             # Every worker holds the whole matrix (it is all-reduced); one writes it.
             if chief:
                 details = {k: v for k, v in record.items() if k != "report"}
-                details["model_dir"] = os.path.abspath(model_dir)
+                details["model_dir"] = os.path.realpath(model_dir)
                 try:
                     report = eval_report.write_report(
                         report_dir, details, result.confusion, pipeline.class_names

@@ -21,7 +21,6 @@ exit status is then 1. A mistake in the command gets one line and status 2.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -101,21 +100,28 @@ def _load_classifier(export_dir: str | None, model_dir: str | None, which: str, 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 
 
+def _unreadable_folder(error: OSError) -> None:
+    sys.stderr.write(f"error: {error.filename}: {error.strerror}; its images are skipped\n")
+
+
 def expand(paths: list[str]) -> list[str]:
     """The files to classify: each file as given, each directory's image files
-    (by extension, recursively, sorted). An empty directory stays, to be reported."""
+    (by extension, recursively but not into hidden folders or links to folders,
+    sorted). A directory without any stays, to be reported."""
     files = []
     for path in paths:
         if not os.path.isdir(path):
             files.append(path)
             continue
-        found = sorted(
-            os.path.join(folder, name)
-            for folder, _, names in os.walk(path)
-            for name in names
-            if name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith(".")
-        )
-        files.extend(found or [path])
+        found = []
+        for folder, folders, names in os.walk(path, onerror=_unreadable_folder):
+            folders[:] = [d for d in folders if not d.startswith(".")]  # .thumbnails etc.
+            found += [
+                os.path.join(folder, name)
+                for name in names
+                if name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith(".")
+            ]
+        files.extend(sorted(found) or [path])
     return files
 
 
@@ -163,22 +169,24 @@ def _format(path: str, result: dict, top_k: int | None, as_json: bool) -> str:
     names = [name.decode("utf-8") for name in result["top_k_names"][:top_k]]
     probabilities = result["top_k_probabilities"][:top_k]
     if as_json:
+        from resnet_app.metrics import json_text  # TensorFlow is loaded by now.
+
         top = [
             {"id": int(i), "name": n, "probability": float(p)}
             for i, n, p in zip(ids, names, probabilities)
         ]
-        return json.dumps({"image": path, "top_k": top})
+        return json_text({"image": path, "top_k": top})
     return f"{path}: " + ", ".join(f"{n} {p:.4f}" for n, p in zip(names, probabilities))
 
 
 def main(argv: list[str]) -> None:
-    paths = expand(argv[1:])
-    if not paths:
+    if not argv[1:]:
         raise ConfigError("no images given; name the image files after the flags")
     if _BATCH_SIZE.value < 1:
         raise ConfigError(f"--batch_size={_BATCH_SIZE.value}; use 1 or more")
     if _TOP_K.value is not None and _TOP_K.value < 1:
         raise ConfigError(f"--top_k={_TOP_K.value}; use 1 or more")
+    paths = expand(argv[1:])
     classify = _load_classifier(
         _EXPORT_DIR.value, _MODEL_DIR.value, _CHECKPOINT.value, _TOP_K.value
     )

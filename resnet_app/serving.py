@@ -181,14 +181,23 @@ def check_destination(export_dir: str, overwrite: bool, model_dir: str | None = 
         a non-empty directory that is not an export, or an export without
         `overwrite`.
     """
-    export_dir = os.path.abspath(export_dir)
+    # A link is followed: the export replaces what the link points to.
+    export_dir = os.path.realpath(export_dir)
     if model_dir is not None:
         run = os.path.realpath(model_dir)
-        target = os.path.realpath(export_dir)
-        if run == target or run.startswith(target.rstrip(os.sep) + os.sep):
+        if run == export_dir or run.startswith(export_dir.rstrip(os.sep) + os.sep):
             raise ConfigError(
                 f"--export_dir={export_dir} holds the run {model_dir}; name a directory "
                 f"outside it, e.g. {os.path.join(export_dir, 'export')}"
+            )
+        # TensorFlow reads a directory named like a checkpoint as one: an
+        # export at RUN/ckpt-N would hide checkpoint N.
+        if os.path.dirname(export_dir) == run and checkpoint.PREFIX_NAME.match(
+            os.path.basename(export_dir)
+        ):
+            raise ConfigError(
+                f"--export_dir={export_dir} is named like a checkpoint of the run; name "
+                f"it otherwise, e.g. {os.path.join(run, 'export')}"
             )
     if os.path.exists(export_dir):
         if not os.path.isdir(export_dir):

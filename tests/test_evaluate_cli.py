@@ -312,7 +312,9 @@ def test_a_shared_report_dir_never_overwrites_another_runs_report(run, tmp_path)
     (record,) = json_lines(evaluate_cli(other, f"--report_dir={reports}"))
     written = (reports / "ckpt-4-test" / "eval_results.json").read_text()
     assert json.loads(written)["model_dir"] == str(other)
+    records_before = read_metrics(model_dir)
     line = error_line(evaluate_cli(model_dir, f"--report_dir={reports}"))
     assert f"holds the report of another run ({other})" in line
+    assert read_metrics(model_dir) == records_before  # Refused before evaluating.
     assert (reports / "ckpt-4-test" / "eval_results.json").read_text() == written
     assert len(json_lines(evaluate_cli(other, f"--report_dir={reports}"))) == 1  # Its own: fine.

@@ -259,11 +259,19 @@ def test_only_an_old_export_is_ever_replaced(tiny_run, exported, tmp_path, monke
         (other, "is a non-empty directory that is not an export"),
         (run, "holds the run"),
         (tmp_path / "runs", "holds the run"),
+        (run / "ckpt-4", "named like a checkpoint of the run"),
     ]:
         with pytest.raises(ConfigError, match=message):
             serving.save(served, {**source, "model_dir": str(run)}, str(directory), True)
     assert (other / "notes.txt").read_text() == "mine"
     assert sorted(os.listdir(run)) == sorted(os.listdir(model_dir))
+
+    # A link to an export: the export it points to is replaced, the link stays.
+    link = tmp_path / "current"
+    link.symlink_to(target)
+    serving.save(served, {**source, "checkpoint": "ckpt-x"}, str(link), overwrite=True)
+    assert link.is_symlink() and checkpoint_of(link)["checkpoint"] == "ckpt-x"
+    assert not [p for p in os.listdir(tmp_path) if ".replaced-" in p or ".partial-" in p]
 
 
 @pytest.mark.parametrize(

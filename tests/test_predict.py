@@ -27,7 +27,8 @@ def images(tiny_run, tmp_path_factory):
     paths = write_images(good, pipeline.eval_split().images[:5])
     # The JPEG's reference is its decoded pixels, through the same pipeline
     # preprocessing (normalization with the run's statistics).
-    jpeg = str(good / "4.jpg")
+    (good / "sub").mkdir(parents=True)
+    jpeg = str(good / "sub" / "4.JPG")  # In a subfolder, with an upper-case extension.
     tf.io.write_file(jpeg, tf.io.encode_jpeg(pipeline.eval_split().images[4], quality=95))
     decoded = tf.io.decode_jpeg(tf.io.read_file(jpeg), channels=3).numpy().astype(np.float64)
     mean, std = np.array(pipeline.preprocessing.mean), np.array(pipeline.preprocessing.std)
@@ -37,6 +38,11 @@ def images(tiny_run, tmp_path_factory):
     (root / "garbage.png").write_bytes(b"not an image at all")
     (root / "truncated.png").write_bytes((good / "0.png").read_bytes()[:60])
     (root / "empty").mkdir()
+    # What a directory argument skips: other files, hidden files and folders.
+    (good / "notes.txt").write_text("not an image")
+    (good / ".hidden.png").write_bytes(b"not an image")
+    (good / ".thumbnails").mkdir()
+    (good / ".thumbnails" / "0.png").write_bytes(b"not an image")
     # A BMP of image 3: lossless, so the same reference.
     bmp = str(good / "3.bmp")
     with open(bmp, "wb") as f:

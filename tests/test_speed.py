@@ -55,8 +55,9 @@ def test_a_slow_input_pipeline_is_reported_once(tmp_path, monkeypatch):
 
     def slow_train_dataset(self, *args, **kwargs):
         def wait(batch):
-            # 50 ms per batch: far slower than the tiny network's step.
-            done = tf.py_function(lambda: __import__("time").sleep(0.05) or 0, [], tf.int32)
+            # 200 ms per batch: far slower than the tiny network's step, even on a
+            # machine busy with another test process.
+            done = tf.py_function(lambda: __import__("time").sleep(0.2) or 0, [], tf.int32)
             with tf.control_dependencies([done]):
                 return {k: tf.identity(v) for k, v in batch.items()}
 
