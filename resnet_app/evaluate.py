@@ -99,6 +99,30 @@ def make_report_root(model_dir: str, report_dir: str | None) -> str:
     return root
 
 
+def _check_report_owners(model_dir: str, report_root: str, chosen, split: str) -> None:
+    """A shared --report_dir must not lose another run's reports.
+
+    The default, inside the run directory, is the run's own even after a copy
+    or a move, and is not checked.
+
+    Raises:
+      ConfigError: when a report to be written names another run directory.
+    """
+    from resnet_app import eval_report
+
+    if os.path.realpath(report_root) == os.path.realpath(os.path.join(model_dir, REPORTS)):
+        return
+    run = os.path.realpath(model_dir)
+    for _, prefix in chosen:
+        name = eval_report.report_name(os.path.basename(prefix), split)
+        directory = os.path.join(report_root, name)
+        found = eval_report.owner(directory)
+        if found is not None and os.path.realpath(found) != run:
+            raise ConfigError(
+                f"{directory} holds the report of another run ({found}); pick another --report_dir"
+            )
+
+
 def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
     model_dir = _MODEL_DIR.value
@@ -122,34 +146,26 @@ def main(argv: list[str]) -> None:
     strategy = distribute.create_strategy(_NUM_TOWERS.value)  # Before TF runs any op.
     chosen = checkpoint.select(model_dir, _CHECKPOINT.value)  # Before the data loads.
     chief = distribute.is_chief(strategy)
-    # Before hours of evaluation. Only the chief writes reports: another
-    # worker's local paths are not the chief's.
-    report_root = (
-        make_report_root(model_dir, _REPORT_DIR.value)
-        if chief
-        else os.path.abspath(_REPORT_DIR.value or os.path.join(model_dir, REPORTS))
-    )
     preset = get_config(run_config.model_name, **run_config.model_overrides)
     pipeline = data.create_pipeline(data_config, default_image_size=preset.default_image_size)
+    report_root = os.path.abspath(_REPORT_DIR.value or os.path.join(model_dir, REPORTS))
+    # Before hours of evaluation, and agreed by every worker: one that stopped
+    # alone would leave the others waiting in a collective.
+    try:
+        if chief:  # Only the chief writes reports.
+            make_report_root(model_dir, _REPORT_DIR.value)
+        _check_report_owners(model_dir, report_root, chosen, pipeline.eval_split_name)
+        refused = None
+    except ConfigError as error:
+        refused = error
+    votes = distribute.gather_from_workers(strategy, float(refused is not None))
+    if refused is not None:
+        raise refused
+    if any(votes):
+        raise ConfigError("another worker refused to evaluate (see its error); fix it and rerun")
     with strategy.scope():
         model = trainer.build_model(run_config, pipeline)
 
-    # A shared --report_dir must not lose another run's reports. (The default,
-    # inside the run directory, is the run's own even after a copy or a move.)
-    # Every worker checks, so that all stop together rather than some waiting
-    # for the others in a collective.
-    own = os.path.realpath(os.path.join(model_dir, REPORTS))
-    if _REPORT_DIR.value and os.path.realpath(report_root) != own:
-        run = os.path.realpath(model_dir)
-        for _, prefix in chosen:
-            name = eval_report.report_name(os.path.basename(prefix), pipeline.eval_split_name)
-            directory = os.path.join(report_root, name)
-            found = eval_report.owner(directory)
-            if found is not None and os.path.realpath(found) != run:
-                raise ConfigError(
-                    f"{directory} holds the report of another run ({found}); pick another "
-                    f"--report_dir"
-                )
     writer = metrics.MetricsWriter(model_dir, enabled=chief)
     try:
         for step, prefix in chosen:

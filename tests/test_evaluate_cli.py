@@ -268,23 +268,16 @@ def test_checkpoint_of_another_model_is_one_line(run, tmp_path):
     assert f"checkpoint {copy / 'ckpt-4'} does not match" in line
 
 
-def test_two_workers_count_every_example_once_and_the_chief_reports(run, tmp_path):
-    """2 workers on 127.0.0.1 (TF_CONFIG), 4 examples each per step: both print the
-    NumPy reference's numbers; the matrix summed across workers counts 37; only the
-    chief writes the report and metrics.jsonl."""
-    _, model_dir = run
-    copy = tmp_path / "run"
-    shutil.copytree(model_dir, copy)
-    before = len(read_metrics(copy))
+def evaluate_on_two_workers(model_dir, *args):
+    """`evaluate` on 2 workers on 127.0.0.1 (TF_CONFIG); their (status, stdout, stderr)."""
     workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
     processes = []
     for index in range(2):
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
         env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "TF_CPP_MIN_LOG_LEVEL": "2"}
-        args = [f"--model_dir={copy}", "--batch_size=8", f"--report_dir={tmp_path / 'reports'}"]
         processes.append(
             subprocess.Popen(
-                [sys.executable, "-m", "resnet_app.evaluate", *args],
+                [sys.executable, "-m", "resnet_app.evaluate", f"--model_dir={model_dir}", *args],
                 cwd=REPO,
                 env={**env, "PYTHONPATH": REPO},
                 stdout=subprocess.PIPE,
@@ -292,16 +285,40 @@ def test_two_workers_count_every_example_once_and_the_chief_reports(run, tmp_pat
                 text=True,
             )
         )
-    records = []
+    results = []
     for process in processes:
         output, errors = process.communicate(timeout=300)
-        assert process.returncode == 0, errors[-3000:]
+        results.append((process.returncode, output, errors))
+    return results
+
+
+def test_two_workers_count_every_example_once_and_the_chief_reports(run, tmp_path):
+    """2 workers, 4 examples each per step: both print the NumPy reference's numbers;
+    the matrix summed across workers counts 37; metrics.jsonl gets one record."""
+    _, model_dir = run
+    copy = tmp_path / "run"
+    shutil.copytree(model_dir, copy)
+    before = len(read_metrics(copy))
+    records = []
+    for status, output, errors in evaluate_on_two_workers(
+        copy, "--batch_size=8", f"--report_dir={tmp_path / 'reports'}"
+    ):
+        assert status == 0, errors[-3000:]
         records.append(json.loads(output))
     assert records[0] == records[1]
     expected = reference(run, "ckpt-4")
     assert_matches(records[0], expected)
     assert_report_matches(records[0], expected)
     assert read_metrics(copy)[before:] == [{**records[0], "event": "evaluation"}]
+
+    # A report directory only the chief checks (and cannot make): both stop at
+    # once with one line each, rather than one waiting for the other.
+    (tmp_path / "file").write_text("")
+    chief, other = evaluate_on_two_workers(copy, f"--report_dir={tmp_path / 'file' / 'reports'}")
+    for status, _, errors in (chief, other):
+        assert status == 2 and "Traceback" not in errors, errors[-3000:]
+    assert "error: --report_dir=" in chief[2] and "cannot create it" in chief[2]
+    assert "error: another worker refused to evaluate" in other[2]
 
 
 def test_a_shared_report_dir_never_overwrites_another_runs_report(run, tmp_path):
