@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from resnet_app import presets, schedules
+from resnet_app import files, presets, schedules
 from resnet_app.data_config import DataConfig
 from resnet_app.errors import ConfigError
 
@@ -564,10 +564,7 @@ def from_yaml(text: str, where: str) -> Config:
 
 def write_yaml(config: Config, path: str) -> None:
     """Writes the resolved config (atomically: a reader never sees half a file)."""
-    temporary = f"{path}.tmp"
-    with open(temporary, "w") as f:
-        f.write(to_yaml(config))
-    os.replace(temporary, path)
+    files.write_text_atomically(path, to_yaml(config))
 
 
 def read_run_config(model_dir: str | None) -> Config:

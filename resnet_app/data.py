@@ -39,7 +39,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from resnet_app import preprocessing, sources
+from resnet_app import files, preprocessing, sources
 from resnet_app.data_config import DataConfig
 from resnet_app.errors import ConfigError
 from resnet_app.preprocessing import Preprocessing
@@ -503,11 +503,7 @@ def write_data_info(pipeline: InputPipeline, model_dir: str) -> None:
         "class_names": list(pipeline.class_names),
         "preprocessing": dataclasses.asdict(pipeline.preprocessing),
     }
-    path = os.path.join(model_dir, DATA_INFO_FILE)
-    temporary = f"{path}.tmp"
-    with open(temporary, "w") as f:
-        json.dump(info, f, indent=1)
-    os.replace(temporary, path)
+    files.write_text_atomically(os.path.join(model_dir, DATA_INFO_FILE), json.dumps(info, indent=1))
 
 
 def read_data_info(model_dir: str) -> tuple[list[str], Preprocessing] | None:

@@ -19,15 +19,15 @@ one, never half a file.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-from collections.abc import Callable, Sequence
-from typing import IO, Any
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from absl import logging
 
+from resnet_app import files
 from resnet_app.evaluation import per_class_accuracy
 from resnet_app.metrics import json_text
 
@@ -206,21 +206,6 @@ def plot_confusion(confusion: np.ndarray, class_names: Sequence[str], title: str
     return figure
 
 
-def _write_atomically(path: str, write: Callable[[IO[bytes]], None]) -> None:
-    """Calls `write(file)` on a temporary file beside `path`, then renames it to `path`."""
-    # The process id keeps two evaluations of the same checkpoint apart; a plain
-    # open() (not mkstemp, which makes the file private) keeps the usual permissions.
-    temporary = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(temporary, "wb") as file:
-            write(file)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-
-
 def owner(directory: str) -> str | None:
     """The run directory whose report `directory` holds, if it holds one that says."""
     try:
@@ -255,8 +240,8 @@ def write_report(
     """
     os.makedirs(directory, exist_ok=True)
     report = build_report(record, confusion, class_names)
-    text = to_json(report).encode()
-    _write_atomically(os.path.join(directory, RESULTS_FILE), lambda file: file.write(text))
+    text = to_json(report)
+    files.write_text_atomically(os.path.join(directory, RESULTS_FILE), text)
     picture = os.path.join(directory, PICTURE_FILE)
     try:
         title = (
@@ -264,7 +249,7 @@ def write_report(
             f"top-1 {record['top1']:.2%} of {record['num_examples']} examples"
         )
         figure = plot_confusion(confusion, class_names, title)
-        _write_atomically(picture, lambda file: figure.savefig(file, format="png", dpi=100))
+        files.write_atomically(picture, lambda path: figure.savefig(path, format="png", dpi=100))
     except ImportError:
         _remove_stale(picture)
         logging.warning(

@@ -16,9 +16,10 @@ from __future__ import annotations
 import concurrent.futures
 import math
 import os
-import tempfile
 
 import numpy as np
+
+from resnet_app import files
 
 CLASS_NAMES = (
     "circle",
@@ -217,10 +218,12 @@ def load(
     images, labels = generate(split, count, seed)
     try:
         os.makedirs(cache_dir, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=cache_dir, suffix=".npz.tmp")
-        with os.fdopen(handle, "wb") as file:
-            np.savez(file, images=images, labels=labels)
-        os.replace(temporary, path)
+
+        def write(temporary: str) -> None:
+            with open(temporary, "wb") as file:  # A file: np.savez would add ".npz" to a name.
+                np.savez(file, images=images, labels=labels)
+
+        files.write_atomically(path, write)
     except OSError:
         pass  # A read-only home is fine: the data is regenerated next time.
     return images, labels

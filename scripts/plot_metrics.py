@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import flags, logging  # noqa: E402
 
-from resnet_app import cli  # noqa: E402
+from resnet_app import cli, files  # noqa: E402
 from resnet_app.errors import ConfigError  # noqa: E402
 
 if TYPE_CHECKING:  # matplotlib is optional: imported once it is known to be there.
@@ -358,13 +358,7 @@ def save_figure(figure: Figure, path: str) -> None:
       path: where; the format comes from the file's extension (PNG if none).
     """
     file_format = os.path.splitext(path)[1][1:].lower() or "png"
-    temporary = f"{path}.{os.getpid()}.tmp"
-    try:
-        figure.savefig(temporary, format=file_format, dpi=DPI)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    files.write_atomically(path, lambda temp: figure.savefig(temp, format=file_format, dpi=DPI))
 
 
 def _import_matplotlib() -> None:
