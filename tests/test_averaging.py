@@ -9,7 +9,6 @@ replicas' copies, taken from a run that never averages.
 import contextlib
 import re
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -17,31 +16,15 @@ import tensorflow as tf
 from resnet_app import averaging, checkpoint, config, distribute, optim, preemption, trainer
 from resnet_app.distribute import mirrored_strategy
 from resnet_app.errors import ConfigError
-from resnet_app.model import create_model
 from resnet_app.step import TrainStep
 from tests import runs
 from tests.commands import error_line, run_command
 from tests.reference import momentum_steps
+from tests.small_models import SIZE, initial_weights, no_bn, tiny_bn
 from tests.test_multiworker import run_workers
 
-SIZE = 8
 LEARNING_RATES = (0.1, 0.05, 0.1)  # An LR change, as the trainer feeds it.
 NEVER = 10**9  # An interval that never comes: the replicas' copies as they drift.
-
-
-def _no_bn() -> keras.Model:
-    l2 = keras.regularizers.L2(0.05)
-    return keras.Sequential(
-        [
-            keras.layers.Conv2D(4, 3, padding="same", activation="relu", kernel_regularizer=l2),
-            keras.layers.GlobalAveragePooling2D(),
-            keras.layers.Dense(5, kernel_regularizer=l2),
-        ]
-    )
-
-
-def _tiny(synchronized: bool) -> keras.Model:
-    return create_model("tiny", bn_synchronized=synchronized, weight_decay=0.05, num_classes=5)
 
 
 def _batches(steps: int, count: int = 8) -> dict:
@@ -52,13 +35,6 @@ def _batches(steps: int, count: int = 8) -> dict:
         "label": rng.integers(0, 5, size=(steps, count)).astype(np.int32),
         "mask": np.ones((steps, count), np.float32),
     }
-
-
-def _initial_weights(make_model) -> list[np.ndarray]:
-    model = make_model()
-    model.build((None, SIZE, SIZE, 3))
-    rng = np.random.default_rng(1)
-    return [w + 0.1 * rng.normal(size=w.shape).astype(np.float32) for w in model.get_weights()]
 
 
 def _training(make_model, weights, optimizer_config, interval, towers=2):
@@ -96,9 +72,9 @@ def _single_device(make_model, weights, batches, optimizer_config) -> list[np.nd
 
 
 MODELS = {
-    "no_bn": _no_bn,
+    "no_bn": no_bn,
     # Synchronized BatchNorm normalizes like one device, so the reference applies.
-    "synchronized_bn": lambda: _tiny(synchronized=True),
+    "synchronized_bn": lambda: tiny_bn(synchronized=True),
 }
 OPTIMIZERS = {
     "sgd": {"class": "sgd", "learning_rate": 0.1, "momentum": 0.0},
@@ -112,7 +88,7 @@ def test_averaging_every_step_is_the_one_device_update(model_name, optimizer_nam
     """Interval 1 on 2 towers: each tower steps alone, the copies are averaged
     (weights and momenta), and that is the one-device step on the whole batch."""
     make_model, optimizer_config = MODELS[model_name], OPTIMIZERS[optimizer_name]
-    weights = _initial_weights(make_model)
+    weights = initial_weights(make_model)
     batches = _batches(len(LEARNING_RATES))
     expected = _single_device(make_model, weights, batches, optimizer_config)
     strategy, model, optimizer, step = _training(make_model, weights, optimizer_config, 1)
@@ -129,8 +105,8 @@ def test_copies_drift_between_averages_and_become_their_mean(towers):
     """Interval 4, per-tower BatchNorm, momentum: after steps 1-3 the copies differ;
     after step 4 they are identical and equal to the NumPy mean of the copies a
     run that never averages holds after the same 4 steps; step 5 drifts again."""
-    make_model = lambda: _tiny(synchronized=False)  # noqa: E731
-    weights = _initial_weights(make_model)
+    make_model = lambda: tiny_bn(synchronized=False)  # noqa: E731
+    weights = initial_weights(make_model)
     batches = _batches(5, count=4 * towers)
     momentum = OPTIMIZERS["momentum"]
     drifting = _training(make_model, weights, momentum, NEVER, towers)
@@ -188,24 +164,24 @@ def test_no_gradient_all_reduce_between_averages():
     Model averaging: no collective at all outside the averaging branch, which
     moves the weights and momenta once. (The 4 metrics reach one device by
     copies, not a collective, within one machine.)"""
-    weights = _initial_weights(_no_bn)
+    weights = initial_weights(no_bn)
     momentum = OPTIMIZERS["momentum"]
     parameters = sum(w.size for w in weights)
-    strategy, _, _, allreduce = _training(_no_bn, weights, momentum, None)
+    strategy, _, _, allreduce = _training(no_bn, weights, momentum, None)
     found = _collectives(allreduce, strategy)
     # One op per replica for each all-reduce.
     assert sorted((c.path, c.bytes) for c in found) == sorted(
         [(("While",), 4 * parameters), (("While",), 4)] * 2
     )
 
-    strategy, _, _, local = _training(_no_bn, weights, momentum, 4)
+    strategy, _, _, local = _training(no_bn, weights, momentum, 4)
     found = _collectives(local, strategy)
     assert sorted((c.path, c.bytes) for c in found) == [(("While", "If"), 4 * 2 * parameters)] * 2
 
 
 def test_a_stop_waits_for_the_next_average():
-    weights = _initial_weights(_no_bn)
-    strategy, _, optimizer, step = _training(_no_bn, weights, OPTIMIZERS["sgd"], 3)
+    weights = initial_weights(no_bn)
+    strategy, _, optimizer, step = _training(no_bn, weights, OPTIMIZERS["sgd"], 3)
     iterator = _iterator(strategy, _batches(8))
     assert step.loop(iterator, [0.1]).steps == 1
     stop = tf.Variable(True)

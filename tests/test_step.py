@@ -7,38 +7,20 @@ regularization losses, and TF1's momentum rule applied by hand.
 
 import os
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from resnet_app import optim
 from resnet_app.distribute import mirrored_strategy, moving_statistics_sync
-from resnet_app.model import create_model
 from resnet_app.step import TrainStep
 from tests.commands import run_command
 from tests.reference import momentum_steps
+from tests.small_models import SIZE, initial_weights, no_bn, tiny_bn
 
-SIZE = 8
 ONEDNN = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0"
 LEARNING_RATES = (0.1, 0.05)  # Two steps, with an LR change between them.
 MOMENTUM = 0.9
-
-
-def _tiny_bn(synchronized: bool) -> keras.Model:
-    # A large weight decay makes a miscounted regularization loss visible.
-    return create_model("tiny", bn_synchronized=synchronized, weight_decay=0.05, num_classes=5)
-
-
-def _no_bn() -> keras.Model:
-    l2 = keras.regularizers.L2(0.05)
-    return keras.Sequential(
-        [
-            keras.layers.Conv2D(4, 3, padding="same", activation="relu", kernel_regularizer=l2),
-            keras.layers.GlobalAveragePooling2D(),
-            keras.layers.Dense(5, kernel_regularizer=l2),
-        ]
-    )
 
 
 def _batch(count: int, seed: int = 0) -> dict:
@@ -85,22 +67,13 @@ def _distributed(
     return model, strategy, result.sums
 
 
-def _initial_weights(make_model, seed: int = 0) -> list[np.ndarray]:
-    keras.utils.set_random_seed(seed)  # The same weights whatever ran before.
-    model = make_model()
-    model.build((None, SIZE, SIZE, 3))
-    # Non-trivial BatchNorm parameters, so that their gradients matter.
-    rng = np.random.default_rng(1)
-    return [w + 0.1 * rng.normal(size=w.shape).astype(np.float32) for w in model.get_weights()]
-
-
 def _local_values(strategy, variable) -> list[np.ndarray]:
     return [v.numpy() for v in strategy.experimental_local_results(variable.value)]
 
 
 CASES = {
-    "synchronized_bn": lambda: _tiny_bn(synchronized=True),
-    "no_bn": _no_bn,
+    "synchronized_bn": lambda: tiny_bn(synchronized=True),
+    "no_bn": no_bn,
 }
 
 
@@ -118,7 +91,7 @@ CASES = {
 )
 def test_towers_match_one_device(case, towers, count):
     make_model = CASES[case]
-    weights = _initial_weights(make_model)
+    weights = initial_weights(make_model)
     batch = _batch(count)
     expected_trainable, expected_stats = _reference(make_model, weights, batch)
     model, strategy, totals = _distributed(make_model, weights, batch, towers)
@@ -135,8 +108,8 @@ def test_towers_match_one_device(case, towers, count):
 
 def test_reference_is_sensitive_to_the_split():
     """Per-tower BatchNorm really differs from one device, so the test above can fail."""
-    make_model = lambda: _tiny_bn(synchronized=False)  # noqa: E731
-    weights = _initial_weights(make_model)
+    make_model = lambda: tiny_bn(synchronized=False)  # noqa: E731
+    weights = initial_weights(make_model)
     batch = _batch(6)
     expected_trainable, _ = _reference(make_model, weights, batch)
     model, strategy, _ = _distributed(make_model, weights, batch, towers=3)
@@ -149,8 +122,8 @@ def test_reference_is_sensitive_to_the_split():
 
 def test_empty_tower_with_per_tower_batch_norm():
     """2 examples on 3 towers: the third tower skips its forward pass; nothing is NaN."""
-    make_model = lambda: _tiny_bn(synchronized=False)  # noqa: E731
-    weights = _initial_weights(make_model)
+    make_model = lambda: tiny_bn(synchronized=False)  # noqa: E731
+    weights = initial_weights(make_model)
     model, strategy, totals = _distributed(make_model, weights, _batch(2), towers=3)
     assert totals["examples"] == 4
     for variable in model.variables:
@@ -190,7 +163,7 @@ def test_empty_tower_with_synchronized_batch_norm_without_onednn():
 def test_loop_ends_after_the_first_step_with_a_nonfinite_loss():
     """A NaN learning rate at step 2 makes the weights NaN; step 3's loss is the
     first non-finite one, and the call ends there instead of running step 4."""
-    make_model = lambda: _tiny_bn(synchronized=True)  # noqa: E731
+    make_model = lambda: tiny_bn(synchronized=True)  # noqa: E731
     strategy = mirrored_strategy(["/cpu:0", "/cpu:1"])
     with strategy.scope():
         model = make_model()
@@ -207,8 +180,8 @@ def test_loop_ends_after_the_first_step_with_a_nonfinite_loss():
 
 @pytest.mark.parametrize("stop_first", [True, False])
 def test_loop_reads_the_stop_flag_before_every_step(stop_first):
-    make_model = lambda: _tiny_bn(synchronized=False)  # noqa: E731
-    weights = _initial_weights(make_model)
+    make_model = lambda: tiny_bn(synchronized=False)  # noqa: E731
+    weights = initial_weights(make_model)
     stop = tf.Variable(stop_first)
     model, strategy, totals = _distributed(make_model, weights, _batch(4), 2, stop=stop)
     assert totals["examples"] == (0 if stop_first else 4 * len(LEARNING_RATES))
@@ -219,12 +192,12 @@ def test_loop_reads_the_stop_flag_before_every_step(stop_first):
 
 
 @pytest.mark.parametrize(
-    "make_model,towers", [(lambda: _tiny_bn(synchronized=False), 1), (_no_bn, 2)]
+    "make_model,towers", [(lambda: tiny_bn(synchronized=False), 1), (no_bn, 2)]
 )
 def test_xla_step_matches_one_device(make_model, towers):
     """Each tower's forward and backward pass compiled by XLA: the same update.
     (Synchronized BatchNorm's all-reduce cannot sit inside XLA; the trainer refuses it.)"""
-    weights = _initial_weights(make_model)
+    weights = initial_weights(make_model)
     batch = _batch(6)
     expected_trainable, _ = _reference(make_model, weights, batch)
     model, strategy, _ = _distributed(make_model, weights, batch, towers, jit=True)
@@ -244,11 +217,11 @@ def test_bfloat16_step_updates_like_float32():
 
     def make_bf16_model():
         with _dtype_policy("mixed_bfloat16"):
-            return _tiny_bn(synchronized=True)
+            return tiny_bn(synchronized=True)
 
-    weights = _initial_weights(lambda: _tiny_bn(synchronized=True))
+    weights = initial_weights(lambda: tiny_bn(synchronized=True))
     batch = _batch(6)
-    expected_trainable, _ = _reference(lambda: _tiny_bn(synchronized=True), weights, batch)
+    expected_trainable, _ = _reference(lambda: tiny_bn(synchronized=True), weights, batch)
     model, strategy, _ = _distributed(make_bf16_model, weights, batch, towers=2)
     assert model.stem_conv.compute_dtype == "bfloat16"
     assert model.logits.compute_dtype == "float32"
