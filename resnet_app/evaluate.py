@@ -19,7 +19,7 @@ with REPORT_DIR = `--report_dir`, by default `MODEL_DIR/reports` (`eval/` holds
 TensorBoard's evaluation events). It holds
 `eval_results.json` (the record, per-class accuracy, the confusion matrix and
 the most-confused pairs) and `confusion_matrix.png` (with matplotlib, an
-optional extra); see `eval_report.py`. A rerun replaces them.
+optional extra); see `reports.py`. A rerun replaces them.
 
 The same record, with "event": "evaluation", is appended to the run's
 `metrics.jsonl`. A mistake (no such run, no such checkpoint, a checkpoint of
@@ -36,9 +36,10 @@ from typing import Any
 
 from absl import flags
 
-from resnet_app import cli, config
-from resnet_app.errors import ConfigError
-from resnet_app.presets import get_config
+from resnet_app import config
+from resnet_app.common import cli
+from resnet_app.common.errors import ConfigError
+from resnet_app.nets.presets import get_config
 
 _MODEL_DIR = flags.DEFINE_string(
     "model_dir", None, "The run directory written by `python -m resnet_app.train`."
@@ -60,7 +61,9 @@ _NUM_TOWERS = flags.DEFINE_integer(
     "num_towers", None, "Towers to evaluate on (default: every GPU, or the one CPU)."
 )
 _DATA_DIR = flags.DEFINE_string(
-    "data_dir", None, "Where the run's data is now, if it moved (default: the run's data.data_dir)."
+    "data_dir",
+    None,
+    "Where the run's data is now, if it moved (default: the run's data.data_dir).",
 )
 _REPORT_DIR = flags.DEFINE_string(
     "report_dir",
@@ -108,15 +111,15 @@ def _check_report_owners(model_dir: str, report_root: str, chosen, split: str) -
     Raises:
       ConfigError: when a report to be written names another run directory.
     """
-    from resnet_app import eval_report
+    from resnet_app.serving import reports
 
     if os.path.realpath(report_root) == os.path.realpath(os.path.join(model_dir, REPORTS)):
         return
     run = os.path.realpath(model_dir)
     for _, prefix in chosen:
-        name = eval_report.report_name(os.path.basename(prefix), split)
+        name = reports.report_name(os.path.basename(prefix), split)
         directory = os.path.join(report_root, name)
-        found = eval_report.owner(directory)
+        found = reports.owner(directory)
         if found is not None and os.path.realpath(found) != run:
             raise ConfigError(
                 f"{directory} holds the report of another run ({found}); pick another --report_dir"
@@ -141,13 +144,18 @@ def main(argv: list[str]) -> None:
     data_config = dataclasses.replace(run_config.data, **changed)
 
     # TensorFlow is imported only once the run directory is known to be one.
-    from resnet_app import checkpoint, data, distribute, eval_report, evaluation, metrics, trainer
+    from resnet_app.common import checkpoint, distribute, metrics
+    from resnet_app.data import input_pipeline
+    from resnet_app.engine import trainer
+    from resnet_app.serving import evaluation, reports
 
     strategy = distribute.create_strategy(_NUM_TOWERS.value)  # Before TF runs any op.
     chosen = checkpoint.select(model_dir, _CHECKPOINT.value)  # Before the data loads.
     chief = distribute.is_chief(strategy)
     preset = get_config(run_config.model_name, **run_config.model_overrides)
-    pipeline = data.create_pipeline(data_config, default_image_size=preset.default_image_size)
+    pipeline = input_pipeline.create_pipeline(
+        data_config, default_image_size=preset.default_image_size
+    )
     report_root = os.path.abspath(_REPORT_DIR.value or os.path.join(model_dir, REPORTS))
     # Before hours of evaluation, and agreed by every worker: one that stopped
     # alone would leave the others waiting in a collective.
@@ -184,7 +192,7 @@ def main(argv: list[str]) -> None:
                 "loss": result.loss,
                 "num_examples": result.examples,
             }
-            report_dir = os.path.join(report_root, eval_report.report_name(name, split))
+            report_dir = os.path.join(report_root, reports.report_name(name, split))
             record["report"] = report_dir
             # The numbers first: one line per checkpoint, as soon as it is
             # known, and in metrics.jsonl, whatever happens to the report.
@@ -196,7 +204,7 @@ def main(argv: list[str]) -> None:
                 details = {k: v for k, v in record.items() if k != "report"}
                 details["model_dir"] = os.path.realpath(model_dir)
                 try:
-                    report = eval_report.write_report(
+                    report = reports.write_report(
                         report_dir, details, result.confusion, pipeline.class_names
                     )
                 except OSError as error:
@@ -204,7 +212,7 @@ def main(argv: list[str]) -> None:
                         f"the report {report_dir} cannot be written ({error.strerror}); the "
                         f"numbers above are in metrics.jsonl; free space or pick --report_dir"
                     ) from None
-                eval_report.log_summary(report)
+                reports.log_summary(report)
     finally:
         writer.close()
 

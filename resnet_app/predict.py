@@ -26,8 +26,8 @@ import sys
 
 from absl import flags, logging
 
-from resnet_app import cli
-from resnet_app.errors import ConfigError
+from resnet_app.common import cli
+from resnet_app.common.errors import ConfigError
 
 _EXPORT_DIR = flags.DEFINE_string(
     "export_dir", None, "A SavedModel written by `python -m resnet_app.export`."
@@ -60,9 +60,9 @@ def _load_classifier(export_dir: str | None, model_dir: str | None, which: str, 
         from resnet_app import config
 
         config.read_run_config(model_dir)  # A wrong directory is named before TF loads.
-        from resnet_app import serving
+        from resnet_app.serving import exports
 
-        served, _ = serving.load(model_dir, which, top_k=top_k or serving.TOP_K)
+        served, _ = exports.load(model_dir, which, top_k=top_k or exports.TOP_K)
 
         def classify(images):
             return served.serve_bytes(images)  # The closure keeps the model alive.
@@ -169,7 +169,7 @@ def _format(path: str, result: dict, top_k: int | None, as_json: bool) -> str:
     names = [name.decode("utf-8") for name in result["top_k_names"][:top_k]]
     probabilities = result["top_k_probabilities"][:top_k]
     if as_json:
-        from resnet_app.metrics import json_text  # TensorFlow is loaded by now.
+        from resnet_app.common.metrics import json_text  # TensorFlow is loaded by now.
 
         top = [
             {"id": int(i), "name": n, "probability": float(p)}

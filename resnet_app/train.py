@@ -19,8 +19,9 @@ import time
 
 from absl import flags, logging
 
-from resnet_app import cli, config
-from resnet_app.data_config import DataConfig
+from resnet_app import config
+from resnet_app.common import cli
+from resnet_app.data.settings import DataConfig
 
 _CONFIG = flags.DEFINE_string("config", None, "A YAML recipe, e.g. configs/cifar10_resnet20.yaml.")
 _SET = flags.DEFINE_multi_string(
@@ -127,7 +128,7 @@ def default_model_dir(resolved: config.Config) -> str:
 def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
     resolved = config_from_flags()
-    from resnet_app import trainer  # TensorFlow is imported only once the config is valid.
+    from resnet_app.engine import trainer
 
     trainer.train_and_evaluate(
         resolved,

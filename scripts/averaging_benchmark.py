@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import flags  # noqa: E402
 
-from resnet_app import cli  # noqa: E402
+from resnet_app.common import cli
 
 _MODEL = flags.DEFINE_string("model", "resnet20", "A model preset.")
 _TOWERS = flags.DEFINE_integer("towers", 2, "Logical CPU devices (replicas).")
@@ -54,9 +54,10 @@ def build(interval: int | None):
     import numpy as np
     import tensorflow as tf
 
-    from resnet_app import averaging, distribute, optim
-    from resnet_app.model import create_model
-    from resnet_app.step import TrainStep
+    from resnet_app.common import distribute
+    from resnet_app.engine import averaging, optim
+    from resnet_app.engine.step import TrainStep
+    from resnet_app.nets.resnet import create_model
 
     devices = [d.name for d in tf.config.list_logical_devices("CPU")[: _TOWERS.value]]
     strategy = distribute.mirrored_strategy(devices)
@@ -109,7 +110,7 @@ def executed_collectives(step, iterator, rates) -> collections.Counter:
 def measure(interval: int | None) -> dict:
     import tensorflow as tf
 
-    from resnet_app import distribute
+    from resnet_app.common import distribute
 
     step, iterator = build(interval)
     steps, replicas = _STEPS.value, _TOWERS.value
@@ -145,7 +146,7 @@ def measure(interval: int | None) -> dict:
 
 def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
-    from resnet_app import distribute
+    from resnet_app.common import distribute
 
     intervals = [int(k) for k in _INTERVALS.value]
     if any(k < 1 or _STEPS.value % k for k in intervals):

@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import flags  # noqa: E402
 
-from resnet_app import cli  # noqa: E402
+from resnet_app.common import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Variants of the trainer: --set assignments over the common settings.
@@ -114,8 +114,8 @@ def measure_keras_fit(jit: bool, stock_layers: bool) -> dict:
     import keras
     import tensorflow as tf
 
-    from resnet_app import model as model_lib
-    from resnet_app.model import create_model
+    from resnet_app.nets import resnet as model_lib
+    from resnet_app.nets.resnet import create_model
 
     if stock_layers:  # What a user writing the ResNet with Keras would get.
         model_lib.BatchNorm = keras.layers.BatchNormalization
@@ -150,7 +150,8 @@ def measure_keras_fit(jit: bool, stock_layers: bool) -> dict:
 
 
 def measure_trainer(sets: list[str], dataset: str = "synthetic") -> dict:
-    from resnet_app import config, trainer
+    from resnet_app import config
+    from resnet_app.engine import trainer
 
     steps = _STEPS.value
     model_dir = tempfile.mkdtemp(prefix="benchmark_")
@@ -184,11 +185,11 @@ def measure_trainer(sets: list[str], dataset: str = "synthetic") -> dict:
 
 def measure_pipeline() -> dict:
     """The dataset's training pipeline alone: images/sec, nothing trained."""
-    from resnet_app import data
-    from resnet_app.data_config import DataConfig
-    from resnet_app.presets import get_config
+    from resnet_app.data import input_pipeline
+    from resnet_app.data.settings import DataConfig
+    from resnet_app.nets.presets import get_config
 
-    pipeline = data.create_pipeline(
+    pipeline = input_pipeline.create_pipeline(
         DataConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value, image_size=_IMAGE_SIZE.value),
         default_image_size=get_config(_MODEL.value).default_image_size,
     )
@@ -229,7 +230,7 @@ def measure_startup() -> dict:
 
 
 def image_size() -> int:
-    from resnet_app.presets import get_config
+    from resnet_app.nets.presets import get_config
 
     return _IMAGE_SIZE.value or get_config(_MODEL.value).default_image_size
 
@@ -277,7 +278,7 @@ def spawn(variant: str) -> dict:
 
 
 def training_flops_per_image() -> float:
-    from resnet_app.model_summary import summarize
+    from resnet_app.nets.summary import summarize
 
     return 6.0 * summarize(_MODEL.value, image_size())["macs"]
 

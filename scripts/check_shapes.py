@@ -18,8 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import flags  # noqa: E402
 
-from resnet_app import cli  # noqa: E402
-from resnet_app.errors import ConfigError  # noqa: E402
+from resnet_app.common import cli
+from resnet_app.common.errors import ConfigError  # noqa: E402
 
 _EPOCHS = flags.DEFINE_integer("epochs", 2, "ResNet-20 training epochs (0 to skip).")
 _LINEAR = flags.DEFINE_integer("linear_examples", 20_000, "Training images for the ridge fit.")
@@ -46,10 +46,11 @@ def main(argv: list[str]) -> None:
         raise ConfigError("--epochs must be 0 or more and --linear_examples 1 or more")
     import keras
 
-    from resnet_app import data, evaluation
-    from resnet_app.model import create_model
+    from resnet_app.data import input_pipeline
+    from resnet_app.nets.resnet import create_model
+    from resnet_app.serving import evaluation
 
-    pipeline = data.create_pipeline(data.DataConfig(dataset="shapes"))
+    pipeline = input_pipeline.create_pipeline(input_pipeline.DataConfig(dataset="shapes"))
     if _EPOCHS.value:
         steps = pipeline.num_train_examples // _BATCH
         train = pipeline.train_dataset(_BATCH).map(lambda batch: (batch["image"], batch["label"]))

@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import flags  # noqa: E402
 
-from resnet_app import cli  # noqa: E402
+from resnet_app.common import cli
 
 _BATCH = flags.DEFINE_integer("batch_size", 128, "Global batch for the CIFAR-style runs.")
 _IMAGENET_BATCH = flags.DEFINE_integer("imagenet_batch_size", 32, "Batch for ImageNet style.")
@@ -83,7 +83,7 @@ def training_rate(pipeline, batch_size: int) -> float:
     import keras
     import tensorflow as tf
 
-    from resnet_app.model import create_model
+    from resnet_app.nets.resnet import create_model
 
     model = create_model("resnet20", num_classes=pipeline.num_classes)
     model.build((None, 32, 32, 3))
@@ -108,21 +108,23 @@ def training_rate(pipeline, batch_size: int) -> float:
 
 def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
-    from resnet_app import data
+    from resnet_app.data import input_pipeline
 
     rows = []
-    shapes = data.create_pipeline(data.DataConfig(dataset="shapes"))
+    shapes = input_pipeline.create_pipeline(input_pipeline.DataConfig(dataset="shapes"))
     cifar = pipeline_rate(shapes.train_dataset(_BATCH.value), _BATCH.value)
     rows.append(("CIFAR style: shapes, 32 px, pad-crop-flip", cifar))
     with tempfile.TemporaryDirectory() as directory:
         write_jpegs(directory, _JPEGS.value)
-        folder = data.create_pipeline(
-            data.DataConfig(dataset=f"folder:{directory}", image_size=224)
+        folder = input_pipeline.create_pipeline(
+            input_pipeline.DataConfig(dataset=f"folder:{directory}", image_size=224)
         )
         imagenet = pipeline_rate(folder.train_dataset(_IMAGENET_BATCH.value), _IMAGENET_BATCH.value)
         rows.append(("ImageNet style: 500x375 JPEG files, crop to 224", imagenet))
     if _TRAIN.value:
-        synthetic = data.create_pipeline(data.DataConfig(dataset="synthetic", image_size=32))
+        synthetic = input_pipeline.create_pipeline(
+            input_pipeline.DataConfig(dataset="synthetic", image_size=32)
+        )
         free = training_rate(synthetic, _BATCH.value)
         fed = training_rate(shapes, _BATCH.value)
         rows.append(("ResNet-20 training, synthetic input", free))

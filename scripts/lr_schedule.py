@@ -22,8 +22,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import flags, logging  # noqa: E402
 
-from resnet_app import cli, train  # noqa: E402
-from resnet_app.errors import ConfigError  # noqa: E402
+from resnet_app import train
+from resnet_app.common import cli
+from resnet_app.common.errors import ConfigError  # noqa: E402
 
 # Training split sizes of the datasets people schedule most often.
 KNOWN_SIZES = {
@@ -73,7 +74,7 @@ def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
     resolved = train.config_from_flags()
     examples = examples_per_epoch(resolved)
-    from resnet_app import trainer  # After the flags are known to be good.
+    from resnet_app.engine import trainer
 
     plan = trainer.plan_run(resolved, examples)
     rates = [plan.schedule(step, plan.steps_per_epoch) for step in range(plan.total_steps)]

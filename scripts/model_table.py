@@ -14,8 +14,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import flags  # noqa: E402
 
-from resnet_app import cli, presets  # noqa: E402
-from resnet_app.model_summary import format_count, summarize  # noqa: E402
+from resnet_app.common import cli
+from resnet_app.nets import presets
+from resnet_app.nets.summary import format_count, summarize  # noqa: E402
 
 _MODELS = flags.DEFINE_list("models", None, "Presets to list (default: all that users can pick).")
 

@@ -37,8 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import flags, logging  # noqa: E402
 
-from resnet_app import cli, files  # noqa: E402
-from resnet_app.errors import ConfigError  # noqa: E402
+from resnet_app.common import cli, files
+from resnet_app.common.errors import ConfigError  # noqa: E402
 
 if TYPE_CHECKING:  # matplotlib is optional: imported once it is known to be there.
     from matplotlib.axes import Axes

@@ -19,9 +19,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import flags  # noqa: E402
 
-from resnet_app import cli  # noqa: E402
-from resnet_app.data_config import DataConfig  # noqa: E402
-from resnet_app.errors import ConfigError  # noqa: E402
+from resnet_app.common import cli
+from resnet_app.common.errors import ConfigError  # noqa: E402
+from resnet_app.data.settings import DataConfig  # noqa: E402
 
 _OUT = flags.DEFINE_string("out", "batch.png", "Where to write the PNG.")
 _COUNT = flags.DEFINE_integer("count", 32, "How many images.")
@@ -51,9 +51,9 @@ def main(argv: list[str]) -> None:
 
     import numpy as np
 
-    from resnet_app import data
+    from resnet_app.data import input_pipeline
 
-    pipeline = data.create_pipeline(config)
+    pipeline = input_pipeline.create_pipeline(config)
     count = _COUNT.value
     if _SPLIT.value:
         dataset = pipeline.eval_dataset(count, split=_SPLIT.value)

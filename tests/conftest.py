@@ -32,7 +32,8 @@ def tiny_run(tmp_path_factory):
     Returns:
       (resolved config, model_dir as a pathlib.Path)
     """
-    from resnet_app import checkpoint, trainer
+    from resnet_app.common import checkpoint
+    from resnet_app.engine import trainer
     from tests import runs
 
     root = tmp_path_factory.mktemp("tiny_run")

@@ -9,7 +9,7 @@ on one device written out by hand, without step.py or optim.py.
 import numpy as np
 import tensorflow as tf
 
-from resnet_app import presets
+from resnet_app.nets import presets
 
 
 def momentum_steps(model, batches, learning_rates, momentum: float) -> None:

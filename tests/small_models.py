@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 
-from resnet_app.model import create_model
+from resnet_app.nets.resnet import create_model
 
 SIZE = 8  # Image height and width.
 

@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app import averaging, checkpoint, config, distribute, optim, preemption, trainer
-from resnet_app.distribute import mirrored_strategy
-from resnet_app.errors import ConfigError
-from resnet_app.step import TrainStep
+from resnet_app import config
+from resnet_app.common import checkpoint, distribute
+from resnet_app.common.distribute import mirrored_strategy
+from resnet_app.common.errors import ConfigError
+from resnet_app.engine import averaging, optim, preemption, trainer
+from resnet_app.engine.step import TrainStep
 from tests import runs
 from tests.commands import error_line, run_command
 from tests.reference import momentum_steps

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app.batch_norm import BatchNorm
-from resnet_app.trainer import _dtype_policy
+from resnet_app.engine.trainer import _dtype_policy
+from resnet_app.nets.batch_norm import BatchNorm
 
 
 def _pair(shape, **kwargs):

@@ -2,7 +2,7 @@
 
 import json
 
-from resnet_app import presets
+from resnet_app.nets import presets
 from tests.commands import error_line, run_command
 from tests.reference import closed_form_macs
 

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app import checkpoint, trainer
-from resnet_app.errors import ConfigError
+from resnet_app.common import checkpoint
+from resnet_app.common.errors import ConfigError
+from resnet_app.engine import trainer
 from tests import runs
 from tests.commands import REPO, error_line, run_command
 from tests.runs import read_records
@@ -40,7 +41,10 @@ STEPS_PER_EPOCH = 4
 DRIVER = """
 import os, signal, sys
 import tensorflow as tf
-from resnet_app import cli, step, train, trainer
+from resnet_app.common import cli
+from resnet_app.engine import step
+from resnet_app import train
+from resnet_app.engine import trainer
 
 kill_at, ids_path = int(sys.argv[1]), sys.argv[2]
 advance = trainer.Trainer._advance
@@ -188,7 +192,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_0_then_resumes(tmp_path):
 STOP_TWICE = """
 import os, signal, threading, time
 import tensorflow as tf
-from resnet_app.preemption import StopRequest
+from resnet_app.engine.preemption import StopRequest
 
 with StopRequest() as stop:
     @tf.function
@@ -420,7 +424,7 @@ def test_a_stop_during_evaluation_saves_once_and_evaluates_once(tmp_path, monkey
 
 
 def test_the_stop_watcher_leaves_no_open_file():
-    from resnet_app.preemption import StopRequest
+    from resnet_app.engine.preemption import StopRequest
 
     before = len(os.listdir("/proc/self/fd"))
     for _ in range(5):

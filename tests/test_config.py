@@ -7,8 +7,9 @@ import re
 import pytest
 import yaml
 
-from resnet_app import config, schedules
-from resnet_app.errors import ConfigError
+from resnet_app import config
+from resnet_app.common.errors import ConfigError
+from resnet_app.engine import schedules
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml")))

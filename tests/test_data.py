@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app import data, sources
-from resnet_app.errors import ConfigError
+from resnet_app.common.errors import ConfigError
+from resnet_app.data import input_pipeline, sources
 from tests import image_files
 from tests.tfds_mock import closed_port, mock_tfds
 
@@ -17,7 +17,7 @@ from tests.tfds_mock import closed_port, mock_tfds
 def shapes_config(**overrides):
     fields = dict(dataset="shapes", train_examples=300, eval_examples=100)
     fields.update(overrides)
-    return data.DataConfig(**fields)
+    return input_pipeline.DataConfig(**fields)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -35,7 +35,7 @@ def private_cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def shapes_pipeline():
-    return data.create_pipeline(shapes_config())
+    return input_pipeline.create_pipeline(shapes_config())
 
 
 def take_examples(dataset, count):
@@ -73,24 +73,26 @@ def test_labels_follow_the_ids(shapes_pipeline):
 def test_training_images_are_the_per_example_recipe(shapes_pipeline):
     # The pipeline augments whole batches; each image must still be exactly
     # cifar_train(image, seed) with its own seed (seed, epoch * N + id).
-    from resnet_app import preprocessing
+    from resnet_app.data import preprocessing
 
     examples = take_examples(shapes_pipeline.train_dataset(25), 350)
     size = shapes_pipeline.num_train_examples
     for position in (0, 7, 299, 300, 349):
         epoch, example_id = position // size, examples["id"][position]
-        seed = data.example_seed(0, epoch, example_id)
+        seed = input_pipeline.example_seed(0, epoch, example_id)
         image = tf.constant(shapes_pipeline.train_split.images[example_id])
         expected = preprocessing.cifar_train(image, seed, shapes_pipeline.preprocessing)
         np.testing.assert_array_equal(examples["image"][position], expected.numpy())
 
 
 def test_same_seed_same_stream_other_seed_other_stream():
-    one = take_examples(data.create_pipeline(shapes_config()).train_dataset(32), 64)
-    two = take_examples(data.create_pipeline(shapes_config()).train_dataset(32), 64)
+    one = take_examples(input_pipeline.create_pipeline(shapes_config()).train_dataset(32), 64)
+    two = take_examples(input_pipeline.create_pipeline(shapes_config()).train_dataset(32), 64)
     np.testing.assert_array_equal(one["image"], two["image"])
     np.testing.assert_array_equal(one["id"], two["id"])
-    other = take_examples(data.create_pipeline(shapes_config(seed=1)).train_dataset(32), 64)
+    other = take_examples(
+        input_pipeline.create_pipeline(shapes_config(seed=1)).train_dataset(32), 64
+    )
     assert not np.array_equal(one["id"], other["id"])
 
 
@@ -121,7 +123,7 @@ def test_global_batch_must_divide_among_shards(shapes_pipeline):
 
 
 def test_batch_structure_and_dtype():
-    pipeline = data.create_pipeline(shapes_config(dtype="bfloat16"))
+    pipeline = input_pipeline.create_pipeline(shapes_config(dtype="bfloat16"))
     batch = next(iter(pipeline.train_dataset(16)))
     assert batch["image"].shape == (16, 32, 32, 3) and batch["image"].dtype == tf.bfloat16
     assert batch["label"].dtype == tf.int32 and batch["id"].dtype == tf.int64
@@ -175,8 +177,8 @@ def test_eval_images_are_the_normalized_test_images(shapes_pipeline):
 
 
 def test_validation_split_holds_out_training_examples():
-    full = data.create_pipeline(shapes_config())
-    held = data.create_pipeline(shapes_config(validation_split=50))
+    full = input_pipeline.create_pipeline(shapes_config())
+    held = input_pipeline.create_pipeline(shapes_config(validation_split=50))
     assert held.eval_split_name == "holdout"
     assert held.num_train_examples == 250 and held.num_eval_examples() == 50
     train, holdout = held.train_split, held.eval_split()
@@ -187,7 +189,7 @@ def test_validation_split_holds_out_training_examples():
     # Model selection never sees the test set, which stays available.
     assert held.num_eval_examples("test") == 100
     # The held-out examples do not depend on the training seed.
-    other = data.create_pipeline(shapes_config(validation_split=50, seed=9))
+    other = input_pipeline.create_pipeline(shapes_config(validation_split=50, seed=9))
     np.testing.assert_array_equal(other.eval_split().images, holdout.images)
     # Normalization statistics come from the remaining training examples only.
     np.testing.assert_allclose(
@@ -197,15 +199,17 @@ def test_validation_split_holds_out_training_examples():
 
 def test_validation_split_larger_than_the_training_set_is_an_error():
     with pytest.raises(ConfigError, match="leaves no training examples"):
-        data.create_pipeline(shapes_config(validation_split=300))
+        input_pipeline.create_pipeline(shapes_config(validation_split=300))
 
 
 # -- synthetic -----------------------------------------------------------------
 
 
 def test_synthetic_is_any_shape_and_counts_exactly():
-    pipeline = data.create_pipeline(
-        data.DataConfig(dataset="synthetic", image_size=48, num_classes=7, eval_examples=50)
+    pipeline = input_pipeline.create_pipeline(
+        input_pipeline.DataConfig(
+            dataset="synthetic", image_size=48, num_classes=7, eval_examples=50
+        )
     )
     batch = next(iter(pipeline.train_dataset(8)))
     assert batch["image"].shape == (8, 48, 48, 3)
@@ -281,8 +285,10 @@ def test_folder_lists_classes_and_skips_unreadable_files(folder, caplog):
 
 def test_folder_images_decode_to_their_pixels_whatever_the_extension(folder):
     root, originals = folder
-    pipeline = data.create_pipeline(
-        data.DataConfig(dataset=f"folder:{root}", image_size=32, mean=(0, 0, 0), std=(1, 1, 1))
+    pipeline = input_pipeline.create_pipeline(
+        input_pipeline.DataConfig(
+            dataset=f"folder:{root}", image_size=32, mean=(0, 0, 0), std=(1, 1, 1)
+        )
     )
     assert pipeline.preprocessing.family == "cifar"
     split = pipeline.eval_split("train")
@@ -300,7 +306,9 @@ def test_folder_images_decode_to_their_pixels_whatever_the_extension(folder):
 
 def test_folder_training_stream_at_imagenet_size(folder):
     root, _ = folder
-    pipeline = data.create_pipeline(data.DataConfig(dataset=f"folder:{root}", image_size=96))
+    pipeline = input_pipeline.create_pipeline(
+        input_pipeline.DataConfig(dataset=f"folder:{root}", image_size=96)
+    )
     assert pipeline.preprocessing.family == "imagenet"
     examples = take_examples(pipeline.train_dataset(4), 16)
     assert examples["image"].shape == (16, 96, 96, 3)
@@ -316,7 +324,9 @@ def test_folder_training_stream_at_imagenet_size(folder):
 )
 def test_folder_errors(folder, make, message):
     with pytest.raises(ConfigError, match=message):
-        data.create_pipeline(data.DataConfig(dataset=f"folder:{make(folder[0])}"))
+        input_pipeline.create_pipeline(
+            input_pipeline.DataConfig(dataset=f"folder:{make(folder[0])}")
+        )
 
 
 def test_folder_with_a_class_unknown_to_train(tmp_path):
@@ -332,7 +342,9 @@ def test_folder_with_a_class_unknown_to_train(tmp_path):
 
 def test_tfds_cifar10_through_mock_data_is_held_in_memory(tmp_path):
     with mock_tfds("cifar10", str(tmp_path), ("train", "test"), 40):
-        pipeline = data.create_pipeline(data.DataConfig(dataset="cifar10", data_dir=str(tmp_path)))
+        pipeline = input_pipeline.create_pipeline(
+            input_pipeline.DataConfig(dataset="cifar10", data_dir=str(tmp_path))
+        )
         assert pipeline.train_split.kind == "array"
         assert pipeline.num_train_examples == 40 and pipeline.num_classes == 10
         assert pipeline.eval_split_name == "test"
@@ -346,8 +358,10 @@ def test_tfds_cifar10_through_mock_data_is_held_in_memory(tmp_path):
 
 def test_tfds_imagenet2012_through_mock_data_is_streamed(tmp_path):
     with mock_tfds("imagenet2012", str(tmp_path), ("train", "validation"), 30):
-        pipeline = data.create_pipeline(
-            data.DataConfig(dataset="imagenet2012", data_dir=str(tmp_path), shuffle_buffer=8)
+        pipeline = input_pipeline.create_pipeline(
+            input_pipeline.DataConfig(
+                dataset="imagenet2012", data_dir=str(tmp_path), shuffle_buffer=8
+            )
         )
         assert pipeline.train_split.kind == "records"
         assert pipeline.num_classes == 1000 and pipeline.eval_split_name == "validation"
@@ -385,7 +399,7 @@ def test_tfds_records_on_real_files_with_slicing(tmp_path, monkeypatch):
     assert len(builder.info.splits["train"].shard_lengths) == 3
     stored = tfds.as_numpy(builder.as_dataset(split="train", batch_size=-1))
     monkeypatch.setattr(sources, "IN_MEMORY_LIMIT_BYTES", 0)
-    config = data.DataConfig(
+    config = input_pipeline.DataConfig(
         dataset="dummy_mnist",
         data_dir=str(tmp_path),
         image_size=32,
@@ -393,7 +407,7 @@ def test_tfds_records_on_real_files_with_slicing(tmp_path, monkeypatch):
         validation_split=4,
         shuffle_buffer=4,
     )
-    pipeline = data.create_pipeline(config)
+    pipeline = input_pipeline.create_pipeline(config)
     assert pipeline.train_split.kind == "records"
     assert pipeline.num_train_examples == 12 and pipeline.num_eval_examples() == 4
     # The holdout is examples 12-15 of the split, with ids 0-3 within it.
@@ -422,7 +436,9 @@ def offline(monkeypatch):
 def test_offline_tfds_dataset_fails_fast_with_the_fix(tmp_path, offline):
     started = time.monotonic()
     with pytest.raises(ConfigError) as error:
-        data.create_pipeline(data.DataConfig(dataset="cifar10", data_dir=str(tmp_path)))
+        input_pipeline.create_pipeline(
+            input_pipeline.DataConfig(dataset="cifar10", data_dir=str(tmp_path))
+        )
     assert time.monotonic() - started < 30
     message = str(error.value)
     assert "'cifar10'" in message and str(tmp_path) in message
@@ -431,7 +447,9 @@ def test_offline_tfds_dataset_fails_fast_with_the_fix(tmp_path, offline):
 
 def test_imagenet_without_its_manual_download_explains_where_files_go(tmp_path, offline):
     with pytest.raises(ConfigError) as error:
-        data.create_pipeline(data.DataConfig(dataset="imagenet2012", data_dir=str(tmp_path)))
+        input_pipeline.create_pipeline(
+            input_pipeline.DataConfig(dataset="imagenet2012", data_dir=str(tmp_path))
+        )
     message = str(error.value)
     assert os.path.join(str(tmp_path), "downloads", "manual") in message
     assert "ILSVRC2012_img_train.tar" in message and "\n" not in message
@@ -439,18 +457,24 @@ def test_imagenet_without_its_manual_download_explains_where_files_go(tmp_path, 
 
 def test_unknown_dataset_names_the_choices(tmp_path):
     with pytest.raises(ConfigError, match="unknown dataset 'cifar11'.*shapes"):
-        data.create_pipeline(data.DataConfig(dataset="cifar11", data_dir=str(tmp_path)))
+        input_pipeline.create_pipeline(
+            input_pipeline.DataConfig(dataset="cifar11", data_dir=str(tmp_path))
+        )
 
 
 @pytest.mark.parametrize("name", ["cifar10:9.9.9", "cifar10/nope"])
 def test_bad_tfds_version_or_config(tmp_path, name):
     with pytest.raises(ConfigError, match=f"cannot load tfds dataset '{name}'"):
-        data.create_pipeline(data.DataConfig(dataset=name, data_dir=str(tmp_path)))
+        input_pipeline.create_pipeline(
+            input_pipeline.DataConfig(dataset=name, data_dir=str(tmp_path))
+        )
 
 
 def test_tfds_dataset_that_is_not_image_classification(tmp_path):
     with pytest.raises(ConfigError, match="not an image-classification dataset"):
-        data.create_pipeline(data.DataConfig(dataset="glue/cola", data_dir=str(tmp_path)))
+        input_pipeline.create_pipeline(
+            input_pipeline.DataConfig(dataset="glue/cola", data_dir=str(tmp_path))
+        )
 
 
 # -- config ----------------------------------------------------------------------
@@ -474,15 +498,15 @@ def test_tfds_dataset_that_is_not_image_classification(tmp_path):
 )
 def test_bad_config_values_name_the_field(field, value, message):
     with pytest.raises(ConfigError, match=message):
-        data.DataConfig(**{field: value})
+        input_pipeline.DataConfig(**{field: value})
 
 
 def test_eval_resize_below_the_crop_is_an_error(folder):
-    config = data.DataConfig(dataset=f"folder:{folder[0]}", image_size=96, eval_resize=64)
+    config = input_pipeline.DataConfig(dataset=f"folder:{folder[0]}", image_size=96, eval_resize=64)
     with pytest.raises(ConfigError, match="eval_resize=64 is smaller than image_size=96"):
-        data.create_pipeline(config)
+        input_pipeline.create_pipeline(config)
 
 
 def test_unknown_eval_split_lists_the_splits():
     with pytest.raises(ConfigError, match="no split 'valid'; it has train, test"):
-        data.create_pipeline(shapes_config(eval_split="valid"))
+        input_pipeline.create_pipeline(shapes_config(eval_split="valid"))

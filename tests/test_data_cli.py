@@ -5,7 +5,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from resnet_app import sources
+from resnet_app.data import sources
 from tests.commands import error_line, run_command
 from tests.tfds_mock import closed_port
 

@@ -10,8 +10,8 @@ import os
 import numpy as np
 from matplotlib import image as mpimg
 
-from resnet_app import eval_report
-from resnet_app.shapes import CLASS_NAMES
+from resnet_app.data.shapes import CLASS_NAMES
+from resnet_app.serving import reports
 
 RECORD = {
     "checkpoint": "ckpt-4",
@@ -39,7 +39,7 @@ def hand_matrix():
 def test_report_per_class_and_most_confused_by_hand():
     names = ["cat", "dog", "emu", "fox"]
     record = {**RECORD, "num_examples": 18}
-    report = eval_report.build_report(record, hand_matrix(), names)
+    report = reports.build_report(record, hand_matrix(), names)
     assert {k: report[k] for k in record} == record
     assert report["classes"] == [
         {"id": 0, "name": "cat", "examples": 8, "correct": 5, "accuracy": 5 / 8},
@@ -57,9 +57,9 @@ def test_report_per_class_and_most_confused_by_hand():
         ("cat", "fox", 1),
         ("fox", "emu", 1),
     ]
-    assert len(eval_report.most_confused(hand_matrix(), names, count=2)) == 2
+    assert len(reports.most_confused(hand_matrix(), names, count=2)) == 2
     # Written one entry per line, and read back the same.
-    text = eval_report.to_json(report)
+    text = reports.to_json(report)
     assert json.loads(text) == report
     assert '    {"id": 2, "name": "emu", "examples": 0, "correct": 0, "accuracy": null}' in text
 
@@ -68,7 +68,7 @@ def test_picture_has_class_names_and_counts():
     rng = np.random.default_rng(0)
     confusion = rng.integers(0, 4, size=(10, 10))
     confusion[3] = 0  # A class without examples: its row stays blank, no division by zero.
-    figure = eval_report.plot_confusion(confusion, CLASS_NAMES, "ckpt-4 on test")
+    figure = reports.plot_confusion(confusion, CLASS_NAMES, "ckpt-4 on test")
     [axes] = [a for a in figure.axes if a.get_xlabel() == "predicted class"]
     assert [t.get_text() for t in axes.get_xticklabels()] == list(CLASS_NAMES)
     assert [t.get_text() for t in axes.get_yticklabels()] == list(CLASS_NAMES)
@@ -87,7 +87,7 @@ def test_picture_has_class_names_and_counts():
 
 def test_picture_of_many_classes_leaves_names_out():
     confusion = np.eye(60, dtype=np.int64) * 3
-    figure = eval_report.plot_confusion(confusion, [f"n{i:08d}" for i in range(60)], "many")
+    figure = reports.plot_confusion(confusion, [f"n{i:08d}" for i in range(60)], "many")
     [axes] = [a for a in figure.axes if a.get_xlabel() == "predicted class"]
     assert axes.get_xticklabels() == [] and axes.get_yticklabels() == []
     assert "60 classes: names left out" in axes.get_title()
@@ -96,12 +96,12 @@ def test_picture_of_many_classes_leaves_names_out():
 
 
 def test_write_report_replaces_files_whole(tmp_path):
-    directory = tmp_path / "reports" / eval_report.report_name("ckpt-4", "test")
+    directory = tmp_path / "reports" / reports.report_name("ckpt-4", "test")
     assert directory.name == "ckpt-4-test"
     names = ["cat", "dog", "emu", "fox"]
     record = {**RECORD, "num_examples": 18}
-    eval_report.write_report(str(directory), record, np.zeros((4, 4), np.int64), names)
-    report = eval_report.write_report(str(directory), record, hand_matrix(), names)
+    reports.write_report(str(directory), record, np.zeros((4, 4), np.int64), names)
+    report = reports.write_report(str(directory), record, hand_matrix(), names)
     assert sorted(os.listdir(directory)) == ["confusion_matrix.png", "eval_results.json"]
     with open(directory / "eval_results.json") as f:
         assert json.load(f) == report
@@ -113,20 +113,20 @@ def test_a_picture_that_cannot_be_drawn_leaves_no_stale_one(tmp_path, monkeypatc
     directory = tmp_path / "ckpt-4-test"
     names = ["cat", "dog", "emu", "fox"]
     record = {**RECORD, "num_examples": 18}
-    eval_report.write_report(str(directory), record, hand_matrix(), names)
+    reports.write_report(str(directory), record, hand_matrix(), names)
     assert (directory / "confusion_matrix.png").exists()
     for failure, message in [
         (ImportError("no matplotlib"), "it needs matplotlib"),
         (ValueError("bad mathtext"), "Could not draw confusion_matrix.png (bad mathtext)"),
     ]:
-        eval_report.write_report(str(directory), record, hand_matrix(), names)
+        reports.write_report(str(directory), record, hand_matrix(), names)
 
         def fail(*args, error=failure, **kwargs):
             raise error
 
-        monkeypatch.setattr(eval_report, "plot_confusion", fail)
+        monkeypatch.setattr(reports, "plot_confusion", fail)
         caplog.clear()
-        report = eval_report.write_report(str(directory), record, np.eye(4, dtype=int), names)
+        report = reports.write_report(str(directory), record, np.eye(4, dtype=int), names)
         monkeypatch.undo()
         assert os.listdir(directory) == ["eval_results.json"]  # The old picture is gone.
         assert report["confusion_matrix"] == np.eye(4, dtype=int).tolist()
@@ -135,7 +135,7 @@ def test_a_picture_that_cannot_be_drawn_leaves_no_stale_one(tmp_path, monkeypatc
 
 def test_class_names_with_dollars_are_drawn_as_text(tmp_path):
     names = ["$5 or $10", "$\\frac", "coin", "card"]  # Unescaped: math, or a parse error.
-    figure = eval_report.plot_confusion(hand_matrix(), names, "title")
+    figure = reports.plot_confusion(hand_matrix(), names, "title")
     labels = [t.get_text() for t in figure.axes[0].get_xticklabels()]
     assert labels == [r"\$5 or \$10", r"\$\frac", "coin", "card"]
     figure.savefig(io.BytesIO(), format="png")

@@ -16,9 +16,10 @@ import tensorflow as tf
 import yaml
 from matplotlib import image as mpimg
 
-from resnet_app import data, trainer
-from resnet_app.presets import get_config
-from resnet_app.shapes import CLASS_NAMES
+from resnet_app.data import input_pipeline
+from resnet_app.data.shapes import CLASS_NAMES
+from resnet_app.engine import trainer
+from resnet_app.nets.presets import get_config
 from tests.commands import REPO, error_line, run_command
 from tests.conftest import EVAL_EXAMPLES
 from tests.test_multiworker import _free_ports
@@ -35,7 +36,9 @@ def reference(run, name, split=None):
     confusion matrix, from plain model calls and NumPy."""
     resolved, model_dir = run
     preset = get_config(resolved.model_name, **resolved.model_overrides)
-    pipeline = data.create_pipeline(resolved.data, default_image_size=preset.default_image_size)
+    pipeline = input_pipeline.create_pipeline(
+        resolved.data, default_image_size=preset.default_image_size
+    )
     model = trainer.build_model(resolved, pipeline)
     tf.train.Checkpoint(model=model).restore(str(model_dir / name)).expect_partial()
     logits, labels = [], []

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app import data, evaluation
-from resnet_app.distribute import mirrored_strategy
-from resnet_app.model import create_model
+from resnet_app.common.distribute import mirrored_strategy
+from resnet_app.data import input_pipeline
+from resnet_app.nets.resnet import create_model
+from resnet_app.serving import evaluation
 
 TOWERS = ["/cpu:0", "/cpu:1", "/cpu:2"]
 
@@ -14,8 +15,10 @@ TOWERS = ["/cpu:0", "/cpu:1", "/cpu:2"]
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
     cache = str(tmp_path_factory.mktemp("cache"))
-    return data.create_pipeline(
-        data.DataConfig(dataset="shapes", data_dir=cache, train_examples=64, eval_examples=1001)
+    return input_pipeline.create_pipeline(
+        input_pipeline.DataConfig(
+            dataset="shapes", data_dir=cache, train_examples=64, eval_examples=1001
+        )
     )
 
 
@@ -98,8 +101,10 @@ def test_every_example_counted_once_and_accuracy_matches_numpy(pipeline, weights
 
 def test_fewer_examples_than_towers(tmp_path, weights):
     # 2 examples on 3 towers: one tower sees only padding, and nobody crashes.
-    pipeline = data.create_pipeline(
-        data.DataConfig(dataset="shapes", data_dir=str(tmp_path), train_examples=8, eval_examples=2)
+    pipeline = input_pipeline.create_pipeline(
+        input_pipeline.DataConfig(
+            dataset="shapes", data_dir=str(tmp_path), train_examples=8, eval_examples=2
+        )
     )
     strategy = strategy_for(3)
     with strategy.scope():
@@ -141,8 +146,8 @@ def test_a_file_that_fails_to_decode_is_skipped_and_reported(tmp_path, weights, 
         (tmp_path / split / "a" / "fake.jpg").write_bytes(
             b"\xff\xd8\xff" + b"\x17" * 300 + b"\xff\xd9"
         )
-    pipeline = data.create_pipeline(
-        data.DataConfig(dataset=f"folder:{tmp_path}", image_size=32, num_classes=1)
+    pipeline = input_pipeline.create_pipeline(
+        input_pipeline.DataConfig(dataset=f"folder:{tmp_path}", image_size=32, num_classes=1)
     )
     assert pipeline.num_eval_examples() == 4
     batches = list(pipeline.train_dataset(2).take(4))  # Training goes on past it.

@@ -16,10 +16,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app import data, serving, trainer
-from resnet_app.errors import ConfigError
-from resnet_app.model import create_model
-from resnet_app.presets import get_config
+from resnet_app.common.errors import ConfigError
+from resnet_app.data import input_pipeline
+from resnet_app.engine import trainer
+from resnet_app.nets.presets import get_config
+from resnet_app.nets.resnet import create_model
+from resnet_app.serving import exports
 from tests import runs
 from tests.commands import error_line, run_command
 from tests.image_files import few_colour_image
@@ -66,7 +68,9 @@ def restored(tiny_run, name="ckpt-4"):
     """The run's pipeline and its model restored in this process."""
     resolved, model_dir = tiny_run
     preset = get_config(resolved.model_name, **resolved.model_overrides)
-    pipeline = data.create_pipeline(resolved.data, default_image_size=preset.default_image_size)
+    pipeline = input_pipeline.create_pipeline(
+        resolved.data, default_image_size=preset.default_image_size
+    )
     model = trainer.build_model(resolved, pipeline)
     tf.train.Checkpoint(model=model).restore(str(model_dir / name)).expect_partial()
     return pipeline, model
@@ -114,8 +118,8 @@ def test_export_in_a_process_without_resnet_app_equals_the_evaluation(tiny_run, 
     for i, image in enumerate(larger):
         for split_name in ("train", "test"):
             write_images(folder / split_name / f"c{i}", [image])
-    folder_pipeline = data.create_pipeline(
-        data.DataConfig(
+    folder_pipeline = input_pipeline.create_pipeline(
+        input_pipeline.DataConfig(
             dataset=f"folder:{folder}",
             image_size=32,
             preprocessing="cifar",
@@ -201,14 +205,16 @@ def test_imagenet_preprocessing_of_files_of_any_size(tmp_path):
     for i, image in enumerate(originals):
         for split_name in ("train", "test"):
             write_images(tmp_path / split_name / f"c{i}", [image])
-    pipeline = data.create_pipeline(
-        data.DataConfig(dataset=f"folder:{tmp_path}", image_size=32, preprocessing="imagenet")
+    pipeline = input_pipeline.create_pipeline(
+        input_pipeline.DataConfig(
+            dataset=f"folder:{tmp_path}", image_size=32, preprocessing="imagenet"
+        )
     )
     assert pipeline.preprocessing.eval_resize == 37
     model = create_model("tiny", num_classes=3)
     model.build((None, 32, 32, 3))
     expected = evaluation_logits(model, pipeline.eval_dataset(3))
-    served = serving.ServingModel(model, pipeline.preprocessing, pipeline.class_names, top_k=2)
+    served = exports.ServingModel(model, pipeline.preprocessing, pipeline.class_names, top_k=2)
     files = sorted((tmp_path / "test").rglob("*.png"))
     encoded = tf.constant([path.read_bytes() for path in files])
     from_bytes = served.serve_bytes(encoded)["logits"].numpy()
@@ -223,9 +229,9 @@ def test_only_an_old_export_is_ever_replaced(tiny_run, exported, tmp_path, monke
     _, model_dir = tiny_run
     target = tmp_path / "model"
     shutil.copytree(exported, target)  # An export of ckpt-4.
-    served, source = serving.load(str(model_dir), "ckpt-2", top_k=3)
+    served, source = exports.load(str(model_dir), "ckpt-2", top_k=3)
     with pytest.raises(ConfigError, match="holds an export; add --overwrite"):
-        serving.save(served, source, str(target))
+        exports.save(served, source, str(target))
 
     def broken_save(obj, directory, signatures=None):
         (tmp_path / "was_staged_at").write_text(directory)
@@ -235,7 +241,7 @@ def test_only_an_old_export_is_ever_replaced(tiny_run, exported, tmp_path, monke
 
     monkeypatch.setattr(tf.saved_model, "save", broken_save)
     with pytest.raises(OSError, match="disk full"):
-        serving.save(served, source, str(target), overwrite=True)
+        exports.save(served, source, str(target), overwrite=True)
     monkeypatch.undo()
     assert sorted(os.listdir(tmp_path)) == ["model", "was_staged_at"]  # No partial directory.
 
@@ -243,7 +249,7 @@ def test_only_an_old_export_is_ever_replaced(tiny_run, exported, tmp_path, monke
         return json.loads((directory / "assets.extra" / "export_info.json").read_text())
 
     assert checkpoint_of(target)["checkpoint"] == "ckpt-4"  # The old export, intact.
-    serving.save(served, source, str(target), overwrite=True)
+    exports.save(served, source, str(target), overwrite=True)
     info = checkpoint_of(target)
     assert info["checkpoint"] == "ckpt-2" and info["step"] == 2 and info["top_k"] == 3
     assert sorted(os.listdir(tmp_path)) == ["model", "was_staged_at"]
@@ -262,14 +268,14 @@ def test_only_an_old_export_is_ever_replaced(tiny_run, exported, tmp_path, monke
         (run / "ckpt-4", "named like a checkpoint of the run"),
     ]:
         with pytest.raises(ConfigError, match=message):
-            serving.save(served, {**source, "model_dir": str(run)}, str(directory), True)
+            exports.save(served, {**source, "model_dir": str(run)}, str(directory), True)
     assert (other / "notes.txt").read_text() == "mine"
     assert sorted(os.listdir(run)) == sorted(os.listdir(model_dir))
 
     # A link to an export: the export it points to is replaced, the link stays.
     link = tmp_path / "current"
     link.symlink_to(target)
-    serving.save(served, {**source, "checkpoint": "ckpt-x"}, str(link), overwrite=True)
+    exports.save(served, {**source, "checkpoint": "ckpt-x"}, str(link), overwrite=True)
     assert link.is_symlink() and checkpoint_of(link)["checkpoint"] == "ckpt-x"
     assert not [p for p in os.listdir(tmp_path) if ".replaced-" in p or ".partial-" in p]
 
@@ -298,16 +304,16 @@ def test_a_run_without_data_info_reads_its_dataset_instead(tiny_run, tmp_path):
     _, model_dir = tiny_run
     copy = tmp_path / "run"
     shutil.copytree(model_dir, copy)
-    recorded = data.read_data_info(str(copy))
-    (copy / data.DATA_INFO_FILE).unlink()
-    served, _ = serving.load(str(copy))
+    recorded = input_pipeline.read_data_info(str(copy))
+    (copy / input_pipeline.DATA_INFO_FILE).unlink()
+    served, _ = exports.load(str(copy))
     assert served.class_names == recorded[0]
     measured = dataclasses.replace(served._preprocessing, dtype=recorded[1].dtype)
     assert measured == recorded[1]
 
-    (copy / data.DATA_INFO_FILE).write_text('{"class_names": ["a"]')
+    (copy / input_pipeline.DATA_INFO_FILE).write_text('{"class_names": ["a"]')
     with pytest.raises(ConfigError, match=r"data_info.json is damaged .*; delete it"):
-        serving.load(str(copy))
+        exports.load(str(copy))
 
 
 def test_a_bf16_run_serves_what_evaluate_measures(tmp_path):
@@ -319,6 +325,6 @@ def test_a_bf16_run_serves_what_evaluate_measures(tmp_path):
     assert pipeline.preprocessing.dtype == "bfloat16"
     assert model.compute_dtype == "float32"
     expected = evaluation_logits(model, pipeline.eval_dataset(16))
-    served, _ = serving.load(str(model_dir))
+    served, _ = exports.load(str(model_dir))
     logits = served.serve_images(pipeline.eval_split().images)["logits"].numpy()
     np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-6)

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from resnet_app import eval_report, metrics
+from resnet_app.common import metrics
+from resnet_app.serving import reports
 
 
 class FakeTerminal(io.StringIO):
@@ -62,7 +63,7 @@ def test_non_finite_numbers_are_written_as_strict_json_null(tmp_path):
     writer.close()
     line = (tmp_path / metrics.METRICS_FILE).read_text()
     assert strict(line) == {"step": 7, "loss": None, "rates": [None, 0.5], "x": {"y": None}}
-    report = eval_report.build_report(
+    report = reports.build_report(
         {
             "checkpoint": "ckpt-1",
             "step": 1,
@@ -75,5 +76,5 @@ def test_non_finite_numbers_are_written_as_strict_json_null(tmp_path):
         np.array([[0, 1], [0, 1]]),
         ["a", "b"],
     )
-    parsed = strict(eval_report.to_json(report))
+    parsed = strict(reports.to_json(report))
     assert parsed["loss"] is None and parsed["classes"][0]["accuracy"] == 0.0

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app import model as model_lib
-from resnet_app import presets
-from resnet_app.errors import ConfigError
-from resnet_app.model_summary import count_params, summarize
+from resnet_app.common.errors import ConfigError
+from resnet_app.nets import presets
+from resnet_app.nets import resnet as model_lib
+from resnet_app.nets.summary import count_params, summarize
 from tests.reference import closed_form_macs, closed_form_params
 
 ALL = presets.model_names(include_test_only=True)

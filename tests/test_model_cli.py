@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from resnet_app import presets
+from resnet_app.nets import presets
 from tests.commands import run_command
 from tests.reference import closed_form_macs, closed_form_params
 

@@ -11,7 +11,8 @@ import tempfile
 
 import numpy as np
 
-from resnet_app import config, trainer
+from resnet_app import config
+from resnet_app.engine import trainer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -19,7 +20,8 @@ WORKER = """
 import sys
 import numpy as np
 
-from resnet_app import config, trainer
+from resnet_app import config
+from resnet_app.engine import trainer
 
 model_dir, data_dir, out, steps, *extra_sets = sys.argv[1:]
 resolved = config.resolve(

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app import optim
-from resnet_app.distribute import mirrored_strategy
-from resnet_app.errors import ConfigError
+from resnet_app.common.distribute import mirrored_strategy
+from resnet_app.common.errors import ConfigError
+from resnet_app.engine import optim
 
 RTOL = 1e-6
 STEPS = 6

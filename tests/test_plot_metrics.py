@@ -9,7 +9,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from resnet_app import metrics
+from resnet_app.common import metrics
 from tests.commands import REPO, error_line, run_command
 
 

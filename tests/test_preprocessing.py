@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app import preprocessing
-from resnet_app.preprocessing import Preprocessing
+from resnet_app.data import preprocessing
+from resnet_app.data.preprocessing import Preprocessing
 
 MEAN, STD = (120.0, 110.0, 100.0), (60.0, 50.0, 40.0)
 CIFAR = Preprocessing("cifar", 32, MEAN, STD)

@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from resnet_app import schedules
-from resnet_app.errors import ConfigError
+from resnet_app.common.errors import ConfigError
+from resnet_app.engine import schedules
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "scripts" / "schedules"

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from resnet_app import shapes
+from resnet_app.data import shapes
 
 
 @pytest.fixture(scope="module")

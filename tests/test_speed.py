@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app import data, trainer
-from resnet_app.errors import ConfigError
+from resnet_app.common.errors import ConfigError
+from resnet_app.data import input_pipeline
+from resnet_app.engine import trainer
 from tests import runs
 from tests.runs import read_records
 
@@ -51,7 +52,7 @@ def test_xla_run_trains(tmp_path):
 
 
 def test_a_slow_input_pipeline_is_reported_once(tmp_path, monkeypatch):
-    train_dataset = data.InputPipeline.train_dataset
+    train_dataset = input_pipeline.InputPipeline.train_dataset
 
     def slow_train_dataset(self, *args, **kwargs):
         def wait(batch):
@@ -63,7 +64,7 @@ def test_a_slow_input_pipeline_is_reported_once(tmp_path, monkeypatch):
 
         return train_dataset(self, *args, **kwargs).map(wait)
 
-    monkeypatch.setattr(data.InputPipeline, "train_dataset", slow_train_dataset)
+    monkeypatch.setattr(input_pipeline.InputPipeline, "train_dataset", slow_train_dataset)
     model_dir = tmp_path / "run"
     trainer.train_and_evaluate(
         small_config(tmp_path, "train.log_every=3", train_steps=12), str(model_dir)

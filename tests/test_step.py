@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app import optim
-from resnet_app.distribute import mirrored_strategy, moving_statistics_sync
-from resnet_app.step import TrainStep
+from resnet_app.common.distribute import mirrored_strategy, moving_statistics_sync
+from resnet_app.engine import optim
+from resnet_app.engine.step import TrainStep
 from tests.commands import run_command
 from tests.reference import momentum_steps
 from tests.small_models import SIZE, initial_weights, no_bn, tiny_bn
@@ -213,7 +213,7 @@ def test_bfloat16_step_updates_like_float32():
     BatchNorm's gamma and beta gradients are sums over the batch of terms of both
     signs, whose cancellation magnifies the relative error: over seeds 0-5 the
     worst variable's error was 0.02-0.15). A wrong update rule is off by ~100%."""
-    from resnet_app.trainer import _dtype_policy
+    from resnet_app.engine.trainer import _dtype_policy
 
     def make_bf16_model():
         with _dtype_policy("mixed_bfloat16"):

@@ -8,8 +8,9 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from resnet_app import config, trainer
-from resnet_app.errors import ConfigError
+from resnet_app import config
+from resnet_app.common.errors import ConfigError
+from resnet_app.engine import trainer
 from tests.commands import error_line, run_command
 from tests.runs import read_records, small_config
 

@@ -35,10 +35,13 @@ import shutil
 import tensorflow as tf
 from absl import logging
 
-from resnet_app import checkpoint, config, data, trainer
-from resnet_app.errors import ConfigError
-from resnet_app.preprocessing import Preprocessing, eval_image
-from resnet_app.presets import get_config
+from resnet_app import config
+from resnet_app.common import checkpoint
+from resnet_app.common.errors import ConfigError
+from resnet_app.data import input_pipeline
+from resnet_app.data.preprocessing import Preprocessing, eval_image
+from resnet_app.engine import trainer
+from resnet_app.nets.presets import get_config
 
 TOP_K = 5
 SIGNATURES = ("serving_default", "serving_bytes", "features")
@@ -111,7 +114,7 @@ class ServingModel(tf.Module):
 
 def _data_info(model_dir: str, run_config: config.Config) -> tuple[list[str], Preprocessing]:
     """The run's class names and preprocessing: as recorded, else from its dataset."""
-    recorded = data.read_data_info(model_dir)
+    recorded = input_pipeline.read_data_info(model_dir)
     if recorded is not None:
         return recorded
     # A run from before data_info.json existed: measure the dataset again,
@@ -119,11 +122,13 @@ def _data_info(model_dir: str, run_config: config.Config) -> tuple[list[str], Pr
     logging.warning(
         "%s has no %s; reading the dataset %s for the classes and preprocessing",
         model_dir,
-        data.DATA_INFO_FILE,
+        input_pipeline.DATA_INFO_FILE,
         run_config.data.dataset,
     )
     preset = get_config(run_config.model_name, **run_config.model_overrides)
-    pipeline = data.create_pipeline(run_config.data, default_image_size=preset.default_image_size)
+    pipeline = input_pipeline.create_pipeline(
+        run_config.data, default_image_size=preset.default_image_size
+    )
     return pipeline.class_names, pipeline.preprocessing
 
 

@@ -29,9 +29,9 @@ import time
 import tensorflow as tf
 from absl import logging
 
+from resnet_app.common.errors import ConfigError
+from resnet_app.common.metrics import METRICS_FILE
 from resnet_app.config import CONFIG_FILE
-from resnet_app.errors import ConfigError
-from resnet_app.metrics import METRICS_FILE
 
 PREFIX = "ckpt"
 POINTER_FILE = "checkpoint"

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from resnet_app.errors import ConfigError
+from resnet_app.common.errors import ConfigError
 
 BLOCKS = ("basic", "bottleneck")
 VERSIONS = ("v1", "v2")

@@ -28,9 +28,11 @@ from typing import Any
 
 import yaml
 
-from resnet_app import files, presets, schedules
-from resnet_app.data_config import DataConfig
-from resnet_app.errors import ConfigError
+from resnet_app.common import files
+from resnet_app.common.errors import ConfigError
+from resnet_app.data.settings import DataConfig
+from resnet_app.engine import schedules
+from resnet_app.nets import presets
 
 SECTIONS = ("model", "data", "optimizer", "schedule", "train", "sync")
 CONFIG_FILE = "config.yaml"  # The resolved config, in every run directory.

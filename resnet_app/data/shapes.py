@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from resnet_app import files
+from resnet_app.common import files
 
 CLASS_NAMES = (
     "circle",

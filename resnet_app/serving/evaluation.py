@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from resnet_app.data import InputPipeline
+from resnet_app.data.input_pipeline import InputPipeline
 
 
 @dataclasses.dataclass

@@ -19,7 +19,7 @@ reproduce the data from any point.
 
 Resuming: a run directory that holds a checkpoint continues from the newest
 readable one (`checkpoint.find_latest`). The data stream is entered at the
-saved position (see `data.py`), so no example is skipped or repeated across
+saved position (see `input_pipeline.py`), so no example is skipped or repeated across
 the restart; with `train.deterministic` the resumed run is bitwise the
 uninterrupted one. Before resuming, the settings are compared with the run's
 `config.yaml`: a change of what the run computes is refused
@@ -56,24 +56,18 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from resnet_app import (
-    averaging,
-    checkpoint,
-    data,
-    distribute,
-    evaluation,
-    optim,
-    preemption,
-    schedules,
-)
 from resnet_app import config as config_lib
+from resnet_app.common import checkpoint, distribute
+from resnet_app.common.errors import ConfigError
+from resnet_app.common.metrics import MetricsWriter, Progress, format_duration
 from resnet_app.config import CONFIG_FILE, Config, write_yaml
-from resnet_app.errors import ConfigError
-from resnet_app.learning_rate import LearningRate
-from resnet_app.metrics import MetricsWriter, Progress, format_duration
-from resnet_app.model import create_model
-from resnet_app.presets import get_config
-from resnet_app.step import METRICS, LoopResult, TrainStep
+from resnet_app.data import input_pipeline
+from resnet_app.engine import averaging, optim, preemption, schedules
+from resnet_app.engine.learning_rate import LearningRate
+from resnet_app.engine.step import METRICS, LoopResult, TrainStep
+from resnet_app.nets.presets import get_config
+from resnet_app.nets.resnet import create_model
+from resnet_app.serving import evaluation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,7 +167,7 @@ def train_and_evaluate(
     return Trainer(config, model_dir, restart, allow_config_change).run()
 
 
-def build_model(config: Config, pipeline: data.InputPipeline) -> keras.Model:
+def build_model(config: Config, pipeline: input_pipeline.InputPipeline) -> keras.Model:
     """The config's model for the pipeline's classes and image size, built.
 
     Create it in the strategy's scope to distribute it.
@@ -269,7 +263,7 @@ class Trainer:
                 "train.jit cannot compile model.bn_synchronized: its all-reduce across towers "
                 "cannot run inside XLA; drop one of them"
             )
-        self.pipeline = data.create_pipeline(
+        self.pipeline = input_pipeline.create_pipeline(
             config.data, default_image_size=preset.default_image_size
         )
         self.plan = plan_run(config, self.pipeline.num_train_examples)
@@ -569,7 +563,7 @@ class Trainer:
         start = self.restore(self.resume_from[1] if self.resume_from else None)
         if self.chief:  # Once resumed: the file describes the run from here on.
             write_yaml(self.config, os.path.join(self.model_dir, CONFIG_FILE))
-            data.write_data_info(self.pipeline, self.model_dir)
+            input_pipeline.write_data_info(self.pipeline, self.model_dir)
         if self.config_changes:
             self.writer.write(
                 {

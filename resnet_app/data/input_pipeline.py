@@ -39,10 +39,11 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from resnet_app import files, preprocessing, sources
-from resnet_app.data_config import DataConfig
-from resnet_app.errors import ConfigError
-from resnet_app.preprocessing import Preprocessing
+from resnet_app.common import files
+from resnet_app.common.errors import ConfigError
+from resnet_app.data import preprocessing, sources
+from resnet_app.data.preprocessing import Preprocessing
+from resnet_app.data.settings import DataConfig
 
 __all__ = ["DataConfig", "InputPipeline", "create_pipeline"]
 

@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from resnet_app import files
-from resnet_app.evaluation import per_class_accuracy
-from resnet_app.metrics import json_text
+from resnet_app.common import files
+from resnet_app.common.metrics import json_text
+from resnet_app.serving.evaluation import per_class_accuracy
 
 RESULTS_FILE = "eval_results.json"
 PICTURE_FILE = "confusion_matrix.png"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from resnet_app.errors import ConfigError
+from resnet_app.common.errors import ConfigError
 
 FAMILIES = ("auto", "cifar", "imagenet")
 DTYPES = ("float32", "bfloat16", "float16")

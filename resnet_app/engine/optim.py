@@ -44,7 +44,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from resnet_app.errors import ConfigError
+from resnet_app.common.errors import ConfigError
 
 _CLIPPING = {"clipnorm": None, "global_clipnorm": None}
 

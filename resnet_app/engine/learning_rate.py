@@ -20,7 +20,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from resnet_app import schedules
+from resnet_app.engine import schedules
 
 OVERRIDE_FILE = "lr_override"
 

@@ -36,7 +36,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from resnet_app.errors import ConfigError
+from resnet_app.common.errors import ConfigError
 
 Schedule = Callable[[int, int], float]
 """`schedule(step, steps_per_epoch) -> learning rate`, `step` counting from 0."""

@@ -27,7 +27,7 @@ from collections.abc import Callable
 import tensorflow as tf
 from absl import logging
 
-from resnet_app.errors import ConfigError
+from resnet_app.common.errors import ConfigError
 
 
 def _workers_in_tf_config() -> int:

@@ -1,7 +1,6 @@
 """What a ResNet costs: stage shapes, parameter counts and multiply-accumulates.
 
-Run as `python -m resnet_app.model --model=NAME [--num_classes=N]
-[--image_size=S] [--json]`.
+`python -m resnet_app.model` prints it (see `resnet_app/model.py`).
 
 MACs are counted from the TensorFlow graph of one forward pass on one image,
 not from the stage table: every Conv2D, depthwise conv and MatMul op in the
@@ -12,37 +11,12 @@ pooling and additions are not counted, as in the published figures (ResNet-50:
 
 from __future__ import annotations
 
-import json
 import math
-import sys
 from collections.abc import Iterable
 from typing import Any
 
-from absl import flags
-
-from resnet_app import cli, presets
-from resnet_app.errors import ConfigError
-
-FLAGS = flags.FLAGS
-
-
-def _define_flags() -> None:
-    if "model" in FLAGS:  # Already defined, by an earlier run() in this process.
-        return
-    # Registered as the main module's flags, so that --help lists them.
-    main = {"module_name": sys.argv[0]}
-    flags.DEFINE_string("model", None, f"Preset name: {', '.join(presets.model_names())}.", **main)
-    flags.DEFINE_integer(
-        "num_classes", None, "Width of the logits (default: the preset's).", **main
-    )
-    flags.DEFINE_integer(
-        "image_size",
-        None,
-        "Input height and width (default: 224 for ImageNet presets, else 32).",
-        **main,
-    )
-    flags.DEFINE_boolean("json", False, "Print one JSON object instead of a table.", **main)
-    flags.mark_flag_as_required("model")
+from resnet_app.common.errors import ConfigError
+from resnet_app.nets import presets
 
 
 def count_params(variables: Iterable[Any]) -> int:
@@ -105,7 +79,7 @@ def summarize(name: str, image_size: int | None = None, **overrides: Any) -> dic
 
     import tensorflow as tf  # Deferred: flags and names are checked first.
 
-    from resnet_app import model as model_lib
+    from resnet_app.nets import resnet as model_lib
 
     model = model_lib.ResNet(config, name=name)
     model.build((1, image_size, image_size, 3))
@@ -167,19 +141,3 @@ def format_count(value: int) -> str:
         if value >= scale:
             return f"{value / scale:.2f} {unit}"
     return str(value)
-
-
-def main(argv: list[str]) -> None:
-    """Prints the summary that the flags ask for."""
-    cli.reject_positional(argv)
-    overrides = {} if FLAGS.num_classes is None else {"num_classes": FLAGS.num_classes}
-    summary = summarize(FLAGS.model, FLAGS.image_size, **overrides)
-    output = json.dumps(summary) if FLAGS.json else format_summary(summary)
-    sys.stdout.write(output + "\n")
-
-
-def run() -> int:
-    """The `python -m resnet_app.model` entry point."""
-    sys.modules["__main__"].__doc__ = __doc__  # What --help shows.
-    _define_flags()
-    return cli.run(main)

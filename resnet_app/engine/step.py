@@ -41,8 +41,8 @@ import math
 import keras
 import tensorflow as tf
 
-from resnet_app import averaging as averaging_lib
-from resnet_app import optim
+from resnet_app.engine import averaging as averaging_lib
+from resnet_app.engine import optim
 
 SUM = tf.distribute.ReduceOp.SUM
 METRICS = ("examples", "loss", "correct", "regularization")

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from absl import app, flags
 
-from resnet_app.errors import ConfigError
+from resnet_app.common.errors import ConfigError
 
 USAGE_ERROR = 2
 

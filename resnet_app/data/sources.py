@@ -25,8 +25,8 @@ from collections.abc import Callable
 import numpy as np
 from absl import logging
 
-from resnet_app import shapes
-from resnet_app.errors import ConfigError
+from resnet_app.common.errors import ConfigError
+from resnet_app.data import shapes
 
 FOLDER_PREFIX = "folder:"
 FOLDER_EVAL_SPLITS = ("val", "validation", "test")
