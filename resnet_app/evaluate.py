@@ -146,7 +146,7 @@ def main(argv: list[str]) -> None:
     # TensorFlow is imported only once the run directory is known to be one.
     from resnet_app.common import checkpoint, distribute, metrics
     from resnet_app.data import input_pipeline
-    from resnet_app.engine import trainer
+    from resnet_app.nets import factory
     from resnet_app.serving import evaluation, reports
 
     strategy = distribute.create_strategy(_NUM_TOWERS.value)  # Before TF runs any op.
@@ -172,7 +172,13 @@ def main(argv: list[str]) -> None:
     if any(votes):
         raise ConfigError("another worker refused to evaluate (see its error); fix it and rerun")
     with strategy.scope():
-        model = trainer.build_model(run_config, pipeline)
+        factory.check_num_classes(run_config, pipeline.num_classes)
+        model = factory.create_run_model(
+            run_config,
+            pipeline.num_classes,
+            pipeline.preprocessing.image_size,
+            run_config.train.precision,
+        )
 
     writer = metrics.MetricsWriter(model_dir, enabled=chief)
     try:

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app.engine.trainer import _dtype_policy
 from resnet_app.nets.batch_norm import BatchNorm
+from resnet_app.nets.factory import dtype_policy
 
 
 def _pair(shape, **kwargs):
@@ -51,7 +51,7 @@ def test_matches_keras_in_float32(training):
 
 def test_matches_keras_in_mixed_bfloat16():
     images = np.random.default_rng(1).normal(2, 3, (8, 5, 5, 6)).astype(np.float32)
-    with _dtype_policy("mixed_bfloat16"):
+    with dtype_policy("mixed_bfloat16"):
         ours, keras_layer = _pair((8, 5, 5, 6), momentum=0.9)
     images = tf.cast(images, tf.bfloat16)
     (outputs, *_), stats = _run(ours, images, True)

@@ -18,7 +18,7 @@ from matplotlib import image as mpimg
 
 from resnet_app.data import input_pipeline
 from resnet_app.data.shapes import CLASS_NAMES
-from resnet_app.engine import trainer
+from resnet_app.nets import factory
 from resnet_app.nets.presets import get_config
 from tests.commands import REPO, error_line, run_command
 from tests.conftest import EVAL_EXAMPLES
@@ -39,7 +39,9 @@ def reference(run, name, split=None):
     pipeline = input_pipeline.create_pipeline(
         resolved.data, default_image_size=preset.default_image_size
     )
-    model = trainer.build_model(resolved, pipeline)
+    model = factory.create_run_model(
+        resolved, pipeline.num_classes, pipeline.preprocessing.image_size
+    )
     tf.train.Checkpoint(model=model).restore(str(model_dir / name)).expect_partial()
     logits, labels = [], []
     for batch in pipeline.eval_dataset(16, split):

@@ -19,6 +19,7 @@ import tensorflow as tf
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import input_pipeline
 from resnet_app.engine import trainer
+from resnet_app.nets import factory
 from resnet_app.nets.presets import get_config
 from resnet_app.nets.resnet import create_model
 from resnet_app.serving import exports
@@ -71,7 +72,9 @@ def restored(tiny_run, name="ckpt-4"):
     pipeline = input_pipeline.create_pipeline(
         resolved.data, default_image_size=preset.default_image_size
     )
-    model = trainer.build_model(resolved, pipeline)
+    model = factory.create_run_model(
+        resolved, pipeline.num_classes, pipeline.preprocessing.image_size
+    )
     tf.train.Checkpoint(model=model).restore(str(model_dir / name)).expect_partial()
     return pipeline, model
 

@@ -213,10 +213,10 @@ def test_bfloat16_step_updates_like_float32():
     BatchNorm's gamma and beta gradients are sums over the batch of terms of both
     signs, whose cancellation magnifies the relative error: over seeds 0-5 the
     worst variable's error was 0.02-0.15). A wrong update rule is off by ~100%."""
-    from resnet_app.engine.trainer import _dtype_policy
+    from resnet_app.nets.factory import dtype_policy
 
     def make_bf16_model():
-        with _dtype_policy("mixed_bfloat16"):
+        with dtype_policy("mixed_bfloat16"):
             return tiny_bn(synchronized=True)
 
     weights = initial_weights(lambda: tiny_bn(synchronized=True))

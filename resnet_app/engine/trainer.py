@@ -65,8 +65,8 @@ from resnet_app.data import input_pipeline
 from resnet_app.engine import averaging, optim, preemption, schedules
 from resnet_app.engine.learning_rate import LearningRate
 from resnet_app.engine.step import METRICS, LoopResult, TrainStep
+from resnet_app.nets import factory
 from resnet_app.nets.presets import get_config
-from resnet_app.nets.resnet import create_model
 from resnet_app.serving import evaluation
 
 
@@ -167,49 +167,9 @@ def train_and_evaluate(
     return Trainer(config, model_dir, restart, allow_config_change).run()
 
 
-def build_model(config: Config, pipeline: input_pipeline.InputPipeline) -> keras.Model:
-    """The config's model for the pipeline's classes and image size, built.
-
-    Create it in the strategy's scope to distribute it.
-
-    Raises:
-      ConfigError: when model.num_classes contradicts the dataset.
-    """
-    overrides = config.model_overrides
-    classes = overrides.get("num_classes")
-    if classes is not None and classes != pipeline.num_classes:
-        raise ConfigError(
-            f"model.num_classes={classes} but dataset {config.data.dataset} has "
-            f"{pipeline.num_classes} classes; drop model.num_classes"
-        )
-    return create_run_model(config, pipeline.num_classes, pipeline.preprocessing.image_size)
-
-
-def create_run_model(config: Config, num_classes: int, image_size: int) -> keras.Model:
-    """The config's model with `num_classes` outputs, built for `image_size` inputs."""
-    overrides = {**config.model_overrides, "num_classes": num_classes}
-    model = create_model(config.model_name, **overrides)
-    model.build((None, image_size, image_size, 3))
-    return model
-
-
 # A training record whose steps waited for data longer than this fraction of
 # their time is input-bound.
 INPUT_BOUND_WAIT = 0.1
-
-# Keras dtype policies of train.precision.
-POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
-
-
-@contextlib.contextmanager
-def _dtype_policy(name: str):
-    """Layers made inside compute in `name`'s dtype; the global policy is restored after."""
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(name)
-    try:
-        yield
-    finally:
-        keras.config.set_dtype_policy(previous)
 
 
 class _DivergedError(Exception):
@@ -290,8 +250,13 @@ class Trainer:
         keras.utils.set_random_seed(train.seed)
         with strategy.scope():
             with averaging.local_variables() if average else contextlib.nullcontext():
-                with _dtype_policy(POLICIES[train.precision]):
-                    self.model = build_model(config, self.pipeline)
+                factory.check_num_classes(config, self.pipeline.num_classes)
+                self.model = factory.create_run_model(
+                    config,
+                    self.pipeline.num_classes,
+                    self.pipeline.preprocessing.image_size,
+                    train.precision,
+                )
                 self.optimizer = optim.create_optimizer(optimizer_config)
                 if train.precision == "fp16":
                     self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)

@@ -40,7 +40,7 @@ from resnet_app.common import checkpoint
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import input_pipeline
 from resnet_app.data.preprocessing import Preprocessing, eval_image
-from resnet_app.engine import trainer
+from resnet_app.nets import factory
 from resnet_app.nets.presets import get_config
 
 TOP_K = 5
@@ -155,7 +155,7 @@ def load(model_dir: str, which: str = "latest", top_k: int = TOP_K) -> tuple[Ser
         raise ConfigError(f"--top_k={top_k}; use 1 or more")
     [(step, prefix)] = checkpoint.select(model_dir, which)
     class_names, preprocessing = _data_info(model_dir, run_config)
-    model = trainer.create_run_model(run_config, len(class_names), preprocessing.image_size)
+    model = factory.create_run_model(run_config, len(class_names), preprocessing.image_size)
     checkpoint.restore_model(model, prefix)
     logging.info("Restored %s (step %d) from %s", run_config.model_name, step, prefix)
     source = {
