@@ -2,7 +2,7 @@
 
 References used here: the parameter counts published by He et al. and
 torchvision; a closed-form parameter and MAC count written from the papers'
-architecture description (not from model.py); and NumPy for the shortcut,
+architecture description (not from the builder); and NumPy for the shortcut,
 weight decay and unit arithmetic.
 """
 
@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from resnet_app.common import compat
 from resnet_app.common.errors import ConfigError
-from resnet_app.nets import presets
+from resnet_app.nets import blocks, presets
 from resnet_app.nets import resnet as model_lib
 from resnet_app.nets.summary import count_params, summarize
 from tests.reference import closed_form_macs, closed_form_params
@@ -53,7 +54,7 @@ def built(name: str, **overrides) -> model_lib.ResNet:
 
 def layers_of_type(model, types):
     """Every layer of `model`, however deeply nested, that is one of `types`."""
-    return [layer for layer in model._flatten_layers() if isinstance(layer, types)]
+    return [layer for layer in compat.nested_layers(model) if isinstance(layer, types)]
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -192,7 +193,7 @@ def test_bottleneck_stride_placement():
 
 def test_pad_shortcut_subsamples_and_zero_pads_like_numpy():
     x = np.random.default_rng(1).normal(size=(2, 8, 8, 16)).astype("float32")
-    out = np.asarray(model_lib.ZeroPadShortcut(stride=2, extra_channels=16)(x))
+    out = np.asarray(blocks.ZeroPadShortcut(stride=2, extra_channels=16)(x))
     expected = np.zeros((2, 4, 4, 32), "float32")
     expected[..., 8:24] = x[:, ::2, ::2, :]
     np.testing.assert_array_equal(out, expected)
@@ -240,7 +241,7 @@ def test_v2_structure(activate_before_residual):
             weight.assign(rng.uniform(0.5, 1.5, size=weight.shape).astype("float32"))
     _, hidden = model(images, training=False, return_hidden=True)
     first, second = model.stages[0][0], model.stages[1][0]
-    names = {layer.name for layer in model._flatten_layers()}
+    names = {layer.name for layer in compat.nested_layers(model)}
     # No BN-ReLU before the network's very first unit: its input is the stem
     # output, already normalized and activated.
     assert "stage1_unit0_bn0" not in names and "stage2_unit0_bn0" in names
@@ -345,7 +346,7 @@ def test_zero_init_residual_makes_each_unit_start_as_identity_plus_relu():
 
 def test_layer_and_variable_names_are_stable_and_unique():
     model = built("resnet20")
-    names = [layer.name for layer in model._flatten_layers(include_self=False)]
+    names = [layer.name for layer in compat.nested_layers(model)]
     assert "stage2_unit0_conv1" in names and "stage3_unit2_bn2" in names
     assert len(names) == len(set(names))
     paths = [variable.path for variable in model.weights]

@@ -1,0 +1,114 @@
+"""Every use of a private Keras or TensorFlow API, each behind one small named function.
+
+The rest of resnet_app calls these instead of reaching into `_private`
+attributes, so that a Keras or TensorFlow upgrade that moves one breaks in one
+place, named, and tests/test_compat.py says which. Each function says why no
+public API does the job and the versions it was checked on.
+
+Checked on TensorFlow 2.21.0 and Keras 3.15.1 (`CHECKED_ON`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+# Private module: the optimizer base class that does not merge into cross-replica context.
+from keras.src.optimizers import base_optimizer
+
+# The versions every function below was read against and tested on.
+CHECKED_ON = {"tensorflow": "2.21.0", "keras": "3.15.1"}
+
+# How far `advance_collective_key_base` moves the base: more group keys than
+# one strategy uses.
+COLLECTIVE_KEY_STEP = 100_000
+
+
+def nested_layers(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
+    """Every layer inside `layer`, however deeply nested, without `layer` itself.
+
+    `Model.layers` lists only the direct children of a subclassed model, and a
+    plain `Layer` has no public list at all.
+    Checked on Keras 3.15.1: `Layer._flatten_layers(include_self, recursive)`.
+
+    Args:
+      layer: a layer or model.
+
+    Returns:
+      Its sublayers, each once, parents before their children.
+    """
+    return list(layer._flatten_layers(include_self=False, recursive=True))
+
+
+def clip_gradients(optimizer: keras.optimizers.Optimizer, gradients: Sequence[Any]) -> list[Any]:
+    """The gradients clipped as `optimizer.apply_gradients` would, without applying them.
+
+    Clipping follows the optimizer's `clipnorm`, `global_clipnorm` or `clipvalue`.
+    Checked on Keras 3.15.1: `BaseOptimizer._clip_gradients(grads)`.
+
+    Args:
+      optimizer: a Keras optimizer, with or without a clipping option.
+      gradients: one per variable (None allowed).
+
+    Returns:
+      The clipped gradients, in order (unchanged without a clipping option).
+    """
+    return list(optimizer._clip_gradients(list(gradients)))
+
+
+def apply_weight_decay_locally(
+    optimizer: keras.optimizers.Optimizer, variables: Sequence[Any]
+) -> None:
+    """Decoupled weight decay, `w -= learning_rate * weight_decay * w`, on this replica's copy.
+
+    The decay `apply_gradients` does for every variable the optimizer decays
+    (not excluded by `exclude_from_weight_decay`); nothing without
+    `weight_decay`. It calls the base class's rule: the TensorFlow backend's
+    override merges into cross-replica context, which a per-replica (model
+    averaging) update must not.
+    Checked on Keras 3.15.1: `BaseOptimizer._apply_weight_decay(self, variables)`.
+
+    Args:
+      optimizer: a built Keras optimizer.
+      variables: the variables to decay (those the optimizer was built for).
+    """
+    base_optimizer.BaseOptimizer._apply_weight_decay(optimizer, list(variables))
+
+
+def advance_collective_key_base(step: int = COLLECTIVE_KEY_STEP) -> int:
+    """Moves the base from which the next `MirroredStrategy` numbers its collective groups.
+
+    Every MirroredStrategy copies this class attribute when it is created, so
+    two strategies of different sizes in one process would share group keys;
+    TF's own tests move it the same way. There is no public setting.
+    Checked on TensorFlow 2.21.0: `MirroredStrategy._collective_key_base`,
+    read by `MirroredExtended.__init__`.
+
+    Args:
+      step: how far to move it.
+
+    Returns:
+      The new base.
+    """
+    tf.distribute.MirroredStrategy._collective_key_base += step
+    return tf.distribute.MirroredStrategy._collective_key_base
+
+
+def graph_function(graph: tf.Graph, name: str) -> Any | None:
+    """The function called `name` in `graph`'s library, e.g. the body a `PartitionedCall` runs.
+
+    The public graph gives only the `FunctionDef` protos
+    (`graph.as_graph_def().library`), not the traced functions with their graphs.
+    Checked on TensorFlow 2.21.0: `Graph._get_function(name)`.
+
+    Args:
+      graph: a traced graph.
+      name: a function name from an op's `func` attribute.
+
+    Returns:
+      The function (with a `.graph` for a traced one), or None if `graph` has none by that name.
+    """
+    return graph._get_function(name)
