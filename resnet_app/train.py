@@ -5,7 +5,7 @@
     python -m resnet_app.train --config=configs/shapes_resnet20.yaml --set optimizer.momentum=0.8
     python -m resnet_app.train --model_dir=runs/shapes_resnet20_20261130-060000  # resume
 
-Flags are parsed and the config (all but the optimizer's arguments) is
+Flags are parsed and the whole config (optimizer and schedule included) is
 checked before TensorFlow is imported, so most mistakes are answered at once;
 every one gets one line and exit status 2. The work is done by
 `trainer.train_and_evaluate(config, model_dir)`, which tests call directly.
@@ -13,7 +13,6 @@ every one gets one line and exit status 2. The work is done by
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 
@@ -21,6 +20,7 @@ from absl import flags, logging
 
 from resnet_app import config
 from resnet_app.common import cli
+from resnet_app.config.fields import field_types
 from resnet_app.data.settings import DataConfig
 
 _CONFIG = flags.DEFINE_string("config", None, "A YAML recipe, e.g. configs/cifar10_resnet20.yaml.")
@@ -78,19 +78,18 @@ SHORTCUTS = {
     "average_interval": "sync.interval",
 }
 _OWNERS = {"data": DataConfig, "train": config.TrainSettings, "sync": config.SyncSettings}
-_DEFINE = {"int": flags.DEFINE_integer, "float": flags.DEFINE_float, "bool": flags.DEFINE_bool}
 
 
 def _define_shortcuts() -> None:
+    """One flag per SHORTCUTS entry, of its config field's type, unset by default."""
     for name, key in SHORTCUTS.items():
         section, field = key.split(".")
         if section == "model":
             flags.DEFINE_string(name, None, f"A model preset, e.g. resnet20 or resnet50 ({key}).")
             continue
         owner = _OWNERS[section]
-        kind = str({f.name: f.type for f in dataclasses.fields(owner)}[field]).split(" |")[0]
         text = cli.attribute_help(owner).get(field, field)
-        _DEFINE.get(kind, flags.DEFINE_string)(name, None, f"{text} ({key})")
+        cli.define_flag(name, field_types(owner)[field], None, f"{text} ({key})")
 
 
 _define_shortcuts()

@@ -25,6 +25,7 @@ from absl import flags, logging  # noqa: E402
 from resnet_app import train
 from resnet_app.common import cli
 from resnet_app.common.errors import ConfigError  # noqa: E402
+from resnet_app.engine.plan import plan_run  # noqa: E402
 
 # Training split sizes of the datasets people schedule most often.
 KNOWN_SIZES = {
@@ -74,14 +75,12 @@ def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
     resolved = train.config_from_flags()
     examples = examples_per_epoch(resolved)
-    from resnet_app.engine import trainer
-
-    plan = trainer.plan_run(resolved, examples)
+    plan = plan_run(resolved, examples)
     rates = [plan.schedule(step, plan.steps_per_epoch) for step in range(plan.total_steps)]
     lines = [
         f"{resolved.model_name} on {resolved.data.dataset}: {plan.total_steps} steps, "
         f"{plan.steps_per_epoch} per epoch ({examples} examples, global batch "
-        f"{resolved.train.batch_size}); schedule {resolved.schedule}",
+        f"{resolved.train.batch_size}); schedule {dict(resolved.schedule)}",
         f"{'step':>9} {'epoch':>8} {'learning rate':>14}",
     ]
     for step in table_steps(plan.total_steps, _ROWS.value):
@@ -96,7 +95,7 @@ def main(argv: list[str]) -> None:
                 writer.writerow([step, step / plan.steps_per_epoch, rate])
         logging.info("Wrote %s", _CSV.value)
     if _PLOT.value:
-        plot(rates, plan.steps_per_epoch, _PLOT.value, resolved.schedule.get("name", ""))
+        plot(rates, plan.steps_per_epoch, _PLOT.value, resolved.schedule.kind)
 
 
 def plot(rates: list[float], steps_per_epoch: int, path: str, title: str) -> None:

@@ -1,5 +1,6 @@
 """The training config: defaults, recipes, --set, and one-line errors naming the key."""
 
+import contextlib
 import glob
 import os
 import re
@@ -9,6 +10,8 @@ import yaml
 
 from resnet_app import config
 from resnet_app.common.errors import ConfigError
+from resnet_app.config import fields, oneof, optimizer_kinds, schedule_kinds
+from resnet_app.data.settings import DataConfig
 from resnet_app.engine import schedules
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -196,3 +199,180 @@ def test_exponent_numbers_are_numbers():
     resolved = config.resolve(sets=["optimizer.learning_rate=1e-3", "train.nan_lr_factor=5E-1"])
     assert resolved.optimizer["learning_rate"] == 0.001
     assert resolved.train.nan_lr_factor == 0.5
+
+
+# --- The typed tree ----------------------------------------------------------------------
+
+FIXTURE_RUN = os.path.join(REPO, "tests", "fixtures", "run_v0_tiny")
+
+
+def test_the_defaults_are_the_dataclasses():
+    # Nothing but the dataclasses' defaults: no table of defaults on the side.
+    assert config.resolve() == config.Config()
+    default = config.Config()
+    assert isinstance(default.optimizer, optimizer_kinds.Momentum)
+    assert isinstance(default.schedule, schedule_kinds.Piecewise)
+    assert default.schedule.boundaries == (32_000, 48_000)
+    assert default.schedule.multipliers == (1.0, 0.1, 0.01)
+    assert (default.optimizer.learning_rate, default.optimizer.momentum) == (0.1, 0.9)
+
+
+def test_sections_are_typed_and_read_as_their_yaml_mappings():
+    resolved = config.resolve(
+        sets=["optimizer.class=adamw", "optimizer.weight_decay=0.05", "schedule.name=cosine"]
+    )
+    assert type(resolved.optimizer) is optimizer_kinds.AdamW
+    assert resolved.optimizer.kind == "adamw" and resolved.optimizer.weight_decay == 0.05
+    assert resolved.optimizer.beta_2 == 0.999  # The kind's default.
+    assert resolved.schedule.kind == "cosine" and resolved.schedule.total_steps is None
+    # The mapping view: the keys that have a value, in YAML form.
+    assert dict(resolved.schedule) == {"name": "cosine", "final": 0.0, "warmup_start": 0.0}
+    assert resolved.optimizer != {"class": "adamw"}  # weight_decay differs from the default.
+    assert resolved.optimizer == {"class": "adamw", "weight_decay": 0.05}
+
+
+def test_types_come_from_the_annotations():
+    # Read with typing.get_type_hints: the `from __future__ import annotations`
+    # strings are resolved, never split.
+    train = fields.field_types(config.TrainSettings)
+    assert train["batch_size"] == fields.FieldType(int)
+    assert train["epochs"] == fields.FieldType(float, optional=True)
+    data = fields.field_types(DataConfig)
+    assert data["area_range"] == fields.FieldType(tuple, item=float)
+    assert data["mean"] == fields.FieldType(tuple, optional=True, item=float)
+    model = fields.field_types(config.ModelSection)
+    assert model["units"] == fields.FieldType(tuple, optional=True, item=int)
+    assert model["name"] == fields.FieldType(str)
+    for kind in [*optimizer_kinds.OptimizerSection.KINDS.values()]:
+        assert fields.field_types(kind)["learning_rate"] == fields.FieldType(float)
+    with pytest.raises(TypeError):
+        fields.read_annotation("int")  # A string annotation is a bug, not a type.
+    with pytest.raises(TypeError):
+        fields.read_annotation(list[int])
+
+
+@pytest.mark.parametrize(
+    "cls, expected",
+    [
+        (config.TrainSettings, {"epochs": "train_steps", "train_steps": "epochs"}),
+        (
+            schedule_kinds.Piecewise,
+            {
+                "values": "multipliers",
+                "multipliers": "values",
+                "warmup_steps": "warmup_epochs",
+                "warmup_epochs": "warmup_steps",
+            },
+        ),
+        (schedule_kinds.Script, {}),
+        (optimizer_kinds.SGD, {"clipnorm": "global_clipnorm", "global_clipnorm": "clipnorm"}),
+    ],
+)
+def test_alternative_keys_are_field_metadata(cls, expected):
+    assert oneof.alternatives(cls) == expected
+
+
+@pytest.mark.parametrize(
+    "recipe, later, dropped, kept",
+    [
+        ("schedule: {warmup_steps: 10}", "schedule.warmup_epochs=2", "warmup_steps", 2.0),
+        (
+            "schedule: {name: exponential, decay_rate: 0.5, decay_steps: 10}",
+            "schedule.decay_epochs=2",
+            "decay_steps",
+            2.0,
+        ),
+        ("schedule: {name: cosine, total_epochs: 3}", "schedule.total_steps=5", "total_epochs", 5),
+        ("optimizer: {clipnorm: 1}", "optimizer.global_clipnorm=2", "clipnorm", 2.0),
+    ],
+)
+def test_a_later_layer_drops_the_alternative(tmp_path, recipe, later, dropped, kept):
+    path = tmp_path / "r.yaml"
+    path.write_text(recipe + "\n")
+    section, assignment = later.split(".")
+    given = assignment.split("=")[0]
+    values = getattr(config.resolve(str(path), sets=[later]), section)
+    assert getattr(values, given) == kept and getattr(values, dropped) is None
+    # Both in one layer are refused, naming them.
+    both = config.read_yaml(str(path))
+    both[section][given] = kept
+    with pytest.raises(ConfigError) as error:
+        config.from_dict(both)
+    assert dropped in str(error.value) and given in str(error.value)
+
+
+def test_model_overrides_hold_only_what_the_user_set():
+    resolved = config.resolve(sets=["model.bn_synchronized=false", "model.widths=[8, 16, 32]"])
+    assert resolved.model_overrides == {"widths": (8, 16, 32), "bn_synchronized": False}
+    assert resolved.model == {"name": "resnet20", "widths": [8, 16, 32], "bn_synchronized": False}
+    assert config.resolve().model_overrides == {}
+    # bn_synchronized=false is the preset's own value: the same setting.
+    same = config.resolve(sets=["model.bn_synchronized=false"])
+    assert config.changes(config.resolve(), same) == {}
+
+
+def test_the_optimizer_is_checked_before_training():
+    # Before the typed tree, these passed until the trainer built the optimizer.
+    with pytest.raises(ConfigError, match="optimizer 'momentum' argument 'learning_rate'"):
+        config.resolve(sets=["optimizer.learning_rate=-0.1"])
+    with pytest.raises(ConfigError, match="unknown argument.*momentun.*class 'momentum'"):
+        config.resolve(sets=["optimizer.momentun=0.5"])
+
+
+def test_written_config_records_a_derived_dtype_as_null(tmp_path):
+    resolved = config.resolve(sets=["train.precision=bf16"])
+    assert resolved.data.dtype == "bfloat16" and resolved.derived == {"data.dtype"}
+    assert yaml.safe_load(config.to_yaml(resolved))["data"]["dtype"] is None
+    chosen = config.resolve(sets=["train.precision=bf16", "data.dtype=float32"])
+    assert chosen.data.dtype == "float32" and not chosen.derived
+    assert yaml.safe_load(config.to_yaml(chosen))["data"]["dtype"] == "float32"
+
+
+def test_a_resumed_run_derives_the_dtype_from_its_new_precision(tmp_path):
+    """`--model_dir=RUN --precision=bf16 --allow_config_change`, at the config level."""
+    run = tmp_path / "config.yaml"
+    config.write_yaml(config.resolve(sets=["model.name=tiny"]), str(run))
+    saved = config.read_run_config(str(tmp_path))
+    assert saved.data.dtype == "float32"
+    # What train.py does with --model_dir=RUN and no --config: the run's file, then flags.
+    resumed = config.resolve(str(run), overrides={"train": {"precision": "bf16"}})
+    assert resumed.data.dtype == "bfloat16"
+    assert config.changes(saved, resumed) == {
+        "data.dtype": ("float32", "bfloat16"),
+        "train.precision": ("fp32", "bf16"),
+    }
+
+
+def test_an_old_run_config_reads_and_round_trips():
+    """A config.yaml written before the typed tree (dtype frozen as float32)."""
+    old = config.from_dict(config.read_yaml(os.path.join(FIXTURE_RUN, "config.yaml")))
+    assert old.model_name == "tiny" and old.model_overrides == {}
+    assert old.train.train_steps == 6 and old.train.batch_size == 16
+    assert old.data.train_examples == 64 and old.data.eval_examples == 37
+    assert old.optimizer == optimizer_kinds.Momentum()
+    assert old.schedule == config.Config().schedule
+    assert config.from_yaml(config.to_yaml(old), "the fixture") == old
+    assert old == config.read_run_config(FIXTURE_RUN)
+    # It recorded float32, so it keeps float32 whatever the precision.
+    assert old.data.dtype == "float32" and not old.derived
+    resumed = config.resolve(
+        os.path.join(FIXTURE_RUN, "config.yaml"), overrides={"train": {"precision": "bf16"}}
+    )
+    assert resumed.data.dtype == "float32"
+    assert config.changes(old, resumed) == {"train.precision": ("fp32", "bf16")}
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
+def test_recipes_do_not_restate_defaults(path):
+    # Every key of a recipe changes the config it gives, but the names of a
+    # section's kind or preset, which keep a recipe readable on its own.
+    recipe = config.read_yaml(path)
+    resolved = config.resolve(path)
+    for section, values in recipe.items():
+        for key in values:
+            if (section, key) in {("model", "name"), ("optimizer", "class"), ("schedule", "name")}:
+                continue
+            without = {**recipe, section: {k: v for k, v in values.items() if k != key}}
+            # A key the recipe does not read without is needed.
+            with contextlib.suppress(ConfigError):
+                assert config.from_dict(without) != resolved, f"{section}.{key} restates a default"

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from absl import app, flags
 
 from resnet_app.common.errors import ConfigError
+from resnet_app.config.fields import FieldType, field_types
 
 USAGE_ERROR = 2
 
@@ -37,14 +38,14 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
         fail(f"{error} (run with --help to list the flags)")
 
 
-def run(main: Callable[[list[str]], None]) -> int:
+def run(main: Callable[[list[str]], None]) -> NoReturn:
     """Runs `main(argv)` under absl, turning user mistakes into one-line errors.
+
+    Never returns: absl exits with status 0 once `main` returns, and a
+    `ConfigError` exits with status 2 and one line on stderr.
 
     Args:
       main: the command; it raises `ConfigError` for a user mistake.
-
-    Returns:
-      0 once `main` returns (absl exits on its own otherwise).
     """
 
     def guarded_main(argv: list[str]) -> None:
@@ -54,7 +55,6 @@ def run(main: Callable[[list[str]], None]) -> int:
             fail(str(error))
 
     app.run(guarded_main, flags_parser=_parse_flags)
-    return 0
 
 
 def reject_positional(argv: Sequence[str]) -> None:
@@ -100,24 +100,34 @@ def define_config_flags(cls: type, module_name: str | None = None) -> None:
       module_name: the module to register the flags under, so --help lists them.
     """
     help_text = attribute_help(cls)
-    key_flags = {"module_name": module_name} if module_name else {}
+    types = field_types(cls)
     for field in dataclasses.fields(cls):
         if field.name in flags.FLAGS:
             continue
-        kind = str(field.type)
-        default = field.default
         text = help_text.get(field.name, field.name)
-        if kind.startswith("tuple"):
-            value = None if default is None else [str(v) for v in default]
-            flags.DEFINE_list(field.name, value, text, **key_flags)
-        elif kind.startswith("bool"):
-            flags.DEFINE_boolean(field.name, default, text, **key_flags)
-        elif kind.startswith("int"):
-            flags.DEFINE_integer(field.name, default, text, **key_flags)
-        elif kind.startswith("float"):
-            flags.DEFINE_float(field.name, default, text, **key_flags)
-        else:
-            flags.DEFINE_string(field.name, default, text, **key_flags)
+        define_flag(field.name, types[field.name], field.default, text, module_name)
+
+
+def define_flag(
+    name: str, kind: FieldType, default: Any, help_text: str, module_name: str | None = None
+) -> None:
+    """Defines flag `--name` of the type a config field has (`config.fields.field_types`).
+
+    Args:
+      name: the flag's name.
+      kind: the field's type: bool, int, float and str give flags of that
+        type, a tuple a comma-separated list.
+      default: the flag's default (None: unset).
+      help_text: the flag's help.
+      module_name: the module to register the flag under, so --help lists it.
+    """
+    key_flags = {"module_name": module_name} if module_name else {}
+    if kind.base is tuple:
+        value = None if default is None else [str(v) for v in default]
+        flags.DEFINE_list(name, value, help_text, **key_flags)
+        return
+    define = {bool: flags.DEFINE_boolean, int: flags.DEFINE_integer, float: flags.DEFINE_float}
+    define.get(kind.base, flags.DEFINE_string)(name, default, help_text, **key_flags)
 
 
 def config_from_flags(cls: type) -> Any:

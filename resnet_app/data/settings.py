@@ -1,6 +1,6 @@
 """`DataConfig`: every setting of the input pipeline, validated, without TensorFlow.
 
-Kept apart from `data.py` so that command-line tools can check a user's flags
+Kept apart from `input_pipeline.py` so that command-line tools can check a user's flags
 before paying for the TensorFlow import.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from resnet_app.common import checks
 from resnet_app.common.errors import ConfigError
 
 FAMILIES = ("auto", "cifar", "imagenet")
@@ -22,8 +23,10 @@ class DataConfig:
       dataset: "shapes", "synthetic", "folder:PATH" or a tfds name.
       data_dir: tfds data directory, and where `shapes` is cached (default:
         tfds's ~/tensorflow_datasets and ~/.cache/resnet_app).
-      image_size: output size (default: the dataset's own size if fixed, else
-        224).
+      image_size: output size (default: the dataset's own size when all its
+        images have one, e.g. 32 for cifar10 and shapes; else the model
+        preset's input size, 224 for the ImageNet-stem presets and 32 for
+        the CIFAR ones; a run trained with another size keeps it).
       preprocessing: "cifar", "imagenet" or "auto" (CIFAR up to 64 pixels).
       mean: per-channel mean, 0-255 scale (default: measured on the training
         split of in-memory data, else ImageNet's).
@@ -42,9 +45,11 @@ class DataConfig:
       train_examples: use only the first N training examples (all if None).
       eval_examples: use only the first N evaluation examples (all if None).
       shuffle_buffer: streamed datasets: examples in the shuffle buffer.
-      seed: the data order and augmentation seed.
-      dtype: the images' dtype (default: train.precision's: float32,
-        bfloat16 or float16).
+      seed: the data order and augmentation seed (in a training config:
+        train.seed).
+      dtype: the images' dtype: float32, bfloat16 or float16. In a training
+        config it defaults to None, meaning train.precision's (see
+        `config.Config`); the pipeline needs it set.
       num_classes: `synthetic` only: the number of labels.
     """
 
@@ -64,8 +69,9 @@ class DataConfig:
     train_examples: int | None = None
     eval_examples: int | None = None
     shuffle_buffer: int = 10_000
-    seed: int = 0
-    dtype: str = "float32"
+    # Not a `data.` config key of its own (`config.fields.SET_BY`).
+    seed: int = dataclasses.field(default=0, metadata={"set_by": "train.seed"})
+    dtype: str | None = "float32"
     num_classes: int = 10
 
     def __post_init__(self):
@@ -78,7 +84,10 @@ class DataConfig:
             self.preprocessing in FAMILIES,
             f"preprocessing={self.preprocessing!r}; use one of {', '.join(FAMILIES)}",
         )
-        check(self.dtype in DTYPES, f"dtype={self.dtype!r}; use one of {', '.join(DTYPES)}")
+        check(
+            self.dtype is None or self.dtype in DTYPES,
+            f"dtype={self.dtype!r}; use one of {', '.join(DTYPES)}",
+        )
         check(
             self.image_size is None or self.image_size >= 8,
             f"image_size={self.image_size}; use at least 8",
@@ -87,16 +96,10 @@ class DataConfig:
             self.eval_resize is None or self.eval_resize >= 8,
             f"eval_resize={self.eval_resize}; use at least the image size",
         )
-        check(self.crop_padding >= 0, f"crop_padding={self.crop_padding}; use 0 or more")
-        check(
-            self.validation_split >= 0,
-            f"validation_split={self.validation_split}; use 0 or more",
-        )
-        check(self.shuffle_buffer >= 1, f"shuffle_buffer={self.shuffle_buffer}; use 1 or more")
-        check(self.num_classes >= 1, f"num_classes={self.num_classes}; use 1 or more")
-        for name in ("train_examples", "eval_examples"):
-            value = getattr(self, name)
-            check(value is None or value >= 1, f"{name}={value}; use 1 or more")
+        checks.at_least("crop_padding", self.crop_padding, 0)
+        checks.at_least("validation_split", self.validation_split, 0)
+        for name in ("shuffle_buffer", "num_classes", "train_examples", "eval_examples"):
+            checks.at_least(name, getattr(self, name))
         for name in ("area_range", "aspect_ratio_range"):
             value = getattr(self, name)
             check(len(value) == 2, f"{name} needs 2 values, low and high; got {len(value)}")

@@ -1,11 +1,11 @@
 """Optimizers built from a config dict, as a TF1 trainer's were.
 
-A config names a class and its arguments, e.g.
-`{"class": "momentum", "learning_rate": 0.1, "momentum": 0.9, "nesterov": False}`.
-`OPTIMIZERS` is the table of classes and their defaults; `check_optimizer_config`
-validates a config against it without building anything, and `create_optimizer`
-builds the optimizer. `set_learning_rate` is how the trainer changes the learning
-rate every step.
+A config's `optimizer:` section names a class and its arguments, e.g.
+`{"class": "momentum", "learning_rate": 0.1, "momentum": 0.9, "nesterov": False}`;
+`config/optimizer_kinds.py` declares each class's arguments, defaults and checks
+(`OPTIMIZERS` here lists them). `check_optimizer_config` validates a config
+without building anything, and `create_optimizer` builds the optimizer.
+`set_learning_rate` is how the trainer changes the learning rate every step.
 
 Classes:
   * `momentum`: `Momentum` below, TF1's `MomentumOptimizer` rule. After a learning
@@ -36,62 +36,20 @@ Distribution (tf.distribute):
 
 from __future__ import annotations
 
-import math
-import numbers
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 import keras
 from keras import ops
 
-from resnet_app.common.errors import ConfigError
+from resnet_app.config.optimizer_kinds import OptimizerSection
 
-_CLIPPING = {"clipnorm": None, "global_clipnorm": None}
-
-# Class name -> argument -> default. Pure data: validation needs no TensorFlow.
+# Class name -> argument -> default, read from the dataclasses of `optimizer_kinds`.
 OPTIMIZERS: dict[str, dict[str, Any]] = {
-    "momentum": {"learning_rate": 0.1, "momentum": 0.9, "nesterov": False, **_CLIPPING},
-    "sgd": {"learning_rate": 0.1, "momentum": 0.0, "nesterov": False, **_CLIPPING},
-    "rmsprop": {
-        "learning_rate": 0.001,
-        "rho": 0.9,
-        "momentum": 0.0,
-        "epsilon": 1e-7,
-        "centered": False,
-        **_CLIPPING,
-    },
-    "adam": {
-        "learning_rate": 0.001,
-        "beta_1": 0.9,
-        "beta_2": 0.999,
-        "epsilon": 1e-7,
-        "amsgrad": False,
-        **_CLIPPING,
-    },
-    "adamw": {
-        "learning_rate": 0.001,
-        "weight_decay": 0.004,  # Keras's default; per unit of learning rate.
-        "beta_1": 0.9,
-        "beta_2": 0.999,
-        "epsilon": 1e-7,
-        "amsgrad": False,
-        **_CLIPPING,
-    },
+    name: {field.name: field.default for field in dataclasses.fields(kind)}
+    for name, kind in OptimizerSection.KINDS.items()
 }
-
-# Argument -> (test, what a valid value is). Numbers are ints or floats, never bools.
-_CHECKS = {
-    "learning_rate": (lambda x: x >= 0, "a number >= 0"),
-    "momentum": (lambda x: 0 <= x < 1, "a number in [0, 1)"),
-    "rho": (lambda x: 0 <= x < 1, "a number in [0, 1)"),
-    "beta_1": (lambda x: 0 <= x < 1, "a number in [0, 1)"),
-    "beta_2": (lambda x: 0 <= x < 1, "a number in [0, 1)"),
-    "epsilon": (lambda x: x > 0, "a number > 0"),
-    "weight_decay": (lambda x: x >= 0, "a number >= 0"),
-    "clipnorm": (lambda x: x > 0, "a number > 0 or null"),
-    "global_clipnorm": (lambda x: x > 0, "a number > 0 or null"),
-}
-_FLAGS = ("nesterov", "centered", "amsgrad")
 
 # Matched by Keras against the TensorFlow variable name, which is the whole path
 # ("stage1_unit0_bn1/gamma:0", and ".../gamma/replica_1:0" for a mirrored copy),
@@ -183,8 +141,8 @@ def check_optimizer_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """Validates an optimizer config without building anything.
 
     Args:
-      config: `{"class": name, arg: value, ...}` with a class from `OPTIMIZERS`
-        and any of its arguments.
+      config: an `optimizer:` section, or a mapping `{"class": name, arg: value,
+        ...}` with a class from `OPTIMIZERS` and any of its arguments.
 
     Returns:
       A new dict with `class` and every argument of the class: missing ones get
@@ -194,66 +152,9 @@ def check_optimizer_config(config: Mapping[str, Any]) -> dict[str, Any]:
       ConfigError: for a missing or unknown class, an unknown argument, or a value
         of the wrong type or out of range; the message is one line naming the key.
     """
-    if not isinstance(config, Mapping):
-        raise ConfigError(
-            f"optimizer config must be a mapping like {{'class': 'momentum'}}, got {config!r}"
-        )
-    valid_classes = ", ".join(sorted(OPTIMIZERS))
-    if "class" not in config:
-        raise ConfigError(f"optimizer config needs a 'class', one of: {valid_classes}")
-    name = config["class"]
-    if not isinstance(name, str) or name not in OPTIMIZERS:
-        raise ConfigError(f"unknown optimizer class {name!r}; valid classes: {valid_classes}")
-    defaults = OPTIMIZERS[name]
-    unknown = sorted(str(key) for key in config if key != "class" and key not in defaults)
-    if unknown:
-        raise ConfigError(
-            f"unknown argument(s) {', '.join(unknown)} for optimizer class '{name}'; "
-            f"valid arguments: {', '.join(defaults)}"
-        )
-
-    checked: dict[str, Any] = {"class": name}
-    for key, default in defaults.items():
-        checked[key] = _check_value(name, key, config.get(key, default))
-    if checked["clipnorm"] is not None and checked["global_clipnorm"] is not None:
-        raise ConfigError(
-            f"optimizer '{name}': set clipnorm or global_clipnorm, not both "
-            f"(got {checked['clipnorm']} and {checked['global_clipnorm']})"
-        )
-    return checked
-
-
-def _check_value(name: str, key: str, value: Any) -> Any:
-    """Returns `value` for argument `key` of class `name`, or raises ConfigError."""
-    where = f"optimizer '{name}' argument '{key}'"
-    if key in _FLAGS:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where} must be true or false, got {value!r}")
-        return value
-    if value is None and OPTIMIZERS[name][key] is None:
-        return None
-    test, wanted = _CHECKS[key]
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        hint = ""
-        if isinstance(value, str) and _is_float(value):
-            # PyYAML reads `1e-7` (no dot) as a string; `1.0e-7` is a float.
-            if "e" in value.lower() and "." not in value:
-                hint = f"; YAML reads {value} as text, write {value.lower().replace('e', '.0e')}"
-            else:
-                hint = "; write the number without quotes"
-        raise ConfigError(f"{where} must be {wanted}, got {value!r} ({type(value).__name__}){hint}")
-    value = float(value)
-    if not math.isfinite(value) or not test(value):
-        raise ConfigError(f"{where} must be {wanted}, got {value}")
-    return value
-
-
-def _is_float(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+    if not isinstance(config, OptimizerSection):
+        config = OptimizerSection.from_mapping(config)
+    return {"class": config.kind, **config.arguments()}
 
 
 def create_optimizer(config: Mapping[str, Any]) -> keras.optimizers.Optimizer:

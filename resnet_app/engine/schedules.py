@@ -16,7 +16,8 @@ Conventions shared by every schedule here:
   target / W (when `start` is 0), step W - 1 at the target, and from step W on
   the wrapped schedule takes over, continuously.
 
-`create_schedule` builds a schedule from the `schedule:` section of a config.
+`create_schedule` builds a schedule from the `schedule:` section of a config
+(`config/schedule_kinds.py`, whose checks the factories here share).
 `load_script` loads a user's function from a Python file
 (`--lr_schedule=PATH.py:FUNCTION`); `check_schedule` tries any schedule at a few
 steps before training starts, so that a broken one fails in a second, not after
@@ -29,7 +30,6 @@ import bisect
 import functools
 import importlib.util
 import math
-import numbers
 import os
 import re
 import sys
@@ -37,79 +37,20 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from resnet_app.common.errors import ConfigError
+from resnet_app.config import schedule_kinds
+from resnet_app.config.schedule_kinds import (
+    ScheduleSection,
+    check_boundaries,
+    check_flag,
+    check_number,
+    check_one_of,
+    check_positive_int,
+    check_rates,
+    key,
+)
 
 Schedule = Callable[[int, int], float]
 """`schedule(step, steps_per_epoch) -> learning rate`, `step` counting from 0."""
-
-UNITS = ("steps", "epochs")
-
-# The keys each schedule accepts in a config's `schedule:` section. A script
-# returns the learning rate as is: scaling or warming it up is the script's job.
-_COMMON_KEYS = ("name", "batch_scaling", "warmup_steps", "warmup_epochs", "warmup_start")
-_KEYS: dict[str, tuple[str, ...]] = {
-    "constant": _COMMON_KEYS,
-    "piecewise": _COMMON_KEYS + ("boundaries", "unit", "values", "multipliers"),
-    "cosine": _COMMON_KEYS + ("final", "total_steps", "total_epochs"),
-    "exponential": _COMMON_KEYS + ("decay_rate", "decay_steps", "decay_epochs", "staircase"),
-    "script": ("name", "path"),
-}
-# One key of each group is required (the factories reject two of a group).
-_REQUIRED: dict[str, tuple[tuple[str, ...], ...]] = {
-    "piecewise": (("boundaries",), ("values", "multipliers")),
-    "exponential": (("decay_rate",), ("decay_steps", "decay_epochs")),
-    "script": (("path",),),
-}
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _check_number(what: str, value: Any, *, positive: bool = False) -> float:
-    """Returns `value` as a float if it is a finite number >= 0 (> 0 if `positive`).
-
-    `what` names the value in the message, e.g. "schedule key 'final'".
-    """
-    if not _is_number(value) or value < 0 or (positive and value == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise ConfigError(f"{what} must be a number {bound}, got {value!r}")
-    return float(value)
-
-
-def _check_positive_int(what: str, value: Any) -> int:
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"{what} must be a whole number >= 1, got {value!r}")
-    return int(value)
-
-
-def _key(name: str) -> str:
-    return f"schedule key '{name}'"
-
-
-def _check_one_of(names: tuple[str, str], first: Any, second: Any) -> None:
-    """Exactly one of two alternative arguments must be given."""
-    if first is None and second is None:
-        raise ConfigError(f"schedule needs '{names[0]}' or '{names[1]}'; give one of them")
-    if first is not None and second is not None:
-        raise ConfigError(
-            f"schedule keys '{names[0]}' and '{names[1]}' exclude each other; keep one"
-        )
-
-
-def _check_rates(name: str, rates: Any, length: int) -> list[float]:
-    if not isinstance(rates, Sequence) or isinstance(rates, str):
-        raise ConfigError(f"schedule key '{name}' needs a list of numbers, got {rates!r}")
-    if len(rates) != length:
-        raise ConfigError(
-            f"schedule key '{name}' needs {length} entries (one more than 'boundaries'), "
-            f"got {len(rates)}: {list(rates)}"
-        )
-    for rate in rates:
-        if not _is_number(rate) or rate < 0:
-            raise ConfigError(
-                f"schedule key '{name}' needs numbers >= 0, got {rate!r} in {list(rates)}"
-            )
-    return [float(rate) for rate in rates]
 
 
 def _to_steps(epochs: float, steps_per_epoch: int) -> int:
@@ -126,7 +67,7 @@ def constant(value: float) -> Schedule:
     Returns:
       The schedule.
     """
-    value = _check_number("a constant learning rate", value)
+    value = check_number("a constant learning rate", value)
 
     def constant_schedule(step: int, steps_per_epoch: int) -> float:
         return value
@@ -163,30 +104,19 @@ def piecewise(
         the wrong length, negative rates, or not exactly one of `values` and
         `multipliers`.
     """
-    if unit not in UNITS:
-        raise ConfigError(f"schedule key 'unit' must be steps or epochs, got {unit!r}")
-    if not isinstance(boundaries, Sequence) or isinstance(boundaries, str):
-        raise ConfigError(
-            f"schedule key 'boundaries' needs a list of {unit}, e.g. [30, 60, 80]; "
-            f"got {boundaries!r}"
-        )
-    bounds = [_check_number(_key("boundaries"), boundary) for boundary in boundaries]
-    if any(current <= previous for previous, current in zip(bounds, bounds[1:])):
-        raise ConfigError(
-            f"schedule key 'boundaries' must be strictly increasing, got {list(boundaries)}"
-        )
-    _check_one_of(("values", "multipliers"), values, multipliers)
+    bounds = check_boundaries(boundaries, unit)
+    check_one_of(("values", "multipliers"), values, multipliers)
     if multipliers is not None:
         if base is None:
             raise ConfigError("piecewise 'multipliers' need the base learning rate they multiply")
-        base = _check_number("the base learning rate", base)
-        rates = [base * m for m in _check_rates("multipliers", multipliers, len(bounds) + 1)]
+        base = check_number("the base learning rate", base)
+        rates = [base * m for m in check_rates("multipliers", multipliers, len(bounds) + 1)]
     else:
         if base is not None:
             raise ConfigError(
                 "piecewise 'values' are absolute learning rates; give 'multipliers' to use a base"
             )
-        rates = _check_rates("values", values, len(bounds) + 1)
+        rates = check_rates("values", values, len(bounds) + 1)
 
     # bisect_right counts the boundaries b <= step: the index of the interval.
     if unit == "steps":
@@ -232,12 +162,12 @@ def warmup(
       ConfigError: for a warmup <= 0, both `steps` and `epochs` or neither, or
         a negative `start`.
     """
-    _check_one_of(("warmup_steps", "warmup_epochs"), steps, epochs)
+    check_one_of(("warmup_steps", "warmup_epochs"), steps, epochs)
     if steps is not None:
-        steps = _check_positive_int(_key("warmup_steps"), steps)
+        steps = check_positive_int(key("warmup_steps"), steps)
     else:
-        epochs = _check_number(_key("warmup_epochs"), epochs, positive=True)
-    start = _check_number("the warmup start", start)
+        epochs = check_number(key("warmup_epochs"), epochs, positive=True)
+    start = check_number("the warmup start", start)
 
     def warmup_schedule(step: int, steps_per_epoch: int) -> float:
         length = steps if steps is not None else _to_steps(epochs, steps_per_epoch)
@@ -275,13 +205,13 @@ def cosine(
       ConfigError: for negative rates, a length <= 0, or not exactly one of
         `total_steps` and `total_epochs`.
     """
-    base = _check_number("the base learning rate", base)
-    final = _check_number(_key("final"), final)
-    _check_one_of(("total_steps", "total_epochs"), total_steps, total_epochs)
+    base = check_number("the base learning rate", base)
+    final = check_number(key("final"), final)
+    check_one_of(("total_steps", "total_epochs"), total_steps, total_epochs)
     if total_steps is not None:
-        total_steps = _check_positive_int(_key("total_steps"), total_steps)
+        total_steps = check_positive_int(key("total_steps"), total_steps)
     else:
-        total_epochs = _check_number(_key("total_epochs"), total_epochs, positive=True)
+        total_epochs = check_number(key("total_epochs"), total_epochs, positive=True)
 
     def cosine_schedule(step: int, steps_per_epoch: int) -> float:
         total = total_steps if total_steps is not None else _to_steps(total_epochs, steps_per_epoch)
@@ -316,15 +246,14 @@ def exponential(
       ConfigError: for a negative base, a decay rate or period <= 0, not exactly
         one of `decay_steps` and `decay_epochs`, or a non-boolean `staircase`.
     """
-    base = _check_number("the base learning rate", base)
-    decay_rate = _check_number(_key("decay_rate"), decay_rate, positive=True)
-    _check_one_of(("decay_steps", "decay_epochs"), decay_steps, decay_epochs)
+    base = check_number("the base learning rate", base)
+    decay_rate = check_number(key("decay_rate"), decay_rate, positive=True)
+    check_one_of(("decay_steps", "decay_epochs"), decay_steps, decay_epochs)
     if decay_steps is not None:
-        decay_steps = _check_number(_key("decay_steps"), decay_steps, positive=True)
+        decay_steps = check_number(key("decay_steps"), decay_steps, positive=True)
     else:
-        decay_epochs = _check_number(_key("decay_epochs"), decay_epochs, positive=True)
-    if not isinstance(staircase, bool):
-        raise ConfigError(f"schedule key 'staircase' must be true or false, got {staircase!r}")
+        decay_epochs = check_number(key("decay_epochs"), decay_epochs, positive=True)
+    check_flag("staircase", staircase)
 
     def exponential_schedule(step: int, steps_per_epoch: int) -> float:
         period = (
@@ -346,7 +275,7 @@ def scaled(schedule: Schedule, factor: float) -> Schedule:
     Returns:
       The scaled schedule.
     """
-    factor = _check_number("a schedule scale factor", factor)
+    factor = check_number("a schedule scale factor", factor)
 
     def scaled_schedule(step: int, steps_per_epoch: int) -> float:
         return factor * float(schedule(step, steps_per_epoch))
@@ -369,7 +298,7 @@ def linear_scaling(base_lr: float, global_batch_size: int, reference: int = 256)
 
 
 def create_schedule(
-    spec: Mapping[str, Any] | None,
+    spec: ScheduleSection | Mapping[str, Any] | None,
     *,
     base_lr: float,
     global_batch_size: int,
@@ -377,7 +306,8 @@ def create_schedule(
 ) -> Schedule:
     """Builds the schedule a config's `schedule:` section describes.
 
-    Keys (a key set to null counts as absent):
+    Keys (a key set to null counts as absent; `config/schedule_kinds.py`
+    declares them, their defaults and their checks):
     - `name`: constant (the default), piecewise, cosine, exponential or script.
     - `batch_scaling`: a reference batch such as 256: every learning rate of the
       schedule (`base_lr`, piecewise `values`, cosine `final`) is multiplied by
@@ -402,7 +332,8 @@ def create_schedule(
          "batch_scaling": 256}
 
     Args:
-      spec: the `schedule:` section (None or empty: a constant `base_lr`).
+      spec: the `schedule:` section, or a mapping of its keys (None or empty:
+        a constant `base_lr`).
       base_lr: the optimizer's configured learning rate.
       global_batch_size: the batch over all towers and workers.
       total_steps: the length of the run, in steps.
@@ -414,80 +345,51 @@ def create_schedule(
       ConfigError: for an unknown schedule, an unknown or missing key, or an
         impossible value; the message names the key.
     """
-    spec = {} if spec is None else spec
-    if not isinstance(spec, Mapping):
-        raise ConfigError(f"the schedule section must be a mapping of keys, got {spec!r}")
-    name = spec.get("name")
-    name = "constant" if name is None else name
-    if not isinstance(name, str) or name not in _KEYS:
-        raise ConfigError(f"unknown schedule {name!r}; valid schedules: {', '.join(sorted(_KEYS))}")
-    valid = sorted(_KEYS[name])
-    for key in spec:
-        if key not in valid:
-            raise ConfigError(
-                f"unknown schedule key {key!r} for {name}; valid keys: {', '.join(valid)}"
-            )
-    spec = {key: value for key, value in spec.items() if value is not None}
-    for group in _REQUIRED.get(name, ()):
-        if not any(key in spec for key in group):
-            needed = " or ".join(f"'{key}'" for key in group)
-            raise ConfigError(f"schedule {name} needs key {needed}; valid keys: {', '.join(valid)}")
-    if name == "script":
-        if not isinstance(spec["path"], str):
-            raise ConfigError(f"schedule key 'path' must be PATH.py:FUNCTION, got {spec['path']!r}")
-        return load_script(spec["path"])
-
-    base_lr = _check_number("optimizer.learning_rate", base_lr)
-    _check_positive_int("the global batch size", global_batch_size)
-    _check_positive_int("the run's total_steps", total_steps)
-    reference = spec.get("batch_scaling")
-    if reference is not None and (
-        not isinstance(reference, numbers.Integral) or isinstance(reference, bool) or reference < 1
-    ):
-        raise ConfigError(
-            "schedule key 'batch_scaling' must be the batch size the learning rates are meant "
-            f"for, such as 256 (or null for none), got {reference!r}"
-        )
-
-    if name == "constant":
-        schedule = constant(base_lr)
-    elif name == "piecewise":
-        schedule = piecewise(
-            spec["boundaries"],
-            values=spec.get("values"),
-            multipliers=spec.get("multipliers"),
-            base=base_lr if "multipliers" in spec else None,
-            unit=spec.get("unit", "steps"),
-        )
-    elif name == "cosine":
-        total_epochs = spec.get("total_epochs")
-        schedule = cosine(
-            base_lr,
-            total_steps=spec.get("total_steps", total_steps if total_epochs is None else None),
-            total_epochs=total_epochs,
-            final=spec.get("final", 0.0),
-        )
-    else:  # exponential
-        schedule = exponential(
-            base_lr,
-            decay_rate=spec["decay_rate"],
-            decay_steps=spec.get("decay_steps"),
-            decay_epochs=spec.get("decay_epochs"),
-            staircase=spec.get("staircase", False),
-        )
+    if not isinstance(spec, ScheduleSection):
+        spec = ScheduleSection.from_mapping({} if spec is None else spec)
+    if isinstance(spec, schedule_kinds.Script):
+        return load_script(spec.path)
+    base_lr = check_number("optimizer.learning_rate", base_lr)
+    check_positive_int("the global batch size", global_batch_size)
+    check_positive_int("the run's total_steps", total_steps)
+    schedule = _create_kind(spec, base_lr, total_steps)
     # Scaling the whole schedule scales absolute rates (values, final) as well.
-    if reference is not None:
-        schedule = scaled(schedule, linear_scaling(1.0, global_batch_size, reference))
-    if "warmup_steps" in spec or "warmup_epochs" in spec:
+    if spec.batch_scaling is not None:
+        schedule = scaled(schedule, linear_scaling(1.0, global_batch_size, spec.batch_scaling))
+    if spec.has_warmup:
         schedule = warmup(
-            schedule,
-            steps=spec.get("warmup_steps"),
-            epochs=spec.get("warmup_epochs"),
-            start=spec.get("warmup_start", 0.0),
+            schedule, steps=spec.warmup_steps, epochs=spec.warmup_epochs, start=spec.warmup_start
         )
-    elif "warmup_start" in spec:
-        raise ConfigError("schedule key 'warmup_start' needs warmup_steps or warmup_epochs")
     return schedule
+
+
+def _create_kind(spec: schedule_kinds.RateSchedule, base_lr: float, total_steps: int) -> Schedule:
+    """The schedule of `spec`'s kind, before batch scaling and warmup."""
+    if isinstance(spec, schedule_kinds.Piecewise):
+        return piecewise(
+            spec.boundaries,
+            values=spec.values,
+            multipliers=spec.multipliers,
+            base=base_lr if spec.multipliers is not None else None,
+            unit=spec.unit,
+        )
+    if isinstance(spec, schedule_kinds.Cosine):
+        run_length = total_steps if spec.total_epochs is None else None
+        return cosine(
+            base_lr,
+            total_steps=spec.total_steps if spec.total_steps is not None else run_length,
+            total_epochs=spec.total_epochs,
+            final=spec.final,
+        )
+    if isinstance(spec, schedule_kinds.Exponential):
+        return exponential(
+            base_lr,
+            decay_rate=spec.decay_rate,
+            decay_steps=spec.decay_steps,
+            decay_epochs=spec.decay_epochs,
+            staircase=spec.staircase,
+        )
+    return constant(base_lr)
 
 
 def _one_line(error: BaseException) -> str:
@@ -600,8 +502,8 @@ def check_schedule(schedule: Schedule, steps_per_epoch: int, total_steps: int) -
       ConfigError: naming the step, if the schedule raises there or returns
         something other than a finite number >= 0.
     """
-    _check_positive_int("steps_per_epoch", steps_per_epoch)
-    _check_positive_int("the run's total_steps", total_steps)
+    check_positive_int("steps_per_epoch", steps_per_epoch)
+    check_positive_int("the run's total_steps", total_steps)
     last = total_steps - 1
     steps = {0, 1, steps_per_epoch - 1, steps_per_epoch, last}
     steps.update(round(last * eighth / 8) for eighth in range(1, 8))

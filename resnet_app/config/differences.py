@@ -1,0 +1,70 @@
+"""What differs between two configs, and what a resumed run may change.
+
+The trainer refuses to resume a run whose settings changed, unless each
+change is in `RESUMABLE_CHANGES` or the user allows it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from resnet_app.config.oneof import plain
+from resnet_app.config.sections import Config
+from resnet_app.nets import presets
+
+# Settings a resumed run may change: they do not change what it computes (or,
+# for the run's length, only where it ends: the trainer checks separately that
+# the learning rate of the steps left stays the same, and that a change of
+# towers keeps the batch BatchNorm normalizes over). The `sync` keys are not
+# here: model averaging, and its interval, change the weights a run reaches.
+RESUMABLE_CHANGES = frozenset(
+    {
+        "data.data_dir",
+        "data.eval_split",
+        "data.eval_examples",
+        "data.eval_resize",
+        "train.epochs",
+        "train.train_steps",
+        "train.eval_every",
+        "train.log_every",
+        "train.steps_per_loop",
+        "train.checkpoint_every",
+        "train.num_towers",
+        "train.eval_batch_size",
+        "train.keep_checkpoints",
+        "train.keep_checkpoint_every_n_hours",
+        "train.deterministic",
+        "train.jit",
+        "train.on_nan",
+        "train.nan_lr_factor",
+    }
+)
+
+
+def changes(old: Config, new: Config) -> dict[str, tuple[Any, Any]]:
+    """The settings that differ between two configs: {"section.key": (old, new)}.
+
+    Settings compare as the run uses them: model keys as the preset resolves
+    them (`bn_synchronized: false` given or left at its default is the same
+    setting), and a derived value (`data.dtype`) as derived.
+    """
+
+    def flat(config: Config, model_keys: Iterable[str]) -> dict[str, Any]:
+        tree = config.to_dict(with_derived=True)
+        preset = presets.get_config(config.model_name, **config.model_overrides)
+        tree["model"] = {"name": config.model_name}
+        tree["model"].update({key: plain(getattr(preset, key)) for key in model_keys})
+        return {
+            f"{section}.{key}": value
+            for section, values in tree.items()
+            for key, value in values.items()
+        }
+
+    model_keys = set(old.model_overrides) | set(new.model_overrides)
+    before, after = flat(old, model_keys), flat(new, model_keys)
+    return {
+        key: (before.get(key), after.get(key))
+        for key in sorted(set(before) | set(after))
+        if before.get(key) != after.get(key)
+    }

@@ -1,0 +1,164 @@
+"""The type of a config field, read with `typing.get_type_hints`, and values checked against it.
+
+One helper for every way a value reaches a typed field: the YAML loader, `--set`
+and the command-line flags (`train.py`'s shortcuts, `cli.define_config_flags`).
+A config field is a bool, int, float or str, a tuple of ints or floats, or any
+of these `| None`; `field_types` refuses anything else when the class is first
+read, so a new field of an unsupported type fails in the tests, not for a user.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import numbers
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+from resnet_app.common.errors import ConfigError
+
+SET_BY = "set_by"  # Field metadata: not a key of its own; the key that sets it.
+SCALARS = (bool, int, float, str)
+TUPLE_ITEMS = (int, float)
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldType:
+    """A field's type as a config reads it.
+
+    Attributes:
+      base: bool, int, float, str or tuple.
+      optional: None is a valid value (the annotation is `T | None`).
+      item: the item type of a tuple (int or float), else None.
+    """
+
+    base: type
+    optional: bool = False
+    item: type | None = None
+
+    @property
+    def name(self) -> str:
+        """The base type's name, as error messages give it ("int", "tuple")."""
+        return self.base.__name__
+
+
+def read_annotation(annotation: Any) -> FieldType:
+    """The `FieldType` of a type annotation (an object, never a string).
+
+    Raises:
+      TypeError: for a type a config field cannot have (a bug in the dataclass).
+    """
+    optional = False
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = typing.get_args(annotation)
+        others = [member for member in members if member is not type(None)]
+        if len(others) != 1:
+            raise TypeError(f"a config field has one type, or that type | None; got {annotation}")
+        optional, annotation = len(others) < len(members), others[0]
+    if typing.get_origin(annotation) is tuple:
+        item = typing.get_args(annotation)[0]
+        if item not in TUPLE_ITEMS:
+            raise TypeError(f"a config tuple holds ints or floats; got {annotation}")
+        return FieldType(tuple, optional, item)
+    if annotation not in SCALARS:
+        raise TypeError(f"unsupported config field type {annotation!r}")
+    return FieldType(annotation, optional)
+
+
+@functools.cache
+def field_types(cls: type) -> dict[str, FieldType]:
+    """The `FieldType` of every field of dataclass `cls`, from `typing.get_type_hints`.
+
+    Args:
+      cls: a dataclass whose fields have config types.
+
+    Returns:
+      {field name: FieldType}, in the order the fields are declared.
+    """
+    hints = typing.get_type_hints(cls)
+    return {field.name: read_annotation(hints[field.name]) for field in dataclasses.fields(cls)}
+
+
+def config_keys(cls: type) -> dict[str, FieldType]:
+    """The fields of dataclass `cls` a config sets by name (all but `SET_BY` ones)."""
+    own = {field.name for field in dataclasses.fields(cls) if SET_BY not in field.metadata}
+    return {name: kind for name, kind in field_types(cls).items() if name in own}
+
+
+def is_number(value: Any) -> bool:
+    """Whether `value` is a finite real number (a bool is not a number here)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def coerce(key: str, value: Any, kind: FieldType) -> Any:
+    """Checks `value` against a field's type and returns it in that type.
+
+    An int is accepted for a float (and a whole float for an int), a list for a
+    tuple; nothing else is converted.
+
+    Args:
+      key: the field as the user names it, e.g. "train.batch_size".
+      value: the value as YAML or a flag gave it.
+      kind: the field's type, from `field_types`.
+
+    Returns:
+      The value as the field's type.
+
+    Raises:
+      ConfigError: naming the key, its value and the expected type.
+    """
+    if value is None:
+        if kind.optional:
+            return None
+        raise ConfigError(f"{key} must not be empty")
+    bad = ConfigError(f"{key}={value!r}: expected {kind.name}")
+    if kind.base is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise bad
+        if not all(is_number(item) for item in value):
+            raise ConfigError(f"{key}={value!r}: expected a list of numbers")
+        if kind.item is int and not all(float(item).is_integer() for item in value):
+            raise ConfigError(f"{key}={value!r}: expected a list of integers")
+        return tuple(kind.item(item) for item in value)
+    if kind.base is bool or kind.base is str:
+        if not isinstance(value, kind.base):
+            raise bad
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise bad
+    if kind.base is int:
+        if isinstance(value, float) and not value.is_integer():
+            raise bad
+        return int(value)
+    if not math.isfinite(value):
+        raise ConfigError(f"{key}={value}: expected a finite number")
+    return float(value)
+
+
+def replace_from(default: Any, section: str, values: Any) -> Any:
+    """`default` (a dataclass instance) with the fields a mapping sets, each checked.
+
+    Args:
+      default: the section's values before this mapping.
+      section: the section's name in messages, e.g. "train".
+      values: {field: value} as YAML or flags gave them.
+
+    Returns:
+      A new instance; its `__post_init__` checks the values together.
+
+    Raises:
+      ConfigError: for a key that is not a field, or a value of the wrong type.
+    """
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"config section '{section}' must be a mapping of keys")
+    types = config_keys(type(default))
+    unknown = sorted(str(key) for key in values if key not in types)
+    if unknown:
+        raise ConfigError(
+            f"unknown {section} key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(types))}"
+        )
+    typed = {key: coerce(f"{section}.{key}", value, types[key]) for key, value in values.items()}
+    return dataclasses.replace(default, **typed)

@@ -1,0 +1,155 @@
+"""A config as layers: the defaults, a recipe file, `--set`s, then flags; merged, then checked.
+
+Each layer is a tree {section: {key: value}} of what it sets. Within a layer
+the order of keys does not matter. How a layer replaces what came before is a
+property of the typed sections (`oneof.py`): a new optimizer class or schedule
+name starts its section afresh, from that kind's defaults, and giving one of
+two alternative keys (epochs or train_steps, values or multipliers, ...) drops
+the other one set before. Once merged, the tree is read over the defaults of
+`Config`'s fields, with each value checked against its field's type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from resnet_app.common.errors import ConfigError
+from resnet_app.config import fields, oneof
+from resnet_app.config.loading import parse_set, read_yaml
+from resnet_app.config.sections import SECTIONS, Config
+
+Tree = dict[str, dict[str, Any]]
+
+# Each section's default, as `Config` declares it (data.dtype still unset).
+_DEFAULTS = {field.name: field.default for field in dataclasses.fields(Config)}
+
+
+def resolve(
+    config_file: str | None = None,
+    sets: Iterable[str] = (),
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Config:
+    """Builds the config: defaults, then the file, then `--set`s, then `overrides`.
+
+    Args:
+      config_file: a YAML recipe, or None.
+      sets: `section.key=value` strings.
+      overrides: {section: {key: value}} from dedicated flags (--batch_size...),
+        applied last. See the module docstring for how a layer replaces what
+        came before.
+
+    Returns:
+      The validated `Config`.
+
+    Raises:
+      ConfigError: naming the first bad section, key or value.
+    """
+    tree: Tree = {}
+    if config_file:
+        merge(tree, read_yaml(config_file), f" in {config_file}")
+    merge(tree, set_layer(sets), " in --set")
+    merge(tree, overrides or {}, "")
+    return build(tree)
+
+
+def from_dict(tree: Mapping[str, Any]) -> Config:
+    """Validates a config tree, as written to config.yaml, over the defaults."""
+    given: Tree = {}
+    merge(given, tree, "")
+    return build(given)
+
+
+def merge(tree: Tree, layer: Mapping[str, Any], where: str) -> None:
+    """Applies one layer of settings (a file, the --sets, the flags) to `tree`.
+
+    Args:
+      tree: what the layers before set, {section: {key: value}}; updated.
+      layer: this layer's settings.
+      where: " in FILE" for messages.
+
+    Raises:
+      ConfigError: for an unknown section, or one that is not a mapping of names.
+    """
+    for section, values in layer.items():
+        if section not in SECTIONS:
+            raise ConfigError(
+                f"unknown config section '{section}'{where}; valid sections: {', '.join(SECTIONS)}"
+            )
+        values = {} if values is None else values
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"config section '{section}'{where} must be a mapping of keys")
+        for key in values:
+            if not isinstance(key, str):
+                raise ConfigError(f"{section} key {key!r} must be a name")
+        given = tree.setdefault(section, {})
+        if _names_new_kind(section, given, values):
+            given.clear()  # A new kind starts its section afresh.
+        owner = _section_class(section, {**given, **values})
+        for name, other in (oneof.alternatives(owner) if owner else {}).items():
+            if values.get(name) is not None and values.get(other) is None:
+                given[other] = None
+        given.update(values)
+
+
+def _names_new_kind(section: str, given: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
+    """Whether `values` name another kind than the one a one-of section has so far."""
+    default = _DEFAULTS[section]
+    if not isinstance(default, oneof.OneOfSection):
+        return False
+    return default.KEY in values and values[default.KEY] != given.get(default.KEY, default.kind)
+
+
+def _section_class(section: str, given: Mapping[str, Any]) -> type | None:
+    """The dataclass of a section's keys: its kind's for a one-of section (None if unknown)."""
+    default = _DEFAULTS[section]
+    if not isinstance(default, oneof.OneOfSection):
+        return type(default)
+    return default.kind_class(given.get(default.KEY, default.kind))
+
+
+def set_layer(sets: Iterable[str]) -> Tree:
+    """The --set assignments as one layer {section: {key: value}}; later ones win."""
+    layer: Tree = {}
+    for assignment in sets:
+        path, value = parse_set(assignment)
+        key = ".".join(path)
+        if len(path) != 2:
+            raise ConfigError(
+                f"--set {key}: keys look like section.key, e.g. train.batch_size; sections: "
+                f"{', '.join(SECTIONS)}"
+            )
+        if path[0] not in SECTIONS:
+            raise ConfigError(
+                f"unknown config section '{path[0]}' in --set {key}; valid sections: "
+                f"{', '.join(SECTIONS)}"
+            )
+        section = layer.setdefault(path[0], {})
+        section.pop(path[1], None)  # Keep the order of the last assignment.
+        section[path[1]] = value
+    return layer
+
+
+def build(tree: Mapping[str, Mapping[str, Any]]) -> Config:
+    """The `Config` of merged settings: each section's default with the keys set.
+
+    Raises:
+      ConfigError: naming the first unknown key or bad value.
+    """
+    sections = {}
+    for section in SECTIONS:
+        default, given = _DEFAULTS[section], tree.get(section, {})
+        if isinstance(default, oneof.OneOfSection):
+            sections[section] = _build_one_of(default, given)
+        else:
+            sections[section] = fields.replace_from(default, section, given)
+    return Config(**sections)
+
+
+def _build_one_of(default: oneof.OneOfSection, given: Mapping[str, Any]) -> oneof.OneOfSection:
+    """The section of the kind `given` names: over `default` if it is that kind."""
+    family = default.family()
+    if family.KEY in given and given[family.KEY] != default.kind:
+        return family.from_mapping(given)
+    return family.from_mapping({family.KEY: default.kind, **default.field_values(), **given})

@@ -1,0 +1,234 @@
+"""Typed config sections that read as the YAML mappings they come from, and one-of sections.
+
+A `Section` is a frozen dataclass that also reads as the mapping a user writes:
+`section["key"]`, `"key" in section`, `dict(section)` see the fields that have
+a value (not None), in YAML form (lists, not tuples); a section equals a
+mapping that describes it. So code and tests that handled these sections as
+dicts keep working, while new code reads typed attributes.
+
+A one-of section (`optimizer`, `schedule`) holds one of several kinds, named by
+a key (`class`, `name`). Each kind is a dataclass of its own fields, declared as
+`class Adam(OptimizerSection, kind="adam")`; its family (`OptimizerSection`)
+says how a mapping names the kind and words the errors.
+
+Field metadata says how layers of settings (defaults, a recipe, `--set`,
+flags) combine, see `layers.py`:
+- `alternative(other)`: the two fields replace each other (epochs or
+  train_steps): giving one in a later layer drops the other.
+- a new kind starts its section afresh, from that kind's own defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
+
+from resnet_app.common.errors import ConfigError
+
+ALTERNATIVE = "alternative"  # Field metadata: the field this one replaces.
+REQUIRED = "required"  # Field metadata: one of this field and its alternative is needed.
+
+
+def alternative(other: str, default: Any = None, *, required: bool = False) -> Any:
+    """A dataclass field that replaces `other`: a layer giving one drops the other.
+
+    Args:
+      other: the name of the alternative field.
+      default: this field's default.
+      required: one of the two fields must be given (checked on reading a mapping).
+
+    Returns:
+      The `dataclasses.field`.
+    """
+    return dataclasses.field(default=default, metadata={ALTERNATIVE: other, REQUIRED: required})
+
+
+def alternatives(cls: type) -> dict[str, str]:
+    """{field: the field it replaces} for the alternative fields of dataclass `cls`."""
+    return {
+        field.name: field.metadata[ALTERNATIVE]
+        for field in dataclasses.fields(cls)
+        if ALTERNATIVE in field.metadata
+    }
+
+
+def plain(value: Any) -> Any:
+    """`value` as YAML writes it: mappings as dicts, tuples as lists."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+class Section(Mapping):
+    """A typed config section (a frozen dataclass) that reads as its YAML mapping.
+
+    Subclasses are `@dataclasses.dataclass(frozen=True, eq=False)`: equality is
+    defined here, so that a section also equals a mapping describing it.
+    """
+
+    def field_values(self) -> dict[str, Any]:
+        """Every field and its value, None included, in declaration order."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The section as YAML-ready data (what `config.yaml` records)."""
+        return plain(self._pairs())
+
+    def _pairs(self) -> dict[str, Any]:
+        return {key: value for key, value in self.field_values().items() if value is not None}
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any]) -> Section:
+        """Reads a section from the mapping a user writes; see the subclasses."""
+        raise NotImplementedError
+
+    def __getitem__(self, key: str) -> Any:
+        return plain(self._pairs()[key])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._pairs())
+
+    def __len__(self) -> int:
+        return len(self._pairs())
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, Section):
+            return type(self) is type(other) and self.field_values() == other.field_values()
+        if isinstance(other, Mapping):
+            try:
+                return self == type(self).from_mapping(other)
+            except ConfigError:
+                return False
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((type(self), tuple(self.field_values().values())))
+
+
+class OneOfSection(Section):
+    """The base of a one-of section's family; each kind subclasses it.
+
+    A family sets `KEY` (the mapping key naming the kind), `KINDS = {}` (filled
+    as kinds are declared), `DEFAULT_KIND` (the kind of a mapping without
+    `KEY`, or None when `KEY` is required) and `NULL_IS_ABSENT` (a key set to
+    null takes the kind's default, rather than being checked as a value), and
+    words its errors by overriding the `*_error` class methods.
+    """
+
+    SECTION: ClassVar[str]
+    KEY: ClassVar[str]
+    KINDS: ClassVar[dict[str, type[OneOfSection]]]
+    KIND: ClassVar[str]
+    DEFAULT_KIND: ClassVar[str | None] = None
+    NULL_IS_ABSENT: ClassVar[bool] = False
+
+    def __init_subclass__(cls, kind: str | None = None, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        if kind is not None:
+            cls.KIND = kind
+            cls.family().KINDS[kind] = cls
+
+    @classmethod
+    def family(cls) -> type[OneOfSection]:
+        """The family's base class (`OptimizerSection`), which lists its kinds."""
+        return next(base for base in cls.__mro__ if "KINDS" in vars(base))
+
+    @property
+    def kind(self) -> str:
+        """The kind's name, as the section's `KEY` gives it."""
+        return self.KIND
+
+    def _pairs(self) -> dict[str, Any]:
+        return {self.KEY: self.KIND, **super()._pairs()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The kind and every field, None included: `config.yaml` spells them out."""
+        return plain({self.KEY: self.KIND, **self.field_values()})
+
+    @classmethod
+    def required_groups(cls) -> list[tuple[str, ...]]:
+        """Fields of this kind that must be given: alone, or one of two alternatives."""
+        groups: list[tuple[str, ...]] = []
+        for field in dataclasses.fields(cls):
+            if field.metadata.get(REQUIRED):
+                group = (field.name, field.metadata[ALTERNATIVE])
+                if group[::-1] not in groups:
+                    groups.append(group)
+            elif field.default is dataclasses.MISSING:
+                groups.append((field.name,))
+        return groups
+
+    @classmethod
+    def kind_class(cls, kind: Any) -> type[OneOfSection] | None:
+        """The class of kind `kind` (None: `DEFAULT_KIND`), or None if there is none."""
+        kind = cls.DEFAULT_KIND if kind is None else kind
+        return cls.KINDS.get(kind) if isinstance(kind, str) else None
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any]) -> OneOfSection:
+        """Reads `{KEY: kind, field: value, ...}` as a section of that kind.
+
+        Args:
+          mapping: the section as a user writes it; fields not given take the
+            kind's defaults.
+
+        Returns:
+          The section, its values checked by the kind's `__post_init__`.
+
+        Raises:
+          ConfigError: for a mapping of an unknown kind, with unknown or
+            missing keys, or with a bad value; the family words the message.
+        """
+        if not isinstance(mapping, Mapping):
+            raise cls.not_a_mapping_error(mapping)
+        if cls.DEFAULT_KIND is None and cls.KEY not in mapping:
+            raise cls.missing_kind_error()
+        kind_class = cls.kind_class(mapping.get(cls.KEY))
+        if kind_class is None:
+            raise cls.unknown_kind_error(mapping.get(cls.KEY))
+        names = [field.name for field in dataclasses.fields(kind_class)]
+        unknown = [key for key in mapping if key != cls.KEY and key not in names]
+        if unknown:
+            raise kind_class.unknown_keys_error(unknown)
+        values = {key: value for key, value in mapping.items() if key != cls.KEY}
+        if cls.NULL_IS_ABSENT:
+            values = {key: value for key, value in values.items() if value is not None}
+        for group in kind_class.required_groups():
+            if not any(values.get(key) is not None for key in group):
+                raise kind_class.missing_keys_error(group)
+        return kind_class(**values)
+
+    @classmethod
+    def valid_kinds(cls) -> str:
+        """The family's kinds, sorted, for error messages."""
+        return ", ".join(sorted(cls.KINDS))
+
+    # The family's messages; each is one line naming the section and the key.
+
+    @classmethod
+    def not_a_mapping_error(cls, value: Any) -> ConfigError:
+        """The section is not a mapping."""
+        return ConfigError(f"the {cls.SECTION} section must be a mapping of keys, got {value!r}")
+
+    @classmethod
+    def missing_kind_error(cls) -> ConfigError:
+        """The section names no kind, and the family has no default kind."""
+        return ConfigError(f"the {cls.SECTION} section needs a '{cls.KEY}': {cls.valid_kinds()}")
+
+    @classmethod
+    def unknown_kind_error(cls, kind: Any) -> ConfigError:
+        """The section names a kind the family does not have."""
+        return ConfigError(f"unknown {cls.SECTION} {kind!r}; valid: {cls.valid_kinds()}")
+
+    @classmethod
+    def unknown_keys_error(cls, keys: list[Any]) -> ConfigError:
+        """The section gives keys its kind does not have."""
+        return ConfigError(f"unknown {cls.SECTION} key(s) {', '.join(map(str, keys))}")
+
+    @classmethod
+    def missing_keys_error(cls, group: tuple[str, ...]) -> ConfigError:
+        """The section gives none of a group of keys its kind needs."""
+        return ConfigError(f"{cls.SECTION} {cls.KIND} needs {' or '.join(group)}")

@@ -1,0 +1,182 @@
+"""The `optimizer:` section: one kind per optimizer class, with its arguments and defaults.
+
+`engine/optim.py` builds the Keras optimizer a section describes; this module is
+pure data and checks, importable without TensorFlow, so that a bad argument is
+answered before TensorFlow loads. Each argument's type comes from its
+annotation; its range from the field's `check` metadata.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+from resnet_app.common.errors import ConfigError
+from resnet_app.config import fields, oneof
+
+CHECK = "check"  # Field metadata: (test, what a valid value is).
+_AT_LEAST_0 = (lambda x: x >= 0, "a number >= 0")
+_MORE_THAN_0 = (lambda x: x > 0, "a number > 0")
+_FRACTION = (lambda x: 0 <= x < 1, "a number in [0, 1)")
+_NORM = (lambda x: x > 0, "a number > 0 or null")
+
+
+def argument(default: Any, check: tuple[Callable[[float], bool], str]) -> Any:
+    """A numeric optimizer argument: its default and the range it must be in."""
+    return dataclasses.field(default=default, metadata={CHECK: check})
+
+
+def clipping(other: str) -> Any:
+    """`clipnorm` or `global_clipnorm`: off by default, at most one of the two."""
+    return dataclasses.field(default=None, metadata={CHECK: _NORM, oneof.ALTERNATIVE: other})
+
+
+class OptimizerSection(oneof.OneOfSection):
+    """The `optimizer:` section's family: `class` names the kind."""
+
+    SECTION = "optimizer"
+    KEY = "class"
+    KINDS: dict[str, type[OptimizerSection]] = {}
+
+    def __post_init__(self):
+        types = fields.field_types(type(self))
+        for field in dataclasses.fields(self):
+            value = _check_value(self.KIND, field, getattr(self, field.name), types[field.name])
+            object.__setattr__(self, field.name, value)
+        if self.clipnorm is not None and self.global_clipnorm is not None:
+            raise ConfigError(
+                f"optimizer '{self.KIND}': set clipnorm or global_clipnorm, not both "
+                f"(got {self.clipnorm} and {self.global_clipnorm})"
+            )
+
+    def arguments(self) -> dict[str, Any]:
+        """The optimizer class's keyword arguments: every field, None included."""
+        return self.field_values()
+
+    @classmethod
+    def not_a_mapping_error(cls, value: Any) -> ConfigError:
+        return ConfigError(
+            f"optimizer config must be a mapping like {{'class': 'momentum'}}, got {value!r}"
+        )
+
+    @classmethod
+    def missing_kind_error(cls) -> ConfigError:
+        return ConfigError(f"optimizer config needs a 'class', one of: {cls.valid_kinds()}")
+
+    @classmethod
+    def unknown_kind_error(cls, kind: Any) -> ConfigError:
+        return ConfigError(f"unknown optimizer class {kind!r}; valid classes: {cls.valid_kinds()}")
+
+    @classmethod
+    def unknown_keys_error(cls, keys: list[Any]) -> ConfigError:
+        valid = ", ".join(field.name for field in dataclasses.fields(cls))
+        return ConfigError(
+            f"unknown argument(s) {', '.join(sorted(map(str, keys)))} for optimizer class "
+            f"'{cls.KIND}'; valid arguments: {valid}"
+        )
+
+
+def _check_value(kind: str, field: dataclasses.Field, value: Any, type_: fields.FieldType) -> Any:
+    """Returns `value` for argument `field` of class `kind`, or raises ConfigError."""
+    where = f"optimizer '{kind}' argument '{field.name}'"
+    if type_.base is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
+        return value
+    if value is None and type_.optional:
+        return None
+    test, wanted = field.metadata[CHECK]
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        hint = ""
+        if isinstance(value, str) and _is_float(value):
+            # PyYAML reads `1e-7` (no dot) as a string; `1.0e-7` is a float.
+            if "e" in value.lower() and "." not in value:
+                hint = f"; YAML reads {value} as text, write {value.lower().replace('e', '.0e')}"
+            else:
+                hint = "; write the number without quotes"
+        raise ConfigError(f"{where} must be {wanted}, got {value!r} ({type(value).__name__}){hint}")
+    value = float(value)
+    if not math.isfinite(value) or not test(value):
+        raise ConfigError(f"{where} must be {wanted}, got {value}")
+    return value
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Momentum(OptimizerSection, kind="momentum"):
+    """TF1's momentum rule (`optim.Momentum`); see `optim.py` for how it differs from sgd.
+
+    Attributes:
+      learning_rate: the base learning rate (the schedule scales it).
+      momentum: the accumulator's decay, in [0, 1).
+      nesterov: Nesterov momentum.
+      clipnorm: clip each variable's gradient to this norm (or null).
+      global_clipnorm: or clip all gradients together to this norm (or null).
+    """
+
+    learning_rate: float = argument(0.1, _AT_LEAST_0)
+    momentum: float = argument(0.9, _FRACTION)
+    nesterov: bool = False
+    clipnorm: float | None = clipping("global_clipnorm")
+    global_clipnorm: float | None = clipping("clipnorm")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SGD(OptimizerSection, kind="sgd"):
+    """Keras `SGD`, whose velocity keeps the learning rate it was accumulated at."""
+
+    learning_rate: float = argument(0.1, _AT_LEAST_0)
+    momentum: float = argument(0.0, _FRACTION)
+    nesterov: bool = False
+    clipnorm: float | None = clipping("global_clipnorm")
+    global_clipnorm: float | None = clipping("clipnorm")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RMSprop(OptimizerSection, kind="rmsprop"):
+    """Keras `RMSprop`."""
+
+    learning_rate: float = argument(0.001, _AT_LEAST_0)
+    rho: float = argument(0.9, _FRACTION)
+    momentum: float = argument(0.0, _FRACTION)
+    epsilon: float = argument(1e-7, _MORE_THAN_0)
+    centered: bool = False
+    clipnorm: float | None = clipping("global_clipnorm")
+    global_clipnorm: float | None = clipping("clipnorm")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Adam(OptimizerSection, kind="adam"):
+    """Keras `Adam`."""
+
+    learning_rate: float = argument(0.001, _AT_LEAST_0)
+    beta_1: float = argument(0.9, _FRACTION)
+    beta_2: float = argument(0.999, _FRACTION)
+    epsilon: float = argument(1e-7, _MORE_THAN_0)
+    amsgrad: bool = False
+    clipnorm: float | None = clipping("global_clipnorm")
+    global_clipnorm: float | None = clipping("clipnorm")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class AdamW(OptimizerSection, kind="adamw"):
+    """Keras `AdamW`: decoupled weight decay, per unit of learning rate (Keras's default)."""
+
+    learning_rate: float = argument(0.001, _AT_LEAST_0)
+    weight_decay: float = argument(0.004, _AT_LEAST_0)
+    beta_1: float = argument(0.9, _FRACTION)
+    beta_2: float = argument(0.999, _FRACTION)
+    epsilon: float = argument(1e-7, _MORE_THAN_0)
+    amsgrad: bool = False
+    clipnorm: float | None = clipping("global_clipnorm")
+    global_clipnorm: float | None = clipping("clipnorm")

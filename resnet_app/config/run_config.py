@@ -1,0 +1,61 @@
+"""The config as a run directory records it: `config.yaml`, written and read back.
+
+`config.yaml` records what the user chose: every field spelled out, and a
+default derived from another setting (`data.dtype`) as null, so that a resumed
+run derives it again. Files written before the config was typed still read:
+their keys are the same, and a value they froze (`dtype: float32`) is kept.
+"""
+
+from __future__ import annotations
+
+import os
+
+import yaml
+
+from resnet_app.common import files, run_dir
+from resnet_app.common.errors import ConfigError
+from resnet_app.config.layers import from_dict
+from resnet_app.config.loading import dump_yaml, load_yaml, read_yaml
+from resnet_app.config.sections import SECTIONS, Config
+
+CONFIG_FILE = run_dir.CONFIG_FILE  # The resolved config, in every run directory.
+
+
+def to_yaml(config: Config) -> str:
+    """The resolved config as YAML text; `from_yaml` reads it back equal."""
+    return dump_yaml(config.to_dict())
+
+
+def from_yaml(text: str, where: str) -> Config:
+    """Reads `to_yaml`'s text back; `where` names its origin in errors."""
+    try:
+        tree = load_yaml(text)
+    except yaml.YAMLError:
+        raise ConfigError(f"{where} is not valid YAML; it was not written by resnet_app") from None
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{where} must be a mapping of sections ({', '.join(SECTIONS)})")
+    return from_dict(tree)
+
+
+def write_yaml(config: Config, path: str) -> None:
+    """Writes the resolved config (atomically: a reader never sees half a file)."""
+    files.write_text_atomically(path, to_yaml(config))
+
+
+def read_run_config(model_dir: str | None) -> Config:
+    """The config a run was trained with, from `model_dir/config.yaml`.
+
+    Raises:
+      ConfigError: when `model_dir` is not a run directory, or its config is
+        not valid.
+    """
+    path = os.path.join(model_dir or "", CONFIG_FILE)
+    if not model_dir or not os.path.isfile(path):
+        found = f"{model_dir} has no {CONFIG_FILE}" if model_dir else "it is not set"
+        raise ConfigError(
+            f"--model_dir must be a run directory written by `python -m resnet_app.train` ({found})"
+        )
+    try:
+        return from_dict(read_yaml(path))
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None

@@ -1,0 +1,294 @@
+"""The `schedule:` section: one kind per learning-rate schedule, with its keys and defaults.
+
+`engine/schedules.py` builds the schedule function a section describes (see
+`create_schedule` there for what each key does); this module is pure data and
+the checks of its values, which the schedule factories share, so a bad key is
+answered before TensorFlow loads and reads the same wherever it is caught.
+
+A key set to null counts as absent. `constant`, `piecewise`, `cosine` and
+`exponential` also take `batch_scaling` and a linear warmup; a `script`
+returns the learning rate as is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+from resnet_app.common.errors import ConfigError
+from resnet_app.config import oneof
+from resnet_app.config.fields import is_number
+
+UNITS = ("steps", "epochs")
+
+
+def key(name: str) -> str:
+    """How messages name a schedule key: "schedule key 'final'"."""
+    return f"schedule key '{name}'"
+
+
+def check_number(what: str, value: Any, *, positive: bool = False) -> float:
+    """Returns `value` as a float if it is a finite number >= 0 (> 0 if `positive`).
+
+    Args:
+      what: names the value in the message, e.g. "schedule key 'final'".
+      value: the value to check.
+      positive: refuse 0 as well.
+
+    Raises:
+      ConfigError: "WHAT must be a number >= 0, got VALUE".
+    """
+    if not is_number(value) or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ConfigError(f"{what} must be a number {bound}, got {value!r}")
+    return float(value)
+
+
+def check_positive_int(what: str, value: Any) -> int:
+    """Returns `value` if it is a whole number >= 1, else raises ConfigError naming `what`."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{what} must be a whole number >= 1, got {value!r}")
+    return int(value)
+
+
+def check_one_of(names: tuple[str, str], first: Any, second: Any, required: bool = True) -> None:
+    """At most one of two alternative keys is given (exactly one if `required`)."""
+    if required and first is None and second is None:
+        raise ConfigError(f"schedule needs '{names[0]}' or '{names[1]}'; give one of them")
+    if first is not None and second is not None:
+        raise ConfigError(
+            f"schedule keys '{names[0]}' and '{names[1]}' exclude each other; keep one"
+        )
+
+
+def check_boundaries(boundaries: Any, unit: Any) -> list[float]:
+    """Checks a piecewise schedule's unit and boundaries; returns the boundaries as floats."""
+    if unit not in UNITS:
+        raise ConfigError(f"schedule key 'unit' must be steps or epochs, got {unit!r}")
+    if not isinstance(boundaries, Sequence) or isinstance(boundaries, str):
+        raise ConfigError(
+            f"schedule key 'boundaries' needs a list of {unit}, e.g. [30, 60, 80]; "
+            f"got {boundaries!r}"
+        )
+    bounds = [check_number(key("boundaries"), boundary) for boundary in boundaries]
+    if any(current <= previous for previous, current in zip(bounds, bounds[1:])):
+        raise ConfigError(
+            f"schedule key 'boundaries' must be strictly increasing, got {list(boundaries)}"
+        )
+    return bounds
+
+
+def check_rates(name: str, rates: Any, length: int) -> list[float]:
+    """Checks a piecewise schedule's `values` or `multipliers`; returns them as floats."""
+    if not isinstance(rates, Sequence) or isinstance(rates, str):
+        raise ConfigError(f"schedule key '{name}' needs a list of numbers, got {rates!r}")
+    if len(rates) != length:
+        raise ConfigError(
+            f"schedule key '{name}' needs {length} entries (one more than 'boundaries'), "
+            f"got {len(rates)}: {list(rates)}"
+        )
+    for rate in rates:
+        if not is_number(rate) or rate < 0:
+            raise ConfigError(
+                f"schedule key '{name}' needs numbers >= 0, got {rate!r} in {list(rates)}"
+            )
+    return [float(rate) for rate in rates]
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """Returns `value` if it is a bool, else raises ConfigError naming schedule key `name`."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"schedule key '{name}' must be true or false, got {value!r}")
+    return value
+
+
+class ScheduleSection(oneof.OneOfSection):
+    """The `schedule:` section's family: `name` names the kind (constant if absent)."""
+
+    SECTION = "schedule"
+    KEY = "name"
+    KINDS: dict[str, type[ScheduleSection]] = {}
+    DEFAULT_KIND = "constant"
+    NULL_IS_ABSENT = True
+
+    def __post_init__(self):
+        self.check()
+
+    def check(self) -> None:
+        """Checks the values and stores numbers as floats; each kind adds its own."""
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+    @classmethod
+    def valid_keys(cls) -> str:
+        return ", ".join(sorted([cls.KEY, *(field.name for field in dataclasses.fields(cls))]))
+
+    @classmethod
+    def not_a_mapping_error(cls, value: Any) -> ConfigError:
+        return ConfigError(f"the schedule section must be a mapping of keys, got {value!r}")
+
+    @classmethod
+    def unknown_kind_error(cls, kind: Any) -> ConfigError:
+        return ConfigError(f"unknown schedule {kind!r}; valid schedules: {cls.valid_kinds()}")
+
+    @classmethod
+    def unknown_keys_error(cls, keys: list[Any]) -> ConfigError:
+        return ConfigError(
+            f"unknown schedule key {keys[0]!r} for {cls.KIND}; valid keys: {cls.valid_keys()}"
+        )
+
+    @classmethod
+    def missing_keys_error(cls, group: tuple[str, ...]) -> ConfigError:
+        needed = " or ".join(f"'{name}'" for name in group)
+        return ConfigError(
+            f"schedule {cls.KIND} needs key {needed}; valid keys: {cls.valid_keys()}"
+        )
+
+
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class RateSchedule(ScheduleSection):
+    """The keys of every schedule of the optimizer's learning rate (all but scripts).
+
+    Attributes:
+      batch_scaling: a reference batch such as 256: every learning rate of the
+        schedule is multiplied by global batch / batch_scaling (or null).
+      warmup_steps: a linear warmup of this many steps (or null).
+      warmup_epochs: or of this many epochs (or null).
+      warmup_start: the learning rate the warmup starts from (not scaled).
+    """
+
+    batch_scaling: int | None = None
+    warmup_steps: int | None = oneof.alternative("warmup_epochs")
+    warmup_epochs: float | None = oneof.alternative("warmup_steps")
+    warmup_start: float = 0.0
+
+    def check(self) -> None:
+        reference = self.batch_scaling
+        whole = isinstance(reference, numbers.Integral) and not isinstance(reference, bool)
+        if reference is not None and (not whole or reference < 1):
+            raise ConfigError(
+                "schedule key 'batch_scaling' must be the batch size the learning rates are meant "
+                f"for, such as 256 (or null for none), got {reference!r}"
+            )
+        self.check_kind()
+        steps, epochs = self.warmup_steps, self.warmup_epochs
+        check_one_of(("warmup_steps", "warmup_epochs"), steps, epochs, required=False)
+        if steps is not None:
+            self._set("warmup_steps", check_positive_int(key("warmup_steps"), steps))
+        if epochs is not None:
+            self._set("warmup_epochs", check_number(key("warmup_epochs"), epochs, positive=True))
+        self._set("warmup_start", check_number("the warmup start", self.warmup_start))
+        if self.warmup_start and not self.has_warmup:
+            raise ConfigError("schedule key 'warmup_start' needs warmup_steps or warmup_epochs")
+
+    def check_kind(self) -> None:
+        """The checks of the kind's own keys."""
+
+    def field_values(self) -> dict[str, Any]:
+        """Every field, the kind's own first, then the keys every schedule has."""
+        values = super().field_values()
+        shared = [field.name for field in dataclasses.fields(RateSchedule)]
+        own = {name: value for name, value in values.items() if name not in shared}
+        return {**own, **{name: values[name] for name in shared}}
+
+    @property
+    def has_warmup(self) -> bool:
+        """Whether the schedule starts with a linear warmup."""
+        return self.warmup_steps is not None or self.warmup_epochs is not None
+
+
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class Constant(RateSchedule, kind="constant"):
+    """The optimizer's learning rate at every step."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class Piecewise(RateSchedule, kind="piecewise"):
+    """Piecewise constant: one learning rate between two boundaries.
+
+    Attributes:
+      boundaries: strictly increasing, in `unit`s.
+      unit: "steps" or "epochs".
+      values: absolute learning rates, one more than the boundaries.
+      multipliers: or factors of the optimizer's learning rate.
+    """
+
+    boundaries: tuple[float, ...]
+    unit: str = "steps"
+    values: tuple[float, ...] | None = oneof.alternative("multipliers", required=True)
+    multipliers: tuple[float, ...] | None = oneof.alternative("values", required=True)
+
+    def check_kind(self) -> None:
+        length = len(check_boundaries(self.boundaries, self.unit)) + 1
+        self._set("boundaries", tuple(self.boundaries))
+        check_one_of(("values", "multipliers"), self.values, self.multipliers)
+        for name in ("values", "multipliers"):
+            if getattr(self, name) is not None:
+                self._set(name, tuple(check_rates(name, getattr(self, name), length)))
+
+
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class Cosine(RateSchedule, kind="cosine"):
+    """Cosine decay to `final` (Loshchilov & Hutter 2017, no restarts).
+
+    Attributes:
+      final: the learning rate at the end.
+      total_steps: the decay's length in steps (null: the run's length).
+      total_epochs: or in epochs.
+    """
+
+    final: float = 0.0
+    total_steps: int | None = oneof.alternative("total_epochs")
+    total_epochs: float | None = oneof.alternative("total_steps")
+
+    def check_kind(self) -> None:
+        self._set("final", check_number(key("final"), self.final))
+        check_one_of(("total_steps", "total_epochs"), self.total_steps, self.total_epochs, False)
+        if self.total_steps is not None:
+            self._set("total_steps", check_positive_int(key("total_steps"), self.total_steps))
+        if self.total_epochs is not None:
+            epochs = check_number(key("total_epochs"), self.total_epochs, positive=True)
+            self._set("total_epochs", epochs)
+
+
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class Exponential(RateSchedule, kind="exponential"):
+    """Exponential decay: the learning rate times decay_rate ** (step / period).
+
+    Attributes:
+      decay_rate: the factor per period, > 0.
+      decay_steps: the period in steps.
+      decay_epochs: or in epochs.
+      staircase: drop once per period instead of smoothly.
+    """
+
+    decay_rate: float
+    decay_steps: float | None = oneof.alternative("decay_epochs", required=True)
+    decay_epochs: float | None = oneof.alternative("decay_steps", required=True)
+    staircase: bool = False
+
+    def check_kind(self) -> None:
+        self._set("decay_rate", check_number(key("decay_rate"), self.decay_rate, positive=True))
+        check_one_of(("decay_steps", "decay_epochs"), self.decay_steps, self.decay_epochs)
+        for name in ("decay_steps", "decay_epochs"):
+            if getattr(self, name) is not None:
+                self._set(name, check_number(key(name), getattr(self, name), positive=True))
+        check_flag("staircase", self.staircase)
+
+
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class Script(ScheduleSection, kind="script"):
+    """A user's function, used as is (no scaling, no warmup).
+
+    Attributes:
+      path: "PATH.py:FUNCTION", FUNCTION(step, steps_per_epoch) -> learning rate.
+    """
+
+    path: str
+
+    def check(self) -> None:
+        if not isinstance(self.path, str):
+            raise ConfigError(f"schedule key 'path' must be PATH.py:FUNCTION, got {self.path!r}")

@@ -1,0 +1,297 @@
+"""The config tree: `Config` and its typed sections, where every default lives.
+
+A config has six sections, each a YAML mapping:
+- `model`: `name` (a preset) plus any `ResNetConfig` field to override;
+- `data`: any `DataConfig` field except `seed` (which is `train.seed`);
+- `optimizer`: `class` and its arguments (`optimizer_kinds.py`);
+- `schedule`: `name` and its keys (`schedule_kinds.py`);
+- `train`: the `TrainSettings` below;
+- `sync`: how the towers and workers keep one model, the `SyncSettings` below.
+
+The defaults are He et al.'s CIFAR recipe for ResNet-20 (batch 128, momentum
+0.9, LR 0.1 divided by 10 at 32k and 48k steps, 64k steps, weight decay 1e-4):
+the field defaults below and those of the optimizer and schedule kinds.
+
+A default derived from another setting stays derived: `data.dtype` left unset
+follows `train.precision`; `Config.derived` names such keys, and `config.yaml`
+records them as null, so a resumed run derives them again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from typing import Any
+
+from resnet_app.common.errors import ConfigError
+from resnet_app.config import fields, oneof
+from resnet_app.config.optimizer_kinds import Momentum, OptimizerSection
+from resnet_app.config.schedule_kinds import Piecewise, ScheduleSection
+from resnet_app.data.settings import DataConfig
+from resnet_app.nets import presets
+
+ON_NAN = ("stop", "rollback")
+# train.precision -> the images' dtype (data.dtype, unless set).
+PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+MAX_ROLLBACKS = 3
+SYNC_MODES = ("allreduce", "model_average")
+DERIVED_DTYPE = "data.dtype"  # The one derived default today.
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSettings:
+    """How long and how to train; every field is a `train.` config key.
+
+    Attributes:
+      batch_size: the global batch: examples per step over all towers and
+        workers.
+      epochs: train this many epochs (may be fractional); or set train_steps.
+      train_steps: train this many steps; or set epochs.
+      eval_every: evaluate every this many steps (default: once per epoch),
+        and always at the end.
+      log_every: log training metrics every this many steps.
+      steps_per_loop: steps run per call of the compiled loop (default and
+        at most: log_every; a call also stops at evaluation and checkpoint
+        steps); the learning rate is still set for every step.
+      checkpoint_every: save a checkpoint every this many steps (default: at
+        every evaluation); also saved at every evaluation and at the end.
+      num_towers: towers (GPUs, or logical CPU devices on a CPU-only machine);
+        default all GPUs, or one CPU.
+      seed: seeds the weights, the data order and the augmentation.
+      label_smoothing: cross-entropy label smoothing (0 for none).
+      eval_batch_size: global evaluation batch (default: batch_size).
+      keep_checkpoints: the newest checkpoints kept (older ones are deleted).
+      keep_checkpoint_every_n_hours: also keep one checkpoint per this many
+        hours of training, forever (default: none).
+      deterministic: TensorFlow's op determinism: a run, and a run resumed
+        from any checkpoint, give bitwise the same weights (slower).
+      on_nan: what a non-finite loss does: "stop" with an error, or
+        "rollback" to the last good checkpoint, multiply the learning rate by
+        nan_lr_factor and go on (at most MAX_ROLLBACKS times).
+      nan_lr_factor: the learning-rate multiplier of a rollback.
+      precision: "fp32", or mixed precision: "bf16" (bfloat16 compute with
+        float32 weights; CPUs with AVX512_BF16 or AMX, TPUs, Ampere+ GPUs) or
+        "fp16" (float16 with dynamic loss scaling; GPUs). Logits, loss and
+        BatchNorm statistics stay float32.
+      jit: compile each tower's forward and backward pass with XLA.
+    """
+
+    batch_size: int = 128
+    epochs: float | None = oneof.alternative("train_steps")
+    train_steps: int | None = oneof.alternative("epochs", default=64_000)
+    eval_every: int | None = None
+    log_every: int = 100
+    steps_per_loop: int | None = None
+    checkpoint_every: int | None = None
+    num_towers: int | None = None
+    seed: int = 0
+    label_smoothing: float = 0.0
+    eval_batch_size: int | None = None
+    keep_checkpoints: int = 3
+    keep_checkpoint_every_n_hours: float | None = None
+    deterministic: bool = False
+    on_nan: str = "stop"
+    nan_lr_factor: float = 0.5
+    precision: str = "fp32"
+    jit: bool = False
+
+    def __post_init__(self):
+        for name in ("batch_size", "log_every"):
+            _require(getattr(self, name) >= 1, f"train.{name}={getattr(self, name)}; use 1 or more")
+        for name in (
+            "train_steps",
+            "eval_every",
+            "steps_per_loop",
+            "checkpoint_every",
+            "num_towers",
+            "eval_batch_size",
+            "keep_checkpoints",
+        ):
+            value = getattr(self, name)
+            _require(value is None or value >= 1, f"train.{name}={value}; use 1 or more")
+        _require(
+            (self.epochs is None) != (self.train_steps is None),
+            "give exactly one of train.epochs and train.train_steps "
+            f"(got epochs={self.epochs}, train_steps={self.train_steps})",
+        )
+        _require(
+            self.epochs is None or 0 < self.epochs < math.inf,
+            f"train.epochs={self.epochs}; use a number more than 0",
+        )
+        _require(
+            0 <= self.label_smoothing < 1,
+            f"train.label_smoothing={self.label_smoothing}; use a value in [0, 1)",
+        )
+        hours = self.keep_checkpoint_every_n_hours
+        _require(
+            hours is None or hours > 0,
+            f"train.keep_checkpoint_every_n_hours={hours}; use a number of hours more than 0",
+        )
+        _require(
+            self.on_nan in ON_NAN,
+            f"train.on_nan={self.on_nan!r}; use one of: {', '.join(ON_NAN)}",
+        )
+        _require(
+            self.precision in PRECISIONS,
+            f"train.precision={self.precision!r}; use one of: {', '.join(PRECISIONS)}",
+        )
+        _require(
+            0 < self.nan_lr_factor < 1,
+            f"train.nan_lr_factor={self.nan_lr_factor}; use a value in (0, 1)",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class SyncSettings:
+    """How the replicas (towers and workers) keep one model; `sync.` config keys.
+
+    Attributes:
+      mode: "allreduce" (gradients summed across replicas at every step) or
+        "model_average" (local SGD: each replica steps on its own share of
+        the batch, and the replicas average their weights, BatchNorm moving
+        statistics and optimizer slots every `interval` steps; see
+        `averaging.py`).
+      interval: steps between averages with mode model_average (1 or more;
+        1 is the all-reduce update).
+    """
+
+    mode: str = "allreduce"
+    interval: int = 8
+
+    def __post_init__(self):
+        _require(
+            self.mode in SYNC_MODES,
+            f"sync.mode={self.mode!r}; use one of: {', '.join(SYNC_MODES)}",
+        )
+        _require(self.interval >= 1, f"sync.interval={self.interval}; use 1 or more")
+
+
+class _ModelBase(oneof.Section):
+    """What `ModelSection` adds to its generated fields."""
+
+    def __post_init__(self):
+        presets.get_config(self.name, **self.overrides)  # Checks the name and the values.
+
+    def __repr__(self) -> str:
+        settings = {"name": self.name, **self.overrides}
+        return f"ModelSection({', '.join(f'{k}={v!r}' for k, v in settings.items())})"
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """The `ResNetConfig` fields set here, in field order (None: "the preset's")."""
+        return {
+            key: value
+            for key, value in self.field_values().items()
+            if key != "name" and value is not None
+        }
+
+    @classmethod
+    def from_mapping(cls, mapping: Any) -> ModelSection:
+        """Reads `{name: preset, field: value, ...}`; a missing name is the default preset."""
+        return fields.replace_from(cls(), "model", mapping)
+
+
+def _model_fields() -> list[tuple[str, Any, Any]]:
+    """`name`, then every `ResNetConfig` field as `T | None`, None meaning the preset's."""
+    hints = typing.get_type_hints(presets.ResNetConfig)
+    specs = [("name", str, dataclasses.field(default="resnet20"))]
+    for field in dataclasses.fields(presets.ResNetConfig):
+        specs.append((field.name, hints[field.name] | None, dataclasses.field(default=None)))
+    return specs
+
+
+# The `model:` section: a preset `name` plus any `ResNetConfig` field, each None
+# (the preset's value) unless set. Generated, so a new ResNetConfig field is a
+# config key at once; `nets/presets.py` documents the fields.
+ModelSection = dataclasses.make_dataclass(
+    "ModelSection",
+    _model_fields(),
+    bases=(_ModelBase,),
+    frozen=True,
+    eq=False,
+    repr=False,
+)
+ModelSection.__module__ = __name__
+ModelSection.__doc__ = "The `model:` section: a preset `name` and the ResNetConfig fields it sets."
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A resolved, validated training config.
+
+    Attributes:
+      model: the preset and the `ResNetConfig` fields it overrides.
+      data: the input settings, with derived values filled in.
+      optimizer: the optimizer kind and its arguments.
+      schedule: the learning-rate schedule kind and its keys.
+      train: the training settings.
+      sync: how the replicas keep one model.
+      derived: the keys whose value was derived from another setting because
+        the user left them unset (today only "data.dtype", from
+        train.precision); `to_dict` writes them as null.
+    """
+
+    model: ModelSection = ModelSection()
+    data: DataConfig = DataConfig(dtype=None)
+    optimizer: OptimizerSection = Momentum()
+    schedule: ScheduleSection = Piecewise(
+        boundaries=(32_000, 48_000),  # steps
+        multipliers=(1.0, 0.1, 0.01),
+    )
+    train: TrainSettings = TrainSettings()
+    sync: SyncSettings = SyncSettings()
+    derived: frozenset[str] = frozenset()
+
+    def __post_init__(self):
+        if self.data.dtype is None or DERIVED_DTYPE in self.derived:
+            dtype = PRECISIONS[self.train.precision]
+            object.__setattr__(self, "data", dataclasses.replace(self.data, dtype=dtype))
+            object.__setattr__(self, "derived", self.derived | {DERIVED_DTYPE})
+        if self.data.seed != self.train.seed:  # `data.seed` is set by train.seed.
+            object.__setattr__(self, "data", dataclasses.replace(self.data, seed=self.train.seed))
+        _require(
+            not (self.sync.mode == "model_average" and self.train.precision == "fp16"),
+            "sync.mode=model_average cannot use train.precision=fp16: its loss scale is not "
+            "kept per replica; use bf16 or fp32",
+        )
+
+    @property
+    def model_name(self) -> str:
+        """The model preset's name."""
+        return self.model.name
+
+    @property
+    def model_overrides(self) -> dict[str, Any]:
+        """The `ResNetConfig` fields the user set, as the preset's keyword arguments."""
+        return self.model.overrides
+
+    def to_dict(self, with_derived: bool = False) -> dict[str, dict[str, Any]]:
+        """The config as plain YAML-ready data, every field spelled out.
+
+        Args:
+          with_derived: write derived values as used, not as null.
+        """
+        keys = fields.config_keys(DataConfig)
+        data = {key: value for key, value in dataclasses.asdict(self.data).items() if key in keys}
+        tree = {
+            "model": self.model.to_dict(),
+            "data": data,
+            "optimizer": self.optimizer.to_dict(),
+            "schedule": self.schedule.to_dict(),
+            "train": dataclasses.asdict(self.train),
+            "sync": dataclasses.asdict(self.sync),
+        }
+        if not with_derived:
+            for key in self.derived:
+                section, name = key.split(".")
+                tree[section][name] = None
+        return oneof.plain(tree)
+
+
+SECTIONS = tuple(field.name for field in dataclasses.fields(Config) if field.name != "derived")

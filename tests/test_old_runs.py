@@ -1,0 +1,130 @@
+"""Run directories written before the redesign still resume, evaluate and export.
+
+`tests/fixtures/run_v0_tiny` was written by the code of commit bb118e4 (one flat
+package, a four-way `ResidualUnit`, the optimizer and schedule sections as
+dicts) with `model.name=tiny data.train_examples=64 data.eval_examples=37
+train.batch_size=16 train.train_steps=6 train.eval_every=4 train.log_every=2
+train.keep_checkpoints=2`: its config.yaml, data_info.json, metrics.jsonl and
+the checkpoints ckpt-4 and ckpt-6. Its data is the `shapes` cache, which each
+test regenerates under its own XDG_CACHE_HOME.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from resnet_app import config
+from tests.commands import run_command
+from tests.test_evaluate_cli import assert_matches, reference
+from tests.test_export import evaluation_logits, restored
+
+FIXTURE = Path(__file__).parent / "fixtures" / "run_v0_tiny"
+
+
+@pytest.fixture
+def old_run(tmp_path):
+    """A copy of the old run directory, and the environment its commands run in."""
+    copy = tmp_path / "run"
+    shutil.copytree(FIXTURE, copy)
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    return copy, env
+
+
+def saved_values(prefix):
+    """Every value in a checkpoint, by key, read without any model code."""
+    reader = tf.train.load_checkpoint(str(prefix))
+    return {key: reader.get_tensor(key) for key, _ in tf.train.list_variables(str(prefix))}
+
+
+def records(model_dir):
+    with open(model_dir / "metrics.jsonl") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_an_old_run_resumes_from_its_last_checkpoint(old_run):
+    model_dir, env = old_run
+    before = saved_values(model_dir / "ckpt-6")
+    result = run_command(
+        "resnet_app.train", f"--model_dir={model_dir}", "--train_steps=8", env=env
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Resumed from step 6" in result.stderr
+
+    after = saved_values(model_dir / "ckpt-8")
+    assert after["global_step/.ATTRIBUTES/VARIABLE_VALUE"] == 8
+    # 8 steps of 16 examples: the data stream went on where it stopped.
+    assert after["data_position/.ATTRIBUTES/VARIABLE_VALUE"] == 8 * 16
+    # The old checkpoint's slots were restored and moved on: the optimizer's
+    # step count went on from 6, and every weight moved from its step-6 value.
+    assert after["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"] == 8
+    kernels = [k for k in before if k.startswith("model/") and "kernel" in k]
+    assert kernels
+    for key in kernels:
+        assert after[key].shape == before[key].shape
+        assert not np.array_equal(after[key], before[key]), key
+
+    new = [r for r in records(model_dir) if r.get("event") == "start"]
+    assert [r["step"] for r in new] == [0, 6]  # The old attempt, then the resume.
+    last = [r for r in records(model_dir) if "top1" in r][-1]
+    assert last["step"] == 8 and last["num_examples"] == 37
+
+
+def test_the_new_code_retrains_the_old_checkpoint(old_run, tmp_path):
+    """The same settings, trained from scratch by today's code, reach the old run's weights.
+
+    The redesign changes the shape of the code, not what it computes: six steps
+    from the same seed give the weights the old code saved, up to the float
+    rounding of a different op order (measured: identical on this machine).
+    """
+    model_dir, env = old_run
+    fresh = tmp_path / "fresh"
+    result = run_command(
+        "resnet_app.train",
+        f"--config={model_dir / 'config.yaml'}",
+        f"--model_dir={fresh}",
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    old, new = saved_values(model_dir / "ckpt-6"), saved_values(fresh / "ckpt-6")
+    weights = [k for k in old if k.startswith("model/")]
+    assert weights and set(weights) <= set(new)
+    for key in weights:
+        np.testing.assert_allclose(new[key], old[key], rtol=1e-4, atol=1e-6, err_msg=key)
+
+
+def test_an_old_run_evaluates_like_plain_model_calls(old_run, monkeypatch):
+    model_dir, env = old_run
+    result = run_command(
+        "resnet_app.evaluate", f"--model_dir={model_dir}", "--checkpoint=ckpt-6", env=env
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    [record] = [json.loads(line) for line in result.stdout.splitlines()]
+    monkeypatch.setenv("XDG_CACHE_HOME", env["XDG_CACHE_HOME"])
+    resolved = config.read_run_config(str(model_dir))
+    assert_matches(record, reference((resolved, model_dir), "ckpt-6"))
+
+
+def test_an_old_run_exports_a_model_that_serves_its_logits(old_run, tmp_path, monkeypatch):
+    model_dir, env = old_run
+    export_dir = tmp_path / "export"
+    result = run_command(
+        "resnet_app.export", f"--model_dir={model_dir}", f"--export_dir={export_dir}", env=env
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout)["checkpoint"] == "ckpt-6"
+
+    monkeypatch.setenv("XDG_CACHE_HOME", env["XDG_CACHE_HOME"])
+    resolved = config.read_run_config(str(model_dir))
+    pipeline, model = restored((resolved, model_dir), "ckpt-6")
+    expected = evaluation_logits(model, pipeline.eval_dataset(16))
+    served = tf.saved_model.load(str(export_dir)).signatures["serving_default"]
+    logits = served(images=tf.constant(pipeline.eval_split().images))["logits"].numpy()
+    np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-6)
+    labels = (export_dir / "assets.extra" / "labels.txt").read_text().splitlines()
+    with open(os.path.join(model_dir, "data_info.json")) as f:
+        assert labels == json.load(f)["class_names"]
