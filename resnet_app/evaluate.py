@@ -37,9 +37,8 @@ from typing import Any
 from absl import flags
 
 from resnet_app import config
-from resnet_app.common import cli
+from resnet_app.common import checks, cli, run_dir
 from resnet_app.common.errors import ConfigError
-from resnet_app.nets.presets import get_config
 
 _MODEL_DIR = flags.DEFINE_string(
     "model_dir", None, "The run directory written by `python -m resnet_app.train`."
@@ -72,8 +71,6 @@ _REPORT_DIR = flags.DEFINE_string(
     "eval_results.json and confusion_matrix.png (default: MODEL_DIR/reports).",
 )
 
-REPORTS = "reports"  # Under the run directory; eval/ is TensorBoard's.
-
 
 def make_report_root(model_dir: str, report_dir: str | None) -> str:
     """Creates the directory the reports go in, before any evaluation runs.
@@ -88,7 +85,7 @@ def make_report_root(model_dir: str, report_dir: str | None) -> str:
     Raises:
       ConfigError: when it cannot be created (better now than after hours of evaluation).
     """
-    root = os.path.abspath(report_dir or os.path.join(model_dir, REPORTS))
+    root = os.path.abspath(report_dir or run_dir.reports_dir(model_dir))
     try:
         os.makedirs(root, exist_ok=True)
         # Existing but read-only would fail only after the evaluation.
@@ -113,7 +110,7 @@ def _check_report_owners(model_dir: str, report_root: str, chosen, split: str) -
     """
     from resnet_app.serving import reports
 
-    if os.path.realpath(report_root) == os.path.realpath(os.path.join(model_dir, REPORTS)):
+    if os.path.realpath(report_root) == os.path.realpath(run_dir.reports_dir(model_dir)):
         return
     run = os.path.realpath(model_dir)
     for _, prefix in chosen:
@@ -133,8 +130,7 @@ def main(argv: list[str]) -> None:
     batch_size = _BATCH_SIZE.value
     if batch_size is None:
         batch_size = run_config.train.eval_batch_size or run_config.train.batch_size
-    if batch_size < 1:
-        raise ConfigError(f"--batch_size={batch_size}; use 1 or more")
+    checks.at_least("--batch_size", batch_size)
     # The data moved, or another split: both are data settings of the run's config.
     changed: dict[str, Any] = {}
     if _DATA_DIR.value:
@@ -152,11 +148,8 @@ def main(argv: list[str]) -> None:
     strategy = distribute.create_strategy(_NUM_TOWERS.value)  # Before TF runs any op.
     chosen = checkpoint.select(model_dir, _CHECKPOINT.value)  # Before the data loads.
     chief = distribute.is_chief(strategy)
-    preset = get_config(run_config.model_name, **run_config.model_overrides)
-    pipeline = input_pipeline.create_pipeline(
-        data_config, default_image_size=preset.default_image_size
-    )
-    report_root = os.path.abspath(_REPORT_DIR.value or os.path.join(model_dir, REPORTS))
+    pipeline = input_pipeline.create_run_pipeline(run_config, data_config, model_dir)
+    report_root = os.path.abspath(_REPORT_DIR.value or run_dir.reports_dir(model_dir))
     # Before hours of evaluation, and agreed by every worker: one that stopped
     # alone would leave the others waiting in a collective.
     try:
@@ -189,15 +182,8 @@ def main(argv: list[str]) -> None:
                 model, pipeline, batch_size, strategy, split, confusion=True
             )
             name = os.path.basename(prefix)
-            record = {
-                "checkpoint": name,
-                "step": step,
-                "split": split,
-                "top1": result.accuracy,
-                "top5": result.top5_accuracy,
-                "loss": result.loss,
-                "num_examples": result.examples,
-            }
+            precision = run_config.train.precision  # The model was built at it.
+            record = {"checkpoint": name, **evaluation.eval_record(step, split, result, precision)}
             report_dir = os.path.join(report_root, reports.report_name(name, split))
             record["report"] = report_dir
             # The numbers first: one line per checkpoint, as soon as it is

@@ -32,7 +32,7 @@ import sys
 from absl import flags
 
 from resnet_app.common import cli
-from resnet_app.common.errors import ConfigError
+from resnet_app.common.errors import ConfigError, first_line
 
 _MODEL_DIR = flags.DEFINE_string(
     "model_dir", None, "The run directory written by `python -m resnet_app.train`."
@@ -64,7 +64,7 @@ def main(argv: list[str]) -> None:
     try:
         export_dir = exports.save(served, source, _EXPORT_DIR.value, _OVERWRITE.value)
     except (OSError, tf.errors.OpError) as error:
-        reason = getattr(error, "strerror", None) or str(error).strip().splitlines()[0]
+        reason = getattr(error, "strerror", None) or first_line(error)
         raise ConfigError(
             f"--export_dir={_EXPORT_DIR.value}: writing the export failed ({reason}); "
             f"nothing was replaced"

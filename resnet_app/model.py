@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import NoReturn
 
 from absl import flags
 
@@ -49,12 +50,12 @@ def main(argv: list[str]) -> None:
     sys.stdout.write(output + "\n")
 
 
-def run() -> int:
-    """The `python -m resnet_app.model` entry point."""
+def run() -> NoReturn:
+    """The `python -m resnet_app.model` entry point; exits when done."""
     sys.modules["__main__"].__doc__ = __doc__  # What --help shows.
     _define_flags()
-    return cli.run(main)
+    cli.run(main)
 
 
 if __name__ == "__main__":
-    sys.exit(run())
+    run()

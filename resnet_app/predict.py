@@ -26,8 +26,8 @@ import sys
 
 from absl import flags, logging
 
-from resnet_app.common import cli
-from resnet_app.common.errors import ConfigError
+from resnet_app.common import checks, cli
+from resnet_app.common.errors import ConfigError, first_line
 
 _EXPORT_DIR = flags.DEFINE_string(
     "export_dir", None, "A SavedModel written by `python -m resnet_app.export`."
@@ -79,9 +79,8 @@ def _load_classifier(export_dir: str | None, model_dir: str | None, which: str, 
     try:
         loaded = tf.saved_model.load(export_dir)
     except (OSError, ValueError, tf.errors.OpError) as error:
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
         raise ConfigError(
-            f"--export_dir={export_dir}: the SavedModel cannot be loaded ({reason}); "
+            f"--export_dir={export_dir}: the SavedModel cannot be loaded ({first_line(error)}); "
             f"export it again with `python -m resnet_app.export`"
         ) from None
     signature = loaded.signatures.get("serving_bytes")
@@ -182,10 +181,8 @@ def _format(path: str, result: dict, top_k: int | None, as_json: bool) -> str:
 def main(argv: list[str]) -> None:
     if not argv[1:]:
         raise ConfigError("no images given; name the image files after the flags")
-    if _BATCH_SIZE.value < 1:
-        raise ConfigError(f"--batch_size={_BATCH_SIZE.value}; use 1 or more")
-    if _TOP_K.value is not None and _TOP_K.value < 1:
-        raise ConfigError(f"--top_k={_TOP_K.value}; use 1 or more")
+    checks.at_least("--batch_size", _BATCH_SIZE.value)
+    checks.at_least("--top_k", _TOP_K.value)
     paths = expand(argv[1:])
     classify = _load_classifier(
         _EXPORT_DIR.value, _MODEL_DIR.value, _CHECKPOINT.value, _TOP_K.value

@@ -16,8 +16,8 @@
 #              ~/tensorflow_datasets). It holds the prepared imagenet2012, or
 #              ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar in
 #              DATA_DIR/downloads/manual/, from which the first run prepares it.
-#   NUM_GPUS   use the first N GPUs of the machine (--num_towers=N); default:
-#              every GPU.
+#   NUM_GPUS   use the first N GPUs of the machine (--num_towers=N), also on
+#              each machine of a multi-machine run; default: every GPU.
 #   PYTHON     the interpreter (default: the repository's .venv/bin/python if
 #              there is one, else python3).
 #
@@ -40,8 +40,9 @@
 # Several machines: run this script on every machine, with the same flags, the
 # same MODEL_DIR on a filesystem every machine sees (only the first worker, the
 # chief, writes to it; every worker resumes from it), and TF_CONFIG naming the
-# cluster and this machine's place in it. Each machine uses its own GPUs; the
-# batch stays global (1024 over 2 machines x 8 GPUs is 64 per GPU; pass
+# cluster and this machine's place in it. Each machine uses its own GPUs (its
+# first NUM_GPUS, if set: give every machine the same number); the batch stays
+# global (1024 over 2 machines x 8 GPUs is 64 per GPU; pass
 # --batch_size=2048 to keep 128). For two machines:
 #   on host0 (the chief):
 #     export TF_CONFIG='{"cluster": {"worker": ["host0:12345", "host1:12345"]},

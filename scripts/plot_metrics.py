@@ -39,13 +39,12 @@ from absl import flags, logging  # noqa: E402
 
 from resnet_app.common import cli, files
 from resnet_app.common.errors import ConfigError  # noqa: E402
+from resnet_app.common.run_dir import METRICS_FILE  # noqa: E402 - no TensorFlow there.
 
 if TYPE_CHECKING:  # matplotlib is optional: imported once it is known to be there.
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-# The same name as resnet_app.metrics.METRICS_FILE; that module imports TensorFlow.
-METRICS_FILE = "metrics.jsonl"
 # The values of a training record that are drawn (the epoch is for --x=epoch).
 TRAIN_KEYS = ("epoch", "loss", "accuracy", "learning_rate")
 # (what is drawn, panel title), in the order of the panels.

@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import flags  # noqa: E402
 
-from resnet_app.common import cli
+from resnet_app.common import checks, cli
 from resnet_app.common.errors import ConfigError  # noqa: E402
 from resnet_app.data.settings import DataConfig  # noqa: E402
 
@@ -34,8 +34,7 @@ cli.define_config_flags(DataConfig)
 def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
     config = cli.config_from_flags(DataConfig)
-    if _COUNT.value < 1:
-        raise ConfigError(f"--count={_COUNT.value}; use 1 or more")
+    checks.at_least("--count", _COUNT.value)
     out_dir = os.path.dirname(os.path.abspath(_OUT.value))
     if not os.path.isdir(out_dir):
         raise ConfigError(f"--out={_OUT.value}: directory {out_dir} does not exist")

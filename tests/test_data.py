@@ -1,5 +1,6 @@
 """Input pipelines: sources, order, resumption, sharding, validation split, errors."""
 
+import json
 import logging
 import os
 import time
@@ -510,3 +511,122 @@ def test_eval_resize_below_the_crop_is_an_error(folder):
 def test_unknown_eval_split_lists_the_splits():
     with pytest.raises(ConfigError, match="no split 'valid'; it has train, test"):
         input_pipeline.create_pipeline(shapes_config(eval_split="valid"))
+
+
+# -- image size: the one rule -------------------------------------------------------
+
+
+def run_config(tmp_path, *sets):
+    from resnet_app import config
+
+    return config.resolve(sets=[f"data.data_dir={tmp_path}", *sets])
+
+
+def test_resnet18_on_cifar10_trains_at_the_datasets_32_px_with_the_cifar_recipe(tmp_path):
+    """The preset (224 px) no longer wins over the dataset's own size."""
+    with mock_tfds("cifar10", str(tmp_path), ("train", "test"), 8):
+        resolved = run_config(tmp_path, "model.name=resnet18", "data.dataset=cifar10")
+        pipeline = input_pipeline.create_run_pipeline(resolved)
+        assert (pipeline.preprocessing.image_size, pipeline.preprocessing.family) == (32, "cifar")
+        assert pipeline.describe() == "32 px, the dataset's size; CIFAR recipe (auto: up to 64 px)"
+        assert take_examples(pipeline.train_dataset(4), 4)["image"].shape == (4, 32, 32, 3)
+        # The plain factory follows the same rule: the model's size is a fallback.
+        direct = input_pipeline.create_pipeline(resolved.data, default_image_size=224)
+        assert direct.preprocessing.image_size == 32
+
+
+def test_data_without_a_size_takes_the_model_presets(folder):
+    root = folder[0]
+    resolved = run_config(root, "model.name=resnet18", f"data.dataset=folder:{root}")
+    pipeline = input_pipeline.create_run_pipeline(resolved)
+    assert (pipeline.preprocessing.image_size, pipeline.preprocessing.family) == (224, "imagenet")
+    assert pipeline.describe() == (
+        "224 px, the resnet18 preset's input size (images vary); ImageNet recipe "
+        "(auto: above 64 px)"
+    )
+    resolved = run_config(root, "model.name=resnet20", f"data.dataset=folder:{root}")
+    assert input_pipeline.create_run_pipeline(resolved).preprocessing.image_size == 32
+
+
+def test_data_image_size_and_preprocessing_always_win(tmp_path):
+    resolved = run_config(
+        tmp_path,
+        "model.name=resnet50",
+        "data.dataset=synthetic",
+        "data.image_size=48",
+        "data.preprocessing=imagenet",
+    )
+    pipeline = input_pipeline.create_run_pipeline(resolved)
+    assert (pipeline.preprocessing.image_size, pipeline.preprocessing.family) == (48, "imagenet")
+    assert pipeline.describe() == (
+        "48 px, set by data.image_size; ImageNet recipe (set by data.preprocessing)"
+    )
+    resolved = run_config(tmp_path, "model.name=resnet50", "data.dataset=synthetic")
+    pipeline = input_pipeline.create_run_pipeline(resolved)
+    assert pipeline.describe() == (
+        "224 px, the resnet50 preset's input size (synthetic images have none); ImageNet "
+        "recipe (auto: above 64 px)"
+    )
+
+
+@pytest.mark.parametrize(
+    "data, dataset_size, model_size, recorded, expected",
+    [
+        (dict(image_size=40), 32, 224, 224, (40, "set by data.image_size")),
+        ({}, 32, 224, None, (32, "the dataset's size")),
+        ({}, 32, 224, 32, (32, "the dataset's size")),
+        ({}, None, 224, None, (224, "the m preset's input size (images vary)")),
+        ({}, None, None, None, (224, "the default (images vary)")),
+        (dict(dataset="synthetic"), None, 32, None, (32, "the m preset's input size (synthetic")),
+        ({}, 32, 224, 224, (224, "as this run was trained (its data_info.json), not 32 px")),
+    ],
+)
+def test_choose_image_size(data, dataset_size, model_size, recorded, expected):
+    config = input_pipeline.DataConfig(**data)
+    chosen = input_pipeline.choose_image_size(config, dataset_size, model_size, "m", recorded)
+    assert chosen.size == expected[0]
+    assert chosen.reason.startswith(expected[1])
+
+
+def test_a_run_keeps_the_size_its_data_info_records(tmp_path, caplog):
+    """A run trained before the rule (resnet18 on shapes at 224 px) keeps 224 px;
+    data_info.json of another dataset, or a damaged one, records nothing."""
+    resolved = run_config(
+        tmp_path, "model.name=resnet18", "data.train_examples=300", "data.eval_examples=100"
+    )
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    info = {"dataset": "shapes", "class_names": [], "preprocessing": {"image_size": 224}}
+    (model_dir / "data_info.json").write_text(json.dumps(info))
+    pipeline = input_pipeline.create_run_pipeline(resolved, model_dir=str(model_dir))
+    assert (pipeline.preprocessing.image_size, pipeline.preprocessing.family) == (224, "imagenet")
+    assert "224 px, as this run was trained (its data_info.json), not 32 px" in pipeline.describe()
+    assert input_pipeline.create_run_pipeline(resolved).preprocessing.image_size == 32
+
+    (model_dir / "data_info.json").write_text(json.dumps({**info, "dataset": "cifar10"}))
+    pipeline = input_pipeline.create_run_pipeline(resolved, model_dir=str(model_dir))
+    assert pipeline.preprocessing.image_size == 32
+    (model_dir / "data_info.json").write_text('{"dataset": ')
+    with caplog.at_level(logging.WARNING):
+        pipeline = input_pipeline.create_run_pipeline(resolved, model_dir=str(model_dir))
+    assert pipeline.preprocessing.image_size == 32
+    assert "data_info.json is damaged" in caplog.text
+
+
+def test_the_start_up_log_line_says_the_size_and_recipe_and_why(tmp_path):
+    from tests.commands import run_command
+
+    result = run_command(
+        "resnet_app.train",
+        "--model=tiny",
+        f"--model_dir={tmp_path / 'run'}",
+        f"--data_dir={tmp_path / 'data'}",
+        "--set=data.train_examples=32",
+        "--set=data.eval_examples=8",
+        "--batch_size=16",
+        "--train_steps=1",
+    )
+    assert result.returncode == 0, result.stderr
+    started = [line for line in result.stderr.splitlines() if "Training tiny on shapes" in line]
+    assert len(started) == 1, result.stderr
+    assert "Training tiny on shapes (32 px, the dataset's size; CIFAR recipe " in started[0]

@@ -4,6 +4,7 @@ Its reports (eval_results.json, confusion_matrix.png) are checked here too; the
 report module's drawing and JSON details in-process in test_eval_report.py.
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -19,7 +20,6 @@ from matplotlib import image as mpimg
 from resnet_app.data import input_pipeline
 from resnet_app.data.shapes import CLASS_NAMES
 from resnet_app.nets import factory
-from resnet_app.nets.presets import get_config
 from tests.commands import REPO, error_line, run_command
 from tests.conftest import EVAL_EXAMPLES
 from tests.test_multiworker import _free_ports
@@ -31,17 +31,15 @@ def run(tiny_run):
     return tiny_run
 
 
-def reference(run, name, split=None):
+def reference(run, name, split=None, image_size=32):
     """top1, top5, mean cross-entropy, count, labels, arg-max predictions and the
-    confusion matrix, from plain model calls and NumPy."""
+    confusion matrix, from plain model calls and NumPy, at `image_size` (the
+    tiny run's: shapes are 32 px)."""
     resolved, model_dir = run
-    preset = get_config(resolved.model_name, **resolved.model_overrides)
     pipeline = input_pipeline.create_pipeline(
-        resolved.data, default_image_size=preset.default_image_size
+        dataclasses.replace(resolved.data, image_size=image_size)
     )
-    model = factory.create_run_model(
-        resolved, pipeline.num_classes, pipeline.preprocessing.image_size
-    )
+    model = factory.create_run_model(resolved, pipeline.num_classes, image_size)
     tf.train.Checkpoint(model=model).restore(str(model_dir / name)).expect_partial()
     logits, labels = [], []
     for batch in pipeline.eval_dataset(16, split):
@@ -152,6 +150,23 @@ def test_latest_matches_numpy_and_is_appended_to_metrics(run):
     assert files_and_sizes(model_dir) == other_files
     assert record["report"] == str(model_dir / "reports" / "ckpt-4-test")
     assert_report_matches(record, expected)
+
+
+def test_a_run_trained_at_another_size_is_evaluated_at_it(run, tmp_path):
+    """A run whose data_info.json records 40 px (as one trained before the image-size
+    rule would, its preset's size winning over the dataset's 32 px) is evaluated at
+    40 px, as it was trained, not at the 32 px the rule gives a new run."""
+    _, model_dir = run
+    copy = tmp_path / "run"
+    shutil.copytree(model_dir, copy)
+    info = json.loads((copy / "data_info.json").read_text())
+    info["preprocessing"]["image_size"] = 40
+    (copy / "data_info.json").write_text(json.dumps(info))
+    [record] = json_lines(evaluate_cli(copy))
+    expected = reference(run, "ckpt-4", image_size=40)
+    assert_matches(record, expected)
+    # Beyond assert_matches's tolerance: the 32-px numbers would not pass.
+    assert expected["loss"] != pytest.approx(reference(run, "ckpt-4")["loss"], rel=1e-4)
 
 
 def test_all_gives_one_line_per_checkpoint(run):

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from resnet_app.common import run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import input_pipeline
 from resnet_app.engine import trainer
 from resnet_app.nets import factory
-from resnet_app.nets.presets import get_config
 from resnet_app.nets.resnet import create_model
 from resnet_app.serving import exports
 from tests import runs
@@ -68,10 +68,7 @@ def exported(tiny_export):
 def restored(tiny_run, name="ckpt-4"):
     """The run's pipeline and its model restored in this process."""
     resolved, model_dir = tiny_run
-    preset = get_config(resolved.model_name, **resolved.model_overrides)
-    pipeline = input_pipeline.create_pipeline(
-        resolved.data, default_image_size=preset.default_image_size
-    )
+    pipeline = input_pipeline.create_run_pipeline(resolved)
     model = factory.create_run_model(
         resolved, pipeline.num_classes, pipeline.preprocessing.image_size
     )
@@ -308,13 +305,13 @@ def test_a_run_without_data_info_reads_its_dataset_instead(tiny_run, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(model_dir, copy)
     recorded = input_pipeline.read_data_info(str(copy))
-    (copy / input_pipeline.DATA_INFO_FILE).unlink()
+    (copy / run_dir.DATA_INFO_FILE).unlink()
     served, _ = exports.load(str(copy))
     assert served.class_names == recorded[0]
     measured = dataclasses.replace(served._preprocessing, dtype=recorded[1].dtype)
     assert measured == recorded[1]
 
-    (copy / input_pipeline.DATA_INFO_FILE).write_text('{"class_names": ["a"]')
+    (copy / run_dir.DATA_INFO_FILE).write_text('{"class_names": ["a"]')
     with pytest.raises(ConfigError, match=r"data_info.json is damaged .*; delete it"):
         exports.load(str(copy))
 

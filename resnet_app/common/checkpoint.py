@@ -1,7 +1,8 @@
 """Run checkpoints: saved atomically, verified before use, never non-finite.
 
 A run directory holds `ckpt-<step>.index` / `.data-*` pairs written by
-`tf.train.CheckpointManager`, and its `checkpoint` pointer file. TensorFlow
+`tf.train.CheckpointManager`, and its `checkpoint` pointer file (the names
+are `run_dir.py`'s). TensorFlow
 writes a checkpoint's data, then its index, and only then (atomically)
 repoints the `checkpoint` file, so a crash during a save leaves the pointer on
 the previous checkpoint. We go further and never trust a file we have not
@@ -12,7 +13,7 @@ with a warning and the previous one is used; if none is readable, that is an
 error.
 
 What a training checkpoint holds is the trainer's business (see
-`trainer.Trainer`): the model (with BatchNorm moving statistics), the
+`engine/setup.py`): the model (with BatchNorm moving statistics), the
 optimizer (slots and iterations), the global step, the data position and the
 learning-rate state.
 """
@@ -21,23 +22,17 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import shutil
 import tempfile
-import time
 
 import tensorflow as tf
 from absl import logging
 
-from resnet_app.common.errors import ConfigError
-from resnet_app.common.metrics import METRICS_FILE
-from resnet_app.config import CONFIG_FILE
+from resnet_app.common import run_dir
+from resnet_app.common.errors import ConfigError, first_line
+from resnet_app.common.run_dir import CONFIG_FILE
 
-PREFIX = "ckpt"
-POINTER_FILE = "checkpoint"
-_NAME = re.compile(rf"^{PREFIX}-(\d+)\.index$")
-# A name TensorFlow would take for a checkpoint prefix, or one of its files.
-PREFIX_NAME = re.compile(rf"^{PREFIX}-\d+(\..*)?$")
+PREFIX = run_dir.CHECKPOINT_PREFIX
 
 
 class NonFiniteError(ConfigError):
@@ -50,9 +45,9 @@ def list_checkpoints(directory: str) -> list[tuple[int, str]]:
         return []
     found = []
     for name in tf.io.gfile.listdir(directory):
-        match = _NAME.match(name)
-        if match:
-            found.append((int(match.group(1)), os.path.join(directory, name[: -len(".index")])))
+        step = run_dir.checkpoint_step(name)
+        if step is not None:
+            found.append((step, os.path.join(directory, name[: -len(".index")])))
     return sorted(found)
 
 
@@ -63,8 +58,7 @@ def unreadable(prefix: str) -> str | None:
         for name in reader.get_variable_to_shape_map():
             reader.get_tensor(name)  # Checks the stored CRC32C.
     except Exception as error:  # noqa: BLE001 - any failure to read means unusable.
-        lines = str(error).strip().splitlines() or [type(error).__name__]
-        return lines[0][:200]
+        return first_line(error)
     return None
 
 
@@ -118,18 +112,18 @@ def select(directory: str, which: str) -> list[tuple[int, str]]:
         if not chosen:
             find_latest(directory)  # Raises the none-readable error.
         return chosen
-    match = re.fullmatch(rf"(?:{PREFIX}-)?(\d+)", which)
+    chosen_step = run_dir.chosen_step(which)
     steps = {step: prefix for step, prefix in found}
-    if not match or int(match.group(1)) not in steps:
-        names = ", ".join(f"{PREFIX}-{step}" for step in steps)
+    if chosen_step not in steps:
+        names = ", ".join(run_dir.checkpoint_name(step) for step in steps)
         raise ConfigError(
             f"--checkpoint={which}: not in {directory}; use latest, all or one of: {names}"
         )
-    prefix = steps[int(match.group(1))]
+    prefix = steps[chosen_step]
     reason = unreadable(prefix)
     if reason:
         raise ConfigError(f"checkpoint {prefix} is unreadable ({reason}); pick another one")
-    return [(int(match.group(1)), prefix)]
+    return [(chosen_step, prefix)]
 
 
 def read_value(prefix: str, name: str):
@@ -137,39 +131,6 @@ def read_value(prefix: str, name: str):
     reader = tf.train.load_checkpoint(prefix)
     key = f"{name}/.ATTRIBUTES/VARIABLE_VALUE"
     return reader.get_tensor(key) if reader.has_tensor(key) else None
-
-
-def move_aside(directory: str) -> str | None:
-    """Moves a run directory's contents into `directory/previous-<time>/` (for --restart).
-
-    Returns:
-      The new folder, or None if there was nothing to move.
-
-    Raises:
-      ConfigError: when the directory holds files but does not look like a run
-        directory (a mistyped --model_dir must not move a source tree).
-    """
-    if not os.path.isdir(directory):
-        return None
-    names = [n for n in os.listdir(directory) if not n.startswith("previous-")]
-    if not names:
-        return None
-    markers = (CONFIG_FILE, METRICS_FILE, POINTER_FILE)
-    if not list_checkpoints(directory) and not any(n in names for n in markers):
-        raise ConfigError(
-            f"--restart: {directory} is not a run directory (no checkpoint, {CONFIG_FILE} or "
-            f"{METRICS_FILE}); check --model_dir"
-        )
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    aside = os.path.join(directory, f"previous-{stamp}")
-    count = 1
-    while os.path.exists(aside):
-        count += 1
-        aside = os.path.join(directory, f"previous-{stamp}-{count}")
-    os.makedirs(aside)
-    for name in names:
-        os.replace(os.path.join(directory, name), os.path.join(aside, name))
-    return aside
 
 
 @tf.function
@@ -232,13 +193,18 @@ class RunCheckpoint:
         """Whether every floating-point variable of the model and optimizer is finite."""
         return bool(_all_finite(self._variables))
 
-    def save(self, step: int) -> str:
+    def save(self, step: int, checked: bool = False) -> str:
         """Saves as `ckpt-<step>`; returns its prefix.
+
+        Args:
+          step: the step the checkpoint is named after.
+          checked: the caller found `finite()` true for these very weights
+            (the trainer checks once per step, on every worker): not checked again.
 
         Raises:
           NonFiniteError: when a weight is NaN or Inf (nothing is written).
         """
-        if not self.finite():
+        if not checked and not self.finite():
             raise NonFiniteError(
                 f"the weights at step {step} are not finite; no checkpoint was written"
             )
@@ -254,9 +220,8 @@ class RunCheckpoint:
         try:
             self.checkpoint.restore(prefix).assert_existing_objects_matched()
         except (AssertionError, ValueError, tf.errors.OpError) as error:
-            first_line = str(error).strip().splitlines()[0][:200]
             raise ConfigError(
-                f"cannot resume from {prefix} ({first_line}); it was saved by another model "
+                f"cannot resume from {prefix} ({first_line(error)}); it was saved by another model "
                 "or optimizer; use a new --model_dir, or --restart to move the old run aside"
             ) from None
 
@@ -279,8 +244,7 @@ def restore_model(model, prefix: str) -> None:
         status = tf.train.Checkpoint(model=model).restore(prefix).expect_partial()
         status.assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as error:
-        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
         raise ConfigError(
             f"checkpoint {prefix} does not match the model of the run's {CONFIG_FILE} "
-            f"({first_line})"
+            f"({first_line(error)})"
         ) from None

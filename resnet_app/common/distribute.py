@@ -1,8 +1,10 @@
 """Towers: the `tf.distribute` strategy a run uses, picked from the machine.
 
-- `TF_CONFIG` set: `MultiWorkerMirroredStrategy`, one replica per local GPU (or
-  the CPU) on every worker, gradients all-reduced across machines (or, with
-  model averaging, the weights every K steps: see `averaging.py`).
+- `TF_CONFIG` set: `MultiWorkerMirroredStrategy`, one replica per local GPU
+  (or the first `num_towers` GPUs; or the CPU) on every worker, gradients
+  all-reduced across machines (or, with model averaging, the weights every K
+  steps: see `averaging.py`). A CPU-only worker runs one replica: TF's
+  multi-worker strategy has no CPU towers, so `num_towers` above 1 is refused.
 - GPUs visible: `MirroredStrategy` over them (the TF1 "towers"), or over the
   first `num_towers` of them.
 - CPU only: one device, or with `num_towers=N` a `MirroredStrategy` over N
@@ -27,15 +29,105 @@ from collections.abc import Callable
 import tensorflow as tf
 from absl import logging
 
+from resnet_app.common import checks, compat
 from resnet_app.common.errors import ConfigError
 
+# What a worker's TF_CONFIG looks like, for the errors.
+TF_CONFIG_EXAMPLE = (
+    '{"cluster": {"worker": ["host0:12345", "host1:12345"]}, "task": {"type": "worker", '
+    '"index": 0}}'
+)
 
-def _workers_in_tf_config() -> int:
+
+def read_tf_config() -> dict | None:
+    """The `TF_CONFIG` environment variable, parsed; None when it is not set.
+
+    Raises:
+      ConfigError: when it is not JSON, or JSON but not an object whose
+        "cluster" is an object of job lists.
+    """
+    text = os.environ.get("TF_CONFIG")
+    if text is None:
+        return None
     try:
-        cluster = json.loads(os.environ["TF_CONFIG"]).get("cluster", {})
-    except (json.JSONDecodeError, AttributeError) as error:
+        tf_config = json.loads(text)
+    except json.JSONDecodeError as error:
         raise ConfigError(f"TF_CONFIG is not valid JSON ({error}); unset it or fix it") from None
+    shown = text if len(text) <= 40 else text[:37] + "..."
+    if not isinstance(tf_config, dict):
+        raise ConfigError(
+            f"TF_CONFIG is JSON but not an object ({shown}); set it like {TF_CONFIG_EXAMPLE}, "
+            "or unset it"
+        )
+    cluster = tf_config.get("cluster", {})
+    # A job lists its tasks' addresses (or maps task indices to them).
+    if not isinstance(cluster, dict) or not all(
+        isinstance(tasks, (list, dict)) for tasks in cluster.values()
+    ):
+        raise ConfigError(
+            f'TF_CONFIG\'s "cluster" is not an object of address lists ({shown}); set it like '
+            f"{TF_CONFIG_EXAMPLE}, or unset it"
+        )
+    return tf_config
+
+
+def _workers_in(tf_config: dict) -> int:
+    cluster = tf_config.get("cluster", {})
     return len(cluster.get("worker", [])) + len(cluster.get("chief", []))
+
+
+def worker_resolver(
+    tf_config: dict, num_towers: int | None, num_gpus: int
+) -> tf.distribute.cluster_resolver.ClusterResolver:
+    """The cluster resolver that makes `MultiWorkerMirroredStrategy` use `num_towers` GPUs.
+
+    Given `TFConfigClusterResolver` (its default), the strategy takes every
+    local GPU (its docstring's "Known Issues"); it takes `num_accelerators()`
+    from any other resolver, so the first `num_towers` GPUs are asked for
+    with a `SimpleClusterResolver` of the same cluster and task.
+
+    Args:
+      tf_config: `read_tf_config()`'s value.
+      num_towers: the GPUs this worker uses (None: every GPU, or the CPU).
+      num_gpus: the GPUs this machine has.
+
+    Returns:
+      The resolver to pass to `MultiWorkerMirroredStrategy`.
+
+    Raises:
+      ConfigError: when TF_CONFIG has no task, for a number below 1, more
+        towers than GPUs, or more than 1 tower on a CPU-only worker.
+    """
+    task = tf_config.get("task")
+    if not isinstance(task, dict) or "type" not in task or "index" not in task:
+        raise ConfigError(
+            f'TF_CONFIG names {_workers_in(tf_config)} workers but not this one\'s "task"; '
+            'add e.g. "task": {"type": "worker", "index": 0}, a different index on each worker'
+        )
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    if num_towers is None:
+        return resolver
+    checks.at_least("--num_towers", num_towers)
+    if not num_gpus and num_towers > 1:
+        raise ConfigError(
+            f"--num_towers={num_towers} with TF_CONFIG: a CPU-only worker runs one replica "
+            "(MultiWorkerMirroredStrategy has no CPU towers); drop --num_towers, or run "
+            f"{num_towers} workers per machine"
+        )
+    if num_towers > num_gpus > 0:
+        raise ConfigError(
+            f"--num_towers={num_towers} but this machine has {num_gpus} GPU(s); "
+            f"use at most {num_gpus}"
+        )
+    if not num_gpus:
+        return resolver
+    return tf.distribute.cluster_resolver.SimpleClusterResolver(
+        resolver.cluster_spec(),
+        task_type=resolver.task_type,
+        task_id=resolver.task_id,
+        num_accelerators={"GPU": num_towers},
+        rpc_layer=resolver.rpc_layer or "grpc",
+    )
 
 
 def configure_towers(num_towers: int | None) -> None:
@@ -50,8 +142,7 @@ def configure_towers(num_towers: int | None) -> None:
     """
     if num_towers is None:
         return
-    if num_towers < 1:
-        raise ConfigError(f"--num_towers={num_towers}; use 1 or more")
+    checks.at_least("--num_towers", num_towers)
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         if num_towers > len(gpus):
@@ -86,7 +177,7 @@ def mirrored_strategy(devices: list[str]) -> tf.distribute.MirroredStrategy:
     would join the first one's groups and abort. TF's own tests move the base
     the same way.
     """
-    tf.distribute.MirroredStrategy._collective_key_base += 100_000
+    compat.advance_collective_key_base()
     return tf.distribute.MirroredStrategy(devices)
 
 
@@ -98,9 +189,16 @@ def create_strategy(num_towers: int | None = None) -> tf.distribute.Strategy:
 
     Returns:
       The strategy; create the model and optimizer inside its `scope()`.
+
+    Raises:
+      ConfigError: for a `TF_CONFIG` that cannot be used, or a `num_towers`
+        this machine cannot run (see `configure_towers`, `worker_resolver`).
     """
-    if "TF_CONFIG" in os.environ and _workers_in_tf_config() > 1:
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    tf_config = read_tf_config()
+    if tf_config is not None and _workers_in(tf_config) > 1:
+        num_gpus = len(tf.config.list_physical_devices("GPU"))
+        resolver = worker_resolver(tf_config, num_towers, num_gpus)
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
         logging.info(
             "Multi-worker: %d replicas over %d workers",
             strategy.num_replicas_in_sync,
@@ -275,7 +373,7 @@ def collective_ops(graph: tf.Graph, path: tuple[str, ...] = ()) -> list[Collecti
             names = [attr.func.name] if attr.HasField("func") else []
             names += [f.name for f in attr.list.func]
             for name in names:
-                function = graph._get_function(name)  # noqa: SLF001 - no public API.
+                function = compat.graph_function(graph, name)
                 if getattr(function, "graph", None) is not None:
                     found += collective_ops(function.graph, (*path, op.type))
     return found

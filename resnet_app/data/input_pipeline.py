@@ -2,7 +2,8 @@
 
 `create_pipeline(DataConfig(...))` loads a source (`sources.py`) and returns an
 `InputPipeline`, whose `train_dataset` and `eval_dataset` build tf.data
-pipelines. Every batch is a dict:
+pipelines; `create_run_pipeline(config)` does it for a run (training, evaluate
+and export all call it). Every batch is a dict:
 - "image": [batch, size, size, 3] in the configured dtype, normalized;
 - "label": int32 [batch];
 - "id": int64 [batch], the example's index in its split (-1 for padding);
@@ -25,33 +26,46 @@ Evaluation. `eval_dataset` visits every example of the split exactly once and
 pads the last batch with masked examples, so that every replica of every worker
 gets a full batch at every step (no empty or short tower batches) and metrics
 weighted by "mask" count each real example once.
+
+Image size (`choose_image_size`): `data.image_size` if set; else the dataset's
+own size when all its images have one (cifar10, shapes: 32); else the model
+preset's input size (224 for the ImageNet-stem presets, 32 for the CIFAR ones).
+A run directory whose `data_info.json` records another size (a run trained
+before this rule) keeps its size. The recipe follows: "auto" is the CIFAR
+recipe up to 64 px, the ImageNet one above. `InputPipeline.describe()` says
+which size and recipe were chosen, and why.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
 from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from resnet_app.common import files
+from resnet_app.common import run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import preprocessing, sources
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.data.settings import DataConfig
 
-__all__ = ["DataConfig", "InputPipeline", "create_pipeline"]
+__all__ = [
+    "DataConfig",
+    "InputPipeline",
+    "choose_image_size",
+    "create_pipeline",
+    "create_run_pipeline",
+]
 
 # Images up to this size use the CIFAR recipe when the family is "auto".
 CIFAR_MAX_SIZE = 64
+# The size of data that has none, when no model says otherwise.
+FALLBACK_IMAGE_SIZE = 224
 SYNTHETIC_SPLIT_SIZES = {"train": 50_000, "test": 10_000}
-# What a trained model needs to know of its data, in every run directory.
-DATA_INFO_FILE = "data_info.json"
+RECIPES = {"cifar": "CIFAR recipe", "imagenet": "ImageNet recipe"}
 
 
 def _load_source(config: DataConfig) -> sources.Source | None:
@@ -76,6 +90,67 @@ def _limit(split: sources.Split, count: int | None) -> sources.Split:
     return split.subset(np.arange(count))
 
 
+@dataclasses.dataclass(frozen=True)
+class ImageSize:
+    """The size a pipeline produces, and why (see `choose_image_size`).
+
+    Attributes:
+      size: height and width in pixels.
+      reason: why this size, e.g. "the dataset's size".
+    """
+
+    size: int
+    reason: str
+
+
+def choose_image_size(
+    config: DataConfig,
+    dataset_size: int | None,
+    model_size: int | None = None,
+    model_name: str | None = None,
+    recorded_size: int | None = None,
+) -> ImageSize:
+    """The one rule for the image size; the first that applies wins.
+
+    1. `data.image_size`, when set;
+    2. the dataset's own size, when every image has it (cifar10, shapes: 32);
+    3. the model preset's input size (224 for ImageNet stems, 32 for CIFAR
+       stems), else 224.
+
+    A run whose data_info.json records another size (trained before this
+    rule, when the model's preset won over the dataset) keeps that size.
+
+    Args:
+      config: the data config.
+      dataset_size: the source's fixed image size, or None when it varies
+        (folders, imagenet2012) or there is no source (synthetic).
+      model_size: the model preset's `default_image_size`.
+      model_name: the preset's name, for the reason.
+      recorded_size: the image size in the run's data_info.json, if any.
+
+    Returns:
+      The size, and why.
+    """
+    if config.image_size:
+        return ImageSize(config.image_size, "set by data.image_size")
+    if dataset_size:
+        chosen = ImageSize(dataset_size, "the dataset's size")
+    else:
+        why = "synthetic images have none" if config.dataset == "synthetic" else "images vary"
+        if model_size:
+            name = f"the {model_name} preset's" if model_name else "the model's"
+            chosen = ImageSize(model_size, f"{name} input size ({why})")
+        else:
+            chosen = ImageSize(FALLBACK_IMAGE_SIZE, f"the default ({why})")
+    if recorded_size and recorded_size != chosen.size:
+        return ImageSize(
+            recorded_size,
+            f"as this run was trained (its data_info.json), not {chosen.size} px "
+            f"({chosen.reason}); set data.image_size to change it",
+        )
+    return chosen
+
+
 def _channel_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
     # Two passes in float64 over chunks: exact enough and memory-bounded.
     pixels = images.reshape(-1, images.shape[-1])
@@ -94,6 +169,13 @@ def _channel_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, 
 class InputPipeline:
     """A loaded dataset and the preprocessing to apply; builds tf.data pipelines.
 
+    Args:
+      config: the data config.
+      default_image_size: the model preset's input size, for data without a
+        size of its own (see `choose_image_size`).
+      model_name: the preset's name, for `describe`.
+      recorded_image_size: the size the run's data_info.json records.
+
     Attributes:
       config: the `DataConfig`.
       source: the loaded source (None for `synthetic`).
@@ -101,9 +183,16 @@ class InputPipeline:
       num_classes: number of labels.
       train_split: the training `Split` (after limiting and holding out).
       preprocessing: the resolved `Preprocessing` parameters.
+      image_size: the chosen `ImageSize` (the size and why).
     """
 
-    def __init__(self, config: DataConfig, default_image_size: int | None = None):
+    def __init__(
+        self,
+        config: DataConfig,
+        default_image_size: int | None = None,
+        model_name: str | None = None,
+        recorded_image_size: int | None = None,
+    ):
         self.config = config
         source = _load_source(config)
         if source is not None:
@@ -123,8 +212,14 @@ class InputPipeline:
         self._eval_splits: dict[str, sources.Split] = {}
         self.num_classes = len(self.class_names)
 
-        native = source.image_size if source is not None else None
-        size = config.image_size or default_image_size or native or 224
+        self.image_size = choose_image_size(
+            config,
+            source.image_size if source is not None else None,
+            default_image_size,
+            model_name,
+            recorded_image_size,
+        )
+        size = self.image_size.size
         family = config.preprocessing
         if family == "auto":
             family = "cifar" if size <= CIFAR_MAX_SIZE else "imagenet"
@@ -153,16 +248,28 @@ class InputPipeline:
             eval_resize=eval_resize,
         )
         logging.info(
-            "Dataset %s: %s training examples, splits %s; %s preprocessing at %d px, "
-            "mean %s, std %s",
+            "Dataset %s: %s training examples, splits %s; %s; mean %s, std %s",
             config.dataset,
             self.num_train_examples,
             ", ".join(source.splits) if source else "synthetic",
-            family,
-            size,
+            self.describe(),
             [round(m, 2) for m in mean],
             [round(s, 2) for s in std],
         )
+
+    def describe(self) -> str:
+        """The image size and recipe, and why, for the start-up log line.
+
+        Returns:
+          E.g. "32 px, the dataset's size; CIFAR recipe (auto: up to 64 px)".
+        """
+        family = self.preprocessing.family
+        if self.config.preprocessing == "auto":
+            bound = "up to" if family == "cifar" else "above"
+            why = f"auto: {bound} {CIFAR_MAX_SIZE} px"
+        else:
+            why = "set by data.preprocessing"
+        return f"{self.image_size.size} px, {self.image_size.reason}; {RECIPES[family]} ({why})"
 
     @property
     def eval_split_name(self) -> str:
@@ -504,7 +611,12 @@ def write_data_info(pipeline: InputPipeline, model_dir: str) -> None:
         "class_names": list(pipeline.class_names),
         "preprocessing": dataclasses.asdict(pipeline.preprocessing),
     }
-    files.write_text_atomically(os.path.join(model_dir, DATA_INFO_FILE), json.dumps(info, indent=1))
+    run_dir.write_data_info(model_dir, info)
+
+
+def _parse_data_info(info: dict) -> tuple[list[str], Preprocessing]:
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in info["preprocessing"].items()}
+    return [str(name) for name in info["class_names"]], Preprocessing(**fields)
 
 
 def read_data_info(model_dir: str) -> tuple[list[str], Preprocessing] | None:
@@ -513,21 +625,23 @@ def read_data_info(model_dir: str) -> tuple[list[str], Preprocessing] | None:
     Raises:
       ConfigError: when the file exists but is not one `write_data_info` wrote.
     """
-    path = os.path.join(model_dir, DATA_INFO_FILE)
-    if not os.path.isfile(path):
-        return None
+    return run_dir.read_data_info(model_dir, _parse_data_info)
+
+
+def _recorded_image_size(model_dir: str, dataset: str) -> int | None:
+    """The image size `model_dir`'s data_info.json records for `dataset`, if any.
+
+    A damaged file, or one of another dataset (changed on resume), records
+    nothing: the rule applies, and training writes the file anew.
+    """
     try:
-        with open(path) as f:
-            info = json.load(f)
-        fields = {
-            k: tuple(v) if isinstance(v, list) else v for k, v in info["preprocessing"].items()
-        }
-        return [str(name) for name in info["class_names"]], Preprocessing(**fields)
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ConfigError(
-            f"{path} is damaged ({type(error).__name__}: {error}); delete it to take the "
-            f"classes and preprocessing from the dataset again"
-        ) from None
+        recorded = run_dir.read_data_info(
+            model_dir, lambda info: (info["dataset"], int(info["preprocessing"]["image_size"]))
+        )
+    except ConfigError as error:
+        logging.warning("Ignoring the recorded image size: %s", error)
+        return None
+    return recorded[1] if recorded is not None and recorded[0] == dataset else None
 
 
 def create_pipeline(config: DataConfig, default_image_size: int | None = None) -> InputPipeline:
@@ -535,10 +649,36 @@ def create_pipeline(config: DataConfig, default_image_size: int | None = None) -
 
     Args:
       config: the data config.
-      default_image_size: the model's input size, used when the config does not
-        set one.
+      default_image_size: the model's input size, for data without a size of
+        its own (see `choose_image_size`).
 
     Returns:
       The `InputPipeline`.
     """
     return InputPipeline(config, default_image_size)
+
+
+def create_run_pipeline(
+    config, data_config: DataConfig | None = None, model_dir: str | None = None
+) -> InputPipeline:
+    """The input of a run, for training, evaluate and export alike.
+
+    The image size follows `choose_image_size`: the run's model preset gives
+    it to data without a size of its own.
+
+    Args:
+      config: the run's resolved `Config`.
+      data_config: data settings in place of `config.data` (evaluate moves
+        `data_dir` or picks another split).
+      model_dir: the run directory of an existing run, whose data_info.json
+        may record its image size; None for a new run (or --restart).
+
+    Returns:
+      The `InputPipeline`.
+    """
+    from resnet_app.nets.presets import get_config  # Pure data: no TensorFlow.
+
+    data = data_config or config.data
+    preset = get_config(config.model_name, **config.model_overrides)
+    recorded = _recorded_image_size(model_dir, data.dataset) if model_dir else None
+    return InputPipeline(data, preset.default_image_size, config.model_name, recorded)

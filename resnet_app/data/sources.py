@@ -25,7 +25,7 @@ from collections.abc import Callable
 import numpy as np
 from absl import logging
 
-from resnet_app.common.errors import ConfigError
+from resnet_app.common.errors import ConfigError, first_line
 from resnet_app.data import shapes
 
 FOLDER_PREFIX = "folder:"
@@ -487,9 +487,8 @@ def load_tfds(name: str, data_dir: str | None = None) -> Source:
         ) from None
     except (ValueError, AssertionError, KeyError) as error:
         # A bad config or version: "cifar10/nope", "cifar10:9.9.9".
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise ConfigError(
-            f"cannot load tfds dataset {name!r} ({type(error).__name__}: {first_line}); "
+            f"cannot load tfds dataset {name!r} ({first_line(error, with_type=True)}); "
             f"check the name's config and version, e.g. cifar10 or imagenette/320px-v2"
         ) from None
     info = builder.info

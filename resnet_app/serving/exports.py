@@ -36,12 +36,11 @@ import tensorflow as tf
 from absl import logging
 
 from resnet_app import config
-from resnet_app.common import checkpoint
+from resnet_app.common import checkpoint, checks, run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import input_pipeline
 from resnet_app.data.preprocessing import Preprocessing, eval_image
 from resnet_app.nets import factory
-from resnet_app.nets.presets import get_config
 
 TOP_K = 5
 SIGNATURES = ("serving_default", "serving_bytes", "features")
@@ -122,13 +121,10 @@ def _data_info(model_dir: str, run_config: config.Config) -> tuple[list[str], Pr
     logging.warning(
         "%s has no %s; reading the dataset %s for the classes and preprocessing",
         model_dir,
-        input_pipeline.DATA_INFO_FILE,
+        run_dir.DATA_INFO_FILE,
         run_config.data.dataset,
     )
-    preset = get_config(run_config.model_name, **run_config.model_overrides)
-    pipeline = input_pipeline.create_pipeline(
-        run_config.data, default_image_size=preset.default_image_size
-    )
+    pipeline = input_pipeline.create_run_pipeline(run_config)
     return pipeline.class_names, pipeline.preprocessing
 
 
@@ -151,8 +147,7 @@ def load(model_dir: str, which: str = "latest", top_k: int = TOP_K) -> tuple[Ser
     run_config = config.read_run_config(model_dir)
     if which == "all":
         raise ConfigError("--checkpoint=all: this takes one checkpoint; use latest, ckpt-N or N")
-    if top_k < 1:
-        raise ConfigError(f"--top_k={top_k}; use 1 or more")
+    checks.at_least("--top_k", top_k)
     [(step, prefix)] = checkpoint.select(model_dir, which)
     class_names, preprocessing = _data_info(model_dir, run_config)
     model = factory.create_run_model(run_config, len(class_names), preprocessing.image_size)
@@ -197,7 +192,7 @@ def check_destination(export_dir: str, overwrite: bool, model_dir: str | None = 
             )
         # TensorFlow reads a directory named like a checkpoint as one: an
         # export at RUN/ckpt-N would hide checkpoint N.
-        if os.path.dirname(export_dir) == run and checkpoint.PREFIX_NAME.match(
+        if os.path.dirname(export_dir) == run and run_dir.is_checkpoint_name(
             os.path.basename(export_dir)
         ):
             raise ConfigError(

@@ -1,0 +1,170 @@
+"""The run directory (`--model_dir`): the one module that names its files.
+
+A run directory holds:
+- `config.yaml`: the run's config, as the user chose it (`config.write_yaml`,
+  `config.read_run_config`);
+- `metrics.jsonl`: one JSON record per line (`metrics.MetricsWriter`);
+- `data_info.json`: the class names and the resolved preprocessing, so that
+  export and predict need no dataset (`input_pipeline.write_data_info`);
+- `lr_override`: a learning rate the user writes while the run goes on; the
+  trainer renames it `lr_override.applied` once read (`learning_rate.py`);
+- `ckpt-<step>.index` and `.data-*`: the checkpoints, and `checkpoint`,
+  TensorFlow's index of them (`checkpoint.py`);
+- `train/`, `eval/`: TensorBoard's events;
+- `reports/`: `python -m resnet_app.evaluate`'s reports (`reports.py`);
+- `previous-<time>/`: an earlier run, moved aside by `--restart` (`move_aside`).
+
+Every other module takes these names from here. No TensorFlow: scripts that
+only read files (`scripts/plot_metrics.py`) import this module too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from resnet_app.common import files
+from resnet_app.common.errors import ConfigError
+
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+DATA_INFO_FILE = "data_info.json"
+LR_OVERRIDE_FILE = "lr_override"
+LR_OVERRIDE_APPLIED = LR_OVERRIDE_FILE + ".applied"
+CHECKPOINT_PREFIX = "ckpt"
+CHECKPOINT_INDEX_FILE = "checkpoint"  # TensorFlow's list of the checkpoints.
+TRAIN_EVENTS_DIR = "train"
+EVAL_EVENTS_DIR = "eval"
+REPORTS_DIR = "reports"
+PREVIOUS_PREFIX = "previous-"
+
+_CHECKPOINT_INDEX = re.compile(rf"^{CHECKPOINT_PREFIX}-(\d+)\.index$")
+# A name TensorFlow would take for a checkpoint prefix, or one of its files.
+_CHECKPOINT_NAME = re.compile(rf"^{CHECKPOINT_PREFIX}-\d+(\..*)?$")
+# "ckpt-N" or "N", as --checkpoint takes them.
+_CHECKPOINT_CHOICE = re.compile(rf"(?:{CHECKPOINT_PREFIX}-)?(\d+)")
+
+T = TypeVar("T")
+
+
+def config_path(model_dir: str) -> str:
+    """`model_dir/config.yaml`."""
+    return os.path.join(model_dir, CONFIG_FILE)
+
+
+def metrics_path(model_dir: str) -> str:
+    """`model_dir/metrics.jsonl`."""
+    return os.path.join(model_dir, METRICS_FILE)
+
+
+def data_info_path(model_dir: str) -> str:
+    """`model_dir/data_info.json`."""
+    return os.path.join(model_dir, DATA_INFO_FILE)
+
+
+def lr_override_path(model_dir: str) -> str:
+    """`model_dir/lr_override`."""
+    return os.path.join(model_dir, LR_OVERRIDE_FILE)
+
+
+def events_dir(model_dir: str, kind: str) -> str:
+    """TensorBoard's directory for `kind` (`TRAIN_EVENTS_DIR` or `EVAL_EVENTS_DIR`)."""
+    return os.path.join(model_dir, kind)
+
+
+def reports_dir(model_dir: str) -> str:
+    """`model_dir/reports`, where evaluation reports go by default."""
+    return os.path.join(model_dir, REPORTS_DIR)
+
+
+def checkpoint_name(step: int) -> str:
+    """The checkpoint prefix of `step`, e.g. `ckpt-4`."""
+    return f"{CHECKPOINT_PREFIX}-{step}"
+
+
+def checkpoint_step(file_name: str) -> int | None:
+    """The step of a checkpoint's index file name (`ckpt-4.index`: 4), else None."""
+    match = _CHECKPOINT_INDEX.match(file_name)
+    return int(match.group(1)) if match else None
+
+
+def is_checkpoint_name(name: str) -> bool:
+    """Whether TensorFlow would take `name` for a checkpoint prefix or one of its files."""
+    return bool(_CHECKPOINT_NAME.match(name))
+
+
+def chosen_step(which: str) -> int | None:
+    """The step `--checkpoint=ckpt-N` or `--checkpoint=N` names, else None."""
+    match = _CHECKPOINT_CHOICE.fullmatch(which)
+    return int(match.group(1)) if match else None
+
+
+def write_data_info(model_dir: str, info: dict[str, Any]) -> None:
+    """Writes `data_info.json` whole (atomically)."""
+    files.write_text_atomically(data_info_path(model_dir), json.dumps(info, indent=1))
+
+
+def read_data_info(model_dir: str, parse: Callable[[dict[str, Any]], T]) -> T | None:
+    """`parse` of the run's `data_info.json`, or None if there is none.
+
+    Args:
+      model_dir: the run directory.
+      parse: turns the file's JSON object into what the caller needs; it raises
+        KeyError, TypeError or ValueError for a file it cannot use.
+
+    Raises:
+      ConfigError: when the file exists but cannot be read or parsed.
+    """
+    path = data_info_path(model_dir)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as f:
+            return parse(json.load(f))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ConfigError(
+            f"{path} is damaged ({type(error).__name__}: {error}); delete it to take the "
+            f"classes and preprocessing from the dataset again"
+        ) from None
+
+
+def move_aside(directory: str) -> str | None:
+    """Moves a run directory's contents into `directory/previous-<time>/` (for --restart).
+
+    Earlier `previous-*` folders stay where they are.
+
+    Args:
+      directory: the run directory.
+
+    Returns:
+      The new folder, or None if there was nothing to move.
+
+    Raises:
+      ConfigError: when the directory holds files but does not look like a run
+        directory (a mistyped --model_dir must not move a source tree).
+    """
+    if not os.path.isdir(directory):
+        return None
+    names = [n for n in os.listdir(directory) if not n.startswith(PREVIOUS_PREFIX)]
+    if not names:
+        return None
+    markers = (CONFIG_FILE, METRICS_FILE, CHECKPOINT_INDEX_FILE)
+    if not any(n in markers or checkpoint_step(n) is not None for n in names):
+        raise ConfigError(
+            f"--restart: {directory} is not a run directory (no checkpoint, {CONFIG_FILE} or "
+            f"{METRICS_FILE}); check --model_dir"
+        )
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = os.path.join(directory, f"{PREVIOUS_PREFIX}{stamp}")
+    count = 1
+    while os.path.exists(aside):
+        count += 1
+        aside = os.path.join(directory, f"{PREVIOUS_PREFIX}{stamp}-{count}")
+    os.makedirs(aside)
+    for name in names:
+        os.replace(os.path.join(directory, name), os.path.join(aside, name))
+    return aside
