@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import flags  # noqa: E402
 
-from resnet_app.common import cli
+from resnet_app.common import cli, run_dir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Variants of the trainer: --set assignments over the common settings.
@@ -172,7 +172,7 @@ def measure_trainer(sets: list[str], dataset: str = "synthetic") -> dict:
     )
     started = time.time()
     trainer.train_and_evaluate(resolved, model_dir)
-    with open(os.path.join(model_dir, "metrics.jsonl")) as f:
+    with open(run_dir.metrics_path(model_dir)) as f:
         records = [json.loads(line) for line in f]
     training = [r for r in records if "accuracy" in r]
     # The first window starts when the run does: it holds the tracing (warm-up).
@@ -224,7 +224,7 @@ def measure_startup() -> dict:
         capture_output=True,
         env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"},
     )
-    with open(os.path.join(model_dir, "metrics.jsonl")) as f:
+    with open(run_dir.metrics_path(model_dir)) as f:
         first = next(r for r in map(json.loads, f) if "accuracy" in r)
     return {"seconds": first["time"] - started}
 

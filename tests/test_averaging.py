@@ -17,7 +17,8 @@ from resnet_app import config
 from resnet_app.common import checkpoint, distribute
 from resnet_app.common.distribute import mirrored_strategy
 from resnet_app.common.errors import ConfigError
-from resnet_app.engine import averaging, optim, preemption, trainer
+from resnet_app.engine import averaging, optim, setup, trainer
+from resnet_app.engine.actions import Action
 from resnet_app.engine.step import TrainStep
 from tests import runs
 from tests.commands import error_line, run_command
@@ -210,54 +211,51 @@ def saved_tensors(prefix):
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
 
 
-def test_checkpoints_hold_averages_and_a_stopped_run_resumes_exactly(tmp_path, monkeypatch):
+class SpreadAtSaves(Action):
+    """Records (step, the largest difference between replicas' copies) at every save."""
+
+    def __init__(self, run, saves, stop_at=None):
+        self.run, self.saves, self.stop_at = run, saves, stop_at
+
+    def __call__(self, boundary):
+        if boundary.saved:
+            run = self.run
+            spread = max(
+                np.max(np.abs(c - _copies(run.strategy, v)[0]))
+                for v in [*run.model.variables, *run.optimizer.variables]
+                for c in _copies(run.strategy, v)
+            )
+            self.saves.append((boundary.step, float(spread)))
+        if boundary.step == self.stop_at:
+            boundary.request_stop("SIGTERM")
+
+
+def train_recording_saves(config, model_dir, saves, stop_at=None):
+    run = setup.build_run(config, str(model_dir))
+    return trainer.train(run, actions=[SpreadAtSaves(run, saves, stop_at)])
+
+
+def test_checkpoints_hold_averages_and_a_stopped_run_resumes_exactly(tmp_path):
     """Interval 3, checkpoint_every 2 (made 3). A stop asked for at step 4 waits
     for the average of step 6; resumed, the run ends where an uninterrupted one
     does. Every save sees identical copies."""
     saves = []
-    save = trainer.Trainer.save
-
-    def checked_save(self, step):
-        spread = max(
-            np.max(np.abs(c - _copies(self.strategy, v)[0]))
-            for v in [*self.model.variables, *self.optimizer.variables]
-            for c in _copies(self.strategy, v)
-        )
-        saves.append((step, float(spread)))
-        return save(self, step)
-
-    monkeypatch.setattr(trainer.Trainer, "save", checked_save)
     sets = ["train.checkpoint_every=2"]
-    whole = trainer.train_and_evaluate(
-        small_config(tmp_path, *sets, train_steps=8), str(tmp_path / "whole")
+    whole = train_recording_saves(
+        small_config(tmp_path, *sets, train_steps=8), tmp_path / "whole", saves
     )
     # 3 and 6 (averages) and 8 (the last step, which averages once more).
     assert saves == [(3, 0.0), (6, 0.0), (8, 0.0)]
     assert [s for s, _ in checkpoint.list_checkpoints(str(tmp_path / "whole"))] == [3, 6, 8]
 
-    requests = []
-    enter = preemption.StopRequest.__enter__
-    monkeypatch.setattr(
-        preemption.StopRequest, "__enter__", lambda self: requests.append(self) or enter(self)
-    )
-    advance = trainer.Trainer._advance
-
-    def advance_then_stop(self, step, result, rates):
-        step = advance(self, step, result, rates)
-        if step == 4:
-            requests[-1].request("SIGTERM")
-        return step
-
-    monkeypatch.setattr(trainer.Trainer, "_advance", advance_then_stop)
     saves.clear()
-    stopped = trainer.train_and_evaluate(
-        small_config(tmp_path, *sets, train_steps=8), str(tmp_path / "run")
+    stopped = train_recording_saves(
+        small_config(tmp_path, *sets, train_steps=8), tmp_path / "run", saves, stop_at=4
     )
     assert stopped.stopped == "SIGTERM" and stopped.summary["step"] == 6
     assert saves == [(3, 0.0), (6, 0.0)]
-    monkeypatch.setattr(trainer.Trainer, "_advance", advance)
-    resumed = trainer.train_and_evaluate(
-        small_config(tmp_path, *sets, train_steps=8), str(tmp_path / "run")
+    resumed = train_recording_saves(
+        small_config(tmp_path, *sets, train_steps=8), tmp_path / "run", saves
     )
     assert saves[-1] == (8, 0.0)
     expected = saved_tensors(tmp_path / "whole" / "ckpt-8")

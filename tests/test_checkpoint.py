@@ -1,8 +1,8 @@
 """Runs that survive interruption: SIGKILL, SIGTERM, corrupt checkpoints, NaN, changed settings.
 
 The interrupted runs are real processes. SIGKILL lands at an exact step: the
-test's driver wraps the trainer's step accounting to kill its own process
-right after that step, before anything is saved, as a power cut would.
+test's driver gives the trainer one more action, which kills its own process
+at the end of that step (no checkpoint step), as a power cut would.
 """
 
 import os
@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app.common import checkpoint
+from resnet_app.common import checkpoint, run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.engine import trainer
+from resnet_app.engine.actions import Action
 from tests import runs
 from tests.commands import REPO, error_line, run_command
 from tests.runs import read_records
@@ -39,23 +40,24 @@ STEPS_PER_EPOCH = 4
 # after step argv[1] (0: never). With argv[2] a path, every step's example ids
 # are appended to it as "<step> <id> <id> ...", written by the step itself.
 DRIVER = """
-import os, signal, sys
+import functools, os, signal, sys
 import tensorflow as tf
 from resnet_app.common import cli
 from resnet_app.engine import step
 from resnet_app import train
 from resnet_app.engine import trainer
+from resnet_app.engine.actions import Action
 
 kill_at, ids_path = int(sys.argv[1]), sys.argv[2]
-advance = trainer.Trainer._advance
 
-def advance_then_maybe_die(self, step_count, result, rates):
-    step_count = advance(self, step_count, result, rates)
-    if kill_at and step_count >= kill_at:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return step_count
 
-trainer.Trainer._advance = advance_then_maybe_die
+class KillAt(Action):
+    def __call__(self, boundary):
+        if kill_at and boundary.step >= kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+trainer.train_and_evaluate = functools.partial(trainer.train_and_evaluate, actions=[KillAt()])
 if ids_path != "-":
     replica_step = step.TrainStep.replica_step
 
@@ -396,20 +398,25 @@ def test_rerun_after_nan_with_rollback_and_the_runs_own_settings(tmp_path):
     assert [s for s, _ in checkpoint.list_checkpoints(str(model_dir))][-1] == 8
 
 
-def test_a_stop_during_evaluation_saves_once_and_evaluates_once(tmp_path, monkeypatch):
-    evaluate = trainer.Trainer.evaluate
+class SignalAfterEvaluation(Action):
+    """SIGTERM, as a cluster would send it, once a step has been evaluated and saved.
 
-    def evaluate_then_get_stopped(self, step):
-        record = evaluate(self, step)
-        os.kill(os.getpid(), signal.SIGTERM)  # As a cluster would, mid-evaluation.
-        time.sleep(0.5)  # The watcher thread sets the flag.
-        return record
+    (The loop reads the stop request only between compiled calls, so this is
+    what a signal in the middle of the evaluation looks like to it.)
+    """
 
-    monkeypatch.setattr(trainer.Trainer, "evaluate", evaluate_then_get_stopped)
+    def __call__(self, boundary):
+        if boundary.evaluation is not None:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.5)  # The watcher thread sets the flag.
+
+
+def test_a_stop_during_evaluation_saves_once_and_evaluates_once(tmp_path):
     model_dir = tmp_path / "run"
     result = trainer.train_and_evaluate(
         small_config(tmp_path, "train.eval_every=4", "train.log_every=1", train_steps=12),
         str(model_dir),
+        actions=[SignalAfterEvaluation()],
     )
     assert result.stopped == "SIGTERM"
     records = read_records(model_dir)
@@ -436,7 +443,7 @@ def test_the_stop_watcher_leaves_no_open_file():
 def test_restart_refuses_a_directory_that_is_not_a_run(tmp_path):
     (tmp_path / "setup.py").write_text("")
     with pytest.raises(ConfigError, match="is not a run directory"):
-        checkpoint.move_aside(str(tmp_path))
+        run_dir.move_aside(str(tmp_path))
     assert (tmp_path / "setup.py").exists()
 
 

@@ -130,6 +130,19 @@ def test_per_class_accuracy_of_a_class_without_examples_is_nan():
         evaluation.EvalResult(1, 1.0, 1.0, 0.0).per_class_accuracy()
 
 
+def test_the_eval_record_names_its_numbers_and_precision():
+    result = evaluation.EvalResult(examples=37, accuracy=0.25, top5_accuracy=0.75, loss=1.5)
+    assert evaluation.eval_record(4, "test", result, "bf16") == {
+        "step": 4,
+        "split": "test",
+        "top1": 0.25,
+        "top5": 0.75,
+        "loss": 1.5,
+        "num_examples": 37,
+        "precision": "bf16",
+    }
+
+
 def test_per_replica_batch_rounds_up():
     assert evaluation.per_replica_batch_size(64, 3) == 22
     assert evaluation.per_replica_batch_size(64, 1) == 64

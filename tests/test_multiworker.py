@@ -13,6 +13,7 @@ import numpy as np
 
 from resnet_app import config
 from resnet_app.engine import trainer
+from tests.commands import error_line
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -153,3 +154,58 @@ def test_two_workers_end_with_identical_weights_and_resume(tmp_path):
     run = hashlib.sha1(str(tmp_path / "run").encode()).hexdigest()[:12]
     scratch = os.path.join(tempfile.gettempdir(), f"resnet_app_{os.getuid()}_{run}_worker1")
     assert not os.path.exists(scratch)
+
+
+def worker_environments(**extra):
+    """The environments of 2 workers on free 127.0.0.1 ports (TF_CONFIG), plus `extra`."""
+    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
+    return [
+        {
+            **os.environ,
+            "TF_CONFIG": json.dumps(
+                {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+            ),
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "PYTHONPATH": REPO,
+            **extra,
+        }
+        for index in range(2)
+    ]
+
+
+def test_num_gpus_with_tf_config_is_not_silently_ignored(tmp_path):
+    """`NUM_GPUS=2 scripts/imagenet_resnet50.sh` (--num_towers=2) on 2 workers.
+
+    MultiWorkerMirroredStrategy takes every local GPU unless told otherwise
+    and runs one replica on a CPU-only worker, so --num_towers used to be
+    ignored here. These workers have no GPU: 2 towers cannot be honoured,
+    and each worker refuses in one line before it touches the run directory.
+    """
+    script = os.path.join(REPO, "scripts", "imagenet_resnet50.sh")
+    environments = worker_environments(
+        NUM_GPUS="2",
+        MODEL_DIR=str(tmp_path / "run"),
+        DATA_DIR=str(tmp_path / "data"),
+        PYTHON=sys.executable,
+    )
+    processes = [
+        subprocess.Popen(
+            [script],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for env in environments
+    ]
+    for process in processes:
+        output, errors = process.communicate(timeout=300)
+        line = error_line(
+            subprocess.CompletedProcess(process.args, process.returncode, output, errors)
+        )
+        assert line.startswith(
+            "error: --num_towers=2 with TF_CONFIG: a CPU-only worker runs one replica"
+        ), line
+        assert "drop --num_towers" in line
+    assert not (tmp_path / "run").exists()

@@ -10,9 +10,9 @@ import pytest
 import tensorflow as tf
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.data import input_pipeline
-from resnet_app.engine import trainer
+from resnet_app.engine import setup, trainer
 from tests import runs
+from tests.commands import run_command
 from tests.runs import read_records
 
 
@@ -36,12 +36,32 @@ def test_mixed_precision_trains_with_float32_weights_and_logits(tmp_path, precis
     assert scale_saved == (precision == "fp16")  # fp16 scales the loss; bf16 need not.
     # The policy was only for building the model.
     assert tf.keras.mixed_precision.global_policy().name == "float32"
+    # Evaluated at the run's precision, and the record says so.
+    (record,) = [r for r in read_records(tmp_path / "run") if "top1" in r]
+    assert record["precision"] == precision and result.summary["precision"] == precision
+
+
+def test_evaluate_measures_a_bf16_checkpoint_as_the_trainer_did(tmp_path):
+    """One checkpoint, one number: `python -m resnet_app.evaluate` builds the model at
+    the run's precision, as the trainer evaluated it, and says so."""
+    model_dir = tmp_path / "run"
+    trainer.train_and_evaluate(
+        small_config(tmp_path, "train.precision=bf16", train_steps=2), str(model_dir)
+    )
+    result = run_command("resnet_app.evaluate", f"--model_dir={model_dir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    trained, evaluated = [r for r in read_records(model_dir) if "top1" in r]
+    assert evaluated["event"] == "evaluation" and evaluated["checkpoint"] == "ckpt-2"
+    assert trained["precision"] == evaluated["precision"] == "bf16"
+    assert evaluated["num_examples"] == trained["num_examples"] == 37
+    assert evaluated["top1"] == trained["top1"] and evaluated["top5"] == trained["top5"]
+    assert evaluated["loss"] == pytest.approx(trained["loss"], rel=1e-6)
 
 
 def test_xla_with_synchronized_batch_norm_on_towers_is_refused(tmp_path):
     resolved = small_config(tmp_path, "train.jit=true", "model.bn_synchronized=true", num_towers=2)
     with pytest.raises(ConfigError, match="train.jit cannot compile model.bn_synchronized"):
-        trainer.Trainer(resolved, str(tmp_path / "run"))
+        setup.build_run(resolved, str(tmp_path / "run"))
 
 
 def test_xla_run_trains(tmp_path):
@@ -51,24 +71,35 @@ def test_xla_run_trains(tmp_path):
     assert np.isfinite(result.summary["train_loss"])
 
 
-def test_a_slow_input_pipeline_is_reported_once(tmp_path, monkeypatch):
-    train_dataset = input_pipeline.InputPipeline.train_dataset
+class SlowTrainingData:
+    """A run's input pipeline whose training batches each take 200 ms more.
 
-    def slow_train_dataset(self, *args, **kwargs):
+    200 ms per batch: far slower than the tiny network's step, even on a
+    machine busy with another test process.
+    """
+
+    def __init__(self, pipeline):
+        self._pipeline = pipeline
+
+    def __getattr__(self, name):
+        return getattr(self._pipeline, name)
+
+    def train_dataset(self, *args, **kwargs):
         def wait(batch):
-            # 200 ms per batch: far slower than the tiny network's step, even on a
-            # machine busy with another test process.
             done = tf.py_function(lambda: __import__("time").sleep(0.2) or 0, [], tf.int32)
             with tf.control_dependencies([done]):
                 return {k: tf.identity(v) for k, v in batch.items()}
 
-        return train_dataset(self, *args, **kwargs).map(wait)
+        return self._pipeline.train_dataset(*args, **kwargs).map(wait)
 
-    monkeypatch.setattr(input_pipeline.InputPipeline, "train_dataset", slow_train_dataset)
+
+def test_a_slow_input_pipeline_is_reported_once(tmp_path):
     model_dir = tmp_path / "run"
-    trainer.train_and_evaluate(
+    run = setup.build_run(
         small_config(tmp_path, "train.log_every=3", train_steps=12), str(model_dir)
     )
+    run.pipeline = SlowTrainingData(run.pipeline)
+    trainer.train(run)
     records = read_records(model_dir)
     waits = [r["input_wait"] for r in records if "accuracy" in r]
     assert len(waits) == 4 and min(waits[1:]) > 0.5, waits

@@ -10,7 +10,7 @@ import yaml
 
 from resnet_app import config
 from resnet_app.common.errors import ConfigError
-from resnet_app.engine import trainer
+from resnet_app.engine import plan, trainer
 from tests.commands import error_line, run_command
 from tests.runs import read_records, small_config
 
@@ -70,6 +70,7 @@ def test_cli_writes_metrics_events_and_config(tmp_path):
         (4, 37, "test"),
         (6, 37, "test"),
     ]
+    assert {r["precision"] for r in eval_records} == {"fp32"}
     expected_tags = {
         "train": {"loss", "accuracy", "learning_rate", "examples_per_sec", "input_wait"},
         "eval": {"top1", "top5", "loss"},
@@ -184,7 +185,7 @@ def test_a_schedule_that_never_trains_is_refused(tmp_path):
         tmp_path, "schedule.name=cosine", "schedule.warmup_steps=10", train_steps=5
     )
     with pytest.raises(ConfigError, match="learning rate is 0 at every step"):
-        trainer.plan_run(resolved, 64)
+        plan.plan_run(resolved, 64)
 
 
 def test_resumed_run_equals_an_uninterrupted_one(tmp_path):

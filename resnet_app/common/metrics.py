@@ -4,7 +4,9 @@
 - training records: {"step", "epoch", "loss", "accuracy", "learning_rate",
   "examples_per_sec", "input_wait" (the fraction of the time spent waiting
   for data), "time" (Unix seconds)}, over the steps since the previous record;
-- evaluation records: {"step", "split", "top1", "top5", "loss", "num_examples"};
+- evaluation records: {"step", "split", "top1", "top5", "loss", "num_examples",
+  "precision" (the `train.precision` the model computed in; records written
+  before it was added have none)}, made by `evaluation.eval_record`;
 - events ({"step", "event", ...}): the run's start and end, a learning-rate
   override, settings changed on resume, a stop by a signal, a NaN rollback,
   an input-bound warning;
@@ -27,7 +29,7 @@ from typing import Any, TextIO
 
 import tensorflow as tf
 
-METRICS_FILE = "metrics.jsonl"
+from resnet_app.common.run_dir import METRICS_FILE
 
 
 def _finite(value: Any) -> Any:

@@ -41,7 +41,7 @@ model: the trainer evaluates and saves only right after an average, so every
 copy holds the same values and the checkpoint (which stores the MEAN of the
 copies) holds exactly the state the run goes on from. Resuming from it is
 exact: nothing of the local drift is lost, because there is none at that
-step. See `trainer.py` for how evaluations, checkpoints and stops are moved
+step. See `sync.py` for how evaluations, checkpoints and stops are moved
 to averages.
 """
 
@@ -52,7 +52,8 @@ from collections.abc import Iterator
 
 import keras
 import tensorflow as tf
-from keras.src.optimizers import base_optimizer
+
+from resnet_app.common import compat
 
 ON_READ = tf.VariableSynchronization.ON_READ
 MEAN = tf.VariableAggregation.MEAN
@@ -135,10 +136,10 @@ class ModelAveraging:
         the gradients.
         """
         optimizer = self.optimizer
-        gradients = optimizer._clip_gradients(gradients)
+        gradients = compat.clip_gradients(optimizer, gradients)
         # The base class's decay works on the replica's copy; the TF backend's
         # would merge into cross-replica context.
-        base_optimizer.BaseOptimizer._apply_weight_decay(optimizer, variables)
+        compat.apply_weight_decay_locally(optimizer, variables)
         learning_rate = optimizer.learning_rate
         for gradient, variable in zip(gradients, variables):
             optimizer.update_step(gradient, variable, learning_rate)

@@ -1,15 +1,17 @@
 """The learning rate a run feeds its optimizer: the schedule, plus live control.
 
-The trainer asks `LearningRate.rates(start, stop)` for the rate of every step
-of the next compiled call and assigns each to the optimizer's learning-rate
-variable before its step: the TF2 form of feeding a placeholder every step.
+The loop (`controller.py`) asks `LearningRate.rates(start, stop)` for the
+rate of every step of the next compiled call and assigns each to the
+optimizer's learning-rate variable before its step: the TF2 form of feeding a
+placeholder every step.
 
 Live control, as the TF1 placeholder allowed: write a number (`0.01`) or a
-multiplier (`x0.1`) into `model_dir/lr_override`. The trainer reads it at the
-next log interval (`apply_override`) and renames it `lr_override.applied`. A
-number fixes the rate, replacing the schedule; a multiplier scales whatever is
-in force (the schedule, or the fixed rate), and multipliers compound. The
-state is two variables, saved in every checkpoint, so a resumed run keeps it.
+multiplier (`x0.1`) into `model_dir/lr_override`. The loop reads it at the
+next training record (`actions.LrOverride` calls `apply_override`) and
+renames it `lr_override.applied`. A number fixes the rate, replacing the
+schedule; a multiplier scales whatever is in force (the schedule, or the
+fixed rate), and multipliers compound. The state is two variables, saved in
+every checkpoint, so a resumed run keeps it.
 """
 
 from __future__ import annotations
@@ -20,9 +22,8 @@ import os
 import tensorflow as tf
 from absl import logging
 
+from resnet_app.common.run_dir import LR_OVERRIDE_FILE as OVERRIDE_FILE
 from resnet_app.engine import schedules
-
-OVERRIDE_FILE = "lr_override"
 
 
 class LearningRate:

@@ -24,6 +24,7 @@ import tensorflow as tf
 from absl import logging
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+SIGNAL_NAMES = frozenset(s.name for s in SIGNALS)
 
 
 class StopRequest:
@@ -31,7 +32,8 @@ class StopRequest:
 
     Attributes:
       flag: a boolean `tf.Variable` (on the host, outside any strategy).
-      signal_name: the first signal received ("SIGTERM"), or None.
+      signal_name: the first signal received ("SIGTERM"), or the reason given
+        to `request` by the loop (an action's), or None.
     """
 
     def __init__(self):
@@ -46,13 +48,16 @@ class StopRequest:
         return self.signal_name is not None
 
     def request(self, name: str) -> None:
-        """Asks the run to stop (what a signal does)."""
+        """Asks the run to stop: what a signal does, or an action of the loop.
+
+        Args:
+          name: the signal's name ("SIGTERM"), or why the run stops.
+        """
         if self.signal_name is None:
             self.signal_name = name
+            again = " (send it again to exit at once, without one)" if name in SIGNAL_NAMES else ""
             logging.warning(
-                "%s: stopping after the step in progress, then saving a checkpoint "
-                "(send it again to exit at once, without one)",
-                name,
+                "%s: stopping after the step in progress, then saving a checkpoint%s", name, again
             )
             self.flag.assign(True)
 

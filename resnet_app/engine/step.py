@@ -41,6 +41,7 @@ import math
 import keras
 import tensorflow as tf
 
+from resnet_app.common import compat
 from resnet_app.engine import averaging as averaging_lib
 from resnet_app.engine import optim
 
@@ -71,7 +72,7 @@ class LoopResult:
 def _has_synchronized_batch_norm(model: keras.Model) -> bool:
     return any(
         isinstance(layer, keras.layers.BatchNormalization) and layer.synchronized
-        for layer in model._flatten_layers(include_self=False)
+        for layer in compat.nested_layers(model)
     )
 
 

@@ -6,7 +6,8 @@ ever receives an empty or short batch, which a plain Keras step does not
 survive under MirroredStrategy. Metrics are mask-weighted sums, reduced across
 replicas, and divided once at the end by the real example count. On request
 the step also counts a confusion matrix the same way, from which per-class
-accuracy follows.
+accuracy follows. `eval_record` is the record an evaluation writes to
+`metrics.jsonl`, the same for the trainer and `python -m resnet_app.evaluate`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import weakref
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -80,9 +82,55 @@ def per_class_accuracy(confusion: np.ndarray) -> np.ndarray:
     return np.where(examples > 0, correct / np.maximum(examples, 1), np.nan)
 
 
+def eval_record(step: int, split: str, result: EvalResult, precision: str) -> dict[str, Any]:
+    """The record of an evaluation, as `metrics.jsonl` holds it (trainer and evaluate alike).
+
+    Args:
+      step: the training step of the weights evaluated.
+      split: the split evaluated.
+      result: what the evaluation measured.
+      precision: the `train.precision` the model computed in ("fp32", "bf16"
+        or "fp16"): a mixed-precision run is evaluated at its own precision.
+
+    Returns:
+      {"step", "split", "top1", "top5", "loss", "num_examples", "precision"}.
+    """
+    return {
+        "step": step,
+        "split": split,
+        "top1": result.accuracy,
+        "top5": result.top5_accuracy,
+        "loss": result.loss,
+        "num_examples": result.examples,
+        "precision": precision,
+    }
+
+
 def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
     """Evaluation rounds the batch up to a multiple of the replicas; padding fills it."""
     return math.ceil(global_batch_size / num_replicas)
+
+
+def _distributed_eval_dataset(
+    pipeline: InputPipeline,
+    global_batch_size: int,
+    strategy: tf.distribute.Strategy,
+    split: str | None,
+) -> tf.distribute.DistributedDataset:
+    """The split in padded batches, every replica of every worker given a full one."""
+    replicas = strategy.num_replicas_in_sync
+    batch = per_replica_batch_size(global_batch_size, replicas)
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        return pipeline.eval_dataset(
+            batch,
+            split,
+            num_shards=context.num_input_pipelines,
+            shard_index=context.input_pipeline_id,
+            batches_multiple_of=replicas // context.num_input_pipelines,
+        )
+
+    return strategy.distribute_datasets_from_function(dataset_fn)
 
 
 # Compiled evaluation steps, per model: a trainer evaluating every epoch traces once.
@@ -165,19 +213,7 @@ def evaluate(
       The `EvalResult`.
     """
     strategy = strategy or tf.distribute.get_strategy()
-    replicas = strategy.num_replicas_in_sync
-    batch = per_replica_batch_size(global_batch_size, replicas)
-
-    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        return pipeline.eval_dataset(
-            batch,
-            split,
-            num_shards=context.num_input_pipelines,
-            shard_index=context.input_pipeline_id,
-            batches_multiple_of=replicas // context.num_input_pipelines,
-        )
-
-    dataset = strategy.distribute_datasets_from_function(dataset_fn)
+    dataset = _distributed_eval_dataset(pipeline, global_batch_size, strategy, split)
     top_k = min(5, pipeline.num_classes)
     num_classes = pipeline.num_classes
     step = _step_function(model, strategy, top_k, num_classes if confusion else None)
@@ -198,16 +234,8 @@ def evaluate(
             for ids, labels, predictions, mask in zip(*locals_):
                 real = mask.numpy() > 0
                 seen.append((ids.numpy()[real], labels.numpy()[real], predictions.numpy()[real]))
-    count = int(round(totals["examples"]))
-    denominator = max(count, 1)
-    result = EvalResult(
-        examples=count,
-        accuracy=totals["correct"] / denominator,
-        top5_accuracy=totals["correct_top_k"] / denominator,
-        loss=totals["loss"] / denominator,
-        confusion=matrix if confusion else None,
-    )
-    expected = pipeline.num_eval_examples(split)
+    result = _result(totals, matrix if confusion else None)
+    count, expected = result.examples, pipeline.num_eval_examples(split)
     if count != expected:
         logging.warning(
             "Evaluated %d of the %d examples of the split: the others failed to decode "
@@ -227,3 +255,16 @@ def evaluate(
         result.loss,
     )
     return result
+
+
+def _result(totals: dict[str, float], confusion: np.ndarray | None) -> EvalResult:
+    """The metrics from the host's sums: each divided once by the real example count."""
+    count = int(round(totals["examples"]))
+    denominator = max(count, 1)
+    return EvalResult(
+        examples=count,
+        accuracy=totals["correct"] / denominator,
+        top5_accuracy=totals["correct_top_k"] / denominator,
+        loss=totals["loss"] / denominator,
+        confusion=confusion,
+    )

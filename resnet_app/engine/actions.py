@@ -1,0 +1,369 @@
+"""The loop's periodic work, as actions the controller calls at every boundary.
+
+A boundary is the step a compiled call ended at (see `timing.next_boundary`),
+or the step a stop request ends the run at. The controller builds a
+`Boundary` (the step, what is `Due` there, the learning rates of the call's
+steps, the training record when one is due) and calls each action in order;
+actions leave what they did on it for the actions after them:
+
+1. `TrainingRecords`: the training record to `metrics.jsonl`.
+2. `TensorBoard`: every step's learning rate and the record's scalars.
+3. `InputBoundWarner`: warns once when the steps wait for their data.
+4. `ProgressLine`: the console's progress bar, or a log line (chief only).
+5. `LrOverride`: reads `model_dir/lr_override` at every record; a change
+   asks for a save, so that the override survives a crash.
+6. `Evaluator`: evaluates the whole split; asks for a save.
+7. `Checkpointer`: saves when due or asked, once the replicas hold the
+   global model (with model averaging a save waits for the next average).
+8. Any extra action given to `trainer.train`: it sees what the others did
+   (`Boundary.evaluation`, `Boundary.saved`) and may ask the run to stop.
+
+A new periodic behaviour (EMA evaluation, a keep-best checkpoint, a second
+evaluator) is one more `Action`, not a flag threaded through the loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from absl import logging
+
+from resnet_app.common import checkpoint, distribute, run_dir
+from resnet_app.common.metrics import MetricsWriter, Progress, format_duration
+from resnet_app.engine.sync import GlobalModel, SyncPolicy
+from resnet_app.engine.timing import Due
+from resnet_app.serving import evaluation
+
+if TYPE_CHECKING:
+    from resnet_app.engine.setup import Run
+
+# A training record whose steps waited for data longer than this fraction of
+# their time is input-bound.
+INPUT_BOUND_WAIT = 0.1
+
+
+@dataclasses.dataclass
+class Boundary:
+    """The end of a compiled call, as the actions see it.
+
+    Attributes:
+      step: the step the call ended at (the global step now).
+      due: what is due at the step (`timing.due_at`); at a stop, only a
+        checkpoint.
+      rates: the learning rate of each step the call ran (the last is `step`'s).
+      record: the training record, when one was made here (due, or at a stop
+        with steps not yet recorded).
+      stopping: at a stop, why (the signal's name); else None.
+      evaluation: the evaluation record, once the evaluator made one.
+      saved: whether the checkpointer saved at this step.
+      save_requested: an action asked for a save at this step.
+      stop_requested: an action asked the run to stop (the reason), or None.
+    """
+
+    step: int
+    due: Due
+    rates: Sequence[float] = ()
+    record: dict[str, Any] | None = None
+    stopping: str | None = None
+    evaluation: dict[str, Any] | None = None
+    saved: bool = False
+    save_requested: bool = False
+    stop_requested: str | None = None
+
+    def request_save(self) -> None:
+        """Asks the checkpointer to save at this step."""
+        self.save_requested = True
+
+    def request_stop(self, reason: str) -> None:
+        """Asks the run to stop as a signal would: it saves a checkpoint and returns.
+
+        Args:
+          reason: what the run's result and its "stopped" event name.
+        """
+        self.stop_requested = self.stop_requested or reason
+
+
+class Action:
+    """Periodic work of the loop; every hook does nothing unless overridden."""
+
+    def enter(self, step: int, restored: bool) -> None:
+        """The loop starts, or starts again after a rollback, at `step`.
+
+        Args:
+          step: the step training goes on from.
+          restored: whether the state is a checkpoint of `step` (resumed or
+            rolled back), rather than a fresh start.
+        """
+
+    def next_due(self, step: int) -> int | None:
+        """A step the next call must not run past, or None."""
+        return None
+
+    def __call__(self, boundary: Boundary) -> None:
+        """The work at a boundary."""
+
+    def interrupt(self) -> None:
+        """The steps since the last boundary are lost (a rollback follows)."""
+
+
+class TrainingRecords(Action):
+    """Writes each training record to `metrics.jsonl`."""
+
+    def __init__(self, writer: MetricsWriter):
+        self.writer = writer
+
+    def __call__(self, boundary: Boundary) -> None:
+        if boundary.record is not None:
+            self.writer.write(boundary.record)
+
+
+class TensorBoard(Action):
+    """Writes every step's learning rate and each record's scalars under `model_dir/train`."""
+
+    SCALARS = ("loss", "accuracy", "examples_per_sec", "input_wait")
+
+    def __init__(self, writer: MetricsWriter):
+        self.writer = writer
+
+    def __call__(self, boundary: Boundary) -> None:
+        first = boundary.step - len(boundary.rates) + 1
+        for index, rate in enumerate(boundary.rates, start=first):
+            # Each step's rate, against the step count after it.
+            self.writer.scalars(run_dir.TRAIN_EVENTS_DIR, index, {"learning_rate": rate})
+        if boundary.record is not None:
+            record = boundary.record
+            self.writer.scalars(
+                run_dir.TRAIN_EVENTS_DIR, boundary.step, {k: record[k] for k in self.SCALARS}
+            )
+            self.writer.flush()
+
+
+class InputBoundWarner(Action):
+    """Warns once when training waits for its input (after a first record of warm-up)."""
+
+    def __init__(self, writer: MetricsWriter, threshold: float = INPUT_BOUND_WAIT):
+        self.writer = writer
+        self.threshold = threshold
+        self.records = 0
+        self.warned = False
+
+    def __call__(self, boundary: Boundary) -> None:
+        record = boundary.record
+        if record is None:
+            return
+        self.records += 1
+        if self.records < 2 or self.warned or record["input_wait"] <= self.threshold:
+            return
+        self.warned = True
+        logging.warning(
+            "Training is input-bound: the steps waited for data %.0f%% of the time (at "
+            "%.0f images/s). Faster input: more CPU cores for tf.data, data on a faster "
+            "disk, or a smaller data.image_size; scripts/benchmark.py measures both sides",
+            100 * record["input_wait"],
+            record["examples_per_sec"],
+        )
+        self.writer.write(
+            {"step": boundary.step, "event": "input_bound", "input_wait": record["input_wait"]}
+        )
+
+
+def status(record: dict[str, Any]) -> str:
+    """A training record in a few words, for the console."""
+    return (
+        f"loss {record['loss']:.4f} acc {record['accuracy']:.4f} "
+        f"lr {record['learning_rate']:.4g} {record['examples_per_sec']:.0f} img/s"
+    )
+
+
+class ProgressLine(Action):
+    """The progress bar on a terminal, else a log line, at every training record.
+
+    Args:
+      progress: the bar (it measures the ETA).
+      batch_size: the global batch, for the epoch.
+      examples_per_epoch: training examples per epoch.
+    """
+
+    def __init__(self, progress: Progress, batch_size: int, examples_per_epoch: int):
+        self.progress = progress
+        self.batch_size = batch_size
+        self.examples_per_epoch = examples_per_epoch
+
+    def __call__(self, boundary: Boundary) -> None:
+        step, progress = boundary.step, self.progress
+        if boundary.due.log and boundary.record is not None:
+            if progress.interactive:
+                progress.update(step, status(boundary.record))
+            else:
+                logging.info(
+                    "step %d/%d epoch %.2f: %s, ETA %s",
+                    step,
+                    progress.total,
+                    step * self.batch_size / self.examples_per_epoch,
+                    status(boundary.record),
+                    format_duration(progress.eta(step)),
+                )
+        if boundary.due.evaluate:
+            progress.finish()  # The evaluation's log lines start on a line of their own.
+
+    def interrupt(self) -> None:
+        self.progress.finish()
+
+
+class LrOverride(Action):
+    """Applies `model_dir/lr_override` at every training record (the chief's, on every worker)."""
+
+    def __init__(self, run: Run, writer: MetricsWriter):
+        self.run = run
+        self.writer = writer
+
+    def __call__(self, boundary: Boundary) -> None:
+        if not boundary.due.read_override:
+            return
+        run, step = self.run, boundary.step
+        applied = run.learning_rate.apply_override(run.model_dir) if run.chief else None
+        # The chief's state and whether it changed, so every worker decides alike.
+        *state, changed = distribute.broadcast_from_chief(
+            run.strategy, [*run.learning_rate.state(), float(bool(applied))]
+        )
+        run.learning_rate.set_state(*state)
+        if applied:
+            logging.warning("Learning rate override from step %d on: %s", step + 1, applied)
+            self.writer.write({"step": step, "event": "lr_override", "override": applied})
+        if changed:
+            boundary.request_save()  # The override survives a crash from here on.
+
+
+class Evaluator(Action):
+    """Evaluates the whole evaluation split when due, then asks for a save.
+
+    Attributes:
+      last: the last evaluation record, or None.
+    """
+
+    def __init__(self, run: Run, writer: MetricsWriter, global_model: GlobalModel):
+        self.run = run
+        self.writer = writer
+        self.global_model = global_model
+        self.last: dict[str, Any] | None = None
+
+    def __call__(self, boundary: Boundary) -> None:
+        if boundary.due.evaluate:
+            boundary.evaluation = self.evaluate(boundary.step)
+            boundary.request_save()  # Every evaluation is saved.
+
+    def evaluate(self, step: int) -> dict[str, Any]:
+        """Evaluates the global model at `step` and writes the record; returns it.
+
+        Raises:
+          DivergedError: when the weights are not finite (nothing is evaluated).
+        """
+        self.global_model.ready(step)
+        run, train = self.run, self.run.config.train
+        result = evaluation.evaluate(
+            run.model, run.pipeline, train.eval_batch_size or train.batch_size, run.strategy
+        )
+        record = evaluation.eval_record(step, run.pipeline.eval_split_name, result, train.precision)
+        self.writer.write(record)
+        self.writer.scalars(
+            run_dir.EVAL_EVENTS_DIR, step, {k: record[k] for k in ("top1", "top5", "loss")}
+        )
+        self.writer.flush()
+        self.last = record
+        return record
+
+
+class Checkpointer(Action):
+    """Saves a checkpoint when due or asked for, once the replicas hold the global model.
+
+    Args:
+      checkpoints: the run's checkpoint.
+      policy: the sync policy (with model averaging, a save between averages
+        waits for the next one).
+      global_model: makes the model global and checks it before a save.
+      save_first: save on a fresh start too, so that a rollback has a
+        checkpoint to go back to (`train.on_nan=rollback`).
+
+    Attributes:
+      last_saved: the step of the last checkpoint written or restored, or None.
+    """
+
+    def __init__(
+        self,
+        checkpoints: checkpoint.RunCheckpoint,
+        policy: SyncPolicy,
+        global_model: GlobalModel,
+        save_first: bool = False,
+    ):
+        self.checkpoints = checkpoints
+        self.policy = policy
+        self.global_model = global_model
+        self.save_first = save_first
+        self.last_saved: int | None = None
+        self.held = False  # A save waiting for the replicas to agree.
+
+    def enter(self, step: int, restored: bool) -> None:
+        self.held = False
+        self.last_saved = step if restored else None
+        if self.save_first and not restored:
+            self.save(step)  # Something to roll back to.
+
+    def next_due(self, step: int) -> int | None:
+        return self.policy.next_sync(step) if self.held else None
+
+    def __call__(self, boundary: Boundary) -> None:
+        step = boundary.step
+        if not (boundary.due.checkpoint or boundary.save_requested or self.held):
+            return
+        if not self.policy.at_sync(step):
+            self.held = True  # Saved at the next average.
+            return
+        self.held = False
+        if self.last_saved != step:
+            self.save(step)
+            boundary.saved = True
+
+    def save(self, step: int) -> None:
+        """Saves the global model of `step`.
+
+        Raises:
+          DivergedError: when the weights are not finite (nothing is written).
+        """
+        self.global_model.ready(step)
+        self.checkpoints.save(step, checked=True)
+        self.last_saved = step
+
+
+def create_actions(
+    run: Run,
+    writer: MetricsWriter,
+    policy: SyncPolicy,
+    global_model: GlobalModel,
+    start: int,
+) -> tuple[list[Action], Evaluator]:
+    """The trainer's actions, in the order the module docstring gives.
+
+    Args:
+      run: the run.
+      writer: its metrics writer.
+      policy: its sync policy.
+      global_model: its `GlobalModel`.
+      start: the step the run starts (or resumes) from, for the ETA.
+
+    Returns:
+      The actions, and the evaluator among them (the run's summary is its last record).
+    """
+    train = run.config.train
+    evaluator = Evaluator(run, writer, global_model)
+    actions: list[Action] = [TrainingRecords(writer), TensorBoard(writer), InputBoundWarner(writer)]
+    if run.chief:
+        progress = Progress(run.plan.total_steps, start)
+        actions.append(ProgressLine(progress, train.batch_size, run.examples_per_epoch))
+    actions += [
+        LrOverride(run, writer),
+        evaluator,
+        Checkpointer(run.checkpoints, policy, global_model, train.on_nan == "rollback"),
+    ]
+    return actions, evaluator

@@ -1,0 +1,76 @@
+"""A run's plan: its length in steps and its learning-rate schedule.
+
+`plan_run(config, examples_per_epoch)` is pure Python: the trainer calls it
+before building anything, the resume guard (`resume.py`) calls it for the
+saved config too, and `scripts/lr_schedule.py` prints it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from absl import logging
+
+from resnet_app.common.errors import ConfigError
+from resnet_app.config import Config
+from resnet_app.engine import schedules
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """The length of a run and its learning-rate schedule.
+
+    Attributes:
+      steps_per_epoch: whole steps per epoch (what epoch units in schedules use).
+      total_steps: the run's length in steps.
+      schedule: f(step, steps_per_epoch) -> learning rate.
+    """
+
+    steps_per_epoch: int
+    total_steps: int
+    schedule: schedules.Schedule
+
+
+def plan_run(config: Config, examples_per_epoch: int) -> RunPlan:
+    """Works out the run's length and schedule, and tries the schedule.
+
+    Args:
+      config: the resolved config.
+      examples_per_epoch: training examples per epoch.
+
+    Returns:
+      The `RunPlan`.
+
+    Raises:
+      ConfigError: for a bad optimizer config, or a schedule that fails or is 0
+        throughout.
+    """
+    train = config.train
+    steps_per_epoch = max(1, examples_per_epoch // train.batch_size)
+    total_steps = train.train_steps or math.ceil(
+        train.epochs * examples_per_epoch / train.batch_size
+    )
+    schedule = schedules.create_schedule(
+        config.schedule,
+        base_lr=config.optimizer.learning_rate,
+        global_batch_size=train.batch_size,
+        total_steps=total_steps,
+    )
+    rates = schedules.check_schedule(schedule, steps_per_epoch, total_steps)
+    if not any(rates.values()):
+        raise ConfigError(
+            f"the learning rate is 0 at every step tried over the {total_steps} steps (is a "
+            "warmup longer than the run?); lengthen the run or shorten schedule.warmup_*"
+        )
+    if config.schedule.kind == "piecewise":
+        unit = steps_per_epoch if config.schedule.unit == "epochs" else 1
+        late = [b for b in config.schedule.boundaries if round(b * unit) >= total_steps]
+        if late:
+            logging.warning(
+                "Schedule boundaries %s fall at or after the end of the run (%d steps) and "
+                "never apply; set schedule.boundaries for this length",
+                late,
+                total_steps,
+            )
+    return RunPlan(steps_per_epoch, total_steps, schedule)

@@ -1,0 +1,355 @@
+"""A run before its loop: `build_run(config, model_dir) -> Run`.
+
+`build_run` checks the settings against the machine and the data, plans the
+run (`plan.py`), prepares the run directory (moving an old run aside on
+--restart), compares the settings with those of the checkpoint it resumes
+from (`resume.py`), and creates the run's state, every variable inside
+`strategy.scope()`: the model (with BatchNorm moving statistics), the
+optimizer (slots and iterations), the global step, the data position
+(examples consumed since the start of epoch 0, which gives the epoch and the
+position within it), the learning-rate override state (`learning_rate.py`),
+the number of replicas and of rollbacks, and the config. All of them are in
+the run's checkpoint. Training uses no stateful random numbers: the data order
+and augmentation are functions of (seed, epoch, example), so the seed in the
+config and the data position reproduce the data from any point.
+
+Resuming: a run directory that holds a checkpoint continues from the newest
+readable one (`checkpoint.find_latest`); `Run.restore` loads it and
+`Run.train_dataset` enters the data stream at the saved position (see
+`input_pipeline.py`), so no example is skipped or repeated across the restart;
+with `train.deterministic` the resumed run is bitwise the uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from typing import Any
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+from resnet_app import config as config_lib
+from resnet_app.common import checkpoint, distribute, run_dir
+from resnet_app.common.errors import ConfigError
+from resnet_app.config import Config
+from resnet_app.data import input_pipeline
+from resnet_app.engine import averaging, optim, resume
+from resnet_app.engine.learning_rate import LearningRate
+from resnet_app.engine.plan import RunPlan, plan_run
+from resnet_app.nets import factory
+from resnet_app.nets.presets import get_config
+
+
+@dataclasses.dataclass
+class Run:
+    """One run's settings, data and state, created by `build_run`.
+
+    Attributes:
+      config: the resolved config.
+      model_dir: the run directory.
+      strategy: the distribution strategy.
+      chief: whether this worker writes the run's files.
+      pipeline: the input pipeline.
+      plan: the run's length and schedule.
+      model: the model, built in `strategy.scope()`.
+      optimizer: its optimizer, built there too.
+      learning_rate: the schedule and the override state.
+      global_step, data_position, num_replicas, rollback_count, saved_config:
+        the run's counters and settings, saved in every checkpoint.
+      checkpoints: the run's checkpoint of all of the above.
+      averaging: the model averaging (`sync.mode: model_average` on more than
+        one replica), or None.
+      resume_from: (step, prefix) of the checkpoint to resume from, or None.
+      config_changes: settings that differ from the checkpoint's,
+        "section.key" -> (saved, new).
+    """
+
+    config: Config
+    model_dir: str
+    strategy: tf.distribute.Strategy
+    chief: bool
+    pipeline: input_pipeline.InputPipeline
+    plan: RunPlan
+    model: keras.Model
+    optimizer: keras.optimizers.Optimizer
+    learning_rate: LearningRate
+    global_step: tf.Variable
+    data_position: tf.Variable
+    num_replicas: tf.Variable
+    rollback_count: tf.Variable
+    saved_config: tf.Variable
+    checkpoints: checkpoint.RunCheckpoint
+    averaging: averaging.ModelAveraging | None
+    resume_from: tuple[int, str] | None
+    config_changes: dict[str, tuple[Any, Any]]
+
+    @property
+    def examples_per_epoch(self) -> int:
+        return self.pipeline.num_train_examples
+
+    def restore(self, prefix: str | None, verb: str = "Resumed from") -> int:
+        """Restores a checkpoint (None: none, a fresh start); returns the step.
+
+        Raises:
+          ConfigError: when the checkpoint holds another model, or the workers
+            resumed from different steps.
+        """
+        if prefix:
+            self.checkpoints.restore(prefix)
+            # What this run is: its next checkpoints are saved with these.
+            self.num_replicas.assign(self.strategy.num_replicas_in_sync)
+            self.saved_config.assign(config_lib.to_yaml(self.config))
+        step = int(self.global_step.numpy())
+        steps = distribute.gather_from_workers(self.strategy, step)
+        if min(steps) != max(steps):
+            raise ConfigError(
+                f"the workers resumed from different steps {sorted(set(steps))}: every "
+                f"worker must see the chief's checkpoints, so put --model_dir on a shared "
+                "filesystem"
+            )
+        if prefix:
+            epoch, position = divmod(int(self.data_position.numpy()), self.examples_per_epoch)
+            logging.info(
+                "%s step %d (epoch %d, example %d of %d) from %s",
+                verb,
+                step,
+                epoch,
+                position,
+                self.examples_per_epoch,
+                prefix,
+            )
+        return step
+
+    def train_dataset(self) -> tf.distribute.DistributedDataset:
+        """The training stream from the data position on, split over the replicas."""
+        global_batch = self.config.train.batch_size
+        replicas = self.strategy.num_replicas_in_sync
+        start_example = int(self.data_position.numpy())
+
+        def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+            dataset = self.pipeline.train_dataset(
+                global_batch,
+                start_example=start_example,
+                num_shards=context.num_input_pipelines,
+                shard_index=context.input_pipeline_id,
+            )
+            if replicas > context.num_input_pipelines:
+                # Each local replica takes its consecutive slice of the worker's batch.
+                dataset = dataset.rebatch(global_batch // replicas)
+            # The next batches are ready (and sliced) before the step asks for them.
+            return dataset.prefetch(tf.data.AUTOTUNE)
+
+        return self.strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def build_run(
+    config: Config, model_dir: str, restart: bool = False, allow_config_change: bool = False
+) -> Run:
+    """Checks the settings, plans the run and creates its state (not yet restored).
+
+    Args:
+      config: the resolved config.
+      model_dir: the run directory (created if needed).
+      restart: move the directory's contents aside and start over.
+      allow_config_change: resume even if settings that change what the run
+        computes differ from the checkpoint's.
+
+    Returns:
+      The `Run`; `Run.restore(run.resume_from[1])` loads the checkpoint.
+
+    Raises:
+      ConfigError: for settings that do not fit the data or machine, or a run
+        directory holding other settings.
+    """
+    optimizer_config = optim.check_optimizer_config(config.optimizer)  # Before loading.
+    if config.train.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    strategy = distribute.create_strategy(config.train.num_towers)
+    _check_machine(config, strategy)
+    chief = distribute.is_chief(strategy)
+    pipeline = input_pipeline.create_run_pipeline(config, model_dir=None if restart else model_dir)
+    plan = plan_run(config, pipeline.num_train_examples)
+    if optimizer_config["class"] == "adamw" and (decay := _preset(config).weight_decay):
+        logging.warning(
+            "adamw decays the weights itself, and model.weight_decay=%g adds an L2 "
+            "penalty on top; set model.weight_decay=0 unless both are meant",
+            decay,
+        )
+    # Only now that the data and schedule are known to work.
+    resume_from = _prepare_directory(model_dir, restart, chief)
+    changes: dict[str, tuple[Any, Any]] = {}
+    if resume_from:
+        replicas = strategy.num_replicas_in_sync
+        check = _check_resume(config, resume_from, replicas, pipeline, plan)
+        _refuse_or_log(check, model_dir, resume_from[0], allow_config_change)
+        changes = check.changes
+    return Run(
+        config=config,
+        model_dir=model_dir,
+        strategy=strategy,
+        chief=chief,
+        pipeline=pipeline,
+        plan=plan,
+        resume_from=resume_from,
+        config_changes=changes,
+        **_create_state(config, model_dir, strategy, chief, pipeline, plan, optimizer_config),
+    )
+
+
+def _create_state(
+    config: Config,
+    model_dir: str,
+    strategy: tf.distribute.Strategy,
+    chief: bool,
+    pipeline: input_pipeline.InputPipeline,
+    plan: RunPlan,
+    optimizer_config: dict[str, Any],
+) -> dict[str, Any]:
+    """The run's variables, each created in `strategy.scope()`, and their checkpoint."""
+    model, optimizer, averager = _create_model(config, strategy, pipeline, optimizer_config)
+    with strategy.scope():
+        learning_rate = LearningRate(plan.schedule, plan.steps_per_epoch)
+        global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        data_position = tf.Variable(0, dtype=tf.int64, trainable=False, name="data_position")
+        num_replicas = tf.Variable(
+            strategy.num_replicas_in_sync, dtype=tf.int64, trainable=False, name="num_replicas"
+        )
+        rollback_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="rollbacks")
+    # The settings each checkpoint was trained with, for the resume guard.
+    saved_config = tf.Variable(config_lib.to_yaml(config), trainable=False, name="config")
+    checkpoints = checkpoint.RunCheckpoint(
+        model_dir,
+        chief=chief,
+        max_to_keep=config.train.keep_checkpoints,
+        keep_every_n_hours=config.train.keep_checkpoint_every_n_hours,
+        worker=distribute.worker_index(strategy),
+        model=model,
+        optimizer=optimizer,
+        global_step=global_step,
+        data_position=data_position,
+        num_replicas=num_replicas,
+        rollbacks=rollback_count,
+        config=saved_config,
+        lr_value=learning_rate.value,
+        lr_scale=learning_rate.scale,
+    )
+    return dict(
+        model=model,
+        optimizer=optimizer,
+        averaging=averager,
+        learning_rate=learning_rate,
+        global_step=global_step,
+        data_position=data_position,
+        num_replicas=num_replicas,
+        rollback_count=rollback_count,
+        saved_config=saved_config,
+        checkpoints=checkpoints,
+    )
+
+
+def _create_model(
+    config: Config,
+    strategy: tf.distribute.Strategy,
+    pipeline: input_pipeline.InputPipeline,
+    optimizer_config: dict[str, Any],
+) -> tuple[keras.Model, keras.optimizers.Optimizer, averaging.ModelAveraging | None]:
+    """The model and its built optimizer, in `strategy.scope()`, and the model averaging."""
+    train = config.train
+    # Model averaging with one replica would be the all-reduce run.
+    average = config.sync.mode == "model_average" and strategy.num_replicas_in_sync > 1
+    keras.utils.set_random_seed(train.seed)
+    with strategy.scope(), averaging.local_variables() if average else contextlib.nullcontext():
+        factory.check_num_classes(config, pipeline.num_classes)
+        model = factory.create_run_model(
+            config, pipeline.num_classes, pipeline.preprocessing.image_size, train.precision
+        )
+        optimizer = optim.create_optimizer(optimizer_config)
+        if train.precision == "fp16":
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        optimizer.build(model.trainable_variables)
+    if not average:
+        return model, optimizer, None
+    return (
+        model,
+        optimizer,
+        averaging.ModelAveraging(model, optimizer, strategy, config.sync.interval),
+    )
+
+
+def _preset(config: Config):
+    return get_config(config.model_name, **config.model_overrides)
+
+
+def _check_machine(config: Config, strategy: tf.distribute.Strategy) -> None:
+    """Refuses settings the strategy cannot run."""
+    train, replicas = config.train, strategy.num_replicas_in_sync
+    if train.batch_size % replicas:
+        raise ConfigError(
+            f"train.batch_size={train.batch_size} is not divisible by the {replicas} "
+            f"towers; use a multiple of {replicas}"
+        )
+    if (
+        train.jit
+        and _preset(config).bn_synchronized
+        and not isinstance(strategy, tf.distribute.OneDeviceStrategy)
+    ):
+        raise ConfigError(
+            "train.jit cannot compile model.bn_synchronized: its all-reduce across towers "
+            "cannot run inside XLA; drop one of them"
+        )
+
+
+def _prepare_directory(model_dir: str, restart: bool, chief: bool) -> tuple[int, str] | None:
+    """Moves an old run aside on --restart; returns the checkpoint to resume from."""
+    if restart and chief:
+        aside = run_dir.move_aside(model_dir)
+        if aside:
+            logging.warning("--restart: moved the previous run to %s", aside)
+    os.makedirs(model_dir, exist_ok=True)
+    # Every worker reads the chief's directory (a shared filesystem).
+    return None if restart else checkpoint.find_latest(model_dir)
+
+
+def _check_resume(
+    config: Config,
+    resume_from: tuple[int, str],
+    replicas: int,
+    pipeline: input_pipeline.InputPipeline,
+    plan: RunPlan,
+) -> resume.ResumeCheck:
+    """Compares the settings with those the checkpoint was trained with (`resume.py`)."""
+    step, prefix = resume_from
+    saved = config_lib.from_yaml(
+        checkpoint.read_value(prefix, "config").decode(), f"the config saved in {prefix}"
+    )
+    saved_replicas = checkpoint.read_value(prefix, "num_replicas")
+    return resume.check_resume(
+        saved,
+        config,
+        step,
+        None if saved_replicas is None else int(saved_replicas),
+        replicas,
+        pipeline.num_train_examples,
+        plan,
+    )
+
+
+def _refuse_or_log(check: resume.ResumeCheck, model_dir: str, step: int, allow: bool) -> None:
+    """Refuses a resume that changes what the run computes, unless allowed; logs changes."""
+    if check.refused and not allow:
+        raise ConfigError(
+            f"cannot resume {model_dir} from step {step}: these settings differ from "
+            f"the run's: {'; '.join(check.refused)}. Rerun with the run's settings (give "
+            "--model_dir alone to reuse them), or pass --restart to start over, or "
+            "--allow_config_change"
+        )
+    if check.refused:
+        logging.warning("--allow_config_change: resuming despite %s", "; ".join(check.refused))
+    elif check.changes:
+        logging.info(
+            "Settings changed on resume: %s",
+            "; ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in check.changes.items()),
+        )

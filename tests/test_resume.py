@@ -1,0 +1,80 @@
+"""The resume guard as a pure function: which differences from a run's settings are refused.
+
+No run and no TensorFlow: two configs, the saved step and the replica counts.
+The trainer's end-to-end refusals are in test_checkpoint.py and test_averaging.py.
+"""
+
+import math
+
+import pytest
+
+from resnet_app import config
+from resnet_app.engine.resume import check_resume
+
+TINY = ["model.name=tiny", "train.batch_size=16"]
+EXAMPLES = 64  # 4 steps an epoch.
+
+
+def resolve(*sets, **train):
+    return config.resolve(sets=[*TINY, *sets], overrides={"train": train})
+
+
+def test_the_same_settings_resume_silently():
+    check = check_resume(resolve(), resolve(), 4, 1, 1, EXAMPLES)
+    assert check.changes == {} and check.refused == []
+
+
+def test_a_changed_batch_is_refused_and_a_longer_run_is_not():
+    saved = resolve(train_steps=2)
+    check = check_resume(saved, resolve(train_steps=2, batch_size=32), 2, 1, 1, EXAMPLES)
+    assert check.changes == {"train.batch_size": (16, 32)}
+    assert check.refused == ["train.batch_size 16 -> 32"]
+    # Steps in the schedule (piecewise by default): a longer run keeps every rate.
+    check = check_resume(saved, resolve(train_steps=8, log_every=2), 2, 1, 1, EXAMPLES)
+    assert check.changes == {"train.train_steps": (2, 8), "train.log_every": (100, 2)}
+    assert check.refused == []
+
+
+def test_a_length_that_moves_a_cosine_schedule_is_refused_at_the_first_step_it_moves():
+    saved = resolve("schedule.name=cosine", train_steps=8)
+    longer = resolve("schedule.name=cosine", train_steps=16)
+    # Every rate of steps 0-4 compared: cosine from the same peak over 8 or 16
+    # steps first differs at step 1 (cos(pi/8) against cos(pi/16)).
+    refused = check_resume(saved, longer, 4, 1, 1, EXAMPLES).refused
+    assert len(refused) == 1
+    first = refused[0]
+    assert first.startswith("the learning rate at step 1 ")
+    assert first.endswith("(the schedule depends on the run's length)")
+    before, after = (float(x) for x in first.split("step 1 ")[1].split(" (")[0].split(" -> "))
+    assert after / before == pytest.approx(
+        (1 + math.cos(math.pi / 16)) / (1 + math.cos(math.pi / 8))
+    )
+    # At step 0 nothing was run at another rate yet.
+    assert check_resume(saved, longer, 0, 1, 1, EXAMPLES).refused == []
+
+
+def test_other_replicas_are_refused_where_each_normalizes_or_steps_alone():
+    per_tower = resolve()
+    check = check_resume(per_tower, per_tower, 3, 2, 1, EXAMPLES)
+    assert check.changes == {"replicas": (2, 1)}
+    assert check.refused == ["replicas 2 -> 1 (each BatchNorm normalizes over 8 -> 16 examples)"]
+    # Synchronized BatchNorm normalizes over the global batch: allowed.
+    synchronized = resolve("model.bn_synchronized=true")
+    check = check_resume(synchronized, synchronized, 3, 2, 4, EXAMPLES)
+    assert check.changes == {"replicas": (2, 4)} and check.refused == []
+    averaged = resolve("model.bn_synchronized=true", "sync.mode=model_average")
+    assert check_resume(averaged, averaged, 3, 4, 2, EXAMPLES).refused == [
+        "replicas 4 -> 2 (with model averaging each replica trains alone on 4 -> 8 examples "
+        "per step)"
+    ]
+    # A checkpoint that does not record its replicas is not compared.
+    assert check_resume(per_tower, per_tower, 3, None, 2, EXAMPLES).changes == {}
+
+
+def test_refusals_add_up():
+    check = check_resume(resolve(), resolve("sync.interval=4", batch_size=32), 3, 2, 1, EXAMPLES)
+    assert check.refused == [
+        "sync.interval 8 -> 4",
+        "train.batch_size 16 -> 32",
+        "replicas 2 -> 1 (each BatchNorm normalizes over 16 -> 32 examples)",
+    ]
