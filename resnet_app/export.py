@@ -4,7 +4,7 @@
     python -m resnet_app.export --model_dir=runs/try --checkpoint=ckpt-4000 --export_dir=out
 
 The SavedModel holds the network, the run's evaluation preprocessing and its
-class names, and has three signatures (`resnet_app/exports.py` describes them):
+class names, and has three signatures (`resnet_app/serving/exports.py` describes them):
 `serving_default` (uint8 images of any size), `serving_bytes` (encoded JPEG,
 PNG, BMP or GIF files) and `features` (the pooled features). It needs nothing from
 resnet_app to run:

@@ -8,7 +8,8 @@
 Flags are parsed and the whole config (optimizer and schedule included) is
 checked before TensorFlow is imported, so most mistakes are answered at once;
 every one gets one line and exit status 2. The work is done by
-`trainer.train_and_evaluate(config, model_dir)`, which tests call directly.
+`train_and_evaluate(config, model_dir)` in `resnet_app/engine/trainer.py`,
+which tests call directly.
 """
 
 from __future__ import annotations

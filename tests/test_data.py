@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.data import input_pipeline, sources
+from resnet_app.data import image_size, input_pipeline, run_pipeline, seeds, sources
 from tests import image_files
 from tests.tfds_mock import closed_port, mock_tfds
 
@@ -80,7 +80,7 @@ def test_training_images_are_the_per_example_recipe(shapes_pipeline):
     size = shapes_pipeline.num_train_examples
     for position in (0, 7, 299, 300, 349):
         epoch, example_id = position // size, examples["id"][position]
-        seed = input_pipeline.example_seed(0, epoch, example_id)
+        seed = seeds.example_seed(0, epoch, example_id)
         image = tf.constant(shapes_pipeline.train_split.images[example_id])
         expected = preprocessing.cifar_train(image, seed, shapes_pipeline.preprocessing)
         np.testing.assert_array_equal(examples["image"][position], expected.numpy())
@@ -526,7 +526,7 @@ def test_resnet18_on_cifar10_trains_at_the_datasets_32_px_with_the_cifar_recipe(
     """The preset (224 px) no longer wins over the dataset's own size."""
     with mock_tfds("cifar10", str(tmp_path), ("train", "test"), 8):
         resolved = run_config(tmp_path, "model.name=resnet18", "data.dataset=cifar10")
-        pipeline = input_pipeline.create_run_pipeline(resolved)
+        pipeline = run_pipeline.create_run_pipeline(resolved)
         assert (pipeline.preprocessing.image_size, pipeline.preprocessing.family) == (32, "cifar")
         assert pipeline.describe() == "32 px, the dataset's size; CIFAR recipe (auto: up to 64 px)"
         assert take_examples(pipeline.train_dataset(4), 4)["image"].shape == (4, 32, 32, 3)
@@ -538,14 +538,14 @@ def test_resnet18_on_cifar10_trains_at_the_datasets_32_px_with_the_cifar_recipe(
 def test_data_without_a_size_takes_the_model_presets(folder):
     root = folder[0]
     resolved = run_config(root, "model.name=resnet18", f"data.dataset=folder:{root}")
-    pipeline = input_pipeline.create_run_pipeline(resolved)
+    pipeline = run_pipeline.create_run_pipeline(resolved)
     assert (pipeline.preprocessing.image_size, pipeline.preprocessing.family) == (224, "imagenet")
     assert pipeline.describe() == (
         "224 px, the resnet18 preset's input size (images vary); ImageNet recipe "
         "(auto: above 64 px)"
     )
     resolved = run_config(root, "model.name=resnet20", f"data.dataset=folder:{root}")
-    assert input_pipeline.create_run_pipeline(resolved).preprocessing.image_size == 32
+    assert run_pipeline.create_run_pipeline(resolved).preprocessing.image_size == 32
 
 
 def test_data_image_size_and_preprocessing_always_win(tmp_path):
@@ -556,13 +556,13 @@ def test_data_image_size_and_preprocessing_always_win(tmp_path):
         "data.image_size=48",
         "data.preprocessing=imagenet",
     )
-    pipeline = input_pipeline.create_run_pipeline(resolved)
+    pipeline = run_pipeline.create_run_pipeline(resolved)
     assert (pipeline.preprocessing.image_size, pipeline.preprocessing.family) == (48, "imagenet")
     assert pipeline.describe() == (
         "48 px, set by data.image_size; ImageNet recipe (set by data.preprocessing)"
     )
     resolved = run_config(tmp_path, "model.name=resnet50", "data.dataset=synthetic")
-    pipeline = input_pipeline.create_run_pipeline(resolved)
+    pipeline = run_pipeline.create_run_pipeline(resolved)
     assert pipeline.describe() == (
         "224 px, the resnet50 preset's input size (synthetic images have none); ImageNet "
         "recipe (auto: above 64 px)"
@@ -583,7 +583,7 @@ def test_data_image_size_and_preprocessing_always_win(tmp_path):
 )
 def test_choose_image_size(data, dataset_size, model_size, recorded, expected):
     config = input_pipeline.DataConfig(**data)
-    chosen = input_pipeline.choose_image_size(config, dataset_size, model_size, "m", recorded)
+    chosen = image_size.choose_image_size(config, dataset_size, model_size, "m", recorded)
     assert chosen.size == expected[0]
     assert chosen.reason.startswith(expected[1])
 
@@ -598,17 +598,17 @@ def test_a_run_keeps_the_size_its_data_info_records(tmp_path, caplog):
     model_dir.mkdir()
     info = {"dataset": "shapes", "class_names": [], "preprocessing": {"image_size": 224}}
     (model_dir / "data_info.json").write_text(json.dumps(info))
-    pipeline = input_pipeline.create_run_pipeline(resolved, model_dir=str(model_dir))
+    pipeline = run_pipeline.create_run_pipeline(resolved, model_dir=str(model_dir))
     assert (pipeline.preprocessing.image_size, pipeline.preprocessing.family) == (224, "imagenet")
     assert "224 px, as this run was trained (its data_info.json), not 32 px" in pipeline.describe()
-    assert input_pipeline.create_run_pipeline(resolved).preprocessing.image_size == 32
+    assert run_pipeline.create_run_pipeline(resolved).preprocessing.image_size == 32
 
     (model_dir / "data_info.json").write_text(json.dumps({**info, "dataset": "cifar10"}))
-    pipeline = input_pipeline.create_run_pipeline(resolved, model_dir=str(model_dir))
+    pipeline = run_pipeline.create_run_pipeline(resolved, model_dir=str(model_dir))
     assert pipeline.preprocessing.image_size == 32
     (model_dir / "data_info.json").write_text('{"dataset": ')
     with caplog.at_level(logging.WARNING):
-        pipeline = input_pipeline.create_run_pipeline(resolved, model_dir=str(model_dir))
+        pipeline = run_pipeline.create_run_pipeline(resolved, model_dir=str(model_dir))
     assert pipeline.preprocessing.image_size == 32
     assert "data_info.json is damaged" in caplog.text
 

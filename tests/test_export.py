@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from resnet_app.common import run_dir
 from resnet_app.common.errors import ConfigError
-from resnet_app.data import input_pipeline
+from resnet_app.data import input_pipeline, run_pipeline
 from resnet_app.engine import trainer
 from resnet_app.nets import factory
 from resnet_app.nets.resnet import create_model
@@ -68,7 +68,7 @@ def exported(tiny_export):
 def restored(tiny_run, name="ckpt-4"):
     """The run's pipeline and its model restored in this process."""
     resolved, model_dir = tiny_run
-    pipeline = input_pipeline.create_run_pipeline(resolved)
+    pipeline = run_pipeline.create_run_pipeline(resolved)
     model = factory.create_run_model(
         resolved, pipeline.num_classes, pipeline.preprocessing.image_size
     )
@@ -304,7 +304,7 @@ def test_a_run_without_data_info_reads_its_dataset_instead(tiny_run, tmp_path):
     _, model_dir = tiny_run
     copy = tmp_path / "run"
     shutil.copytree(model_dir, copy)
-    recorded = input_pipeline.read_data_info(str(copy))
+    recorded = run_pipeline.read_data_info(str(copy))
     (copy / run_dir.DATA_INFO_FILE).unlink()
     served, _ = exports.load(str(copy))
     assert served.class_names == recorded[0]

@@ -2,7 +2,7 @@
 
 A run directory holds `ckpt-<step>.index` / `.data-*` pairs written by
 `tf.train.CheckpointManager`, and its `checkpoint` pointer file (the names
-are `run_dir.py`'s). TensorFlow
+are `common/run_dir.py`'s). TensorFlow
 writes a checkpoint's data, then its index, and only then (atomically)
 repoints the `checkpoint` file, so a crash during a save leaves the pointer on
 the previous checkpoint. We go further and never trust a file we have not

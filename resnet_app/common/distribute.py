@@ -3,7 +3,7 @@
 - `TF_CONFIG` set: `MultiWorkerMirroredStrategy`, one replica per local GPU
   (or the first `num_towers` GPUs; or the CPU) on every worker, gradients
   all-reduced across machines (or, with model averaging, the weights every K
-  steps: see `averaging.py`). A CPU-only worker runs one replica: TF's
+  steps: see `engine/averaging.py`). A CPU-only worker runs one replica: TF's
   multi-worker strategy has no CPU towers, so `num_towers` above 1 is refused.
 - GPUs visible: `MirroredStrategy` over them (the TF1 "towers"), or over the
   first `num_towers` of them.

@@ -1,7 +1,7 @@
 """Errors that are the user's to fix, as opposed to bugs.
 
 Command-line entry points turn a `ConfigError` into a one-line message and exit
-status 2 (see `cli.py`); anything else keeps its traceback, because it is ours.
+status 2 (see `common/cli.py`); anything else keeps its traceback, because it is ours.
 `first_line` shortens a library's error to quote it inside such a message.
 """
 

@@ -5,13 +5,13 @@ A run directory holds:
   `config.read_run_config`);
 - `metrics.jsonl`: one JSON record per line (`metrics.MetricsWriter`);
 - `data_info.json`: the class names and the resolved preprocessing, so that
-  export and predict need no dataset (`input_pipeline.write_data_info`);
+  export and predict need no dataset (`run_pipeline.write_data_info`);
 - `lr_override`: a learning rate the user writes while the run goes on; the
-  trainer renames it `lr_override.applied` once read (`learning_rate.py`);
+  trainer renames it `lr_override.applied` once read (`engine/learning_rate.py`);
 - `ckpt-<step>.index` and `.data-*`: the checkpoints, and `checkpoint`,
-  TensorFlow's index of them (`checkpoint.py`);
+  TensorFlow's index of them (`common/checkpoint.py`);
 - `train/`, `eval/`: TensorBoard's events;
-- `reports/`: `python -m resnet_app.evaluate`'s reports (`reports.py`);
+- `reports/`: `python -m resnet_app.evaluate`'s reports (`serving/reports.py`);
 - `previous-<time>/`: an earlier run, moved aside by `--restart` (`move_aside`).
 
 Every other module takes these names from here. No TensorFlow: scripts that

@@ -16,8 +16,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.config import fields, oneof
+from resnet_app.config.fields import replace_from
 from resnet_app.config.loading import parse_set, read_yaml
+from resnet_app.config.oneof import OneOfSection, alternatives
 from resnet_app.config.sections import SECTIONS, Config
 
 Tree = dict[str, dict[str, Any]]
@@ -87,7 +88,7 @@ def merge(tree: Tree, layer: Mapping[str, Any], where: str) -> None:
         if _names_new_kind(section, given, values):
             given.clear()  # A new kind starts its section afresh.
         owner = _section_class(section, {**given, **values})
-        for name, other in (oneof.alternatives(owner) if owner else {}).items():
+        for name, other in (alternatives(owner) if owner else {}).items():
             if values.get(name) is not None and values.get(other) is None:
                 given[other] = None
         given.update(values)
@@ -96,7 +97,7 @@ def merge(tree: Tree, layer: Mapping[str, Any], where: str) -> None:
 def _names_new_kind(section: str, given: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
     """Whether `values` name another kind than the one a one-of section has so far."""
     default = _DEFAULTS[section]
-    if not isinstance(default, oneof.OneOfSection):
+    if not isinstance(default, OneOfSection):
         return False
     return default.KEY in values and values[default.KEY] != given.get(default.KEY, default.kind)
 
@@ -104,7 +105,7 @@ def _names_new_kind(section: str, given: Mapping[str, Any], values: Mapping[str,
 def _section_class(section: str, given: Mapping[str, Any]) -> type | None:
     """The dataclass of a section's keys: its kind's for a one-of section (None if unknown)."""
     default = _DEFAULTS[section]
-    if not isinstance(default, oneof.OneOfSection):
+    if not isinstance(default, OneOfSection):
         return type(default)
     return default.kind_class(given.get(default.KEY, default.kind))
 
@@ -140,14 +141,14 @@ def build(tree: Mapping[str, Mapping[str, Any]]) -> Config:
     sections = {}
     for section in SECTIONS:
         default, given = _DEFAULTS[section], tree.get(section, {})
-        if isinstance(default, oneof.OneOfSection):
+        if isinstance(default, OneOfSection):
             sections[section] = _build_one_of(default, given)
         else:
-            sections[section] = fields.replace_from(default, section, given)
+            sections[section] = replace_from(default, section, given)
     return Config(**sections)
 
 
-def _build_one_of(default: oneof.OneOfSection, given: Mapping[str, Any]) -> oneof.OneOfSection:
+def _build_one_of(default: OneOfSection, given: Mapping[str, Any]) -> OneOfSection:
     """The section of the kind `given` names: over `default` if it is that kind."""
     family = default.family()
     if family.KEY in given and given[family.KEY] != default.kind:

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.config import fields, oneof
+from resnet_app.config.fields import FieldType, field_types
+from resnet_app.config.oneof import ALTERNATIVE, OneOfSection
 
 CHECK = "check"  # Field metadata: (test, what a valid value is).
 _AT_LEAST_0 = (lambda x: x >= 0, "a number >= 0")
@@ -31,10 +32,10 @@ def argument(default: Any, check: tuple[Callable[[float], bool], str]) -> Any:
 
 def clipping(other: str) -> Any:
     """`clipnorm` or `global_clipnorm`: off by default, at most one of the two."""
-    return dataclasses.field(default=None, metadata={CHECK: _NORM, oneof.ALTERNATIVE: other})
+    return dataclasses.field(default=None, metadata={CHECK: _NORM, ALTERNATIVE: other})
 
 
-class OptimizerSection(oneof.OneOfSection):
+class OptimizerSection(OneOfSection):
     """The `optimizer:` section's family: `class` names the kind."""
 
     SECTION = "optimizer"
@@ -42,7 +43,7 @@ class OptimizerSection(oneof.OneOfSection):
     KINDS: dict[str, type[OptimizerSection]] = {}
 
     def __post_init__(self):
-        types = fields.field_types(type(self))
+        types = field_types(type(self))
         for field in dataclasses.fields(self):
             value = _check_value(self.KIND, field, getattr(self, field.name), types[field.name])
             object.__setattr__(self, field.name, value)
@@ -79,7 +80,7 @@ class OptimizerSection(oneof.OneOfSection):
         )
 
 
-def _check_value(kind: str, field: dataclasses.Field, value: Any, type_: fields.FieldType) -> Any:
+def _check_value(kind: str, field: dataclasses.Field, value: Any, type_: FieldType) -> Any:
     """Returns `value` for argument `field` of class `kind`, or raises ConfigError."""
     where = f"optimizer '{kind}' argument '{field.name}'"
     if type_.base is bool:

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.config import oneof
 from resnet_app.config.fields import is_number
+from resnet_app.config.oneof import OneOfSection, alternative
 
 UNITS = ("steps", "epochs")
 
@@ -104,7 +104,7 @@ def check_flag(name: str, value: Any) -> bool:
     return value
 
 
-class ScheduleSection(oneof.OneOfSection):
+class ScheduleSection(OneOfSection):
     """The `schedule:` section's family: `name` names the kind (constant if absent)."""
 
     SECTION = "schedule"
@@ -161,8 +161,8 @@ class RateSchedule(ScheduleSection):
     """
 
     batch_scaling: int | None = None
-    warmup_steps: int | None = oneof.alternative("warmup_epochs")
-    warmup_epochs: float | None = oneof.alternative("warmup_steps")
+    warmup_steps: int | None = alternative("warmup_epochs")
+    warmup_epochs: float | None = alternative("warmup_steps")
     warmup_start: float = 0.0
 
     def check(self) -> None:
@@ -218,8 +218,8 @@ class Piecewise(RateSchedule, kind="piecewise"):
 
     boundaries: tuple[float, ...]
     unit: str = "steps"
-    values: tuple[float, ...] | None = oneof.alternative("multipliers", required=True)
-    multipliers: tuple[float, ...] | None = oneof.alternative("values", required=True)
+    values: tuple[float, ...] | None = alternative("multipliers", required=True)
+    multipliers: tuple[float, ...] | None = alternative("values", required=True)
 
     def check_kind(self) -> None:
         length = len(check_boundaries(self.boundaries, self.unit)) + 1
@@ -241,8 +241,8 @@ class Cosine(RateSchedule, kind="cosine"):
     """
 
     final: float = 0.0
-    total_steps: int | None = oneof.alternative("total_epochs")
-    total_epochs: float | None = oneof.alternative("total_steps")
+    total_steps: int | None = alternative("total_epochs")
+    total_epochs: float | None = alternative("total_steps")
 
     def check_kind(self) -> None:
         self._set("final", check_number(key("final"), self.final))
@@ -266,8 +266,8 @@ class Exponential(RateSchedule, kind="exponential"):
     """
 
     decay_rate: float
-    decay_steps: float | None = oneof.alternative("decay_epochs", required=True)
-    decay_epochs: float | None = oneof.alternative("decay_steps", required=True)
+    decay_steps: float | None = alternative("decay_epochs", required=True)
+    decay_epochs: float | None = alternative("decay_steps", required=True)
     staircase: bool = False
 
     def check_kind(self) -> None:

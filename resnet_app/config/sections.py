@@ -25,7 +25,8 @@ import typing
 from typing import Any
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.config import fields, oneof
+from resnet_app.config.fields import config_keys, replace_from
+from resnet_app.config.oneof import Section, alternative, plain
 from resnet_app.config.optimizer_kinds import Momentum, OptimizerSection
 from resnet_app.config.schedule_kinds import Piecewise, ScheduleSection
 from resnet_app.data.settings import DataConfig
@@ -83,8 +84,8 @@ class TrainSettings:
     """
 
     batch_size: int = 128
-    epochs: float | None = oneof.alternative("train_steps")
-    train_steps: int | None = oneof.alternative("epochs", default=64_000)
+    epochs: float | None = alternative("train_steps")
+    train_steps: int | None = alternative("epochs", default=64_000)
     eval_every: int | None = None
     log_every: int = 100
     steps_per_loop: int | None = None
@@ -172,7 +173,7 @@ class SyncSettings:
         _require(self.interval >= 1, f"sync.interval={self.interval}; use 1 or more")
 
 
-class _ModelBase(oneof.Section):
+class _ModelBase(Section):
     """What `ModelSection` adds to its generated fields."""
 
     def __post_init__(self):
@@ -194,7 +195,7 @@ class _ModelBase(oneof.Section):
     @classmethod
     def from_mapping(cls, mapping: Any) -> ModelSection:
         """Reads `{name: preset, field: value, ...}`; a missing name is the default preset."""
-        return fields.replace_from(cls(), "model", mapping)
+        return replace_from(cls(), "model", mapping)
 
 
 def _model_fields() -> list[tuple[str, Any, Any]]:
@@ -277,7 +278,7 @@ class Config:
         Args:
           with_derived: write derived values as used, not as null.
         """
-        keys = fields.config_keys(DataConfig)
+        keys = config_keys(DataConfig)
         data = {key: value for key, value in dataclasses.asdict(self.data).items() if key in keys}
         tree = {
             "model": self.model.to_dict(),
@@ -291,7 +292,7 @@ class Config:
             for key in self.derived:
                 section, name = key.split(".")
                 tree[section][name] = None
-        return oneof.plain(tree)
+        return plain(tree)
 
 
 SECTIONS = tuple(field.name for field in dataclasses.fields(Config) if field.name != "derived")

@@ -1,9 +1,9 @@
 """Input pipelines: `--dataset` to batches of preprocessed images.
 
-`create_pipeline(DataConfig(...))` loads a source (`sources.py`) and returns an
+`create_pipeline(DataConfig(...))` loads a source (`data/sources.py`) and returns an
 `InputPipeline`, whose `train_dataset` and `eval_dataset` build tf.data
-pipelines; `create_run_pipeline(config)` does it for a run (training, evaluate
-and export all call it). Every batch is a dict:
+pipelines. A run's pipeline (training, evaluate and export) comes from
+`run_pipeline.create_run_pipeline`. Every batch is a dict:
 - "image": [batch, size, size, 3] in the configured dtype, normalized;
 - "label": int32 [batch];
 - "id": int64 [batch], the example's index in its split (-1 for padding);
@@ -13,10 +13,11 @@ Training order. The training stream is the concatenation of epochs; epoch `e`
 visits every training example once, in an order that is a function of (seed, e)
 only: a stateless permutation of the example indices for in-memory and folder
 data, or tfds's file shuffle plus a shuffle buffer, both seeded from (seed, e),
-for streamed data. Each example's augmentation is seeded by (seed, e, id). So
-the stream can be entered at any example position without replaying what came
-before (`start_example`), which is what exact resumption needs. Batches are of
-the global batch size and may span an epoch boundary.
+for streamed data. Each example's augmentation is seeded by (seed, e, id)
+(the seeds are in `data/seeds.py`). So the stream can be entered at any example
+position without replaying what came before (`start_example`), which is what
+exact resumption needs. Batches are of the global batch size and may span an
+epoch boundary.
 
 Sharding. With S input pipelines (workers), pipeline s keeps the stream
 positions congruent to s modulo S, and batches them by global_batch / S. The S
@@ -27,13 +28,8 @@ pads the last batch with masked examples, so that every replica of every worker
 gets a full batch at every step (no empty or short tower batches) and metrics
 weighted by "mask" count each real example once.
 
-Image size (`choose_image_size`): `data.image_size` if set; else the dataset's
-own size when all its images have one (cifar10, shapes: 32); else the model
-preset's input size (224 for the ImageNet-stem presets, 32 for the CIFAR ones).
-A run directory whose `data_info.json` records another size (a run trained
-before this rule) keeps its size. The recipe follows: "auto" is the CIFAR
-recipe up to 64 px, the ImageNet one above. `InputPipeline.describe()` says
-which size and recipe were chosen, and why.
+Image size and recipe follow one rule (`data/image_size.py`);
+`InputPipeline.describe()` says which were chosen, and why.
 """
 
 from __future__ import annotations
@@ -46,26 +42,15 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from resnet_app.common import run_dir
 from resnet_app.common.errors import ConfigError
-from resnet_app.data import preprocessing, sources
+from resnet_app.data import preprocessing, seeds, sources
+from resnet_app.data.image_size import choose_image_size, choose_recipe, describe_choice
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.data.settings import DataConfig
 
-__all__ = [
-    "DataConfig",
-    "InputPipeline",
-    "choose_image_size",
-    "create_pipeline",
-    "create_run_pipeline",
-]
+__all__ = ["DataConfig", "InputPipeline", "create_pipeline"]
 
-# Images up to this size use the CIFAR recipe when the family is "auto".
-CIFAR_MAX_SIZE = 64
-# The size of data that has none, when no model says otherwise.
-FALLBACK_IMAGE_SIZE = 224
 SYNTHETIC_SPLIT_SIZES = {"train": 50_000, "test": 10_000}
-RECIPES = {"cifar": "CIFAR recipe", "imagenet": "ImageNet recipe"}
 
 
 def _load_source(config: DataConfig) -> sources.Source | None:
@@ -90,67 +75,6 @@ def _limit(split: sources.Split, count: int | None) -> sources.Split:
     return split.subset(np.arange(count))
 
 
-@dataclasses.dataclass(frozen=True)
-class ImageSize:
-    """The size a pipeline produces, and why (see `choose_image_size`).
-
-    Attributes:
-      size: height and width in pixels.
-      reason: why this size, e.g. "the dataset's size".
-    """
-
-    size: int
-    reason: str
-
-
-def choose_image_size(
-    config: DataConfig,
-    dataset_size: int | None,
-    model_size: int | None = None,
-    model_name: str | None = None,
-    recorded_size: int | None = None,
-) -> ImageSize:
-    """The one rule for the image size; the first that applies wins.
-
-    1. `data.image_size`, when set;
-    2. the dataset's own size, when every image has it (cifar10, shapes: 32);
-    3. the model preset's input size (224 for ImageNet stems, 32 for CIFAR
-       stems), else 224.
-
-    A run whose data_info.json records another size (trained before this
-    rule, when the model's preset won over the dataset) keeps that size.
-
-    Args:
-      config: the data config.
-      dataset_size: the source's fixed image size, or None when it varies
-        (folders, imagenet2012) or there is no source (synthetic).
-      model_size: the model preset's `default_image_size`.
-      model_name: the preset's name, for the reason.
-      recorded_size: the image size in the run's data_info.json, if any.
-
-    Returns:
-      The size, and why.
-    """
-    if config.image_size:
-        return ImageSize(config.image_size, "set by data.image_size")
-    if dataset_size:
-        chosen = ImageSize(dataset_size, "the dataset's size")
-    else:
-        why = "synthetic images have none" if config.dataset == "synthetic" else "images vary"
-        if model_size:
-            name = f"the {model_name} preset's" if model_name else "the model's"
-            chosen = ImageSize(model_size, f"{name} input size ({why})")
-        else:
-            chosen = ImageSize(FALLBACK_IMAGE_SIZE, f"the default ({why})")
-    if recorded_size and recorded_size != chosen.size:
-        return ImageSize(
-            recorded_size,
-            f"as this run was trained (its data_info.json), not {chosen.size} px "
-            f"({chosen.reason}); set data.image_size to change it",
-        )
-    return chosen
-
-
 def _channel_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
     # Two passes in float64 over chunks: exact enough and memory-bounded.
     pixels = images.reshape(-1, images.shape[-1])
@@ -172,7 +96,7 @@ class InputPipeline:
     Args:
       config: the data config.
       default_image_size: the model preset's input size, for data without a
-        size of its own (see `choose_image_size`).
+        size of its own (see `image_size.choose_image_size`).
       model_name: the preset's name, for `describe`.
       recorded_image_size: the size the run's data_info.json records.
 
@@ -220,9 +144,7 @@ class InputPipeline:
             recorded_image_size,
         )
         size = self.image_size.size
-        family = config.preprocessing
-        if family == "auto":
-            family = "cifar" if size <= CIFAR_MAX_SIZE else "imagenet"
+        family = choose_recipe(config.preprocessing, size)
         mean, std = config.mean, config.std
         if mean is None or std is None:
             measured = (preprocessing.IMAGENET_MEAN, preprocessing.IMAGENET_STD)
@@ -263,13 +185,9 @@ class InputPipeline:
         Returns:
           E.g. "32 px, the dataset's size; CIFAR recipe (auto: up to 64 px)".
         """
-        family = self.preprocessing.family
-        if self.config.preprocessing == "auto":
-            bound = "up to" if family == "cifar" else "above"
-            why = f"auto: {bound} {CIFAR_MAX_SIZE} px"
-        else:
-            why = "set by data.preprocessing"
-        return f"{self.image_size.size} px, {self.image_size.reason}; {RECIPES[family]} ({why})"
+        return describe_choice(
+            self.image_size, self.config.preprocessing, self.preprocessing.family
+        )
 
     @property
     def eval_split_name(self) -> str:
@@ -355,7 +273,7 @@ class InputPipeline:
 
         Only for in-memory and folder data; streamed data is ordered by tfds.
         """
-        return _permutation(self.num_train_examples, self.config.seed, epoch).numpy()
+        return seeds.permutation(self.num_train_examples, self.config.seed, epoch).numpy()
 
     def train_dataset(
         self,
@@ -405,10 +323,10 @@ class InputPipeline:
             lookup = self._lookup(split)
 
             def epoch_indices(epoch):
-                order = _permutation(size, seed, epoch)
+                order = seeds.permutation(size, seed, epoch)
                 # The first epoch starts at `offset`; later ones at 0.
                 order = order[tf.where(tf.equal(epoch, first_epoch), offset, 0) :]
-                key = _augment_key(seed, epoch)  # Once per epoch, not per example.
+                key = seeds.augment_key(seed, epoch)  # Once per epoch, not per example.
                 return tf.data.Dataset.from_tensor_slices((tf.fill(tf.shape(order), key), order))
 
             def load(key, index):
@@ -435,10 +353,12 @@ class InputPipeline:
         # complete on its own: the order depends on (seed, epoch) only.
         if not tf.executing_eagerly():
             tf.compat.v1.get_default_graph().seed = None
-        file_seed, buffer_seed = tf.unstack(_stream_seed(self.config.seed, _RECORDS, epoch))
+        file_seed, buffer_seed = tf.unstack(
+            seeds.stream_seed(self.config.seed, seeds.RECORDS, epoch)
+        )
         records = split.records(file_seed)
         records = records.shuffle(self.config.shuffle_buffer, seed=buffer_seed)
-        key = _augment_key(self.config.seed, epoch)
+        key = seeds.augment_key(self.config.seed, epoch)
         return records.map(lambda x: (key, x["id"], x["image"], x["label"]))
 
     # -- evaluation --------------------------------------------------------------
@@ -561,87 +481,11 @@ def _map_examples(stream: tf.data.Dataset, transform, encoded: bool) -> tf.data.
     return stream
 
 
-# Independent streams of randomness drawn from the one --seed.
-_ORDER, _AUGMENT, _RECORDS = 1, 2, 3
-
-
-def _stream_seed(seed: int, stream: int, epoch) -> tf.Tensor:
-    """An int64 [2] seed for one stream of randomness in one epoch."""
-    base = tf.constant([seed, stream], tf.int64)
-    return tf.random.experimental.stateless_fold_in(base, tf.cast(epoch, tf.int64))
-
-
-def _augment_key(seed: int, epoch) -> tf.Tensor:
-    """An int64 key shared by one epoch's augmentations."""
-    return _stream_seed(seed, _AUGMENT, epoch)[0]
-
-
-def example_seed(seed: int, epoch, example_id) -> tf.Tensor:
-    """The seed of one training example's augmentation in one epoch.
-
-    [epoch key, id]: the stateless ops use the pair as a key, so distinct ids
-    (and epochs, through the key's 64-bit hash) draw independent numbers.
-    """
-    return tf.stack([_augment_key(seed, epoch), tf.cast(example_id, tf.int64)])
-
-
-def _permutation(size: int, seed: int, epoch) -> tf.Tensor:
-    """A permutation of range(size) that depends only on (seed, epoch)."""
-    order_seed = _stream_seed(seed, _ORDER, epoch)
-    return tf.random.experimental.stateless_shuffle(tf.range(size, dtype=tf.int64), order_seed)
-
-
 def _options() -> tf.data.Options:
     options = tf.data.Options()
     options.deterministic = True
     options.experimental_optimization.map_parallelization = True
     return options
-
-
-def write_data_info(pipeline: InputPipeline, model_dir: str) -> None:
-    """Records the class names and the resolved preprocessing in `model_dir`.
-
-    A model is only usable with the exact preprocessing it was trained with,
-    including the per-channel statistics measured on the training split. With
-    this file, export and predict need neither the dataset nor a re-measurement.
-    Written atomically.
-    """
-    info = {
-        "dataset": pipeline.config.dataset,
-        "class_names": list(pipeline.class_names),
-        "preprocessing": dataclasses.asdict(pipeline.preprocessing),
-    }
-    run_dir.write_data_info(model_dir, info)
-
-
-def _parse_data_info(info: dict) -> tuple[list[str], Preprocessing]:
-    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in info["preprocessing"].items()}
-    return [str(name) for name in info["class_names"]], Preprocessing(**fields)
-
-
-def read_data_info(model_dir: str) -> tuple[list[str], Preprocessing] | None:
-    """The class names and preprocessing `write_data_info` recorded, or None if absent.
-
-    Raises:
-      ConfigError: when the file exists but is not one `write_data_info` wrote.
-    """
-    return run_dir.read_data_info(model_dir, _parse_data_info)
-
-
-def _recorded_image_size(model_dir: str, dataset: str) -> int | None:
-    """The image size `model_dir`'s data_info.json records for `dataset`, if any.
-
-    A damaged file, or one of another dataset (changed on resume), records
-    nothing: the rule applies, and training writes the file anew.
-    """
-    try:
-        recorded = run_dir.read_data_info(
-            model_dir, lambda info: (info["dataset"], int(info["preprocessing"]["image_size"]))
-        )
-    except ConfigError as error:
-        logging.warning("Ignoring the recorded image size: %s", error)
-        return None
-    return recorded[1] if recorded is not None and recorded[0] == dataset else None
 
 
 def create_pipeline(config: DataConfig, default_image_size: int | None = None) -> InputPipeline:
@@ -650,35 +494,9 @@ def create_pipeline(config: DataConfig, default_image_size: int | None = None) -
     Args:
       config: the data config.
       default_image_size: the model's input size, for data without a size of
-        its own (see `choose_image_size`).
+        its own (see `image_size.choose_image_size`).
 
     Returns:
       The `InputPipeline`.
     """
     return InputPipeline(config, default_image_size)
-
-
-def create_run_pipeline(
-    config, data_config: DataConfig | None = None, model_dir: str | None = None
-) -> InputPipeline:
-    """The input of a run, for training, evaluate and export alike.
-
-    The image size follows `choose_image_size`: the run's model preset gives
-    it to data without a size of its own.
-
-    Args:
-      config: the run's resolved `Config`.
-      data_config: data settings in place of `config.data` (evaluate moves
-        `data_dir` or picks another split).
-      model_dir: the run directory of an existing run, whose data_info.json
-        may record its image size; None for a new run (or --restart).
-
-    Returns:
-      The `InputPipeline`.
-    """
-    from resnet_app.nets.presets import get_config  # Pure data: no TensorFlow.
-
-    data = data_config or config.data
-    preset = get_config(config.model_name, **config.model_overrides)
-    recorded = _recorded_image_size(model_dir, data.dataset) if model_dir else None
-    return InputPipeline(data, preset.default_image_size, config.model_name, recorded)

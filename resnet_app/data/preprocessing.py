@@ -3,7 +3,8 @@
 Every random choice is a stateless op driven by an explicit `seed` tensor of
 shape [2], so that an example's augmentation is a function of (run seed, epoch,
 example id) and a resumed run redraws exactly what the interrupted one would
-have drawn. The pipeline (`data.py`) derives the seeds.
+have drawn. The seeds come from `data/seeds.py`, through the input pipeline
+(`data/input_pipeline.py`).
 
 Two families:
 - CIFAR (He et al. 2015, section 4.2): per-channel mean/std normalization; for
@@ -35,7 +36,7 @@ EVAL_CROP_FRACTION = 0.875  # 224 / 256
 
 @dataclasses.dataclass(frozen=True)
 class Preprocessing:
-    """Resolved preprocessing parameters; `data.py` fills them from the config.
+    """Resolved preprocessing parameters; `InputPipeline` fills them from the config.
 
     Attributes:
       family: "cifar" or "imagenet".

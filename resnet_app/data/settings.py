@@ -1,6 +1,6 @@
 """`DataConfig`: every setting of the input pipeline, validated, without TensorFlow.
 
-Kept apart from `input_pipeline.py` so that command-line tools can check a user's flags
+Kept apart from `data/input_pipeline.py` so that command-line tools can check a user's flags
 before paying for the TensorFlow import.
 """
 

@@ -174,7 +174,7 @@ def load_shapes(
     train_examples: int | None = None,
     test_examples: int | None = None,
 ) -> Source:
-    """The built-in `shapes` dataset (see `shapes.py`), generated or cached."""
+    """The built-in `shapes` dataset (see `data/shapes.py`), generated or cached."""
     splits = {}
     for name, count in (("train", train_examples), ("test", test_examples)):
         images, labels = shapes.load(name, count, cache_dir=cache_dir)

@@ -35,7 +35,7 @@ from resnet_app import config as config_lib
 from resnet_app.common import checkpoint, distribute, run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.config import Config
-from resnet_app.data import input_pipeline
+from resnet_app.data import input_pipeline, run_pipeline
 from resnet_app.engine import averaging, optim, resume
 from resnet_app.engine.learning_rate import LearningRate
 from resnet_app.engine.plan import RunPlan, plan_run
@@ -170,7 +170,7 @@ def build_run(
     strategy = distribute.create_strategy(config.train.num_towers)
     _check_machine(config, strategy)
     chief = distribute.is_chief(strategy)
-    pipeline = input_pipeline.create_run_pipeline(config, model_dir=None if restart else model_dir)
+    pipeline = run_pipeline.create_run_pipeline(config, model_dir=None if restart else model_dir)
     plan = plan_run(config, pipeline.num_train_examples)
     if optimizer_config["class"] == "adamw" and (decay := _preset(config).weight_decay):
         logging.warning(

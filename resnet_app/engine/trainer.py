@@ -37,7 +37,7 @@ from resnet_app import config as config_lib
 from resnet_app.common import run_dir
 from resnet_app.common.metrics import MetricsWriter, format_duration
 from resnet_app.config import Config
-from resnet_app.data import input_pipeline
+from resnet_app.data import run_pipeline
 from resnet_app.engine import divergence, preemption, setup, sync, timing
 from resnet_app.engine.actions import Action, Evaluator, create_actions
 from resnet_app.engine.controller import Controller
@@ -162,7 +162,7 @@ def _record_settings(run: setup.Run, writer: MetricsWriter, start: int) -> None:
     """Once resumed, the run directory's files describe the run from here on."""
     if run.chief:
         config_lib.write_yaml(run.config, run_dir.config_path(run.model_dir))
-        input_pipeline.write_data_info(run.pipeline, run.model_dir)
+        run_pipeline.write_data_info(run.pipeline, run.model_dir)
     if run.config_changes:
         changes = {key: list(values) for key, values in run.config_changes.items()}
         writer.write({"step": start, "event": "config_change", "changes": changes})

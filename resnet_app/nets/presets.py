@@ -1,8 +1,8 @@
 """The named ResNets: `ResNetConfig` and the stage table of every preset.
 
 Pure data, importable without TensorFlow, so that command-line tools can check
-a model name before paying for the TensorFlow import. `model.py` builds the
-network a config describes.
+a model name before paying for the TensorFlow import. `nets/resnet.py` builds
+the network a config describes.
 """
 
 from __future__ import annotations

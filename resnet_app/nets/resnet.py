@@ -2,14 +2,14 @@
 
 One parameterized network covers every depth of He et al. 2015 ("Deep Residual
 Learning", v1, post-activation) and He et al. 2016 ("Identity Mappings", v2,
-pre-activation). A preset is one line of data in `PRESETS`; `create_model` turns
-a preset name plus overrides into a Keras 3 model. The stage tables and the
-`ResNetConfig` they fill are in `presets.py`; the residual blocks the table
-picks (basic or bottleneck, post- or pre-activation) are in `blocks.py`.
+pre-activation). A preset is one line of data in `presets.PRESETS`; `create_model`
+turns a preset name plus overrides into a Keras 3 model. The stage tables and the
+`ResNetConfig` they fill are in `nets/presets.py`; the residual blocks the table
+picks (basic or bottleneck, post- or pre-activation) are in `nets/blocks.py`.
 
 Architecture only: no loss, optimizer, schedule, logging or printing lives here.
 The command-line summary is `python -m resnet_app.model` (`resnet_app/model.py`,
-with the counting in `summary.py`).
+with the counting in `nets/summary.py`).
 
 Conventions:
   * NHWC everywhere. Convolutions have no bias (a BatchNorm follows or precedes).

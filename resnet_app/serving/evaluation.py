@@ -1,7 +1,8 @@
 """Exact evaluation: every example of a split counted once, on any number of towers.
 
 The input pipeline pads the split to whole batches for every replica and marks
-the padding with mask 0 (see `data.InputPipeline.eval_dataset`), so no tower
+the padding with mask 0 (see `InputPipeline.eval_dataset` in
+`data/input_pipeline.py`), so no tower
 ever receives an empty or short batch, which a plain Keras step does not
 survive under MirroredStrategy. Metrics are mask-weighted sums, reduced across
 replicas, and divided once at the end by the real example count. On request

@@ -2,8 +2,9 @@
 
 `ServingModel` wraps a run's restored network with the run's own evaluation
 preprocessing and class names, so a caller gives raw images and gets names.
-`export.py` writes it as a SavedModel; `predict.py` calls it in process for
-`--model_dir`. Its functions, which are the SavedModel's signatures:
+`python -m resnet_app.export` writes it as a SavedModel; `serving/classify.py`
+calls it in process for `python -m resnet_app.predict --model_dir`. Its
+functions, which are the SavedModel's signatures:
 
 - `serving_default(images)`: uint8 [batch, height, width, 3], any height and
   width (the images of one batch share a size). Each image gets exactly the
@@ -38,7 +39,7 @@ from absl import logging
 from resnet_app import config
 from resnet_app.common import checkpoint, checks, run_dir
 from resnet_app.common.errors import ConfigError
-from resnet_app.data import input_pipeline
+from resnet_app.data import run_pipeline
 from resnet_app.data.preprocessing import Preprocessing, eval_image
 from resnet_app.nets import factory
 
@@ -63,7 +64,7 @@ class ServingModel(tf.Module):
         self.class_names = list(class_names)
         self.top_k = max(1, min(top_k, len(self.class_names)))
         # Images in the run's data dtype (bfloat16 for a bf16 run), as
-        # `evaluate` feeds them; the network computes in float32 either way.
+        # `serving/evaluation.py` feeds them; the network computes in float32 either way.
         self._preprocessing = preprocessing
         self._names = tf.constant(self.class_names, tf.string)
 
@@ -113,7 +114,7 @@ class ServingModel(tf.Module):
 
 def _data_info(model_dir: str, run_config: config.Config) -> tuple[list[str], Preprocessing]:
     """The run's class names and preprocessing: as recorded, else from its dataset."""
-    recorded = input_pipeline.read_data_info(model_dir)
+    recorded = run_pipeline.read_data_info(model_dir)
     if recorded is not None:
         return recorded
     # A run from before data_info.json existed: measure the dataset again,
@@ -124,7 +125,7 @@ def _data_info(model_dir: str, run_config: config.Config) -> tuple[list[str], Pr
         run_dir.DATA_INFO_FILE,
         run_config.data.dataset,
     )
-    pipeline = input_pipeline.create_run_pipeline(run_config)
+    pipeline = run_pipeline.create_run_pipeline(run_config)
     return pipeline.class_names, pipeline.preprocessing
 
 

@@ -1,0 +1,106 @@
+"""The input of a run: its pipeline, and what its run directory records about it.
+
+`create_run_pipeline(config)` is the one factory training, evaluate and export
+call: the run's model preset gives its input size to data without a size of its
+own, and a run directory whose `data_info.json` records another size keeps it
+(see `image_size.choose_image_size`). `write_data_info` records the class names
+and the resolved preprocessing in `data_info.json`, so that export and predict
+need neither the dataset nor a re-measurement; `read_data_info` reads them back.
+The file's name and its atomic write belong to `common/run_dir.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from absl import logging
+
+from resnet_app.common import run_dir
+from resnet_app.common.errors import ConfigError
+from resnet_app.data.input_pipeline import InputPipeline
+from resnet_app.data.preprocessing import Preprocessing
+from resnet_app.data.settings import DataConfig
+
+__all__ = ["create_run_pipeline", "read_data_info", "write_data_info"]
+
+
+def write_data_info(pipeline: InputPipeline, model_dir: str) -> None:
+    """Records the class names and the resolved preprocessing in `model_dir`.
+
+    A model is only usable with the exact preprocessing it was trained with,
+    including the per-channel statistics measured on the training split. With
+    this file, export and predict need neither the dataset nor a re-measurement.
+    Written atomically.
+
+    Args:
+      pipeline: the run's pipeline.
+      model_dir: the run directory.
+    """
+    info = {
+        "dataset": pipeline.config.dataset,
+        "class_names": list(pipeline.class_names),
+        "preprocessing": dataclasses.asdict(pipeline.preprocessing),
+    }
+    run_dir.write_data_info(model_dir, info)
+
+
+def _parse_data_info(info: dict) -> tuple[list[str], Preprocessing]:
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in info["preprocessing"].items()}
+    return [str(name) for name in info["class_names"]], Preprocessing(**fields)
+
+
+def read_data_info(model_dir: str) -> tuple[list[str], Preprocessing] | None:
+    """The class names and preprocessing `write_data_info` recorded, or None if absent.
+
+    Args:
+      model_dir: the run directory.
+
+    Returns:
+      (class names, preprocessing), or None when the run has no data_info.json.
+
+    Raises:
+      ConfigError: when the file exists but is not one `write_data_info` wrote.
+    """
+    return run_dir.read_data_info(model_dir, _parse_data_info)
+
+
+def _recorded_image_size(model_dir: str, dataset: str) -> int | None:
+    """The image size `model_dir`'s data_info.json records for `dataset`, if any.
+
+    A damaged file, or one of another dataset (changed on resume), records
+    nothing: the rule applies, and training writes the file anew.
+    """
+    try:
+        recorded = run_dir.read_data_info(
+            model_dir, lambda info: (info["dataset"], int(info["preprocessing"]["image_size"]))
+        )
+    except ConfigError as error:
+        logging.warning("Ignoring the recorded image size: %s", error)
+        return None
+    return recorded[1] if recorded is not None and recorded[0] == dataset else None
+
+
+def create_run_pipeline(
+    config, data_config: DataConfig | None = None, model_dir: str | None = None
+) -> InputPipeline:
+    """The input of a run, for training, evaluate and export alike.
+
+    The image size follows `image_size.choose_image_size`: the run's model preset gives
+    it to data without a size of its own.
+
+    Args:
+      config: the run's resolved `Config`.
+      data_config: data settings in place of `config.data` (evaluate moves
+        `data_dir` or picks another split).
+      model_dir: the run directory of an existing run, whose data_info.json
+        may record its image size; None for a new run (or --restart).
+
+    Returns:
+      The `InputPipeline`.
+    """
+    from resnet_app.nets.presets import get_config  # Pure data: no TensorFlow.
+
+    data = data_config or config.data
+    preset = get_config(config.model_name, **config.model_overrides)
+    recorded = _recorded_image_size(model_dir, data.dataset) if model_dir else None
+    return InputPipeline(data, preset.default_image_size, config.model_name, recorded)

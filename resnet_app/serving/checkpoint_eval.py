@@ -1,0 +1,268 @@
+"""A run's saved checkpoints, evaluated and reported: the work of `python -m resnet_app.evaluate`.
+
+`evaluate_checkpoints` restores each chosen checkpoint (only the model: the
+optimizer and the rest of the training state are not needed), evaluates it on
+every example of the split exactly once (`serving/evaluation.py`), hands its
+record to the caller as soon as it is known, appends it to the run's
+`metrics.jsonl` with "event": "evaluation", and writes its report directory
+`REPORT_ROOT/<checkpoint>-<split>` (`serving/reports.py`).
+
+The run's config is read and the settings are checked before TensorFlow is
+imported, so a mistake in the command (no such run, a bad batch size) is
+answered at once; the functions that need TensorFlow import it themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from resnet_app import config
+from resnet_app.common import checks, run_dir
+from resnet_app.common.errors import ConfigError
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from resnet_app.common.metrics import MetricsWriter
+    from resnet_app.data.input_pipeline import InputPipeline
+    from resnet_app.data.settings import DataConfig
+    from resnet_app.serving.evaluation import EvalResult
+
+Record = dict[str, Any]
+
+
+def evaluate_checkpoints(
+    model_dir: str,
+    which: str = "latest",
+    *,
+    split: str | None = None,
+    batch_size: int | None = None,
+    num_towers: int | None = None,
+    data_dir: str | None = None,
+    report_dir: str | None = None,
+    on_record: Callable[[Record], None] | None = None,
+) -> list[Record]:
+    """Evaluates a run's checkpoints, each on every example of a split, and reports each.
+
+    Args:
+      model_dir: the run directory written by `python -m resnet_app.train`.
+      which: latest (the newest readable checkpoint), all, ckpt-N or N.
+      split, data_dir: the split to evaluate, and where the data is now; None
+        for the run's own (`data.eval_split`, `data.data_dir`).
+      batch_size: the global batch; None for the run's `train.eval_batch_size`,
+        else its `train.batch_size`.
+      num_towers: towers to evaluate on; None for every GPU, or the one CPU.
+      report_dir: where the report directories go; None for `model_dir/reports`.
+      on_record: called with each record as soon as it is known (the command prints it).
+
+    Returns:
+      One record per checkpoint, in order: `evaluation.eval_record`'s fields
+      plus "checkpoint" (its name) and "report" (its report directory).
+
+    Raises:
+      ConfigError: for a mistake: no such run or checkpoint, a checkpoint of
+        another model, a report directory that cannot be made or is another run's.
+    """
+    run_config, data_config, batch_size = _settings(model_dir, split, batch_size, data_dir)
+    # TensorFlow is imported only once the run directory is known to be one.
+    from resnet_app.common import checkpoint, distribute, metrics
+    from resnet_app.data import run_pipeline
+    from resnet_app.serving import evaluation
+
+    strategy = distribute.create_strategy(num_towers)  # Before TF runs any op.
+    chosen = checkpoint.select(model_dir, which)  # Before the data loads.
+    pipeline = run_pipeline.create_run_pipeline(run_config, data_config, model_dir)
+    split = pipeline.eval_split_name
+    report_root = _prepare_report_root(model_dir, report_dir, chosen, split, strategy)
+    model = _create_model(run_config, pipeline, strategy)  # At the run's train.precision.
+    records = []
+    writer = metrics.MetricsWriter(model_dir, enabled=distribute.is_chief(strategy))
+    try:
+        for step, prefix in chosen:
+            checkpoint.restore_model(model, prefix)
+            result = evaluation.evaluate(
+                model, pipeline, batch_size, strategy, split, confusion=True
+            )
+            record = _record(prefix, step, split, result, run_config.train.precision, report_root)
+            if on_record is not None:  # The numbers first, as soon as they are known.
+                on_record(record)
+            _save(writer, model_dir, record, result, pipeline.class_names)
+            records.append(record)
+    finally:
+        writer.close()
+    return records
+
+
+def _settings(
+    model_dir: str, split: str | None, batch_size: int | None, data_dir: str | None
+) -> tuple[config.Config, DataConfig, int]:
+    """The run's config, its data settings as asked, and the batch size; without TensorFlow.
+
+    Raises:
+      ConfigError: for no such run, or a batch size below 1.
+    """
+    run_config = config.read_run_config(model_dir)
+    if batch_size is None:
+        batch_size = run_config.train.eval_batch_size or run_config.train.batch_size
+    checks.at_least("--batch_size", batch_size)
+    # The data moved, or another split: both are data settings of the run's config.
+    changed: dict[str, Any] = {}
+    if data_dir:
+        changed["data_dir"] = data_dir
+    if split:
+        changed["eval_split"] = split
+    return run_config, dataclasses.replace(run_config.data, **changed), batch_size
+
+
+def make_report_root(model_dir: str, report_dir: str | None) -> str:
+    """Creates the directory the reports go in, before any evaluation runs.
+
+    Args:
+      model_dir: the run directory.
+      report_dir: `--report_dir`, or None for `model_dir/reports`.
+
+    Returns:
+      Its absolute path, so the records in metrics.jsonl mean the same from anywhere.
+
+    Raises:
+      ConfigError: when it cannot be created (better now than after hours of evaluation).
+    """
+    root = os.path.abspath(report_dir or run_dir.reports_dir(model_dir))
+    try:
+        os.makedirs(root, exist_ok=True)
+        # Existing but read-only would fail only after the evaluation.
+        probe = os.path.join(root, f".write-test-{os.getpid()}")
+        with open(probe, "w"):
+            pass
+        os.remove(probe)
+    except OSError as error:
+        which = f"--report_dir={report_dir}" if report_dir else f"the report directory {root}"
+        raise ConfigError(f"{which}: cannot create it ({error.strerror}); pick another") from None
+    return root
+
+
+def _prepare_report_root(
+    model_dir: str,
+    report_dir: str | None,
+    chosen: list[tuple[int, str]],
+    split: str,
+    strategy: tf.distribute.Strategy,
+) -> str:
+    """The reports' directory, made and checked before hours of evaluation.
+
+    Every worker must agree: one that stopped alone would leave the others
+    waiting in a collective.
+
+    Returns:
+      Its absolute path.
+
+    Raises:
+      ConfigError: when this worker or another refused.
+    """
+    from resnet_app.common import distribute
+
+    report_root = os.path.abspath(report_dir or run_dir.reports_dir(model_dir))
+    try:
+        if distribute.is_chief(strategy):  # Only the chief writes reports.
+            make_report_root(model_dir, report_dir)
+        _check_report_owners(model_dir, report_root, chosen, split)
+        refused = None
+    except ConfigError as error:
+        refused = error
+    votes = distribute.gather_from_workers(strategy, float(refused is not None))
+    if refused is not None:
+        raise refused
+    if any(votes):
+        raise ConfigError("another worker refused to evaluate (see its error); fix it and rerun")
+    return report_root
+
+
+def _check_report_owners(
+    model_dir: str, report_root: str, chosen: list[tuple[int, str]], split: str
+) -> None:
+    """A shared --report_dir must not lose another run's reports.
+
+    The default, inside the run directory, is the run's own even after a copy
+    or a move, and is not checked.
+
+    Raises:
+      ConfigError: when a report to be written names another run directory.
+    """
+    from resnet_app.serving import reports
+
+    if os.path.realpath(report_root) == os.path.realpath(run_dir.reports_dir(model_dir)):
+        return
+    run = os.path.realpath(model_dir)
+    for _, prefix in chosen:
+        name = reports.report_name(os.path.basename(prefix), split)
+        directory = os.path.join(report_root, name)
+        found = reports.owner(directory)
+        if found is not None and os.path.realpath(found) != run:
+            raise ConfigError(
+                f"{directory} holds the report of another run ({found}); pick another --report_dir"
+            )
+
+
+def _create_model(
+    run_config: config.Config, pipeline: InputPipeline, strategy: tf.distribute.Strategy
+) -> tf.keras.Model:
+    """The run's model for the pipeline's classes and image size, built in the strategy's scope."""
+    from resnet_app.nets import factory
+
+    with strategy.scope():
+        factory.check_num_classes(run_config, pipeline.num_classes)
+        return factory.create_run_model(
+            run_config,
+            pipeline.num_classes,
+            pipeline.preprocessing.image_size,
+            run_config.train.precision,
+        )
+
+
+def _record(
+    prefix: str, step: int, split: str, result: EvalResult, precision: str, report_root: str
+) -> Record:
+    """A checkpoint's record: the evaluation's, with the checkpoint and its report directory."""
+    from resnet_app.serving import evaluation, reports
+
+    name = os.path.basename(prefix)
+    record = {"checkpoint": name, **evaluation.eval_record(step, split, result, precision)}
+    record["report"] = os.path.join(report_root, reports.report_name(name, split))
+    return record
+
+
+def _save(
+    writer: MetricsWriter,
+    model_dir: str,
+    record: Record,
+    result: EvalResult,
+    class_names: list[str],
+) -> None:
+    """Appends a checkpoint's record to metrics.jsonl, then writes its report directory.
+
+    The numbers go first, whatever happens to the report. Every worker holds
+    the whole confusion matrix (it is all-reduced); only the chief, whose
+    writer is enabled, writes.
+
+    Raises:
+      ConfigError: when the report cannot be written.
+    """
+    from resnet_app.serving import reports
+
+    writer.write({**record, "event": "evaluation"})
+    if not writer.enabled:
+        return
+    report_dir = record["report"]
+    details = {key: value for key, value in record.items() if key != "report"}
+    details["model_dir"] = os.path.realpath(model_dir)
+    try:
+        report = reports.write_report(report_dir, details, result.confusion, class_names)
+    except OSError as error:
+        raise ConfigError(
+            f"the report {report_dir} cannot be written ({error.strerror}); the "
+            f"numbers above are in metrics.jsonl; free space or pick --report_dir"
+        ) from None
+    reports.log_summary(report)

@@ -1,0 +1,243 @@
+"""Image files classified by an export or a run's checkpoint, for `python -m resnet_app.predict`.
+
+`load_classifier` gives a function from a batch of encoded images to the
+serving outputs (`top_k_ids`, `top_k_names`, `top_k_probabilities`), taken from
+a SavedModel's `serving_bytes` signature or from a run's checkpoint with the
+run's own evaluation preprocessing (`serving/exports.py`). `expand` turns the
+paths given into the files to classify, `classify_files` classifies them in
+batches (a file that cannot be read or decoded gets the reason instead of the
+outputs, and the others are still classified), and `format_result` writes one
+file's line.
+
+The paths and the run directory are checked before TensorFlow is imported, so
+a mistake in the command is answered at once; the functions that need
+TensorFlow import it themselves.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from absl import logging
+
+from resnet_app import config
+from resnet_app.common.errors import ConfigError, first_line
+
+OUTPUTS = {"top_k_ids", "top_k_names", "top_k_probabilities"}  # What the lines show.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+
+# A batch of encoded images (`images=`, a string tensor) -> the serving outputs.
+Classifier = Callable[..., dict[str, Any]]
+# Per file, the model's outputs as NumPy values, or the reason it failed.
+Result = dict[str, Any] | str
+
+
+def load_classifier(
+    export_dir: str | None, model_dir: str | None, which: str = "latest", top_k: int | None = None
+) -> Classifier:
+    """The model that classifies: an export, or a run's checkpoint.
+
+    Args:
+      export_dir: a SavedModel written by `python -m resnet_app.export`, or None.
+      model_dir: or a run directory written by `python -m resnet_app.train`.
+      which: with `model_dir`, latest (the newest readable checkpoint), ckpt-N or N.
+      top_k: with `model_dir`, the classes in the top-k outputs (None: the
+        export's default).
+
+    Returns:
+      A function from `images=` (a string tensor [batch] of encoded images) to
+      the serving outputs.
+
+    Raises:
+      ConfigError: for neither or both given, no such run or checkpoint, or a
+        directory that holds no export of `python -m resnet_app.export`.
+    """
+    if bool(export_dir) == bool(model_dir):
+        raise ConfigError(
+            "give either --export_dir (an exported SavedModel) or --model_dir (a run "
+            "directory), not both"
+            if export_dir
+            else "give --export_dir (an exported SavedModel) or --model_dir (a run directory)"
+        )
+    if model_dir:
+        return _load_checkpoint(model_dir, which, top_k)
+    return _load_export(export_dir)
+
+
+def _load_checkpoint(model_dir: str, which: str, top_k: int | None) -> Classifier:
+    """A run's checkpoint with the run's evaluation preprocessing, in process."""
+    config.read_run_config(model_dir)  # A wrong directory is named before TF loads.
+    from resnet_app.serving import exports
+
+    served, _ = exports.load(model_dir, which, top_k=top_k or exports.TOP_K)
+
+    def classify(images):
+        return served.serve_bytes(images)  # The closure keeps the model alive.
+
+    return classify
+
+
+def _load_export(export_dir: str) -> Classifier:
+    """A SavedModel's `serving_bytes` signature, checked to give the outputs shown."""
+    import tensorflow as tf
+
+    if not tf.saved_model.contains_saved_model(export_dir):
+        raise ConfigError(
+            f"--export_dir={export_dir} holds no SavedModel; write one with "
+            f"`python -m resnet_app.export`"
+        )
+    try:
+        loaded = tf.saved_model.load(export_dir)
+    except (OSError, ValueError, tf.errors.OpError) as error:
+        raise ConfigError(
+            f"--export_dir={export_dir}: the SavedModel cannot be loaded ({first_line(error)}); "
+            f"export it again with `python -m resnet_app.export`"
+        ) from None
+    signature = loaded.signatures.get("serving_bytes")
+    if signature is None or not OUTPUTS.issubset(signature.structured_outputs):
+        raise ConfigError(
+            f"--export_dir={export_dir} has no serving_bytes signature with "
+            f"{', '.join(sorted(OUTPUTS))}; it was not written by `python -m resnet_app.export`"
+        )
+
+    def classify(images):
+        return signature(images=images)  # The closure keeps the SavedModel alive.
+
+    return classify
+
+
+def _log_unreadable_folder(error: OSError) -> None:
+    logging.warning("%s: %s; its images are skipped", error.filename, error.strerror)
+
+
+def expand(
+    paths: Sequence[str], on_unreadable: Callable[[OSError], None] | None = None
+) -> list[str]:
+    """The files to classify.
+
+    Each file as given, each directory's image files (by extension,
+    recursively but not into hidden folders or links to folders, sorted). A
+    directory without any stays, to be reported.
+
+    Args:
+      paths: the files and directories given.
+      on_unreadable: called with the error of a folder that cannot be listed
+        (its images are skipped); None logs a warning.
+
+    Returns:
+      The paths of the files, in the order given.
+    """
+    files = []
+    for path in paths:
+        if not os.path.isdir(path):
+            files.append(path)
+            continue
+        found = []
+        for folder, folders, names in os.walk(
+            path, onerror=on_unreadable or _log_unreadable_folder
+        ):
+            folders[:] = [d for d in folders if not d.startswith(".")]  # .thumbnails etc.
+            found += [
+                os.path.join(folder, name)
+                for name in names
+                if name.lower().endswith(IMAGE_EXTENSIONS) and not name.startswith(".")
+            ]
+        files.extend(sorted(found) or [path])
+    return files
+
+
+def classify_files(
+    classify: Classifier, paths: Sequence[str], batch_size: int
+) -> Iterator[list[tuple[str, Result]]]:
+    """Classifies files in batches of `batch_size`.
+
+    Args:
+      classify: from `load_classifier`.
+      paths: the files, e.g. from `expand`.
+      batch_size: files classified per call.
+
+    Yields:
+      Per batch, in the order given, (path, result) pairs: the result is the
+      file's outputs as NumPy values, or the reason it could not be classified.
+    """
+    for start in range(0, len(paths), batch_size):
+        batch = paths[start : start + batch_size]
+        results: dict[str, Result] = {}
+        readable, contents = [], []
+        for path in batch:
+            try:
+                contents.append(_read(path))
+                readable.append(path)
+            except OSError as error:
+                results[path] = error.strerror or str(error)
+        if contents:
+            results.update(zip(readable, _classify(classify, contents)))
+        yield [(path, results[path]) for path in batch]
+
+
+def _read(path: str) -> bytes:
+    """The file's bytes; raises OSError with a short reason."""
+    if os.path.isdir(path):
+        raise OSError(f"a directory without image files ({', '.join(IMAGE_EXTENSIONS)})")
+    with open(path, "rb") as f:
+        content = f.read()
+    if not content:
+        raise OSError("is empty")
+    return content
+
+
+def _reason(message: str) -> str:
+    """The op's own words from a TensorFlow error: the line before its `[[node]]` mark."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        if "[[" in line:
+            before = line.split("[[")[0].strip()
+            return before or (lines[i - 1] if i else "cannot be decoded")
+    return lines[-1] if lines else "cannot be decoded"
+
+
+def _classify(classify: Classifier, contents: list[bytes]) -> list[Result]:
+    """Classifies a batch; if one file fails to decode, classifies them one by one.
+
+    Returns:
+      Per file, the model's outputs as NumPy values, or the reason it failed.
+    """
+    import tensorflow as tf
+
+    try:
+        outputs = classify(images=tf.constant(contents, tf.string))
+    except tf.errors.InvalidArgumentError as error:
+        if len(contents) > 1:
+            return [result for one in contents for result in _classify(classify, [one])]
+        return [f"not a readable image ({_reason(error.message)})"]
+    outputs = {key: value.numpy() for key, value in outputs.items()}
+    return [{key: value[i] for key, value in outputs.items()} for i in range(len(contents))]
+
+
+def format_result(path: str, result: dict[str, Any], top_k: int | None, as_json: bool) -> str:
+    """One file's line: `path: name probability, ...`, or a JSON object.
+
+    Args:
+      path: the file.
+      result: its outputs, from `classify_files`.
+      top_k: how many classes to show; None for all the model gives.
+      as_json: {"image": path, "top_k": [{"id", "name", "probability"}, ...]}
+        instead of text.
+
+    Returns:
+      The line, without its newline.
+    """
+    ids = result["top_k_ids"][:top_k]
+    names = [name.decode("utf-8") for name in result["top_k_names"][:top_k]]
+    probabilities = result["top_k_probabilities"][:top_k]
+    if as_json:
+        from resnet_app.common.metrics import json_text  # TensorFlow is loaded by now.
+
+        top = [
+            {"id": int(i), "name": n, "probability": float(p)}
+            for i, n, p in zip(ids, names, probabilities)
+        ]
+        return json_text({"image": path, "top_k": top})
+    return f"{path}: " + ", ".join(f"{n} {p:.4f}" for n, p in zip(names, probabilities))
