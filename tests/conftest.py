@@ -18,6 +18,23 @@ tf.config.set_logical_device_configuration(
 )
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="the fast tier: leave out the tests marked integration (training runs, "
+        "subprocesses, several workers); CI runs everything",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--fast"):
+        return
+    kept = [item for item in items if "integration" not in item.keywords]
+    config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+    items[:] = kept
+
+
 EVAL_EXAMPLES = 37  # Not a multiple of any batch size used in tests: the last batch is padded.
 
 

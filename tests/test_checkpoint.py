@@ -24,6 +24,8 @@ from tests import runs
 from tests.commands import REPO, error_line, run_command
 from tests.runs import read_records
 
+pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
+
 # Tiny network, 64 training images: 4 steps of 16 per epoch.
 SMALL = [
     "--model=tiny",

@@ -9,6 +9,8 @@ from resnet_app.data import sources
 from tests.commands import error_line, run_command
 from tests.tfds_mock import closed_port
 
+pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
+
 
 def show_batch(*args, env=None):
     return run_command("scripts/show_batch.py", *args, env=env)

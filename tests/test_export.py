@@ -27,6 +27,8 @@ from tests import runs
 from tests.commands import error_line, run_command
 from tests.image_files import few_colour_image
 
+pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
+
 # Loads the export with TensorFlow alone; run from a directory where
 # resnet_app cannot be imported.
 LOAD_SCRIPT = """
@@ -317,11 +319,11 @@ def test_a_run_without_data_info_reads_its_dataset_instead(tiny_run, tmp_path):
 
 
 def test_a_bf16_run_serves_what_evaluate_measures(tmp_path):
-    """A bf16 run: images rounded to bfloat16 as the run's data, the network in float32."""
+    """A bf16 run serves in float32 (a portable model) on images rounded to bfloat16."""
     bf16 = runs.small_config(tmp_path, "train.precision=bf16", train_steps=2)
     model_dir = tmp_path / "run"
     trainer.train_and_evaluate(bf16, str(model_dir))
-    pipeline, model = restored((bf16, model_dir), "ckpt-2")  # As evaluate builds it.
+    pipeline, model = restored((bf16, model_dir), "ckpt-2")  # A float32 model.
     assert pipeline.preprocessing.dtype == "bfloat16"
     assert model.compute_dtype == "float32"
     expected = evaluation_logits(model, pipeline.eval_dataset(16))

@@ -10,10 +10,13 @@ import sys
 import tempfile
 
 import numpy as np
+import pytest
 
 from resnet_app import config
 from resnet_app.engine import trainer
 from tests.commands import error_line
+
+pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

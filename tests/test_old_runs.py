@@ -23,6 +23,8 @@ from tests.commands import run_command
 from tests.test_evaluate_cli import assert_matches, reference
 from tests.test_export import evaluation_logits, restored
 
+pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
+
 FIXTURE = Path(__file__).parent / "fixtures" / "run_v0_tiny"
 
 
@@ -49,9 +51,7 @@ def records(model_dir):
 def test_an_old_run_resumes_from_its_last_checkpoint(old_run):
     model_dir, env = old_run
     before = saved_values(model_dir / "ckpt-6")
-    result = run_command(
-        "resnet_app.train", f"--model_dir={model_dir}", "--train_steps=8", env=env
-    )
+    result = run_command("resnet_app.train", f"--model_dir={model_dir}", "--train_steps=8", env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Resumed from step 6" in result.stderr
 

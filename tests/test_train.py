@@ -14,6 +14,8 @@ from resnet_app.engine import plan, trainer
 from tests.commands import error_line, run_command
 from tests.runs import read_records, small_config
 
+pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
+
 # A few steps of the tiny test network on a few hundred `shapes` images.
 SMALL = [
     "--model=tiny",

@@ -1,0 +1,1 @@
+"""Shared plumbing below every layer: errors, files, the run directory, checkpoints, towers."""

@@ -1,0 +1,1 @@
+"""The input layer: datasets, preprocessing recipes and the seeded, enterable pipelines."""

@@ -1,0 +1,1 @@
+"""The model layer: ResNet architectures, their blocks and presets; no training logic."""

@@ -1,0 +1,1 @@
+"""The serving layer: exact evaluation, reports, exports and classification of files."""
