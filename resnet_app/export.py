@@ -4,7 +4,7 @@
     python -m resnet_app.export --model_dir=runs/try --checkpoint=ckpt-4000 --export_dir=out
 
 The SavedModel holds the network, the run's evaluation preprocessing and its
-class names, and has three signatures (`resnet_app/serving/exports.py` describes them):
+class names, and has three signatures (`resnet_app/serving/savedmodel.py` describes them):
 `serving_default` (uint8 images of any size), `serving_bytes` (encoded JPEG,
 PNG, BMP or GIF files) and `features` (the pooled features). It needs nothing from
 resnet_app to run:
@@ -56,20 +56,20 @@ def main(argv: list[str]) -> None:
     config.read_run_config(_MODEL_DIR.value)  # A wrong directory is named before TF loads.
     import tensorflow as tf
 
-    from resnet_app.serving import exports
+    from resnet_app.serving import savedmodel
 
     # Before any work: nothing in the way is ever replaced but an old export.
-    exports.check_destination(_EXPORT_DIR.value, _OVERWRITE.value, _MODEL_DIR.value)
-    served, source = exports.load(_MODEL_DIR.value, _CHECKPOINT.value, _TOP_K.value)
+    savedmodel.check_destination(_EXPORT_DIR.value, _OVERWRITE.value, _MODEL_DIR.value)
+    served, source = savedmodel.load(_MODEL_DIR.value, _CHECKPOINT.value, _TOP_K.value)
     try:
-        export_dir = exports.save(served, source, _EXPORT_DIR.value, _OVERWRITE.value)
+        export_dir = savedmodel.save(served, source, _EXPORT_DIR.value, _OVERWRITE.value)
     except (OSError, tf.errors.OpError) as error:
         reason = getattr(error, "strerror", None) or first_line(error)
         raise ConfigError(
             f"--export_dir={_EXPORT_DIR.value}: writing the export failed ({reason}); "
             f"nothing was replaced"
         ) from None
-    record = {"export_dir": export_dir, **source, "signatures": list(exports.SIGNATURES)}
+    record = {"export_dir": export_dir, **source, "signatures": list(savedmodel.SIGNATURES)}
     sys.stdout.write(json.dumps(record) + "\n")
     sys.stdout.flush()
 

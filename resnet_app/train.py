@@ -8,7 +8,7 @@
 Flags are parsed and the whole config (optimizer and schedule included) is
 checked before TensorFlow is imported, so most mistakes are answered at once;
 every one gets one line and exit status 2. The work is done by
-`train_and_evaluate(config, model_dir)` in `resnet_app/engine/trainer.py`,
+`train_and_evaluate(config, model_dir)` in `resnet_app/engine/loop.py`,
 which tests call directly.
 """
 
@@ -21,7 +21,7 @@ from absl import flags, logging
 
 from resnet_app import config
 from resnet_app.common import cli
-from resnet_app.config.fields import field_types
+from resnet_app.common.fields import field_types
 from resnet_app.data.settings import DataConfig
 
 _CONFIG = flags.DEFINE_string("config", None, "A YAML recipe, e.g. configs/cifar10_resnet20.yaml.")
@@ -116,7 +116,12 @@ def config_from_flags() -> config.Config:
             overrides.setdefault(section, {})[field] = FLAGS[name].value
     if _LR_SCHEDULE.value:
         overrides["schedule"] = {"name": "script", "path": os.path.abspath(_LR_SCHEDULE.value)}
-    return config.resolve(config_file, _SET.value, overrides)
+    resolved = config.resolve(config_file, _SET.value, overrides)
+    if resolved.schedule.kind == "script":
+        from resnet_app.engine import schedules  # Pure Python: no TensorFlow.
+
+        schedules.load_script(resolved.schedule.path)  # A bad script is answered now.
+    return resolved
 
 
 def default_model_dir(resolved: config.Config) -> str:
@@ -128,9 +133,9 @@ def default_model_dir(resolved: config.Config) -> str:
 def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
     resolved = config_from_flags()
-    from resnet_app.engine import trainer
+    from resnet_app.engine import loop
 
-    trainer.train_and_evaluate(
+    loop.train_and_evaluate(
         resolved,
         _MODEL_DIR.value or default_model_dir(resolved),
         restart=_RESTART.value,

@@ -114,15 +114,24 @@ def measure_keras_fit(jit: bool, stock_layers: bool) -> dict:
     import keras
     import tensorflow as tf
 
-    from resnet_app.nets import resnet as model_lib
+    from resnet_app.common import compat
+    from resnet_app.nets import blocks
     from resnet_app.nets.resnet import create_model
 
     if stock_layers:  # What a user writing the ResNet with Keras would get.
-        model_lib.BatchNorm = keras.layers.BatchNormalization
+        blocks.BatchNorm = keras.layers.BatchNormalization
 
     size, batch, steps = image_size(), _BATCH.value, _STEPS.value
     keras.utils.set_random_seed(0)
     model = create_model(_MODEL.value, num_classes=10)
+    norms = [
+        type(layer)
+        for layer in compat.nested_layers(model)
+        if isinstance(layer, keras.layers.BatchNormalization)
+    ]
+    wanted = keras.layers.BatchNormalization if stock_layers else blocks.BatchNorm
+    if not norms or set(norms) != {wanted}:  # The variant must measure the layers it names.
+        raise RuntimeError(f"expected only {wanted.__name__} layers, built {set(norms)}")
     model.compile(
         optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -151,7 +160,7 @@ def measure_keras_fit(jit: bool, stock_layers: bool) -> dict:
 
 def measure_trainer(sets: list[str], dataset: str = "synthetic") -> dict:
     from resnet_app import config
-    from resnet_app.engine import trainer
+    from resnet_app.engine import loop
 
     steps = _STEPS.value
     model_dir = tempfile.mkdtemp(prefix="benchmark_")
@@ -171,7 +180,7 @@ def measure_trainer(sets: list[str], dataset: str = "synthetic") -> dict:
         ]
     )
     started = time.time()
-    trainer.train_and_evaluate(resolved, model_dir)
+    loop.train_and_evaluate(resolved, model_dir)
     with open(run_dir.metrics_path(model_dir)) as f:
         records = [json.loads(line) for line in f]
     training = [r for r in records if "accuracy" in r]

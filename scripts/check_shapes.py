@@ -48,7 +48,7 @@ def main(argv: list[str]) -> None:
 
     from resnet_app.data import input_pipeline
     from resnet_app.nets.resnet import create_model
-    from resnet_app.serving import evaluation
+    from resnet_app.serving import exact_eval
 
     pipeline = input_pipeline.create_pipeline(input_pipeline.DataConfig(dataset="shapes"))
     if _EPOCHS.value:
@@ -65,7 +65,7 @@ def main(argv: list[str]) -> None:
         start = time.perf_counter()
         for epoch in range(_EPOCHS.value):
             model.fit(train, epochs=1, steps_per_epoch=steps, shuffle=False, verbose=0)
-            result = evaluation.evaluate(model, pipeline, 500, split="test")
+            result = exact_eval.evaluate(model, pipeline, 500, split="test")
             sys.stdout.write(
                 f"ResNet-20 epoch {epoch + 1}: test accuracy {result.accuracy:.4f} "
                 f"({result.examples} images), {time.perf_counter() - start:.0f} s\n"

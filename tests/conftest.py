@@ -50,14 +50,14 @@ def tiny_run(tmp_path_factory):
       (resolved config, model_dir as a pathlib.Path)
     """
     from resnet_app.common import checkpoint
-    from resnet_app.engine import trainer
+    from resnet_app.engine import loop
     from tests import runs
 
     root = tmp_path_factory.mktemp("tiny_run")
     resolved = runs.small_config(root, train_steps=4, eval_every=2, log_every=2)
     assert resolved.data.eval_examples == EVAL_EXAMPLES
     model_dir = root / "run"
-    trainer.train_and_evaluate(resolved, str(model_dir))
+    loop.train_and_evaluate(resolved, str(model_dir))
     assert [step for step, _ in checkpoint.list_checkpoints(str(model_dir))] == [2, 4]
     return resolved, model_dir
 

@@ -17,7 +17,7 @@ from resnet_app import config
 from resnet_app.common import checkpoint, distribute
 from resnet_app.common.distribute import mirrored_strategy
 from resnet_app.common.errors import ConfigError
-from resnet_app.engine import averaging, optim, setup, trainer
+from resnet_app.engine import averaging, loop, optim, setup
 from resnet_app.engine.actions import Action
 from resnet_app.engine.step import TrainStep
 from tests import runs
@@ -219,7 +219,7 @@ class SpreadAtSaves(Action):
     def __init__(self, run, saves, stop_at=None):
         self.run, self.saves, self.stop_at = run, saves, stop_at
 
-    def __call__(self, boundary):
+    def after(self, boundary):
         if boundary.saved:
             run = self.run
             spread = max(
@@ -234,7 +234,7 @@ class SpreadAtSaves(Action):
 
 def train_recording_saves(config, model_dir, saves, stop_at=None):
     run = setup.build_run(config, str(model_dir))
-    return trainer.train(run, actions=[SpreadAtSaves(run, saves, stop_at)])
+    return loop.train(run, actions=[SpreadAtSaves(run, saves, stop_at)])
 
 
 def test_checkpoints_hold_averages_and_a_stopped_run_resumes_exactly(tmp_path):
@@ -278,14 +278,14 @@ def test_checkpoints_hold_averages_and_a_stopped_run_resumes_exactly(tmp_path):
 
 def test_resuming_with_other_sync_settings_or_replicas_is_refused(tmp_path):
     model_dir = str(tmp_path / "run")
-    trainer.train_and_evaluate(small_config(tmp_path, train_steps=1), model_dir)
+    loop.train_and_evaluate(small_config(tmp_path, train_steps=1), model_dir)
     for sets, train, message in [
         (["sync.mode=allreduce"], {}, r"sync.mode 'model_average' -> 'allreduce'"),
         (["sync.interval=4"], {}, r"sync.interval 3 -> 4"),
         ([], {"num_towers": 1}, r"replicas 2 -> 1 \(with model averaging each replica trains"),
     ]:
         with pytest.raises(ConfigError, match=message):
-            trainer.train_and_evaluate(
+            loop.train_and_evaluate(
                 small_config(tmp_path, *sets, train_steps=2, **train), model_dir
             )
 

@@ -39,3 +39,25 @@ def test_json_report_of_one_trainer_variant(tmp_path):
 def test_unknown_variant_is_one_line():
     line = error_line(run_command("scripts/benchmark.py", "--variants=fp32,turbo"))
     assert "unknown turbo" in line
+
+
+def test_keras_variants_measure_the_layers_they_name(tmp_path):
+    """keras_fit builds Keras's stock BatchNormalization, keras_fit_our_layers ours.
+
+    Each worker refuses to measure a model built with other layers (the stock
+    layers are swapped in where `nets/blocks.py` makes its BatchNorms).
+    """
+    result = run_command(
+        "scripts/benchmark.py",
+        "--model=tiny",
+        "--batch_size=8",
+        "--steps=2",
+        "--windows=1",
+        "--variants=keras_fit,keras_fit_our_layers",
+        f"--data_dir={tmp_path}",
+        "--json",
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert set(report["variants"]) == {"keras_fit", "keras_fit_our_layers"}

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from resnet_app.common import checkpoint, run_dir
 from resnet_app.common.errors import ConfigError
-from resnet_app.engine import trainer
+from resnet_app.engine import loop
 from resnet_app.engine.actions import Action
 from tests import runs
 from tests.commands import REPO, error_line, run_command
@@ -47,7 +47,7 @@ import tensorflow as tf
 from resnet_app.common import cli
 from resnet_app.engine import step
 from resnet_app import train
-from resnet_app.engine import trainer
+from resnet_app.engine import loop
 from resnet_app.engine.actions import Action
 
 kill_at, ids_path = int(sys.argv[1]), sys.argv[2]
@@ -59,7 +59,7 @@ class KillAt(Action):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-trainer.train_and_evaluate = functools.partial(trainer.train_and_evaluate, actions=[KillAt()])
+loop.train_and_evaluate = functools.partial(loop.train_and_evaluate, actions=[KillAt()])
 if ids_path != "-":
     replica_step = step.TrainStep.replica_step
 
@@ -296,9 +296,7 @@ def test_nan_rollback_lowers_the_learning_rate_and_goes_on(tmp_path):
     sets = ["schedule.boundaries=[5]", "schedule.values=[0.1, 1e38]", "train.log_every=1"]
     sets += ["train.on_nan=rollback", "train.nan_lr_factor=1e-39", "train.checkpoint_every=4"]
     model_dir = tmp_path / "run"
-    result = trainer.train_and_evaluate(
-        small_config(tmp_path, *sets, train_steps=8), str(model_dir)
-    )
+    result = loop.train_and_evaluate(small_config(tmp_path, *sets, train_steps=8), str(model_dir))
     assert all(np.all(np.isfinite(w)) for w in result.model.get_weights())
     records = read_records(model_dir)
     rollbacks = [r for r in records if r.get("event") == "rollback"]
@@ -312,19 +310,19 @@ def test_nan_rollback_lowers_the_learning_rate_and_goes_on(tmp_path):
 
 def test_resume_guard_refuses_a_changed_batch_and_records_harmless_changes(tmp_path):
     model_dir = str(tmp_path / "run")
-    trainer.train_and_evaluate(small_config(tmp_path, train_steps=2), model_dir)
+    loop.train_and_evaluate(small_config(tmp_path, train_steps=2), model_dir)
     with pytest.raises(ConfigError, match=r"settings differ .*train.batch_size 16 -> 32"):
-        trainer.train_and_evaluate(
+        loop.train_and_evaluate(
             small_config(tmp_path, "train.batch_size=32", train_steps=4), model_dir
         )
     # Allowed: the data stream goes on from the examples already consumed.
-    trainer.train_and_evaluate(
+    loop.train_and_evaluate(
         small_config(tmp_path, "train.batch_size=32", train_steps=3),
         model_dir,
         allow_config_change=True,
     )
     # A longer run and another log interval change nothing already computed.
-    trainer.train_and_evaluate(
+    loop.train_and_evaluate(
         small_config(tmp_path, "train.batch_size=32", "train.log_every=2", train_steps=5), model_dir
     )
     changes = [r["changes"] for r in read_records(model_dir) if r.get("event") == "config_change"]
@@ -336,41 +334,41 @@ def test_resume_guard_refuses_a_changed_batch_and_records_harmless_changes(tmp_p
 
 def test_resume_guard_refuses_a_run_length_that_moves_a_cosine_schedule(tmp_path):
     model_dir = str(tmp_path / "run")
-    trainer.train_and_evaluate(
+    loop.train_and_evaluate(
         small_config(tmp_path, "schedule.name=cosine", train_steps=2), model_dir
     )
     with pytest.raises(
         ConfigError, match=r"learning rate at step \d+ .* depends on the run's length"
     ):
-        trainer.train_and_evaluate(
+        loop.train_and_evaluate(
             small_config(tmp_path, "schedule.name=cosine", train_steps=8), model_dir
         )
 
 
 def test_a_change_of_towers_with_per_tower_batch_norm_is_refused(tmp_path):
     model_dir = str(tmp_path / "run")
-    trainer.train_and_evaluate(small_config(tmp_path, train_steps=1, num_towers=2), model_dir)
+    loop.train_and_evaluate(small_config(tmp_path, train_steps=1, num_towers=2), model_dir)
     with pytest.raises(
         ConfigError, match=r"replicas 2 -> 1 \(each BatchNorm normalizes over 8 -> 16"
     ):
-        trainer.train_and_evaluate(small_config(tmp_path, train_steps=2, num_towers=1), model_dir)
-    trainer.train_and_evaluate(
+        loop.train_and_evaluate(small_config(tmp_path, train_steps=2, num_towers=1), model_dir)
+    loop.train_and_evaluate(
         small_config(tmp_path, train_steps=2, num_towers=1), model_dir, allow_config_change=True
     )
     # The run is now a one-tower run: going on with one tower needs no permission.
-    trainer.train_and_evaluate(small_config(tmp_path, train_steps=3, num_towers=1), model_dir)
+    loop.train_and_evaluate(small_config(tmp_path, train_steps=3, num_towers=1), model_dir)
 
 
 def test_restart_moves_the_old_run_aside_and_keep_checkpoints(tmp_path):
     model_dir = tmp_path / "run"
-    trainer.train_and_evaluate(
+    loop.train_and_evaluate(
         small_config(
             tmp_path, "train.checkpoint_every=1", "train.keep_checkpoints=2", train_steps=4
         ),
         str(model_dir),
     )
     assert [s for s, _ in checkpoint.list_checkpoints(str(model_dir))] == [3, 4]
-    trainer.train_and_evaluate(
+    loop.train_and_evaluate(
         small_config(tmp_path, "train.batch_size=32", train_steps=1), str(model_dir), restart=True
     )
     (aside,) = model_dir.glob("previous-*")
@@ -415,7 +413,7 @@ class SignalAfterEvaluation(Action):
 
 def test_a_stop_during_evaluation_saves_once_and_evaluates_once(tmp_path):
     model_dir = tmp_path / "run"
-    result = trainer.train_and_evaluate(
+    result = loop.train_and_evaluate(
         small_config(tmp_path, "train.eval_every=4", "train.log_every=1", train_steps=12),
         str(model_dir),
         actions=[SignalAfterEvaluation()],
@@ -451,7 +449,7 @@ def test_restart_refuses_a_directory_that_is_not_a_run(tmp_path):
 
 def test_keep_one_checkpoint_per_n_hours(tmp_path):
     # Every save comes more than 1e-7 hours after the previous one: all are kept.
-    trainer.train_and_evaluate(
+    loop.train_and_evaluate(
         small_config(
             tmp_path,
             "train.checkpoint_every=1",

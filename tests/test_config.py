@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from resnet_app import config
+from resnet_app.common import fields
 from resnet_app.common.errors import ConfigError
-from resnet_app.config import fields, oneof, optimizer_kinds, schedule_kinds
+from resnet_app.config import oneof, optimizer_kinds, schedule_kinds
 from resnet_app.data.settings import DataConfig
 from resnet_app.engine import schedules
 
@@ -142,6 +143,7 @@ def test_written_config_reads_back_the_same(tmp_path):
         (["data.area_range=[a, b]"], r"data.area_range=\['a', 'b'\]: expected a list of numbers"),
         (["model.units=[1.5, 2]"], "expected a list of integers"),
         (["model.name=resnet21"], "unknown model 'resnet21'; valid models:.*resnet20"),
+        (["model.name=null"], "model.name=None; valid models:.*resnet20"),
         (["model.widht=3"], "unknown model key.*widht"),
         (["model.bn_momentum=2"], "bn_momentum"),
         (["data.datset=x"], "unknown data key.*datset"),

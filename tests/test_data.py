@@ -578,7 +578,7 @@ def test_data_image_size_and_preprocessing_always_win(tmp_path):
         ({}, None, 224, None, (224, "the m preset's input size (images vary)")),
         ({}, None, None, None, (224, "the default (images vary)")),
         (dict(dataset="synthetic"), None, 32, None, (32, "the m preset's input size (synthetic")),
-        ({}, 32, 224, 224, (224, "as this run was trained (its data_info.json), not 32 px")),
+        ({}, 32, 224, 224, (224, "as this run was trained (its run directory says), not 32 px")),
     ],
 )
 def test_choose_image_size(data, dataset_size, model_size, recorded, expected):
@@ -600,7 +600,9 @@ def test_a_run_keeps_the_size_its_data_info_records(tmp_path, caplog):
     (model_dir / "data_info.json").write_text(json.dumps(info))
     pipeline = run_pipeline.create_run_pipeline(resolved, model_dir=str(model_dir))
     assert (pipeline.preprocessing.image_size, pipeline.preprocessing.family) == (224, "imagenet")
-    assert "224 px, as this run was trained (its data_info.json), not 32 px" in pipeline.describe()
+    assert (
+        "224 px, as this run was trained (its run directory says), not 32 px" in pipeline.describe()
+    )
     assert run_pipeline.create_run_pipeline(resolved).preprocessing.image_size == 32
 
     (model_dir / "data_info.json").write_text(json.dumps({**info, "dataset": "cifar10"}))
@@ -611,6 +613,19 @@ def test_a_run_keeps_the_size_its_data_info_records(tmp_path, caplog):
         pipeline = run_pipeline.create_run_pipeline(resolved, model_dir=str(model_dir))
     assert pipeline.preprocessing.image_size == 32
     assert "data_info.json is damaged" in caplog.text
+
+    # No data_info.json: with checkpoints, a run from before the file, when
+    # the model preset's size won (224 px); without, a new run (32 px).
+    (model_dir / "data_info.json").unlink()
+    assert (
+        run_pipeline.create_run_pipeline(
+            resolved, model_dir=str(model_dir)
+        ).preprocessing.image_size
+        == 32
+    )
+    (model_dir / "ckpt-3.index").write_bytes(b"")
+    pipeline = run_pipeline.create_run_pipeline(resolved, model_dir=str(model_dir))
+    assert pipeline.preprocessing.image_size == 224
 
 
 def test_the_start_up_log_line_says_the_size_and_recipe_and_why(tmp_path):

@@ -7,7 +7,7 @@ import tensorflow as tf
 from resnet_app.common.distribute import mirrored_strategy
 from resnet_app.data import input_pipeline
 from resnet_app.nets.resnet import create_model
-from resnet_app.serving import evaluation
+from resnet_app.serving import exact_eval
 
 TOWERS = ["/cpu:0", "/cpu:1", "/cpu:2"]
 
@@ -72,7 +72,7 @@ def test_every_example_counted_once_and_accuracy_matches_numpy(pipeline, weights
     with strategy.scope():
         model = tiny_model()
     model.set_weights(weights)
-    result = evaluation.evaluate(model, pipeline, 64, strategy=strategy, collect=True)
+    result = exact_eval.evaluate(model, pipeline, 64, strategy=strategy, collect=True)
 
     predictions, labels, loss = reference(pipeline, weights)
     assert len(set(predictions.tolist())) > 3  # A discriminating check.
@@ -87,7 +87,7 @@ def test_every_example_counted_once_and_accuracy_matches_numpy(pipeline, weights
 
     # Same model and strategy, now with the confusion matrix: a step compiled
     # without it must not be reused.
-    counted = evaluation.evaluate(model, pipeline, 64, strategy=strategy, confusion=True)
+    counted = exact_eval.evaluate(model, pipeline, 64, strategy=strategy, confusion=True)
     expected = np.zeros((10, 10), np.int64)
     np.add.at(expected, (labels, predictions), 1)
     assert counted.confusion.dtype == np.int64
@@ -110,7 +110,7 @@ def test_fewer_examples_than_towers(tmp_path, weights):
     with strategy.scope():
         model = tiny_model()
     model.set_weights(weights)
-    result = evaluation.evaluate(
+    result = exact_eval.evaluate(
         model, pipeline, 64, strategy=strategy, collect=True, confusion=True
     )
     predictions, labels, _ = reference(pipeline, weights)
@@ -124,15 +124,15 @@ def test_fewer_examples_than_towers(tmp_path, weights):
 
 def test_per_class_accuracy_of_a_class_without_examples_is_nan():
     confusion = np.array([[3, 1, 0], [0, 0, 0], [2, 0, 2]])
-    accuracy = evaluation.per_class_accuracy(confusion)
+    accuracy = exact_eval.per_class_accuracy(confusion)
     np.testing.assert_array_equal(accuracy, [0.75, np.nan, 0.5])
     with pytest.raises(ValueError, match="confusion=True"):
-        evaluation.EvalResult(1, 1.0, 1.0, 0.0).per_class_accuracy()
+        exact_eval.EvalResult(1, 1.0, 1.0, 0.0).per_class_accuracy()
 
 
 def test_the_eval_record_names_its_numbers_and_precision():
-    result = evaluation.EvalResult(examples=37, accuracy=0.25, top5_accuracy=0.75, loss=1.5)
-    assert evaluation.eval_record(4, "test", result, "bf16") == {
+    result = exact_eval.EvalResult(examples=37, accuracy=0.25, top5_accuracy=0.75, loss=1.5)
+    assert exact_eval.eval_record(4, "test", result, "bf16") == {
         "step": 4,
         "split": "test",
         "top1": 0.25,
@@ -144,9 +144,9 @@ def test_the_eval_record_names_its_numbers_and_precision():
 
 
 def test_per_replica_batch_rounds_up():
-    assert evaluation.per_replica_batch_size(64, 3) == 22
-    assert evaluation.per_replica_batch_size(64, 1) == 64
-    assert evaluation.per_replica_batch_size(2, 3) == 1
+    assert exact_eval.per_replica_batch_size(64, 3) == 22
+    assert exact_eval.per_replica_batch_size(64, 1) == 64
+    assert exact_eval.per_replica_batch_size(2, 3) == 1
 
 
 def test_a_file_that_fails_to_decode_is_skipped_and_reported(tmp_path, weights, caplog):
@@ -167,6 +167,6 @@ def test_a_file_that_fails_to_decode_is_skipped_and_reported(tmp_path, weights, 
     assert all(-1 not in batch["id"].numpy() for batch in batches)
     model = tiny_model()
     model.set_weights(weights)
-    result = evaluation.evaluate(model, pipeline, 4)
+    result = exact_eval.evaluate(model, pipeline, 4)
     assert result.examples == 3
     assert any("Evaluated 3 of the 4 examples" in r.getMessage() for r in caplog.records)

@@ -19,10 +19,10 @@ import tensorflow as tf
 from resnet_app.common import run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import input_pipeline, run_pipeline
-from resnet_app.engine import trainer
+from resnet_app.engine import loop
 from resnet_app.nets import factory
 from resnet_app.nets.resnet import create_model
-from resnet_app.serving import exports
+from resnet_app.serving import savedmodel
 from tests import runs
 from tests.commands import error_line, run_command
 from tests.image_files import few_colour_image
@@ -216,7 +216,7 @@ def test_imagenet_preprocessing_of_files_of_any_size(tmp_path):
     model = create_model("tiny", num_classes=3)
     model.build((None, 32, 32, 3))
     expected = evaluation_logits(model, pipeline.eval_dataset(3))
-    served = exports.ServingModel(model, pipeline.preprocessing, pipeline.class_names, top_k=2)
+    served = savedmodel.ServingModel(model, pipeline.preprocessing, pipeline.class_names, top_k=2)
     files = sorted((tmp_path / "test").rglob("*.png"))
     encoded = tf.constant([path.read_bytes() for path in files])
     from_bytes = served.serve_bytes(encoded)["logits"].numpy()
@@ -231,9 +231,9 @@ def test_only_an_old_export_is_ever_replaced(tiny_run, exported, tmp_path, monke
     _, model_dir = tiny_run
     target = tmp_path / "model"
     shutil.copytree(exported, target)  # An export of ckpt-4.
-    served, source = exports.load(str(model_dir), "ckpt-2", top_k=3)
+    served, source = savedmodel.load(str(model_dir), "ckpt-2", top_k=3)
     with pytest.raises(ConfigError, match="holds an export; add --overwrite"):
-        exports.save(served, source, str(target))
+        savedmodel.save(served, source, str(target))
 
     def broken_save(obj, directory, signatures=None):
         (tmp_path / "was_staged_at").write_text(directory)
@@ -243,7 +243,7 @@ def test_only_an_old_export_is_ever_replaced(tiny_run, exported, tmp_path, monke
 
     monkeypatch.setattr(tf.saved_model, "save", broken_save)
     with pytest.raises(OSError, match="disk full"):
-        exports.save(served, source, str(target), overwrite=True)
+        savedmodel.save(served, source, str(target), overwrite=True)
     monkeypatch.undo()
     assert sorted(os.listdir(tmp_path)) == ["model", "was_staged_at"]  # No partial directory.
 
@@ -251,7 +251,7 @@ def test_only_an_old_export_is_ever_replaced(tiny_run, exported, tmp_path, monke
         return json.loads((directory / "assets.extra" / "export_info.json").read_text())
 
     assert checkpoint_of(target)["checkpoint"] == "ckpt-4"  # The old export, intact.
-    exports.save(served, source, str(target), overwrite=True)
+    savedmodel.save(served, source, str(target), overwrite=True)
     info = checkpoint_of(target)
     assert info["checkpoint"] == "ckpt-2" and info["step"] == 2 and info["top_k"] == 3
     assert sorted(os.listdir(tmp_path)) == ["model", "was_staged_at"]
@@ -270,14 +270,14 @@ def test_only_an_old_export_is_ever_replaced(tiny_run, exported, tmp_path, monke
         (run / "ckpt-4", "named like a checkpoint of the run"),
     ]:
         with pytest.raises(ConfigError, match=message):
-            exports.save(served, {**source, "model_dir": str(run)}, str(directory), True)
+            savedmodel.save(served, {**source, "model_dir": str(run)}, str(directory), True)
     assert (other / "notes.txt").read_text() == "mine"
     assert sorted(os.listdir(run)) == sorted(os.listdir(model_dir))
 
     # A link to an export: the export it points to is replaced, the link stays.
     link = tmp_path / "current"
     link.symlink_to(target)
-    exports.save(served, {**source, "checkpoint": "ckpt-x"}, str(link), overwrite=True)
+    savedmodel.save(served, {**source, "checkpoint": "ckpt-x"}, str(link), overwrite=True)
     assert link.is_symlink() and checkpoint_of(link)["checkpoint"] == "ckpt-x"
     assert not [p for p in os.listdir(tmp_path) if ".replaced-" in p or ".partial-" in p]
 
@@ -308,25 +308,25 @@ def test_a_run_without_data_info_reads_its_dataset_instead(tiny_run, tmp_path):
     shutil.copytree(model_dir, copy)
     recorded = run_pipeline.read_data_info(str(copy))
     (copy / run_dir.DATA_INFO_FILE).unlink()
-    served, _ = exports.load(str(copy))
+    served, _ = savedmodel.load(str(copy))
     assert served.class_names == recorded[0]
     measured = dataclasses.replace(served._preprocessing, dtype=recorded[1].dtype)
     assert measured == recorded[1]
 
     (copy / run_dir.DATA_INFO_FILE).write_text('{"class_names": ["a"]')
     with pytest.raises(ConfigError, match=r"data_info.json is damaged .*; delete it"):
-        exports.load(str(copy))
+        savedmodel.load(str(copy))
 
 
 def test_a_bf16_run_serves_what_evaluate_measures(tmp_path):
     """A bf16 run serves in float32 (a portable model) on images rounded to bfloat16."""
     bf16 = runs.small_config(tmp_path, "train.precision=bf16", train_steps=2)
     model_dir = tmp_path / "run"
-    trainer.train_and_evaluate(bf16, str(model_dir))
+    loop.train_and_evaluate(bf16, str(model_dir))
     pipeline, model = restored((bf16, model_dir), "ckpt-2")  # A float32 model.
     assert pipeline.preprocessing.dtype == "bfloat16"
     assert model.compute_dtype == "float32"
     expected = evaluation_logits(model, pipeline.eval_dataset(16))
-    served, _ = exports.load(str(model_dir))
+    served, _ = savedmodel.load(str(model_dir))
     logits = served.serve_images(pipeline.eval_split().images)["logits"].numpy()
     np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-6)

@@ -1,8 +1,9 @@
 """The training loop observed through its actions: boundaries, saves, stops, checks.
 
-An extra action given to `trainer.train_and_evaluate` sees every boundary
-after the trainer's own actions; these tests compare what it saw with what
-was worked out by hand.
+An extra action given to `loop.train_and_evaluate` sees every boundary
+(after the evaluator, before the checkpointer; its `after` hook once every
+action has run); these tests compare what it saw with what was worked out by
+hand.
 """
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 from resnet_app.common import checkpoint, distribute
 from resnet_app.common.errors import ConfigError
-from resnet_app.engine import trainer
+from resnet_app.engine import loop
 from resnet_app.engine.actions import Action
 from resnet_app.nets import factory
 from tests import runs
@@ -41,7 +42,7 @@ def test_boundaries_records_evaluations_and_saves_fall_where_worked_out_by_hand(
     sets += ["train.keep_checkpoints=10"]
     recorder = Recorder()
     model_dir = tmp_path / "run"
-    result = trainer.train_and_evaluate(
+    result = loop.train_and_evaluate(
         runs.small_config(tmp_path, *sets, train_steps=10), str(model_dir), actions=[recorder]
     )
     # A call ends at 3 (3 steps), 4 (evaluation), 5 (checkpoint), 6 (record),
@@ -60,12 +61,52 @@ def test_boundaries_records_evaluations_and_saves_fall_where_worked_out_by_hand(
     assert sum(len(b.rates) for b in recorder.boundaries) == 10
 
 
+class SaveBest(Action):
+    """A keep-best checkpoint in one action: asks for a save when top-1 improves."""
+
+    def __init__(self):
+        self.best = -1.0
+        self.asked, self.saved = [], []
+
+    def __call__(self, boundary):
+        if boundary.evaluation and boundary.evaluation["top1"] > self.best:
+            self.best = boundary.evaluation["top1"]
+            boundary.request_save()
+            self.asked.append(boundary.step)
+
+    def after(self, boundary):
+        if boundary.saved:
+            self.saved.append(boundary.step)
+
+
+def test_an_extra_action_asks_for_a_save_the_checkpointer_makes(tmp_path):
+    """Evaluations every 2 steps, checkpoints only at 6: every improvement is saved too."""
+    sets = ["train.log_every=2", "train.eval_every=2", "train.checkpoint_every=6"]
+    sets += ["train.keep_checkpoints=10"]
+    model_dir = tmp_path / "run"
+    best = SaveBest()
+    # Evaluations ask for saves themselves: take the evaluator's request away
+    # with an action between, so that only the extra action's remains.
+    config = runs.small_config(tmp_path, *sets, train_steps=6)
+    loop.train_and_evaluate(config, str(model_dir), actions=[ForgetSaveRequests(), best])
+    assert best.asked and best.asked[0] == 2
+    saved = [s for s, _ in checkpoint.list_checkpoints(str(model_dir))]
+    assert saved == best.saved == sorted({*best.asked, 6})
+
+
+class ForgetSaveRequests(Action):
+    """Drops the save requests made before it (the evaluator's)."""
+
+    def __call__(self, boundary):
+        boundary.save_requested = False
+
+
 def test_an_action_stops_the_run_which_saves_and_then_resumes(tmp_path):
     sets = ["train.log_every=2", "train.eval_every=100"]
     model_dir = tmp_path / "run"
     recorder = Recorder(stop_at=3)
     config = runs.small_config(tmp_path, *sets, train_steps=8, steps_per_loop=1)
-    result = trainer.train_and_evaluate(config, str(model_dir), actions=[recorder])
+    result = loop.train_and_evaluate(config, str(model_dir), actions=[recorder])
     assert result.stopped == "early stop" and result.summary == {"step": 3, "stopped": "early stop"}
     # The stop is a boundary of its own: step 3's record and a save.
     assert recorder.steps() == [1, 2, 3, 3]
@@ -77,7 +118,7 @@ def test_an_action_stops_the_run_which_saves_and_then_resumes(tmp_path):
     assert [r for r in records if r.get("event") == "stopped"] == [
         {"step": 3, "event": "stopped", "signal": "early stop"}
     ]
-    resumed = trainer.train_and_evaluate(config, str(model_dir))
+    resumed = loop.train_and_evaluate(config, str(model_dir))
     assert resumed.stopped is None and resumed.summary["step"] == 8
 
 
@@ -101,7 +142,7 @@ def test_one_statistics_sync_and_one_finite_check_per_evaluated_step(tmp_path, m
     config = runs.small_config(
         tmp_path, "train.eval_every=2", "train.log_every=2", train_steps=4, num_towers=2
     )
-    trainer.train_and_evaluate(config, str(tmp_path / "run"), actions=[recorder])
+    loop.train_and_evaluate(config, str(tmp_path / "run"), actions=[recorder])
     evaluated = recorder.steps(lambda b: b.evaluation is not None)
     assert evaluated == recorder.steps(lambda b: b.saved) == [2, 4]
     assert len(syncs) == len(checks) == len(evaluated)
@@ -122,5 +163,5 @@ def test_non_finite_starting_weights_with_rollback_are_a_one_line_error(tmp_path
     model_dir = tmp_path / "run"
     config = runs.small_config(tmp_path, "train.on_nan=rollback", train_steps=2)
     with pytest.raises(ConfigError, match=r"diverged at step 0 after 0 rollback\(s\)"):
-        trainer.train_and_evaluate(config, str(model_dir))
+        loop.train_and_evaluate(config, str(model_dir))
     assert checkpoint.list_checkpoints(str(model_dir)) == []

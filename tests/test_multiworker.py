@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from resnet_app import config
-from resnet_app.engine import trainer
+from resnet_app.engine import loop
 from tests.commands import error_line
 
 pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
@@ -25,7 +25,7 @@ import sys
 import numpy as np
 
 from resnet_app import config
-from resnet_app.engine import trainer
+from resnet_app.engine import loop
 
 model_dir, data_dir, out, steps, *extra_sets = sys.argv[1:]
 resolved = config.resolve(
@@ -41,7 +41,7 @@ resolved = config.resolve(
         *extra_sets,
     ]
 )
-result = trainer.train_and_evaluate(resolved, model_dir)
+result = loop.train_and_evaluate(resolved, model_dir)
 # Read across replicas (a mean with model averaging), and this worker's own copy.
 local = {
     f"local_{index}": v.value.distribute_strategy.experimental_local_results(v.value)[0]
@@ -135,7 +135,7 @@ def test_two_workers_end_with_identical_weights_and_resume(tmp_path):
     )
     os.makedirs(tmp_path / "one")
     (tmp_path / "one" / "lr_override").write_text("x0.5")
-    reference = trainer.train_and_evaluate(resolved, str(tmp_path / "one")).model.get_weights()
+    reference = loop.train_and_evaluate(resolved, str(tmp_path / "one")).model.get_weights()
     for index, expected in enumerate(reference):
         np.testing.assert_allclose(chief[f"arr_{index}"], expected, rtol=1e-3, atol=2e-5)
     assert sorted(p.name for p in (tmp_path / "run").glob("ckpt-4.index")) == ["ckpt-4.index"]
@@ -150,7 +150,7 @@ def test_two_workers_end_with_identical_weights_and_resume(tmp_path):
     resolved = dataclasses.replace(
         resolved, train=dataclasses.replace(resolved.train, train_steps=6)
     )
-    reference = trainer.train_and_evaluate(resolved, str(tmp_path / "one")).model.get_weights()
+    reference = loop.train_and_evaluate(resolved, str(tmp_path / "one")).model.get_weights()
     for index, expected in enumerate(reference):
         np.testing.assert_allclose(chief[f"arr_{index}"], expected, rtol=1e-3, atol=2e-5)
     # The other worker's scratch checkpoints are gone.

@@ -48,7 +48,7 @@ def records(model_dir):
         return [json.loads(line) for line in f]
 
 
-def test_an_old_run_resumes_from_its_last_checkpoint(old_run):
+def test_an_old_run_resumes_from_its_last_checkpoint(old_run, tmp_path):
     model_dir, env = old_run
     before = saved_values(model_dir / "ckpt-6")
     result = run_command("resnet_app.train", f"--model_dir={model_dir}", "--train_steps=8", env=env)
@@ -72,6 +72,24 @@ def test_an_old_run_resumes_from_its_last_checkpoint(old_run):
     assert [r["step"] for r in new] == [0, 6]  # The old attempt, then the resume.
     last = [r for r in records(model_dir) if "top1" in r][-1]
     assert last["step"] == 8 and last["num_examples"] == 37
+
+    # The uninterrupted 8 steps, by today's code from scratch: the old
+    # checkpoint's weights, momentum slots and data position went on as they
+    # would have (a mixed-up slot or a skipped batch would move the weights).
+    fresh = tmp_path / "fresh"
+    result = run_command(
+        "resnet_app.train",
+        f"--config={FIXTURE / 'config.yaml'}",
+        f"--model_dir={fresh}",
+        "--train_steps=8",
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    uninterrupted = saved_values(fresh / "ckpt-8")
+    for key in [k for k in after if k.startswith("model/")]:
+        np.testing.assert_allclose(
+            after[key], uninterrupted[key], rtol=1e-4, atol=1e-6, err_msg=key
+        )
 
 
 def test_the_new_code_retrains_the_old_checkpoint(old_run, tmp_path):

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.engine import setup, trainer
+from resnet_app.engine import loop, setup
 from tests import runs
 from tests.commands import run_command
 from tests.runs import read_records
@@ -27,7 +27,7 @@ def small_config(tmp_path, *sets, **train):
 def test_mixed_precision_trains_with_float32_weights_and_logits(tmp_path, precision, compute):
     resolved = small_config(tmp_path, f"train.precision={precision}", train_steps=4)
     assert resolved.data.dtype == compute  # The images follow the precision.
-    result = trainer.train_and_evaluate(resolved, str(tmp_path / "run"))
+    result = loop.train_and_evaluate(resolved, str(tmp_path / "run"))
     model = result.model
     assert model.stem_conv.compute_dtype == compute
     assert model.logits.compute_dtype == "float32"
@@ -47,7 +47,7 @@ def test_evaluate_measures_a_bf16_checkpoint_as_the_trainer_did(tmp_path):
     """One checkpoint, one number: `python -m resnet_app.evaluate` builds the model at
     the run's precision, as the trainer evaluated it, and says so."""
     model_dir = tmp_path / "run"
-    trainer.train_and_evaluate(
+    loop.train_and_evaluate(
         small_config(tmp_path, "train.precision=bf16", train_steps=2), str(model_dir)
     )
     result = run_command("resnet_app.evaluate", f"--model_dir={model_dir}")
@@ -67,7 +67,7 @@ def test_xla_with_synchronized_batch_norm_on_towers_is_refused(tmp_path):
 
 
 def test_xla_run_trains(tmp_path):
-    result = trainer.train_and_evaluate(
+    result = loop.train_and_evaluate(
         small_config(tmp_path, "train.jit=true", train_steps=3), str(tmp_path / "run")
     )
     assert np.isfinite(result.summary["train_loss"])
@@ -100,7 +100,7 @@ def test_a_slow_input_pipeline_is_reported_once(tmp_path):
         small_config(tmp_path, "train.log_every=3", train_steps=12), str(model_dir)
     )
     slow_down(run.pipeline)
-    trainer.train(run)
+    loop.train(run)
     records = read_records(model_dir)
     waits = [r["input_wait"] for r in records if "accuracy" in r]
     assert len(waits) == 4 and min(waits[1:]) > 0.5, waits

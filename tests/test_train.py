@@ -10,7 +10,7 @@ import yaml
 
 from resnet_app import config
 from resnet_app.common.errors import ConfigError
-from resnet_app.engine import plan, trainer
+from resnet_app.engine import loop, plan
 from tests.commands import error_line, run_command
 from tests.runs import read_records, small_config
 
@@ -99,7 +99,7 @@ def test_logged_learning_rate_follows_the_schedule_and_the_override(tmp_path):
     os.makedirs(model_dir)
     resolved = small_config(tmp_path, *sets, train_steps=6)
     (model_dir / "lr_override").write_text("x0.5\n")  # Read after step 1.
-    trainer.train_and_evaluate(resolved, str(model_dir))
+    loop.train_and_evaluate(resolved, str(model_dir))
     records = read_records(model_dir)
     rates = [r["learning_rate"] for r in records if "accuracy" in r]
     # Step 1 used 0.1; from step 2 on, half the schedule.
@@ -112,13 +112,13 @@ def test_logged_learning_rate_follows_the_schedule_and_the_override(tmp_path):
     # A fixed value replaces the schedule; the resumed run keeps the state.
     (model_dir / "lr_override").write_text("0.003")
     resolved = small_config(tmp_path, *sets, train_steps=8)
-    trainer.train_and_evaluate(resolved, str(model_dir))
+    loop.train_and_evaluate(resolved, str(model_dir))
     rates = [r["learning_rate"] for r in read_records(model_dir) if "accuracy" in r][6:]
     np.testing.assert_allclose(rates, [0.01, 0.003], rtol=1e-6)
     # Resumed, the fixed rate holds; a multiplier then scales it.
     (model_dir / "lr_override").write_text("x0.5")
     resolved = small_config(tmp_path, *sets, train_steps=10)
-    trainer.train_and_evaluate(resolved, str(model_dir))
+    loop.train_and_evaluate(resolved, str(model_dir))
     rates = [r["learning_rate"] for r in read_records(model_dir) if "accuracy" in r][8:]
     np.testing.assert_allclose(rates, [0.003, 0.0015], rtol=1e-6)
 
@@ -174,7 +174,7 @@ def test_two_towers_train_like_one(tmp_path):
         resolved = config.from_dict(
             {**resolved.to_dict(), "train": {**resolved.to_dict()["train"], "num_towers": towers}}
         )
-        result = trainer.train_and_evaluate(resolved, str(tmp_path / f"run{towers}"))
+        result = loop.train_and_evaluate(resolved, str(tmp_path / f"run{towers}"))
         weights.append(result.model.get_weights())
     # Three steps through the whole trainer; one step is compared to 1e-5 in
     # test_step.py. Per-tower BatchNorm would differ by about 1e-2.
@@ -195,14 +195,12 @@ def test_resumed_run_equals_an_uninterrupted_one(tmp_path):
     # A schedule in steps, so that the 3-step run feeds the same rates.
     sets = ["train.log_every=1", "train.eval_every=100", "schedule.boundaries=[4]"]
     sets += ["schedule.multipliers=[1, 0.3]"]
-    whole = trainer.train_and_evaluate(
+    whole = loop.train_and_evaluate(
         small_config(tmp_path, *sets, train_steps=6), str(tmp_path / "whole")
     ).model.get_weights()
     # Stopped after 3 steps, with the checkpoint of step 3 on disk, then rerun.
-    trainer.train_and_evaluate(
-        small_config(tmp_path, *sets, train_steps=3), str(tmp_path / "resumed")
-    )
-    resumed = trainer.train_and_evaluate(
+    loop.train_and_evaluate(small_config(tmp_path, *sets, train_steps=3), str(tmp_path / "resumed"))
+    resumed = loop.train_and_evaluate(
         small_config(tmp_path, *sets, train_steps=6), str(tmp_path / "resumed")
     ).model.get_weights()
     for expected, actual in zip(whole, resumed):
@@ -212,17 +210,17 @@ def test_resumed_run_equals_an_uninterrupted_one(tmp_path):
 
 
 def test_resuming_another_model_is_a_one_line_error(tmp_path):
-    trainer.train_and_evaluate(
+    loop.train_and_evaluate(
         small_config(tmp_path, "train.eval_every=100", train_steps=1), str(tmp_path / "run")
     )
     wider = small_config(tmp_path, "train.eval_every=100", "model.widths=[8]", train_steps=2)
     # The settings are compared first ...
     with pytest.raises(ConfigError, match=r"settings differ .*: model.widths \[4\] -> \[8\]\."):
-        trainer.train_and_evaluate(wider, str(tmp_path / "run"))
+        loop.train_and_evaluate(wider, str(tmp_path / "run"))
     # ... and a checkpoint that does not fit the model is refused even when allowed.
     with pytest.raises(ConfigError, match="cannot resume from .*ckpt-1.*use a new --model_dir"):
-        trainer.train_and_evaluate(wider, str(tmp_path / "run"), allow_config_change=True)
+        loop.train_and_evaluate(wider, str(tmp_path / "run"), allow_config_change=True)
     # That failed attempt changed nothing: the run goes on with its own settings.
-    trainer.train_and_evaluate(
+    loop.train_and_evaluate(
         small_config(tmp_path, "train.eval_every=100", train_steps=2), str(tmp_path / "run")
     )

@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 from absl import app, flags
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.config.fields import FieldType, field_types
+from resnet_app.common.fields import FieldType, field_types
 
 USAGE_ERROR = 2
 
@@ -111,7 +111,7 @@ def define_config_flags(cls: type, module_name: str | None = None) -> None:
 def define_flag(
     name: str, kind: FieldType, default: Any, help_text: str, module_name: str | None = None
 ) -> None:
-    """Defines flag `--name` of the type a config field has (`config.fields.field_types`).
+    """Defines flag `--name` of the type a config field has (`common/fields.py`).
 
     Args:
       name: the flag's name.

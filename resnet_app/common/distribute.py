@@ -317,18 +317,26 @@ def moving_statistics_sync(
     if not variables or strategy.num_replicas_in_sync == 1:
         return lambda: None
 
-    def replica_fn():
-        context = tf.distribute.get_replica_context()
-        values = [tf.identity(v.value) for v in variables]  # Tensors, not variables.
-        means = context.all_reduce(tf.distribute.ReduceOp.MEAN, values)
-        for variable, mean in zip(variables, means):
-            variable.assign(mean)
-
     @tf.function
     def sync():
-        strategy.run(replica_fn)
+        # A closure, as averaging's is: arguments of `run` would be split per replica.
+        strategy.run(lambda: assign_replica_mean(variables))
 
     return sync
+
+
+def assign_replica_mean(variables: list[tf.Variable]) -> None:
+    """In replica context: sets every replica's copy of each variable to their mean.
+
+    Args:
+      variables: replica-local variables (per-tower BatchNorm statistics, or
+        model averaging's copies), each read as this replica's value.
+    """
+    context = tf.distribute.get_replica_context()
+    values = [tf.identity(v.value) for v in variables]  # Tensors, not variables.
+    means = context.all_reduce(tf.distribute.ReduceOp.MEAN, values)
+    for variable, mean in zip(variables, means):
+        variable.assign(mean)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,7 @@
   for data), "time" (Unix seconds)}, over the steps since the previous record;
 - evaluation records: {"step", "split", "top1", "top5", "loss", "num_examples",
   "precision" (the `train.precision` the model computed in; records written
-  before it was added have none)}, made by `serving/evaluation.py`'s `eval_record`;
+  before it was added have none)}, made by `serving/exact_eval.py`'s `eval_record`;
 - events ({"step", "event", ...}): the run's start and end, a learning-rate
   override, settings changed on resume, a stop by a signal, a NaN rollback,
   an input-bound warning;

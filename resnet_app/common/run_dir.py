@@ -97,6 +97,15 @@ def is_checkpoint_name(name: str) -> bool:
     return bool(_CHECKPOINT_NAME.match(name))
 
 
+def has_checkpoints(model_dir: str) -> bool:
+    """Whether `model_dir` holds a checkpoint (an index file of one; readable or not)."""
+    try:
+        names = os.listdir(model_dir)
+    except OSError:
+        return False
+    return any(_CHECKPOINT_INDEX.match(name) for name in names)
+
+
 def chosen_step(which: str) -> int | None:
     """The step `--checkpoint=ckpt-N` or `--checkpoint=N` names, else None."""
     match = _CHECKPOINT_CHOICE.fullmatch(which)

@@ -16,10 +16,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.config.fields import replace_from
+from resnet_app.common.fields import replace_from
 from resnet_app.config.loading import parse_set, read_yaml
 from resnet_app.config.oneof import OneOfSection, alternatives
 from resnet_app.config.sections import SECTIONS, Config
+from resnet_app.nets.presets import model_names
 
 Tree = dict[str, dict[str, Any]]
 
@@ -143,6 +144,9 @@ def build(tree: Mapping[str, Mapping[str, Any]]) -> Config:
         default, given = _DEFAULTS[section], tree.get(section, {})
         if isinstance(default, OneOfSection):
             sections[section] = _build_one_of(default, given)
+        elif section == "model" and not isinstance(given.get("name", ""), str):
+            names = ", ".join(model_names())
+            raise ConfigError(f"model.name={given['name']!r}; valid models: {names}")
         else:
             sections[section] = replace_from(default, section, given)
     return Config(**sections)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.config.fields import FieldType, field_types
+from resnet_app.common.fields import FieldType, field_types
 from resnet_app.config.oneof import ALTERNATIVE, OneOfSection
 
 CHECK = "check"  # Field metadata: (test, what a valid value is).

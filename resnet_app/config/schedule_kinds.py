@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.config.fields import is_number
+from resnet_app.common.fields import is_number
 from resnet_app.config.oneof import OneOfSection, alternative
 
 UNITS = ("steps", "epochs")

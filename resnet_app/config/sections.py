@@ -25,7 +25,7 @@ import typing
 from typing import Any
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.config.fields import config_keys, replace_from
+from resnet_app.common.fields import config_keys, replace_from
 from resnet_app.config.oneof import Section, alternative, plain
 from resnet_app.config.optimizer_kinds import Momentum, OptimizerSection
 from resnet_app.config.schedule_kinds import Piecewise, ScheduleSection

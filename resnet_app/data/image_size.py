@@ -79,7 +79,7 @@ def choose_image_size(
     if recorded_size and recorded_size != chosen.size:
         return ImageSize(
             recorded_size,
-            f"as this run was trained (its data_info.json), not {chosen.size} px "
+            f"as this run was trained (its run directory says), not {chosen.size} px "
             f"({chosen.reason}); set data.image_size to change it",
         )
     return chosen

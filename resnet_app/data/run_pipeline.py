@@ -64,11 +64,20 @@ def read_data_info(model_dir: str) -> tuple[list[str], Preprocessing] | None:
     return run_dir.read_data_info(model_dir, _parse_data_info)
 
 
-def _recorded_image_size(model_dir: str, dataset: str) -> int | None:
-    """The image size `model_dir`'s data_info.json records for `dataset`, if any.
+def _recorded_image_size(model_dir: str, dataset: str, preset_size: int) -> int | None:
+    """The image size `model_dir`'s run was trained at, as far as the directory tells.
 
-    A damaged file, or one of another dataset (changed on resume), records
-    nothing: the rule applies, and training writes the file anew.
+    Its data_info.json records the size. A run directory with checkpoints but
+    without that file predates it (every run since writes it before its first
+    checkpoint): such runs were trained at the model preset's size when
+    data.image_size was unset, so that is their size. A damaged file, or one
+    of another dataset (changed on resume), records nothing: the rule applies,
+    and training writes the file anew.
+
+    Args:
+      model_dir: the run directory.
+      dataset: the run's `data.dataset`.
+      preset_size: the model preset's input size.
     """
     try:
         recorded = run_dir.read_data_info(
@@ -77,7 +86,9 @@ def _recorded_image_size(model_dir: str, dataset: str) -> int | None:
     except ConfigError as error:
         logging.warning("Ignoring the recorded image size: %s", error)
         return None
-    return recorded[1] if recorded is not None and recorded[0] == dataset else None
+    if recorded is None:
+        return preset_size if run_dir.has_checkpoints(model_dir) else None
+    return recorded[1] if recorded[0] == dataset else None
 
 
 def create_run_pipeline(
@@ -102,5 +113,7 @@ def create_run_pipeline(
 
     data = data_config or config.data
     preset = get_config(config.model_name, **config.model_overrides)
-    recorded = _recorded_image_size(model_dir, data.dataset) if model_dir else None
+    recorded = None
+    if model_dir and not data.image_size:
+        recorded = _recorded_image_size(model_dir, data.dataset, preset.default_image_size)
     return InputPipeline(data, preset.default_image_size, config.model_name, recorded)

@@ -69,7 +69,7 @@ class DataConfig:
     train_examples: int | None = None
     eval_examples: int | None = None
     shuffle_buffer: int = 10_000
-    # Not a `data.` config key of its own (`config.fields.SET_BY`).
+    # Not a `data.` config key of its own (`common/fields.py` SET_BY).
     seed: int = dataclasses.field(default=0, metadata={"set_by": "train.seed"})
     dtype: str | None = "float32"
     num_classes: int = 10

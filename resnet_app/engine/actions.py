@@ -13,10 +13,15 @@ actions leave what they did on it for the actions after them:
 5. `LrOverride`: reads `model_dir/lr_override` at every record; a change
    asks for a save, so that the override survives a crash.
 6. `Evaluator`: evaluates the whole split; asks for a save.
-7. `Checkpointer`: saves when due or asked, once the replicas hold the
+7. Any extra action given to `loop.train`: it sees the record and the
+   evaluation (`Boundary.evaluation`) and may ask for a save
+   (`Boundary.request_save`, e.g. a keep-best checkpoint) or a stop
+   (`Boundary.request_stop`).
+8. `Checkpointer`: saves when due or asked, once the replicas hold the
    global model (with model averaging a save waits for the next average).
-8. Any extra action given to `trainer.train`: it sees what the others did
-   (`Boundary.evaluation`, `Boundary.saved`) and may ask the run to stop.
+
+Then every action's `after` hook sees the boundary as the others left it
+(`Boundary.saved` among the rest).
 
 A new periodic behaviour (EMA evaluation, a keep-best checkpoint, a second
 evaluator) is one more `Action`, not a flag threaded through the loop.
@@ -34,7 +39,7 @@ from resnet_app.common import checkpoint, distribute, run_dir
 from resnet_app.common.metrics import MetricsWriter, Progress, format_duration
 from resnet_app.engine.sync import GlobalModel, SyncPolicy
 from resnet_app.engine.timing import Due
-from resnet_app.serving import evaluation
+from resnet_app.serving import exact_eval
 
 if TYPE_CHECKING:
     from resnet_app.engine.setup import Run
@@ -103,6 +108,9 @@ class Action:
 
     def __call__(self, boundary: Boundary) -> None:
         """The work at a boundary."""
+
+    def after(self, boundary: Boundary) -> None:
+        """Every action has done its work at the boundary: what they did is final."""
 
     def interrupt(self) -> None:
         """The steps since the last boundary are lost (a rollback follows)."""
@@ -262,10 +270,10 @@ class Evaluator(Action):
         """
         self.global_model.ready(step)
         run, train = self.run, self.run.config.train
-        result = evaluation.evaluate(
+        result = exact_eval.evaluate(
             run.model, run.pipeline, train.eval_batch_size or train.batch_size, run.strategy
         )
-        record = evaluation.eval_record(step, run.pipeline.eval_split_name, result, train.precision)
+        record = exact_eval.eval_record(step, run.pipeline.eval_split_name, result, train.precision)
         self.writer.write(record)
         self.writer.scalars(
             run_dir.EVAL_EVENTS_DIR, step, {k: record[k] for k in ("top1", "top5", "loss")}
@@ -342,6 +350,7 @@ def create_actions(
     policy: SyncPolicy,
     global_model: GlobalModel,
     start: int,
+    extra: Sequence[Action] = (),
 ) -> tuple[list[Action], Evaluator]:
     """The trainer's actions, in the order the module docstring gives.
 
@@ -351,6 +360,7 @@ def create_actions(
       policy: its sync policy.
       global_model: its `GlobalModel`.
       start: the step the run starts (or resumes) from, for the ETA.
+      extra: more actions, run after the evaluator and before the checkpointer.
 
     Returns:
       The actions, and the evaluator among them (the run's summary is its last record).
@@ -364,6 +374,7 @@ def create_actions(
     actions += [
         LrOverride(run, writer),
         evaluator,
+        *extra,
         Checkpointer(run.checkpoints, policy, global_model, train.on_nan == "rollback"),
     ]
     return actions, evaluator

@@ -53,7 +53,7 @@ from collections.abc import Iterator
 import keras
 import tensorflow as tf
 
-from resnet_app.common import compat
+from resnet_app.common import compat, distribute
 
 ON_READ = tf.VariableSynchronization.ON_READ
 MEAN = tf.VariableAggregation.MEAN
@@ -151,11 +151,7 @@ class ModelAveraging:
         return tf.equal(step % tf.cast(self.interval, step.dtype), 0)
 
     def _replica_average(self) -> None:
-        context = tf.distribute.get_replica_context()
-        values = [tf.identity(v.value) for v in self.averaged]  # This replica's copies.
-        means = context.all_reduce(tf.distribute.ReduceOp.MEAN, values)
-        for variable, mean in zip(self.averaged, means):
-            variable.assign(mean)
+        distribute.assign_replica_mean(self.averaged)  # Each replica's copies, averaged.
 
     def _average_fn(self) -> None:
         self.strategy.run(self._replica_average)

@@ -181,5 +181,7 @@ class Controller:
     def _call_actions(self, boundary: Boundary) -> None:
         for action in self.actions:
             action(boundary)
+        for action in self.actions:
+            action.after(boundary)
         if boundary.stop_requested:
             self.stop.request(boundary.stop_requested)

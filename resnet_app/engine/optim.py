@@ -14,7 +14,7 @@ Classes:
   * `sgd`, `rmsprop`, `adam`, `adamw`: the Keras 3 optimizers.
   * Every class also takes `clipnorm` (per variable) or `global_clipnorm`.
 
-Weight decay: the model's L2 penalties (`model.losses`, see `model.py`) are summed
+Weight decay: the model's L2 penalties (`model.losses`, see `nets/blocks.py`) are summed
 into the loss by the trainer, as in TF1, whatever the optimizer. `adamw`'s decoupled
 decay (`w -= learning_rate * weight_decay * w`, before the Adam step) is separate:
 use one or the other. Keras applies it to every variable the optimizer updates, so

@@ -42,6 +42,7 @@ class StopRequest:
         self._previous: dict = {}
         self._pipe: tuple[int, int] | None = None
         self._previous_fd = -1
+        self._signalled = False  # A signal came (an action's request is not one).
 
     @property
     def requested(self) -> bool:
@@ -81,10 +82,11 @@ class StopRequest:
                     continue
                 name = signal.Signals(number).name
                 # A person pressing Ctrl-C again means it; a scheduler may repeat SIGTERM.
-                if self.requested and number == signal.SIGINT:
+                if self._signalled and number == signal.SIGINT:
                     logging.error("Second %s: exiting now, without a checkpoint", name)
                     logging.flush()
                     os._exit(128 + number)
+                self._signalled = True
                 self.request(name)
         except OSError:
             pass

@@ -3,14 +3,15 @@
 `build_run` checks the settings against the machine and the data, plans the
 run (`plan.py`), prepares the run directory (moving an old run aside on
 --restart), compares the settings with those of the checkpoint it resumes
-from (`resume.py`), and creates the run's state, every variable inside
-`strategy.scope()`: the model (with BatchNorm moving statistics), the
-optimizer (slots and iterations), the global step, the data position
-(examples consumed since the start of epoch 0, which gives the epoch and the
-position within it), the learning-rate override state (`learning_rate.py`),
-the number of replicas and of rollbacks, and the config. All of them are in
-the run's checkpoint. Training uses no stateful random numbers: the data order
-and augmentation are functions of (seed, epoch, example), so the seed in the
+from (`resume.py`), and creates the run's state in `strategy.scope()`: the
+model (with BatchNorm moving statistics), the optimizer (slots and
+iterations), the global step, the data position (examples consumed since the
+start of epoch 0, which gives the epoch and the position within it), the
+learning-rate override state (`learning_rate.py`), the number of replicas and
+of rollbacks; and the config (a string on the host, the one variable made
+outside the scope: a string is not mirrored). All of them are in the run's
+checkpoint. Training uses no stateful random numbers: the data order and
+augmentation are functions of (seed, epoch, example), so the seed in the
 config and the data position reproduce the data from any point.
 
 Resuming: a run directory that holds a checkpoint continues from the newest

@@ -2,7 +2,7 @@
 
 `evaluate_checkpoints` restores each chosen checkpoint (only the model: the
 optimizer and the rest of the training state are not needed), evaluates it on
-every example of the split exactly once (`serving/evaluation.py`), hands its
+every example of the split exactly once (`serving/exact_eval.py`), hands its
 record to the caller as soon as it is known, appends it to the run's
 `metrics.jsonl` with "event": "evaluation", and writes its report directory
 `REPORT_ROOT/<checkpoint>-<split>` (`serving/reports.py`).
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from resnet_app.common.metrics import MetricsWriter
     from resnet_app.data.input_pipeline import InputPipeline
     from resnet_app.data.settings import DataConfig
-    from resnet_app.serving.evaluation import EvalResult
+    from resnet_app.serving.exact_eval import EvalResult
 
 Record = dict[str, Any]
 
@@ -59,7 +59,7 @@ def evaluate_checkpoints(
       on_record: called with each record as soon as it is known (the command prints it).
 
     Returns:
-      One record per checkpoint, in order: `evaluation.eval_record`'s fields
+      One record per checkpoint, in order: `exact_eval.eval_record`'s fields
       plus "checkpoint" (its name) and "report" (its report directory).
 
     Raises:
@@ -70,7 +70,7 @@ def evaluate_checkpoints(
     # TensorFlow is imported only once the run directory is known to be one.
     from resnet_app.common import checkpoint, distribute, metrics
     from resnet_app.data import run_pipeline
-    from resnet_app.serving import evaluation
+    from resnet_app.serving import exact_eval
 
     strategy = distribute.create_strategy(num_towers)  # Before TF runs any op.
     chosen = checkpoint.select(model_dir, which)  # Before the data loads.
@@ -83,7 +83,7 @@ def evaluate_checkpoints(
     try:
         for step, prefix in chosen:
             checkpoint.restore_model(model, prefix)
-            result = evaluation.evaluate(
+            result = exact_eval.evaluate(
                 model, pipeline, batch_size, strategy, split, confusion=True
             )
             record = _record(prefix, step, split, result, run_config.train.precision, report_root)
@@ -226,10 +226,10 @@ def _record(
     prefix: str, step: int, split: str, result: EvalResult, precision: str, report_root: str
 ) -> Record:
     """A checkpoint's record: the evaluation's, with the checkpoint and its report directory."""
-    from resnet_app.serving import evaluation, reports
+    from resnet_app.serving import exact_eval, reports
 
     name = os.path.basename(prefix)
-    record = {"checkpoint": name, **evaluation.eval_record(step, split, result, precision)}
+    record = {"checkpoint": name, **exact_eval.eval_record(step, split, result, precision)}
     record["report"] = os.path.join(report_root, reports.report_name(name, split))
     return record
 

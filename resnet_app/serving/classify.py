@@ -3,7 +3,7 @@
 `load_classifier` gives a function from a batch of encoded images to the
 serving outputs (`top_k_ids`, `top_k_names`, `top_k_probabilities`), taken from
 a SavedModel's `serving_bytes` signature or from a run's checkpoint with the
-run's own evaluation preprocessing (`serving/exports.py`). `expand` turns the
+run's own evaluation preprocessing (`serving/savedmodel.py`). `expand` turns the
 paths given into the files to classify, `classify_files` classifies them in
 batches (a file that cannot be read or decoded gets the reason instead of the
 outputs, and the others are still classified), and `format_result` writes one
@@ -69,9 +69,9 @@ def load_classifier(
 def _load_checkpoint(model_dir: str, which: str, top_k: int | None) -> Classifier:
     """A run's checkpoint with the run's evaluation preprocessing, in process."""
     config.read_run_config(model_dir)  # A wrong directory is named before TF loads.
-    from resnet_app.serving import exports
+    from resnet_app.serving import savedmodel
 
-    served, _ = exports.load(model_dir, which, top_k=top_k or exports.TOP_K)
+    served, _ = savedmodel.load(model_dir, which, top_k=top_k or savedmodel.TOP_K)
 
     def classify(images):
         return served.serve_bytes(images)  # The closure keeps the model alive.

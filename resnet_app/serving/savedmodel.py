@@ -64,7 +64,7 @@ class ServingModel(tf.Module):
         self.class_names = list(class_names)
         self.top_k = max(1, min(top_k, len(self.class_names)))
         # Images in the run's data dtype (bfloat16 for a bf16 run), as
-        # `serving/evaluation.py` feeds them; the network computes in float32 either way.
+        # `serving/exact_eval.py` feeds them; the network computes in float32 either way.
         self._preprocessing = preprocessing
         self._names = tf.constant(self.class_names, tf.string)
 

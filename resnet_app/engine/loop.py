@@ -77,7 +77,7 @@ def train_and_evaluate(
       restart: start over: move the directory's contents aside first.
       allow_config_change: resume even if settings that change what the run
         computes differ from the run's.
-      actions: more actions, called after the trainer's own at every boundary.
+      actions: more actions, run after the evaluator and before the checkpointer.
 
     Returns:
       The `RunResult`.
@@ -95,9 +95,11 @@ def train(run: setup.Run, actions: Sequence[Action] = ()) -> RunResult:
 
     Args:
       run: the run, not yet restored.
-      actions: more actions, called after the trainer's own at every boundary:
-        they see what the others did (`Boundary.evaluation`, `Boundary.saved`)
-        and may ask the run to stop (`Boundary.request_stop`).
+      actions: more actions, run after the evaluator and before the
+        checkpointer at every boundary: they see the record and the evaluation
+        (`Boundary.evaluation`) and may ask for a save (`Boundary.request_save`)
+        or a stop (`Boundary.request_stop`); their `after` hook sees
+        `Boundary.saved`.
 
     Returns:
       The `RunResult`.
@@ -131,7 +133,7 @@ def _train(
     start = run.restore(run.resume_from[1] if run.resume_from else None)
     _record_settings(run, writer, start)
     global_model = sync.GlobalModel(policy, run.checkpoints, run.strategy)
-    actions, evaluator = create_actions(run, writer, policy, global_model, start)
+    actions, evaluator = create_actions(run, writer, policy, global_model, start, extra)
     train_step = TrainStep(
         run.model,
         run.optimizer,
@@ -141,9 +143,7 @@ def _train(
         time_input=not train.deterministic,
         averaging=run.averaging,
     )
-    controller = Controller(
-        run, train_step, policy, global_model, intervals, [*actions, *extra], stop
-    )
+    controller = Controller(run, train_step, policy, global_model, intervals, actions, stop)
     _announce(run, writer, start, intervals)
     step, restored = start, run.resume_from is not None
     while True:
