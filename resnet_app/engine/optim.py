@@ -1,4 +1,4 @@
-"""Optimizers built from a config dict, as a TF1 trainer's were.
+"""Optimizers built from the config's `optimizer:` section, as a TF1 trainer's were.
 
 A config's `optimizer:` section names a class and its arguments, e.g.
 `{"class": "momentum", "learning_rate": 0.1, "momentum": 0.9, "nesterov": False}`;
