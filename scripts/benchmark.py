@@ -27,7 +27,12 @@ Then, for the chosen --dataset: its training pipeline alone (images/sec, and
 how many times training's consumption it delivers), the trainer on it against
 the trainer on synthetic data (input-bound when it is slower), and the time
 from the command to the first training step. Ratios matter, not absolute
-numbers: the machines are shared and noisy.
+numbers: the machines are shared and noisy, and of two kinds. The first line
+says which: the CPU model, its instruction sets (AVX2, AVX-512, AVX512_BF16,
+AMX-BF16), an `ONEDNN_MAX_CPU_ISA` cap if one is set, and whether bfloat16 is
+native; a bf16 row on a CPU without it is marked "emulated" (`--json`: "cpu").
+Under a cap that leaves out bfloat16 (an AVX2 stand-in on an AVX-512 machine),
+TF 2.21's bfloat16 kernels crash, so the bf16 peak and variant are skipped.
 """
 
 import json
@@ -88,12 +93,22 @@ def window_rates(times: list[float], images_per_window: int) -> list[float]:
     return [images_per_window / (b - a) for a, b in zip(times[1:], times[2:])]
 
 
+def bf16_runs_here() -> bool:
+    """False under an ONEDNN_MAX_CPU_ISA cap that leaves out bfloat16 (TF crashes there)."""
+    from resnet_app.common import hardware
+
+    cap = hardware.read_cpu_info().isa_cap
+    return not (cap and cap.upper() in hardware.NO_BF16_CAPS)
+
+
 def measure_matmul_peak() -> dict:
     """GFLOP/s of a large matmul in float32 and bfloat16: what the cores can do."""
     import tensorflow as tf
 
-    peaks = {}
-    for dtype in ("float32", "bfloat16"):
+    peaks = {"bfloat16": None}
+    # Under an ONEDNN_MAX_CPU_ISA cap below bfloat16 (an AVX2 stand-in on an
+    # AVX-512 machine), TF 2.21's bfloat16 matmul crashes the process: skipped.
+    for dtype in ("float32", "bfloat16") if bf16_runs_here() else ("float32",):
         n = 2048
         a = tf.cast(tf.random.normal([n, n]), dtype)
         b = tf.cast(tf.random.normal([n, n]), dtype)
@@ -293,7 +308,10 @@ def training_flops_per_image() -> float:
 
 
 def build_report(variants: list[str]) -> dict:
+    from resnet_app.common import hardware
+
     report = {
+        "cpu": hardware.read_cpu_info().to_dict(),
         "model": _MODEL.value,
         "image_size": image_size(),
         "batch_size": _BATCH.value,
@@ -303,10 +321,14 @@ def build_report(variants: list[str]) -> dict:
     }
     flops = report["train_flops_per_image"]
     for variant in (v for v in variants if v in (*KERAS_VARIANTS, *TRAINER_VARIANTS)):
+        if variant == "bf16" and not bf16_runs_here():
+            report["skipped"] = {variant: "ONEDNN_MAX_CPU_ISA leaves out bfloat16"}
+            continue
         result = spawn(variant)
         gflops = result["images_per_sec"] * flops / 1e9
         peak = report["peak_gflops"]["bfloat16" if variant == "bf16" else "float32"]
-        report["variants"][variant] = {**result, "gflops": gflops, "peak_fraction": gflops / peak}
+        fraction = gflops / peak if peak else None
+        report["variants"][variant] = {**result, "gflops": gflops, "peak_fraction": fraction}
     base = report["variants"].get("keras_fit")
     for result in report["variants"].values():
         result["vs_keras_fit"] = result["images_per_sec"] / base["images_per_sec"] if base else None
@@ -328,23 +350,31 @@ def build_report(variants: list[str]) -> dict:
 
 
 def format_report(report: dict) -> str:
-    peak = report["peak_gflops"]
+    peak, cpu = report["peak_gflops"], report["cpu"]
+    bf16_peak = f"{peak['bfloat16']:.0f}" if peak["bfloat16"] else "n/a"
+    cap = f" (ONEDNN_MAX_CPU_ISA={cpu['isa_cap']})" if cpu["isa_cap"] else ""
     lines = [
+        f"CPU: {cpu['model'] or 'unknown'}: {', '.join(cpu['isa']) or 'no AVX2'}{cap}; "
+        f"bfloat16 {'native' if cpu['native_bf16'] else 'emulated (slow)'}",
         f"{report['model']} at {report['image_size']} px, batch {report['batch_size']}: "
         f"{report['train_flops_per_image'] / 1e9:.3f} GFLOP per training image; matmul peak "
-        f"{peak['float32']:.0f} GFLOP/s float32, {peak['bfloat16']:.0f} bfloat16",
+        f"{peak['float32']:.0f} GFLOP/s float32, {bf16_peak} bfloat16",
         "",
         f"{'variant':<22}{'img/s':>8}{'x keras_fit':>13}{'GFLOP/s':>9}{'% of peak':>11}"
         f"{'peak RSS MB':>13}   windows (img/s)",
     ]
     for name, result in report["variants"].items():
-        ratio = result["vs_keras_fit"]
+        ratio, fraction = result["vs_keras_fit"], result["peak_fraction"]
+        if name == "bf16" and not cpu["native_bf16"]:
+            name = "bf16 (emulated)"
         lines.append(
             f"{name:<22}{result['images_per_sec']:>8.1f}"
             f"{(f'{ratio:.2f}x' if ratio else '-'):>13}{result['gflops']:>9.1f}"
-            f"{100 * result['peak_fraction']:>10.1f}%{result['peak_rss_mb']:>13.0f}   "
-            + ", ".join(f"{w:.3g}" for w in result["windows"])
+            f"{(f'{100 * fraction:.1f}%' if fraction else '-'):>11}"
+            f"{result['peak_rss_mb']:>13.0f}   " + ", ".join(f"{w:.3g}" for w in result["windows"])
         )
+    for name, why in report.get("skipped", {}).items():
+        lines.append(f"{name:<22}skipped: {why}")
     if "input" in report:
         found = report["input"]
         verdict = "input-bound" if found["training_vs_synthetic"] < 0.95 else "not input-bound"

@@ -34,6 +34,9 @@ def test_json_report_of_one_trainer_variant(tmp_path):
     peak = report["peak_gflops"]["float32"]
     assert fp32["peak_fraction"] == fp32["gflops"] / peak and fp32["peak_rss_mb"] > 100
     assert fp32["vs_keras_fit"] is None  # keras_fit was not asked for.
+    # What it ran on, read from /proc/cpuinfo by the parent process.
+    assert set(report["cpu"]) == {"model", "isa", "isa_cap", "native_bf16"}
+    assert set(report["cpu"]["isa"]) <= {"AVX2", "AVX-512", "AVX512_BF16", "AMX-BF16"}
 
 
 def test_unknown_variant_is_one_line():

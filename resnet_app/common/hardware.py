@@ -1,0 +1,104 @@
+"""The CPU a process runs on: its model and the instruction sets that decide its speed.
+
+CPUs of one machine kind differ: some have AVX-512 and native bfloat16
+(AVX512_BF16, AMX), others only AVX2, where TensorFlow emulates bfloat16 and
+a mixed-bfloat16 step runs several times slower than float32. The trainer
+warns about that case, and `scripts/benchmark.py` prints what it ran on, so
+two tables are never compared blindly.
+
+`ONEDNN_MAX_CPU_ISA` (oneDNN's cap on the instruction sets it uses, e.g.
+`AVX2`) counts: a capped process does not use what it is capped below.
+No TensorFlow here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+
+# /proc/cpuinfo flag -> the name people use, in order of capability.
+ISA_FLAGS = {
+    "avx2": "AVX2",
+    "avx512f": "AVX-512",
+    "avx512_bf16": "AVX512_BF16",
+    "amx_bf16": "AMX-BF16",
+}
+# Values of ONEDNN_MAX_CPU_ISA below which oneDNN uses no bfloat16 instructions.
+NO_BF16_CAPS = frozenset(
+    {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
+)
+NO_AVX512_CAPS = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2"})
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuInfo:
+    """What the CPU offers.
+
+    Attributes:
+      model: the CPU's model name ("" if unknown).
+      isa: the instruction sets of `ISA_FLAGS` it has, by their usual names.
+      isa_cap: `ONEDNN_MAX_CPU_ISA`, if set.
+    """
+
+    model: str
+    isa: tuple[str, ...]
+    isa_cap: str | None = None
+
+    @property
+    def native_bf16(self) -> bool:
+        """Whether bfloat16 math runs on bfloat16 instructions (AVX512_BF16 or AMX)."""
+        if self.isa_cap and self.isa_cap.upper() in NO_BF16_CAPS:
+            return False
+        return "AVX512_BF16" in self.isa or "AMX-BF16" in self.isa
+
+    @property
+    def avx512(self) -> bool:
+        """Whether AVX-512 is available to oneDNN (present and not capped below)."""
+        if self.isa_cap and self.isa_cap.upper() in NO_AVX512_CAPS:
+            return False
+        return "AVX-512" in self.isa
+
+    def describe(self) -> str:
+        """E.g. "AMD EPYC 7B13: AVX2, AVX-512 (ONEDNN_MAX_CPU_ISA=AVX2)"."""
+        isa = ", ".join(self.isa) or "no AVX2"
+        cap = f" (ONEDNN_MAX_CPU_ISA={self.isa_cap})" if self.isa_cap else ""
+        return f"{self.model or platform.machine()}: {isa}{cap}"
+
+    def to_dict(self) -> dict:
+        """For JSON reports."""
+        return {
+            "model": self.model,
+            "isa": list(self.isa),
+            "isa_cap": self.isa_cap,
+            "native_bf16": self.native_bf16,
+        }
+
+
+def parse_cpuinfo(text: str, isa_cap: str | None = None) -> CpuInfo:
+    """The `CpuInfo` of a /proc/cpuinfo text (its first processor).
+
+    Args:
+      text: the file's contents.
+      isa_cap: the `ONEDNN_MAX_CPU_ISA` in force, if any.
+    """
+    model, flags = "", set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and not model:
+            model = value.strip()
+        elif key == "flags" and not flags:
+            flags = set(value.split())
+    isa = tuple(name for flag, name in ISA_FLAGS.items() if flag in flags)
+    return CpuInfo(model=model, isa=isa, isa_cap=isa_cap or None)
+
+
+def read_cpu_info(path: str = "/proc/cpuinfo") -> CpuInfo:
+    """This machine's `CpuInfo` (model unknown and no flags where /proc is missing)."""
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    try:
+        with open(path) as f:
+            return parse_cpuinfo(f.read(), cap)
+    except OSError:
+        return CpuInfo(model=platform.processor(), isa=(), isa_cap=cap)
