@@ -160,6 +160,18 @@ def test_tf_config_json_but_not_an_object_from_the_command_line(tmp_path):
     assert line.startswith("error: TF_CONFIG is JSON but not an object ([1])"), line
 
 
+def test_a_run_directory_that_cannot_be_made_is_one_line(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    with pytest.raises(ConfigError, match="cannot be created .*; pick a directory"):
+        run_dir.create(str(blocked / "run"))
+    result = run_command(
+        "resnet_app.train", f"--model_dir={blocked / 'run'}", "--model=tiny", "--train_steps=1"
+    )
+    assert "cannot be created" in error_line(result)
+    assert blocked.read_text() == "not a directory"  # Nothing there is touched.
+
+
 def worker_config(index=0):
     return {"cluster": TWO_WORKERS, "task": {"type": "worker", "index": index}}
 

@@ -141,6 +141,21 @@ def read_data_info(model_dir: str, parse: Callable[[dict[str, Any]], T]) -> T | 
         ) from None
 
 
+def create(model_dir: str) -> None:
+    """Makes the run directory (and its parents) if it is not there yet.
+
+    Raises:
+      ConfigError: when it cannot be made (a read-only or missing filesystem).
+    """
+    try:
+        os.makedirs(model_dir, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(
+            f"--model_dir={model_dir} cannot be created ({error.strerror}); pick a directory "
+            "you can write to"
+        ) from None
+
+
 def move_aside(directory: str) -> str | None:
     """Moves a run directory's contents into `directory/previous-<time>/` (for --restart).
 

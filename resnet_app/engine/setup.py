@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 from typing import Any
 
 import keras
@@ -323,7 +322,7 @@ def _prepare_directory(model_dir: str, restart: bool, chief: bool) -> tuple[int,
         aside = run_dir.move_aside(model_dir)
         if aside:
             logging.warning("--restart: moved the previous run to %s", aside)
-    os.makedirs(model_dir, exist_ok=True)
+    run_dir.create(model_dir)
     # Every worker reads the chief's directory (a shared filesystem).
     return None if restart else checkpoint.find_latest(model_dir)
 
