@@ -3,6 +3,8 @@
 import json
 import os
 
+import tensorflow as tf
+
 from resnet_app import config
 
 
@@ -31,3 +33,9 @@ def read_records(model_dir):
     """The run's metrics.jsonl records."""
     with open(os.path.join(model_dir, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f]
+
+
+def saved_tensors(prefix):
+    """Every value in a checkpoint, by key, read without any model code."""
+    reader = tf.train.load_checkpoint(str(prefix))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}

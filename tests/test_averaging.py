@@ -23,6 +23,7 @@ from resnet_app.engine.step import TrainStep
 from tests import runs
 from tests.commands import error_line, run_command
 from tests.reference import momentum_steps
+from tests.runs import saved_tensors
 from tests.small_models import SIZE, initial_weights, no_bn, tiny_bn
 from tests.test_multiworker import run_workers
 
@@ -206,11 +207,6 @@ def small_config(tmp_path, *sets, **train):
         *sets,
         **{"num_towers": 2, **train},
     )
-
-
-def saved_tensors(prefix):
-    reader = tf.train.load_checkpoint(str(prefix))
-    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
 
 
 class SpreadAtSaves(Action):

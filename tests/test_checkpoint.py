@@ -22,7 +22,7 @@ from resnet_app.engine import loop
 from resnet_app.engine.actions import Action
 from tests import runs
 from tests.commands import REPO, error_line, run_command
-from tests.runs import read_records
+from tests.runs import read_records, saved_tensors
 
 pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
 
@@ -86,11 +86,6 @@ def drive(*args, kill_at=0, ids="-"):
         timeout=300,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": REPO},
     )
-
-
-def saved_tensors(prefix):
-    reader = tf.train.load_checkpoint(str(prefix))
-    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
 
 
 def consumed_ids(path):

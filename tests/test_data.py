@@ -628,6 +628,7 @@ def test_a_run_keeps_the_size_its_data_info_records(tmp_path, caplog):
     assert pipeline.preprocessing.image_size == 224
 
 
+@pytest.mark.integration  # A training subprocess: not in --fast.
 def test_the_start_up_log_line_says_the_size_and_recipe_and_why(tmp_path):
     from tests.commands import run_command
 

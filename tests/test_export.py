@@ -318,7 +318,7 @@ def test_a_run_without_data_info_reads_its_dataset_instead(tiny_run, tmp_path):
         savedmodel.load(str(copy))
 
 
-def test_a_bf16_run_serves_what_evaluate_measures(tmp_path):
+def test_a_bf16_run_serves_in_float32_on_images_rounded_to_bfloat16(tmp_path):
     """A bf16 run serves in float32 (a portable model) on images rounded to bfloat16."""
     bf16 = runs.small_config(tmp_path, "train.precision=bf16", train_steps=2)
     model_dir = tmp_path / "run"

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from resnet_app import config
 from tests.commands import run_command
+from tests.runs import read_records, saved_tensors
 from tests.test_evaluate_cli import assert_matches, reference
 from tests.test_export import evaluation_logits, restored
 
@@ -37,25 +38,35 @@ def old_run(tmp_path):
     return copy, env
 
 
-def saved_values(prefix):
-    """Every value in a checkpoint, by key, read without any model code."""
-    reader = tf.train.load_checkpoint(str(prefix))
-    return {key: reader.get_tensor(key) for key, _ in tf.train.list_variables(str(prefix))}
+@pytest.fixture(scope="module")
+def fresh_run(tmp_path_factory):
+    """The old run's settings trained for 8 steps from scratch by today's code.
+
+    It saves every 2 steps and keeps them all (saving does not change the
+    weights): ckpt-6 is the old run's last step, ckpt-8 the resumed run's.
+    """
+    root = tmp_path_factory.mktemp("fresh")
+    result = run_command(
+        "resnet_app.train",
+        f"--config={FIXTURE / 'config.yaml'}",
+        f"--model_dir={root / 'run'}",
+        "--train_steps=8",
+        "--set=train.checkpoint_every=2",
+        "--set=train.keep_checkpoints=10",
+        env={"XDG_CACHE_HOME": str(root / "cache")},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return root / "run"
 
 
-def records(model_dir):
-    with open(model_dir / "metrics.jsonl") as f:
-        return [json.loads(line) for line in f]
-
-
-def test_an_old_run_resumes_from_its_last_checkpoint(old_run, tmp_path):
+def test_an_old_run_resumes_from_its_last_checkpoint(old_run, fresh_run):
     model_dir, env = old_run
-    before = saved_values(model_dir / "ckpt-6")
+    before = saved_tensors(model_dir / "ckpt-6")
     result = run_command("resnet_app.train", f"--model_dir={model_dir}", "--train_steps=8", env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Resumed from step 6" in result.stderr
 
-    after = saved_values(model_dir / "ckpt-8")
+    after = saved_tensors(model_dir / "ckpt-8")
     assert after["global_step/.ATTRIBUTES/VARIABLE_VALUE"] == 8
     # 8 steps of 16 examples: the data stream went on where it stopped.
     assert after["data_position/.ATTRIBUTES/VARIABLE_VALUE"] == 8 * 16
@@ -68,47 +79,30 @@ def test_an_old_run_resumes_from_its_last_checkpoint(old_run, tmp_path):
         assert after[key].shape == before[key].shape
         assert not np.array_equal(after[key], before[key]), key
 
-    new = [r for r in records(model_dir) if r.get("event") == "start"]
+    new = [r for r in read_records(model_dir) if r.get("event") == "start"]
     assert [r["step"] for r in new] == [0, 6]  # The old attempt, then the resume.
-    last = [r for r in records(model_dir) if "top1" in r][-1]
+    last = [r for r in read_records(model_dir) if "top1" in r][-1]
     assert last["step"] == 8 and last["num_examples"] == 37
 
     # The uninterrupted 8 steps, by today's code from scratch: the old
     # checkpoint's weights, momentum slots and data position went on as they
     # would have (a mixed-up slot or a skipped batch would move the weights).
-    fresh = tmp_path / "fresh"
-    result = run_command(
-        "resnet_app.train",
-        f"--config={FIXTURE / 'config.yaml'}",
-        f"--model_dir={fresh}",
-        "--train_steps=8",
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    uninterrupted = saved_values(fresh / "ckpt-8")
+    uninterrupted = saved_tensors(fresh_run / "ckpt-8")
     for key in [k for k in after if k.startswith("model/")]:
         np.testing.assert_allclose(
             after[key], uninterrupted[key], rtol=1e-4, atol=1e-6, err_msg=key
         )
 
 
-def test_the_new_code_retrains_the_old_checkpoint(old_run, tmp_path):
+def test_the_new_code_retrains_the_old_checkpoint(old_run, fresh_run):
     """The same settings, trained from scratch by today's code, reach the old run's weights.
 
     The redesign changes the shape of the code, not what it computes: six steps
     from the same seed give the weights the old code saved, up to the float
     rounding of a different op order (measured: identical on this machine).
     """
-    model_dir, env = old_run
-    fresh = tmp_path / "fresh"
-    result = run_command(
-        "resnet_app.train",
-        f"--config={model_dir / 'config.yaml'}",
-        f"--model_dir={fresh}",
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    old, new = saved_values(model_dir / "ckpt-6"), saved_values(fresh / "ckpt-6")
+    model_dir, _ = old_run
+    old, new = saved_tensors(model_dir / "ckpt-6"), saved_tensors(fresh_run / "ckpt-6")
     weights = [k for k in old if k.startswith("model/")]
     assert weights and set(weights) <= set(new)
     for key in weights:
