@@ -1,4 +1,4 @@
-"""Run checkpoints: saved atomically, verified before use, never non-finite.
+"""Run checkpoints: saved atomically, verified before use, never non-finite (the trainer checks).
 
 A run directory holds `ckpt-<step>.index` / `.data-*` pairs written by
 `tf.train.CheckpointManager`, and its `checkpoint` pointer file (the names
@@ -33,10 +33,6 @@ from resnet_app.common.errors import ConfigError, first_line
 from resnet_app.common.run_dir import CONFIG_FILE
 
 PREFIX = run_dir.CHECKPOINT_PREFIX
-
-
-class NonFiniteError(ConfigError):
-    """The weights hold NaN or Inf: they must not be saved."""
 
 
 def list_checkpoints(directory: str) -> list[tuple[int, str]]:
@@ -193,21 +189,13 @@ class RunCheckpoint:
         """Whether every floating-point variable of the model and optimizer is finite."""
         return bool(_all_finite(self._variables))
 
-    def save(self, step: int, checked: bool = False) -> str:
+    def save(self, step: int) -> str:
         """Saves as `ckpt-<step>`; returns its prefix.
 
-        Args:
-          step: the step the checkpoint is named after.
-          checked: the caller found `finite()` true for these very weights
-            (the trainer checks once per step, on every worker): not checked again.
-
-        Raises:
-          NonFiniteError: when a weight is NaN or Inf (nothing is written).
+        The caller makes sure the weights are finite first (`finite()`): the
+        trainer's `sync.GlobalModel.ready` checks once per step, on every
+        worker, before any save.
         """
-        if not checked and not self.finite():
-            raise NonFiniteError(
-                f"the weights at step {step} are not finite; no checkpoint was written"
-            )
         return self.manager.save(checkpoint_number=step)
 
     def restore(self, prefix: str) -> None:

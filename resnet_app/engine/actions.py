@@ -190,14 +190,10 @@ class ProgressLine(Action):
 
     Args:
       progress: the bar (it measures the ETA).
-      batch_size: the global batch, for the epoch.
-      examples_per_epoch: training examples per epoch.
     """
 
-    def __init__(self, progress: Progress, batch_size: int, examples_per_epoch: int):
+    def __init__(self, progress: Progress):
         self.progress = progress
-        self.batch_size = batch_size
-        self.examples_per_epoch = examples_per_epoch
 
     def __call__(self, boundary: Boundary) -> None:
         step, progress = boundary.step, self.progress
@@ -209,7 +205,7 @@ class ProgressLine(Action):
                     "step %d/%d epoch %.2f: %s, ETA %s",
                     step,
                     progress.total,
-                    step * self.batch_size / self.examples_per_epoch,
+                    boundary.record["epoch"],
                     status(boundary.record),
                     format_duration(progress.eta(step)),
                 )
@@ -340,7 +336,7 @@ class Checkpointer(Action):
           DivergedError: when the weights are not finite (nothing is written).
         """
         self.global_model.ready(step)
-        self.checkpoints.save(step, checked=True)
+        self.checkpoints.save(step)
         self.last_saved = step
 
 
@@ -369,8 +365,7 @@ def create_actions(
     evaluator = Evaluator(run, writer, global_model)
     actions: list[Action] = [TrainingRecords(writer), TensorBoard(writer), InputBoundWarner(writer)]
     if run.chief:
-        progress = Progress(run.plan.total_steps, start)
-        actions.append(ProgressLine(progress, train.batch_size, run.examples_per_epoch))
+        actions.append(ProgressLine(Progress(run.plan.total_steps, start)))
     actions += [
         LrOverride(run, writer),
         evaluator,

@@ -132,10 +132,7 @@ class Controller:
     def _stop_reason(self) -> str | None:
         """Why to stop now, agreed by every worker (they must stop at the same step)."""
         reason = self.stop.signal_name
-        if not self.multi_worker:
-            return reason
-        votes = distribute.gather_from_workers(self.run.strategy, float(reason is not None))
-        if max(votes) > 0:
+        if distribute.any_worker(self.run.strategy, reason is not None):
             return reason or "a signal on another worker"
         return None
 

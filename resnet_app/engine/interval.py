@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-# The metrics a call sums over its steps (`step.METRICS`).
+# The metrics a call of the compiled step sums over its steps, in the order
+# `step.TrainStep` packs them (`step.METRICS` is this tuple).
 SUMS = ("examples", "loss", "correct", "regularization")
 
 

@@ -22,8 +22,10 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from resnet_app.common.run_dir import LR_OVERRIDE_FILE as OVERRIDE_FILE
+from resnet_app.common import run_dir
 from resnet_app.engine import schedules
+
+OVERRIDE_FILE = run_dir.LR_OVERRIDE_FILE  # The name callers and tests know it by.
 
 
 class LearningRate:
@@ -63,14 +65,14 @@ class LearningRate:
           What was applied, for the log; None when there is no file, or an
           empty one (perhaps still being written: it is read next time).
         """
-        path = os.path.join(model_dir, OVERRIDE_FILE)
+        path = run_dir.lr_override_path(model_dir)
         if not os.path.exists(path):
             return None
         with open(path) as f:
             text = f.read().strip()
         if not text:
             return None
-        os.replace(path, path + ".applied")
+        os.replace(path, os.path.join(model_dir, run_dir.LR_OVERRIDE_APPLIED))
         value, scale = self.state()
         try:
             if text.lower().startswith("x"):

@@ -120,7 +120,7 @@ def _train(
     run: setup.Run, writer: MetricsWriter, stop: preemption.StopRequest, extra: Sequence[Action]
 ) -> RunResult:
     train = run.config.train
-    policy = sync.create_policy(run, run.plan.total_steps)
+    policy = sync.create_policy(run)
     intervals = timing.create_intervals(
         run.plan.total_steps,
         run.plan.steps_per_epoch,

@@ -44,10 +44,6 @@ class StopRequest:
         self._previous_fd = -1
         self._signalled = False  # A signal came (an action's request is not one).
 
-    @property
-    def requested(self) -> bool:
-        return self.signal_name is not None
-
     def request(self, name: str) -> None:
         """Asks the run to stop: what a signal does, or an action of the loop.
 

@@ -262,7 +262,6 @@ def _create_model(
     average = config.sync.mode == "model_average" and strategy.num_replicas_in_sync > 1
     keras.utils.set_random_seed(train.seed)
     with strategy.scope(), averaging.local_variables() if average else contextlib.nullcontext():
-        factory.check_num_classes(config, pipeline.num_classes)
         model = factory.create_run_model(
             config, pipeline.num_classes, pipeline.preprocessing.image_size, train.precision
         )

@@ -44,9 +44,12 @@ import tensorflow as tf
 from resnet_app.common import compat
 from resnet_app.engine import averaging as averaging_lib
 from resnet_app.engine import optim
+from resnet_app.engine.interval import SUMS
 
 SUM = tf.distribute.ReduceOp.SUM
-METRICS = ("examples", "loss", "correct", "regularization")
+# The sums a step returns, in the order it packs them (defined with the
+# interval metrics that add them up, which import no TensorFlow).
+METRICS = SUMS
 
 
 @dataclasses.dataclass(frozen=True)

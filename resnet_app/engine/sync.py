@@ -45,8 +45,6 @@ if TYPE_CHECKING:
 class SyncPolicy(Protocol):
     """What the controller and its actions ask of the way the replicas synchronize."""
 
-    averaging: averaging_lib.ModelAveraging | None
-
     def align(self, name: str, every: int) -> int:
         """The interval `name` may have (evaluations and saves need the global model)."""
 
@@ -67,8 +65,6 @@ class AllReduce:
       model: the model, built in `strategy.scope()`.
       strategy: its strategy.
     """
-
-    averaging = None
 
     def __init__(self, model: keras.Model, strategy: tf.distribute.Strategy):
         self._sync_statistics = distribute.moving_statistics_sync(model, strategy)
@@ -126,10 +122,10 @@ class ModelAverage:
             self.averaging.average()  # The run ends with the global model.
 
 
-def create_policy(run: Run, total: int) -> AllReduce | ModelAverage:
+def create_policy(run: Run) -> AllReduce | ModelAverage:
     """The run's sync policy: `ModelAverage` when the run averages, else `AllReduce`."""
     if run.averaging is not None:
-        return ModelAverage(run.averaging, total)
+        return ModelAverage(run.averaging, run.plan.total_steps)
     return AllReduce(run.model, run.strategy)
 
 
@@ -163,10 +159,8 @@ class GlobalModel:
         if self._ready_at == step:
             return
         self.policy.make_global(step)
-        finite = self.checkpoints.finite()
-        if distribute.is_multi_worker(self.strategy):
-            finite = min(distribute.gather_from_workers(self.strategy, float(finite))) > 0
-        if not finite:
+        # On any worker: then every worker raises.
+        if distribute.any_worker(self.strategy, not self.checkpoints.finite()):
             raise DivergedError(step, "the weights")
         self._ready_at = step
 

@@ -105,13 +105,16 @@ class Due:
       log: write a training record.
       evaluate: evaluate the whole evaluation split.
       checkpoint: save a checkpoint.
-      read_override: read `model_dir/lr_override` (at every training record).
     """
 
     log: bool = False
     evaluate: bool = False
     checkpoint: bool = False
-    read_override: bool = False
+
+    @property
+    def read_override(self) -> bool:
+        """Read `model_dir/lr_override`: at every training record."""
+        return self.log
 
 
 def due_at(step: int, intervals: Intervals) -> Due:
@@ -126,12 +129,10 @@ def due_at(step: int, intervals: Intervals) -> Due:
       checkpoints every `checkpoint_every` steps (and, decided elsewhere, at
       evaluations and after an override).
     """
-    log = is_due(step, intervals.log_every, intervals.total)
     return Due(
-        log=log,
+        log=is_due(step, intervals.log_every, intervals.total),
         evaluate=is_due(step, intervals.eval_every, intervals.total),
         checkpoint=is_due(step, intervals.checkpoint_every),
-        read_override=log,
     )
 
 

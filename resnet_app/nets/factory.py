@@ -30,7 +30,7 @@ def dtype_policy(name: str) -> Iterator[None]:
         keras.config.set_dtype_policy(previous)
 
 
-def check_num_classes(config, num_classes: int) -> None:
+def _check_num_classes(config, num_classes: int) -> None:
     """Refuses a `model.num_classes` that contradicts the dataset's `num_classes`.
 
     Raises:
@@ -56,7 +56,11 @@ def create_run_model(
       num_classes: width of the logits (the dataset's classes).
       image_size: input height and width.
       precision: a `train.precision` value: the layers compute in its dtype.
+
+    Raises:
+      ConfigError: when `model.num_classes` contradicts `num_classes`.
     """
+    _check_num_classes(config, num_classes)
     overrides = {**config.model_overrides, "num_classes": num_classes}
     with dtype_policy(POLICIES[precision]):
         model = create_model(config.model_name, **overrides)

@@ -172,10 +172,10 @@ def _prepare_report_root(
         refused = None
     except ConfigError as error:
         refused = error
-    votes = distribute.gather_from_workers(strategy, float(refused is not None))
+    another = distribute.any_worker(strategy, refused is not None)
     if refused is not None:
         raise refused
-    if any(votes):
+    if another:
         raise ConfigError("another worker refused to evaluate (see its error); fix it and rerun")
     return report_root
 
@@ -213,7 +213,6 @@ def _create_model(
     from resnet_app.nets import factory
 
     with strategy.scope():
-        factory.check_num_classes(run_config, pipeline.num_classes)
         return factory.create_run_model(
             run_config,
             pipeline.num_classes,

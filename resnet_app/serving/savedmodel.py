@@ -125,7 +125,8 @@ def _data_info(model_dir: str, run_config: config.Config) -> tuple[list[str], Pr
         run_dir.DATA_INFO_FILE,
         run_config.data.dataset,
     )
-    pipeline = run_pipeline.create_run_pipeline(run_config)
+    # As training chose its image size for this run (see image_size.py).
+    pipeline = run_pipeline.create_run_pipeline(run_config, model_dir=model_dir)
     return pipeline.class_names, pipeline.preprocessing
 
 
