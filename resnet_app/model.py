@@ -52,7 +52,6 @@ def main(argv: list[str]) -> None:
 
 def run() -> NoReturn:
     """The `python -m resnet_app.model` entry point; exits when done."""
-    sys.modules["__main__"].__doc__ = __doc__  # What --help shows.
     _define_flags()
     cli.run(main)
 

@@ -20,7 +20,7 @@ import time
 from absl import flags, logging
 
 from resnet_app import config
-from resnet_app.common import cli
+from resnet_app.common import cli, run_dir
 from resnet_app.common.fields import field_types
 from resnet_app.data.settings import DataConfig
 
@@ -105,7 +105,7 @@ def config_from_flags() -> config.Config:
     """
     config_file = _CONFIG.value
     if not config_file and _MODEL_DIR.value:
-        saved = os.path.join(_MODEL_DIR.value, config.CONFIG_FILE)
+        saved = run_dir.config_path(_MODEL_DIR.value)
         if os.path.isfile(saved):
             logging.info("Settings from %s, then the command line", saved)
             config_file = saved

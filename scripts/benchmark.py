@@ -93,22 +93,17 @@ def window_rates(times: list[float], images_per_window: int) -> list[float]:
     return [images_per_window / (b - a) for a, b in zip(times[1:], times[2:])]
 
 
-def bf16_runs_here() -> bool:
-    """False under an ONEDNN_MAX_CPU_ISA cap that leaves out bfloat16 (TF crashes there)."""
-    from resnet_app.common import hardware
-
-    cap = hardware.read_cpu_info().isa_cap
-    return not (cap and cap.upper() in hardware.NO_BF16_CAPS)
-
-
 def measure_matmul_peak() -> dict:
     """GFLOP/s of a large matmul in float32 and bfloat16: what the cores can do."""
     import tensorflow as tf
 
+    from resnet_app.common import hardware
+
     peaks = {"bfloat16": None}
     # Under an ONEDNN_MAX_CPU_ISA cap below bfloat16 (an AVX2 stand-in on an
     # AVX-512 machine), TF 2.21's bfloat16 matmul crashes the process: skipped.
-    for dtype in ("float32", "bfloat16") if bf16_runs_here() else ("float32",):
+    capped = hardware.read_cpu_info().bf16_capped
+    for dtype in ("float32",) if capped else ("float32", "bfloat16"):
         n = 2048
         a = tf.cast(tf.random.normal([n, n]), dtype)
         b = tf.cast(tf.random.normal([n, n]), dtype)
@@ -310,8 +305,9 @@ def training_flops_per_image() -> float:
 def build_report(variants: list[str]) -> dict:
     from resnet_app.common import hardware
 
+    cpu = hardware.read_cpu_info()
     report = {
-        "cpu": hardware.read_cpu_info().to_dict(),
+        "cpu": cpu.to_dict(),
         "model": _MODEL.value,
         "image_size": image_size(),
         "batch_size": _BATCH.value,
@@ -321,7 +317,7 @@ def build_report(variants: list[str]) -> dict:
     }
     flops = report["train_flops_per_image"]
     for variant in (v for v in variants if v in (*KERAS_VARIANTS, *TRAINER_VARIANTS)):
-        if variant == "bf16" and not bf16_runs_here():
+        if variant == "bf16" and cpu.bf16_capped:  # TF 2.21 crashes there.
             report["skipped"] = {variant: "ONEDNN_MAX_CPU_ISA leaves out bfloat16"}
             continue
         result = spawn(variant)

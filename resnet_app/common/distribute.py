@@ -76,6 +76,15 @@ def _workers_in(tf_config: dict) -> int:
     return len(cluster.get("worker", [])) + len(cluster.get("chief", []))
 
 
+def _check_gpu_count(num_towers: int, num_gpus: int) -> None:
+    """Refuses more towers than the machine has GPUs."""
+    if num_towers > num_gpus:
+        raise ConfigError(
+            f"--num_towers={num_towers} but this machine has {num_gpus} GPU(s); "
+            f"use at most {num_gpus}"
+        )
+
+
 def worker_resolver(
     tf_config: dict, num_towers: int | None, num_gpus: int
 ) -> tf.distribute.cluster_resolver.ClusterResolver:
@@ -114,13 +123,9 @@ def worker_resolver(
             "(MultiWorkerMirroredStrategy has no CPU towers); drop --num_towers, or run "
             f"{num_towers} workers per machine"
         )
-    if num_towers > num_gpus > 0:
-        raise ConfigError(
-            f"--num_towers={num_towers} but this machine has {num_gpus} GPU(s); "
-            f"use at most {num_gpus}"
-        )
     if not num_gpus:
         return resolver
+    _check_gpu_count(num_towers, num_gpus)
     return tf.distribute.cluster_resolver.SimpleClusterResolver(
         resolver.cluster_spec(),
         task_type=resolver.task_type,
@@ -145,11 +150,7 @@ def configure_towers(num_towers: int | None) -> None:
     checks.at_least("--num_towers", num_towers)
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
-        if num_towers > len(gpus):
-            raise ConfigError(
-                f"--num_towers={num_towers} but this machine has {len(gpus)} GPU(s); "
-                f"use at most {len(gpus)}"
-            )
+        _check_gpu_count(num_towers, len(gpus))
         return
     if num_towers == 1:
         return
@@ -259,6 +260,14 @@ def gather_from_workers(strategy: tf.distribute.Strategy, value: float) -> list[
     if not is_multi_worker(strategy):
         return [value]
     return _gather_function(strategy)(tf.constant([value], tf.float64)).tolist()
+
+
+def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
+    """Whether `flag` is true on any worker (one gather; one machine: just `flag`).
+
+    Every worker must call it at the same point, so that they all decide alike.
+    """
+    return max(gather_from_workers(strategy, float(flag))) > 0
 
 
 _FUNCTIONS: dict = {}

@@ -46,9 +46,14 @@ class CpuInfo:
     isa_cap: str | None = None
 
     @property
+    def bf16_capped(self) -> bool:
+        """Whether `ONEDNN_MAX_CPU_ISA` leaves out the bfloat16 instructions."""
+        return bool(self.isa_cap) and self.isa_cap.upper() in NO_BF16_CAPS
+
+    @property
     def native_bf16(self) -> bool:
         """Whether bfloat16 math runs on bfloat16 instructions (AVX512_BF16 or AMX)."""
-        if self.isa_cap and self.isa_cap.upper() in NO_BF16_CAPS:
+        if self.bf16_capped:
             return False
         return "AVX512_BF16" in self.isa or "AMX-BF16" in self.isa
 

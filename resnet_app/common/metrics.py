@@ -29,7 +29,9 @@ from typing import Any, TextIO
 
 import tensorflow as tf
 
-from resnet_app.common.run_dir import METRICS_FILE
+from resnet_app.common import run_dir
+
+METRICS_FILE = run_dir.METRICS_FILE  # The name callers and tests know it by.
 
 
 def _finite(value: Any) -> Any:
@@ -68,7 +70,7 @@ class MetricsWriter:
 
     def __init__(self, model_dir: str, enabled: bool = True):
         self.enabled = enabled
-        self.path = os.path.join(model_dir, METRICS_FILE)
+        self.path = run_dir.metrics_path(model_dir)
         self._file = open(self.path, "a") if enabled else None  # noqa: SIM115
         if enabled and not _ends_a_line(self.path):
             # A run killed mid-write left half a record: end it, so the next
@@ -79,7 +81,9 @@ class MetricsWriter:
 
     def _summary_writer(self, kind: str):
         if kind not in self._writers:
-            self._writers[kind] = tf.summary.create_file_writer(os.path.join(self._model_dir, kind))
+            self._writers[kind] = tf.summary.create_file_writer(
+                run_dir.events_dir(self._model_dir, kind)
+            )
         return self._writers[kind]
 
     def write(self, record: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ Modules:
 - `optimizer_kinds`, `schedule_kinds`: the one-of `optimizer:` and `schedule:`
   sections, a dataclass per kind.
 - `oneof`: typed sections that read as mappings; one-of kinds; alternative keys.
-- `fields`: a field's type (`typing.get_type_hints`) and values checked against it.
+- (`common/fields.py`: a field's type from `typing.get_type_hints`, values checked.)
 - `loading`: YAML text, recipe files and `--set` assignments.
 - `layers`: defaults, file, `--set`s and flags merged into a `Config`.
 - `run_config`: `config.yaml` in a run directory.

@@ -49,7 +49,7 @@ def read_run_config(model_dir: str | None) -> Config:
       ConfigError: when `model_dir` is not a run directory, or its config is
         not valid.
     """
-    path = os.path.join(model_dir or "", CONFIG_FILE)
+    path = run_dir.config_path(model_dir or "")
     if not model_dir or not os.path.isfile(path):
         found = f"{model_dir} has no {CONFIG_FILE}" if model_dir else "it is not set"
         raise ConfigError(

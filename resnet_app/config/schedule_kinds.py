@@ -127,10 +127,6 @@ class ScheduleSection(OneOfSection):
         return ", ".join(sorted([cls.KEY, *(field.name for field in dataclasses.fields(cls))]))
 
     @classmethod
-    def not_a_mapping_error(cls, value: Any) -> ConfigError:
-        return ConfigError(f"the schedule section must be a mapping of keys, got {value!r}")
-
-    @classmethod
     def unknown_kind_error(cls, kind: Any) -> ConfigError:
         return ConfigError(f"unknown schedule {kind!r}; valid schedules: {cls.valid_kinds()}")
 

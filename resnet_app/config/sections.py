@@ -24,6 +24,7 @@ import math
 import typing
 from typing import Any
 
+from resnet_app.common.checks import at_least
 from resnet_app.common.errors import ConfigError
 from resnet_app.common.fields import config_keys, replace_from
 from resnet_app.config.oneof import Section, alternative, plain
@@ -103,9 +104,9 @@ class TrainSettings:
     jit: bool = False
 
     def __post_init__(self):
-        for name in ("batch_size", "log_every"):
-            _require(getattr(self, name) >= 1, f"train.{name}={getattr(self, name)}; use 1 or more")
         for name in (
+            "batch_size",
+            "log_every",
             "train_steps",
             "eval_every",
             "steps_per_loop",
@@ -114,8 +115,7 @@ class TrainSettings:
             "eval_batch_size",
             "keep_checkpoints",
         ):
-            value = getattr(self, name)
-            _require(value is None or value >= 1, f"train.{name}={value}; use 1 or more")
+            at_least(f"train.{name}", getattr(self, name))
         _require(
             (self.epochs is None) != (self.train_steps is None),
             "give exactly one of train.epochs and train.train_steps "
@@ -170,7 +170,7 @@ class SyncSettings:
             self.mode in SYNC_MODES,
             f"sync.mode={self.mode!r}; use one of: {', '.join(SYNC_MODES)}",
         )
-        _require(self.interval >= 1, f"sync.interval={self.interval}; use 1 or more")
+        at_least("sync.interval", self.interval)
 
 
 class _ModelBase(Section):

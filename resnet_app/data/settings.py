@@ -10,6 +10,7 @@ import dataclasses
 
 from resnet_app.common import checks
 from resnet_app.common.errors import ConfigError
+from resnet_app.common.fields import SET_BY
 
 FAMILIES = ("auto", "cifar", "imagenet")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -69,8 +70,8 @@ class DataConfig:
     train_examples: int | None = None
     eval_examples: int | None = None
     shuffle_buffer: int = 10_000
-    # Not a `data.` config key of its own (`common/fields.py` SET_BY).
-    seed: int = dataclasses.field(default=0, metadata={"set_by": "train.seed"})
+    # Not a `data.` config key of its own.
+    seed: int = dataclasses.field(default=0, metadata={SET_BY: "train.seed"})
     dtype: str | None = "float32"
     num_classes: int = 10
 
