@@ -75,6 +75,7 @@ SHORTCUTS = {
     "on_nan": "train.on_nan",
     "precision": "train.precision",
     "jit": "train.jit",
+    "init_from": "train.init_from",
     "sync": "sync.mode",
     "average_interval": "sync.interval",
 }

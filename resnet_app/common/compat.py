@@ -10,6 +10,7 @@ Checked on TensorFlow 2.21.0 and Keras 3.15.1 (`CHECKED_ON`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -112,3 +113,29 @@ def graph_function(graph: tf.Graph, name: str) -> Any | None:
       The function (with a `.graph` for a traced one), or None if `graph` has none by that name.
     """
     return graph._get_function(name)
+
+
+def keras_home() -> str:
+    """Keras's own folder (`$KERAS_HOME`, else ~/.keras), where its downloads are cached.
+
+    Keras has no public function for it. Checked on Keras 3.15.1:
+    `keras.src.backend.config.keras_home()`.
+    """
+    from keras.src.backend import config as keras_config
+
+    # Keras reads $KERAS_HOME once, at import; a later change counts here too.
+    return os.path.expanduser(os.environ.get("KERAS_HOME") or keras_config.keras_home())
+
+
+def keras_resnet_weights() -> tuple[str, dict[str, tuple[str, str]]]:
+    """Where Keras applications download ResNet weights from, and their MD5 hashes.
+
+    Returns:
+      (base URL, {"resnet50": (hash with top, hash without top), ...}), as
+      `keras.applications.ResNet50(weights="imagenet")` uses them; no public
+      API gives them. Checked on Keras 3.15.1: `keras.src.applications.resnet`'s
+      `BASE_WEIGHTS_PATH` and `WEIGHTS_HASHES`.
+    """
+    from keras.src.applications import resnet
+
+    return resnet.BASE_WEIGHTS_PATH, dict(resnet.WEIGHTS_HASHES)

@@ -2,9 +2,10 @@
 
 One helper for every way a value reaches a typed field: the YAML loader, `--set`
 and the command-line flags (`train.py`'s shortcuts, `cli.define_config_flags`).
-A config field is a bool, int, float or str, a tuple of ints or floats, or any
-of these `| None`; `field_types` refuses anything else when the class is first
-read, so a new field of an unsupported type fails in the tests, not for a user.
+A config field is a bool, int, float or str, a tuple of ints, floats or strs, a
+dict of str to float, or any of these `| None`; `field_types` refuses anything
+else when the class is first read, so a new field of an unsupported type fails
+in the tests, not for a user.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from resnet_app.common.errors import ConfigError
 
 SET_BY = "set_by"  # Field metadata: not a key of its own; the key that sets it.
 SCALARS = (bool, int, float, str)
-TUPLE_ITEMS = (int, float)
+TUPLE_ITEMS = (int, float, str)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,9 +31,10 @@ class FieldType:
     """A field's type as a config reads it.
 
     Attributes:
-      base: bool, int, float, str or tuple.
+      base: bool, int, float, str, tuple or dict.
       optional: None is a valid value (the annotation is `T | None`).
-      item: the item type of a tuple (int or float), else None.
+      item: the item type of a tuple (int, float or str) or the value type
+        of a dict (float; its keys are strs), else None.
     """
 
     base: type
@@ -61,8 +63,12 @@ def read_annotation(annotation: Any) -> FieldType:
     if typing.get_origin(annotation) is tuple:
         item = typing.get_args(annotation)[0]
         if item not in TUPLE_ITEMS:
-            raise TypeError(f"a config tuple holds ints or floats; got {annotation}")
+            raise TypeError(f"a config tuple holds ints, floats or strs; got {annotation}")
         return FieldType(tuple, optional, item)
+    if typing.get_origin(annotation) is dict:
+        if typing.get_args(annotation) != (str, float):
+            raise TypeError(f"a config dict maps strs to floats; got {annotation}")
+        return FieldType(dict, optional, float)
     if annotation not in SCALARS:
         raise TypeError(f"unsupported config field type {annotation!r}")
     return FieldType(annotation, optional)
@@ -115,9 +121,19 @@ def coerce(key: str, value: Any, kind: FieldType) -> Any:
             return None
         raise ConfigError(f"{key} must not be empty")
     bad = ConfigError(f"{key}={value!r}: expected {kind.name}")
+    if kind.base is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{key}={value!r}: expected a mapping, e.g. {{head: 10}}")
+        if not all(isinstance(name, str) and is_number(item) for name, item in value.items()):
+            raise ConfigError(f"{key}={value!r}: expected names mapped to numbers")
+        return {name: float(item) for name, item in value.items()}
     if kind.base is tuple:
         if not isinstance(value, (list, tuple)):
             raise bad
+        if kind.item is str:
+            if not all(isinstance(item, str) for item in value):
+                raise ConfigError(f"{key}={value!r}: expected a list of names")
+            return tuple(value)
         if not all(is_number(item) for item in value):
             raise ConfigError(f"{key}={value!r}: expected a list of numbers")
         if kind.item is int and not all(float(item).is_integer() for item in value):

@@ -34,6 +34,7 @@ from resnet_app.data.settings import DataConfig
 from resnet_app.nets import presets
 
 ON_NAN = ("stop", "rollback")
+INIT_HEADS = ("auto", "new")
 # train.precision -> the images' dtype (data.dtype, unless set).
 PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 MAX_ROLLBACKS = 3
@@ -82,6 +83,20 @@ class TrainSettings:
         "fp16" (float16 with dynamic loss scaling; GPUs). Logits, loss and
         BatchNorm statistics stay float32.
       jit: compile each tower's forward and backward pass with XLA.
+      init_from: start from pretrained weights (not the optimizer, step or
+        data position): "keras:resnet50" (Keras applications' file, from
+        Keras's cache or downloaded), a Keras applications `.h5` file, a
+        `.safetensors` file in torchvision's layout, or another run's
+        directory or checkpoint. Applied once, when the run starts; a resumed
+        run continues from its own checkpoints. See `resnet_app/pretrained/`.
+      init_head: "auto" (load the classifier when its shape fits, else
+        initialise it anew) or "new" (always initialise it anew).
+      freeze: parts whose weights stay fixed: stem, stage1 ... stageN, head.
+      freeze_batch_norm: frozen parts also run their BatchNorms in inference
+        mode, with the moving statistics fixed (false: they normalize with
+        batch statistics and update them; gamma and beta stay fixed).
+      lr_multipliers: a learning-rate multiplier per part, e.g. {head: 10}
+        (parts not named: 1).
     """
 
     batch_size: int = 128
@@ -102,6 +117,11 @@ class TrainSettings:
     nan_lr_factor: float = 0.5
     precision: str = "fp32"
     jit: bool = False
+    init_from: str | None = None
+    init_head: str = "auto"
+    freeze: tuple[str, ...] = ()
+    freeze_batch_norm: bool = True
+    lr_multipliers: dict[str, float] | None = None
 
     def __post_init__(self):
         for name in (
@@ -146,6 +166,20 @@ class TrainSettings:
             0 < self.nan_lr_factor < 1,
             f"train.nan_lr_factor={self.nan_lr_factor}; use a value in (0, 1)",
         )
+        _require(
+            self.init_from is None or bool(self.init_from.strip()),
+            "train.init_from is empty; give a source (keras:resnet50, a file or a run "
+            "directory) or leave it unset",
+        )
+        _require(
+            self.init_head in INIT_HEADS,
+            f"train.init_head={self.init_head!r}; use one of: {', '.join(INIT_HEADS)}",
+        )
+        for part, multiplier in (self.lr_multipliers or {}).items():
+            _require(
+                multiplier >= 0,
+                f"train.lr_multipliers.{part}={multiplier}; use a number >= 0",
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,10 +290,23 @@ class Config:
             object.__setattr__(self, "derived", self.derived | {DERIVED_DTYPE})
         if self.data.seed != self.train.seed:  # `data.seed` is set by train.seed.
             object.__setattr__(self, "data", dataclasses.replace(self.data, seed=self.train.seed))
+        self._check_parts()
         _require(
             not (self.sync.mode == "model_average" and self.train.precision == "fp16"),
             "sync.mode=model_average cannot use train.precision=fp16: its loss scale is not "
             "kept per replica; use bf16 or fp32",
+        )
+
+    def _check_parts(self) -> None:
+        """Refuses part names (train.freeze, train.lr_multipliers) the model does not have."""
+        train = self.train
+        stages = len(presets.get_config(self.model_name, **self.model_overrides).units)
+        check_parts = presets.check_parts
+        check_parts("train.freeze", train.freeze, stages, self.model_name)
+        check_parts("train.lr_multipliers", train.lr_multipliers or {}, stages, self.model_name)
+        _require(
+            not set(presets.part_names(stages)) <= set(train.freeze),
+            "train.freeze names every part, so nothing would train; leave at least the head out",
         )
 
     @property

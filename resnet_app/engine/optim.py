@@ -157,7 +157,33 @@ def check_optimizer_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return {"class": config.kind, **config.arguments()}
 
 
-def create_optimizer(config: Mapping[str, Any]) -> keras.optimizers.Optimizer:
+def _with_lr_multipliers(
+    cls: type[keras.optimizers.Optimizer],
+) -> type[keras.optimizers.Optimizer]:
+    """`cls` with a learning-rate multiplier per variable (`lr_multipliers`, by path)."""
+
+    class Scaled(cls):
+        lr_multipliers: dict[str, float] = {}
+
+        def build(self, var_list: list[keras.Variable]) -> None:
+            if self.built:
+                return
+            super().build(var_list)
+            self.lr_factors = [self.lr_multipliers.get(v.path, 1.0) for v in var_list]
+
+        def update_step(self, gradient: Any, variable: keras.Variable, learning_rate: Any):
+            factor = self.lr_factors[self._get_variable_index(variable)]
+            if factor != 1.0:
+                learning_rate = ops.multiply(learning_rate, factor)
+            return super().update_step(gradient, variable, learning_rate)
+
+    Scaled.__name__ = Scaled.__qualname__ = f"{cls.__name__}WithLrMultipliers"
+    return Scaled
+
+
+def create_optimizer(
+    config: Mapping[str, Any], lr_multipliers: Mapping[str, float] | None = None
+) -> keras.optimizers.Optimizer:
     """Creates the optimizer a config describes, e.g. `{"class": "adam"}`.
 
     Call it (and then `optimizer.build(model.trainable_variables)`) inside
@@ -165,6 +191,9 @@ def create_optimizer(config: Mapping[str, Any]) -> keras.optimizers.Optimizer:
 
     Args:
       config: see `check_optimizer_config`.
+      lr_multipliers: {variable path: factor}: those variables' updates use
+        the learning rate times the factor (fine-tuning's per-part rates), in
+        every class's own rule; the decoupled decay of `adamw` is not scaled.
 
     Returns:
       An unbuilt Keras 3 optimizer whose learning rate is a variable, so that
@@ -175,7 +204,11 @@ def create_optimizer(config: Mapping[str, Any]) -> keras.optimizers.Optimizer:
     """
     args = check_optimizer_config(config)
     name = args.pop("class")
-    optimizer = _KERAS_CLASSES[name](**args)
+    cls = _KERAS_CLASSES[name]
+    if lr_multipliers and any(factor != 1.0 for factor in lr_multipliers.values()):
+        cls = _with_lr_multipliers(cls)
+        cls.lr_multipliers = dict(lr_multipliers)
+    optimizer = cls(**args)
     if name == "adamw":
         optimizer.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY))
     return optimizer

@@ -32,6 +32,7 @@ import tensorflow as tf
 from absl import logging
 
 from resnet_app import config as config_lib
+from resnet_app import pretrained
 from resnet_app.common import checkpoint, distribute, hardware, run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.config import Config
@@ -39,7 +40,7 @@ from resnet_app.data import input_pipeline, run_pipeline
 from resnet_app.engine import averaging, optim, resume
 from resnet_app.engine.learning_rate import LearningRate
 from resnet_app.engine.plan import RunPlan, plan_run
-from resnet_app.nets import factory
+from resnet_app.nets import factory, parts
 from resnet_app.nets.presets import get_config
 
 
@@ -165,6 +166,9 @@ def build_run(
         directory holding other settings.
     """
     optimizer_config = optim.check_optimizer_config(config.optimizer)  # Before loading.
+    resuming = not restart and run_dir.has_checkpoints(model_dir)
+    # The source's network and preprocessing, before the data is built with them.
+    config, source = pretrained.prepare(config, resuming)
     if config.train.deterministic:
         tf.config.experimental.enable_op_determinism()
     strategy = distribute.create_strategy(config.train.num_towers)
@@ -186,6 +190,9 @@ def build_run(
         check = _check_resume(config, resume_from, replicas, pipeline, plan)
         _refuse_or_log(check, model_dir, resume_from[0], allow_config_change)
         changes = check.changes
+    state = _create_state(config, model_dir, strategy, chief, pipeline, plan, optimizer_config)
+    if source is not None and resume_from is None:  # Once, when the run starts.
+        pretrained.load(state["model"], source, config.model_name, config.train.init_head)
     return Run(
         config=config,
         model_dir=model_dir,
@@ -195,7 +202,7 @@ def build_run(
         plan=plan,
         resume_from=resume_from,
         config_changes=changes,
-        **_create_state(config, model_dir, strategy, chief, pipeline, plan, optimizer_config),
+        **state,
     )
 
 
@@ -265,7 +272,10 @@ def _create_model(
         model = factory.create_run_model(
             config, pipeline.num_classes, pipeline.preprocessing.image_size, train.precision
         )
-        optimizer = optim.create_optimizer(optimizer_config)
+        parts.freeze(model, train.freeze, train.freeze_batch_norm)
+        optimizer = optim.create_optimizer(
+            optimizer_config, parts.lr_multipliers(model, train.lr_multipliers or {})
+        )
         if train.precision == "fp16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         optimizer.build(model.trainable_variables)

@@ -46,12 +46,17 @@ class LayerFactory:
         self.config = config
 
     def conv(self, filters: int, kernel: int, stride: int, name: str) -> keras.layers.Layer:
-        """A bias-free "same" convolution with He initialization and the L2 penalty."""
-        return keras.layers.Conv2D(
+        """A bias-free convolution with He initialization and the L2 penalty.
+
+        Padded "same", or with `config.padding == "symmetric"` and a stride,
+        `kernel // 2` on every side (at stride 1 the two are the same).
+        """
+        symmetric = self.config.padding == "symmetric" and stride > 1 and kernel > 1
+        return (SymmetricConv2D if symmetric else keras.layers.Conv2D)(
             filters,
             kernel,
             strides=stride,
-            padding="same",
+            padding="valid" if symmetric else "same",
             use_bias=False,
             # He et al. 2015 initialization, as in torchvision and the seed.
             kernel_initializer=keras.initializers.VarianceScaling(
@@ -60,6 +65,12 @@ class LayerFactory:
             kernel_regularizer=_l2(self.config.weight_decay),
             name=name,
         )
+
+    def max_pool(self, name: str) -> keras.layers.Layer:
+        """The stem's 3x3, stride-2 max-pool, padded as `config.padding` says."""
+        if self.config.padding == "symmetric":
+            return SymmetricMaxPool(name=name)
+        return keras.layers.MaxPooling2D(3, strides=2, padding="same", name=name)
 
     def batch_norm(self, name: str, zero_gamma: bool = False) -> keras.layers.Layer:
         """A BatchNorm with the config's momentum, epsilon and synchronization."""
@@ -79,6 +90,52 @@ class LayerFactory:
             dtype="float32",
             name=name,
         )
+
+
+def _pad_symmetric(inputs, amount: int, value: float = 0.0):
+    pad = [[0, 0], [amount, amount], [amount, amount], [0, 0]]
+    return keras.ops.pad(inputs, pad, constant_values=value)
+
+
+def _padded_shape(input_shape: Shape, amount: int) -> Shape:
+    batch, height, width, channels = input_shape
+    spatial = [None if size is None else size + 2 * amount for size in (height, width)]
+    return (batch, *spatial, channels)
+
+
+@keras.saving.register_keras_serializable(package="resnet_app")
+class SymmetricConv2D(keras.layers.Conv2D):
+    """A "valid" convolution of the input zero-padded by kernel // 2 on every side.
+
+    The padding of torchvision's and Caffe's strided convolutions; its output
+    size is that of "same" padding (for odd kernels), and its variables are a
+    `Conv2D`'s, so checkpoints do not tell the two apart.
+    """
+
+    @property
+    def amount(self) -> int:
+        return self.kernel_size[0] // 2
+
+    def call(self, inputs):
+        return super().call(_pad_symmetric(inputs, self.amount))
+
+    def compute_output_shape(self, input_shape: Shape) -> Shape:
+        return super().compute_output_shape(_padded_shape(input_shape, self.amount))
+
+
+@keras.saving.register_keras_serializable(package="resnet_app")
+class SymmetricMaxPool(keras.layers.Layer):
+    """A 3x3, stride-2 max-pool of the input padded by one -inf on every side."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.pool = keras.layers.MaxPooling2D(3, strides=2, padding="valid")
+
+    def call(self, inputs):
+        return self.pool(_pad_symmetric(inputs, 1, float("-inf")))
+
+    def compute_output_shape(self, input_shape: Shape) -> Shape:
+        return self.pool.compute_output_shape(_padded_shape(input_shape, 1))
 
 
 def build_layer(layer: keras.layers.Layer | None, input_shape: Shape) -> Shape | None:

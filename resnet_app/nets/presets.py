@@ -8,7 +8,7 @@ the network a config describes.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from resnet_app.common.errors import ConfigError
@@ -16,7 +16,9 @@ from resnet_app.common.errors import ConfigError
 BLOCKS = ("basic", "bottleneck")
 VERSIONS = ("v1", "v2")
 SHORTCUTS = ("pad", "projection")
+PADDINGS = ("same", "symmetric")
 BOTTLENECK_EXPANSION = 4
+STEM, HEAD = "stem", "head"  # The parts around the stages (see `part_names`).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +46,12 @@ class ResNetConfig:
       stride_in_1x1: bottleneck only. Put the stride on the first 1x1 conv, as
         the original paper did (ResNet-50: 3.86 G MACs), instead of on the 3x3
         conv, as torchvision, TF Model Garden and NVIDIA do (4.09 G MACs).
+      padding: how a strided convolution and the stem's max-pool pad: "same"
+        (TensorFlow's: an even input gets its extra row and column at the
+        bottom and right only) or "symmetric" (k // 2 on every side, as
+        torchvision, Caffe and Keras applications do). Both give the same
+        output size; weights trained with one see a one-pixel shift under the
+        other, so imported weights bring theirs.
       weight_decay: L2 coefficient; the penalty is weight_decay * sum(w**2) / 2.
       bn_momentum: BatchNorm moving-average momentum (Keras convention).
       bn_epsilon: BatchNorm epsilon.
@@ -66,6 +74,7 @@ class ResNetConfig:
     num_classes: int = 10
     activate_before_residual: bool = True
     stride_in_1x1: bool = False
+    padding: str = "same"
     weight_decay: float = 1e-4
     bn_momentum: float = 0.9
     bn_epsilon: float = 1e-5
@@ -83,6 +92,7 @@ class ResNetConfig:
         _check_choice("block", self.block, BLOCKS)
         _check_choice("version", self.version, VERSIONS)
         _check_choice("shortcut", self.shortcut, SHORTCUTS)
+        _check_choice("padding", self.padding, PADDINGS)
         if not self.units:
             raise ConfigError("model field 'units' is empty; give at least one stage")
         if not len(self.units) == len(self.widths) == len(self.strides):
@@ -248,3 +258,28 @@ def get_config(name: str, **overrides: Any) -> ResNetConfig:
             f"{', '.join(sorted(fields))}"
         )
     return ResNetConfig(**{**PRESETS[name], **overrides})
+
+
+def part_names(num_stages: int) -> list[str]:
+    """The parts of a network with `num_stages` stages, input to output.
+
+    `stem` (the stem convolution and its BatchNorm), `stage1` ... `stageN` (for
+    v2, the last stage also holds the final BatchNorm), `head` (the logits).
+    Fine-tuning freezes, and scales the learning rate of, parts by these names.
+    """
+    return [STEM, *(f"stage{stage}" for stage in range(1, num_stages + 1)), HEAD]
+
+
+def check_parts(key: str, parts: Iterable[str], num_stages: int, model_name: str) -> None:
+    """Refuses a part name the network does not have.
+
+    Raises:
+      ConfigError: naming the first unknown part and the valid ones.
+    """
+    valid = part_names(num_stages)
+    for part in parts:
+        if part not in valid:
+            raise ConfigError(
+                f"{key} names part {part!r}, which {model_name} does not have; "
+                f"its parts are {', '.join(valid)}"
+            )

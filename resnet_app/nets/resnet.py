@@ -13,6 +13,8 @@ with the counting in `nets/summary.py`).
 
 Conventions:
   * NHWC everywhere. Convolutions have no bias (a BatchNorm follows or precedes).
+    Strided convolutions pad "same" (TensorFlow's) or, with `padding: symmetric`,
+    as torchvision and Keras applications do (see `ResNetConfig.padding`).
   * Stages are numbered from 1, units within a stage from 0, convolutions within a
     unit from 1, so layer names read `stage2_unit0_conv1`.
   * A bottleneck unit's output width is 4x its stage width (the seed's filter
@@ -73,11 +75,7 @@ class ResNet(keras.Model):
         # Both versions normalize and activate the stem: v1 as every conv, v2
         # so that the first unit can skip its own pre-activation.
         self.stem_bn = make.batch_norm("stem_bn")
-        self.stem_pool = (
-            keras.layers.MaxPooling2D(3, strides=2, padding="same", name="stem_pool")
-            if config.init_max_pool
-            else None
-        )
+        self.stem_pool = make.max_pool("stem_pool") if config.init_max_pool else None
 
         # Units are attributes named stage2_unit0, ... (checkpoints follow
         # attributes, not lists); `stage_names` keeps the table's order.

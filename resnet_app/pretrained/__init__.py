@@ -1,0 +1,79 @@
+"""Starting a run from pretrained weights (`train.init_from`).
+
+- `sources.py`: what the setting names, the network its weights belong to, and
+  the preprocessing they expect; `adopt` puts both into the run's config.
+- `keras_files.py`, `torch_files.py`, `run_files.py`: one reader per kind of
+  source, each returning the weights under our layer names and layouts.
+- `weights.py`: the check against the model, the assignment, the report.
+
+The engine calls `prepare(config)` before it builds the run's data, and
+`load(model, source, ...)` once, when a run starts (never on resume).
+"""
+
+from __future__ import annotations
+
+from absl import logging
+
+from resnet_app.common.errors import ConfigError
+from resnet_app.config import Config
+from resnet_app.pretrained import sources
+from resnet_app.pretrained.sources import Source
+from resnet_app.pretrained.weights import Report, SourceWeights, assign
+
+__all__ = ["Source", "load", "prepare", "read_weights"]
+
+
+def prepare(config: Config, resuming: bool = False) -> tuple[Config, Source | None]:
+    """The run's config with its source's network and preprocessing, and the source.
+
+    Args:
+      config: the resolved config.
+      resuming: the run resumes from its own checkpoints, so its source is not
+        read again; one that is gone is no error then.
+
+    Raises:
+      ConfigError: for a bad source, or a model field that contradicts it.
+    """
+    spec = config.train.init_from
+    if not spec:
+        return config, None
+    try:
+        source = sources.parse(spec)
+        if source.kind == sources.RUN:
+            source = sources.with_run_details(source)
+    except ConfigError as error:
+        if not resuming:
+            raise
+        logging.warning("Resuming from the run's own checkpoints; train.init_from: %s", error)
+        return config, None
+    return sources.adopt(config, source), source
+
+
+def read_weights(source: Source, num_classes: int) -> SourceWeights:
+    """The source's weights under our names (Keras's are fetched if not cached).
+
+    Raises:
+      ConfigError: for an unreadable file or one of another kind.
+    """
+    from resnet_app.pretrained import keras_files, run_files, torch_files
+
+    if source.kind == sources.KERAS:
+        path = source.path or keras_files.find_or_fetch(source.name, num_classes == 1000)
+        return keras_files.read(path)
+    if source.kind == sources.TORCHVISION:
+        return torch_files.read(source.path)
+    return run_files.read(source.path)
+
+
+def load(model, source: Source, model_name: str, init_head: str = "auto") -> Report:
+    """Loads the source's weights into a built model and logs the report table.
+
+    Raises:
+      ConfigError: for weights of another network, naming the first difference.
+    """
+    weights = read_weights(source, int(model.logits.units))
+    report = assign(model, weights, sources.describe(source), model_name, init_head)
+    logging.info(
+        "Initialized from %s:\n  %s", sources.describe(source), "\n  ".join(report.lines())
+    )
+    return report

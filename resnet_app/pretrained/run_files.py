@@ -1,0 +1,41 @@
+"""Weights from another run of this app: its newest readable checkpoint, or a chosen one.
+
+Only the network's weights and BatchNorm statistics are taken: never the
+optimizer's slots, the step, the data position or the learning-rate override.
+The source network is rebuilt from the config saved in the checkpoint, with as
+many classes as its logits have, and restored from it, so the weights come
+out under the same layer names whatever the checkpoint's layout.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from resnet_app import config as config_lib
+from resnet_app.common import checkpoint
+from resnet_app.common.errors import ConfigError
+from resnet_app.nets import factory, parts
+from resnet_app.nets.presets import get_config
+from resnet_app.pretrained.weights import SourceWeights
+
+_LOGITS_KEY = "model/logits/_kernel/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def read(prefix: str) -> SourceWeights:
+    """The network weights of the run checkpoint at `prefix`, under our layer names.
+
+    Raises:
+      ConfigError: for a checkpoint without a saved config or a model.
+    """
+    saved = checkpoint.read_value(prefix, "config")
+    shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+    if saved is None or _LOGITS_KEY not in shapes:
+        raise ConfigError(
+            f"train.init_from: {prefix} is not a checkpoint of this app's training runs"
+        )
+    config = config_lib.from_yaml(saved.decode(), f"the config saved in {prefix}")
+    num_classes = int(shapes[_LOGITS_KEY][-1])
+    size = get_config(config.model_name, **config.model_overrides).default_image_size
+    model = factory.create_run_model(config, num_classes, size)
+    checkpoint.restore_model(model, prefix)
+    return SourceWeights(layers=parts.get_weights(model), skipped={})

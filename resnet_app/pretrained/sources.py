@@ -1,0 +1,235 @@
+"""What `train.init_from` names, the network its weights belong to, and their preprocessing.
+
+`parse(spec)` turns the setting into a `Source`:
+
+- `keras:resnet50` (also resnet101, resnet152): Keras applications' ImageNet
+  weights, from Keras's cache (`$KERAS_HOME/models`, else ~/.keras/models),
+  downloaded by Keras when missing and the network answers;
+- `PATH.h5`: a Keras applications ResNet weights file;
+- `PATH.safetensors`: a torchvision (or timm) ResNet in torchvision's names;
+- a run directory of this app (its newest readable checkpoint), or one of its
+  checkpoints (`RUN/ckpt-N`).
+
+A source brings the network its weights were trained in (`model_fields`: the
+`ResNetConfig` fields that make our network exactly theirs) and the
+preprocessing they expect (`mean` and `std`, 0-255 scale, RGB). `adopt`
+puts both into a run's config, so that config.yaml, data_info.json,
+evaluate and export follow the weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from absl import logging
+
+from resnet_app.common import run_dir
+from resnet_app.common.errors import ConfigError
+from resnet_app.config import Config
+
+KERAS, TORCHVISION, RUN = "keras", "torchvision", "run"
+KERAS_PRESETS = ("resnet50", "resnet101", "resnet152")
+KERAS_V2 = ("resnet50v2", "resnet101v2", "resnet152v2")
+
+# Keras applications' ResNet v1 (Caffe's port): BGR images minus the ImageNet
+# mean, unscaled. The network reads RGB here, so the import reverses the stem
+# kernel's input channels instead of the images' (the same products, summed
+# in another order); the mean is the same numbers in RGB order.
+KERAS_MEAN = (123.68, 116.779, 103.939)
+KERAS_STD = (1.0, 1.0, 1.0)
+# torchvision: RGB in [0, 1], minus the ImageNet mean, over its std.
+TORCHVISION_MEAN = tuple(255 * value for value in (0.485, 0.456, 0.406))
+TORCHVISION_STD = tuple(255 * value for value in (0.229, 0.224, 0.225))
+
+# The ResNetConfig fields whose values a source's network fixes (the rest,
+# depth and widths, are checked against the file's shapes).
+EXACT_FIELDS = ("stride_in_1x1", "padding", "bn_epsilon")
+KERAS_FIELDS = {"stride_in_1x1": True, "padding": "symmetric", "bn_epsilon": 1.001e-5}
+TORCHVISION_FIELDS = {"stride_in_1x1": False, "padding": "symmetric", "bn_epsilon": 1e-5}
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Pretrained weights named by `train.init_from`.
+
+    Attributes:
+      spec: the setting as given.
+      kind: KERAS, TORCHVISION or RUN.
+      path: the file, run directory or checkpoint prefix; None for
+        `keras:NAME` (found or fetched when read).
+      name: the Keras applications model of `keras:NAME`, else None.
+      model_fields: `ResNetConfig` fields the source's network has.
+      mean: the per-channel mean the weights expect (0-255, RGB), or None.
+      std: the per-channel std the weights expect, or None.
+    """
+
+    spec: str
+    kind: str
+    path: str | None = None
+    name: str | None = None
+    model_fields: dict[str, Any] = dataclasses.field(default_factory=dict)
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+
+
+def parse(spec: str) -> Source:
+    """The `Source` that `train.init_from` names.
+
+    Raises:
+      ConfigError: for a Keras model that cannot be represented exactly, a
+        missing path, or a file of an unknown kind.
+    """
+    if spec.startswith("keras:"):
+        return _keras_source(spec, spec.split(":", 1)[1].strip().lower())
+    path = os.path.expanduser(spec)
+    if path.endswith(".h5"):
+        _check_file(spec, path)
+        return Source(spec, KERAS, path, None, dict(KERAS_FIELDS), KERAS_MEAN, KERAS_STD)
+    if path.endswith(".safetensors"):
+        _check_file(spec, path)
+        return Source(
+            spec,
+            TORCHVISION,
+            path,
+            None,
+            dict(TORCHVISION_FIELDS),
+            TORCHVISION_MEAN,
+            TORCHVISION_STD,
+        )
+    if os.path.isdir(path) or os.path.isfile(path + ".index"):
+        return Source(spec, RUN, path)
+    if os.path.exists(path):
+        raise ConfigError(
+            f"train.init_from={spec}: not a weights file this app reads; give keras:resnet50, "
+            "a Keras applications .h5 file, a torchvision .safetensors file, or a run directory"
+        )
+    raise ConfigError(f"train.init_from={spec}: no such file or directory; check the path")
+
+
+def _keras_source(spec: str, name: str) -> Source:
+    compact = name.replace("_", "")
+    if compact in KERAS_V2:
+        raise ConfigError(
+            f"train.init_from={spec}: Keras applications' ResNetV2 cannot be represented "
+            "exactly here (it downsamples in the last unit of each stage, not the first, and "
+            "has no BatchNorm after the stem); use keras:resnet50/101/152 or a torchvision file"
+        )
+    if compact not in KERAS_PRESETS:
+        raise ConfigError(
+            f"train.init_from={spec}: unknown Keras applications model; use one of "
+            f"{', '.join('keras:' + preset for preset in KERAS_PRESETS)}"
+        )
+    return Source(spec, KERAS, None, compact, dict(KERAS_FIELDS), KERAS_MEAN, KERAS_STD)
+
+
+def _check_file(spec: str, path: str) -> None:
+    if not os.path.isfile(path):
+        raise ConfigError(f"train.init_from={spec}: no such file; check the path")
+
+
+def describe(source: Source) -> str:
+    """One phrase for logs: what the weights are and where they come from."""
+    if source.kind == KERAS and source.name:
+        return f"Keras applications {source.name} (ImageNet)"
+    kinds = {KERAS: "Keras applications file", TORCHVISION: "torchvision file", RUN: "run"}
+    return f"{kinds[source.kind]} {source.path}"
+
+
+def with_run_details(source: Source) -> Source:
+    """A RUN source with the network and preprocessing its run recorded.
+
+    Reads the checkpoint's saved config (the network the weights were trained
+    in) and the run's data_info.json (the preprocessing). Needs TensorFlow.
+
+    Raises:
+      ConfigError: for a directory without readable checkpoints.
+    """
+    from resnet_app import config as config_lib
+    from resnet_app.common import checkpoint
+    from resnet_app.data import run_pipeline
+    from resnet_app.nets.presets import get_config
+
+    prefix, directory = checkpoint_of(source)
+    saved = checkpoint.read_value(prefix, "config")
+    fields: dict[str, Any] = {}
+    if saved is not None:
+        config = config_lib.from_yaml(saved.decode(), f"the config saved in {prefix}")
+        preset = get_config(config.model_name, **config.model_overrides)
+        fields = {name: getattr(preset, name) for name in EXACT_FIELDS}
+    recorded = run_pipeline.read_data_info(directory)
+    mean = std = None
+    if recorded is None:
+        logging.warning(
+            "%s records no preprocessing (no data_info.json); this run measures its own",
+            directory,
+        )
+    else:
+        mean, std = tuple(recorded[1].mean), tuple(recorded[1].std)
+    return dataclasses.replace(source, path=prefix, model_fields=fields, mean=mean, std=std)
+
+
+def checkpoint_of(source: Source) -> tuple[str, str]:
+    """(checkpoint prefix, its run directory) of a RUN source.
+
+    Raises:
+      ConfigError: for a directory without readable checkpoints.
+    """
+    from resnet_app.common import checkpoint
+
+    path = source.path
+    if os.path.isfile(path + ".index"):
+        reason = checkpoint.unreadable(path)
+        if reason:
+            raise ConfigError(f"train.init_from={source.spec}: unreadable checkpoint ({reason})")
+        return path, os.path.dirname(path) or "."
+    latest = checkpoint.find_latest(path)
+    if latest is None:
+        raise ConfigError(
+            f"train.init_from={source.spec}: the directory holds no checkpoint "
+            f"({run_dir.checkpoint_name(1).replace('1', 'N')}.index); give a run directory "
+            "that has trained, or a weights file"
+        )
+    return latest[1], path
+
+
+def adopt(config: Config, source: Source) -> Config:
+    """`config` with the source's network and preprocessing, unless the user set them.
+
+    A model field the user set to another value than the source's network has
+    is refused (the weights would compute something else); a mean or std the
+    user set is kept, with a warning naming what the weights expect.
+
+    Raises:
+      ConfigError: naming the conflicting model field.
+    """
+    given = config.model_overrides
+    fields = {}
+    for name, value in source.model_fields.items():
+        if name in given and given[name] != value:
+            raise ConfigError(
+                f"model.{name}={given[name]!r}, but the weights of {source.spec} were "
+                f"trained with {name}={value!r}; drop model.{name}"
+            )
+        fields[name] = value
+    model = dataclasses.replace(config.model, **fields)
+    data = config.data
+    if source.mean is not None:
+        if data.mean is None and data.std is None:
+            data = dataclasses.replace(data, mean=source.mean, std=source.std)
+        elif (data.mean, data.std) != (source.mean, source.std):
+            logging.warning(
+                "data.mean=%s, data.std=%s as set, but the weights of %s expect mean %s and "
+                "std %s (0-255 scale, RGB); drop data.mean and data.std to follow the weights",
+                data.mean,
+                data.std,
+                source.spec,
+                _rounded(source.mean),
+                _rounded(source.std),
+            )
+    return dataclasses.replace(config, model=model, data=data)
+
+
+def _rounded(values) -> tuple[float, ...]:
+    return tuple(round(value, 3) for value in values)

@@ -1,0 +1,169 @@
+"""Imported weights, checked against a model and assigned to it, with a report.
+
+Every reader (`keras_files`, `torch_files`, `run_files`) returns
+`SourceWeights`: arrays under our layer and variable names, in our layouts.
+`assign` checks them against the model (the same depth, the same layers, the
+same shapes; the first difference is one line) and assigns them. The head
+(logits) is loaded only when its shape fits and `init_head` is "auto";
+otherwise it keeps its fresh initialization. `report_lines` is the start-up
+table: per part, what was loaded, newly initialised or skipped, with shapes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+
+from resnet_app.common.errors import ConfigError
+from resnet_app.nets import parts
+
+HEAD_LAYER = "logits"
+_UNIT = re.compile(r"^stage(\d+)_unit(\d+)_")
+
+
+@dataclasses.dataclass
+class SourceWeights:
+    """Weights read from a source, under our names.
+
+    Attributes:
+      layers: {layer name: {variable name: array}}.
+      skipped: tensors of the file that have no counterpart here: {name: shape}.
+    """
+
+    layers: dict[str, dict[str, np.ndarray]]
+    skipped: dict[str, tuple[int, ...]]
+
+
+@dataclasses.dataclass
+class Report:
+    """What `assign` did, per part: {part: [(layer/variable, shape)]}."""
+
+    loaded: dict[str, list[tuple[str, tuple[int, ...]]]]
+    new: dict[str, list[tuple[str, tuple[int, ...]]]]
+    skipped: dict[str, tuple[int, ...]]
+
+    def lines(self) -> list[str]:
+        """The start-up table: one row per part, then what was skipped."""
+        rows = [f"{'part':<8} {'loaded':<34} newly initialised"]
+        for part in dict.fromkeys([*self.loaded, *self.new]):
+            loaded, new = self.loaded.get(part, []), self.new.get(part, [])
+            rows.append(f"{part:<8} {_summary(loaded):<34} {_summary(new, shapes=True)}")
+        if self.skipped:
+            # The source's own head first: the rest are bookkeeping tensors.
+            names = sorted(self.skipped, key=lambda name: HEAD_LAYER not in name)
+            shown = [f"{name} {self.skipped[name]}" for name in names[:4]]
+            more = len(self.skipped) - len(shown)
+            rows.append(f"skipped: {', '.join(shown)}" + (f" and {more} more" if more > 0 else ""))
+        return rows
+
+
+def _summary(items: list[tuple[str, tuple[int, ...]]], shapes: bool = False) -> str:
+    if not items:
+        return "-"
+    if shapes and len(items) <= 3:
+        return ", ".join(f"{name} {shape}" for name, shape in items)
+    values = sum(int(np.prod(shape)) for _, shape in items)
+    return f"{len(items)} tensors, {values:,} values"
+
+
+def units_per_stage(layer_names) -> list[int]:
+    """The number of residual units in each stage, read from layer names."""
+    units: dict[int, set[int]] = {}
+    for name in layer_names:
+        match = _UNIT.match(name)
+        if match:
+            units.setdefault(int(match.group(1)), set()).add(int(match.group(2)))
+    return [len(units.get(stage, ())) for stage in range(1, max(units, default=0) + 1)]
+
+
+def check_compatible(weights: SourceWeights, model, label: str, model_name: str) -> None:
+    """Refuses weights of another network, naming the first difference.
+
+    Raises:
+      ConfigError: e.g. "stage3 has 6 units in the file, 23 in resnet101".
+    """
+    ours = parts.get_weights(model)
+    have, want = units_per_stage(weights.layers), units_per_stage(ours)
+    if len(have) != len(want):
+        raise ConfigError(
+            f"{label} has {len(have)} stages, {model_name} has {len(want)}; give weights of "
+            f"a {model_name} or pick the matching --model"
+        )
+    for stage, (a, b) in enumerate(zip(have, want, strict=True), start=1):
+        if a != b:
+            raise ConfigError(
+                f"stage{stage} has {a} units in {label}, {b} in {model_name}; give weights of "
+                f"a {model_name} or pick the matching --model"
+            )
+    body = {layer: variables for layer, variables in ours.items() if layer != HEAD_LAYER}
+    for layer in body:
+        if layer not in weights.layers:
+            raise ConfigError(
+                f"{model_name} has layer {layer}, which {label} does not; the file holds "
+                "another network"
+            )
+    for layer, variables in body.items():
+        for name, value in variables.items():
+            theirs = weights.layers[layer].get(name)
+            if theirs is None:
+                raise ConfigError(f"{label} has no {layer}/{name}; the file holds another network")
+            if tuple(theirs.shape) != tuple(value.shape):
+                raise ConfigError(
+                    f"{layer}/{name} is {tuple(theirs.shape)} in {label}, "
+                    f"{tuple(value.shape)} in {model_name}; the file holds another network"
+                )
+    extra = [layer for layer in weights.layers if layer not in ours]
+    if extra:
+        raise ConfigError(
+            f"{label} has layer {extra[0]}, which {model_name} does not; the file holds "
+            "another network"
+        )
+
+
+def assign(
+    model, weights: SourceWeights, label: str, model_name: str, init_head: str = "auto"
+) -> Report:
+    """Assigns checked weights to a built model (in cross-replica context under a strategy).
+
+    Args:
+      model: the run's `ResNet`.
+      weights: the source's weights.
+      label: the source, as messages name it.
+      model_name: the model's preset, as messages name it.
+      init_head: "auto" (load the head when its shape fits) or "new".
+
+    Returns:
+      The `Report`.
+
+    Raises:
+      ConfigError: for weights of another network (`check_compatible`).
+    """
+    check_compatible(weights, model, label, model_name)
+    part_of = parts.part_of_layer(model)
+    report = Report(loaded={}, new={}, skipped=dict(weights.skipped))
+    for layer_name, layer in parts.named_layers(model).items():
+        part = part_of[layer_name]
+        theirs = weights.layers.get(layer_name, {})
+        head = layer_name == HEAD_LAYER
+        fits = all(
+            name in theirs and theirs[name].shape == tuple(variable.shape)
+            for variable in layer.weights
+            for name in [parts.short_name(variable)]
+        )
+        if head and (init_head == "new" or not fits):
+            for variable in layer.weights:
+                report.new.setdefault(part, []).append(
+                    (f"{layer_name}/{parts.short_name(variable)}", tuple(variable.shape))
+                )
+            for name, value in theirs.items():
+                report.skipped[f"{label}'s {layer_name}/{name}"] = tuple(value.shape)
+            continue
+        for variable in layer.weights:
+            name = parts.short_name(variable)
+            variable.assign(theirs[name].astype(variable.dtype))
+            report.loaded.setdefault(part, []).append(
+                (f"{layer_name}/{name}", tuple(variable.shape))
+            )
+    return report
