@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from typing import Any
 
 import keras
@@ -166,9 +167,8 @@ def build_run(
         directory holding other settings.
     """
     optimizer_config = optim.check_optimizer_config(config.optimizer)  # Before loading.
-    resuming = not restart and run_dir.has_checkpoints(model_dir)
     # The source's network and preprocessing, before the data is built with them.
-    config, source = pretrained.prepare(config, resuming)
+    config, source = pretrained.prepare(config, _saved_config(model_dir, restart))
     if config.train.deterministic:
         tf.config.experimental.enable_op_determinism()
     strategy = distribute.create_strategy(config.train.num_towers)
@@ -286,6 +286,15 @@ def _create_model(
         optimizer,
         averaging.ModelAveraging(model, optimizer, strategy, config.sync.interval),
     )
+
+
+def _saved_config(model_dir: str, restart: bool) -> Config | None:
+    """The config.yaml of a run that will be resumed, or None for one that starts."""
+    path = run_dir.config_path(model_dir)
+    if restart or not run_dir.has_checkpoints(model_dir) or not os.path.isfile(path):
+        return None
+    with open(path) as file:
+        return config_lib.from_yaml(file.read(), path)
 
 
 def _preset(config: Config):

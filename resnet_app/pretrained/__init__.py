@@ -6,7 +6,7 @@
   source, each returning the weights under our layer names and layouts.
 - `weights.py`: the check against the model, the assignment, the report.
 
-The engine calls `prepare(config)` before it builds the run's data, and
+The engine calls `prepare(config, saved)` before it builds the run's data, and
 `load(model, source, ...)` once, when a run starts (never on resume).
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from absl import logging
 
-from resnet_app.common.errors import ConfigError
 from resnet_app.config import Config
 from resnet_app.pretrained import sources
 from resnet_app.pretrained.sources import Source
@@ -23,13 +22,19 @@ from resnet_app.pretrained.weights import Report, SourceWeights, assign
 __all__ = ["Source", "load", "prepare", "read_weights"]
 
 
-def prepare(config: Config, resuming: bool = False) -> tuple[Config, Source | None]:
+def prepare(config: Config, saved: Config | None = None) -> tuple[Config, Source | None]:
     """The run's config with its source's network and preprocessing, and the source.
 
     Args:
       config: the resolved config.
-      resuming: the run resumes from its own checkpoints, so its source is not
-        read again; one that is gone is no error then.
+      saved: the config of the run being resumed (its config.yaml), or None
+        for a run that starts. A resumed run is not initialized again, so its
+        source is not read (it may be gone): the network and preprocessing
+        come from the saved config, and a changed `init_from` is left to the
+        resume guard.
+
+    Returns:
+      (config, the source to load, or None when there is nothing to load).
 
     Raises:
       ConfigError: for a bad source, or a model field that contradicts it.
@@ -37,15 +42,11 @@ def prepare(config: Config, resuming: bool = False) -> tuple[Config, Source | No
     spec = config.train.init_from
     if not spec:
         return config, None
-    try:
-        source = sources.parse(spec)
-        if source.kind == sources.RUN:
-            source = sources.with_run_details(source)
-    except ConfigError as error:
-        if not resuming:
-            raise
-        logging.warning("Resuming from the run's own checkpoints; train.init_from: %s", error)
-        return config, None
+    if saved is not None:
+        return sources.adopt(config, sources.recorded(saved, spec)), None
+    source = sources.parse(spec)
+    if source.kind == sources.RUN:
+        source = sources.with_run_details(source)
     return sources.adopt(config, source), source
 
 

@@ -194,6 +194,15 @@ def checkpoint_of(source: Source) -> tuple[str, str]:
     return latest[1], path
 
 
+def recorded(saved: Config, spec: str) -> Source:
+    """What a resumed run adopted from its source, as the run's own config recorded it."""
+    from resnet_app.nets.presets import get_config
+
+    preset = get_config(saved.model_name, **saved.model_overrides)
+    fields = {name: getattr(preset, name) for name in EXACT_FIELDS}
+    return Source(spec, RUN, model_fields=fields, mean=saved.data.mean, std=saved.data.std)
+
+
 def adopt(config: Config, source: Source) -> Config:
     """`config` with the source's network and preprocessing, unless the user set them.
 
