@@ -16,6 +16,7 @@ from resnet_app.nets import parts
 from resnet_app.pretrained import run_files
 from tests import runs
 from tests.commands import error_line, run_command
+from tests.tfds_mock import closed_port
 
 pytestmark = pytest.mark.integration  # Training runs and subprocesses.
 CLASSES = (5, 6, 7)
@@ -173,6 +174,11 @@ def test_bad_fine_tuning_settings_are_one_line(tiny_run, tmp_path):
         "part": (["--set", "train.freeze=[stem,stage7]"], "train.freeze names part 'stage7'"),
         "arch": ([f"--init_from={source_dir}", "--model=resnet20"], "has 1 stages, resnet20 has 3"),
     }
+    cases["keras offline"] = (
+        ["--init_from=keras:resnet50", "--model=resnet50", "--set", "data.image_size=32"],
+        "_notop.h5 is not in",
+    )
+    offline = {"KERAS_HOME": str(tmp_path / "keras"), data_sources.NETWORK_PROBE_ENV: closed_port()}
     for name, (args, message) in cases.items():
         result = run_command(
             "resnet_app.train",
@@ -180,5 +186,36 @@ def test_bad_fine_tuning_settings_are_one_line(tiny_run, tmp_path):
             f"--model_dir={tmp_path / name}",
             "--train_steps=1",
             *args,
+            env=offline,
         )
         assert message in error_line(result), name
+
+
+@pytest.mark.parametrize("mode", ["allreduce", "model_average"])
+def test_every_tower_starts_from_the_source_and_frozen_parts_stay(tiny_run, tmp_path, mode):
+    _, source_dir = tiny_run
+    expected = source_weights(source_dir)
+    config = finetune_config(
+        tmp_path,
+        source_dir,
+        f"sync.mode={mode}",
+        "train.freeze=[stem]",
+        train_steps=2,
+        num_towers=2,
+    )
+    run = setup.build_run(config, str(tmp_path / "towers"))
+    run.restore(None)
+    named = parts.named_layers(run.model)
+    for layer in ("stem_conv", "stem_bn", "stage1_unit0_conv1", "stage1_unit0_bn2"):
+        for variable in named[layer].weights:
+            copies = run.strategy.experimental_local_results(variable.value)
+            assert len(copies) == 2
+            for copy in copies:
+                np.testing.assert_array_equal(
+                    copy.numpy(), expected[layer][parts.short_name(variable)]
+                )
+    trained = loop.train(run).model
+    after = parts.get_weights(trained)
+    for name, value in after["stem_bn"].items():
+        np.testing.assert_array_equal(value, expected["stem_bn"][name])
+    np.testing.assert_array_equal(after["stem_conv"]["kernel"], expected["stem_conv"]["kernel"])

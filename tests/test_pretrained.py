@@ -271,3 +271,15 @@ def test_lr_multipliers_scale_each_parts_rate_in_the_optimizers_rule(kind):
             expected = adam_reference(start[i], history, 0.01 * factor)
         np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-5, atol=1e-5)
     assert {multipliers[v.path] for v in model.logits.weights} == {10.0}
+
+
+def test_a_mean_set_by_the_user_wins_with_a_warning(caplog):
+    from resnet_app import config
+
+    resolved = config.resolve(
+        sets=["model.name=resnet50", "data.mean=[1, 2, 3]", "data.std=[4, 5, 6]"]
+    )
+    with caplog.at_level("WARNING"):
+        adopted = sources.adopt(resolved, sources.parse("keras:resnet50"))
+    assert adopted.data.mean == (1, 2, 3) and adopted.data.std == (4, 5, 6)
+    assert "expect mean (123.68, 116.779, 103.939)" in caplog.text
