@@ -1,0 +1,503 @@
+"""Calibration: how far a classifier's confidence is from its accuracy, and a fix for it.
+
+Guo et al. 2017, "On Calibration of Modern Neural Networks" (ICML), measure
+calibration and correct it after training:
+
+- `expected_calibration_error`: the ECE. The confidence of an example is its
+  largest probability; the examples are split into equal-width confidence
+  bins (15 by default, as in the paper), bin i holding confidences in
+  (i/B, (i+1)/B] and the first also 0; ECE = sum over bins of
+  |bin| / N * |accuracy(bin) - mean confidence(bin)|.
+- `reliability`: the same bins, one entry each (count, accuracy, mean
+  confidence; None for an empty bin), for a reliability diagram or a report.
+- `negative_log_likelihood`: the mean NLL of softmax(logits / T), computed
+  with log-sum-exp in float64, so huge logits stay finite.
+- `fit_temperature`: temperature scaling, the paper's one-parameter fix: the
+  T > 0 that minimizes the NLL of softmax(logits / T) on held-out examples.
+  The NLL is not convex in T, but it is convex in beta = 1/T (its second
+  derivative is the mean variance of the logits under softmax(beta * z)), so
+  the derivative in beta is bisected on [1/high, 1/low].
+- `apply_temperature`: softmax(logits / T). A positive scale keeps the order
+  of the logits, so temperature never changes the argmax, hence never the
+  accuracy: only the confidence moves.
+- `calibration_record`: ECE, NLL, temperature and the reliability bins as one
+  JSON-ready dict, for evaluation reports.
+- `plot_reliability`: the reliability diagram (accuracy per bin against the
+  diagonal, with the histogram of confidences below) as a PNG; it needs
+  matplotlib, an optional extra, and without it logs a warning and returns
+  False.
+
+Pure NumPy: no TensorFlow, and no SciPy (not a dependency).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+from absl import logging
+
+from resnet_app.common import files
+
+DEFAULT_BINS = 15  # Guo et al. 2017.
+# Probabilities computed in float32 may exceed 1 by a rounding error; more is a mistake.
+PROBABILITY_SLACK = 1e-6
+RELIABILITY_KEYS = ("bin_lower", "bin_upper", "count", "accuracy", "confidence")
+
+
+def _check_bins(bins: int) -> int:
+    if isinstance(bins, bool) or not isinstance(bins, (int, np.integer)) or bins < 1:
+        raise ValueError(f"bins must be a positive integer, got {bins!r}")
+    return int(bins)
+
+
+def _check_temperature(temperature: float) -> float:
+    temperature = float(temperature)
+    if not math.isfinite(temperature) or temperature <= 0:
+        raise ValueError(f"temperature must be finite and > 0, got {temperature}")
+    return temperature
+
+
+def _check_scores(scores: Any, name: str) -> np.ndarray:
+    """`scores` as a finite, non-empty [examples, classes] float64 array."""
+    scores = np.asarray(scores)
+    if scores.ndim != 2:
+        raise ValueError(f"{name} must be [examples, classes], got shape {scores.shape}")
+    if scores.shape[0] == 0 or scores.shape[1] == 0:
+        raise ValueError(f"{name} is empty: shape {scores.shape}")
+    if not (np.issubdtype(scores.dtype, np.floating) or np.issubdtype(scores.dtype, np.integer)):
+        raise ValueError(f"{name} must be numbers, got dtype {scores.dtype}")
+    scores = scores.astype(np.float64)
+    if not np.all(np.isfinite(scores)):
+        bad = int(np.count_nonzero(~np.isfinite(scores)))
+        raise ValueError(f"{name} holds {bad} non-finite values (NaN or infinity)")
+    return scores
+
+
+def _check_labels(labels: Any, num_examples: int, num_classes: int) -> np.ndarray:
+    """`labels` as an int64 [examples] array of class ids in [0, num_classes)."""
+    labels = np.asarray(labels)
+    if labels.shape != (num_examples,):
+        raise ValueError(f"labels must have shape ({num_examples},), got {labels.shape}")
+    if labels.dtype == bool or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"labels must be integer class ids, got dtype {labels.dtype}")
+    outside = (labels < 0) | (labels >= num_classes)
+    if np.any(outside):
+        raise ValueError(
+            f"{int(np.count_nonzero(outside))} labels are outside [0, {num_classes}), "
+            f"e.g. {int(labels[outside][0])}"
+        )
+    return labels.astype(np.int64)
+
+
+def _check_logits(logits: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
+    logits = _check_scores(logits, "logits")
+    return logits, _check_labels(labels, *logits.shape)
+
+
+def _check_probabilities(probabilities: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
+    probabilities = _check_scores(probabilities, "probabilities")
+    if np.any(probabilities < 0) or np.any(probabilities > 1 + PROBABILITY_SLACK):
+        raise ValueError(
+            "probabilities must lie in [0, 1], got values in "
+            f"[{probabilities.min()}, {probabilities.max()}]"
+        )
+    labels = _check_labels(labels, *probabilities.shape)
+    return np.minimum(probabilities, 1.0), labels
+
+
+def _bin_statistics(
+    probabilities: np.ndarray, labels: np.ndarray, bins: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per bin: the edges, the count, the number correct and the sum of confidences."""
+    confidence = probabilities.max(axis=1)
+    correct = probabilities.argmax(axis=1) == labels
+    # Edges i / B, each correctly rounded; searchsorted(side="left") puts a
+    # confidence equal to an edge in the bin below it: bins are (lower, upper].
+    edges = np.arange(bins + 1) / bins
+    index = np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, bins - 1)
+    count = np.bincount(index, minlength=bins)
+    hits = np.bincount(index, weights=correct.astype(np.float64), minlength=bins)
+    confidence_sum = np.bincount(index, weights=confidence, minlength=bins)
+    return edges, count, hits, confidence_sum
+
+
+def _ece(count: np.ndarray, hits: np.ndarray, confidence_sum: np.ndarray) -> float:
+    # |B|/N * |acc - conf| = |hits - sum of confidences| / N: no division by an empty bin.
+    return float(np.sum(np.abs(hits - confidence_sum)) / np.sum(count))
+
+
+def expected_calibration_error(
+    probabilities: np.ndarray, labels: np.ndarray, bins: int = DEFAULT_BINS
+) -> float:
+    """The expected calibration error (ECE) of Guo et al. 2017.
+
+    Args:
+      probabilities: [examples, classes] predicted probabilities, in [0, 1]
+        (rows need not sum to 1: only the largest entry and its index count).
+      labels: [examples] integer class ids.
+      bins: the number of equal-width confidence bins over [0, 1].
+
+    Returns:
+      sum over bins b of |b| / N * |accuracy(b) - mean confidence(b)|, where
+      the confidence is the largest probability, the prediction its index
+      (the first on a tie), and bin i holds confidences in (i/B, (i+1)/B], the
+      first bin also 0.
+
+    Raises:
+      ValueError: for empty or mis-shaped input, non-finite values,
+        probabilities outside [0, 1], labels out of range or bins < 1.
+    """
+    bins = _check_bins(bins)
+    probabilities, labels = _check_probabilities(probabilities, labels)
+    _, count, hits, confidence_sum = _bin_statistics(probabilities, labels, bins)
+    return _ece(count, hits, confidence_sum)
+
+
+def reliability(
+    probabilities: np.ndarray, labels: np.ndarray, bins: int = DEFAULT_BINS
+) -> dict[str, Any]:
+    """The reliability diagram's numbers: accuracy and confidence per bin, and the ECE.
+
+    Args:
+      probabilities: [examples, classes] predicted probabilities, in [0, 1].
+      labels: [examples] integer class ids.
+      bins: the number of equal-width confidence bins, as in
+        `expected_calibration_error`.
+
+    Returns:
+      A JSON-ready dict of plain Python values: per-bin lists "bin_lower",
+      "bin_upper" (floats), "count" (ints), "accuracy" and "confidence" (mean
+      confidence; floats, None for an empty bin), and "ece" (a float).
+
+    Raises:
+      ValueError: as `expected_calibration_error`.
+    """
+    bins = _check_bins(bins)
+    probabilities, labels = _check_probabilities(probabilities, labels)
+    edges, count, hits, confidence_sum = _bin_statistics(probabilities, labels, bins)
+    filled = count > 0
+    return {
+        "bin_lower": [float(edge) for edge in edges[:-1]],
+        "bin_upper": [float(edge) for edge in edges[1:]],
+        "count": [int(n) for n in count],
+        "accuracy": [
+            float(h / n) if full else None for h, n, full in zip(hits, count, filled)
+        ],
+        "confidence": [
+            float(s / n) if full else None for s, n, full in zip(confidence_sum, count, filled)
+        ],
+        "ece": _ece(count, hits, confidence_sum),
+    }
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    """log softmax over the last axis, through log-sum-exp: finite for any finite logits."""
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=-1, keepdims=True))
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return shifted / shifted.sum(axis=-1, keepdims=True)
+
+
+def negative_log_likelihood(
+    logits: np.ndarray, labels: np.ndarray, temperature: float = 1.0
+) -> float:
+    """The mean negative log-likelihood of softmax(logits / temperature).
+
+    Args:
+      logits: [examples, classes] finite logits (any float dtype; computed in
+        float64).
+      labels: [examples] integer class ids.
+      temperature: T > 0 dividing the logits.
+
+    Returns:
+      mean over examples of -log softmax(logits / T)[label], computed with
+      log-sum-exp, so it is finite however large the logits.
+
+    Raises:
+      ValueError: for empty or mis-shaped input, non-finite logits, labels
+        out of range or a temperature that is not finite and positive.
+    """
+    temperature = _check_temperature(temperature)
+    logits, labels = _check_logits(logits, labels)
+    log_probabilities = _log_softmax(logits / temperature)
+    return float(-np.mean(log_probabilities[np.arange(len(labels)), labels]))
+
+
+def _nll_slope(logits: np.ndarray, labels: np.ndarray, beta: float) -> float:
+    """d NLL(softmax(beta * z)) / d beta = mean of E_softmax(beta z)[z] - z_label.
+
+    Non-decreasing in beta: its derivative is the mean variance of z under
+    softmax(beta * z).
+    """
+    probabilities = _softmax(beta * logits)
+    expected = np.sum(probabilities * logits, axis=1)
+    return float(np.mean(expected - logits[np.arange(len(labels)), labels]))
+
+
+def fit_temperature(
+    logits: np.ndarray,
+    labels: np.ndarray,
+    low: float = 0.05,
+    high: float = 20.0,
+    tolerance: float = 1e-6,
+) -> float:
+    """Temperature scaling: the T in [low, high] minimizing the NLL of softmax(logits / T).
+
+    The NLL of softmax(beta * z) is convex in beta = 1/T, so its derivative in
+    beta is non-decreasing, and the minimum over [1/high, 1/low] is where the
+    derivative changes sign, found by bisection. Without a sign change the
+    minimum is at an end of the interval, which is returned (with a warning):
+    `low` when the NLL keeps falling as T shrinks (e.g. every example already
+    right with a margin), `high` when it keeps falling as T grows. When no
+    example's logits differ, the NLL does not depend on T and 1 is returned
+    (clipped into the interval).
+
+    Fit on held-out examples (the paper uses the validation set), not the
+    training set, on which the network is over-confident by construction.
+
+    Args:
+      logits: [examples, classes] finite logits.
+      labels: [examples] integer class ids.
+      low: the smallest temperature considered, > 0.
+      high: the largest temperature considered, > low.
+      tolerance: the bisection stops when the bracket of T is this narrow.
+
+    Returns:
+      The temperature, a float in [low, high].
+
+    Raises:
+      ValueError: for empty or mis-shaped input, non-finite logits, labels
+        out of range, or not 0 < low < high, or tolerance <= 0.
+    """
+    low, high, tolerance = float(low), float(high), float(tolerance)
+    if not (math.isfinite(low) and math.isfinite(high) and 0 < low < high):
+        raise ValueError(f"the temperature interval needs 0 < low < high, got [{low}, {high}]")
+    if not (math.isfinite(tolerance) and tolerance > 0):
+        raise ValueError(f"tolerance must be finite and > 0, got {tolerance}")
+    logits, labels = _check_logits(logits, labels)
+
+    beta_low, beta_high = 1.0 / high, 1.0 / low
+    slope_low = _nll_slope(logits, labels, beta_low)
+    slope_high = _nll_slope(logits, labels, beta_high)
+    if slope_high <= slope_low:
+        # A non-decreasing slope that does not increase: every row's logits are
+        # equal (softmax is uniform at any beta), so T changes nothing.
+        logging.warning(
+            "The NLL does not depend on the temperature (no example's logits differ); "
+            "returning %g",
+            min(max(1.0, low), high),
+        )
+        return min(max(1.0, low), high)
+    if slope_low >= 0:
+        logging.warning(
+            "The NLL falls as the temperature grows up to the end of [%g, %g]; returning %g",
+            low,
+            high,
+            high,
+        )
+        return high
+    if slope_high <= 0:
+        logging.warning(
+            "The NLL falls as the temperature shrinks down to the end of [%g, %g]; returning %g",
+            low,
+            high,
+            low,
+        )
+        return low
+
+    # Invariant: slope(beta_low) < 0 < slope(beta_high).
+    while 1.0 / beta_low - 1.0 / beta_high > tolerance:
+        middle = 0.5 * (beta_low + beta_high)
+        if not beta_low < middle < beta_high:
+            break  # Neighbouring floats: the tolerance is below float64 precision.
+        slope = _nll_slope(logits, labels, middle)
+        if slope == 0:
+            beta_low = beta_high = middle
+        elif slope < 0:
+            beta_low = middle
+        else:
+            beta_high = middle
+    temperature = min(max(2.0 / (beta_low + beta_high), low), high)
+    logging.info(
+        "Fitted temperature %.4f on %d examples: NLL %.4f at T=1, %.4f at T=%.4f",
+        temperature,
+        len(labels),
+        negative_log_likelihood(logits, labels),
+        negative_log_likelihood(logits, labels, temperature),
+        temperature,
+    )
+    return temperature
+
+
+def apply_temperature(logits: np.ndarray, temperature: float) -> np.ndarray:
+    """softmax(logits / temperature), stable for any finite logits.
+
+    A positive temperature keeps the order of each row's logits, so the argmax
+    (the prediction) never changes; only logits that differ by less than
+    float64 rounding can become tied.
+
+    Args:
+      logits: [examples, classes] finite logits.
+      temperature: T > 0.
+
+    Returns:
+      [examples, classes] float64 probabilities; each row sums to 1.
+
+    Raises:
+      ValueError: for empty or mis-shaped or non-finite logits, or a
+        temperature that is not finite and positive.
+    """
+    temperature = _check_temperature(temperature)
+    logits = _check_scores(logits, "logits")
+    return _softmax(logits / temperature)
+
+
+def calibration_record(
+    logits: np.ndarray, labels: np.ndarray, temperature: float = 1.0, bins: int = DEFAULT_BINS
+) -> dict[str, Any]:
+    """The calibration of softmax(logits / temperature), for an evaluation report.
+
+    Args:
+      logits: [examples, classes] finite logits.
+      labels: [examples] integer class ids.
+      temperature: T > 0, e.g. from `fit_temperature` on a validation split.
+      bins: the number of confidence bins.
+
+    Returns:
+      A JSON-ready dict: "temperature", "nll", "ece" (floats) and
+      "reliability", the dict of `reliability` (which `plot_reliability` draws).
+
+    Raises:
+      ValueError: as `negative_log_likelihood` and `reliability`.
+    """
+    bins = _check_bins(bins)
+    temperature = _check_temperature(temperature)
+    logits, labels = _check_logits(logits, labels)
+    bins_record = reliability(apply_temperature(logits, temperature), labels, bins)
+    return {
+        "temperature": temperature,
+        "nll": negative_log_likelihood(logits, labels, temperature),
+        "ece": bins_record["ece"],
+        "reliability": bins_record,
+    }
+
+
+def draw_reliability(reliability: dict[str, Any], title: str = ""):
+    """Draws the reliability diagram: accuracy per bin against the diagonal, counts below.
+
+    The top panel has a bar per non-empty bin up to its accuracy, the gap to
+    the bin's mean confidence hatched, and the diagonal a calibrated model
+    would follow. The bottom panel is the histogram of confidences: the
+    fraction of the examples in each bin.
+
+    Args:
+      reliability: a dict from the function `reliability`.
+      title: the first line of the title; the ECE and the number of examples
+        follow on the second.
+
+    Returns:
+      A `matplotlib.figure.Figure` with an Agg canvas, not registered with
+      pyplot (nothing global to close).
+
+    Raises:
+      ImportError: when matplotlib is not installed.
+    """
+    # Imported here: matplotlib is an optional extra (requirements-plot.txt).
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    lower, upper, count, accuracy, confidence = (
+        np.asarray(reliability[key], dtype=object) for key in RELIABILITY_KEYS
+    )
+    lower, upper, count = lower.astype(float), upper.astype(float), count.astype(int)
+    filled = count > 0
+    centers, widths = (lower + upper) / 2, upper - lower
+    accuracy = np.where(filled, accuracy, 0.0).astype(float)
+    confidence = np.where(filled, confidence, 0.0).astype(float)
+    total = int(count.sum())
+
+    figure = Figure(figsize=(6.0, 7.0), layout="constrained")
+    FigureCanvasAgg(figure)
+    top, bottom = figure.subplots(
+        2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]}
+    )
+    top.bar(
+        centers[filled],
+        accuracy[filled],
+        width=widths[filled],
+        color="tab:blue",
+        edgecolor="black",
+        label="accuracy",
+    )
+    top.bar(
+        centers[filled],
+        (confidence - accuracy)[filled],
+        bottom=accuracy[filled],
+        width=widths[filled],
+        color="tab:red",
+        alpha=0.3,
+        hatch="//",
+        edgecolor="tab:red",
+        label="gap to mean confidence",
+    )
+    top.plot([0, 1], [0, 1], linestyle="--", color="gray", label="perfect calibration")
+    top.set_xlim(0.0, 1.0)
+    top.set_ylim(0.0, 1.0)
+    top.set_ylabel("accuracy")
+    top.legend(loc="upper left")
+    # A "$" in a run or split name would otherwise be read as mathtext.
+    heading = title.replace("$", r"\$")
+    summary = f"{total} examples, {len(count)} bins"
+    if reliability.get("ece") is not None:
+        summary = f"ECE {reliability['ece']:.2%}, {summary}"
+    top.set_title(f"{heading}\n{summary}" if heading else summary)
+
+    bottom.bar(
+        centers,
+        count / max(total, 1),
+        width=widths,
+        color="tab:gray",
+        edgecolor="black",
+    )
+    bottom.set_xlabel("confidence (largest probability)")
+    bottom.set_ylabel("fraction of examples")
+    return figure
+
+
+def plot_reliability(reliability: dict[str, Any], path: str, title: str = "") -> bool:
+    """Writes the reliability diagram of `reliability` to `path` as a PNG.
+
+    The file is written atomically: a reader sees the previous picture or the
+    new one. Without matplotlib (an optional extra) the picture is skipped: a
+    warning is logged, a picture already at `path` is removed (it would
+    disagree with the new numbers) and False is returned.
+
+    Args:
+      reliability: a dict from the function `reliability` (or the "reliability" of a
+        `calibration_record`).
+      path: the PNG file to write.
+      title: the first line of the title (e.g. which checkpoint, which split).
+
+    Returns:
+      True when the picture is written, False when matplotlib is missing.
+    """
+    try:
+        figure = draw_reliability(reliability, title)
+    except ImportError:
+        if os.path.exists(path):
+            os.remove(path)
+        logging.warning(
+            "Skipped %s: the reliability diagram needs matplotlib "
+            "(pip install -r requirements-plot.txt)",
+            path,
+        )
+        return False
+    # The temporary name does not end in .png, hence the explicit format.
+    files.write_atomically(path, lambda temporary: figure.savefig(temporary, format="png", dpi=100))
+    return True
