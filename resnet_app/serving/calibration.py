@@ -44,7 +44,6 @@ from resnet_app.common import files
 DEFAULT_BINS = 15  # Guo et al. 2017.
 # Probabilities computed in float32 may exceed 1 by a rounding error; more is a mistake.
 PROBABILITY_SLACK = 1e-6
-RELIABILITY_KEYS = ("bin_lower", "bin_upper", "count", "accuracy", "confidence")
 
 
 def _check_bins(bins: int) -> int:
@@ -183,9 +182,7 @@ def reliability(
         "bin_lower": [float(edge) for edge in edges[:-1]],
         "bin_upper": [float(edge) for edge in edges[1:]],
         "count": [int(n) for n in count],
-        "accuracy": [
-            float(h / n) if full else None for h, n, full in zip(hits, count, filled)
-        ],
+        "accuracy": [float(h / n) if full else None for h, n, full in zip(hits, count, filled)],
         "confidence": [
             float(s / n) if full else None for s, n, full in zip(confidence_sum, count, filled)
         ],
@@ -288,42 +285,20 @@ def fit_temperature(
     if slope_high <= slope_low:
         # A non-decreasing slope that does not increase: every row's logits are
         # equal (softmax is uniform at any beta), so T changes nothing.
+        temperature = min(max(1.0, low), high)
         logging.warning(
-            "The NLL does not depend on the temperature (no example's logits differ); "
-            "returning %g",
-            min(max(1.0, low), high),
+            "The NLL does not depend on the temperature (no example's logits differ); returning %g",
+            temperature,
         )
-        return min(max(1.0, low), high)
-    if slope_low >= 0:
+        return temperature
+    if slope_low >= 0 or slope_high <= 0:
+        temperature = high if slope_low >= 0 else low
         logging.warning(
-            "The NLL falls as the temperature grows up to the end of [%g, %g]; returning %g",
-            low,
-            high,
-            high,
+            "The NLL keeps falling to the end of [%g, %g]; returning T=%g", low, high, temperature
         )
-        return high
-    if slope_high <= 0:
-        logging.warning(
-            "The NLL falls as the temperature shrinks down to the end of [%g, %g]; returning %g",
-            low,
-            high,
-            low,
-        )
-        return low
-
-    # Invariant: slope(beta_low) < 0 < slope(beta_high).
-    while 1.0 / beta_low - 1.0 / beta_high > tolerance:
-        middle = 0.5 * (beta_low + beta_high)
-        if not beta_low < middle < beta_high:
-            break  # Neighbouring floats: the tolerance is below float64 precision.
-        slope = _nll_slope(logits, labels, middle)
-        if slope == 0:
-            beta_low = beta_high = middle
-        elif slope < 0:
-            beta_low = middle
-        else:
-            beta_high = middle
-    temperature = min(max(2.0 / (beta_low + beta_high), low), high)
+        return temperature
+    beta = _zero_of_slope(logits, labels, beta_low, beta_high, tolerance)
+    temperature = min(max(1.0 / beta, low), high)
     logging.info(
         "Fitted temperature %.4f on %d examples: NLL %.4f at T=1, %.4f at T=%.4f",
         temperature,
@@ -333,6 +308,28 @@ def fit_temperature(
         temperature,
     )
     return temperature
+
+
+def _zero_of_slope(
+    logits: np.ndarray, labels: np.ndarray, beta_low: float, beta_high: float, tolerance: float
+) -> float:
+    """Bisection for the beta where the NLL's slope crosses 0, given slope(low) < 0 < slope(high).
+
+    Stops when the bracket of T = 1/beta is narrower than `tolerance`, and
+    returns the middle of the bracket in beta.
+    """
+    while 1.0 / beta_low - 1.0 / beta_high > tolerance:
+        middle = 0.5 * (beta_low + beta_high)
+        if not beta_low < middle < beta_high:
+            break  # Neighbouring floats: the tolerance is below float64 precision.
+        slope = _nll_slope(logits, labels, middle)
+        if slope == 0:
+            return middle
+        if slope < 0:
+            beta_low = middle
+        else:
+            beta_high = middle
+    return 0.5 * (beta_low + beta_high)
 
 
 def apply_temperature(logits: np.ndarray, temperature: float) -> np.ndarray:
@@ -412,21 +409,19 @@ def draw_reliability(reliability: dict[str, Any], title: str = ""):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    lower, upper, count, accuracy, confidence = (
-        np.asarray(reliability[key], dtype=object) for key in RELIABILITY_KEYS
+    lower = np.asarray(reliability["bin_lower"], np.float64)
+    upper = np.asarray(reliability["bin_upper"], np.float64)
+    count = np.asarray(reliability["count"], np.int64)
+    accuracy, confidence = (
+        np.array([0.0 if v is None else v for v in reliability[key]], np.float64)
+        for key in ("accuracy", "confidence")
     )
-    lower, upper, count = lower.astype(float), upper.astype(float), count.astype(int)
     filled = count > 0
     centers, widths = (lower + upper) / 2, upper - lower
-    accuracy = np.where(filled, accuracy, 0.0).astype(float)
-    confidence = np.where(filled, confidence, 0.0).astype(float)
-    total = int(count.sum())
 
     figure = Figure(figsize=(6.0, 7.0), layout="constrained")
     FigureCanvasAgg(figure)
-    top, bottom = figure.subplots(
-        2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]}
-    )
+    top, bottom = figure.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     top.bar(
         centers[filled],
         accuracy[filled],
@@ -451,23 +446,22 @@ def draw_reliability(reliability: dict[str, Any], title: str = ""):
     top.set_ylim(0.0, 1.0)
     top.set_ylabel("accuracy")
     top.legend(loc="upper left")
-    # A "$" in a run or split name would otherwise be read as mathtext.
-    heading = title.replace("$", r"\$")
-    summary = f"{total} examples, {len(count)} bins"
-    if reliability.get("ece") is not None:
-        summary = f"ECE {reliability['ece']:.2%}, {summary}"
-    top.set_title(f"{heading}\n{summary}" if heading else summary)
+    top.set_title(_diagram_title(reliability, title))
 
-    bottom.bar(
-        centers,
-        count / max(total, 1),
-        width=widths,
-        color="tab:gray",
-        edgecolor="black",
-    )
+    bottom.bar(centers, count / max(count.sum(), 1), width=widths, color="gray", edgecolor="black")
     bottom.set_xlabel("confidence (largest probability)")
     bottom.set_ylabel("fraction of examples")
     return figure
+
+
+def _diagram_title(reliability: dict[str, Any], title: str) -> str:
+    """`title`, then the ECE and the numbers of examples and bins on a second line."""
+    summary = f"{sum(reliability['count'])} examples, {len(reliability['count'])} bins"
+    if reliability.get("ece") is not None:
+        summary = f"ECE {reliability['ece']:.2%}, {summary}"
+    # A "$" in a run or split name would otherwise be read as mathtext.
+    heading = title.replace("$", r"\$")
+    return f"{heading}\n{summary}" if heading else summary
 
 
 def plot_reliability(reliability: dict[str, Any], path: str, title: str = "") -> bool:
