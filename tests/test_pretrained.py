@@ -283,3 +283,9 @@ def test_a_mean_set_by_the_user_wins_with_a_warning(caplog):
         adopted = sources.adopt(resolved, sources.parse("keras:resnet50"))
     assert adopted.data.mean == (1, 2, 3) and adopted.data.std == (4, 5, 6)
     assert "expect mean (123.68, 116.779, 103.939)" in caplog.text
+
+
+def test_a_keras3_weights_file_is_refused_with_the_reason(tmp_path):
+    random_keras_model("resnet50", 10).save_weights(str(tmp_path / "model.weights.h5"))
+    with pytest.raises(ConfigError, match="numbered by class"):
+        read_weights(sources.parse(str(tmp_path / "model.weights.h5")), 10)

@@ -19,8 +19,8 @@ file's network reads BGR images and ours reads RGB.
 
 The files are HDF5, in the layout Keras applications publish (Keras 2's
 `save_weights`: a `layer_names` attribute, and per layer a `weight_names`
-attribute naming its arrays in the layer's order), or in Keras 3's
-`.weights.h5` layout (`layers/<name>/vars/<i>`).
+attribute naming its arrays in the layer's order). Keras 3's `.weights.h5`
+files are refused: they number layers by class instead of naming them.
 """
 
 from __future__ import annotations
@@ -107,12 +107,10 @@ def _read_arrays(path: str) -> dict[str, list[np.ndarray]]:
                     layers[name] = [np.asarray(group[weight]) for weight in names]
                 return layers
             if "layers" in file:
-                return {
-                    name: [
-                        np.asarray(group["vars"][str(i)]) for i in range(len(group.get("vars", {})))
-                    ]
-                    for name, group in file["layers"].items()
-                }
+                raise ConfigError(
+                    f"{path} is a Keras 3 .weights.h5 file, whose layers are numbered by class "
+                    "(conv2d_12, ...), not named; give the .h5 file Keras applications publish"
+                )
     except (OSError, KeyError, ValueError) as error:
         raise ConfigError(
             f"{path} is not a readable Keras weights file ({first_line(error)}); download it again"
