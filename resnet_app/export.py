@@ -1,7 +1,20 @@
-"""`python -m resnet_app.export`: a run's checkpoint as a SavedModel for serving.
+"""`python -m resnet_app.export`: a run's checkpoint as a SavedModel, TFLite and ONNX files.
 
     python -m resnet_app.export --model_dir=runs/cifar10 --export_dir=exported/cifar10/1
     python -m resnet_app.export --model_dir=runs/try --checkpoint=ckpt-4000 --export_dir=out
+    python -m resnet_app.export --model_dir=runs/try --export_dir=out --format=tflite,onnx \
+        --quantize=none,float16,dynamic,int8
+
+Besides the SavedModel, `--format=tflite` writes one `.tflite` file per
+`--quantize` and `--format=onnx` a `model.onnx` (tf2onnx, an optional
+dependency: requirements-export.txt); both take uint8 images of one fixed size
+and return probabilities (`resnet_app/serving/deploy.py`, `model_info.json`).
+Every export checks each format against the SavedModel on the run's
+evaluation split (`--eval_examples=N` of it): top-1 accuracy, agreement,
+largest probability difference, size and single-image latency, written to
+`export_report.json` and logged as a table. The run's fitted temperature
+(`evaluate --fit_temperature`) is applied to the probabilities of every
+format; `--tta=flip` averages each image with its mirror image.
 
 The SavedModel holds the network, the run's evaluation preprocessing and its
 class names, and has three signatures (`resnet_app/serving/savedmodel.py` describes them):
@@ -45,6 +58,29 @@ _CHECKPOINT = flags.DEFINE_string(
 )
 _TOP_K = flags.DEFINE_integer("top_k", 5, "Classes in the top-k outputs (at most the classes).")
 _OVERWRITE = flags.DEFINE_boolean("overwrite", False, "Replace an existing export.")
+_FORMAT = flags.DEFINE_list(
+    "format",
+    ["saved_model"],
+    "Formats: saved_model (always written), tflite, onnx; comma-separated.",
+)
+_QUANTIZE = flags.DEFINE_list(
+    "quantize",
+    ["none"],
+    "TFLite variants, comma-separated: none (float32), float16, dynamic (int8 weights), "
+    "int8 (weights and activations, calibrated on training images).",
+)
+_CALIBRATION_IMAGES = flags.DEFINE_integer(
+    "calibration_images", 200, "Training images that calibrate --quantize=int8."
+)
+_EVAL_EXAMPLES = flags.DEFINE_integer(
+    "eval_examples", None, "Evaluation images of the parity report (default: the whole split)."
+)
+_TTA = flags.DEFINE_string(
+    "tta",
+    "none",
+    "Test-time augmentation in every format: none, or flip (each image and its mirror "
+    "image, probabilities averaged: twice the latency).",
+)
 
 
 def main(argv: list[str]) -> None:
@@ -52,24 +88,45 @@ def main(argv: list[str]) -> None:
     if not _EXPORT_DIR.value:
         raise ConfigError("--export_dir is not set; name the directory to write the SavedModel to")
     from resnet_app import config
+    from resnet_app.serving import deploy
 
-    config.read_run_config(_MODEL_DIR.value)  # A wrong directory is named before TF loads.
+    request = deploy.Request(
+        formats=tuple(_FORMAT.value),
+        quantizations=tuple(_QUANTIZE.value),
+        calibration_images=_CALIBRATION_IMAGES.value,
+        eval_examples=_EVAL_EXAMPLES.value,
+    )
+    deploy.check_request(request, _TTA.value)
+    # A wrong directory is named before TF loads.
+    run_config = config.read_run_config(_MODEL_DIR.value)
     import tensorflow as tf
 
     from resnet_app.serving import savedmodel
 
     # Before any work: nothing in the way is ever replaced but an old export.
     savedmodel.check_destination(_EXPORT_DIR.value, _OVERWRITE.value, _MODEL_DIR.value)
-    served, source = savedmodel.load(_MODEL_DIR.value, _CHECKPOINT.value, _TOP_K.value)
+    served, source = savedmodel.load(
+        _MODEL_DIR.value, _CHECKPOINT.value, _TOP_K.value, tta=_TTA.value
+    )
+    report = {}
+
+    def more(staged: str) -> None:
+        report.update(deploy.write_formats(staged, served, source, run_config, request))
+
     try:
-        export_dir = savedmodel.save(served, source, _EXPORT_DIR.value, _OVERWRITE.value)
+        export_dir = savedmodel.save(served, source, _EXPORT_DIR.value, _OVERWRITE.value, more=more)
     except (OSError, tf.errors.OpError) as error:
         reason = getattr(error, "strerror", None) or first_line(error)
         raise ConfigError(
             f"--export_dir={_EXPORT_DIR.value}: writing the export failed ({reason}); "
             f"nothing was replaced"
         ) from None
-    record = {"export_dir": export_dir, **source, "signatures": list(savedmodel.SIGNATURES)}
+    record = {
+        "export_dir": export_dir,
+        **source,
+        "signatures": list(savedmodel.SIGNATURES),
+        "formats": report.get("formats", []),
+    }
     sys.stdout.write(json.dumps(record) + "\n")
     sys.stdout.flush()
 

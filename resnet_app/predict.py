@@ -32,7 +32,9 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.serving import classify
 
 _EXPORT_DIR = flags.DEFINE_string(
-    "export_dir", None, "A SavedModel written by `python -m resnet_app.export`."
+    "export_dir",
+    None,
+    "A SavedModel written by `python -m resnet_app.export`, or a .tflite or .onnx file it wrote.",
 )
 _MODEL_DIR = flags.DEFINE_string(
     "model_dir", None, "Or a run directory written by `python -m resnet_app.train`."

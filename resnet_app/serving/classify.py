@@ -40,7 +40,8 @@ def load_classifier(
     """The model that classifies: an export, or a run's checkpoint.
 
     Args:
-      export_dir: a SavedModel written by `python -m resnet_app.export`, or None.
+      export_dir: a SavedModel written by `python -m resnet_app.export`, or one
+        of the .tflite or .onnx files it wrote beside it; or None.
       model_dir: or a run directory written by `python -m resnet_app.train`.
       which: with `model_dir`, latest (the newest readable checkpoint), ckpt-N or N.
       top_k: with `model_dir`, the classes in the top-k outputs (None: the
@@ -79,8 +80,57 @@ def _load_checkpoint(model_dir: str, which: str, top_k: int | None) -> Classifie
     return classify
 
 
+def _load_portable(path: str) -> Classifier:
+    """A .tflite or .onnx file of `python -m resnet_app.export`, with its model_info.json.
+
+    The images get what the export's parity report gave them: brought to the
+    file's input size as evaluation would (`portable.fixed_size_image`).
+    """
+    import json
+
+    import numpy as np
+    import tensorflow as tf
+
+    from resnet_app.data.preprocessing import Preprocessing, decode_image
+    from resnet_app.serving import deploy, onnx_export, portable, tflite
+
+    info_path = os.path.join(os.path.dirname(os.path.abspath(path)), deploy.MODEL_INFO)
+    try:
+        with open(info_path) as file:
+            info = json.load(file)
+        fields = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in info["preprocessing"].items()
+        }
+        preprocessing, names = Preprocessing(**fields), list(info["class_names"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ConfigError(
+            f"{path}: its {deploy.MODEL_INFO} is missing or damaged ({first_line(error)}); keep "
+            "the file in the directory `python -m resnet_app.export` wrote"
+        ) from None
+    runner = (tflite.Runner if path.endswith(".tflite") else onnx_export.Runner)(path)
+    top_k = min(5, len(names))
+
+    def classify(images):
+        pixels = np.stack(
+            [portable.fixed_size_image(decode_image(image), preprocessing) for image in images]
+        )
+        probabilities = runner(pixels)
+        ids = np.argsort(-probabilities, axis=1, kind="stable")[:, :top_k]
+        return {
+            "top_k_ids": tf.constant(ids.astype(np.int32)),
+            "top_k_names": tf.constant([[names[i] for i in row] for row in ids]),
+            "top_k_probabilities": tf.constant(np.take_along_axis(probabilities, ids, axis=1)),
+        }
+
+    return classify
+
+
 def _load_export(export_dir: str) -> Classifier:
     """A SavedModel's `serving_bytes` signature, checked to give the outputs shown."""
+    if export_dir.endswith((".tflite", ".onnx")):
+        if not os.path.isfile(export_dir):
+            raise ConfigError(f"--export_dir={export_dir}: no such file; check the path")
+        return _load_portable(export_dir)
     import tensorflow as tf
 
     if not tf.saved_model.contains_saved_model(export_dir):

@@ -11,8 +11,11 @@ functions, which are the SavedModel's signatures:
   evaluation preprocessing of training (for the CIFAR family, resized to the
   training size if it differs, then normalized; for the ImageNet family, the
   shorter side resized and the centre cropped). Returns
-  - `logits`: float32 [batch, classes];
-  - `probabilities`: their softmax, indexed like the training classes;
+  - `logits`: float32 [batch, classes] (with `--tta=flip`: the log of the
+    averaged probabilities);
+  - `probabilities`: `softmax(logits / T)`, indexed like the training classes,
+    with T the run's fitted temperature (`evaluate --fit_temperature`; 1
+    without one); with `--tta=flip`, averaged with the flipped image's;
   - `top_k_ids`: int32 [batch, k], the most probable classes first;
   - `top_k_probabilities`: float32 [batch, k];
   - `top_k_names`: string [batch, k], the class names of `top_k_ids`.
@@ -32,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 
 import tensorflow as tf
 from absl import logging
@@ -42,6 +46,7 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.data import run_pipeline
 from resnet_app.data.preprocessing import Preprocessing, eval_image
 from resnet_app.nets import factory
+from resnet_app.serving import calibration
 
 TOP_K = 5
 SIGNATURES = ("serving_default", "serving_bytes", "features")
@@ -57,10 +62,18 @@ class ServingModel(tf.Module):
     """
 
     def __init__(
-        self, model, preprocessing: Preprocessing, class_names: list[str], top_k: int = TOP_K
+        self,
+        model,
+        preprocessing: Preprocessing,
+        class_names: list[str],
+        top_k: int = TOP_K,
+        temperature: float = 1.0,
+        tta: str = "none",
     ):
         super().__init__(name="resnet_app")
         self.model = model
+        self.temperature = float(temperature)
+        self.tta = tta
         self.class_names = list(class_names)
         self.top_k = max(1, min(top_k, len(self.class_names)))
         # Images in the run's data dtype (bfloat16 for a bf16 run), as
@@ -78,7 +91,12 @@ class ServingModel(tf.Module):
 
     def _classify(self, pixels: tf.Tensor) -> dict[str, tf.Tensor]:
         logits = tf.cast(self.model(pixels, training=False), tf.float32)
-        probabilities = tf.nn.softmax(logits)
+        probabilities = tf.nn.softmax(logits / self.temperature)
+        if self.tta == "flip":
+            flipped = tf.cast(self.model(tf.reverse(pixels, axis=[2]), training=False), tf.float32)
+            probabilities = (probabilities + tf.nn.softmax(flipped / self.temperature)) / 2
+            # Logits whose softmax is the averaged probabilities.
+            logits = tf.math.log(probabilities)
         # Ranked by logits: probabilities that underflow to 0 would tie.
         top_ids = tf.math.top_k(logits, self.top_k).indices
         top_probabilities = tf.gather(probabilities, top_ids, batch_dims=1)
@@ -130,17 +148,21 @@ def _data_info(model_dir: str, run_config: config.Config) -> tuple[list[str], Pr
     return pipeline.class_names, pipeline.preprocessing
 
 
-def load(model_dir: str, which: str = "latest", top_k: int = TOP_K) -> tuple[ServingModel, dict]:
+def load(
+    model_dir: str, which: str = "latest", top_k: int = TOP_K, tta: str = "none"
+) -> tuple[ServingModel, dict]:
     """A run's checkpoint as a `ServingModel`.
 
     Args:
       model_dir: a run directory written by `python -m resnet_app.train`.
       which: "latest", "ckpt-N" or "N".
       top_k: classes in the top-k outputs (at most the number of classes).
+      tta: "none", or "flip" to average each image's probabilities with its
+        mirror image's (twice the compute).
 
     Returns:
       (the serving model, a description of where it came from: model_dir,
-      checkpoint, step, model, dataset)
+      checkpoint, step, model, dataset, temperature, tta)
 
     Raises:
       ConfigError: for a directory that is not a run, an unknown or unreadable
@@ -155,14 +177,18 @@ def load(model_dir: str, which: str = "latest", top_k: int = TOP_K) -> tuple[Ser
     model = factory.create_run_model(run_config, len(class_names), preprocessing.image_size)
     checkpoint.restore_model(model, prefix)
     logging.info("Restored %s (step %d) from %s", run_config.model_name, step, prefix)
+    temperature = calibration.read_temperature(model_dir)
     source = {
         "model_dir": os.path.abspath(model_dir),
         "checkpoint": os.path.basename(prefix),
         "step": step,
         "model": run_config.model_name,
         "dataset": run_config.data.dataset,
+        "temperature": temperature,
+        "tta": tta,
     }
-    return ServingModel(model, preprocessing, class_names, top_k), source
+    served = ServingModel(model, preprocessing, class_names, top_k, temperature, tta)
+    return served, source
 
 
 def is_export(directory: str) -> bool:
@@ -229,7 +255,13 @@ def _write_extras(directory: str, served: ServingModel, source: dict) -> None:
         json.dump(info, f, indent=1)
 
 
-def save(served: ServingModel, source: dict, export_dir: str, overwrite: bool = False) -> str:
+def save(
+    served: ServingModel,
+    source: dict,
+    export_dir: str,
+    overwrite: bool = False,
+    more: Callable[[str], None] | None = None,
+) -> str:
     """Writes `served` as a SavedModel with `SIGNATURES`, all or nothing.
 
     The model is written to a sibling directory and renamed into place, so
@@ -241,6 +273,8 @@ def save(served: ServingModel, source: dict, export_dir: str, overwrite: bool = 
       source: where it came from (recorded in assets.extra/export_info.json).
       export_dir: the destination.
       overwrite: whether an existing non-empty destination may be replaced.
+      more: writes more files into the staged export (its path is the
+        argument) before it is renamed into place: other formats, the report.
 
     Returns:
       The absolute export directory.
@@ -258,6 +292,8 @@ def save(served: ServingModel, source: dict, export_dir: str, overwrite: bool = 
     try:
         tf.saved_model.save(served, staged, signatures=served.signatures())
         _write_extras(staged, served, source)
+        if more is not None:
+            more(staged)
         # A non-empty directory cannot be renamed over: the old export steps
         # aside first, and comes back if the rename fails.
         if os.path.lexists(export_dir):

@@ -1,0 +1,184 @@
+"""The export's other formats and its parity report: what `python -m resnet_app.export` adds.
+
+`check_request` validates the formats and quantizations before TensorFlow
+loads. `write_formats(staged, ...)` runs inside `savedmodel.save`, on the
+staged export, so that an export is all or nothing:
+
+    EXPORT_DIR/saved_model.pb, variables/, assets.extra/   the SavedModel (always)
+    EXPORT_DIR/model.tflite, model_float16.tflite, ...      one per --quantize
+    EXPORT_DIR/model.onnx
+    EXPORT_DIR/model_info.json    what the .tflite and .onnx files take and give
+    EXPORT_DIR/export_report.json the parity report (`parity.py`)
+
+The TFLite and ONNX files hold `portable.PortableClassifier`: uint8 images of
+one fixed size (`model_info.json` "input_size") in, "probabilities" out, with
+the run's temperature and, if asked, the flip test-time augmentation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+from absl import logging
+
+from resnet_app.common.errors import ConfigError
+
+FORMATS = ("saved_model", "tflite", "onnx")
+QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
+TTA_CHOICES = ("none", "flip")
+MODEL_INFO, REPORT = "model_info.json", "export_report.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """What to export besides the SavedModel, and how to check it.
+
+    Attributes:
+      formats: names from FORMATS (the SavedModel is always written).
+      quantizations: TFLite variants, names from QUANTIZATIONS.
+      calibration_images: training images that calibrate full int8.
+      eval_examples: evaluation images of the parity report (None: all).
+    """
+
+    formats: tuple[str, ...] = ("saved_model",)
+    quantizations: tuple[str, ...] = ("none",)
+    calibration_images: int = 200
+    eval_examples: int | None = None
+
+
+def check_request(request: Request, tta: str = "none") -> None:
+    """Refuses unknown formats or quantizations, or a quantization without TFLite.
+
+    Raises:
+      ConfigError: one line naming the value and the choices.
+    """
+    for name in request.formats:
+        if name not in FORMATS:
+            raise ConfigError(f"--format={name}: use one of {', '.join(FORMATS)}")
+    for name in request.quantizations:
+        if name not in QUANTIZATIONS:
+            raise ConfigError(f"--quantize={name}: use one of {', '.join(QUANTIZATIONS)}")
+    if set(request.quantizations) != {"none"} and "tflite" not in request.formats:
+        raise ConfigError("--quantize applies to TFLite files; add --format=tflite")
+    if tta not in TTA_CHOICES:
+        raise ConfigError(f"--tta={tta}: use one of {', '.join(TTA_CHOICES)}")
+    if request.calibration_images < 1:
+        raise ConfigError("--calibration_images must be 1 or more")
+    if request.eval_examples is not None and request.eval_examples < 1:
+        raise ConfigError("--eval_examples must be 1 or more")
+
+
+def _file_name(quantize: str) -> str:
+    return "model.tflite" if quantize == "none" else f"model_{quantize}.tflite"
+
+
+def _images(run_config, model_dir: str, preprocessing, request: Request):
+    """(eval images, labels, calibration images) at the portable size, or Nones without data."""
+    from resnet_app.data import run_pipeline
+    from resnet_app.serving import portable
+
+    try:
+        pipeline = run_pipeline.create_run_pipeline(run_config, model_dir=model_dir)
+        images, labels = portable.split_images(
+            pipeline.eval_split(), preprocessing, request.eval_examples
+        )
+        calibration = None
+        if "int8" in request.quantizations and pipeline.train_split is not None:
+            calibration, _ = portable.split_images(
+                pipeline.train_split, preprocessing, request.calibration_images
+            )
+        return images, labels, calibration, pipeline.eval_split_name
+    except ConfigError as error:
+        if "int8" in request.quantizations:
+            raise ConfigError(
+                f"--quantize=int8 needs the run's training split to calibrate, and its data "
+                f"cannot be read ({error}); fix the data or use --quantize=dynamic"
+            ) from None
+        logging.warning("No parity report: the run's data cannot be read (%s)", error)
+        return None, None, None, None
+
+
+def write_formats(staged: str, served, source: dict, run_config, request: Request) -> dict:
+    """Writes the requested formats and the parity report into the staged export.
+
+    Returns:
+      The report (also written to `export_report.json`).
+    """
+    import tensorflow as tf
+
+    from resnet_app.serving import onnx_export, parity, portable, tflite
+
+    prep = served._preprocessing  # noqa: SLF001 - the export's own module.
+    images, labels, calibration, split = _images(run_config, source["model_dir"], prep, request)
+    signature = tf.saved_model.load(staged).signatures["serving_default"]
+
+    def saved_model(batch):
+        return signature(images=tf.constant(batch))["probabilities"].numpy()
+
+    rows, reference = [], None
+    if images is not None:
+        row, reference = parity.measure("saved_model", staged, saved_model, images, labels, None)
+        rows.append(row)
+    classifier = portable.PortableClassifier(served.model, prep, served.temperature, served.tta)
+    info = _model_info(served, prep, source)
+    outputs = []
+    if "tflite" in request.formats:
+        for quantize in request.quantizations:
+            path = os.path.join(staged, _file_name(quantize))
+            _write(path, tflite.convert(classifier, quantize, calibration))
+            outputs.append((f"tflite_{quantize}", path, tflite.Runner))
+    if "onnx" in request.formats:
+        path = os.path.join(staged, "model.onnx")
+        _write(path, onnx_export.convert(classifier, info))
+        outputs.append(("onnx", path, onnx_export.Runner))
+    for name, path, runner in outputs:
+        if images is not None:
+            rows.append(parity.measure(name, path, runner(path), images, labels, reference)[0])
+        else:
+            rows.append(
+                {
+                    "format": name,
+                    "file": os.path.basename(path),
+                    "size_bytes": parity.path_size(path),
+                }
+            )
+    if outputs:
+        _write(os.path.join(staged, MODEL_INFO), json.dumps(info, indent=1).encode())
+    report = {
+        **source,
+        "split": split,
+        "num_examples": None if images is None else len(images),
+        "input_size": info["input_size"],
+        "formats": rows,
+    }
+    _write(os.path.join(staged, REPORT), json.dumps(report, indent=1).encode())
+    logging.info("Parity on %s:\n  %s", split, "\n  ".join(parity.table_lines(rows)))
+    return report
+
+
+def _model_info(served, preprocessing, source: dict) -> dict:
+    """What a .tflite or .onnx file takes and gives, for callers without resnet_app."""
+    from resnet_app.serving import portable
+
+    return {
+        "class_names": served.class_names,
+        "input": "images: uint8 [batch, input_size, input_size, 3], RGB",
+        "output": "probabilities: float32 [batch, classes], in class_names order",
+        "input_size": portable.input_size(preprocessing),
+        "preprocessing": dataclasses.asdict(preprocessing),
+        "resize": (
+            "shorter side to input_size, then the centre square"
+            if preprocessing.family == "imagenet"
+            else "the whole image to input_size x input_size"
+        ),
+        "temperature": served.temperature,
+        "tta": served.tta,
+        "source": {key: source[key] for key in ("model", "dataset", "checkpoint", "step")},
+    }
+
+
+def _write(path: str, content: bytes) -> None:
+    with open(path, "wb") as file:
+        file.write(content)

@@ -1,0 +1,137 @@
+"""The classifier that TFLite and ONNX files hold: fixed-size uint8 images in, probabilities out.
+
+Converters and small runtimes want one static graph without string ops or
+`map_fn`, so the portable classifier takes images already brought to one size
+(`input_size`), and does the rest of the run's evaluation preprocessing inside:
+
+- CIFAR family: images of the training size (`image_size`); normalized with
+  the run's mean and std.
+- ImageNet family: square images of the evaluation resize (`eval_resize`, 256
+  for 224), i.e. the shorter side already resized to it and the centre
+  squared; the centre `image_size` crop is taken inside, as evaluation does.
+
+`fixed_size_image` brings any image to that size exactly as evaluation would,
+so a caller (the parity report, predict) feeds the same pixels the SavedModel
+sees. Probabilities are `softmax(logits / temperature)` (the run's fitted
+temperature, 1 without one); with `tta="flip"` they are averaged with those of
+the horizontally flipped image (twice the compute).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from resnet_app.data.preprocessing import Preprocessing, decode_image
+
+
+def input_size(preprocessing: Preprocessing) -> int:
+    """The height and width of the portable classifier's input."""
+    if preprocessing.family == "imagenet":
+        return preprocessing.eval_resize
+    return preprocessing.image_size
+
+
+def fixed_size_image(image: tf.Tensor, preprocessing: Preprocessing) -> tf.Tensor:
+    """One uint8 image of any size as the portable classifier takes it (uint8, rounded).
+
+    CIFAR family: resized to `image_size` when it differs (as evaluation does
+    for files). ImageNet family: the shorter side resized to `eval_resize`,
+    then the centre square cropped.
+    """
+    size = input_size(preprocessing)
+    image = tf.convert_to_tensor(image)
+    shape = tf.shape(image)[:2]
+    if preprocessing.family == "imagenet":
+        scale = size / tf.cast(tf.reduce_min(shape), tf.float32)
+        height, width = tf.unstack(tf.cast(tf.round(tf.cast(shape, tf.float32) * scale), tf.int32))
+        resized = tf.image.resize(tf.cast(image, tf.float32), tf.stack([height, width]))
+        top, left = (height - size) // 2, (width - size) // 2
+        image = resized[top : top + size, left : left + size]
+    elif image.shape[0] != size or image.shape[1] != size:
+        image = tf.image.resize(tf.cast(image, tf.float32), [size, size])
+    return tf.cast(tf.clip_by_value(tf.round(tf.cast(image, tf.float32)), 0, 255), tf.uint8)
+
+
+def split_images(split, preprocessing: Preprocessing, count: int | None = None):
+    """(uint8 [N, S, S, 3] images at `input_size`, int64 [N] labels) of a split's first examples.
+
+    Args:
+      split: a `data.sources.Split` (arrays, files or records).
+      preprocessing: the run's preprocessing.
+      count: at most this many examples (None: all).
+    """
+    total = split.num_examples if count is None else min(count, split.num_examples)
+    images, labels = [], []
+    if split.kind == "records":
+        for example in split.records(None).take(total):
+            images.append(fixed_size_image(decode_image(example["image"]), preprocessing))
+            labels.append(int(example["label"]))
+    else:
+        for i in range(total):
+            if split.kind == "array":
+                image = split.images[i]
+            else:
+                content = split.contents[i] if split.contents is not None else None
+                image = decode_image(
+                    content if content is not None else tf.io.read_file(split.files[i])
+                )
+            images.append(fixed_size_image(image, preprocessing))
+            labels.append(int(split.labels[i]))
+    size = input_size(preprocessing)
+    stacked = (
+        np.stack([np.asarray(image) for image in images])
+        if images
+        else np.zeros((0, size, size, 3), np.uint8)
+    )
+    return stacked, np.asarray(labels, np.int64)
+
+
+class PortableClassifier(tf.Module):
+    """A run's network with its preprocessing, as one function for converters.
+
+    `classify(images)`: uint8 [batch, S, S, 3] with S = `input_size` ->
+    {"probabilities": float32 [batch, classes]}.
+    """
+
+    def __init__(
+        self,
+        model,
+        preprocessing: Preprocessing,
+        temperature: float = 1.0,
+        tta: str = "none",
+        batch: int | None = None,
+    ):
+        super().__init__(name="resnet_app_portable")
+        self.model = model
+        # The converter freezes variables it can reach from the module; Keras 3
+        # keeps them behind its own Variable objects, which it cannot see, and
+        # would write a file with empty (NaN) weights.
+        self.weights = [variable.value for variable in model.weights]
+        self.preprocessing = preprocessing
+        self.temperature = float(temperature)
+        self.tta = tta
+        size = input_size(preprocessing)
+        spec = tf.TensorSpec([batch, size, size, 3], tf.uint8, name="images")
+        self.classify = tf.function(self._classify, input_signature=[spec])
+
+    def _probabilities(self, pixels: tf.Tensor) -> tf.Tensor:
+        logits = tf.cast(self.model(pixels, training=False), tf.float32)
+        return tf.nn.softmax(logits / self.temperature)
+
+    def _classify(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        config = self.preprocessing
+        pixels = tf.cast(images, tf.float32)
+        if config.family == "imagenet":
+            offset = (config.eval_resize - config.image_size) // 2
+            size = config.image_size
+            pixels = pixels[:, offset : offset + size, offset : offset + size, :]
+        # Constants made in the graph: some converters drop captured tensors.
+        mean = tf.constant(np.asarray(config.mean, np.float32))
+        std = tf.constant(np.asarray(config.std, np.float32))
+        pixels = (pixels - mean) / std
+        probabilities = self._probabilities(pixels)
+        if self.tta == "flip":
+            flipped = self._probabilities(tf.reverse(pixels, axis=[2]))
+            probabilities = (probabilities + flipped) / 2
+        return {"probabilities": probabilities}

@@ -1,0 +1,107 @@
+"""TFLite (LiteRT) files of a run's classifier: float32, float16, dynamic-range and full int8.
+
+`convert(classifier, quantize, representative)` turns a `portable.PortableClassifier`
+into the bytes of a `.tflite` file with one signature, `serving_default`:
+uint8 `images` [batch, S, S, 3] -> float32 `probabilities` [batch, classes]
+(S = `portable.input_size`, the batch may vary). Quantizations (TFLite's
+post-training options):
+
+- `none`: float32 weights and compute;
+- `float16`: float16 weights, float32 compute (about half the size);
+- `dynamic`: int8 weights, activations quantized on the fly (about a quarter);
+- `int8`: int8 weights and activations, calibrated on `representative`
+  (uint8 images of the run's training split, through its evaluation
+  preprocessing); the input stays uint8 and the output float32.
+
+Converting a Keras 3 model can silently write a file without weights (NaN
+outputs); `convert` refuses such a file. `Runner` runs a file with LiteRT's
+interpreter (`ai-edge-litert`, requirements-export.txt), or TensorFlow's own
+when that is not installed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from resnet_app.common.errors import ConfigError, first_line
+
+QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
+
+
+def convert(classifier, quantize: str = "none", representative: np.ndarray | None = None) -> bytes:
+    """The `.tflite` bytes of `classifier` (a `PortableClassifier`).
+
+    Raises:
+      ConfigError: for an unknown quantization, int8 without images, or a
+        conversion that fails or loses the weights.
+    """
+    if quantize not in QUANTIZATIONS:
+        raise ConfigError(f"--quantize={quantize}: use one of {', '.join(QUANTIZATIONS)}")
+    function = classifier.classify.get_concrete_function()
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([function], classifier)
+    if quantize != "none":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantize == "float16":
+        converter.target_spec.supported_types = [tf.float16]
+    if quantize == "int8":
+        if representative is None or not len(representative):
+            raise ConfigError(
+                "--quantize=int8 needs calibration images from the run's training split, and "
+                "the run's dataset has none here; check --data_dir or use --quantize=dynamic"
+            )
+        converter.representative_dataset = lambda: ([image[None]] for image in representative)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    try:
+        content = bytes(converter.convert())
+    except Exception as error:  # noqa: BLE001 - the converter raises many kinds.
+        raise ConfigError(f"TFLite conversion ({quantize}) failed: {first_line(error)}") from None
+    _check_weights(content)
+    return content
+
+
+def _check_weights(content: bytes) -> None:
+    """Refuses a file whose weights stayed variables (the converter could not freeze them)."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.convert_bytearray_to_object(bytearray(content))
+    if flatbuffer_utils.count_resource_variables(model):
+        raise ConfigError(
+            "TFLite conversion kept the weights as variables (the file would compute NaN); "
+            "this is a bug in resnet_app's export, please report it"
+        )
+
+
+def _interpreter(path: str):
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        logging.info("ai-edge-litert is not installed: running %s with tf.lite", path)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tf.lite.Interpreter's deprecation notice.
+            return tf.lite.Interpreter(model_path=path)
+    return Interpreter(model_path=path)
+
+
+class Runner:
+    """Runs a `.tflite` file written by `convert`: `runner(uint8 images) -> probabilities`."""
+
+    def __init__(self, path: str):
+        try:
+            self.interpreter = _interpreter(path)
+            self.signature = self.interpreter.get_signature_runner("serving_default")
+        except (ValueError, RuntimeError) as error:
+            raise ConfigError(
+                f"{path} is not a TFLite file of this app ({first_line(error)})"
+            ) from None
+        details = self.interpreter.get_signature_list()["serving_default"]
+        if details["inputs"] != ["images"] or "probabilities" not in details["outputs"]:
+            raise ConfigError(f"{path} has no images -> probabilities signature; export it again")
+        shape = self.interpreter.get_input_details()[0]["shape"]
+        self.input_size = int(shape[1])
+
+    def __call__(self, images: np.ndarray) -> np.ndarray:
+        return np.asarray(self.signature(images=np.asarray(images, np.uint8))["probabilities"])
