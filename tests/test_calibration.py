@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from resnet_app.serving import calibration
+from resnet_app.serving import calibration, reliability_plot
 
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
@@ -425,7 +425,7 @@ def test_plot_reliability_writes_a_png(tmp_path):
     probabilities, labels = hand_example()
     record = calibration.reliability(probabilities, labels, bins=5)
     path = tmp_path / "reliability.png"
-    written = calibration.plot_reliability(record, str(path), title="ckpt-4 on $test")
+    written = reliability_plot.plot_reliability(record, str(path), title="ckpt-4 on $test")
     if not HAVE_MATPLOTLIB:
         assert written is False and not path.exists()
         return
@@ -435,7 +435,7 @@ def test_plot_reliability_writes_a_png(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert mpimg.imread(path).ndim == 3
     assert os.listdir(tmp_path) == ["reliability.png"]  # No temporary file left.
-    figure = calibration.draw_reliability(record, "ckpt-4 on $test")
+    figure = reliability_plot.draw_reliability(record, "ckpt-4 on $test")
     top = figure.axes[0]
     accuracy_bars = top.containers[0]
     assert [bar.get_height() for bar in accuracy_bars] == pytest.approx([0.5, 0.5, 0.5])
@@ -455,8 +455,79 @@ def test_plot_reliability_without_matplotlib_warns_and_leaves_no_stale_picture(
         monkeypatch.setitem(sys.modules, name, None)
     probabilities, labels = hand_example()
     record = calibration.reliability(probabilities, labels, bins=5)
-    assert calibration.plot_reliability(record, str(path)) is False
+    assert reliability_plot.plot_reliability(record, str(path)) is False
     assert not path.exists()
     assert any(
         "needs matplotlib" in r.getMessage() for r in caplog.records if r.levelname == "WARNING"
     )
+
+
+# The run's temperature.json: written whole, read back, refused when damaged.
+
+
+def fit_record(**changes):
+    record = {
+        "temperature": 1.75,
+        "checkpoint": "ckpt-4",
+        "step": 4,
+        "split": "holdout",
+        "num_examples": 16,
+        "nll_before": 2.5,
+        "nll_after": 2.25,
+        "ece_before": 0.2,
+        "ece_after": 0.05,
+    }
+    return {**record, **changes}
+
+
+def test_temperature_is_one_without_a_file_and_reads_back_what_was_saved(tmp_path):
+    assert calibration.read_temperature(str(tmp_path)) == 1.0
+    assert calibration.read_temperature_record(str(tmp_path)) is None
+    path = calibration.save_temperature(str(tmp_path), fit_record())
+    assert path == str(tmp_path / "temperature.json")
+    assert os.listdir(tmp_path) == ["temperature.json"]  # No temporary file left behind.
+    with open(path) as f:
+        assert json.load(f) == fit_record()
+    assert calibration.read_temperature(str(tmp_path)) == 1.75
+    assert calibration.read_temperature_record(str(tmp_path)) == fit_record()
+    calibration.save_temperature(str(tmp_path), fit_record(temperature=0.5))  # Replaced whole.
+    assert calibration.read_temperature(str(tmp_path)) == 0.5
+
+
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ({"checkpoint": "ckpt-4"}, "needs temperature, step, split"),
+        (fit_record(temperature=0.0), "temperature must be finite and > 0"),
+        (fit_record(temperature=math.inf), "temperature must be finite and > 0"),
+    ],
+)
+def test_save_temperature_refuses_an_incomplete_or_bad_record(tmp_path, record, message):
+    with pytest.raises(ValueError, match=message):
+        calibration.save_temperature(str(tmp_path), record)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ('{"temperature": 1.5', "JSONDecodeError"),
+        ("[1.5]", "TypeError"),
+        ('{"checkpoint": "ckpt-4"}', "KeyError"),
+        ('{"temperature": -2}', "temperature must be finite and > 0"),
+        ('{"temperature": NaN}', "temperature must be finite and > 0"),
+        ('{"temperature": "1.5"}', "is not a number"),
+        ('{"temperature": true}', "is not a number"),
+    ],
+)
+def test_a_damaged_temperature_file_is_one_line_naming_it_and_the_fix(tmp_path, text, reason):
+    from resnet_app.common.errors import ConfigError
+
+    path = tmp_path / "temperature.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as raised:
+        calibration.read_temperature(str(tmp_path))
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path} is damaged (") and reason in message
+    assert message.endswith(f"--model_dir={tmp_path} --fit_temperature")

@@ -86,7 +86,11 @@ def assert_matches(record, expected):
 def assert_report_matches(record, expected):
     """The record's eval_results.json and confusion_matrix.png, against NumPy."""
     directory = record["report"]
-    assert sorted(os.listdir(directory)) == ["confusion_matrix.png", "eval_results.json"]
+    assert sorted(os.listdir(directory)) == [
+        "confusion_matrix.png",
+        "eval_results.json",
+        "reliability.png",
+    ]
     with open(os.path.join(directory, "eval_results.json")) as f:
         report = json.load(f)
     assert {k: report[k] for k in record if k != "report"} == {

@@ -12,8 +12,10 @@
   an input-bound warning;
 - evaluations of saved checkpoints by `python -m resnet_app.evaluate`: an
   evaluation record plus "checkpoint" ("ckpt-N"), "report" (the directory of
-  its eval_results.json and confusion-matrix picture) and "event": "evaluation"
-  (they have "top1" too: tell them from the trainer's by "event").
+  its eval_results.json, confusion-matrix and reliability pictures), "tta"
+  (null, "flip" or "crops"), "ece" and "nll" (calibration; with a fitted
+  temperature also "temperature", "ece_scaled", "nll_scaled") and "event":
+  "evaluation" (they have "top1" too: tell them from the trainer's by "event").
 The trainer's scalars also go to TensorBoard under `model_dir/train` and
 `model_dir/eval`; `evaluate` writes no TensorBoard events.
 """

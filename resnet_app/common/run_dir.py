@@ -6,6 +6,8 @@ A run directory holds:
 - `metrics.jsonl`: one JSON record per line (`metrics.MetricsWriter`);
 - `data_info.json`: the class names and the resolved preprocessing, so that
   export and predict need no dataset (`run_pipeline.write_data_info`);
+- `temperature.json`: the softmax temperature fitted on the holdout split by
+  `python -m resnet_app.evaluate --fit_temperature` (`serving/calibration.py`);
 - `lr_override`: a learning rate the user writes while the run goes on; the
   trainer renames it `lr_override.applied` once read (`engine/learning_rate.py`);
 - `ckpt-<step>.index` and `.data-*`: the checkpoints, and `checkpoint`,
@@ -33,6 +35,7 @@ from resnet_app.common.errors import ConfigError
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 DATA_INFO_FILE = "data_info.json"
+TEMPERATURE_FILE = "temperature.json"
 LR_OVERRIDE_FILE = "lr_override"
 LR_OVERRIDE_APPLIED = LR_OVERRIDE_FILE + ".applied"
 CHECKPOINT_PREFIX = "ckpt"
@@ -64,6 +67,11 @@ def metrics_path(model_dir: str) -> str:
 def data_info_path(model_dir: str) -> str:
     """`model_dir/data_info.json`."""
     return os.path.join(model_dir, DATA_INFO_FILE)
+
+
+def temperature_path(model_dir: str) -> str:
+    """`model_dir/temperature.json`."""
+    return os.path.join(model_dir, TEMPERATURE_FILE)
 
 
 def lr_override_path(model_dir: str) -> str:

@@ -249,8 +249,10 @@ class InputPipeline:
         )
         return batch
 
-    def _evaluate_transform(self, image: tf.Tensor, encoded: bool) -> tf.Tensor:
+    def _evaluate_transform(self, image: tf.Tensor, encoded: bool, crops: bool) -> tf.Tensor:
         config = self.preprocessing
+        if crops:
+            return preprocessing.imagenet_eval_crops(image, config, encoded=encoded)
         resize = self.source.image_size != config.image_size
         return preprocessing.eval_image(image, config, encoded=encoded, resize=resize)
 
@@ -370,6 +372,7 @@ class InputPipeline:
         num_shards: int = 1,
         shard_index: int = 0,
         batches_multiple_of: int = 1,
+        crops: bool = False,
     ) -> tf.data.Dataset:
         """Every example of a split exactly once, in padded batches.
 
@@ -384,9 +387,14 @@ class InputPipeline:
           num_shards: input pipelines (workers).
           shard_index: which of them this is.
           batches_multiple_of: round the number of batches up to this multiple.
+          crops: ImageNet family: each "image" is the [5, size, size, 3] crops
+            of `preprocessing.imagenet_eval_crops` (multi-crop evaluation).
 
         Returns:
           A finite dataset of padded batches.
+
+        Raises:
+          ConfigError: for `crops` on synthetic data, which has no images to crop.
         """
         total = self.num_eval_examples(split)
         per_shard = math.ceil(total / num_shards)
@@ -394,6 +402,8 @@ class InputPipeline:
         padded = num_batches * batch_size
         data = self.eval_split(split)
         if data is None:
+            if crops:
+                raise ConfigError("synthetic data has no images to crop; use --tta=flip")
             ids = np.arange(shard_index, total, num_shards)
             return self._synthetic(batch_size, num_batches=num_batches, eval_ids=ids)
 
@@ -413,20 +423,24 @@ class InputPipeline:
             )
 
         def transform(example_id, image, label):
-            image = self._evaluate_transform(image, data.encoded)
+            image = self._evaluate_transform(image, data.encoded, crops)
             return _example({"image": image}, label, example_id)
 
         stream = _map_examples(stream, transform, data.encoded)
+        blank = tf.data.Dataset.from_tensors(self._padding(crops)).repeat()
+        stream = stream.concatenate(blank).take(padded)
+        stream = stream.batch(batch_size, drop_remainder=True)
+        return stream.prefetch(tf.data.AUTOTUNE).with_options(_options())
+
+    def _padding(self, crops: bool) -> dict:
+        """The masked example that pads evaluation batches; its image has the real ones' shape."""
         size, dtype = self.preprocessing.image_size, self.preprocessing.dtype
-        blank = {
-            "image": tf.zeros([size, size, 3], dtype),
+        return {
+            "image": tf.zeros([5, size, size, 3] if crops else [size, size, 3], dtype),
             "label": tf.constant(0, tf.int32),
             "id": tf.constant(-1, tf.int64),
             "mask": tf.constant(0.0),
         }
-        stream = stream.concatenate(tf.data.Dataset.from_tensors(blank).repeat()).take(padded)
-        stream = stream.batch(batch_size, drop_remainder=True)
-        return stream.prefetch(tf.data.AUTOTUNE).with_options(_options())
 
     # -- synthetic ---------------------------------------------------------------
 

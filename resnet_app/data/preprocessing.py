@@ -16,6 +16,8 @@ Two families:
   side is resized to 256 and the central 224x224 is kept (for another output
   size S, the shorter side goes to S / 0.875). JPEG bytes are decoded only
   inside the crop window (`decode_and_crop_jpeg`), which is much cheaper.
+  Multi-crop evaluation (`evaluate --tta=crops`) takes the centre and the four
+  corners of the same resized image (`imagenet_eval_crops`).
 
 Images enter as uint8 (decoded pixels, or encoded bytes for the ImageNet family)
 and leave normalized, in the requested dtype.
@@ -215,6 +217,16 @@ def imagenet_train(
     return _finish(_normalize(crop, config), config)
 
 
+def _resize_shorter_side(image: tf.Tensor, config: Preprocessing, encoded: bool):
+    """Decodes if needed and resizes the shorter side to `eval_resize`: (image, height, width)."""
+    if encoded:
+        image = decode_image(image)
+    shape = tf.cast(tf.shape(image)[:2], tf.float32)
+    scale = config.eval_resize / tf.reduce_min(shape)
+    height, width = tf.unstack(tf.cast(tf.round(shape * scale), tf.int32))
+    return _resize(image, height, width), height, width
+
+
 def imagenet_eval(image: tf.Tensor, config: Preprocessing, encoded: bool = False) -> tf.Tensor:
     """Resize the shorter side to `eval_resize`, then crop the centre.
 
@@ -226,16 +238,37 @@ def imagenet_eval(image: tf.Tensor, config: Preprocessing, encoded: bool = False
     Returns:
       [image_size, image_size, 3] in `config.dtype`.
     """
-    if encoded:
-        image = decode_image(image)
-    shape = tf.cast(tf.shape(image)[:2], tf.float32)
-    scale = config.eval_resize / tf.reduce_min(shape)
-    height, width = tf.unstack(tf.cast(tf.round(shape * scale), tf.int32))
-    resized = _resize(image, height, width)
+    resized, height, width = _resize_shorter_side(image, config, encoded)
     size = config.image_size
     top, left = (height - size) // 2, (width - size) // 2
     crop = resized[top : top + size, left : left + size]
     return _finish(_normalize(crop, config), config)
+
+
+def imagenet_eval_crops(
+    image: tf.Tensor, config: Preprocessing, encoded: bool = False
+) -> tf.Tensor:
+    """The five crops of multi-crop evaluation: the centre, then the four corners.
+
+    The image is resized as for `imagenet_eval` (so the first crop is its
+    output); with their horizontal flips, which the evaluation step adds, these
+    are the 10 crops of Krizhevsky et al. 2012.
+
+    Args:
+      image: uint8 [H, W, 3] pixels, or encoded bytes when `encoded`.
+      config: the parameters.
+      encoded: whether `image` holds encoded bytes.
+
+    Returns:
+      [5, image_size, image_size, 3] in `config.dtype`: centre, top-left,
+      top-right, bottom-left, bottom-right.
+    """
+    resized, height, width = _resize_shorter_side(image, config, encoded)
+    size = config.image_size
+    bottom, right = height - size, width - size
+    corners = [(bottom // 2, right // 2), (0, 0), (0, right), (bottom, 0), (bottom, right)]
+    crops = [resized[top : top + size, left : left + size] for top, left in corners]
+    return tf.stack([_finish(_normalize(crop, config), config) for crop in crops])
 
 
 def resize_only(image: tf.Tensor, config: Preprocessing, encoded: bool = False) -> tf.Tensor:

@@ -22,16 +22,17 @@ calibration and correct it after training:
   accuracy: only the confidence moves.
 - `calibration_record`: ECE, NLL, temperature and the reliability bins as one
   JSON-ready dict, for evaluation reports.
-- `plot_reliability`: the reliability diagram (accuracy per bin against the
-  diagonal, with the histogram of confidences below) as a PNG; it needs
-  matplotlib, an optional extra, and without it logs a warning and returns
-  False.
+- The reliability diagram of these bins is drawn by `reliability_plot.py`.
+- `save_temperature`, `read_temperature`: a run's fitted temperature, in its
+  run directory's `temperature.json` (`python -m resnet_app.evaluate
+  --fit_temperature` writes it; evaluate and the exports read it).
 
 Pure NumPy: no TensorFlow, and no SciPy (not a dependency).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from typing import Any
@@ -39,9 +40,22 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from resnet_app.common import files
+from resnet_app.common import files, run_dir
+from resnet_app.common.errors import ConfigError
 
 DEFAULT_BINS = 15  # Guo et al. 2017.
+# What temperature.json holds: the fit, where it came from, and what it changed.
+TEMPERATURE_FIELDS = (
+    "temperature",
+    "checkpoint",
+    "step",
+    "split",
+    "num_examples",
+    "nll_before",
+    "nll_after",
+    "ece_before",
+    "ece_after",
+)
 # Probabilities computed in float32 may exceed 1 by a rounding error; more is a mistake.
 PROBABILITY_SLACK = 1e-6
 
@@ -385,113 +399,67 @@ def calibration_record(
     }
 
 
-def draw_reliability(reliability: dict[str, Any], title: str = ""):
-    """Draws the reliability diagram: accuracy per bin against the diagonal, counts below.
-
-    The top panel has a bar per non-empty bin up to its accuracy, the gap to
-    the bin's mean confidence hatched, and the diagonal a calibrated model
-    would follow. The bottom panel is the histogram of confidences: the
-    fraction of the examples in each bin.
+def save_temperature(model_dir: str, record: dict[str, Any]) -> str:
+    """Writes a fitted temperature to the run's `temperature.json`, whole (atomically).
 
     Args:
-      reliability: a dict from the function `reliability`.
-      title: the first line of the title; the ECE and the number of examples
-        follow on the second.
+      model_dir: the run directory.
+      record: `TEMPERATURE_FIELDS` at least: the temperature, the checkpoint
+        and step it was fitted from, the split ("holdout"), its number of
+        examples, and the NLL and ECE before and after.
 
     Returns:
-      A `matplotlib.figure.Figure` with an Agg canvas, not registered with
-      pyplot (nothing global to close).
+      The file's path.
 
     Raises:
-      ImportError: when matplotlib is not installed.
+      ValueError: for a missing field or a temperature that is not finite and positive.
     """
-    # Imported here: matplotlib is an optional extra (requirements-plot.txt).
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    lower = np.asarray(reliability["bin_lower"], np.float64)
-    upper = np.asarray(reliability["bin_upper"], np.float64)
-    count = np.asarray(reliability["count"], np.int64)
-    accuracy, confidence = (
-        np.array([0.0 if v is None else v for v in reliability[key]], np.float64)
-        for key in ("accuracy", "confidence")
-    )
-    filled = count > 0
-    centers, widths = (lower + upper) / 2, upper - lower
-
-    figure = Figure(figsize=(6.0, 7.0), layout="constrained")
-    FigureCanvasAgg(figure)
-    top, bottom = figure.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
-    top.bar(
-        centers[filled],
-        accuracy[filled],
-        width=widths[filled],
-        color="tab:blue",
-        edgecolor="black",
-        label="accuracy",
-    )
-    top.bar(
-        centers[filled],
-        (confidence - accuracy)[filled],
-        bottom=accuracy[filled],
-        width=widths[filled],
-        color="tab:red",
-        alpha=0.3,
-        hatch="//",
-        edgecolor="tab:red",
-        label="gap to mean confidence",
-    )
-    top.plot([0, 1], [0, 1], linestyle="--", color="gray", label="perfect calibration")
-    top.set_xlim(0.0, 1.0)
-    top.set_ylim(0.0, 1.0)
-    top.set_ylabel("accuracy")
-    top.legend(loc="upper left")
-    top.set_title(_diagram_title(reliability, title))
-
-    bottom.bar(centers, count / max(count.sum(), 1), width=widths, color="gray", edgecolor="black")
-    bottom.set_xlabel("confidence (largest probability)")
-    bottom.set_ylabel("fraction of examples")
-    return figure
+    missing = [field for field in TEMPERATURE_FIELDS if field not in record]
+    if missing:
+        raise ValueError(f"a temperature record needs {', '.join(missing)}")
+    _check_temperature(record["temperature"])
+    path = run_dir.temperature_path(model_dir)
+    files.write_text_atomically(path, json.dumps(record, indent=1) + "\n")
+    return path
 
 
-def _diagram_title(reliability: dict[str, Any], title: str) -> str:
-    """`title`, then the ECE and the numbers of examples and bins on a second line."""
-    summary = f"{sum(reliability['count'])} examples, {len(reliability['count'])} bins"
-    if reliability.get("ece") is not None:
-        summary = f"ECE {reliability['ece']:.2%}, {summary}"
-    # A "$" in a run or split name would otherwise be read as mathtext.
-    heading = title.replace("$", r"\$")
-    return f"{heading}\n{summary}" if heading else summary
+def read_temperature_record(model_dir: str) -> dict[str, Any] | None:
+    """The run's `temperature.json`, or None when it has none.
+
+    Raises:
+      ConfigError: naming the file and the fix, when it cannot be read or its
+        temperature is not a finite positive number.
+    """
+    path = run_dir.temperature_path(model_dir)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            record = json.load(f)
+        value = record["temperature"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"temperature {value!r} is not a number")
+        record["temperature"] = _check_temperature(value)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ConfigError(
+            f"{path} is damaged ({type(error).__name__}: {error}); rerun python -m "
+            f"resnet_app.evaluate --model_dir={model_dir} --fit_temperature"
+        ) from None
+    return record
 
 
-def plot_reliability(reliability: dict[str, Any], path: str, title: str = "") -> bool:
-    """Writes the reliability diagram of `reliability` to `path` as a PNG.
+def read_temperature(model_dir: str) -> float:
+    """The temperature fitted for the run (`evaluate --fit_temperature`); 1.0 when none was.
 
-    The file is written atomically: a reader sees the previous picture or the
-    new one. Without matplotlib (an optional extra) the picture is skipped: a
-    warning is logged, a picture already at `path` is removed (it would
-    disagree with the new numbers) and False is returned.
+    Divide the logits by it before the softmax (`apply_temperature`): the
+    predictions stay, the probabilities become calibrated.
 
     Args:
-      reliability: a dict from the function `reliability` (or the "reliability" of a
-        `calibration_record`).
-      path: the PNG file to write.
-      title: the first line of the title (e.g. which checkpoint, which split).
+      model_dir: the run directory.
 
-    Returns:
-      True when the picture is written, False when matplotlib is missing.
+    Raises:
+      ConfigError: when its `temperature.json` is damaged (the message names
+        the file and says to rerun --fit_temperature).
     """
-    try:
-        figure = draw_reliability(reliability, title)
-    except ImportError:
-        if os.path.exists(path):
-            os.remove(path)
-        logging.warning(
-            "Skipped %s: the reliability diagram needs matplotlib "
-            "(pip install -r requirements-plot.txt)",
-            path,
-        )
-        return False
-    # The temporary name does not end in .png, hence the explicit format.
-    files.write_atomically(path, lambda temporary: figure.savefig(temporary, format="png", dpi=100))
-    return True
+    record = read_temperature_record(model_dir)
+    return 1.0 if record is None else record["temperature"]

@@ -2,10 +2,16 @@
 
 `evaluate_checkpoints` restores each chosen checkpoint (only the model: the
 optimizer and the rest of the training state are not needed), evaluates it on
-every example of the split exactly once (`serving/exact_eval.py`), hands its
-record to the caller as soon as it is known, appends it to the run's
-`metrics.jsonl` with "event": "evaluation", and writes its report directory
-`REPORT_ROOT/<checkpoint>-<split>` (`serving/reports.py`).
+every example of the split exactly once (`serving/exact_eval.py`), optionally
+averaged over flipped or cropped views (`serving/tta.py`), measures its
+calibration from every example's logits (`serving/calibration.py`; also with
+the run's fitted temperature, when it has one), hands its record to the caller
+as soon as it is known, appends it to the run's `metrics.jsonl` with "event":
+"evaluation", and writes its report directory `REPORT_ROOT/<checkpoint>-<split>`
+(`serving/reports.py`).
+
+`run_settings` and `create_model` are shared with `serving/temperature.py`
+(`evaluate --fit_temperature`).
 
 The run's config is read and the settings are checked before TensorFlow is
 imported, so a mistake in the command (no such run, a bad batch size) is
@@ -19,9 +25,13 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from absl import logging
+
 from resnet_app import config
 from resnet_app.common import checks, run_dir
 from resnet_app.common.errors import ConfigError
+from resnet_app.serving import calibration
+from resnet_app.serving.tta import CROPS, MODES
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -43,6 +53,7 @@ def evaluate_checkpoints(
     num_towers: int | None = None,
     data_dir: str | None = None,
     report_dir: str | None = None,
+    tta: str | None = None,
     on_record: Callable[[Record], None] | None = None,
 ) -> list[Record]:
     """Evaluates a run's checkpoints, each on every example of a split, and reports each.
@@ -56,50 +67,120 @@ def evaluate_checkpoints(
         else its `train.batch_size`.
       num_towers: towers to evaluate on; None for every GPU, or the one CPU.
       report_dir: where the report directories go; None for `model_dir/reports`.
+      tta: None, or test-time augmentation: "flip" (any run) or "crops"
+        (ImageNet-family runs), see `serving/tta.py`.
       on_record: called with each record as soon as it is known (the command prints it).
 
     Returns:
-      One record per checkpoint, in order: `exact_eval.eval_record`'s fields
-      plus "checkpoint" (its name) and "report" (its report directory).
+      One record per checkpoint, in order: "checkpoint" (its name),
+      `exact_eval.eval_record`'s fields, "tta" (None for one view), the
+      calibration "ece" and "nll" (None without examples), with a fitted
+      temperature also "temperature", "ece_scaled" and "nll_scaled", and
+      "report" (its report directory).
 
     Raises:
       ConfigError: for a mistake: no such run or checkpoint, a checkpoint of
-        another model, a report directory that cannot be made or is another run's.
+        another model, a report directory that cannot be made or is another
+        run's, an unknown `tta` or crops for a CIFAR-family run, a damaged
+        temperature.json.
     """
-    run_config, data_config, batch_size = _settings(model_dir, split, batch_size, data_dir)
+    run_config, data_config, batch_size = run_settings(model_dir, split, batch_size, data_dir)
+    _check_tta(tta)
+    fitted = calibration.read_temperature_record(model_dir)  # A damaged file: now, not later.
     # TensorFlow is imported only once the run directory is known to be one.
     from resnet_app.common import checkpoint, distribute, metrics
     from resnet_app.data import run_pipeline
-    from resnet_app.serving import exact_eval
 
     strategy = distribute.create_strategy(num_towers)  # Before TF runs any op.
     chosen = checkpoint.select(model_dir, which)  # Before the data loads.
     pipeline = run_pipeline.create_run_pipeline(run_config, data_config, model_dir)
+    _check_tta(tta, pipeline.preprocessing.family)
     split = pipeline.eval_split_name
-    report_root = _prepare_report_root(model_dir, report_dir, chosen, split, strategy)
-    model = _create_model(run_config, pipeline, strategy)  # At the run's train.precision.
+    report_root = _prepare_report_root(model_dir, report_dir, chosen, split, tta, strategy)
+    model = create_model(run_config, pipeline, strategy)  # At the run's train.precision.
     records = []
     writer = metrics.MetricsWriter(model_dir, enabled=distribute.is_chief(strategy))
     try:
         for step, prefix in chosen:
             checkpoint.restore_model(model, prefix)
-            result = exact_eval.evaluate(
-                model, pipeline, batch_size, strategy, split, confusion=True
-            )
-            record = _record(prefix, step, split, result, run_config.train.precision, report_root)
+            result = _evaluate(model, prefix, pipeline, batch_size, strategy, split, tta, fitted)
+            precision = run_config.train.precision
+            record, reliability = _record(prefix, step, split, result, precision, report_root)
             if on_record is not None:  # The numbers first, as soon as they are known.
                 on_record(record)
-            _save(writer, model_dir, record, result, pipeline.class_names)
+            _save(writer, model_dir, record, result, pipeline.class_names, reliability)
             records.append(record)
     finally:
         writer.close()
     return records
 
 
-def _settings(
+def _check_tta(tta: str | None, family: str | None = None) -> None:
+    """An unknown --tta, or crops for a run without ImageNet-style evaluation crops.
+
+    Raises:
+      ConfigError: naming the fix.
+    """
+    if tta is not None and tta not in MODES:
+        raise ConfigError(f"--tta={tta}: use {' or '.join(MODES)}")
+    if tta == CROPS and family is not None and family != "imagenet":
+        raise ConfigError(
+            f"--tta=crops takes corner crops of ImageNet-style evaluation images; this run "
+            f"uses the {family} recipe, whose images are not cropped: use --tta=flip"
+        )
+
+
+def _evaluate(
+    model: tf.keras.Model,
+    prefix: str,
+    pipeline: InputPipeline,
+    batch_size: int,
+    strategy: tf.distribute.Strategy,
+    split: str,
+    tta: str | None,
+    fitted: Record | None,
+) -> EvalResult:
+    """Checkpoint `prefix`, restored, on the split: confusion, logits, logits at the fitted T."""
+    from resnet_app.serving import exact_eval
+
+    _warn_if_fitted_elsewhere(fitted, prefix)
+    return exact_eval.evaluate(
+        model,
+        pipeline,
+        batch_size,
+        strategy,
+        split,
+        confusion=True,
+        collect_logits=True,
+        tta=tta,
+        temperature=None if fitted is None else fitted["temperature"],
+    )
+
+
+def _warn_if_fitted_elsewhere(fitted: Record | None, prefix: str) -> None:
+    """A temperature fitted on another checkpoint may not suit this one: say so."""
+    name = os.path.basename(prefix)
+    if fitted is not None and fitted.get("checkpoint") != name:
+        logging.warning(
+            "The run's temperature %.4f was fitted on %s, not %s; rerun --fit_temperature "
+            "with --checkpoint=%s to fit this one",
+            fitted["temperature"],
+            fitted.get("checkpoint"),
+            name,
+            name,
+        )
+
+
+def run_settings(
     model_dir: str, split: str | None, batch_size: int | None, data_dir: str | None
 ) -> tuple[config.Config, DataConfig, int]:
     """The run's config, its data settings as asked, and the batch size; without TensorFlow.
+
+    Args:
+      model_dir: the run directory.
+      split, data_dir: the split to evaluate and where the data is now; None
+        for the run's own.
+      batch_size: the global batch; None for the run's evaluation batch.
 
     Raises:
       ConfigError: for no such run, or a batch size below 1.
@@ -149,6 +230,7 @@ def _prepare_report_root(
     report_dir: str | None,
     chosen: list[tuple[int, str]],
     split: str,
+    tta: str | None,
     strategy: tf.distribute.Strategy,
 ) -> str:
     """The reports' directory, made and checked before hours of evaluation.
@@ -168,7 +250,7 @@ def _prepare_report_root(
     try:
         if distribute.is_chief(strategy):  # Only the chief writes reports.
             make_report_root(model_dir, report_dir)
-        _check_report_owners(model_dir, report_root, chosen, split)
+        _check_report_owners(model_dir, report_root, chosen, split, tta)
         refused = None
     except ConfigError as error:
         refused = error
@@ -181,7 +263,7 @@ def _prepare_report_root(
 
 
 def _check_report_owners(
-    model_dir: str, report_root: str, chosen: list[tuple[int, str]], split: str
+    model_dir: str, report_root: str, chosen: list[tuple[int, str]], split: str, tta: str | None
 ) -> None:
     """A shared --report_dir must not lose another run's reports.
 
@@ -197,7 +279,7 @@ def _check_report_owners(
         return
     run = os.path.realpath(model_dir)
     for _, prefix in chosen:
-        name = reports.report_name(os.path.basename(prefix), split)
+        name = reports.report_name(os.path.basename(prefix), split, tta)
         directory = os.path.join(report_root, name)
         found = reports.owner(directory)
         if found is not None and os.path.realpath(found) != run:
@@ -206,7 +288,7 @@ def _check_report_owners(
             )
 
 
-def _create_model(
+def create_model(
     run_config: config.Config, pipeline: InputPipeline, strategy: tf.distribute.Strategy
 ) -> tf.keras.Model:
     """The run's model for the pipeline's classes and image size, built in the strategy's scope."""
@@ -222,15 +304,45 @@ def _create_model(
 
 
 def _record(
-    prefix: str, step: int, split: str, result: EvalResult, precision: str, report_root: str
-) -> Record:
-    """A checkpoint's record: the evaluation's, with the checkpoint and its report directory."""
+    prefix: str,
+    step: int,
+    split: str,
+    result: EvalResult,
+    precision: str,
+    report_root: str,
+) -> tuple[Record, dict[str, Any] | None]:
+    """A checkpoint's record, with its calibration and report directory; the reliability bins."""
     from resnet_app.serving import exact_eval, reports
 
     name = os.path.basename(prefix)
     record = {"checkpoint": name, **exact_eval.eval_record(step, split, result, precision)}
-    record["report"] = os.path.join(report_root, reports.report_name(name, split))
-    return record
+    record["tta"] = result.tta
+    fields, reliability = _calibration(result)
+    record.update(fields)
+    record["report"] = os.path.join(report_root, reports.report_name(name, split, result.tta))
+    return record, reliability
+
+
+def _calibration(result: EvalResult) -> tuple[Record, dict[str, Any] | None]:
+    """ECE (15 bins) and NLL of every example's softmax, also at the fitted temperature.
+
+    Returns:
+      ({"ece", "nll"} and with a temperature {"temperature", "ece_scaled",
+      "nll_scaled"}; None each without examples), and the reliability bins.
+    """
+    temperature = result.temperature
+    fields: Record = {"ece": None, "nll": None}
+    if temperature is not None:
+        fields.update(temperature=temperature, ece_scaled=None, nll_scaled=None)
+    if not result.examples:
+        return fields, None
+    raw = calibration.calibration_record(result.logits, result.labels)
+    fields.update(ece=raw["ece"], nll=raw["nll"])
+    if temperature is not None:
+        # Each view's logits were divided by T before the average (`serving/tta.py`).
+        scaled = calibration.calibration_record(result.scaled_logits, result.labels)
+        fields.update(ece_scaled=scaled["ece"], nll_scaled=scaled["nll"])
+    return fields, raw["reliability"]
 
 
 def _save(
@@ -239,12 +351,13 @@ def _save(
     record: Record,
     result: EvalResult,
     class_names: list[str],
+    reliability: dict[str, Any] | None,
 ) -> None:
     """Appends a checkpoint's record to metrics.jsonl, then writes its report directory.
 
     The numbers go first, whatever happens to the report. Every worker holds
-    the whole confusion matrix (it is all-reduced); only the chief, whose
-    writer is enabled, writes.
+    the whole confusion matrix (it is all-reduced) and every example's logits
+    (gathered); only the chief, whose writer is enabled, writes.
 
     Raises:
       ConfigError: when the report cannot be written.
@@ -258,7 +371,9 @@ def _save(
     details = {key: value for key, value in record.items() if key != "report"}
     details["model_dir"] = os.path.realpath(model_dir)
     try:
-        report = reports.write_report(report_dir, details, result.confusion, class_names)
+        report = reports.write_report(
+            report_dir, details, result.confusion, class_names, reliability
+        )
     except OSError as error:
         raise ConfigError(
             f"the report {report_dir} cannot be written ({error.strerror}); the "

@@ -7,7 +7,11 @@ ever receives an empty or short batch, which a plain Keras step does not
 survive under MirroredStrategy. Metrics are mask-weighted sums, reduced across
 replicas, and divided once at the end by the real example count. On request
 the step also counts a confusion matrix the same way, from which per-class
-accuracy follows. `eval_record` is the record an evaluation writes to
+accuracy follows, and gathers every example's logits from every replica and
+worker (for calibration, `serving/calibration.py`). Test-time augmentation
+(`serving/tta.py`) averages the probabilities of several views of each image
+inside the step, on every tower; the metrics are then those of the average.
+`eval_record` is the record an evaluation writes to
 `metrics.jsonl`, the same for the trainer and `python -m resnet_app.evaluate`.
 """
 
@@ -23,6 +27,7 @@ import tensorflow as tf
 from absl import logging
 
 from resnet_app.data.input_pipeline import InputPipeline
+from resnet_app.serving.tta import CROPS, check_mode, mean_probability_logits, view_logits
 
 
 @dataclasses.dataclass
@@ -34,11 +39,20 @@ class EvalResult:
       accuracy: top-1 accuracy.
       top5_accuracy: top-5 accuracy (top-k with k = min(5, classes)).
       loss: mean cross-entropy.
-      ids: with `collect=True`, each example's id, in the order seen.
-      labels: with `collect=True`, the true labels.
-      predictions: with `collect=True`, the predicted (arg-max) labels.
+      ids: with `collect=True` or `collect_logits=True`, each example's id,
+        in the order seen.
+      labels: as `ids`: the true labels.
+      predictions: as `ids`: the predicted (arg-max) labels.
       confusion: with `confusion=True`, the [classes, classes] int64 counts:
         row = true class, column = predicted class (padding excluded).
+      logits: with `collect_logits=True`, float32 [examples, classes] in the
+        order of `ids`: the model's logits, or with test-time augmentation
+        the log of the views' averaged probabilities (`serving/tta.py`),
+        whose softmax is that average.
+      scaled_logits: with `collect_logits=True` and a temperature: the same
+        with each view's logits divided by the temperature first.
+      temperature: the temperature of `scaled_logits` (None without them).
+      tta: the test-time augmentation evaluated: None, "flip" or "crops".
     """
 
     examples: int
@@ -49,6 +63,10 @@ class EvalResult:
     labels: np.ndarray | None = None
     predictions: np.ndarray | None = None
     confusion: np.ndarray | None = None
+    logits: np.ndarray | None = None
+    scaled_logits: np.ndarray | None = None
+    temperature: float | None = None
+    tta: str | None = None
 
     def per_class_accuracy(self) -> np.ndarray:
         """Top-1 accuracy of each true class; NaN for a class with no examples.
@@ -117,8 +135,12 @@ def _distributed_eval_dataset(
     global_batch_size: int,
     strategy: tf.distribute.Strategy,
     split: str | None,
+    crops: bool = False,
 ) -> tf.distribute.DistributedDataset:
-    """The split in padded batches, every replica of every worker given a full one."""
+    """The split in padded batches, every replica of every worker given a full one.
+
+    With `crops`, each image is its 5 crops (`InputPipeline.eval_dataset`).
+    """
     replicas = strategy.num_replicas_in_sync
     batch = per_replica_batch_size(global_batch_size, replicas)
 
@@ -129,6 +151,7 @@ def _distributed_eval_dataset(
             num_shards=context.num_input_pipelines,
             shard_index=context.input_pipeline_id,
             batches_multiple_of=replicas // context.num_input_pipelines,
+            crops=crops,
         )
 
     return strategy.distribute_datasets_from_function(dataset_fn)
@@ -138,11 +161,57 @@ def _distributed_eval_dataset(
 _STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _step_function(
-    model: tf.keras.Model, strategy: tf.distribute.Strategy, top_k: int, num_classes: int | None
-):
-    """The compiled step; `num_classes` set means it also counts a confusion matrix."""
-    key = (id(strategy), top_k, num_classes)
+@dataclasses.dataclass(frozen=True)
+class _StepOptions:
+    """What a compiled step computes besides the metrics; part of its cache key.
+
+    Attributes:
+      top_k: k of the top-k accuracy.
+      num_classes: set: also count the confusion matrix.
+      gather: gather every replica's per-example outputs, logits included.
+      tta: None, "flip" or "crops" (`serving/tta.py`).
+      temperature: with `gather`: also the logits at this temperature.
+    """
+
+    top_k: int
+    num_classes: int | None = None
+    gather: bool = False
+    tta: str | None = None
+    temperature: float | None = None
+
+
+def _sums(
+    logits: tf.Tensor, labels: tf.Tensor, mask: tf.Tensor, options: _StepOptions
+) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
+    """One replica's mask-weighted metric sums, and its arg-max predictions."""
+    predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    correct = tf.cast(tf.equal(predictions, labels), tf.float32)
+    in_top_k = tf.cast(tf.math.in_top_k(labels, logits, options.top_k), tf.float32)
+    loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+    sums = {
+        "examples": tf.reduce_sum(mask),
+        "correct": tf.reduce_sum(mask * correct),
+        "correct_top_k": tf.reduce_sum(mask * in_top_k),
+        "loss": tf.reduce_sum(mask * loss),
+    }
+    if options.num_classes:
+        # Weighted by the mask so padding is not counted; float32 so that it
+        # takes the same all-reduce as the other sums. A step's counts (at
+        # most the global batch) are whole numbers, exact in float32.
+        sums["confusion"] = tf.math.confusion_matrix(
+            labels, predictions, options.num_classes, weights=mask, dtype=tf.float32
+        )
+    return sums, predictions
+
+
+def _step_function(model: tf.keras.Model, strategy: tf.distribute.Strategy, options: _StepOptions):
+    """The compiled step: (reduced sums, per-example outputs) of one distributed batch.
+
+    The per-example outputs are per-replica values, or with `options.gather`
+    tensors holding every replica's (every worker's too): a gather costs a
+    collective per step, which only a caller that needs the logits pays.
+    """
+    key = (id(strategy), options)
     steps = _STEPS.setdefault(model, {})
     if key in steps:
         return steps[key][1]
@@ -150,26 +219,16 @@ def _step_function(
     model_ref = weakref.ref(model)  # A strong one here would keep the model alive.
 
     def replica_step(batch):
-        logits = tf.cast(model_ref()(batch["image"], training=False), tf.float32)
+        views = view_logits(model_ref(), batch["image"], options.tta)
+        logits = mean_probability_logits(views)
         labels, mask = batch["label"], batch["mask"]
-        predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
-        correct = tf.cast(tf.equal(predictions, labels), tf.float32)
-        in_top_k = tf.cast(tf.math.in_top_k(labels, logits, top_k), tf.float32)
-        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
-        sums = {
-            "examples": tf.reduce_sum(mask),
-            "correct": tf.reduce_sum(mask * correct),
-            "correct_top_k": tf.reduce_sum(mask * in_top_k),
-            "loss": tf.reduce_sum(mask * loss),
-        }
-        if num_classes:
-            # Weighted by the mask so padding is not counted; float32 so that it
-            # takes the same all-reduce as the other sums. A step's counts (at
-            # most the global batch) are whole numbers, exact in float32.
-            sums["confusion"] = tf.math.confusion_matrix(
-                labels, predictions, num_classes, weights=mask, dtype=tf.float32
-            )
-        return sums, (batch["id"], labels, predictions, mask)
+        sums, predictions = _sums(logits, labels, mask, options)
+        per_example = {"id": batch["id"], "label": labels, "prediction": predictions, "mask": mask}
+        if options.gather:
+            per_example["logits"] = logits
+            if options.temperature is not None:
+                per_example["scaled_logits"] = mean_probability_logits(views, options.temperature)
+        return sums, per_example
 
     @tf.function
     def step(batch):
@@ -177,6 +236,8 @@ def _step_function(
         sums = {
             k: strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for k, v in sums.items()
         }
+        if options.gather:
+            per_example = {k: strategy.gather(v, axis=0) for k, v in per_example.items()}
         return sums, per_example
 
     # The strategy is kept alive with its function, so its id cannot be reused.
@@ -192,6 +253,10 @@ def evaluate(
     split: str | None = None,
     collect: bool = False,
     confusion: bool = False,
+    *,
+    collect_logits: bool = False,
+    tta: str | None = None,
+    temperature: float | None = None,
 ) -> EvalResult:
     """Runs `model` over a whole split, in inference mode.
 
@@ -209,53 +274,112 @@ def evaluate(
         split (all replicas and workers). Off by default: it costs a
         [classes, classes] all-reduce per step, which the trainer's periodic
         evaluations need not pay.
+      collect_logits: also return every example's float32 logits, with its
+        id, label and prediction. These are gathered from every replica and
+        every worker at each step (so calibration, computed from them, covers
+        the whole split on each worker alike); off by default, as that gather
+        is a collective per step the trainer need not pay.
+      tta: None, or the test-time augmentation "flip" or "crops"
+        (`serving/tta.py`; "crops" needs ImageNet-family preprocessing). Its
+        views' probabilities are averaged, and every metric is of the average.
+      temperature: with `collect_logits`, also return the logits with each
+        view's logits divided by this temperature before the average.
 
     Returns:
       The `EvalResult`.
     """
     strategy = strategy or tf.distribute.get_strategy()
-    dataset = _distributed_eval_dataset(pipeline, global_batch_size, strategy, split)
-    top_k = min(5, pipeline.num_classes)
-    num_classes = pipeline.num_classes
-    step = _step_function(model, strategy, top_k, num_classes if confusion else None)
+    options = _StepOptions(
+        top_k=min(5, pipeline.num_classes),
+        num_classes=pipeline.num_classes if confusion else None,
+        gather=collect_logits,
+        tta=check_mode(tta),
+        temperature=temperature if collect_logits else None,
+    )
+    crops = options.tta == CROPS
+    dataset = _distributed_eval_dataset(pipeline, global_batch_size, strategy, split, crops)
+    step = _step_function(model, strategy, options)
+    totals, matrix, examples = _run(dataset, step, strategy, options, collect or collect_logits)
+    result = _result(totals, matrix)
+    result.tta, result.temperature = options.tta, options.temperature
+    if examples is not None:
+        result.ids, result.labels, result.predictions = (
+            examples[k] for k in ("id", "label", "prediction")
+        )
+        result.logits, result.scaled_logits = examples.get("logits"), examples.get("scaled_logits")
+    _log_result(result, pipeline.num_eval_examples(split), options.top_k)
+    return result
 
-    # Sums in float64 on the host: float32 counts stop being exact past 2**24.
-    totals = dict.fromkeys(("examples", "correct", "correct_top_k", "loss"), 0.0)
-    # Counts in int64 on the host, for the same reason; each step's are whole numbers.
-    matrix = np.zeros((num_classes, num_classes), np.int64)
-    seen = []
-    for batch in dataset:
-        sums, per_example = step(batch)
-        if confusion:
-            matrix += np.rint(sums.pop("confusion").numpy()).astype(np.int64)
-        for key, value in sums.items():
-            totals[key] += float(value.numpy())
-        if collect:
-            locals_ = [strategy.experimental_local_results(t) for t in per_example]
-            for ids, labels, predictions, mask in zip(*locals_):
-                real = mask.numpy() > 0
-                seen.append((ids.numpy()[real], labels.numpy()[real], predictions.numpy()[real]))
-    result = _result(totals, matrix if confusion else None)
-    count, expected = result.examples, pipeline.num_eval_examples(split)
-    if count != expected:
+
+def _log_result(result: EvalResult, expected: int, top_k: int) -> None:
+    """Logs the numbers, and warns when examples are missing (files that failed to decode)."""
+    if result.examples != expected:
         logging.warning(
             "Evaluated %d of the %d examples of the split: the others failed to decode "
             "(see the warnings above)",
-            count,
+            result.examples,
             expected,
         )
-    if collect:
-        columns = list(zip(*seen)) or [[np.zeros(0, np.int64)]] * 3
-        result.ids, result.labels, result.predictions = (np.concatenate(c) for c in columns)
     logging.info(
-        "Evaluated %d examples: accuracy %.4f, top-%d %.4f, loss %.4f",
+        "Evaluated %d examples%s: accuracy %.4f, top-%d %.4f, loss %.4f",
         result.examples,
+        f" ({result.tta}: views averaged)" if result.tta else "",
         result.accuracy,
         top_k,
         result.top5_accuracy,
         result.loss,
     )
-    return result
+
+
+def _run(
+    dataset: tf.distribute.DistributedDataset,
+    step,
+    strategy: tf.distribute.Strategy,
+    options: _StepOptions,
+    keep: bool,
+) -> tuple[dict[str, float], np.ndarray | None, dict[str, np.ndarray] | None]:
+    """Steps through the dataset: the host's sums, the confusion counts, the real examples.
+
+    Returns:
+      (sums, confusion or None, per-example arrays of the real examples or
+      None without `keep`): sums in float64 and counts in int64 on the host,
+      as float32 stops being exact past 2**24.
+    """
+    totals = dict.fromkeys(("examples", "correct", "correct_top_k", "loss"), 0.0)
+    classes = options.num_classes
+    matrix = np.zeros((classes, classes), np.int64) if classes else None
+    parts: list[dict[str, np.ndarray]] = []
+    for batch in dataset:
+        sums, per_example = step(batch)
+        if classes:  # Each step's counts are whole numbers.
+            matrix += np.rint(sums.pop("confusion").numpy()).astype(np.int64)
+        for key, value in sums.items():
+            totals[key] += float(value.numpy())
+        if keep:
+            parts.extend(_real_examples(per_example, strategy))
+    return totals, matrix, _concatenate(parts) if keep else None
+
+
+def _real_examples(per_example: dict, strategy: tf.distribute.Strategy) -> list[dict]:
+    """A step's per-example outputs as NumPy, padding dropped: one dict per local replica.
+
+    Gathered outputs are plain tensors, already every replica's: one dict.
+    """
+    keys = list(per_example)
+    locals_ = [strategy.experimental_local_results(per_example[k]) for k in keys]
+    found = []
+    for values in zip(*locals_):
+        arrays = {k: v.numpy() for k, v in zip(keys, values)}
+        real = arrays.pop("mask") > 0
+        found.append({k: v[real] for k, v in arrays.items()})
+    return found
+
+
+def _concatenate(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The per-step arrays joined, in the order seen; empty int64 arrays for no step."""
+    if not parts:
+        return dict.fromkeys(("id", "label", "prediction"), np.zeros(0, np.int64))
+    return {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
 
 
 def _result(totals: dict[str, float], confusion: np.ndarray | None) -> EvalResult:

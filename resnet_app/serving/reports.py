@@ -1,17 +1,25 @@
-"""An evaluation report: per-class accuracy, the confusion matrix and its picture.
+"""An evaluation report: per-class accuracy, the confusion matrix, calibration, pictures.
 
 `python -m resnet_app.evaluate` writes one report directory per checkpoint and
-split, `REPORT_ROOT/<checkpoint>-<split>/` (e.g. `ckpt-4000-validation/`), holding
+split, `REPORT_ROOT/<checkpoint>-<split>/` (e.g. `ckpt-4000-validation/`; with
+test-time augmentation `<checkpoint>-<split>-<tta>/`, e.g. `ckpt-4000-validation-flip/`),
+holding
 
 - `eval_results.json`: the evaluation record (checkpoint, step, split,
-  num_examples, top1, top5, loss), then per class {id, name, examples,
-  correct, accuracy} (accuracy null for a class without examples), the
-  confusion matrix (rows = true class, columns = predicted class, in class-id
-  order) and the most-confused pairs (the largest off-diagonal cells);
+  num_examples, top1, top5, loss, tta, ece, nll, ...), then per class {id,
+  name, examples, correct, accuracy} (accuracy null for a class without
+  examples), the confusion matrix (rows = true class, columns = predicted
+  class, in class-id order), the most-confused pairs (the largest
+  off-diagonal cells) and the reliability bins: per confidence bin {bin,
+  lower, upper, count, accuracy, confidence} (accuracy and mean confidence
+  null for an empty bin; `serving/calibration.py`);
 - `confusion_matrix.png`: the matrix, rows normalized for the colour, with
-  class names on the axes and counts in the cells when there are few classes.
-  It needs matplotlib (`pip install -r requirements-plot.txt`); without it the
-  JSON is still written and one warning says so.
+  class names on the axes and counts in the cells when there are few classes;
+- `reliability.png`: the reliability diagram of the same bins (accuracy per
+  bin against the diagonal, the histogram of confidences below).
+
+The pictures need matplotlib (`pip install -r requirements-plot.txt`);
+without it the JSON is still written and a warning says so.
 
 Files are written atomically: a reader sees the previous report or the new
 one, never half a file.
@@ -29,10 +37,12 @@ from absl import logging
 
 from resnet_app.common import files
 from resnet_app.common.metrics import json_text
+from resnet_app.serving import reliability_plot
 from resnet_app.serving.exact_eval import per_class_accuracy
 
 RESULTS_FILE = "eval_results.json"
 PICTURE_FILE = "confusion_matrix.png"
+RELIABILITY_FILE = "reliability.png"
 AXES_NOTE = "rows: true class, columns: predicted class, both in class-id order"
 MOST_CONFUSED = 10
 # Beyond this many classes the picture has no tick labels (1000 names do not fit).
@@ -41,9 +51,13 @@ MAX_NAMED_CLASSES = 50
 MAX_COUNTED_CLASSES = 20
 
 
-def report_name(checkpoint: str, split: str) -> str:
-    """The report directory's name: `<checkpoint>-<split>`, e.g. `ckpt-4-test`."""
-    return f"{checkpoint}-{split}"
+def report_name(checkpoint: str, split: str, tta: str | None = None) -> str:
+    """The report directory's name: `<checkpoint>-<split>`, e.g. `ckpt-4-test`.
+
+    A test-time augmented evaluation's ends in its kind, e.g. `ckpt-4-test-flip`,
+    so that it never replaces (or passes for) the single-view report.
+    """
+    return f"{checkpoint}-{split}-{tta}" if tta else f"{checkpoint}-{split}"
 
 
 def most_confused(
@@ -79,7 +93,10 @@ def most_confused(
 
 
 def build_report(
-    record: dict[str, Any], confusion: np.ndarray, class_names: Sequence[str]
+    record: dict[str, Any],
+    confusion: np.ndarray,
+    class_names: Sequence[str],
+    reliability: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The contents of `eval_results.json`.
 
@@ -89,10 +106,12 @@ def build_report(
       confusion: [classes, classes] int counts, row = true class, column =
         predicted class.
       class_names: the name of each class id.
+      reliability: the reliability bins (`calibration.reliability`), if measured.
 
     Returns:
       A JSON-ready dict: the record, "classes", "confusion_matrix",
-      "confusion_matrix_axes" and "most_confused".
+      "confusion_matrix_axes", "most_confused" and, with `reliability`,
+      "reliability": one {bin, lower, upper, count, accuracy, confidence} per bin.
     """
     if confusion.shape != (len(class_names), len(class_names)):
         raise ValueError(f"a {confusion.shape} confusion matrix for {len(class_names)} classes")
@@ -109,13 +128,41 @@ def build_report(
         }
         for class_id, name in enumerate(class_names)
     ]
-    return {
+    report = {
         **record,
         "classes": classes,
         "confusion_matrix_axes": AXES_NOTE,
         "confusion_matrix": confusion.astype(int).tolist(),
         "most_confused": most_confused(confusion, class_names),
     }
+    if reliability is not None:
+        report["reliability"] = reliability_rows(reliability)
+    return report
+
+
+def reliability_rows(reliability: dict[str, Any]) -> list[dict[str, Any]]:
+    """The reliability bins one dict per bin, for a JSON file read one line per bin.
+
+    Args:
+      reliability: a dict from `calibration.reliability` (lists per bin).
+
+    Returns:
+      [{"bin", "lower", "upper", "count", "accuracy", "confidence"}] in bin order.
+    """
+    columns = ("bin_lower", "bin_upper", "count", "accuracy", "confidence")
+    return [
+        {
+            "bin": index,
+            "lower": lower,
+            "upper": upper,
+            "count": count,
+            "accuracy": accuracy,
+            "confidence": confidence,
+        }
+        for index, (lower, upper, count, accuracy, confidence) in enumerate(
+            zip(*(reliability[key] for key in columns))
+        )
+    ]
 
 
 def to_json(report: dict[str, Any]) -> str:
@@ -223,44 +270,69 @@ def _remove_stale(path: str) -> None:
 
 
 def write_report(
-    directory: str, record: dict[str, Any], confusion: np.ndarray, class_names: Sequence[str]
+    directory: str,
+    record: dict[str, Any],
+    confusion: np.ndarray,
+    class_names: Sequence[str],
+    reliability: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Writes `eval_results.json` and, with matplotlib, `confusion_matrix.png`.
+    """Writes `eval_results.json` and, with matplotlib, the confusion and reliability pictures.
 
     Args:
       directory: the report directory (created if needed).
       record: the evaluation record: checkpoint, step, split, top1, top5,
-        loss, num_examples.
+        loss, num_examples, and with calibration ece, nll, tta.
       confusion: [classes, classes] int counts, row = true class, column =
         predicted class.
       class_names: the name of each class id.
+      reliability: the reliability bins (`calibration.reliability`); None for
+        no calibration (and no `reliability.png`: an older one is removed).
 
     Returns:
       The report written to `eval_results.json`.
     """
     os.makedirs(directory, exist_ok=True)
-    report = build_report(record, confusion, class_names)
+    report = build_report(record, confusion, class_names, reliability)
     text = to_json(report)
     files.write_text_atomically(os.path.join(directory, RESULTS_FILE), text)
+    title = f"{record['checkpoint']} (step {record['step']}) on {record['split']}"
+    if record.get("tta"):
+        title += f", {record['tta']} averaged"
     picture = os.path.join(directory, PICTURE_FILE)
     try:
-        title = (
-            f"{record['checkpoint']} (step {record['step']}) on {record['split']}: "
-            f"top-1 {record['top1']:.2%} of {record['num_examples']} examples"
-        )
-        figure = plot_confusion(confusion, class_names, title)
+        heading = f"{title}: top-1 {record['top1']:.2%} of {record['num_examples']} examples"
+        figure = plot_confusion(confusion, class_names, heading)
         files.write_atomically(picture, lambda path: figure.savefig(path, format="png", dpi=100))
     except ImportError:
-        _remove_stale(picture)
+        # No matplotlib: neither picture, and one warning for both.
+        skipped = [PICTURE_FILE] + ([RELIABILITY_FILE] if reliability is not None else [])
+        for name in (PICTURE_FILE, RELIABILITY_FILE):
+            _remove_stale(os.path.join(directory, name))
         logging.warning(
             "Skipped %s: it needs matplotlib (pip install -r requirements-plot.txt); %s is written",
-            PICTURE_FILE,
+            " and ".join(skipped),
             RESULTS_FILE,
         )
+        return report
     except Exception as error:  # noqa: BLE001 - the picture is optional, the numbers are not.
         _remove_stale(picture)
         logging.warning("Could not draw %s (%s); %s is written", PICTURE_FILE, error, RESULTS_FILE)
+    _write_reliability(os.path.join(directory, RELIABILITY_FILE), reliability, title)
     return report
+
+
+def _write_reliability(path: str, reliability: dict[str, Any] | None, title: str) -> None:
+    """The reliability diagram, or no file (never a stale one) when it cannot be drawn."""
+    if reliability is None:
+        _remove_stale(path)
+        return
+    try:
+        reliability_plot.plot_reliability(reliability, path, title)
+    except Exception as error:  # noqa: BLE001 - the picture is optional, the numbers are not.
+        _remove_stale(path)
+        logging.warning(
+            "Could not draw %s (%s); %s is written", RELIABILITY_FILE, error, RESULTS_FILE
+        )
 
 
 def log_summary(report: dict[str, Any], worst: int = 5) -> None:

@@ -1,0 +1,134 @@
+"""Temperature scaling of a run: fitted on its holdout split, stored in its run directory.
+
+`fit_run_temperature` is the work of `python -m resnet_app.evaluate
+--fit_temperature`: one checkpoint's logits on every example of the holdout
+split (the training examples the run held out, `data.validation_split`),
+the temperature T minimizing their NLL (Guo et al. 2017,
+`calibration.fit_temperature`), and `temperature.json` in the run directory
+(`calibration.save_temperature`), which evaluate and the exports read back
+with `calibration.read_temperature`.
+
+The settings are checked before TensorFlow is imported, as for evaluate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from absl import logging
+
+from resnet_app.common.errors import ConfigError
+from resnet_app.serving import calibration, checkpoint_eval
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from resnet_app import config
+
+Record = dict[str, Any]
+
+
+def fit_run_temperature(
+    model_dir: str,
+    which: str = "latest",
+    *,
+    batch_size: int | None = None,
+    num_towers: int | None = None,
+    data_dir: str | None = None,
+    on_record: Callable[[Record], None] | None = None,
+) -> Record:
+    """Fits one checkpoint's softmax temperature on the run's holdout split, and stores it.
+
+    Every example of the holdout split counts (`data.eval_examples` does not
+    limit the fit). In a multi-worker run the logits are gathered, so every
+    worker fits the same T, and the chief alone writes the file.
+
+    Args:
+      model_dir: the run directory.
+      which: latest, ckpt-N or N: one checkpoint.
+      batch_size, num_towers, data_dir: as `checkpoint_eval.evaluate_checkpoints`.
+      on_record: called with the record before it is written (the command prints it).
+
+    Returns:
+      The record `calibration.TEMPERATURE_FIELDS` names, as temperature.json holds it.
+
+    Raises:
+      ConfigError: for `all` checkpoints, a run without a holdout split, and
+        the mistakes `evaluate_checkpoints` refuses (no such run or checkpoint).
+    """
+    run_config, data_config, batch_size = checkpoint_eval.run_settings(
+        model_dir, None, batch_size, data_dir
+    )
+    _check_fit(model_dir, which, run_config)
+    # TensorFlow is imported only once the command is known to be sound.
+    from resnet_app.common import checkpoint, distribute
+    from resnet_app.data import run_pipeline
+    from resnet_app.data.sources import HOLDOUT_SPLIT
+    from resnet_app.serving import exact_eval
+
+    strategy = distribute.create_strategy(num_towers)  # Before TF runs any op.
+    [(step, prefix)] = checkpoint.select(model_dir, which)
+    data_config = dataclasses.replace(data_config, eval_examples=None)
+    pipeline = run_pipeline.create_run_pipeline(run_config, data_config, model_dir)
+    model = checkpoint_eval.create_model(run_config, pipeline, strategy)
+    checkpoint.restore_model(model, prefix)
+    result = exact_eval.evaluate(
+        model, pipeline, batch_size, strategy, HOLDOUT_SPLIT, collect_logits=True
+    )
+    fit = _fit(result.logits, result.labels)
+    record = {
+        "temperature": fit.pop("temperature"),
+        "checkpoint": os.path.basename(prefix),
+        "step": step,
+        "split": HOLDOUT_SPLIT,
+        "num_examples": result.examples,
+        **fit,
+    }
+    if on_record is not None:
+        on_record(record)
+    if distribute.is_chief(strategy):
+        logging.info("Wrote %s", calibration.save_temperature(model_dir, record))
+    return record
+
+
+def _check_fit(model_dir: str, which: str, run_config: config.Config) -> None:
+    """The refusals, before TensorFlow: one checkpoint only, and a run with a holdout split.
+
+    Raises:
+      ConfigError: naming the fix.
+    """
+    if which == "all":
+        raise ConfigError(
+            "--fit_temperature fits one checkpoint: pick --checkpoint=latest, ckpt-N or N, not all"
+        )
+    if run_config.data.validation_split <= 0:
+        raise ConfigError(
+            f"--fit_temperature needs a holdout split, and {model_dir} was trained without one; "
+            "train with --set data.validation_split=N (examples held out of training)"
+        )
+
+
+def _fit(logits: np.ndarray, labels: np.ndarray) -> Record:
+    """The temperature, and the NLL and ECE before (T = 1) and after; logged."""
+    temperature = calibration.fit_temperature(logits, labels)
+    before = calibration.calibration_record(logits, labels)
+    after = calibration.calibration_record(logits, labels, temperature)
+    logging.info(
+        "Temperature %.4f fitted on %d holdout examples: NLL %.4f -> %.4f, ECE %.4f -> %.4f",
+        temperature,
+        len(labels),
+        before["nll"],
+        after["nll"],
+        before["ece"],
+        after["ece"],
+    )
+    return {
+        "temperature": temperature,
+        "nll_before": before["nll"],
+        "nll_after": after["nll"],
+        "ece_before": before["ece"],
+        "ece_after": after["ece"],
+    }
