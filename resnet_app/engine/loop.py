@@ -31,10 +31,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import keras
+import tensorflow as tf
 from absl import logging
 
 from resnet_app import config as config_lib
 from resnet_app.common import run_dir
+from resnet_app.common.errors import ConfigError, first_line
 from resnet_app.common.metrics import MetricsWriter, format_duration
 from resnet_app.config import Config
 from resnet_app.data import run_pipeline
@@ -153,9 +155,22 @@ def _train(
         except divergence.DivergedError as diverged:
             controller.interrupt()
             step, restored = divergence.roll_back(run, writer, diverged), True
+        except tf.errors.ResourceExhaustedError as error:
+            raise _out_of_memory(run, error) from None
     if stopped:
         return _stopped(run, writer, step, stopped)
     return _finish(run, writer, controller, evaluator, step)
+
+
+def _out_of_memory(run: setup.Run, error: Exception) -> ConfigError:
+    """A training step that ran out of memory, as one line naming what to change."""
+    replicas = run.strategy.num_replicas_in_sync
+    return ConfigError(
+        f"out of memory training {run.config.model_name} on "
+        f"{run.pipeline.preprocessing.image_size} px images, "
+        f"{run.config.train.batch_size // replicas} per tower ({first_line(error)}); use a "
+        "smaller --batch_size, or more towers; the run resumes from its last checkpoint"
+    )
 
 
 def _record_settings(run: setup.Run, writer: MetricsWriter, start: int) -> None:

@@ -1,0 +1,62 @@
+"""The training loss options, against NumPy, and an out-of-memory step as one line."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from resnet_app.common.errors import ConfigError
+from resnet_app.engine import controller, loop
+from resnet_app.engine.step import TrainStep
+from resnet_app.nets.resnet import create_model
+from tests import runs
+
+
+def numpy_bce(logits, targets):
+    """Sigmoid binary cross-entropy per class, averaged over the classes (float64)."""
+    x, z = logits.astype(np.float64), targets.astype(np.float64)
+    return np.mean(np.maximum(x, 0) - x * z + np.log1p(np.exp(-np.abs(x))), axis=-1)
+
+
+def numpy_cross_entropy(logits, targets):
+    x = logits.astype(np.float64)
+    log_softmax = x - x.max(-1, keepdims=True)
+    log_softmax -= np.log(np.exp(log_softmax).sum(-1, keepdims=True))
+    return -(targets * log_softmax).sum(-1)
+
+
+@pytest.mark.parametrize(
+    ("loss", "smoothing"), [("bce", 0.0), ("bce", 0.1), ("cross_entropy", 0.1)]
+)
+def test_the_loss_of_a_batch_against_numpy(loss, smoothing):
+    model = create_model("tiny", num_classes=5)
+    model.build((None, 8, 8, 3))
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(6, 8, 8, 3)).astype(np.float32)
+    labels = np.array([0, 1, 2, 3, 4, 1], np.int32)
+    mask = np.array([1, 1, 1, 1, 1, 0], np.float32)  # The last example is padding.
+    step = TrainStep(
+        model, tf.keras.optimizers.SGD(), tf.distribute.get_strategy(), smoothing, loss=loss
+    )
+    batch = {"image": tf.constant(images), "label": tf.constant(labels), "mask": tf.constant(mask)}
+    loss_sum, _, _ = step._losses(batch)
+    logits = model(images, training=True).numpy()
+    targets = np.eye(5)[labels] * (1 - smoothing) + smoothing / 5
+    reference = numpy_bce if loss == "bce" else numpy_cross_entropy
+    expected = float(np.sum(mask * reference(logits, targets)))
+    assert float(loss_sum) == pytest.approx(expected, rel=1e-5)
+
+
+def test_out_of_memory_in_training_is_one_line(tmp_path, monkeypatch):
+    def exhausted(*args, **kwargs):
+        raise tf.errors.ResourceExhaustedError(
+            None, None, "OOM when allocating tensor with shape[16,4,32,32]\nmore detail"
+        )
+
+    monkeypatch.setattr(controller.Controller, "train", exhausted)
+    config = runs.small_config(tmp_path, train_steps=2)
+    with pytest.raises(ConfigError) as raised:
+        loop.train_and_evaluate(config, str(tmp_path / "run"))
+    message = str(raised.value)
+    assert message.startswith("out of memory training tiny on 32 px images, 16 per tower")
+    assert "OOM when allocating tensor with shape[16,4,32,32]" in message
+    assert "smaller --batch_size" in message and "\n" not in message
