@@ -107,6 +107,11 @@ class TrainStep:
         class's sigmoid against the (smoothed) one-hot target, averaged over
         the classes (the loss of Wightman et al. 2021's ResNet recipes, as
         timm's BinaryCrossEntropy computes it, without its target threshold).
+      accumulate_steps: split each tower's batch into this many micro-batches,
+        run one after the other, their gradients summed into one update: the
+        update of the whole batch (exactly, without BatchNorm) in the memory
+        of one micro-batch. A step is still one update of `batch_size`
+        examples, so checkpoints fall between updates and resume exactly.
       partial_batches: the dataset may give a tower no example (a batch
         smaller than the number of towers). Per-tower BatchNorm then needs a
         cond around the forward pass, which costs about 45% of the step rate
@@ -130,6 +135,7 @@ class TrainStep:
         time_input: bool = True,
         averaging: averaging_lib.ModelAveraging | None = None,
         loss: str = "cross_entropy",
+        accumulate_steps: int = 1,
     ):
         self.model = model
         self.averaging = averaging
@@ -137,6 +143,7 @@ class TrainStep:
         self.strategy = strategy
         self.label_smoothing = label_smoothing
         self.loss = loss
+        self.accumulate_steps = accumulate_steps
         self.time_input = time_input
         self.skip_empty_towers = (
             partial_batches
@@ -198,12 +205,38 @@ class TrainStep:
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
             loss_sum, correct, regularization = self._losses(batch)
-            # Regularization is counted once over all towers.
-            loss = tf.math.divide_no_nan(loss_sum, count) + regularization / self._shares()
+            # Regularization is counted once over all towers (and micro-batches).
+            shares = self._shares() * self.accumulate_steps
+            loss = tf.math.divide_no_nan(loss_sum, count) + regularization / shares
             # Times the loss scale under fp16 (apply_gradients divides it out);
             # the identity for other optimizers.
             scaled = self.optimizer.scale_loss(loss)
         gradients = _dense(tape.gradient(scaled, variables), variables)
+        return gradients, loss_sum, correct, regularization
+
+    def _accumulated(self, batch: dict, count: tf.Tensor):
+        """`_forward_backward` over `accumulate_steps` consecutive slices of the tower's batch.
+
+        The slices' gradients add up to the whole batch's (each slice's loss is
+        divided by the whole batch's count), computed one slice at a time, so
+        only one slice's activations are alive at once. BatchNorm normalizes
+        each slice by its own statistics and updates its moving averages once
+        per slice.
+        """
+        steps = self.accumulate_steps
+        if steps == 1:
+            return self._forward_backward(batch, count)
+        size = tf.shape(batch["label"])[0] // steps
+        variables = self.model.trainable_variables
+        gradients = [tf.zeros(v.shape, v.dtype) for v in variables]
+        loss_sum = correct = tf.constant(0.0)
+        regularization = tf.constant(0.0)
+        for i in tf.range(steps):
+            micro = {key: value[i * size : (i + 1) * size] for key, value in batch.items()}
+            more, micro_loss, micro_correct, regularization = self._forward_backward(micro, count)
+            gradients = [a + b for a, b in zip(gradients, more, strict=True)]
+            loss_sum += micro_loss
+            correct += micro_correct
         return gradients, loss_sum, correct, regularization
 
     def replica_step(self, batch: dict) -> tf.Tensor:
@@ -222,7 +255,7 @@ class TrainStep:
             count = tf.reduce_sum(batch["mask"])
 
         def forward_backward():
-            return self._forward_backward(batch, count)
+            return self._accumulated(batch, count)
 
         def empty_tower():
             # No forward pass, but this tower's share of the regularization.
