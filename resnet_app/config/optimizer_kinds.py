@@ -181,3 +181,58 @@ class AdamW(OptimizerSection, kind="adamw"):
     amsgrad: bool = False
     clipnorm: float | None = clipping("global_clipnorm")
     global_clipnorm: float | None = clipping("clipnorm")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Lamb(OptimizerSection, kind="lamb"):
+    """LAMB (You et al. 2020), `optim.Lamb`: Adam's step, decayed, scaled per variable.
+
+    Attributes:
+      learning_rate: the base learning rate (the schedule scales it).
+      beta_1: the first moment's decay, in [0, 1).
+      beta_2: the second moment's decay, in [0, 1).
+      epsilon: added to the root of the second moment, > 0.
+      weight_decay: decay added to the Adam step, inside the trust ratio (0: none).
+      exclude_from_adaptation: BatchNorm gamma/beta and biases get neither the
+        decay nor the trust ratio (plain Adam).
+      clipnorm: clip each variable's gradient to this norm (or null).
+      global_clipnorm: or clip all gradients together to this norm (or null).
+    """
+
+    learning_rate: float = argument(0.001, _AT_LEAST_0)
+    beta_1: float = argument(0.9, _FRACTION)
+    beta_2: float = argument(0.999, _FRACTION)
+    epsilon: float = argument(1e-6, _MORE_THAN_0)
+    weight_decay: float = argument(0.0, _AT_LEAST_0)
+    exclude_from_adaptation: bool = True
+    clipnorm: float | None = clipping("global_clipnorm")
+    global_clipnorm: float | None = clipping("clipnorm")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Lars(OptimizerSection, kind="lars"):
+    """LARS (You, Gitman, Ginsburg 2017), `optim.Lars`: momentum with a per-layer rate.
+
+    Attributes:
+      learning_rate: the base learning rate (the schedule scales it); the
+        trust ratio, about eeta * ||w|| / ||g||, multiplies it per variable.
+      momentum: the velocity's decay, in [0, 1).
+      eeta: the trust coefficient, > 0.
+      weight_decay: L2 decay added to the gradient, and to the ratio's denominator.
+      epsilon: added to the trust ratio's denominator, >= 0.
+      nesterov: Nesterov momentum.
+      exclude_from_adaptation: BatchNorm gamma/beta and biases get neither the
+        decay nor the trust ratio (plain momentum).
+      clipnorm: clip each variable's gradient to this norm (or null).
+      global_clipnorm: or clip all gradients together to this norm (or null).
+    """
+
+    learning_rate: float = argument(0.1, _AT_LEAST_0)
+    momentum: float = argument(0.9, _FRACTION)
+    eeta: float = argument(0.001, _MORE_THAN_0)
+    weight_decay: float = argument(0.0, _AT_LEAST_0)
+    epsilon: float = argument(0.0, _AT_LEAST_0)
+    nesterov: bool = False
+    exclude_from_adaptation: bool = True
+    clipnorm: float | None = clipping("global_clipnorm")
+    global_clipnorm: float | None = clipping("clipnorm")

@@ -12,13 +12,17 @@ Classes:
     rate drop it applies the new rate to the whole accumulated velocity at once;
     Keras `SGD` keeps the velocity it accumulated at the old rate.
   * `sgd`, `rmsprop`, `adam`, `adamw`: the Keras 3 optimizers.
+  * `lamb`, `lars`: `Lamb` and `Lars` below, the large-batch rules with a
+    trust ratio per variable; their weight decay is inside the rule.
   * Every class also takes `clipnorm` (per variable) or `global_clipnorm`.
 
 Weight decay: the model's L2 penalties (`model.losses`, see `nets/blocks.py`) are summed
 into the loss by the trainer, as in TF1, whatever the optimizer. `adamw`'s decoupled
 decay (`w -= learning_rate * weight_decay * w`, before the Adam step) is separate:
 use one or the other. Keras applies it to every variable the optimizer updates, so
-`create_optimizer` excludes BatchNorm `gamma` and `beta` and every `bias`.
+`create_optimizer` excludes BatchNorm `gamma` and `beta` and every `bias`. `lamb`
+and `lars` take the same exclusions (`NO_WEIGHT_DECAY`, by variable path) from
+both their decay and their trust ratio.
 
 Distribution (tf.distribute):
   * Create the optimizer and build it inside `strategy.scope()`:
@@ -44,19 +48,13 @@ import keras
 from keras import ops
 
 from resnet_app.config.optimizer_kinds import OptimizerSection
+from resnet_app.engine.large_batch import NO_WEIGHT_DECAY, Lamb, Lars
 
 # Class name -> argument -> default, read from the dataclasses of `optimizer_kinds`.
 OPTIMIZERS: dict[str, dict[str, Any]] = {
     name: {field.name: field.default for field in dataclasses.fields(kind)}
     for name, kind in OptimizerSection.KINDS.items()
 }
-
-# Matched by Keras against the TensorFlow variable name, which is the whole path
-# ("stage1_unit0_bn1/gamma:0", and ".../gamma/replica_1:0" for a mirrored copy),
-# not the short name. A bare substring would also exclude the kernel of a layer
-# whose name contains "beta", so the pattern is anchored to the last component.
-# Keras joins these strings into one regular expression; a test checks that.
-NO_WEIGHT_DECAY = (r"(?:^|/)(?:gamma|beta|bias)(?:/replica_\d+)?(?::\d+)?$",)
 
 
 @keras.saving.register_keras_serializable(package="resnet_app")
@@ -134,6 +132,8 @@ _KERAS_CLASSES = {
     "rmsprop": keras.optimizers.RMSprop,
     "adam": keras.optimizers.Adam,
     "adamw": keras.optimizers.AdamW,
+    "lamb": Lamb,
+    "lars": Lars,
 }
 
 
@@ -193,7 +193,8 @@ def create_optimizer(
       config: see `check_optimizer_config`.
       lr_multipliers: {variable path: factor}: those variables' updates use
         the learning rate times the factor (fine-tuning's per-part rates), in
-        every class's own rule; the decoupled decay of `adamw` is not scaled.
+        every class's own rule; the decoupled decay of `adamw` is not scaled,
+        the decay inside the rules of `lamb` and `lars` is.
 
     Returns:
       An unbuilt Keras 3 optimizer whose learning rate is a variable, so that

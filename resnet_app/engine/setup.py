@@ -176,10 +176,15 @@ def build_run(
     chief = distribute.is_chief(strategy)
     pipeline = run_pipeline.create_run_pipeline(config, model_dir=None if restart else model_dir)
     plan = plan_run(config, pipeline.num_train_examples)
-    if optimizer_config["class"] == "adamw" and (decay := _preset(config).weight_decay):
+    kind = optimizer_config["class"]
+    own_decay = kind == "adamw" or (
+        kind in ("lamb", "lars") and optimizer_config["weight_decay"] > 0
+    )
+    if own_decay and (decay := _preset(config).weight_decay):
         logging.warning(
-            "adamw decays the weights itself, and model.weight_decay=%g adds an L2 "
+            "%s decays the weights itself, and model.weight_decay=%g adds an L2 "
             "penalty on top; set model.weight_decay=0 unless both are meant",
+            kind,
             decay,
         )
     # Only now that the data and schedule are known to work.

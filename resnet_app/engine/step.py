@@ -45,6 +45,7 @@ from resnet_app.common import compat
 from resnet_app.engine import averaging as averaging_lib
 from resnet_app.engine import optim
 from resnet_app.engine.interval import SUMS
+from resnet_app.nets import drop_path
 
 SUM = tf.distribute.ReduceOp.SUM
 # The sums a step returns, in the order it packs them (defined with the
@@ -112,6 +113,8 @@ class TrainStep:
         update of the whole batch (exactly, without BatchNorm) in the memory
         of one micro-batch. A step is still one update of `batch_size`
         examples, so checkpoints fall between updates and resume exactly.
+      seed: the run's seed: with the step and each example's id, it keys the
+        model's stochastic depth draws (`nets/drop_path.py`).
       partial_batches: the dataset may give a tower no example (a batch
         smaller than the number of towers). Per-tower BatchNorm then needs a
         cond around the forward pass, which costs about 45% of the step rate
@@ -136,6 +139,7 @@ class TrainStep:
         averaging: averaging_lib.ModelAveraging | None = None,
         loss: str = "cross_entropy",
         accumulate_steps: int = 1,
+        seed: int = 0,
     ):
         self.model = model
         self.averaging = averaging
@@ -144,6 +148,7 @@ class TrainStep:
         self.label_smoothing = label_smoothing
         self.loss = loss
         self.accumulate_steps = accumulate_steps
+        self.seed = seed
         self.time_input = time_input
         self.skip_empty_towers = (
             partial_batches
@@ -157,8 +162,17 @@ class TrainStep:
         )
         self._loop = tf.function(self._loop_fn, reduce_retracing=True)
 
+    def _logits(self, batch: dict) -> tf.Tensor:
+        """The model's training-mode logits; with stochastic depth, keyed by (seed, step, id)."""
+        config = getattr(self.model, "config", None)
+        if config is None or not getattr(config, "drop_path_rate", 0.0):
+            return self.model(batch["image"], training=True)
+        # The step about to be applied: the optimizer's update count, restored on resume.
+        keys = drop_path.example_keys(self.seed, self.optimizer.iterations, batch["id"])
+        return self.model(batch["image"], training=True, drop_keys=keys)
+
     def _losses(self, batch: dict):
-        logits = tf.cast(self.model(batch["image"], training=True), tf.float32)
+        logits = tf.cast(self._logits(batch), tf.float32)
         labels, mask = batch["label"], batch["mask"]
         if self.loss == "bce":
             per_example = tf.reduce_mean(

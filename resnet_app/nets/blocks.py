@@ -28,6 +28,7 @@ from typing import ClassVar
 import keras
 
 from resnet_app.common.errors import ConfigError
+from resnet_app.nets import drop_path
 from resnet_app.nets.batch_norm import BatchNorm
 from resnet_app.nets.presets import ResNetConfig
 
@@ -203,10 +204,14 @@ class ResidualBlock(keras.layers.Layer):
         stride: int,
         first_in_network: bool,
         first_in_stage: bool,
+        drop_rate: float = 0.0,
+        block_index: int = 0,
         **kwargs,
     ):
         super().__init__(**kwargs)
         del first_in_network, first_in_stage  # Used by the pre-activation blocks.
+        self.drop_rate = drop_rate
+        self.block_index = block_index
         self.in_channels = in_channels
         self.stride = stride
         self.out_channels = width * self.expansion
@@ -242,6 +247,16 @@ class ResidualBlock(keras.layers.Layer):
 
     def _build_shortcut(self, input_shape: Shape) -> None:
         build_layer(self.projection_norm, build_layer(self.projection, input_shape))
+
+    def drop_path(self, branch, training=None, keys=None):
+        """Stochastic depth: the branch, dropped per example in training (`nets/drop_path.py`).
+
+        Only with a drop rate, in training and with the step's example keys;
+        otherwise the branch itself (its expected value).
+        """
+        if not (training and self.drop_rate and keys is not None):
+            return branch
+        return drop_path.drop(branch, keys, self.block_index, self.drop_rate)
 
     def shortcut(self, inputs, training=None):
         """The shortcut's output: identity, zero-padded subsample or projection."""
@@ -291,9 +306,10 @@ class BasicBlock(ResidualBlock):
         build_layer(self.bn2, build_layer(self.conv2, shape))
         self._build_shortcut(input_shape)
 
-    def call(self, inputs, training=None):
+    def call(self, inputs, training=None, keys=None):
         outputs = keras.ops.relu(self.bn1(self.conv1(inputs), training=training))
         outputs = self.bn2(self.conv2(outputs), training=training)
+        outputs = self.drop_path(outputs, training, keys)
         return keras.ops.relu(outputs + self.shortcut(inputs, training))
 
 
@@ -336,11 +352,12 @@ class BottleneckBlock(ResidualBlock):
         build_layer(self.bn3, build_layer(self.conv3, shape))
         self._build_shortcut(input_shape)
 
-    def call(self, inputs, training=None):
+    def call(self, inputs, training=None, keys=None):
         relu = keras.ops.relu
         outputs = relu(self.bn1(self.conv1(inputs), training=training))
         outputs = relu(self.bn2(self.conv2(outputs), training=training))
         outputs = self.bn3(self.conv3(outputs), training=training)
+        outputs = self.drop_path(outputs, training, keys)
         return relu(outputs + self.shortcut(inputs, training))
 
 
@@ -415,10 +432,11 @@ class PreActBasicBlock(_PreActBlock):
         build_layer(self.conv2, shape)
         self._build_shortcut(input_shape)
 
-    def call(self, inputs, training=None):
+    def call(self, inputs, training=None, keys=None):
         activated = self.preactivate(inputs, training)
         outputs = self.conv1(activated)
         outputs = self.conv2(keras.ops.relu(self.bn1(outputs, training=training)))
+        outputs = self.drop_path(outputs, training, keys)
         return outputs + self.shortcut(self.shortcut_input(inputs, activated), training)
 
 
@@ -457,12 +475,13 @@ class PreActBottleneckBlock(_PreActBlock):
         build_layer(self.conv3, shape)
         self._build_shortcut(input_shape)
 
-    def call(self, inputs, training=None):
+    def call(self, inputs, training=None, keys=None):
         relu = keras.ops.relu
         activated = self.preactivate(inputs, training)
         outputs = self.conv1(activated)
         outputs = self.conv2(relu(self.bn1(outputs, training=training)))
         outputs = self.conv3(relu(self.bn2(outputs, training=training)))
+        outputs = self.drop_path(outputs, training, keys)
         return outputs + self.shortcut(self.shortcut_input(inputs, activated), training)
 
 

@@ -56,6 +56,10 @@ class ResNetConfig:
       bn_momentum: BatchNorm moving-average momentum (Keras convention).
       bn_epsilon: BatchNorm epsilon.
       bn_synchronized: compute BatchNorm batch statistics across all towers.
+      drop_path_rate: stochastic depth (Huang et al. 2016): in training, each
+        residual branch is dropped per example, block b of B at rate
+        drop_path_rate * (b + 1) / B, and scaled by 1 / (1 - rate) when kept;
+        evaluation uses every branch. 0 for none.
       zero_init_residual: start the last BatchNorm gamma of each residual branch
         at zero (Goyal et al. 2017), so every unit starts as the identity. v1
         only; v2 branches end in a convolution.
@@ -80,6 +84,7 @@ class ResNetConfig:
     bn_epsilon: float = 1e-5
     bn_synchronized: bool = False
     zero_init_residual: bool = False
+    drop_path_rate: float = 0.0
 
     def __post_init__(self):
         for name in ("units", "widths", "strides"):
@@ -121,6 +126,9 @@ class ResNetConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"model field '{name}' must be a number >= 0, got {value!r}")
+        rate = self.drop_path_rate
+        if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 <= rate < 1:
+            raise ConfigError(f"model field 'drop_path_rate' must be in [0, 1), got {rate!r}")
         if not isinstance(self.bn_momentum, (int, float)) or not 0 <= self.bn_momentum < 1:
             raise ConfigError(
                 f"model field 'bn_momentum' must be in [0, 1), got {self.bn_momentum!r}"

@@ -33,6 +33,7 @@ from typing import Any
 
 import keras
 
+from resnet_app.nets import drop_path
 from resnet_app.nets.blocks import LayerFactory, ResidualBlock, Shape, block_class, build_layer
 from resnet_app.nets.presets import ResNetConfig, get_config
 
@@ -59,7 +60,9 @@ class ResNet(keras.Model):
     """A ResNet: stem, stages of residual blocks, global average pool, logits.
 
     Call as `model(images, training=...)` for logits (no softmax), or with
-    `return_hidden=True` for `(logits, hidden)`. `hidden` holds the stem output,
+    `return_hidden=True` for `(logits, hidden)`. In training with
+    `drop_path_rate`, `drop_keys` (uint64 [batch], `drop_path.example_keys`)
+    give stochastic depth its per-example draws. `hidden` holds the stem output,
     then the output of every stage; its last element is the feature map that
     is pooled (for v2, after the final BN-ReLU), so it has len(units) + 1
     entries.
@@ -80,8 +83,10 @@ class ResNet(keras.Model):
         # Units are attributes named stage2_unit0, ... (checkpoints follow
         # attributes, not lists); `stage_names` keeps the table's order.
         block = block_class(config)
+        rates = iter(drop_path.block_rates(config.drop_path_rate, sum(config.units)))
         stage_names = []
         in_channels = config.stem_filters
+        index = 0
         for stage, (units, width, stride) in enumerate(
             zip(config.units, config.widths, config.strides), start=1
         ):
@@ -95,8 +100,11 @@ class ResNet(keras.Model):
                     stride=stride if unit == 0 else 1,
                     first_in_network=stage == 1 and unit == 0,
                     first_in_stage=unit == 0,
+                    drop_rate=next(rates),
+                    block_index=index,
                     name=name,
                 )
+                index += 1
                 setattr(self, name, layer)
                 names.append(name)
                 in_channels = width * block.expansion
@@ -134,14 +142,17 @@ class ResNet(keras.Model):
             build_layer(self.final_bn, shape)
         build_layer(self.logits, self.pool.compute_output_shape(shape))
 
-    def call(self, inputs, training=None, return_hidden=False):
+    def call(self, inputs, training=None, return_hidden=False, drop_keys=None):
         outputs = keras.ops.relu(self.stem_bn(self.stem_conv(inputs), training=training))
         if self.stem_pool is not None:
             outputs = self.stem_pool(outputs)
         hidden = [outputs]
+        # Stochastic depth's per-example keys (`nets/drop_path.py`), from the
+        # training step; without them (evaluation, serving) no branch drops.
+        extra = {"keys": drop_keys} if drop_keys is not None else {}
         for stage_units in self.stages:
             for unit in stage_units:
-                outputs = unit(outputs, training=training)
+                outputs = unit(outputs, training=training, **extra)
             hidden.append(outputs)
         if self.final_bn is not None:
             outputs = keras.ops.relu(self.final_bn(outputs, training=training))

@@ -1,0 +1,258 @@
+"""The large-batch optimizers: LAMB and LARS, with a trust ratio per variable.
+
+`Lamb` (You et al. 2020, Algorithm 2) and `Lars` (You, Gitman, Ginsburg 2017,
+Algorithm 1) scale each variable's step by the ratio of its weights' norm to
+its update's norm. BatchNorm gamma and beta and every bias (`NO_WEIGHT_DECAY`)
+get neither their weight decay nor the ratio (`exclude_from_adaptation`).
+`optim.create_optimizer` builds them from the `optimizer:` section's `lamb`
+and `lars` classes (`config/optimizer_kinds.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import keras
+from absl import logging
+from keras import ops
+
+# Matched by Keras against the TensorFlow variable name, which is the whole path
+# ("stage1_unit0_bn1/gamma:0", and ".../gamma/replica_1:0" for a mirrored copy),
+# not the short name. A bare substring would also exclude the kernel of a layer
+# whose name contains "beta", so the pattern is anchored to the last component.
+# Keras joins these strings into one regular expression; a test checks that.
+NO_WEIGHT_DECAY = (r"(?:^|/)(?:gamma|beta|bias)(?:/replica_\d+)?(?::\d+)?$",)
+
+_EXCLUDED = re.compile("|".join(NO_WEIGHT_DECAY))
+
+
+def _norm(tensor: Any) -> Any:
+    """The L2 norm of a whole tensor."""
+    return ops.sqrt(ops.sum(ops.square(tensor)))
+
+
+def _trust_ratio(numerator: Any, denominator: Any, w_norm: Any, other_norm: Any) -> Any:
+    """`numerator / denominator` where ||w|| > 0 and the other norm > 0, else 1 (as the papers)."""
+    ratio = ops.divide(numerator, denominator)
+    one = ops.ones_like(ratio)
+    return ops.where(ops.greater(w_norm, 0), ops.where(ops.greater(other_norm, 0), ratio, one), one)
+
+
+class _Layerwise(keras.optimizers.Optimizer):
+    """What `Lamb` and `Lars` share: slots, the decay inside the rule, the exclusions.
+
+    `weight_decay` is part of the update rule (it enters the trust ratio), so it
+    is kept as `weight_decay_rate` and never given to Keras, whose
+    `apply_gradients` would decay the weights a second time. With
+    `exclude_from_adaptation`, variables whose path matches `NO_WEIGHT_DECAY`
+    (BatchNorm gamma and beta, every bias) get neither decay nor trust ratio.
+    """
+
+    SLOTS: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        learning_rate: Any,
+        weight_decay: float,
+        exclude_from_adaptation: bool,
+        name: str,
+        **kwargs: Any,
+    ):
+        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        if not weight_decay >= 0:
+            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        self.weight_decay_rate = float(weight_decay)
+        self.exclude_from_adaptation = bool(exclude_from_adaptation)
+
+    def build(self, var_list: list[keras.Variable]) -> None:
+        """Creates the zero slots of every variable; decides which ones adapt."""
+        if self.built:
+            return
+        super().build(var_list)
+        self.slots = [
+            [self.add_variable_from_reference(variable, slot) for variable in var_list]
+            for slot in self.SLOTS
+        ]
+        self.adapted = [
+            not (self.exclude_from_adaptation and _EXCLUDED.search(variable.path))
+            for variable in var_list
+        ]
+        logging.info(
+            "%s: trust ratio (and weight_decay=%g) on %d of %d variables",
+            self.name, self.weight_decay_rate, sum(self.adapted), len(var_list),
+        )  # fmt: skip
+
+    def _constant(self, value: float, variable: keras.Variable) -> Any:
+        # Not ops.cast(value, ...): a Python float goes through float32 first.
+        return ops.convert_to_tensor(value, variable.dtype)
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(
+            weight_decay=self.weight_decay_rate,
+            exclude_from_adaptation=self.exclude_from_adaptation,
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="resnet_app")
+class Lamb(_Layerwise):
+    """LAMB, Algorithm 2 of You et al. 2020, "Large Batch Optimization for Deep Learning".
+
+    With gradient `g`, step `t` (from 1), learning rate `lr`, decay `wd`:
+
+        m = beta_1 * m + (1 - beta_1) * g
+        v = beta_2 * v + (1 - beta_2) * g**2
+        r = (m / (1 - beta_1**t)) / (sqrt(v / (1 - beta_2**t)) + epsilon)
+        u = r + wd * w
+        w -= lr * (||w|| / ||u||) * u      (ratio 1 if ||w|| or ||u|| is 0)
+
+    An excluded variable (see `_Layerwise`) takes `w -= lr * r`: Adam. So do
+    timm's `Lamb` (used by the ResNet Strikes Back recipes) and TF Addons' for
+    the variables they do not decay; unlike timm, the ratio applies to every
+    other variable even when `wd` is 0, as in the paper. `keras.optimizers.Lamb`
+    is not used: its decay is Keras's, outside the ratio, and it cannot exclude
+    a variable from the ratio. The rate reaches the decay too, so a per-variable
+    rate multiplier (`lr_multipliers`) scales it.
+
+    Args:
+      learning_rate: a float (kept in a variable, see `set_learning_rate`).
+      beta_1: the first moment's decay, in [0, 1).
+      beta_2: the second moment's decay, in [0, 1).
+      epsilon: added to the root of the second moment.
+      weight_decay: `wd` above, >= 0.
+      exclude_from_adaptation: whether BatchNorm gamma/beta and biases are excluded.
+      name: the name scope of the optimizer's variables.
+      **kwargs: base `keras.optimizers.Optimizer` arguments (`clipnorm`, ...).
+    """
+
+    SLOTS = ("momentum", "velocity")
+
+    def __init__(
+        self,
+        learning_rate: Any = 0.001,
+        beta_1: float = 0.9,
+        beta_2: float = 0.999,
+        epsilon: float = 1e-6,
+        weight_decay: float = 0.0,
+        exclude_from_adaptation: bool = True,
+        name: str = "lamb",
+        **kwargs: Any,
+    ):
+        super().__init__(learning_rate, weight_decay, exclude_from_adaptation, name, **kwargs)
+        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+
+    def update_step(self, gradient: Any, variable: keras.Variable, learning_rate: Any) -> None:
+        """Applies one LAMB step to `variable`."""
+        index = self._get_variable_index(variable)
+        m, v = self.slots[0][index], self.slots[1][index]
+        gradient = ops.cast(gradient, variable.dtype)
+        beta_1 = self._constant(self.beta_1, variable)
+        beta_2 = self._constant(self.beta_2, variable)
+        step = ops.cast(self.iterations + 1, variable.dtype)
+
+        new_m = ops.add(ops.multiply(beta_1, m), ops.multiply(1 - beta_1, gradient))
+        new_v = ops.add(ops.multiply(beta_2, v), ops.multiply(1 - beta_2, ops.square(gradient)))
+        self.assign(m, new_m)
+        self.assign(v, new_v)
+        root = ops.sqrt(ops.divide(new_v, 1 - ops.power(beta_2, step)))
+        update = ops.divide(
+            ops.divide(new_m, 1 - ops.power(beta_1, step)),
+            ops.add(root, self._constant(self.epsilon, variable)),
+        )
+        if self.adapted[index]:
+            if self.weight_decay_rate:
+                decay = self._constant(self.weight_decay_rate, variable)
+                update = ops.add(update, ops.multiply(decay, variable))
+            w_norm, u_norm = _norm(variable), _norm(update)
+            update = ops.multiply(update, _trust_ratio(w_norm, u_norm, w_norm, u_norm))
+        self.assign_sub(variable, ops.multiply(ops.cast(learning_rate, variable.dtype), update))
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="resnet_app")
+class Lars(_Layerwise):
+    """LARS, Algorithm 1 of You, Gitman, Ginsburg 2017, "Large Batch Training of ConvNets".
+
+    With gradient `g`, learning rate `lr`, decay `wd`, velocity `v` (zero at first):
+
+        ratio = eeta * ||w|| / (||g|| + wd * ||w|| + epsilon)   (1 if ||w|| or ||g|| is 0)
+        v = momentum * v + lr * ratio * (g + wd * w)
+        w -= v                                         (nesterov=False)
+        w -= momentum * v + lr * ratio * (g + wd * w)   (nesterov=True)
+
+    An excluded variable (see `_Layerwise`) takes ratio 1 and wd 0: Keras `SGD`'s
+    momentum. The ratio's denominator and `epsilon` are those of
+    `tf.contrib.opt.LARSOptimizer` (TF 1.x, used by the MLPerf ResNet-50
+    references) and PaddlePaddle's `LarsMomentumOptimizer`; TF Model Garden's
+    `LARS` divides by ||g + wd * w|| instead. As in the paper (and Keras `SGD`),
+    `v` holds rate-scaled steps: after a rate drop the old velocity decays at the
+    old rate, unlike `Momentum`.
+
+    Args:
+      learning_rate: a float (kept in a variable, see `set_learning_rate`).
+      momentum: in [0, 1).
+      eeta: the trust coefficient, > 0.
+      weight_decay: `wd` above, >= 0.
+      epsilon: added to the ratio's denominator, >= 0.
+      nesterov: whether to use Nesterov momentum.
+      exclude_from_adaptation: whether BatchNorm gamma/beta and biases are excluded.
+      name: the name scope of the optimizer's variables.
+      **kwargs: base `keras.optimizers.Optimizer` arguments (`clipnorm`, ...).
+    """
+
+    SLOTS = ("momentum",)
+
+    def __init__(
+        self,
+        learning_rate: Any = 0.1,
+        momentum: float = 0.9,
+        eeta: float = 0.001,
+        weight_decay: float = 0.0,
+        epsilon: float = 0.0,
+        nesterov: bool = False,
+        exclude_from_adaptation: bool = True,
+        name: str = "lars",
+        **kwargs: Any,
+    ):
+        super().__init__(learning_rate, weight_decay, exclude_from_adaptation, name, **kwargs)
+        self.momentum, self.eeta, self.epsilon = float(momentum), float(eeta), float(epsilon)
+        self.nesterov = bool(nesterov)
+
+    def update_step(self, gradient: Any, variable: keras.Variable, learning_rate: Any) -> None:
+        """Applies one LARS step to `variable`."""
+        index = self._get_variable_index(variable)
+        velocity = self.slots[0][index]
+        gradient = ops.cast(gradient, variable.dtype)
+        rate = ops.cast(learning_rate, variable.dtype)
+        if self.adapted[index]:
+            decay = self._constant(self.weight_decay_rate, variable)
+            w_norm, g_norm = _norm(variable), _norm(gradient)
+            denominator = ops.add(
+                ops.add(g_norm, ops.multiply(decay, w_norm)), self._constant(self.epsilon, variable)
+            )
+            eeta = self._constant(self.eeta, variable)
+            ratio = _trust_ratio(ops.multiply(eeta, w_norm), denominator, w_norm, g_norm)
+            rate = ops.multiply(rate, ratio)
+            if self.weight_decay_rate:
+                gradient = ops.add(gradient, ops.multiply(decay, variable))
+        momentum = self._constant(self.momentum, variable)
+        step = ops.multiply(rate, gradient)
+        new_velocity = ops.add(ops.multiply(momentum, velocity), step)
+        self.assign(velocity, new_velocity)
+        if self.nesterov:
+            self.assign_sub(variable, ops.add(ops.multiply(momentum, new_velocity), step))
+        else:
+            self.assign_sub(variable, new_velocity)
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(
+            momentum=self.momentum, eeta=self.eeta, epsilon=self.epsilon, nesterov=self.nesterov
+        )
+        return config

@@ -1,0 +1,109 @@
+"""Stochastic depth: its hash against NumPy, its rates, expectation and draws on any towers."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from resnet_app.common.distribute import mirrored_strategy
+from resnet_app.common.errors import ConfigError
+from resnet_app.engine import optim
+from resnet_app.engine.step import TrainStep
+from resnet_app.nets import drop_path
+from resnet_app.nets.resnet import create_model
+
+MASK = (1 << 64) - 1
+
+
+def splitmix64(values):
+    """Steele et al.'s splitmix64 finalizer, in Python integers (the reference)."""
+    out = []
+    for value in values:
+        z = (int(value) + 0x9E3779B97F4A7C15) & MASK
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+        out.append(z ^ (z >> 31))
+    return out
+
+
+def test_the_hash_is_splitmix64():
+    values = [0, 1, 2, 12345, 2**40 + 7, 2**63 + 5, MASK]
+    ours = drop_path.mix(tf.constant(np.array(values, np.uint64))).numpy()
+    assert [int(v) for v in ours] == splitmix64(values)
+
+
+def test_draws_are_uniform_and_the_drop_rate_is_the_configured_one():
+    keys = drop_path.example_keys(7, 3, tf.range(40_000, dtype=tf.int64))
+    draws = drop_path.uniform(keys, block=5).numpy()
+    assert draws.min() >= 0 and draws.max() < 1
+    # Uniform: every tenth of [0, 1) holds 10% of the draws (4 sigma of a binomial).
+    counts = np.histogram(draws, bins=10, range=(0, 1))[0] / len(draws)
+    assert np.abs(counts - 0.1).max() < 4 * np.sqrt(0.1 * 0.9 / len(draws))
+    branch = tf.ones([len(draws), 1, 1, 1])
+    kept = drop_path.drop(branch, keys, block=5, rate=0.3).numpy().ravel()
+    dropped = np.mean(kept == 0)
+    assert abs(dropped - 0.3) < 4 * np.sqrt(0.3 * 0.7 / len(draws))
+    # Kept branches are scaled so that the expected branch is the branch.
+    np.testing.assert_allclose(kept[kept > 0], 1 / 0.7, rtol=1e-6)
+    assert abs(kept.mean() - 1) < 4 * np.sqrt(0.3 / 0.7 / len(draws))
+    # Another block draws independently of this one.
+    other = drop_path.uniform(keys, block=6).numpy()
+    assert abs(np.corrcoef(draws, other)[0, 1]) < 0.02
+
+
+def test_rates_rise_linearly_and_bad_rates_are_refused():
+    assert drop_path.block_rates(0.2, 4) == pytest.approx([0.05, 0.1, 0.15, 0.2])
+    model = create_model("resnet20", drop_path_rate=0.1)
+    rates = [unit.drop_rate for stage in model.stages for unit in stage]
+    assert rates == pytest.approx([0.1 * (i + 1) / 9 for i in range(9)])
+    for bad in (1.0, -0.1, True):
+        with pytest.raises(ConfigError, match="drop_path_rate"):
+            create_model("resnet20", drop_path_rate=bad)
+
+
+def test_evaluation_uses_every_branch():
+    images = np.random.default_rng(0).normal(size=(4, 16, 16, 3)).astype(np.float32)
+    plain = create_model("resnet20")
+    plain.build((None, 16, 16, 3))
+    dropping = create_model("resnet20", drop_path_rate=0.5)
+    dropping.build((None, 16, 16, 3))
+    dropping.set_weights(plain.get_weights())
+    keys = drop_path.example_keys(0, 0, tf.range(4, dtype=tf.int64))
+    evaluated = dropping(images, training=False, drop_keys=keys).numpy()
+    np.testing.assert_array_equal(evaluated, plain(images, training=False).numpy())
+    # In training the draws change the output (the keys reach the blocks).
+    trained = dropping(images, training=True, drop_keys=keys).numpy()
+    assert not np.allclose(trained, plain(images, training=True).numpy(), atol=1e-3)
+
+
+def train(towers, seed=0, steps=(0.1, 0.1), calls=1):
+    strategy = mirrored_strategy([f"/cpu:{i}" for i in range(towers)])
+    with strategy.scope():
+        tf.keras.utils.set_random_seed(0)
+        model = create_model("tiny", drop_path_rate=0.5, bn_synchronized=True)
+        model.build((None, 8, 8, 3))
+        optimizer = optim.create_optimizer({"class": "momentum", "learning_rate": 0.1})
+        optimizer.build(model.trainable_variables)
+    rng = np.random.default_rng(1)
+    batch = {
+        "image": rng.normal(size=(8, 8, 8, 3)).astype(np.float32),
+        "label": rng.integers(0, 10, size=8).astype(np.int32),
+        "id": np.arange(8, dtype=np.int64),
+        "mask": np.ones(8, np.float32),
+    }
+    dataset = tf.data.Dataset.from_tensors(batch).repeat()
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    step = TrainStep(model, optimizer, strategy, seed=seed)
+    per_call = len(steps) // calls
+    for call in range(calls):
+        step.loop(iterator, list(steps[call * per_call : (call + 1) * per_call]))
+    return [v.numpy() for v in model.trainable_variables]
+
+
+def test_the_same_draws_on_one_and_two_towers_and_across_calls():
+    one = train(1)
+    for other in (train(2), train(1, calls=2)):
+        for a, b in zip(one, other, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # The control: another seed draws other drops, so other weights.
+    reseeded = train(1, seed=1)
+    assert max(np.abs(a - b).max() for a, b in zip(one, reseeded, strict=True)) > 1e-4
