@@ -60,3 +60,28 @@ def test_out_of_memory_in_training_is_one_line(tmp_path, monkeypatch):
     assert message.startswith("out of memory training tiny on 32 px images, 16 per tower")
     assert "OOM when allocating tensor with shape[16,4,32,32]" in message
     assert "smaller --batch_size" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "bce"])
+def test_mixed_labels_are_soft_targets_and_smoothing_composes(loss):
+    model = create_model("tiny", num_classes=4)
+    model.build((None, 8, 8, 3))
+    rng = np.random.default_rng(1)
+    images = rng.normal(size=(3, 8, 8, 3)).astype(np.float32)
+    labels, partners = np.array([0, 1, 2], np.int32), np.array([3, 3, 0], np.int32)
+    weights = np.array([0.9, 0.6, 0.5], np.float32)
+    step = TrainStep(model, tf.keras.optimizers.SGD(), tf.distribute.get_strategy(), 0.1, loss=loss)
+    batch = {
+        "image": tf.constant(images),
+        "label": tf.constant(labels),
+        "mix_label": tf.constant(partners),
+        "mix_weight": tf.constant(weights),
+        "mask": tf.ones(3),
+    }
+    loss_sum, _, _ = step._losses(batch)
+    logits = model(images, training=True).numpy()
+    eye = np.eye(4)
+    targets = weights[:, None] * eye[labels] + (1 - weights[:, None]) * eye[partners]
+    targets = targets * 0.9 + 0.1 / 4
+    reference = numpy_bce if loss == "bce" else numpy_cross_entropy
+    assert float(loss_sum) == pytest.approx(float(reference(logits, targets).sum()), rel=1e-5)

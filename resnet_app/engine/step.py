@@ -176,12 +176,12 @@ class TrainStep:
         labels, mask = batch["label"], batch["mask"]
         if self.loss == "bce":
             per_example = tf.reduce_mean(
-                tf.nn.sigmoid_cross_entropy_with_logits(self._targets(labels, logits), logits),
+                tf.nn.sigmoid_cross_entropy_with_logits(self._targets(batch, logits), logits),
                 axis=-1,
             )
-        elif self.label_smoothing:
+        elif self.label_smoothing or "mix_label" in batch:
             per_example = tf.nn.softmax_cross_entropy_with_logits(
-                self._targets(labels, logits), logits
+                self._targets(batch, logits), logits
             )
         else:
             per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
@@ -192,10 +192,16 @@ class TrainStep:
         )
         return loss_sum, correct, self._regularization()
 
-    def _targets(self, labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
-        """One-hot targets, smoothed: 1 - s + s / classes for the label, s / classes elsewhere."""
+    def _targets(self, batch: dict, logits: tf.Tensor) -> tf.Tensor:
+        """Soft targets: one-hot, or Mixup/CutMix's two labels by their shares; then smoothed.
+
+        Smoothing s gives each class s / classes and the targets the rest.
+        """
         classes = tf.shape(logits)[-1]
-        targets = tf.one_hot(labels, classes)
+        targets = tf.one_hot(batch["label"], classes)
+        if "mix_label" in batch:  # `data/mixing.py`: the dominant label's share, the other's.
+            weight = batch["mix_weight"][:, None]
+            targets = weight * targets + (1 - weight) * tf.one_hot(batch["mix_label"], classes)
         smoothing = self.label_smoothing
         return targets * (1 - smoothing) + smoothing / tf.cast(classes, tf.float32)
 

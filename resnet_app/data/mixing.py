@@ -1,0 +1,148 @@
+"""Mixup and CutMix of a training batch, drawn statelessly from the batch's seed.
+
+Mixup (Zhang et al. 2018) blends each image with its partner, `lam * x_i +
+(1 - lam) * x_partner`; CutMix (Yun et al. 2019) pastes a box of the partner
+into it, and `lam` becomes the fraction of the image left. The partner of
+example i is example B - 1 - i of the same global batch (timm's choice), so a
+batch mixes the same way on any number of towers: mixing happens on the host
+before the batch is split.
+
+`lam` ~ Beta(alpha, alpha) of the chosen method; with both alphas set, CutMix
+is chosen with probability `switch_prob`. In "batch" mode one draw serves the
+whole batch; in "example" mode each example draws its own. Every draw is a
+stateless function of the batch's seed (from the run's seed, the epoch and the
+batch's position in it), so a resumed run mixes exactly as the uninterrupted
+one did.
+
+The batch keeps "label" as the dominant label (the larger share; training
+accuracy is reported against it) and gains "mix_label" (the other) and
+"mix_weight" (the dominant label's share, >= 0.5): the training loss uses
+`mix_weight * onehot(label) + (1 - mix_weight) * onehot(mix_label)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import tensorflow as tf
+
+from resnet_app.common.errors import ConfigError
+
+MODES = ("batch", "example")
+
+
+@dataclasses.dataclass(frozen=True)
+class MixSettings:
+    """Mixup and CutMix settings (`data.` config keys).
+
+    Attributes:
+      mixup_alpha: Beta(alpha, alpha) of Mixup's share; 0 for no Mixup.
+      cutmix_alpha: Beta(alpha, alpha) of CutMix's share; 0 for no CutMix.
+      switch_prob: with both on, the probability of CutMix for a draw.
+      mode: "batch" (one draw per batch) or "example" (one per example).
+    """
+
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
+    switch_prob: float = 0.5
+    mode: str = "batch"
+
+    def __post_init__(self):
+        for name in ("mixup_alpha", "cutmix_alpha"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"data.{name}={getattr(self, name)}; use 0 (off) or more")
+        if not 0 <= self.switch_prob <= 1:
+            raise ConfigError(f"data.mix_switch_prob={self.switch_prob}; use a value in [0, 1]")
+        if self.mode not in MODES:
+            raise ConfigError(f"data.mix_mode={self.mode!r}; use one of {', '.join(MODES)}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.mixup_alpha > 0 or self.cutmix_alpha > 0
+
+
+def _beta(seed: tf.Tensor, alpha: float, count: int) -> tf.Tensor:
+    """`count` draws of Beta(alpha, alpha), as X / (X + Y) of two Gamma(alpha) draws."""
+    if alpha <= 0:
+        return tf.ones([count])
+    gammas = tf.random.stateless_gamma([2, count], seed, alpha=alpha)
+    return gammas[0] / (gammas[0] + gammas[1])
+
+
+def draws(seed: tf.Tensor, settings: MixSettings, batch_size: int) -> dict[str, tf.Tensor]:
+    """The random choices of one batch: per example, CutMix or not, its share and box centre.
+
+    Returns:
+      {"cutmix": bool [B], "lam": float32 [B] (the drawn share), "centre":
+      float32 [B, 2] (the box centre as fractions of height and width)}.
+    """
+    count = batch_size if settings.mode == "example" else 1
+    seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 4)
+    if settings.mixup_alpha > 0 and settings.cutmix_alpha > 0:
+        cutmix = tf.random.stateless_uniform([count], seeds[0]) < settings.switch_prob
+    else:
+        cutmix = tf.fill([count], settings.cutmix_alpha > 0)
+    lam = tf.where(
+        cutmix,
+        _beta(seeds[1], settings.cutmix_alpha, count),
+        _beta(seeds[2], settings.mixup_alpha, count),
+    )
+    centre = tf.random.stateless_uniform([count, 2], seeds[3])
+    repeat = batch_size // count
+    return {
+        "cutmix": tf.repeat(cutmix, repeat),
+        "lam": tf.repeat(lam, repeat),
+        "centre": tf.repeat(centre, repeat, axis=0),
+    }
+
+
+def cutmix_box(lam: tf.Tensor, centre: tf.Tensor, height: int, width: int) -> tf.Tensor:
+    """int32 [B, 4] boxes (top, bottom, left, right) of area about 1 - lam, clipped."""
+    ratio = tf.sqrt(1.0 - lam)
+    size = tf.stack([ratio * height, ratio * width], axis=1)
+    middle = centre * tf.constant([height, width], tf.float32)
+    low = tf.cast(tf.round(middle - size / 2), tf.int32)
+    high = tf.cast(tf.round(middle + size / 2), tf.int32)
+    low = tf.clip_by_value(low, 0, [height, width])
+    high = tf.clip_by_value(high, 0, [height, width])
+    return tf.stack([low[:, 0], high[:, 0], low[:, 1], high[:, 1]], axis=1)
+
+
+def mix_with(batch: dict, choices: dict) -> dict:
+    """The batch mixed with its reversed self by given draws (see `draws`)."""
+    images, labels = batch["image"], batch["label"]
+    partner_images, partner_labels = tf.reverse(images, [0]), tf.reverse(labels, [0])
+    height, width = images.shape[1], images.shape[2]
+    lam = choices["lam"]
+    box = cutmix_box(lam, choices["centre"], height, width)
+    rows, cols = tf.range(height)[None, :, None], tf.range(width)[None, None, :]
+    inside = (
+        (rows >= box[:, 0, None, None])
+        & (rows < box[:, 1, None, None])
+        & (cols >= box[:, 2, None, None])
+        & (cols < box[:, 3, None, None])
+    )
+    area = tf.cast(box[:, 1] - box[:, 0], tf.float32) * tf.cast(box[:, 3] - box[:, 2], tf.float32)
+    cut_share = 1.0 - area / float(height * width)  # The share actually left after pasting.
+    cutmix = choices["cutmix"]
+    pasted = tf.where(inside[..., None], partner_images, images)
+    weight = tf.cast(tf.reshape(lam, [-1, 1, 1, 1]), images.dtype)
+    blended = weight * images + (1 - weight) * partner_images
+    mixed = tf.where(tf.reshape(cutmix, [-1, 1, 1, 1]), pasted, blended)
+    share = tf.where(cutmix, cut_share, lam)
+    own_dominant = share >= 0.5
+    return {
+        **batch,
+        "image": mixed,
+        "label": tf.where(own_dominant, labels, partner_labels),
+        "mix_label": tf.where(own_dominant, partner_labels, labels),
+        "mix_weight": tf.where(own_dominant, share, 1.0 - share),
+    }
+
+
+def mix_batch(batch: dict, seed: tf.Tensor, settings: MixSettings) -> dict:
+    """Mixup or CutMix of a whole batch, drawn from `seed` (int64 [2])."""
+    size = batch["image"].shape[0]
+    if size is None:
+        raise ValueError("mixing needs batches of a static size (drop_remainder=True)")
+    return mix_with(batch, draws(seed, settings, size))
