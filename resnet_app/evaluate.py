@@ -80,7 +80,8 @@ _MODEL_DIR = flags.DEFINE_string(
 _CHECKPOINT = flags.DEFINE_string(
     "checkpoint",
     "latest",
-    "Which checkpoint(s): latest (the newest readable one), all, ckpt-N or N.",
+    "Which checkpoint(s): latest (the newest readable one), all, best (the best evaluation, "
+    "kept in MODEL_DIR/best/ by train.keep_best), ckpt-N or N.",
 )
 _SPLIT = flags.DEFINE_string(
     "split", None, "The split to evaluate (default: the run's evaluation split)."

@@ -40,7 +40,10 @@ _MODEL_DIR = flags.DEFINE_string(
     "model_dir", None, "Or a run directory written by `python -m resnet_app.train`."
 )
 _CHECKPOINT = flags.DEFINE_string(
-    "checkpoint", "latest", "With --model_dir: latest (the newest readable one), ckpt-N or N."
+    "checkpoint",
+    "latest",
+    "With --model_dir: latest (the newest readable one), best (the best evaluation, kept by "
+    "train.keep_best), ckpt-N or N.",
 )
 _TOP_K = flags.DEFINE_integer(
     "top_k", None, "Classes to show per image (default: all the model gives, usually 5)."

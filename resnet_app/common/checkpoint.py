@@ -12,6 +12,12 @@ index stores a CRC32C per tensor. A truncated or garbled checkpoint is skipped
 with a warning and the previous one is used; if none is readable, that is an
 error.
 
+With `train.keep_best`, the checkpoint of the best evaluation so far is also
+kept in `best/` (`keep_best`): a copy of the rolling checkpoint, named
+`best-<step>` so that rotation and resume never see it, replaced whole so
+that a crash at any moment leaves the old best or the new one complete.
+`select(directory, "best")` picks it.
+
 What a training checkpoint holds is the trainer's business (see
 `engine/setup.py`): the model (with BatchNorm moving statistics), the
 optimizer (slots and iterations), the global step, the data position and the
@@ -20,10 +26,15 @@ learning-rate state.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import glob
 import hashlib
+import json
 import os
 import shutil
 import tempfile
+from typing import Any
 
 import tensorflow as tf
 from absl import logging
@@ -86,12 +97,14 @@ def find_latest(directory: str) -> tuple[int, str] | None:
 
 
 def select(directory: str, which: str) -> list[tuple[int, str]]:
-    """Checkpoints chosen by name: "latest", "all" (readable ones), "ckpt-N" or "N".
+    """Checkpoints chosen by name: "latest", "all" (readable ones), "best", "ckpt-N" or "N".
 
     Raises:
-      ConfigError: for a directory without checkpoints, an unknown name or an
-        unreadable checkpoint.
+      ConfigError: for a directory without checkpoints (or without a best one,
+        for "best"), an unknown name or an unreadable checkpoint.
     """
+    if which == run_dir.BEST_CHOICE:
+        return [find_best(directory)]
     found = list_checkpoints(directory)
     if not found:
         raise ConfigError(f"{directory} holds no checkpoint ({PREFIX}-N.index); check --model_dir")
@@ -112,14 +125,115 @@ def select(directory: str, which: str) -> list[tuple[int, str]]:
     steps = {step: prefix for step, prefix in found}
     if chosen_step not in steps:
         names = ", ".join(run_dir.checkpoint_name(step) for step in steps)
+        best = ", best" if run_dir.find_best_dir(directory) else ""
         raise ConfigError(
-            f"--checkpoint={which}: not in {directory}; use latest, all or one of: {names}"
+            f"--checkpoint={which}: not in {directory}; use latest, all{best} or one of: {names}"
         )
     prefix = steps[chosen_step]
     reason = unreadable(prefix)
     if reason:
         raise ConfigError(f"checkpoint {prefix} is unreadable ({reason}); pick another one")
     return [(chosen_step, prefix)]
+
+
+def find_best(directory: str) -> tuple[int, str]:
+    """The run's best checkpoint (`train.keep_best`), as (step, prefix).
+
+    Raises:
+      ConfigError: when the run has none, or it is unreadable.
+    """
+    found = run_dir.read_best(directory)
+    if found is None:
+        raise ConfigError(
+            f"the run {directory} has no best checkpoint ({run_dir.BEST_DIR}/"
+            f"{run_dir.BEST_FILE}): train with --set train.keep_best=true"
+        )
+    folder, record = found
+    prefix = os.path.join(folder, record["checkpoint"])
+    reason = unreadable(prefix)
+    if reason:
+        raise ConfigError(f"the best checkpoint {prefix} is unreadable ({reason}); pick another")
+    return record["step"], prefix
+
+
+def keep_best(model_dir: str, step: int, record: dict[str, Any]) -> str:
+    """Keeps the rolling checkpoint of `step` as the run's best, replacing `best/` whole.
+
+    Its files are copied (and synced to disk) into this process's staged
+    directory with `best.json`; only then is the old `best/` renamed aside, the
+    staged one renamed to `best/`, and the old one removed. A crash at any
+    moment leaves a complete best: `best/`, or between the two renames the old
+    one set aside, which `run_dir.find_best_dir` reads and `recover_best` puts
+    back. On an error the old one is put back at once.
+
+    Args:
+      model_dir: the run directory (the chief's).
+      step: the step of the rolling checkpoint `ckpt-<step>`.
+      record: what `best.json` holds besides "step" and "checkpoint" (the
+        metric, its value...).
+
+    Returns:
+      The best checkpoint's prefix, `model_dir/best/best-<step>`.
+
+    Raises:
+      OSError: when the checkpoint is missing or cannot be copied; the old best stays.
+    """
+    source = os.path.join(model_dir, run_dir.checkpoint_name(step))
+    name = run_dir.best_checkpoint_name(step)
+    best = run_dir.best_dir(model_dir)
+    staged, aside = run_dir.best_work_dirs(model_dir)
+    shutil.rmtree(staged, ignore_errors=True)
+    try:
+        os.makedirs(staged)
+        for path in _checkpoint_files(source):
+            _copy_synced(path, os.path.join(staged, name + path[len(source) :]))
+        content = {**record, "step": step, "checkpoint": name}
+        _write_synced(os.path.join(staged, run_dir.BEST_FILE), json.dumps(content, indent=1))
+        if os.path.isdir(best):
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(best, aside)
+        os.replace(staged, best)
+        shutil.rmtree(aside, ignore_errors=True)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+        if not os.path.isdir(best) and os.path.isdir(aside):
+            with contextlib.suppress(OSError):
+                os.replace(aside, best)  # A failed swap: the old best back in its place.
+    return os.path.join(best, name)
+
+
+def recover_best(model_dir: str) -> None:
+    """Puts back a best checkpoint a crash left aside, and removes unfinished copies."""
+    best = run_dir.best_dir(model_dir)
+    found = run_dir.find_best_dir(model_dir)
+    if found is not None and found != best:
+        logging.warning("Putting back the best checkpoint %s, set aside by a crash", found)
+        shutil.rmtree(best, ignore_errors=True)  # Incomplete: it has no best.json.
+        os.replace(found, best)
+    staged, aside = run_dir.best_leftovers(model_dir)
+    for path in staged + aside:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _checkpoint_files(prefix: str) -> list[str]:
+    """The index and data files of the checkpoint at `prefix`."""
+    index = prefix + ".index"
+    if not os.path.isfile(index):
+        raise FileNotFoundError(errno.ENOENT, "no such checkpoint", index)
+    return [index, *sorted(glob.glob(glob.escape(prefix) + ".data-*"))]
+
+
+def _copy_synced(source: str, destination: str) -> None:
+    shutil.copyfile(source, destination)
+    with open(destination, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+def _write_synced(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def read_value(prefix: str, name: str):

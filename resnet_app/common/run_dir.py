@@ -12,6 +12,13 @@ A run directory holds:
   trainer renames it `lr_override.applied` once read (`engine/learning_rate.py`);
 - `ckpt-<step>.index` and `.data-*`: the checkpoints, and `checkpoint`,
   TensorFlow's index of them (`common/checkpoint.py`);
+- `best/`: with `train.keep_best`, the checkpoint of the best evaluation so
+  far, `best-<step>.index` and `.data-*` (named unlike the rolling ones, so
+  that neither rotation nor a resume ever takes it for one), and `best.json`:
+  the metric, its direction, value, step and evaluation record. It is
+  replaced whole (`checkpoint.keep_best`): a new one is written to
+  `best.partial-<pid>/`, the old one renamed to `best.old-<pid>/`, the new one
+  renamed in, the old one removed;
 - `train/`, `eval/`: TensorBoard's events;
 - `reports/`: `python -m resnet_app.evaluate`'s reports (`serving/reports.py`);
 - `previous-<time>/`: an earlier run, moved aside by `--restart` (`move_aside`).
@@ -22,6 +29,7 @@ only read files (`scripts/plot_metrics.py`) import this module too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -44,6 +52,11 @@ TRAIN_EVENTS_DIR = "train"
 EVAL_EVENTS_DIR = "eval"
 REPORTS_DIR = "reports"
 PREVIOUS_PREFIX = "previous-"
+BEST_DIR = "best"
+BEST_FILE = "best.json"
+BEST_CHOICE = "best"  # --checkpoint=best
+_BEST_STAGED = BEST_DIR + ".partial-"  # A best being written.
+_BEST_ASIDE = BEST_DIR + ".old-"  # The best it replaces, until the new one is in place.
 
 _CHECKPOINT_INDEX = re.compile(rf"^{CHECKPOINT_PREFIX}-(\d+)\.index$")
 # A name TensorFlow would take for a checkpoint prefix, or one of its files.
@@ -112,6 +125,81 @@ def has_checkpoints(model_dir: str) -> bool:
     except OSError:
         return False
     return any(_CHECKPOINT_INDEX.match(name) for name in names)
+
+
+def best_dir(model_dir: str) -> str:
+    """`model_dir/best`, the checkpoint of the best evaluation so far (`train.keep_best`)."""
+    return os.path.join(model_dir, BEST_DIR)
+
+
+def best_checkpoint_name(step: int) -> str:
+    """The best checkpoint's prefix in `best/`, e.g. `best-8` (not a rolling `ckpt-N` name)."""
+    return f"{BEST_DIR}-{step}"
+
+
+def best_work_dirs(model_dir: str) -> tuple[str, str]:
+    """This process's (staged, aside) directories for replacing `best/`."""
+    pid = os.getpid()
+    return (
+        os.path.join(model_dir, f"{_BEST_STAGED}{pid}"),
+        os.path.join(model_dir, f"{_BEST_ASIDE}{pid}"),
+    )
+
+
+def best_leftovers(model_dir: str) -> tuple[list[str], list[str]]:
+    """(staged, aside) directories an interrupted replacement of `best/` left, oldest first."""
+    try:
+        names = os.listdir(model_dir)
+    except OSError:
+        return [], []
+
+    def oldest_first(prefix: str) -> list[str]:
+        found = []
+        for name in names:
+            path = os.path.join(model_dir, name)
+            with contextlib.suppress(OSError):  # Gone since the listing: not left over.
+                if name.startswith(prefix):
+                    found.append((os.stat(path).st_mtime, path))
+        return [path for _, path in sorted(found)]
+
+    return oldest_first(_BEST_STAGED), oldest_first(_BEST_ASIDE)
+
+
+def find_best_dir(model_dir: str) -> str | None:
+    """The directory holding the run's best checkpoint, or None.
+
+    `best/`, once complete (it holds `best.json`); else, after a crash between
+    the two renames that replace it, the previous best set aside
+    (`best.old-<pid>/`), complete by then.
+    """
+    candidates = [best_dir(model_dir), *reversed(best_leftovers(model_dir)[1])]
+    for directory in candidates:
+        if os.path.isfile(os.path.join(directory, BEST_FILE)):
+            return directory
+    return None
+
+
+def read_best(model_dir: str) -> tuple[str, dict[str, Any]] | None:
+    """(its directory, `best.json`) of the run's best checkpoint, or None if it has none.
+
+    Raises:
+      ConfigError: when `best.json` cannot be read or lacks the step or checkpoint.
+    """
+    directory = find_best_dir(model_dir)
+    if directory is None:
+        return None
+    path = os.path.join(directory, BEST_FILE)
+    try:
+        with open(path) as f:
+            record = json.load(f)
+        if not isinstance(record["step"], int) or not isinstance(record["checkpoint"], str):
+            raise TypeError("step or checkpoint of the wrong type")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ConfigError(
+            f"{path} is damaged ({type(error).__name__}: {error}); delete {directory} to "
+            "start keeping the best anew"
+        ) from None
+    return directory, record
 
 
 def chosen_step(which: str) -> int | None:

@@ -38,6 +38,9 @@ RESUMABLE_CHANGES = frozenset(
         "train.jit",
         "train.on_nan",
         "train.nan_lr_factor",
+        "train.keep_best",
+        "train.best_metric",
+        "train.best_mode",
     }
 )
 

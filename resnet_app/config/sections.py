@@ -35,6 +35,9 @@ from resnet_app.nets import presets
 
 ON_NAN = ("stop", "rollback")
 INIT_HEADS = ("auto", "new")
+# train.best_metric: a key of the evaluation record, and the direction it improves in.
+BEST_METRICS = {"top1": "max", "top5": "max", "loss": "min"}
+BEST_MODES = ("max", "min")
 # train.precision -> the images' dtype (data.dtype, unless set).
 PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 MAX_ROLLBACKS = 3
@@ -97,6 +100,13 @@ class TrainSettings:
         batch statistics and update them; gamma and beta stay fixed).
       lr_multipliers: a learning-rate multiplier per part, e.g. {head: 10}
         (parts not named: 1).
+      keep_best: also keep the checkpoint of the best evaluation so far in
+        `model_dir/best/`, with `best.json` (never rotated away; a resumed
+        run replaces it only when beaten); `--checkpoint=best` picks it.
+      best_metric: the evaluation record's key that ranks evaluations: top1,
+        top5 or loss.
+      best_mode: "max" (higher is better) or "min"; default: min for loss,
+        else max (`best_direction`).
     """
 
     batch_size: int = 128
@@ -122,6 +132,14 @@ class TrainSettings:
     freeze: tuple[str, ...] = ()
     freeze_batch_norm: bool = True
     lr_multipliers: dict[str, float] | None = None
+    keep_best: bool = False
+    best_metric: str = "top1"
+    best_mode: str | None = None
+
+    @property
+    def best_direction(self) -> str:
+        """`best_mode` ("max" or "min"), or else the direction `best_metric` improves in."""
+        return self.best_mode or BEST_METRICS[self.best_metric]
 
     def __post_init__(self):
         for name in (
@@ -180,6 +198,15 @@ class TrainSettings:
                 multiplier >= 0,
                 f"train.lr_multipliers.{part}={multiplier}; use a number >= 0",
             )
+        _require(
+            self.best_metric in BEST_METRICS,
+            f"train.best_metric={self.best_metric!r}; use one of: {', '.join(BEST_METRICS)}",
+        )
+        _require(
+            self.best_mode is None or self.best_mode in BEST_MODES,
+            f"train.best_mode={self.best_mode!r}; use one of: {', '.join(BEST_MODES)} "
+            "(or leave it unset: min for loss, else max)",
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,11 +13,13 @@ actions leave what they did on it for the actions after them:
 5. `LrOverride`: reads `model_dir/lr_override` at every record; a change
    asks for a save, so that the override survives a crash.
 6. `Evaluator`: evaluates the whole split; asks for a save.
-7. Any extra action given to `loop.train`: it sees the record and the
+7. `KeepBest` (`train.keep_best`): an evaluation better than the best so far
+   asks for a save, and once saved the checkpoint is kept in `best/`.
+8. Any extra action given to `loop.train`: it sees the record and the
    evaluation (`Boundary.evaluation`) and may ask for a save
    (`Boundary.request_save`, e.g. a keep-best checkpoint) or a stop
    (`Boundary.request_stop`).
-8. `Checkpointer`: saves when due or asked, once the replicas hold the
+9. `Checkpointer`: saves when due or asked, once the replicas hold the
    global model (with model averaging a save waits for the next average).
 
 Then every action's `after` hook sees the boundary as the others left it
@@ -30,6 +32,7 @@ evaluator) is one more `Action`, not a flag threaded through the loop.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -279,6 +282,90 @@ class Evaluator(Action):
         return record
 
 
+class KeepBest(Action):
+    """Keeps the checkpoint of the best evaluation so far in `model_dir/best/` (chief only).
+
+    The best value so far is read back from `best/best.json` whenever the
+    loop starts (a resumed run replaces the best only when beaten); a
+    `best.json` of another metric or direction does not count. The chief
+    decides, and every worker asks for the save with it.
+
+    Args:
+      run: the run; its `train.best_metric` (a key of the evaluation record)
+        and `train.best_direction` rank the evaluations.
+
+    Attributes:
+      best: the chief's best value so far, or None (None on other workers).
+    """
+
+    def __init__(self, run: Run):
+        self.run = run
+        self.metric = run.config.train.best_metric
+        self.direction = run.config.train.best_direction
+        self.best: float | None = None
+        self._candidate: dict[str, Any] | None = None
+
+    def enter(self, step: int, restored: bool) -> None:
+        self._candidate, self.best = None, None
+        if not self.run.chief:
+            return
+        model_dir = self.run.model_dir
+        checkpoint.recover_best(model_dir)
+        found = run_dir.read_best(model_dir)
+        if found is None:
+            return
+        record = found[1]
+        value = record.get("value")
+        same = (record.get("metric"), record.get("mode")) == (self.metric, self.direction)
+        if same and isinstance(value, (int, float)):
+            self.best = value
+        else:
+            logging.warning(
+                "%s holds the best %s (%s); keeping the best %s (%s) from here on",
+                found[0],
+                record.get("metric"),
+                record.get("mode"),
+                self.metric,
+                self.direction,
+            )
+
+    def __call__(self, boundary: Boundary) -> None:
+        if boundary.evaluation is None:
+            return
+        better = self.run.chief and self.beats(boundary.evaluation[self.metric])
+        # The chief's decision: every worker takes part in the save.
+        [agreed] = distribute.broadcast_from_chief(self.run.strategy, [float(better)])
+        if agreed:
+            self._candidate = boundary.evaluation
+            boundary.request_save()
+
+    def beats(self, value: float | None) -> bool:
+        """Whether `value` is finite and strictly better than the best so far."""
+        if value is None or not math.isfinite(value):
+            return False
+        if self.best is None:
+            return True
+        return value > self.best if self.direction == "max" else value < self.best
+
+    def after(self, boundary: Boundary) -> None:
+        evaluation, self._candidate = self._candidate, None
+        if evaluation is None or not self.run.chief:
+            return
+        value = evaluation[self.metric]
+        record = {"metric": self.metric, "mode": self.direction, "value": value}
+        try:
+            prefix = checkpoint.keep_best(
+                self.run.model_dir, boundary.step, {**record, "evaluation": evaluation}
+            )
+        except OSError as error:  # The run goes on; the previous best stays.
+            logging.warning("Step %d not kept as the best checkpoint: %s", boundary.step, error)
+            return
+        self.best = value
+        logging.info(
+            "Best %s so far, %.4f at step %d: kept as %s", self.metric, value, boundary.step, prefix
+        )
+
+
 class Checkpointer(Action):
     """Saves a checkpoint when due or asked for, once the replicas hold the global model.
 
@@ -356,7 +443,8 @@ def create_actions(
       policy: its sync policy.
       global_model: its `GlobalModel`.
       start: the step the run starts (or resumes) from, for the ETA.
-      extra: more actions, run after the evaluator and before the checkpointer.
+      extra: more actions, run after the evaluator (and `KeepBest`) and before
+        the checkpointer.
 
     Returns:
       The actions, and the evaluator among them (the run's summary is its last record).
@@ -366,9 +454,10 @@ def create_actions(
     actions: list[Action] = [TrainingRecords(writer), TensorBoard(writer), InputBoundWarner(writer)]
     if run.chief:
         actions.append(ProgressLine(Progress(run.plan.total_steps, start)))
+    actions += [LrOverride(run, writer), evaluator]
+    if train.keep_best:
+        actions.append(KeepBest(run))
     actions += [
-        LrOverride(run, writer),
-        evaluator,
         *extra,
         Checkpointer(run.checkpoints, policy, global_model, train.on_nan == "rollback"),
     ]
