@@ -34,6 +34,7 @@ from resnet_app.data.settings import DataConfig
 from resnet_app.nets import presets
 
 ON_NAN = ("stop", "rollback")
+LOSSES = ("cross_entropy", "bce")
 INIT_HEADS = ("auto", "new")
 # train.best_metric: a key of the evaluation record, and the direction it improves in.
 BEST_METRICS = {"top1": "max", "top5": "max", "loss": "min"}
@@ -107,6 +108,13 @@ class TrainSettings:
         top5 or loss.
       best_mode: "max" (higher is better) or "min"; default: min for loss,
         else max (`best_direction`).
+      loss: "cross_entropy" (softmax) or "bce" (binary cross-entropy of each
+        class's sigmoid against the smoothed, possibly mixed, one-hot target,
+        averaged over the classes: Wightman et al. 2021's recipes).
+      accumulate_steps: split each tower's batch into this many micro-batches
+        whose gradients add up to one update: the same update (exactly, without
+        BatchNorm; BatchNorm normalizes each micro-batch by its own statistics)
+        in the memory of one micro-batch. The batch must divide evenly.
     """
 
     batch_size: int = 128
@@ -135,6 +143,8 @@ class TrainSettings:
     keep_best: bool = False
     best_metric: str = "top1"
     best_mode: str | None = None
+    loss: str = "cross_entropy"
+    accumulate_steps: int = 1
 
     @property
     def best_direction(self) -> str:
@@ -189,6 +199,8 @@ class TrainSettings:
             "train.init_from is empty; give a source (keras:resnet50, a file or a run "
             "directory) or leave it unset",
         )
+        _require(self.loss in LOSSES, f"train.loss={self.loss!r}; use one of: {', '.join(LOSSES)}")
+        at_least("train.accumulate_steps", self.accumulate_steps)
         _require(
             self.init_head in INIT_HEADS,
             f"train.init_head={self.init_head!r}; use one of: {', '.join(INIT_HEADS)}",

@@ -144,6 +144,9 @@ def _train(
         jit=train.jit,
         time_input=not train.deterministic,
         averaging=run.averaging,
+        loss=train.loss,
+        accumulate_steps=train.accumulate_steps,
+        seed=train.seed,
     )
     controller = Controller(run, train_step, policy, global_model, intervals, actions, stop)
     _announce(run, writer, start, intervals)
@@ -169,7 +172,8 @@ def _out_of_memory(run: setup.Run, error: Exception) -> ConfigError:
         f"out of memory training {run.config.model_name} on "
         f"{run.pipeline.preprocessing.image_size} px images, "
         f"{run.config.train.batch_size // replicas} per tower ({first_line(error)}); use a "
-        "smaller --batch_size, or more towers; the run resumes from its last checkpoint"
+        "smaller --batch_size, more towers or --set train.accumulate_steps=N (the same batch "
+        "in N slices); the run resumes from its last checkpoint"
     )
 
 
