@@ -1,6 +1,7 @@
 """Input pipeline throughput, side by side with what training consumes.
 
   python scripts/input_benchmark.py [--batch_size=128] [--imagenet_batch_size=32]
+      [--randaugment_ops=2 --randaugment_magnitude=9 --erase_probability=0.25]
 
 Measures, in one run on this machine (images/sec, the median of 3 timed windows
 after a warm-up):
@@ -10,6 +11,8 @@ after a warm-up):
 - ResNet-20 training steps fed by `synthetic` data (free input) and by the
   `shapes` pipeline. Their ratio says whether training is input-bound: 1.00
   means the pipeline costs the training nothing.
+The augmentation flags turn RandAugment and random erasing on in both
+pipelines (and in the `shapes` pipeline that feeds ResNet-20).
 Ratios matter, not absolute numbers: shared machines are noisy.
 """
 
@@ -31,6 +34,28 @@ _WINDOWS = flags.DEFINE_integer("windows", 3, "Timed windows per measurement (me
 _STEPS = flags.DEFINE_integer("steps", 30, "Batches per timed window.")
 _JPEGS = flags.DEFINE_integer("jpegs", 256, "JPEG files written for the ImageNet-style run.")
 _TRAIN = flags.DEFINE_boolean("train", True, "Also measure ResNet-20 training consumption.")
+_RA_OPS = flags.DEFINE_integer("randaugment_ops", 0, "RandAugment ops per image (0: off).")
+_RA_MAGNITUDE = flags.DEFINE_float("randaugment_magnitude", 9.0, "RandAugment magnitude M.")
+_ERASE = flags.DEFINE_float("erase_probability", 0.0, "Random erasing probability (0: off).")
+
+
+def augmentation() -> dict:
+    """The DataConfig fields the augmentation flags set."""
+    return {
+        "randaugment_ops": _RA_OPS.value,
+        "randaugment_magnitude": _RA_MAGNITUDE.value,
+        "erase_probability": _ERASE.value,
+    }
+
+
+def describe_augmentation() -> str:
+    """E.g. ", RandAugment N=2 M=9, erasing p=0.25", or "" when both are off."""
+    parts = []
+    if _RA_OPS.value:
+        parts.append(f"RandAugment N={_RA_OPS.value} M={_RA_MAGNITUDE.value:g}")
+    if _ERASE.value:
+        parts.append(f"erasing p={_ERASE.value:g}")
+    return "".join(f", {part}" for part in parts)
 
 
 def images_per_second(next_batch, batch_size: int) -> float:
@@ -111,16 +136,18 @@ def main(argv: list[str]) -> None:
     from resnet_app.data import input_pipeline
 
     rows = []
-    shapes = input_pipeline.create_pipeline(input_pipeline.DataConfig(dataset="shapes"))
+    extra = augmentation()
+    shapes = input_pipeline.create_pipeline(input_pipeline.DataConfig(dataset="shapes", **extra))
     cifar = pipeline_rate(shapes.train_dataset(_BATCH.value), _BATCH.value)
-    rows.append(("CIFAR style: shapes, 32 px, pad-crop-flip", cifar))
+    rows.append((f"CIFAR style: shapes, 32 px, pad-crop-flip{describe_augmentation()}", cifar))
     with tempfile.TemporaryDirectory() as directory:
         write_jpegs(directory, _JPEGS.value)
         folder = input_pipeline.create_pipeline(
-            input_pipeline.DataConfig(dataset=f"folder:{directory}", image_size=224)
+            input_pipeline.DataConfig(dataset=f"folder:{directory}", image_size=224, **extra)
         )
         imagenet = pipeline_rate(folder.train_dataset(_IMAGENET_BATCH.value), _IMAGENET_BATCH.value)
-        rows.append(("ImageNet style: 500x375 JPEG files, crop to 224", imagenet))
+        name = f"ImageNet style: 500x375 JPEG files, crop to 224{describe_augmentation()}"
+        rows.append((name, imagenet))
     if _TRAIN.value:
         synthetic = input_pipeline.create_pipeline(
             input_pipeline.DataConfig(dataset="synthetic", image_size=32)

@@ -168,6 +168,11 @@ class InputPipeline:
             area_range=tuple(config.area_range),
             aspect_ratio_range=tuple(config.aspect_ratio_range),
             eval_resize=eval_resize,
+            randaugment_ops=config.randaugment_ops,
+            randaugment_magnitude=config.randaugment_magnitude,
+            erase_probability=config.erase_probability,
+            erase_area_range=tuple(config.erase_area_range),
+            erase_aspect_range=tuple(config.erase_aspect_range),
         )
         logging.info(
             "Dataset %s: %s training examples, splits %s; %s; mean %s, std %s",
@@ -230,22 +235,24 @@ class InputPipeline:
         """One training example's part of the augmentation.
 
         The ImageNet recipe runs whole here. The CIFAR recipe only draws its
-        choices here; `_augment_batch` applies them to the whole batch at once.
+        choices here (and runs RandAugment, if on); `_augment_batch` applies
+        them to the whole batch at once.
         """
         config = self.preprocessing
         if config.family == "imagenet":
             return {"image": preprocessing.imagenet_train(image, seed, config, encoded=encoded)}
         if encoded or self.source.image_size != config.image_size:
             image = preprocessing.resize_only(image, config, encoded=encoded)
-        return {"image": image, "choices": preprocessing.cifar_choices(seed, config)}
+        return preprocessing.cifar_augment(image, seed, config)
 
     def _augment_batch(self, batch: dict) -> dict:
         if "choices" not in batch:
             return batch
         batch = dict(batch)
         choices = batch.pop("choices")
+        erasing = {key: batch.pop(key) for key in ("erase_draws", "erase_noise") if key in batch}
         batch["image"] = preprocessing.cifar_train_batch(
-            batch["image"], choices, self.preprocessing
+            batch["image"], choices, self.preprocessing, **erasing
         )
         return batch
 

@@ -19,6 +19,14 @@ Two families:
   Multi-crop evaluation (`evaluate --tta=crops`) takes the centre and the four
   corners of the same resized image (`imagenet_eval_crops`).
 
+Optional, for training only, both off by default (`data/randaugment.py`):
+RandAugment on the uint8 pixels (CIFAR: on the whole image, before the
+pad-crop-flip, AutoAugment's CIFAR order; ImageNet: on the resized crop after
+the flip, rounded to the 0-255 grid, timm's order), and random erasing after
+normalization (both: on the final image). Their random choices come from their
+own seeds, folded from the example's seed, so the crop and flip draws are the
+same with or without them.
+
 Images enter as uint8 (decoded pixels, or encoded bytes for the ImageNet family)
 and leave normalized, in the requested dtype.
 """
@@ -29,6 +37,8 @@ import dataclasses
 from collections.abc import Sequence
 
 import tensorflow as tf
+
+from resnet_app.data import randaugment
 
 # ImageNet's per-channel statistics on the 0-255 scale, the usual constants.
 IMAGENET_MEAN = (123.675, 116.28, 103.53)
@@ -51,6 +61,11 @@ class Preprocessing:
       area_range: ImageNet family: range of the crop's area, as a fraction.
       aspect_ratio_range: ImageNet family: range of the crop's width / height.
       eval_resize: ImageNet family: the shorter side before the central crop.
+      randaugment_ops: RandAugment ops per training image (0: off).
+      randaugment_magnitude: RandAugment's magnitude M (0-10 scale, up to 30).
+      erase_probability: the chance a training image has a box erased (0: off).
+      erase_area_range: random erasing: the box's area fraction range.
+      erase_aspect_range: random erasing: the box's height / width range.
     """
 
     family: str
@@ -63,6 +78,11 @@ class Preprocessing:
     area_range: tuple[float, float] = (0.08, 1.0)
     aspect_ratio_range: tuple[float, float] = (3 / 4, 4 / 3)
     eval_resize: int = 256
+    randaugment_ops: int = 0
+    randaugment_magnitude: float = 9.0
+    erase_probability: float = 0.0
+    erase_area_range: tuple[float, float] = (0.02, 1 / 3)
+    erase_aspect_range: tuple[float, float] = (0.3, 1 / 0.3)
 
 
 def _normalize(image: tf.Tensor, config: Preprocessing) -> tf.Tensor:
@@ -108,16 +128,96 @@ def cifar_choices(seed: tf.Tensor, config: Preprocessing) -> tf.Tensor:
     return tf.cast(tf.floor(uniform * scale), tf.int32)
 
 
-def cifar_train_batch(images: tf.Tensor, choices: tf.Tensor, config: Preprocessing) -> tf.Tensor:
-    """Normalize, pad, crop and flip a batch, each image by its own choices.
+def _randaugment(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> tf.Tensor:
+    """RandAugment on uint8 pixels, from the example's own RandAugment seed."""
+    if not config.randaugment_ops:
+        return image
+    # Geometric ops fill with the mean colour: about 0 once normalized.
+    fill = tuple(min(255, max(0, round(value))) for value in config.mean)
+    ra_seed = randaugment.sub_seed(seed, randaugment.RANDAUGMENT_STREAM)
+    return randaugment.randaugment(
+        image, ra_seed, config.randaugment_ops, config.randaugment_magnitude, fill
+    )
+
+
+def erase_choices(seed: tf.Tensor, config: Preprocessing) -> dict[str, tf.Tensor]:
+    """One example's random erasing draws and noise, or nothing when erasing is off.
+
+    Args:
+      seed: int [2], this example's stateless seed.
+      config: the parameters.
+
+    Returns:
+      {} when `erase_probability` is 0, else {"erase_draws": float32
+      [ERASE_DRAWS], "erase_noise": float32 [image_size, image_size, 3]}, for
+      `erase`.
+    """
+    if not config.erase_probability:
+        return {}
+    erase_seed = randaugment.sub_seed(seed, randaugment.ERASE_STREAM)
+    draws = randaugment.erase_draws(erase_seed)
+    shape = [config.image_size, config.image_size, 3]
+    noise = randaugment.erase_noise(erase_seed, draws, config.erase_probability, shape)
+    return {"erase_draws": draws, "erase_noise": noise}
+
+
+def erase_boxes(erase_draws: tf.Tensor, config: Preprocessing) -> tf.Tensor:
+    """int32 [batch, 4]: the boxes (top, left, height, width) of `erase_choices`' draws."""
+    size = config.image_size
+    return randaugment.erase_boxes(
+        erase_draws,
+        size,
+        size,
+        config.erase_probability,
+        config.erase_area_range,
+        config.erase_aspect_range,
+    )
+
+
+def erase(
+    images: tf.Tensor, erase_draws: tf.Tensor, erase_noise: tf.Tensor, config: Preprocessing
+) -> tf.Tensor:
+    """Random erasing of normalized float32 [batch, size, size, 3], from `erase_choices`."""
+    return randaugment.erase_batch(images, erase_boxes(erase_draws, config), erase_noise)
+
+
+def cifar_augment(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> dict:
+    """One example's part of the CIFAR recipe, before batching.
+
+    Args:
+      image: uint8 [size, size, 3].
+      seed: int [2], this example's stateless seed.
+      config: the parameters.
+
+    Returns:
+      {"image": uint8 (RandAugment applied, if on), "choices": `cifar_choices`}
+      and, with erasing on, `erase_choices`: the arguments of `cifar_train_batch`.
+    """
+    features = {"image": _randaugment(image, seed, config), "choices": cifar_choices(seed, config)}
+    features.update(erase_choices(seed, config))
+    return features
+
+
+def cifar_train_batch(
+    images: tf.Tensor,
+    choices: tf.Tensor,
+    config: Preprocessing,
+    erase_draws: tf.Tensor | None = None,
+    erase_noise: tf.Tensor | None = None,
+) -> tf.Tensor:
+    """Normalize, pad, crop, flip (and erase) a batch, each image by its own choices.
 
     Working on whole batches keeps the per-example work in the input pipeline
-    to drawing three numbers, which matters on machines with few cores.
+    to drawing three numbers (and RandAugment's ops when on), which matters on
+    machines with few cores.
 
     Args:
       images: uint8 [batch, size, size, 3].
       choices: int32 [batch, 3] from `cifar_choices`.
       config: the parameters.
+      erase_draws: float32 [batch, ERASE_DRAWS] from `erase_choices`, or None
+        (no erasing).
+      erase_noise: float32 [batch, size, size, 3] from `erase_choices`.
 
     Returns:
       [batch, size, size, 3] in `config.dtype`.
@@ -135,13 +235,16 @@ def cifar_train_batch(images: tf.Tensor, choices: tf.Tensor, config: Preprocessi
     crops = tf.gather(padded, rows, axis=1, batch_dims=1)
     crops = tf.gather(crops, columns, axis=2, batch_dims=1)
     crops = tf.ensure_shape(crops, [None, size, size, 3])
+    if erase_draws is not None:
+        crops = erase(crops, erase_draws, erase_noise, config)
     return tf.cast(crops, config.dtype)
 
 
 def cifar_train(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> tf.Tensor:
-    """Normalize, pad, random-crop and random-flip one decoded image.
+    """The CIFAR training recipe on one decoded image.
 
-    The same arithmetic as the pipeline's batched form, on a batch of one.
+    The same arithmetic as the pipeline's per-example (`cifar_augment`) and
+    batched (`cifar_train_batch`) parts, on a batch of one.
 
     Args:
       image: uint8 [H, W, 3] with H = W = `config.image_size`.
@@ -151,8 +254,9 @@ def cifar_train(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> tf.
     Returns:
       [image_size, image_size, 3] in `config.dtype`.
     """
-    choices = cifar_choices(seed, config)
-    return cifar_train_batch(image[None], choices[None], config)[0]
+    features = {key: value[None] for key, value in cifar_augment(image, seed, config).items()}
+    images, choices = features.pop("image"), features.pop("choices")
+    return cifar_train_batch(images, choices, config, **features)[0]
 
 
 def cifar_eval(image: tf.Tensor, config: Preprocessing) -> tf.Tensor:
@@ -185,7 +289,7 @@ def _random_crop_pixels(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing
 def imagenet_train(
     image: tf.Tensor, seed: tf.Tensor, config: Preprocessing, encoded: bool = False
 ) -> tf.Tensor:
-    """Random-resized crop and random flip of one image.
+    """Random-resized crop and random flip of one image (then RandAugment and erasing, if on).
 
     Args:
       image: uint8 [H, W, 3] pixels, or a scalar string of encoded bytes when
@@ -214,7 +318,16 @@ def imagenet_train(
     crop = _resize(crop, size, size)
     if config.flip:
         crop = tf.image.stateless_random_flip_left_right(crop, seed=flip_seed)
-    return _finish(_normalize(crop, config), config)
+    if config.randaugment_ops:
+        pixels = tf.cast(tf.clip_by_value(tf.round(crop), 0, 255), tf.uint8)
+        crop = tf.cast(_randaugment(pixels, seed, config), tf.float32)
+    image = _normalize(crop, config)
+    erasing = erase_choices(seed, config)
+    if erasing:
+        image = erase(
+            image[None], erasing["erase_draws"][None], erasing["erase_noise"][None], config
+        )[0]
+    return _finish(image, config)
 
 
 def _resize_shorter_side(image: tf.Tensor, config: Preprocessing, encoded: bool):

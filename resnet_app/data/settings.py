@@ -14,6 +14,10 @@ from resnet_app.common.fields import SET_BY
 
 FAMILIES = ("auto", "cifar", "imagenet")
 DTYPES = ("float32", "bfloat16", "float16")
+# RandAugment's op list has 14 ops (data/randaugment.py); magnitudes above the
+# 0-10 scale extrapolate, up to 30.
+MAX_RANDAUGMENT_OPS = 14
+MAX_RANDAUGMENT_MAGNITUDE = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +42,15 @@ class DataConfig:
       aspect_ratio_range: ImageNet recipe: the crop's aspect ratio range.
       eval_resize: ImageNet recipe: shorter side before the central crop
         (default: image_size / 0.875, so 256 for 224).
+      randaugment_ops: RandAugment (Cubuk et al. 2020) in training: ops applied
+        to each image, drawn from 14 (0: off; 2 is the usual choice).
+      randaugment_magnitude: RandAugment's magnitude M, on the 0-10 scale of
+        TF and timm (up to 30 extrapolates); 9 is the usual ImageNet value.
+      erase_probability: random erasing (Zhong et al. 2020) in training: the
+        chance an image has a box replaced by normal noise (0: off; 0.25 in
+        timm's recipes).
+      erase_area_range: random erasing: the box's area fraction range.
+      erase_aspect_range: random erasing: the box's height / width range.
       validation_split: training examples held out as the "holdout" split for
         model selection (after `train_examples`); evaluation then uses it
         instead of the test set.
@@ -65,6 +78,11 @@ class DataConfig:
     area_range: tuple[float, float] = (0.08, 1.0)
     aspect_ratio_range: tuple[float, float] = (3 / 4, 4 / 3)
     eval_resize: int | None = None
+    randaugment_ops: int = 0
+    randaugment_magnitude: float = 9.0
+    erase_probability: float = 0.0
+    erase_area_range: tuple[float, float] = (0.02, 1 / 3)
+    erase_aspect_range: tuple[float, float] = (0.3, 1 / 0.3)
     validation_split: int = 0
     eval_split: str | None = None
     train_examples: int | None = None
@@ -101,13 +119,32 @@ class DataConfig:
         checks.at_least("validation_split", self.validation_split, 0)
         for name in ("shuffle_buffer", "num_classes", "train_examples", "eval_examples"):
             checks.at_least(name, getattr(self, name))
-        for name in ("area_range", "aspect_ratio_range"):
+        for name in ("area_range", "aspect_ratio_range", "erase_area_range", "erase_aspect_range"):
             value = getattr(self, name)
             check(len(value) == 2, f"{name} needs 2 values, low and high; got {len(value)}")
             low, high = value
             check(0 < low <= high, f"{name}=({low}, {high}); need 0 < low <= high")
-        check(self.area_range[1] <= 1, f"area_range={self.area_range}; the area is at most 1")
+        for name in ("area_range", "erase_area_range"):
+            value = getattr(self, name)
+            check(value[1] <= 1, f"{name}={value}; the area is at most 1")
         for name in ("mean", "std"):
             value = getattr(self, name)
             check(value is None or len(value) == 3, f"{name} needs 3 values, one per channel")
         check(self.std is None or min(self.std) > 0, f"std={self.std}; must be positive")
+        self._check_augmentation()
+
+    def _check_augmentation(self) -> None:
+        ops, magnitude = self.randaugment_ops, self.randaugment_magnitude
+        if not 0 <= ops <= MAX_RANDAUGMENT_OPS:
+            raise ConfigError(
+                f"randaugment_ops={ops}; use 0 (off) to {MAX_RANDAUGMENT_OPS}, e.g. 2"
+            )
+        if not 0 <= magnitude <= MAX_RANDAUGMENT_MAGNITUDE:
+            raise ConfigError(
+                f"randaugment_magnitude={magnitude}; use 0 to {MAX_RANDAUGMENT_MAGNITUDE:g} "
+                "(10 is the scale's top), e.g. 9"
+            )
+        if not 0 <= self.erase_probability <= 1:
+            raise ConfigError(
+                f"erase_probability={self.erase_probability}; use 0 (off) to 1, e.g. 0.25"
+            )
