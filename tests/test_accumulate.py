@@ -60,6 +60,7 @@ def test_accumulated_micro_batches_make_the_whole_batchs_update(towers, steps):
 
 def test_with_batch_norm_each_micro_batch_has_its_own_statistics():
     """The control: with BatchNorm, accumulation is not the whole batch's update."""
+
     def make_model():
         return tiny_bn(synchronized=False)
 

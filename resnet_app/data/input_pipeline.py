@@ -168,11 +168,7 @@ class InputPipeline:
             area_range=tuple(config.area_range),
             aspect_ratio_range=tuple(config.aspect_ratio_range),
             eval_resize=eval_resize,
-            randaugment_ops=config.randaugment_ops,
-            randaugment_magnitude=config.randaugment_magnitude,
-            erase_probability=config.erase_probability,
-            erase_area_range=tuple(config.erase_area_range),
-            erase_aspect_range=tuple(config.erase_aspect_range),
+            **{name: getattr(config, name) for name in preprocessing.AUGMENT_SETTINGS},
         )
         logging.info(
             "Dataset %s: %s training examples, splits %s; %s; mean %s, std %s",
@@ -235,8 +231,7 @@ class InputPipeline:
         """One training example's part of the augmentation.
 
         The ImageNet recipe runs whole here. The CIFAR recipe only draws its
-        choices here (and runs RandAugment, if on); `_augment_batch` applies
-        them to the whole batch at once.
+        choices here; `_augment_batch` applies them to the whole batch at once.
         """
         config = self.preprocessing
         if config.family == "imagenet":
@@ -250,9 +245,9 @@ class InputPipeline:
             return batch
         batch = dict(batch)
         choices = batch.pop("choices")
-        erasing = {key: batch.pop(key) for key in ("erase_draws", "erase_noise") if key in batch}
+        augment = {key: batch.pop(key) for key in preprocessing.AUGMENT_FEATURES if key in batch}
         batch["image"] = preprocessing.cifar_train_batch(
-            batch["image"], choices, self.preprocessing, **erasing
+            batch["image"], choices, self.preprocessing, **augment
         )
         return batch
 

@@ -44,6 +44,16 @@ from resnet_app.data import randaugment
 IMAGENET_MEAN = (123.675, 116.28, 103.53)
 IMAGENET_STD = (58.395, 57.12, 57.375)
 EVAL_CROP_FRACTION = 0.875  # 224 / 256
+# RandAugment's and random erasing's settings, the same in `DataConfig`.
+AUGMENT_SETTINGS = (
+    "randaugment_ops",
+    "randaugment_magnitude",
+    "erase_probability",
+    "erase_area_range",
+    "erase_aspect_range",
+)
+# The per-example draws of RandAugment and random erasing (`augment_choices`).
+AUGMENT_FEATURES = ("op_indices", "op_signs", "erase_draws", "erase_noise")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,61 +138,44 @@ def cifar_choices(seed: tf.Tensor, config: Preprocessing) -> tf.Tensor:
     return tf.cast(tf.floor(uniform * scale), tf.int32)
 
 
-def _randaugment(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> tf.Tensor:
-    """RandAugment on uint8 pixels, from the example's own RandAugment seed."""
-    if not config.randaugment_ops:
-        return image
-    # Geometric ops fill with the mean colour: about 0 once normalized.
-    fill = tuple(min(255, max(0, round(value))) for value in config.mean)
-    ra_seed = randaugment.sub_seed(seed, randaugment.RANDAUGMENT_STREAM)
-    return randaugment.randaugment(
-        image, ra_seed, config.randaugment_ops, config.randaugment_magnitude, fill
-    )
+def augment_choices(seed: tf.Tensor, config: Preprocessing) -> dict[str, tf.Tensor]:
+    """One example's draws for RandAugment and random erasing, for those that are on.
 
-
-def erase_choices(seed: tf.Tensor, config: Preprocessing) -> dict[str, tf.Tensor]:
-    """One example's random erasing draws and noise, or nothing when erasing is off.
-
-    Args:
-      seed: int [2], this example's stateless seed.
-      config: the parameters.
+    Each has its own seed, folded from the example's, so the crop and flip
+    draws do not depend on them.
 
     Returns:
-      {} when `erase_probability` is 0, else {"erase_draws": float32
-      [ERASE_DRAWS], "erase_noise": float32 [image_size, image_size, 3]}, for
-      `erase`.
+      Some of `AUGMENT_FEATURES`: "op_indices" int32 and "op_signs" float32
+      [randaugment_ops] (`randaugment.choose_ops`); "erase_draws" float32
+      [ERASE_DRAWS] and "erase_noise" float32 [image_size, image_size, 3].
     """
-    if not config.erase_probability:
-        return {}
-    erase_seed = randaugment.sub_seed(seed, randaugment.ERASE_STREAM)
-    draws = randaugment.erase_draws(erase_seed)
-    shape = [config.image_size, config.image_size, 3]
-    noise = randaugment.erase_noise(erase_seed, draws, config.erase_probability, shape)
-    return {"erase_draws": draws, "erase_noise": noise}
+    features = {}
+    if config.randaugment_ops:
+        ra_seed = randaugment.sub_seed(seed, randaugment.RANDAUGMENT_STREAM)
+        indices, signs = randaugment.choose_ops(ra_seed, config.randaugment_ops)
+        features.update(op_indices=indices, op_signs=signs)
+    if config.erase_probability:
+        erase_seed = randaugment.sub_seed(seed, randaugment.ERASE_STREAM)
+        draws = randaugment.erase_draws(erase_seed)
+        shape = [config.image_size, config.image_size, 3]
+        noise = randaugment.erase_noise(erase_seed, draws, config.erase_probability, shape)
+        features.update(erase_draws=draws, erase_noise=noise)
+    return features
+
+
+def _fill(config: Preprocessing) -> tuple[int, ...]:
+    # Geometric ops fill with the mean colour: about 0 once normalized.
+    return tuple(min(255, max(0, round(value))) for value in config.mean)
 
 
 def erase_boxes(erase_draws: tf.Tensor, config: Preprocessing) -> tf.Tensor:
-    """int32 [batch, 4]: the boxes (top, left, height, width) of `erase_choices`' draws."""
-    size = config.image_size
-    return randaugment.erase_boxes(
-        erase_draws,
-        size,
-        size,
-        config.erase_probability,
-        config.erase_area_range,
-        config.erase_aspect_range,
-    )
-
-
-def erase(
-    images: tf.Tensor, erase_draws: tf.Tensor, erase_noise: tf.Tensor, config: Preprocessing
-) -> tf.Tensor:
-    """Random erasing of normalized float32 [batch, size, size, 3], from `erase_choices`."""
-    return randaugment.erase_batch(images, erase_boxes(erase_draws, config), erase_noise)
+    """int32 [batch, 4]: the boxes (top, left, height, width) of `augment_choices`' draws."""
+    size, area, aspect = config.image_size, config.erase_area_range, config.erase_aspect_range
+    return randaugment.erase_boxes(erase_draws, size, size, config.erase_probability, area, aspect)
 
 
 def cifar_augment(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> dict:
-    """One example's part of the CIFAR recipe, before batching.
+    """One example's part of the CIFAR recipe, before batching: its draws.
 
     Args:
       image: uint8 [size, size, 3].
@@ -190,39 +183,38 @@ def cifar_augment(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> d
       config: the parameters.
 
     Returns:
-      {"image": uint8 (RandAugment applied, if on), "choices": `cifar_choices`}
-      and, with erasing on, `erase_choices`: the arguments of `cifar_train_batch`.
+      {"image", "choices": `cifar_choices`} and `augment_choices`: with a batch
+      dimension, the arguments of `cifar_train_batch`.
     """
-    features = {"image": _randaugment(image, seed, config), "choices": cifar_choices(seed, config)}
-    features.update(erase_choices(seed, config))
-    return features
+    return {"image": image, "choices": cifar_choices(seed, config), **augment_choices(seed, config)}
 
 
 def cifar_train_batch(
-    images: tf.Tensor,
-    choices: tf.Tensor,
-    config: Preprocessing,
-    erase_draws: tf.Tensor | None = None,
-    erase_noise: tf.Tensor | None = None,
+    images: tf.Tensor, choices: tf.Tensor, config: Preprocessing, **augment: tf.Tensor
 ) -> tf.Tensor:
-    """Normalize, pad, crop, flip (and erase) a batch, each image by its own choices.
+    """RandAugment, normalize, pad, crop, flip, erase a batch, each image by its own draws.
 
     Working on whole batches keeps the per-example work in the input pipeline
-    to drawing three numbers (and RandAugment's ops when on), which matters on
-    machines with few cores.
+    to drawing a few numbers, which matters on machines with few cores.
 
     Args:
       images: uint8 [batch, size, size, 3].
       choices: int32 [batch, 3] from `cifar_choices`.
       config: the parameters.
-      erase_draws: float32 [batch, ERASE_DRAWS] from `erase_choices`, or None
-        (no erasing).
-      erase_noise: float32 [batch, size, size, 3] from `erase_choices`.
+      **augment: the batched `augment_choices` of the options that are on.
 
     Returns:
       [batch, size, size, 3] in `config.dtype`.
     """
     size, pad = config.image_size, config.crop_padding
+    if config.randaugment_ops:
+        images = randaugment.randaugment_batch(
+            images,
+            augment["op_indices"],
+            augment["op_signs"],
+            config.randaugment_magnitude,
+            _fill(config),
+        )
     images = _normalize(images, config)
     # Zero padding after normalization: the border is the mean colour.
     padded = tf.pad(images, [[0, 0], [pad, pad], [pad, pad], [0, 0]])
@@ -235,8 +227,9 @@ def cifar_train_batch(
     crops = tf.gather(padded, rows, axis=1, batch_dims=1)
     crops = tf.gather(crops, columns, axis=2, batch_dims=1)
     crops = tf.ensure_shape(crops, [None, size, size, 3])
-    if erase_draws is not None:
-        crops = erase(crops, erase_draws, erase_noise, config)
+    if config.erase_probability:
+        boxes = erase_boxes(augment["erase_draws"], config)
+        crops = randaugment.erase_batch(crops, boxes, augment["erase_noise"])
     return tf.cast(crops, config.dtype)
 
 
@@ -255,8 +248,7 @@ def cifar_train(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> tf.
       [image_size, image_size, 3] in `config.dtype`.
     """
     features = {key: value[None] for key, value in cifar_augment(image, seed, config).items()}
-    images, choices = features.pop("image"), features.pop("choices")
-    return cifar_train_batch(images, choices, config, **features)[0]
+    return cifar_train_batch(features.pop("image"), features.pop("choices"), config, **features)[0]
 
 
 def cifar_eval(image: tf.Tensor, config: Preprocessing) -> tf.Tensor:
@@ -318,15 +310,23 @@ def imagenet_train(
     crop = _resize(crop, size, size)
     if config.flip:
         crop = tf.image.stateless_random_flip_left_right(crop, seed=flip_seed)
+    augment = augment_choices(seed, config)
     if config.randaugment_ops:
         pixels = tf.cast(tf.clip_by_value(tf.round(crop), 0, 255), tf.uint8)
-        crop = tf.cast(_randaugment(pixels, seed, config), tf.float32)
+        magnitude, fill = config.randaugment_magnitude, _fill(config)
+        pixels = randaugment.randaugment(
+            pixels, augment["op_indices"], augment["op_signs"], magnitude, fill
+        )
+        crop = tf.cast(pixels, tf.float32)
     image = _normalize(crop, config)
-    erasing = erase_choices(seed, config)
-    if erasing:
-        image = erase(
-            image[None], erasing["erase_draws"][None], erasing["erase_noise"][None], config
-        )[0]
+    if config.erase_probability:
+        boxes = erase_boxes(augment["erase_draws"][None], config)
+        noise = augment["erase_noise"][None]
+        image = tf.cond(  # Most images are not erased.
+            boxes[0, 2] > 0,
+            lambda: randaugment.erase_batch(image[None], boxes, noise)[0],
+            lambda: image,
+        )
     return _finish(image, config)
 
 
