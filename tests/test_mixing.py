@@ -83,3 +83,37 @@ def test_draws_follow_beta_and_the_switch_probability():
 def test_bad_settings_are_one_line(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         mixing.MixSettings(**kwargs)
+
+
+def test_the_pipeline_mixes_each_batch_by_its_number_whatever_the_entry_point(tmp_path):
+    from resnet_app.data import input_pipeline, seeds
+
+    config = input_pipeline.DataConfig(
+        dataset="shapes",
+        data_dir=str(tmp_path),
+        train_examples=48,
+        eval_examples=8,
+        mixup_alpha=0.4,
+        cutmix_alpha=1.0,
+        mix_mode="example",
+    )
+    pipeline = input_pipeline.create_pipeline(config)
+    plain = input_pipeline.create_pipeline(
+        input_pipeline.DataConfig(dataset="shapes", data_dir=str(tmp_path), train_examples=48)
+    )
+    stream = list(pipeline.train_dataset(12).take(3))
+    entered = next(iter(pipeline.train_dataset(12, start_example=24)))
+    for key, value in stream[2].items():
+        np.testing.assert_array_equal(entered[key].numpy(), value.numpy())
+    # Batch 1 is the unmixed batch 1, mixed by the draws of seed (MIX, batch 1).
+    unmixed = list(plain.train_dataset(12).take(2))[1]
+    key = seeds.stream_seed(0, seeds.MIX, 0)
+    choices = mixing.draws(
+        tf.random.experimental.stateless_fold_in(key, tf.constant(1, tf.int64)),
+        config.mix_settings(),
+        12,
+    )
+    expected = mixing.mix_with(unmixed, choices)
+    for name in ("image", "label", "mix_label", "mix_weight"):
+        np.testing.assert_array_equal(stream[1][name].numpy(), expected[name].numpy())
+    assert not np.array_equal(stream[1]["image"].numpy(), unmixed["image"].numpy())

@@ -21,6 +21,11 @@ MODERN = [
     "--set=optimizer.class=lamb",
     "--set=optimizer.learning_rate=0.01",
     "--set=optimizer.weight_decay=0.02",
+    "--set=data.mixup_alpha=0.2",
+    "--set=data.cutmix_alpha=1.0",
+    "--set=data.mix_mode=example",
+    "--set=data.randaugment_ops=2",
+    "--set=data.erase_probability=0.25",
 ]
 
 

@@ -22,43 +22,9 @@ accuracy is reported against it) and gains "mix_label" (the other) and
 
 from __future__ import annotations
 
-import dataclasses
-
 import tensorflow as tf
 
-from resnet_app.common.errors import ConfigError
-
-MODES = ("batch", "example")
-
-
-@dataclasses.dataclass(frozen=True)
-class MixSettings:
-    """Mixup and CutMix settings (`data.` config keys).
-
-    Attributes:
-      mixup_alpha: Beta(alpha, alpha) of Mixup's share; 0 for no Mixup.
-      cutmix_alpha: Beta(alpha, alpha) of CutMix's share; 0 for no CutMix.
-      switch_prob: with both on, the probability of CutMix for a draw.
-      mode: "batch" (one draw per batch) or "example" (one per example).
-    """
-
-    mixup_alpha: float = 0.0
-    cutmix_alpha: float = 0.0
-    switch_prob: float = 0.5
-    mode: str = "batch"
-
-    def __post_init__(self):
-        for name in ("mixup_alpha", "cutmix_alpha"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"data.{name}={getattr(self, name)}; use 0 (off) or more")
-        if not 0 <= self.switch_prob <= 1:
-            raise ConfigError(f"data.mix_switch_prob={self.switch_prob}; use a value in [0, 1]")
-        if self.mode not in MODES:
-            raise ConfigError(f"data.mix_mode={self.mode!r}; use one of {', '.join(MODES)}")
-
-    @property
-    def enabled(self) -> bool:
-        return self.mixup_alpha > 0 or self.cutmix_alpha > 0
+from resnet_app.data.settings import MixSettings
 
 
 def _beta(seed: tf.Tensor, alpha: float, count: int) -> tf.Tensor:
@@ -115,13 +81,10 @@ def mix_with(batch: dict, choices: dict) -> dict:
     height, width = images.shape[1], images.shape[2]
     lam = choices["lam"]
     box = cutmix_box(lam, choices["centre"], height, width)
-    rows, cols = tf.range(height)[None, :, None], tf.range(width)[None, None, :]
-    inside = (
-        (rows >= box[:, 0, None, None])
-        & (rows < box[:, 1, None, None])
-        & (cols >= box[:, 2, None, None])
-        & (cols < box[:, 3, None, None])
-    )
+    rows = tf.reshape(tf.range(height), [1, height, 1])
+    cols = tf.reshape(tf.range(width), [1, 1, width])
+    top, bottom, left, right = (tf.reshape(box[:, k], [-1, 1, 1]) for k in range(4))
+    inside = (rows >= top) & (rows < bottom) & (cols >= left) & (cols < right)
     area = tf.cast(box[:, 1] - box[:, 0], tf.float32) * tf.cast(box[:, 3] - box[:, 2], tf.float32)
     cut_share = 1.0 - area / float(height * width)  # The share actually left after pasting.
     cutmix = choices["cutmix"]

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-# Independent streams of randomness drawn from the one --seed.
-ORDER, AUGMENT, RECORDS = 1, 2, 3
+# Independent streams of randomness drawn from the one --seed (MIX: Mixup and
+# CutMix, one draw per batch number).
+ORDER, AUGMENT, RECORDS, MIX = 1, 2, 3, 4
 
 
 def stream_seed(seed: int, stream: int, epoch) -> tf.Tensor:

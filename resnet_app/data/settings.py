@@ -20,6 +20,39 @@ MAX_RANDAUGMENT_OPS = 14
 MAX_RANDAUGMENT_MAGNITUDE = 30.0
 
 
+MIX_MODES = ("batch", "example")
+
+
+@dataclasses.dataclass(frozen=True)
+class MixSettings:
+    """Mixup and CutMix settings (`data.` config keys).
+
+    Attributes:
+      mixup_alpha: Beta(alpha, alpha) of Mixup's share; 0 for no Mixup.
+      cutmix_alpha: Beta(alpha, alpha) of CutMix's share; 0 for no CutMix.
+      switch_prob: with both on, the probability of CutMix for a draw.
+      mode: "batch" (one draw per batch) or "example" (one per example).
+    """
+
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
+    switch_prob: float = 0.5
+    mode: str = "batch"
+
+    def __post_init__(self):
+        for name in ("mixup_alpha", "cutmix_alpha"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"data.{name}={getattr(self, name)}; use 0 (off) or more")
+        if not 0 <= self.switch_prob <= 1:
+            raise ConfigError(f"data.mix_switch_prob={self.switch_prob}; use a value in [0, 1]")
+        if self.mode not in MIX_MODES:
+            raise ConfigError(f"data.mix_mode={self.mode!r}; use one of {', '.join(MIX_MODES)}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.mixup_alpha > 0 or self.cutmix_alpha > 0
+
+
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     """Everything about the input; every field is a config key and a flag.
@@ -51,6 +84,13 @@ class DataConfig:
         timm's recipes).
       erase_area_range: random erasing: the box's area fraction range.
       erase_aspect_range: random erasing: the box's height / width range.
+      mixup_alpha: Mixup (Zhang et al. 2018) in training: each image blended
+        with its partner in the global batch by a Beta(alpha, alpha) share;
+        0 for none (`data/mixing.py`).
+      cutmix_alpha: CutMix (Yun et al. 2019): a box of the partner pasted in,
+        its area from Beta(alpha, alpha); 0 for none.
+      mix_switch_prob: with both on, the probability of CutMix for a draw.
+      mix_mode: "batch" (one draw per batch) or "example" (one per example).
       validation_split: training examples held out as the "holdout" split for
         model selection (after `train_examples`); evaluation then uses it
         instead of the test set.
@@ -83,6 +123,10 @@ class DataConfig:
     erase_probability: float = 0.0
     erase_area_range: tuple[float, float] = (0.02, 1 / 3)
     erase_aspect_range: tuple[float, float] = (0.3, 1 / 0.3)
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
+    mix_switch_prob: float = 0.5
+    mix_mode: str = "batch"
     validation_split: int = 0
     eval_split: str | None = None
     train_examples: int | None = None
@@ -131,6 +175,7 @@ class DataConfig:
             value = getattr(self, name)
             check(value is None or len(value) == 3, f"{name} needs 3 values, one per channel")
         check(self.std is None or min(self.std) > 0, f"std={self.std}; must be positive")
+        self.mix_settings()  # Checks the Mixup and CutMix values.
         self._check_augmentation()
 
     def _check_augmentation(self) -> None:
@@ -148,3 +193,7 @@ class DataConfig:
             raise ConfigError(
                 f"erase_probability={self.erase_probability}; use 0 (off) to 1, e.g. 0.25"
             )
+
+    def mix_settings(self) -> MixSettings:
+        """The Mixup and CutMix settings (`data/mixing.py`)."""
+        return MixSettings(self.mixup_alpha, self.cutmix_alpha, self.mix_switch_prob, self.mix_mode)
