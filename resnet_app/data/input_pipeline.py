@@ -348,19 +348,8 @@ class InputPipeline:
         stream = _map_examples(stream, transform, split.encoded)
         stream = stream.batch(batch, drop_remainder=True)
         stream = stream.map(self._augment_batch, num_parallel_calls=tf.data.AUTOTUNE)
-        mix = self.config.mix_settings()
-        if mix.enabled:
-            # Each batch's draws from (seed, its number since the start of epoch 0).
-            first_batch = start_example // global_batch_size
-            mix_key = seeds.stream_seed(seed, seeds.MIX, 0)
-
-            def mix_batch(number, batch):
-                batch_seed = tf.random.experimental.stateless_fold_in(mix_key, number)
-                return mixing.mix_batch(batch, batch_seed, mix)
-
-            stream = stream.enumerate(start=first_batch).map(
-                mix_batch, num_parallel_calls=tf.data.AUTOTUNE
-            )
+        settings = self.config.mix_settings()
+        stream = mixing.mix_stream(stream, settings, seed, start_example // global_batch_size)
         return stream.prefetch(tf.data.AUTOTUNE).with_options(_options())
 
     def _record_epoch(self, split: sources.Split, epoch: tf.Tensor) -> tf.data.Dataset:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from resnet_app.data import seeds
 from resnet_app.data.settings import MixSettings
 
 
@@ -109,3 +110,22 @@ def mix_batch(batch: dict, seed: tf.Tensor, settings: MixSettings) -> dict:
     if size is None:
         raise ValueError("mixing needs batches of a static size (drop_remainder=True)")
     return mix_with(batch, draws(seed, settings, size))
+
+
+def mix_stream(stream, settings: MixSettings, seed: int, first_batch: int):
+    """A batched training stream with each batch mixed, if `settings` are on.
+
+    Each batch's draws come from (seed, its number since the start of epoch 0,
+    `first_batch` for the stream's first), so entering the stream anywhere
+    mixes alike.
+    """
+    if not settings.enabled:
+        return stream
+    key = seeds.stream_seed(seed, seeds.MIX, 0)
+
+    def mix_numbered(number, batch):
+        return mix_batch(batch, tf.random.experimental.stateless_fold_in(key, number), settings)
+
+    return stream.enumerate(start=first_batch).map(
+        mix_numbered, num_parallel_calls=tf.data.AUTOTUNE
+    )
