@@ -21,7 +21,7 @@ from resnet_app.data.input_pipeline import InputPipeline
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.data.settings import DataConfig
 
-__all__ = ["create_run_pipeline", "read_data_info", "write_data_info"]
+__all__ = ["create_run_pipeline", "parse_data_info", "read_data_info", "write_data_info"]
 
 
 def write_data_info(pipeline: InputPipeline, model_dir: str) -> None:
@@ -44,7 +44,9 @@ def write_data_info(pipeline: InputPipeline, model_dir: str) -> None:
     run_dir.write_data_info(model_dir, info)
 
 
-def _parse_data_info(info: dict) -> tuple[list[str], Preprocessing]:
+def parse_data_info(info: dict) -> tuple[list[str], Preprocessing]:
+    """(class names, preprocessing) from `{"class_names", "preprocessing"}` as
+    `write_data_info` writes them (and the export's model_info.json holds them)."""
     fields = {k: tuple(v) if isinstance(v, list) else v for k, v in info["preprocessing"].items()}
     return [str(name) for name in info["class_names"]], Preprocessing(**fields)
 
@@ -61,7 +63,7 @@ def read_data_info(model_dir: str) -> tuple[list[str], Preprocessing] | None:
     Raises:
       ConfigError: when the file exists but is not one `write_data_info` wrote.
     """
-    return run_dir.read_data_info(model_dir, _parse_data_info)
+    return run_dir.read_data_info(model_dir, parse_data_info)
 
 
 def _recorded_image_size(model_dir: str, dataset: str, preset_size: int) -> int | None:

@@ -91,17 +91,14 @@ def _load_portable(path: str) -> Classifier:
     import numpy as np
     import tensorflow as tf
 
-    from resnet_app.data.preprocessing import Preprocessing, decode_image
+    from resnet_app.data import run_pipeline
+    from resnet_app.data.preprocessing import decode_image
     from resnet_app.serving import deploy, onnx_export, portable, tflite
 
     info_path = os.path.join(os.path.dirname(os.path.abspath(path)), deploy.MODEL_INFO)
     try:
         with open(info_path) as file:
-            info = json.load(file)
-        fields = {
-            k: tuple(v) if isinstance(v, list) else v for k, v in info["preprocessing"].items()
-        }
-        preprocessing, names = Preprocessing(**fields), list(info["class_names"])
+            names, preprocessing = run_pipeline.parse_data_info(json.load(file))
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ConfigError(
             f"{path}: its {deploy.MODEL_INFO} is missing or damaged ({first_line(error)}); keep "
