@@ -310,7 +310,7 @@ def test_a_run_without_data_info_reads_its_dataset_instead(tiny_run, tmp_path):
     (copy / run_dir.DATA_INFO_FILE).unlink()
     served, _ = savedmodel.load(str(copy))
     assert served.class_names == recorded[0]
-    measured = dataclasses.replace(served._preprocessing, dtype=recorded[1].dtype)
+    measured = dataclasses.replace(served.preprocessing, dtype=recorded[1].dtype)
     assert measured == recorded[1]
 
     (copy / run_dir.DATA_INFO_FILE).write_text('{"class_names": ["a"]')

@@ -110,7 +110,7 @@ def write_formats(staged: str, served, source: dict, run_config, request: Reques
 
     from resnet_app.serving import onnx_export, parity, portable, tflite
 
-    prep = served._preprocessing  # noqa: SLF001 - the export's own module.
+    prep = served.preprocessing
     images, labels, calibration, split = _images(run_config, source["model_dir"], prep, request)
     signature = tf.saved_model.load(staged).signatures["serving_default"]
 

@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from resnet_app.data.preprocessing import Preprocessing, decode_image
+from resnet_app.serving import tta
 
 
 def input_size(preprocessing: Preprocessing) -> int:
@@ -115,10 +116,6 @@ class PortableClassifier(tf.Module):
         spec = tf.TensorSpec([batch, size, size, 3], tf.uint8, name="images")
         self.classify = tf.function(self._classify, input_signature=[spec])
 
-    def _probabilities(self, pixels: tf.Tensor) -> tf.Tensor:
-        logits = tf.cast(self.model(pixels, training=False), tf.float32)
-        return tf.nn.softmax(logits / self.temperature)
-
     def _classify(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         config = self.preprocessing
         pixels = tf.cast(images, tf.float32)
@@ -130,8 +127,10 @@ class PortableClassifier(tf.Module):
         mean = tf.constant(np.asarray(config.mean, np.float32))
         std = tf.constant(np.asarray(config.std, np.float32))
         pixels = (pixels - mean) / std
-        probabilities = self._probabilities(pixels)
-        if self.tta == "flip":
-            flipped = self._probabilities(tf.reverse(pixels, axis=[2]))
-            probabilities = (probabilities + flipped) / 2
-        return {"probabilities": probabilities}
+        if self.tta == tta.FLIP:  # The views' averaged probabilities (`serving/tta.py`).
+            views = tta.view_logits(self.model, pixels, tta.FLIP)
+            return {
+                "probabilities": tf.nn.softmax(tta.mean_probability_logits(views, self.temperature))
+            }
+        logits = tf.cast(self.model(pixels, training=False), tf.float32)
+        return {"probabilities": tf.nn.softmax(logits / self.temperature)}

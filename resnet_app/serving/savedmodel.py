@@ -46,7 +46,7 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.data import run_pipeline
 from resnet_app.data.preprocessing import Preprocessing, eval_image
 from resnet_app.nets import factory
-from resnet_app.serving import calibration
+from resnet_app.serving import calibration, tta
 
 TOP_K = 5
 SIGNATURES = ("serving_default", "serving_bytes", "features")
@@ -81,6 +81,11 @@ class ServingModel(tf.Module):
         self._preprocessing = preprocessing
         self._names = tf.constant(self.class_names, tf.string)
 
+    @property
+    def preprocessing(self) -> Preprocessing:
+        """The run's evaluation preprocessing, which every signature applies."""
+        return self._preprocessing
+
     def _preprocess(self, images: tf.Tensor, encoded: bool) -> tf.Tensor:
         size = self._preprocessing.image_size
         return tf.map_fn(
@@ -90,13 +95,14 @@ class ServingModel(tf.Module):
         )
 
     def _classify(self, pixels: tf.Tensor) -> dict[str, tf.Tensor]:
-        logits = tf.cast(self.model(pixels, training=False), tf.float32)
-        probabilities = tf.nn.softmax(logits / self.temperature)
-        if self.tta == "flip":
-            flipped = tf.cast(self.model(tf.reverse(pixels, axis=[2]), training=False), tf.float32)
-            probabilities = (probabilities + tf.nn.softmax(flipped / self.temperature)) / 2
-            # Logits whose softmax is the averaged probabilities.
-            logits = tf.math.log(probabilities)
+        if self.tta == tta.FLIP:
+            # Logits whose softmax is the views' averaged probabilities (`serving/tta.py`).
+            views = tta.view_logits(self.model, pixels, tta.FLIP)
+            logits = tta.mean_probability_logits(views, self.temperature)
+            probabilities = tf.nn.softmax(logits)
+        else:
+            logits = tf.cast(self.model(pixels, training=False), tf.float32)
+            probabilities = tf.nn.softmax(logits / self.temperature)
         # Ranked by logits: probabilities that underflow to 0 would tie.
         top_ids = tf.math.top_k(logits, self.top_k).indices
         top_probabilities = tf.gather(probabilities, top_ids, batch_dims=1)
