@@ -27,18 +27,19 @@ from absl import logging
 
 from resnet_app.common.errors import ConfigError, first_line
 
-QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
-
 
 def convert(classifier, quantize: str = "none", representative: np.ndarray | None = None) -> bytes:
     """The `.tflite` bytes of `classifier` (a `PortableClassifier`).
 
+    Args:
+      classifier: the portable classifier.
+      quantize: one of `deploy.QUANTIZATIONS` (checked there, with the flags).
+      representative: int8: uint8 calibration images at the classifier's size.
+
     Raises:
-      ConfigError: for an unknown quantization, int8 without images, or a
-        conversion that fails or loses the weights.
+      ConfigError: for int8 without images, or a conversion that fails or
+        loses the weights.
     """
-    if quantize not in QUANTIZATIONS:
-        raise ConfigError(f"--quantize={quantize}: use one of {', '.join(QUANTIZATIONS)}")
     function = classifier.classify.get_concrete_function()
     converter = tf.lite.TFLiteConverter.from_concrete_functions([function], classifier)
     if quantize != "none":
