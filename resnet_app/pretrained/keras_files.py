@@ -129,16 +129,9 @@ def _target(name: str) -> tuple[str, tuple[str, ...]] | None:
         return None
     stage, unit, k, kind = match.groups()
     prefix = f"stage{int(stage) - 1}_unit{int(unit) - 1}"
-    suffix = "shortcut_" if k == "0" else ""
-    number = "" if k == "0" else k
-    return (
-        (f"{prefix}_{suffix}conv{number}", CONV)
-        if kind == "conv"
-        else (
-            f"{prefix}_{suffix}bn{number}",
-            BATCH_NORM,
-        )
-    )
+    # Branch layers 1-3 are conv{k}/bn{k}; layer 0 is the projection shortcut.
+    layer = f"shortcut_{kind}" if k == "0" else f"{kind}{k}"
+    return f"{prefix}_{layer}", CONV if kind == "conv" else BATCH_NORM
 
 
 def read(path: str) -> SourceWeights:
@@ -169,7 +162,7 @@ def read(path: str) -> SourceWeights:
             biases[ours] = named.pop("bias")
         layers[ours] = named
     for conv, bias in biases.items():
-        norm = conv.replace("conv", "bn") if conv != "stem_conv" else "stem_bn"
+        norm = conv.replace("conv", "bn")  # stem_bn, stageS_unitU_bnK, ..._shortcut_bn.
         if norm not in layers:
             raise ConfigError(f"{path} has no BatchNorm after {conv}; not a Keras ResNet v1 file")
         layers[norm]["moving_mean"] = layers[norm]["moving_mean"] - bias

@@ -149,15 +149,14 @@ def with_run_details(source: Source) -> Source:
     from resnet_app import config as config_lib
     from resnet_app.common import checkpoint
     from resnet_app.data import run_pipeline
-    from resnet_app.nets.presets import get_config
 
     prefix, directory = checkpoint_of(source)
     saved = checkpoint.read_value(prefix, "config")
     fields: dict[str, Any] = {}
     if saved is not None:
-        config = config_lib.from_yaml(saved.decode(), f"the config saved in {prefix}")
-        preset = get_config(config.model_name, **config.model_overrides)
-        fields = {name: getattr(preset, name) for name in EXACT_FIELDS}
+        fields = _exact_fields(
+            config_lib.from_yaml(saved.decode(), f"the config saved in {prefix}")
+        )
     recorded = run_pipeline.read_data_info(directory)
     mean = std = None
     if recorded is None:
@@ -196,11 +195,16 @@ def checkpoint_of(source: Source) -> tuple[str, str]:
 
 def recorded(saved: Config, spec: str) -> Source:
     """What a resumed run adopted from its source, as the run's own config recorded it."""
-    from resnet_app.nets.presets import get_config
-
-    preset = get_config(saved.model_name, **saved.model_overrides)
-    fields = {name: getattr(preset, name) for name in EXACT_FIELDS}
+    fields = _exact_fields(saved)
     return Source(spec, RUN, model_fields=fields, mean=saved.data.mean, std=saved.data.std)
+
+
+def _exact_fields(config: Config) -> dict[str, Any]:
+    """The `EXACT_FIELDS` of a config's network, as its preset resolves them."""
+    from resnet_app.nets.presets import get_config  # Pure data: no TensorFlow.
+
+    preset = get_config(config.model_name, **config.model_overrides)
+    return {name: getattr(preset, name) for name in EXACT_FIELDS}
 
 
 def adopt(config: Config, source: Source) -> Config:
