@@ -79,3 +79,16 @@ def tiny_export(tiny_run, tmp_path_factory):
     assert record["checkpoint"] == "ckpt-4" and record["step"] == 4
     assert record["export_dir"] == str(export_dir)
     return export_dir
+
+
+@pytest.fixture(scope="module")
+def private_shapes_cache(tmp_path_factory):
+    """The module's tests keep the `shapes` cache in a temporary folder, out of the user's home."""
+    cache = tmp_path_factory.mktemp("cache")
+    previous = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(cache)
+    yield
+    if previous is None:
+        del os.environ["XDG_CACHE_HOME"]
+    else:
+        os.environ["XDG_CACHE_HOME"] = previous

@@ -39,3 +39,20 @@ def saved_tensors(prefix):
     """Every value in a checkpoint, by key, read without any model code."""
     reader = tf.train.load_checkpoint(str(prefix))
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def copy_with_temperature(model_dir, destination, temperature, step):
+    """A copy of a run directory holding a temperature "fitted" on checkpoint ckpt-`step`.
+
+    The record's other numbers are placeholders: only the temperature is read back.
+    """
+    import shutil
+
+    from resnet_app.serving import calibration
+
+    shutil.copytree(model_dir, destination)
+    record = {"temperature": temperature, "checkpoint": f"ckpt-{step}", "step": step}
+    record.update(split="holdout", num_examples=1, nll_before=1, nll_after=1)
+    record.update(ece_before=0, ece_after=0)
+    calibration.save_temperature(str(destination), record)
+    return destination

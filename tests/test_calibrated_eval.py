@@ -394,11 +394,7 @@ def test_crops_of_an_imagenet_style_run_match_the_ten_view_average(tiny_run, tmp
 
 def test_a_fitted_temperature_is_reported_scaled(tiny_run, tmp_path):
     resolved, model_dir = tiny_run
-    copy = tmp_path / "run"
-    shutil.copytree(model_dir, copy)
-    fitted = {"temperature": 0.25, "checkpoint": "ckpt-2", "step": 2, "split": "holdout"}
-    fitted.update(num_examples=1, nll_before=1, nll_after=1, ece_before=0, ece_after=0)
-    calibration.save_temperature(str(copy), fitted)
+    copy = runs.copy_with_temperature(model_dir, tmp_path / "run", 0.25, step=2)
     result = evaluate_cli(copy)
     [record] = json_lines(result)
     _, _, logits, labels = restored_logits(resolved, model_dir, "ckpt-4")
@@ -515,11 +511,7 @@ def test_two_workers_gather_every_examples_logits(tiny_run, tmp_path):
     from tests.test_evaluate_cli import evaluate_on_two_workers
 
     resolved, model_dir = tiny_run
-    copy = tmp_path / "run"
-    shutil.copytree(model_dir, copy)
-    fitted = {"temperature": 0.5, "checkpoint": "ckpt-4", "step": 4, "split": "holdout"}
-    fitted.update(num_examples=1, nll_before=1, nll_after=1, ece_before=0, ece_after=0)
-    calibration.save_temperature(str(copy), fitted)
+    copy = runs.copy_with_temperature(model_dir, tmp_path / "run", 0.5, step=4)
     records = []
     for status, output, errors in evaluate_on_two_workers(
         copy, "--batch_size=8", "--tta=flip", f"--report_dir={tmp_path / 'reports'}"

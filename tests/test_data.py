@@ -21,17 +21,8 @@ def shapes_config(**overrides):
     return input_pipeline.DataConfig(**fields)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def private_cache(tmp_path_factory):
-    # Keep the shapes cache out of the user's home.
-    cache = tmp_path_factory.mktemp("cache")
-    previous = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(cache)
-    yield
-    if previous is None:
-        del os.environ["XDG_CACHE_HOME"]
-    else:
-        os.environ["XDG_CACHE_HOME"] = previous
+# Each module generates its own `shapes` cache (see conftest.private_shapes_cache).
+pytestmark = pytest.mark.usefixtures("private_shapes_cache")
 
 
 @pytest.fixture(scope="module")

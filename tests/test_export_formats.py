@@ -18,7 +18,7 @@ import tensorflow as tf
 from resnet_app import config
 from resnet_app.data import run_pipeline
 from resnet_app.nets import factory
-from resnet_app.serving import calibration
+from tests import runs
 from tests.commands import REPO, error_line, run_command
 
 pytestmark = pytest.mark.integration  # Subprocesses and exports.
@@ -162,19 +162,7 @@ def test_predict_gives_the_same_answers_from_every_format(all_formats, tmp_path)
 
 def test_temperature_and_flip_reach_every_format(tiny_run, tmp_path):
     _, tiny_dir = tiny_run
-    model_dir = tmp_path / "run"
-    shutil.copytree(tiny_dir, model_dir)
-    calibration.save_temperature(
-        str(model_dir),
-        {
-            "temperature": 2.5,
-            "checkpoint": "ckpt-4",
-            "step": 4,
-            "split": "holdout",
-            "num_examples": 16,
-            **dict.fromkeys(("nll_before", "nll_after", "ece_before", "ece_after"), 0.0),
-        },
-    )
+    model_dir = runs.copy_with_temperature(tiny_dir, tmp_path / "run", 2.5, step=4)
     export_dir = tmp_path / "export"
     export(model_dir, export_dir, "--format=tflite,onnx", "--tta=flip", "--eval_examples=8")
     images, model, normalized = reference(model_dir)

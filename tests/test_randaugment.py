@@ -15,7 +15,6 @@ with the fill: those pixels are left out; farther outside both are the fill.
 import dataclasses
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -36,17 +35,8 @@ MAGNITUDES = (0, 3, 9, 10, 25)
 FIXTURE = Path(__file__).parent / "fixtures" / "run_v0_tiny"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def private_cache(tmp_path_factory):
-    # Keep the shapes cache out of the user's home.
-    cache = tmp_path_factory.mktemp("cache")
-    previous = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(cache)
-    yield
-    if previous is None:
-        del os.environ["XDG_CACHE_HOME"]
-    else:
-        os.environ["XDG_CACHE_HOME"] = previous
+# Each module generates its own `shapes` cache (see conftest.private_shapes_cache).
+pytestmark = pytest.mark.usefixtures("private_shapes_cache")
 
 
 def sample_images():
