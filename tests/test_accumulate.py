@@ -73,3 +73,15 @@ def test_with_batch_norm_each_micro_batch_has_its_own_statistics():
         for a, b in zip(whole.trainable_variables, sliced.trainable_variables)
     ]
     assert max(differences) > 1e-4
+
+
+def test_a_batch_that_does_not_split_into_micro_batches_is_one_line(tmp_path):
+    from resnet_app.common.errors import ConfigError
+    from resnet_app.engine import setup
+    from tests import runs
+
+    config = runs.small_config(tmp_path, "train.accumulate_steps=3", train_steps=1)
+    with pytest.raises(
+        ConfigError, match=r"does not split into train.accumulate_steps=3 .*use a multiple of 3$"
+    ):
+        setup.build_run(config, str(tmp_path / "run"))

@@ -309,16 +309,16 @@ def _preset(config: Config):
 def _check_machine(config: Config, strategy: tf.distribute.Strategy) -> None:
     """Refuses settings the strategy cannot run."""
     train, replicas = config.train, strategy.num_replicas_in_sync
-    if train.batch_size % (replicas * train.accumulate_steps) and train.batch_size % replicas == 0:
-        raise ConfigError(
-            f"train.batch_size={train.batch_size} over {replicas} tower(s) does not "
-            f"split into train.accumulate_steps={train.accumulate_steps} equal micro-batches; "
-            f"use a multiple of {replicas * train.accumulate_steps}"
-        )
     if train.batch_size % replicas:
         raise ConfigError(
             f"train.batch_size={train.batch_size} is not divisible by the {replicas} "
             f"towers; use a multiple of {replicas}"
+        )
+    if train.batch_size % (replicas * train.accumulate_steps):
+        raise ConfigError(
+            f"train.batch_size={train.batch_size} over {replicas} tower(s) does not "
+            f"split into train.accumulate_steps={train.accumulate_steps} equal micro-batches; "
+            f"use a multiple of {replicas * train.accumulate_steps}"
         )
     if train.precision == "bf16" and not tf.config.list_logical_devices("GPU"):
         warn_if_bf16_is_emulated(hardware.read_cpu_info())
