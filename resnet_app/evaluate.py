@@ -112,6 +112,7 @@ _TTA = flags.DEFINE_enum(
     "Test-time augmentation: average the probabilities of each image and its mirror (flip), "
     "or of 10 crops (crops: ImageNet-style runs). Default: one view.",
 )
+_WEIGHTS = cli.define_weights_flag()
 _FIT_TEMPERATURE = flags.DEFINE_boolean(
     "fit_temperature",
     False,
@@ -143,6 +144,7 @@ def _fit_temperature() -> None:
         batch_size=_BATCH_SIZE.value,
         num_towers=_NUM_TOWERS.value,
         data_dir=_DATA_DIR.value,
+        weights=_WEIGHTS.value,
         on_record=_print_record,
     )
 
@@ -161,6 +163,7 @@ def main(argv: list[str]) -> None:
         data_dir=_DATA_DIR.value,
         report_dir=_REPORT_DIR.value,
         tta=_TTA.value,
+        weights=_WEIGHTS.value,
         on_record=_print_record,
     )
 

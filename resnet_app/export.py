@@ -85,6 +85,8 @@ _TTA = flags.DEFINE_string(
     "image, probabilities averaged: twice the latency).",
 )
 
+_WEIGHTS = cli.define_weights_flag()
+
 
 def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
@@ -109,7 +111,7 @@ def main(argv: list[str]) -> None:
     # Before any work: nothing in the way is ever replaced but an old export.
     savedmodel.check_destination(_EXPORT_DIR.value, _OVERWRITE.value, _MODEL_DIR.value)
     served, source = savedmodel.load(
-        _MODEL_DIR.value, _CHECKPOINT.value, _TOP_K.value, tta=_TTA.value
+        _MODEL_DIR.value, _CHECKPOINT.value, _TOP_K.value, tta=_TTA.value, weights=_WEIGHTS.value
     )
     report = {}
 

@@ -45,6 +45,7 @@ _CHECKPOINT = flags.DEFINE_string(
     "With --model_dir: latest (the newest readable one), best (the best evaluation, kept by "
     "train.keep_best), ckpt-N or N.",
 )
+_WEIGHTS = cli.define_weights_flag()  # With --model_dir.
 _TOP_K = flags.DEFINE_integer(
     "top_k", None, "Classes to show per image (default: all the model gives, usually 5)."
 )
@@ -63,7 +64,7 @@ def main(argv: list[str]) -> None:
     checks.at_least("--top_k", _TOP_K.value)
     paths = classify.expand(argv[1:], on_unreadable=_unreadable_folder)
     classifier = classify.load_classifier(
-        _EXPORT_DIR.value, _MODEL_DIR.value, _CHECKPOINT.value, _TOP_K.value
+        _EXPORT_DIR.value, _MODEL_DIR.value, _CHECKPOINT.value, _TOP_K.value, _WEIGHTS.value
     )
     warned = failed = False
     for batch in classify.classify_files(classifier, paths, _BATCH_SIZE.value):

@@ -52,6 +52,7 @@ def copy_with_temperature(model_dir, destination, temperature, step):
 
     shutil.copytree(model_dir, destination)
     record = {"temperature": temperature, "checkpoint": f"ckpt-{step}", "step": step}
+    record["weights"] = "raw"
     record.update(split="holdout", num_examples=1, nll_before=1, nll_after=1)
     record.update(ece_before=0, ece_after=0)
     calibration.save_temperature(str(destination), record)

@@ -470,6 +470,7 @@ def fit_record(**changes):
         "temperature": 1.75,
         "checkpoint": "ckpt-4",
         "step": 4,
+        "weights": "raw",
         "split": "holdout",
         "num_examples": 16,
         "nll_before": 2.5,
@@ -497,7 +498,7 @@ def test_temperature_is_one_without_a_file_and_reads_back_what_was_saved(tmp_pat
 @pytest.mark.parametrize(
     "record, message",
     [
-        ({"checkpoint": "ckpt-4"}, "needs temperature, step, split"),
+        ({"checkpoint": "ckpt-4"}, "needs temperature, step, weights, split"),
         (fit_record(temperature=0.0), "temperature must be finite and > 0"),
         (fit_record(temperature=math.inf), "temperature must be finite and > 0"),
     ],

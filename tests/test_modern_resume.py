@@ -26,6 +26,8 @@ MODERN = [
     "--set=data.mix_mode=example",
     "--set=data.randaugment_ops=2",
     "--set=data.erase_probability=0.25",
+    "--set=train.ema_decay=0.9",
+    "--set=train.ema_warmup=true",
 ]
 
 
@@ -43,6 +45,7 @@ def test_sigkill_with_every_modern_piece_on_resumes_bitwise(tmp_path):
     expected = saved_tensors(tmp_path / "whole" / "ckpt-12")
     actual = saved_tensors(tmp_path / "run" / "ckpt-12")
     assert set(actual) == set(expected)
+    assert any(name.startswith("ema/") for name in expected)  # The average is compared too.
     for name, value in expected.items():
         np.testing.assert_array_equal(actual[name], value, err_msg=f"{name} (killed at {kill_at})")
     # The control: the pieces change the run (another drop rate, other weights).

@@ -21,7 +21,9 @@ that a crash at any moment leaves the old best or the new one complete.
 What a training checkpoint holds is the trainer's business (see
 `engine/setup.py`): the model (with BatchNorm moving statistics), the
 optimizer (slots and iterations), the global step, the data position and the
-learning-rate state.
+learning-rate state; with `train.ema_decay`, the moving average of the
+weights as a second model (`EMA`). `restore_model` restores either into a
+model (`weights`: "ema", "raw", or "auto": the average when there is one).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from resnet_app.common.errors import ConfigError, first_line
 from resnet_app.common.run_dir import CONFIG_FILE
 
 PREFIX = run_dir.CHECKPOINT_PREFIX
+EMA = "ema"  # The checkpoint's moving average of the weights (`engine/ema.py`).
+WEIGHTS = ("auto", "ema", "raw")  # What `restore_model` restores; --weights.
 
 
 def list_checkpoints(directory: str) -> list[tuple[int, str]]:
@@ -336,17 +340,56 @@ def _variables_of(obj) -> list[tf.Variable]:
     return list(getattr(obj, "variables", [])) if obj is not None else []
 
 
-def restore_model(model, prefix: str) -> None:
-    """Restores only the model from a training checkpoint (which holds more).
+def has_ema(prefix: str) -> bool:
+    """Whether the checkpoint at `prefix` holds a moving average of the weights."""
+    names = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+    return any(name.startswith(EMA + "/") for name in names)
+
+
+def chosen_weights(prefix: str, weights: str = "auto") -> str:
+    """ "ema" or "raw": what `weights` ("auto", "ema" or "raw") picks in the checkpoint.
 
     Raises:
-      ConfigError: when the checkpoint holds another model.
+      ConfigError: for an unknown choice, or "ema" from a checkpoint without one.
     """
+    if weights not in WEIGHTS:
+        raise ConfigError(f"--weights={weights}: use one of: {', '.join(WEIGHTS)}")
+    if weights == "raw":
+        return "raw"
+    if has_ema(prefix):
+        return "ema"
+    if weights == "ema":
+        raise ConfigError(
+            f"--weights=ema: {prefix} holds no moving average of the weights (its run had "
+            "no train.ema_decay); use --weights=raw"
+        )
+    return "raw"
+
+
+def restore_model(model, prefix: str, weights: str = "raw") -> str:
+    """Restores only a model from a training checkpoint (which holds more).
+
+    Args:
+      model: the run's network.
+      prefix: the checkpoint.
+      weights: "raw" (the trained weights), "ema" (their moving average) or
+        "auto" (the moving average when the checkpoint has one).
+
+    Returns:
+      What was restored: "ema" or "raw".
+
+    Raises:
+      ConfigError: when the checkpoint holds another model, or no average
+        when "ema" is asked for.
+    """
+    chosen = chosen_weights(prefix, weights)
+    name = EMA if chosen == "ema" else "model"
     try:
-        status = tf.train.Checkpoint(model=model).restore(prefix).expect_partial()
+        status = tf.train.Checkpoint(**{name: model}).restore(prefix).expect_partial()
         status.assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as error:
         raise ConfigError(
             f"checkpoint {prefix} does not match the model of the run's {CONFIG_FILE} "
             f"({first_line(error)})"
         ) from None
+    return chosen

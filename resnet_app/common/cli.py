@@ -72,6 +72,17 @@ def reject_positional(argv: Sequence[str]) -> None:
         )
 
 
+def define_weights_flag() -> flags.FlagHolder:
+    """--weights: which weights of a training checkpoint a command restores."""
+    return flags.DEFINE_enum(
+        "weights",
+        "auto",
+        ["auto", "ema", "raw"],
+        "Which weights of the checkpoint: ema (the moving average kept by train.ema_decay), "
+        "raw (the trained weights), or auto (the moving average when the run kept one).",
+    )
+
+
 def attribute_help(cls: type) -> dict[str, str]:
     """The "Attributes:" section of a class docstring, as {name: one-line help}."""
     lines = (cls.__doc__ or "").split("Attributes:", 1)[-1].splitlines()

@@ -6,18 +6,22 @@
   for data), "time" (Unix seconds)}, over the steps since the previous record;
 - evaluation records: {"step", "split", "top1", "top5", "loss", "num_examples",
   "precision" (the `train.precision` the model computed in; records written
-  before it was added have none)}, made by `serving/exact_eval.py`'s `eval_record`;
+  before it was added have none)}, made by `serving/exact_eval.py`'s `eval_record`,
+  plus "ema_top1", "ema_top5", "ema_loss" for the moving average of the
+  weights when the run keeps one (`train.ema_decay`);
 - events ({"step", "event", ...}): the run's start and end, a learning-rate
   override, settings changed on resume, a stop by a signal, a NaN rollback,
   an input-bound warning;
 - evaluations of saved checkpoints by `python -m resnet_app.evaluate`: an
   evaluation record plus "checkpoint" ("ckpt-N"), "report" (the directory of
   its eval_results.json, confusion-matrix and reliability pictures), "tta"
-  (null, "flip" or "crops"), "ece" and "nll" (calibration; with a fitted
+  (null, "flip" or "crops"), "weights" ("ema" or "raw"), "ece" and "nll" (calibration; with a fitted
   temperature also "temperature", "ece_scaled", "nll_scaled") and "event":
   "evaluation" (they have "top1" too: tell them from the trainer's by "event").
 The trainer's scalars also go to TensorBoard under `model_dir/train` and
-`model_dir/eval`; `evaluate` writes no TensorBoard events.
+`model_dir/eval` (and the moving average's top1, top5 and loss under
+`model_dir/eval_ema`, so that the two curves share a chart); `evaluate` writes no
+TensorBoard events.
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ CHECKPOINT_PREFIX = "ckpt"
 CHECKPOINT_INDEX_FILE = "checkpoint"  # TensorFlow's list of the checkpoints.
 TRAIN_EVENTS_DIR = "train"
 EVAL_EVENTS_DIR = "eval"
+EMA_EVAL_EVENTS_DIR = "eval_ema"  # The moving average of the weights, evaluated.
 REPORTS_DIR = "reports"
 PREVIOUS_PREFIX = "previous-"
 BEST_DIR = "best"

@@ -37,7 +37,15 @@ ON_NAN = ("stop", "rollback")
 LOSSES = ("cross_entropy", "bce")
 INIT_HEADS = ("auto", "new")
 # train.best_metric: a key of the evaluation record, and the direction it improves in.
-BEST_METRICS = {"top1": "max", "top5": "max", "loss": "min"}
+BEST_METRICS = {
+    "top1": "max",
+    "top5": "max",
+    "loss": "min",
+    # The moving average's evaluation (train.ema_decay).
+    "ema_top1": "max",
+    "ema_top5": "max",
+    "ema_loss": "min",
+}
 BEST_MODES = ("max", "min")
 # train.precision -> the images' dtype (data.dtype, unless set).
 PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -105,7 +113,8 @@ class TrainSettings:
         `model_dir/best/`, with `best.json` (never rotated away; a resumed
         run replaces it only when beaten); `--checkpoint=best` picks it.
       best_metric: the evaluation record's key that ranks evaluations: top1,
-        top5 or loss.
+        top5 or loss, or with train.ema_decay the moving average's ema_top1,
+        ema_top5 or ema_loss.
       best_mode: "max" (higher is better) or "min"; default: min for loss,
         else max (`best_direction`).
       loss: "cross_entropy" (softmax) or "bce" (binary cross-entropy of each
@@ -115,6 +124,14 @@ class TrainSettings:
         whose gradients add up to one update: the same update (exactly, without
         BatchNorm; BatchNorm normalizes each micro-batch by its own statistics)
         in the memory of one micro-batch. The batch must divide evenly.
+      ema_decay: keep an exponential moving average of the weights and
+        BatchNorm statistics, ema <- d * ema + (1 - d) * w after every update,
+        with this d (0 for none; e.g. 0.9999 for ImageNet's ~5000 steps per
+        epoch at batch 256). It is evaluated next to the weights (ema_top1 ...
+        in metrics.jsonl), checkpointed, and what evaluate, export and predict
+        use by default (--weights). See `engine/ema.py`.
+      ema_warmup: use the decay min(ema_decay, (1 + n) / (10 + n)) at update
+        n (TensorFlow's `ExponentialMovingAverage` warm-up).
     """
 
     batch_size: int = 128
@@ -145,6 +162,8 @@ class TrainSettings:
     best_mode: str | None = None
     loss: str = "cross_entropy"
     accumulate_steps: int = 1
+    ema_decay: float = 0.0
+    ema_warmup: bool = False
 
     @property
     def best_direction(self) -> str:
@@ -213,6 +232,15 @@ class TrainSettings:
         _require(
             self.best_metric in BEST_METRICS,
             f"train.best_metric={self.best_metric!r}; use one of: {', '.join(BEST_METRICS)}",
+        )
+        _require(
+            0 <= self.ema_decay < 1,
+            f"train.ema_decay={self.ema_decay}; use a value in [0, 1) (0: no moving average)",
+        )
+        _require(
+            not self.best_metric.startswith("ema_") or self.ema_decay > 0,
+            f"train.best_metric={self.best_metric} needs the moving average; set "
+            "train.ema_decay (e.g. 0.999) or rank by top1",
         )
         _require(
             self.best_mode is None or self.best_mode in BEST_MODES,

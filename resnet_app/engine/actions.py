@@ -12,7 +12,8 @@ actions leave what they did on it for the actions after them:
 4. `ProgressLine`: the console's progress bar, or a log line (chief only).
 5. `LrOverride`: reads `model_dir/lr_override` at every record; a change
    asks for a save, so that the override survives a crash.
-6. `Evaluator`: evaluates the whole split; asks for a save.
+6. `Evaluator`: evaluates the whole split (and the moving average of the
+   weights, with `train.ema_decay`); asks for a save.
 7. `KeepBest` (`train.keep_best`): an evaluation better than the best so far
    asks for a save, and once saved the checkpoint is kept in `best/`.
 8. Any extra action given to `loop.train`: it sees the record and the
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 # A training record whose steps waited for data longer than this fraction of
 # their time is input-bound.
 INPUT_BOUND_WAIT = 0.1
+EVAL_SCALARS = ("top1", "top5", "loss")  # In TensorBoard, for the weights and their average.
 
 
 @dataclasses.dataclass
@@ -269,14 +271,21 @@ class Evaluator(Action):
         """
         self.global_model.ready(step)
         run, train = self.run, self.run.config.train
-        result = exact_eval.evaluate(
-            run.model, run.pipeline, train.eval_batch_size or train.batch_size, run.strategy
-        )
+        batch_size = train.eval_batch_size or train.batch_size
+        result = exact_eval.evaluate(run.model, run.pipeline, batch_size, run.strategy)
         record = exact_eval.eval_record(step, run.pipeline.eval_split_name, result, train.precision)
+        scalars = {k: record[k] for k in EVAL_SCALARS}
+        self.writer.scalars(run_dir.EVAL_EVENTS_DIR, step, scalars)
+        if run.ema is not None:
+            # The moving average, on the same split: ema_top1 ... in the record,
+            # and the same tags in TensorBoard's eval_ema run, beside eval's.
+            ema = exact_eval.evaluate(run.ema.model, run.pipeline, batch_size, run.strategy)
+            ema_record = exact_eval.eval_record(step, "", ema, train.precision)
+            record.update({f"ema_{k}": ema_record[k] for k in EVAL_SCALARS})
+            self.writer.scalars(
+                run_dir.EMA_EVAL_EVENTS_DIR, step, {k: ema_record[k] for k in EVAL_SCALARS}
+            )
         self.writer.write(record)
-        self.writer.scalars(
-            run_dir.EVAL_EVENTS_DIR, step, {k: record[k] for k in ("top1", "top5", "loss")}
-        )
         self.writer.flush()
         self.last = record
         return record

@@ -147,6 +147,7 @@ def _train(
         loss=train.loss,
         accumulate_steps=train.accumulate_steps,
         seed=train.seed,
+        ema=run.ema,
     )
     controller = Controller(run, train_step, policy, global_model, intervals, actions, stop)
     _announce(run, writer, start, intervals)
@@ -248,4 +249,13 @@ def _finish(
         last_eval["num_examples"],
         run.model_dir,
     )
+    if "ema_top1" in last_eval:
+        logging.info(
+            "Moving average of the weights (train.ema_decay=%g): top-1 %.4f, top-5 %.4f, "
+            "loss %.4f; evaluate, export and predict use it unless given --weights=raw",
+            run.config.train.ema_decay,
+            last_eval["ema_top1"],
+            last_eval["ema_top5"],
+            last_eval["ema_loss"],
+        )
     return RunResult(summary=summary, model=run.model)

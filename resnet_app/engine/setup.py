@@ -39,6 +39,7 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.config import Config
 from resnet_app.data import input_pipeline, run_pipeline
 from resnet_app.engine import averaging, optim, resume
+from resnet_app.engine.ema import WeightEMA
 from resnet_app.engine.learning_rate import LearningRate
 from resnet_app.engine.plan import RunPlan, plan_run
 from resnet_app.nets import factory, parts
@@ -64,6 +65,7 @@ class Run:
       checkpoints: the run's checkpoint of all of the above.
       averaging: the model averaging (`sync.mode: model_average` on more than
         one replica), or None.
+      ema: the moving average of the weights (`train.ema_decay`), or None.
       resume_from: (step, prefix) of the checkpoint to resume from, or None.
       config_changes: settings that differ from the checkpoint's,
         "section.key" -> (saved, new).
@@ -85,6 +87,7 @@ class Run:
     saved_config: tf.Variable
     checkpoints: checkpoint.RunCheckpoint
     averaging: averaging.ModelAveraging | None
+    ema: WeightEMA | None
     resume_from: tuple[int, str] | None
     config_changes: dict[str, tuple[Any, Any]]
 
@@ -198,6 +201,8 @@ def build_run(
     state = _create_state(config, model_dir, strategy, chief, pipeline, plan, optimizer_config)
     if source is not None and resume_from is None:  # Once, when the run starts.
         pretrained.load(state["model"], source, config.model_name, config.train.init_head)
+    if state["ema"] is not None:
+        state["ema"].reset()  # From the weights the run starts with; a resume restores it.
     return Run(
         config=config,
         model_dir=model_dir,
@@ -222,6 +227,7 @@ def _create_state(
 ) -> dict[str, Any]:
     """The run's variables, each created in `strategy.scope()`, and their checkpoint."""
     model, optimizer, averager = _create_model(config, strategy, pipeline, optimizer_config)
+    ema = _create_ema(config, strategy, pipeline, model, averager)
     with strategy.scope():
         learning_rate = LearningRate(plan.schedule, plan.steps_per_epoch)
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -247,11 +253,13 @@ def _create_state(
         config=saved_config,
         lr_value=learning_rate.value,
         lr_scale=learning_rate.scale,
+        **({} if ema is None else {checkpoint.EMA: ema.model}),
     )
     return dict(
         model=model,
         optimizer=optimizer,
         averaging=averager,
+        ema=ema,
         learning_rate=learning_rate,
         global_step=global_step,
         data_position=data_position,
@@ -291,6 +299,25 @@ def _create_model(
         optimizer,
         averaging.ModelAveraging(model, optimizer, strategy, config.sync.interval),
     )
+
+
+def _create_ema(
+    config: Config,
+    strategy: tf.distribute.Strategy,
+    pipeline: input_pipeline.InputPipeline,
+    model: keras.Model,
+    averager: averaging.ModelAveraging | None,
+) -> WeightEMA | None:
+    """The moving average of the weights, a mirrored copy of the network, or None."""
+    train = config.train
+    if not train.ema_decay:
+        return None
+    with strategy.scope():  # Mirrored, also under model averaging (`ema.py`).
+        average_model = factory.create_run_model(
+            config, pipeline.num_classes, pipeline.preprocessing.image_size, train.precision
+        )
+    every = 1 if averager is None else averager.interval
+    return WeightEMA(model, average_model, train.ema_decay, train.ema_warmup, every)
 
 
 def _saved_config(model_dir: str, restart: bool) -> Config | None:

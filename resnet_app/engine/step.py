@@ -43,6 +43,7 @@ import tensorflow as tf
 
 from resnet_app.common import compat
 from resnet_app.engine import averaging as averaging_lib
+from resnet_app.engine import ema as ema_lib
 from resnet_app.engine import optim
 from resnet_app.engine.interval import SUMS
 from resnet_app.nets import drop_path
@@ -125,6 +126,8 @@ class TrainStep:
         reads are refused under TensorFlow's op determinism).
       averaging: model averaging instead of the gradient all-reduce (the
         model and optimizer built in `averaging.local_variables()`), or None.
+      ema: the moving average of the weights, updated after every step (with
+        model averaging, after every average), or None.
     """
 
     def __init__(
@@ -140,6 +143,7 @@ class TrainStep:
         loss: str = "cross_entropy",
         accumulate_steps: int = 1,
         seed: int = 0,
+        ema: ema_lib.WeightEMA | None = None,
     ):
         self.model = model
         self.averaging = averaging
@@ -149,6 +153,7 @@ class TrainStep:
         self.loss = loss
         self.accumulate_steps = accumulate_steps
         self.seed = seed
+        self.ema = ema
         self.time_input = time_input
         self.skip_empty_towers = (
             partial_batches
@@ -323,12 +328,25 @@ class TrainStep:
             sums = self.strategy.run(self.replica_step, args=(batch,))
             if self.averaging is not None:
                 self.averaging.average_if_due()
+            if self.ema is not None:
+                self._update_ema()
             sums = self.strategy.reduce(SUM, sums, axis=None)
             totals += sums
             done = i + 1
             if not tf.reduce_all(tf.math.is_finite(sums)):
                 break  # Diverged: the weights are no longer worth training.
         return totals, done, waited
+
+    def _update_ema(self) -> None:
+        """The moving average's update after a step; with model averaging, after an average."""
+
+        def update():
+            self.ema.update(self.strategy, self.optimizer.iterations)
+
+        if self.averaging is None or self.averaging.interval == 1:
+            update()
+        else:
+            tf.cond(self.averaging.at_average(), update, lambda: None)
 
     def _may_stop(self, stop: tf.Variable):
         """Whether to stop before the next step: when asked to, and with model

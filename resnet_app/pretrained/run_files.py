@@ -1,7 +1,9 @@
 """Weights from another run of this app: its newest readable checkpoint, or a chosen one.
 
-Only the network's weights and BatchNorm statistics are taken: never the
-optimizer's slots, the step, the data position or the learning-rate override.
+Only the network's weights and BatchNorm statistics are taken (their moving
+average when the source run kept one, `train.ema_decay`, as evaluate and
+export take it): never the optimizer's slots, the step, the data position or
+the learning-rate override.
 The source network is rebuilt from the config saved in the checkpoint, with as
 many classes as its logits have, and restored from it, so the weights come
 out under the same layer names whatever the checkpoint's layout.
@@ -10,6 +12,7 @@ out under the same layer names whatever the checkpoint's layout.
 from __future__ import annotations
 
 import tensorflow as tf
+from absl import logging
 
 from resnet_app import config as config_lib
 from resnet_app.common import checkpoint
@@ -37,5 +40,6 @@ def read(prefix: str) -> SourceWeights:
     num_classes = int(shapes[_LOGITS_KEY][-1])
     size = get_config(config.model_name, **config.model_overrides).default_image_size
     model = factory.create_run_model(config, num_classes, size)
-    checkpoint.restore_model(model, prefix)
+    if checkpoint.restore_model(model, prefix, "auto") == "ema":
+        logging.info("train.init_from: taking the moving average of the weights from %s", prefix)
     return SourceWeights(layers=parts.get_weights(model), skipped={})

@@ -49,6 +49,7 @@ TEMPERATURE_FIELDS = (
     "temperature",
     "checkpoint",
     "step",
+    "weights",  # "ema" or "raw" (a file written before EMA has none: raw).
     "split",
     "num_examples",
     "nll_before",

@@ -54,6 +54,7 @@ def evaluate_checkpoints(
     data_dir: str | None = None,
     report_dir: str | None = None,
     tta: str | None = None,
+    weights: str = "auto",
     on_record: Callable[[Record], None] | None = None,
 ) -> list[Record]:
     """Evaluates a run's checkpoints, each on every example of a split, and reports each.
@@ -69,11 +70,14 @@ def evaluate_checkpoints(
       report_dir: where the report directories go; None for `model_dir/reports`.
       tta: None, or test-time augmentation: "flip" (any run) or "crops"
         (ImageNet-family runs), see `serving/tta.py`.
+      weights: "auto" (each checkpoint's moving average of the weights when
+        its run kept one, else its weights), "ema" or "raw".
       on_record: called with each record as soon as it is known (the command prints it).
 
     Returns:
       One record per checkpoint, in order: "checkpoint" (its name),
-      `exact_eval.eval_record`'s fields, "tta" (None for one view), the
+      `exact_eval.eval_record`'s fields, "tta" (None for one view), "weights"
+      ("ema" or "raw"), the
       calibration "ece" and "nll" (None without examples), with a fitted
       temperature also "temperature", "ece_scaled" and "nll_scaled", and
       "report" (its report directory).
@@ -96,16 +100,20 @@ def evaluate_checkpoints(
     pipeline = run_pipeline.create_run_pipeline(run_config, data_config, model_dir)
     _check_tta(tta, pipeline.preprocessing.family)
     split = pipeline.eval_split_name
+    # Which weights of each checkpoint, known before anything is evaluated.
+    chosen = [(step, prefix, checkpoint.chosen_weights(prefix, weights)) for step, prefix in chosen]
     report_root = _prepare_report_root(model_dir, report_dir, chosen, split, tta, strategy)
     model = create_model(run_config, pipeline, strategy)  # At the run's train.precision.
     records = []
     writer = metrics.MetricsWriter(model_dir, enabled=distribute.is_chief(strategy))
     try:
-        for step, prefix in chosen:
-            checkpoint.restore_model(model, prefix)
-            result = _evaluate(model, prefix, pipeline, batch_size, strategy, split, tta, fitted)
+        for step, prefix, kind in chosen:
+            checkpoint.restore_model(model, prefix, kind)
+            result = _evaluate(
+                model, prefix, kind, pipeline, batch_size, strategy, split, tta, fitted
+            )
             precision = run_config.train.precision
-            record, reliability = _record(prefix, step, split, result, precision, report_root)
+            record, reliability = _record(prefix, step, kind, split, result, precision, report_root)
             if on_record is not None:  # The numbers first, as soon as they are known.
                 on_record(record)
             _save(writer, model_dir, record, result, pipeline.class_names, reliability)
@@ -133,6 +141,7 @@ def _check_tta(tta: str | None, family: str | None = None) -> None:
 def _evaluate(
     model: tf.keras.Model,
     prefix: str,
+    weights: str,
     pipeline: InputPipeline,
     batch_size: int,
     strategy: tf.distribute.Strategy,
@@ -143,7 +152,7 @@ def _evaluate(
     """Checkpoint `prefix`, restored, on the split: confusion, logits, logits at the fitted T."""
     from resnet_app.serving import exact_eval
 
-    _warn_if_fitted_elsewhere(fitted, prefix)
+    _warn_if_fitted_elsewhere(fitted, prefix, weights)
     return exact_eval.evaluate(
         model,
         pipeline,
@@ -157,18 +166,26 @@ def _evaluate(
     )
 
 
-def _warn_if_fitted_elsewhere(fitted: Record | None, prefix: str) -> None:
-    """A temperature fitted on another checkpoint may not suit this one: say so."""
+def _warn_if_fitted_elsewhere(fitted: Record | None, prefix: str, weights: str) -> None:
+    """A temperature fitted on another checkpoint (or its other weights) may not suit: say so."""
     name = os.path.basename(prefix)
-    if fitted is not None and fitted.get("checkpoint") != name:
-        logging.warning(
-            "The run's temperature %.4f was fitted on %s, not %s; rerun --fit_temperature "
-            "with --checkpoint=%s to fit this one",
-            fitted["temperature"],
-            fitted.get("checkpoint"),
-            name,
-            name,
-        )
+    if fitted is None:
+        return
+    fitted_weights = fitted.get("weights", "raw")  # Records from before EMA have none.
+    if fitted.get("checkpoint") != name:
+        where = f"was fitted on {fitted.get('checkpoint')}, not {name}"
+    elif fitted_weights != weights:
+        where = f"was fitted on {name}'s {fitted_weights} weights, not its {weights} weights"
+    else:
+        return
+    logging.warning(
+        "The run's temperature %.4f %s; rerun --fit_temperature with --checkpoint=%s "
+        "--weights=%s to fit this one",
+        fitted["temperature"],
+        where,
+        name,
+        weights,
+    )
 
 
 def run_settings(
@@ -228,7 +245,7 @@ def make_report_root(model_dir: str, report_dir: str | None) -> str:
 def _prepare_report_root(
     model_dir: str,
     report_dir: str | None,
-    chosen: list[tuple[int, str]],
+    chosen: list[tuple[int, str, str]],
     split: str,
     tta: str | None,
     strategy: tf.distribute.Strategy,
@@ -263,7 +280,11 @@ def _prepare_report_root(
 
 
 def _check_report_owners(
-    model_dir: str, report_root: str, chosen: list[tuple[int, str]], split: str, tta: str | None
+    model_dir: str,
+    report_root: str,
+    chosen: list[tuple[int, str, str]],
+    split: str,
+    tta: str | None,
 ) -> None:
     """A shared --report_dir must not lose another run's reports.
 
@@ -278,8 +299,8 @@ def _check_report_owners(
     if os.path.realpath(report_root) == os.path.realpath(run_dir.reports_dir(model_dir)):
         return
     run = os.path.realpath(model_dir)
-    for _, prefix in chosen:
-        name = reports.report_name(os.path.basename(prefix), split, tta)
+    for _, prefix, weights in chosen:
+        name = reports.report_name(os.path.basename(prefix), split, tta, weights)
         directory = os.path.join(report_root, name)
         found = reports.owner(directory)
         if found is not None and os.path.realpath(found) != run:
@@ -306,6 +327,7 @@ def create_model(
 def _record(
     prefix: str,
     step: int,
+    weights: str,
     split: str,
     result: EvalResult,
     precision: str,
@@ -317,9 +339,11 @@ def _record(
     name = os.path.basename(prefix)
     record = {"checkpoint": name, **exact_eval.eval_record(step, split, result, precision)}
     record["tta"] = result.tta
+    record["weights"] = weights
     fields, reliability = _calibration(result)
     record.update(fields)
-    record["report"] = os.path.join(report_root, reports.report_name(name, split, result.tta))
+    report = reports.report_name(name, split, result.tta, weights)
+    record["report"] = os.path.join(report_root, report)
     return record, reliability
 
 

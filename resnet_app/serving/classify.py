@@ -35,7 +35,11 @@ Result = dict[str, Any] | str
 
 
 def load_classifier(
-    export_dir: str | None, model_dir: str | None, which: str = "latest", top_k: int | None = None
+    export_dir: str | None,
+    model_dir: str | None,
+    which: str = "latest",
+    top_k: int | None = None,
+    weights: str = "auto",
 ) -> Classifier:
     """The model that classifies: an export, or a run's checkpoint.
 
@@ -46,6 +50,7 @@ def load_classifier(
       which: with `model_dir`, latest (the newest readable checkpoint), ckpt-N or N.
       top_k: with `model_dir`, the classes in the top-k outputs (None: the
         export's default).
+      weights: with `model_dir`, "auto", "ema" or "raw" (`checkpoint.restore_model`).
 
     Returns:
       A function from `images=` (a string tensor [batch] of encoded images) to
@@ -63,16 +68,16 @@ def load_classifier(
             else "give --export_dir (an exported SavedModel) or --model_dir (a run directory)"
         )
     if model_dir:
-        return _load_checkpoint(model_dir, which, top_k)
+        return _load_checkpoint(model_dir, which, top_k, weights)
     return _load_export(export_dir)
 
 
-def _load_checkpoint(model_dir: str, which: str, top_k: int | None) -> Classifier:
+def _load_checkpoint(model_dir: str, which: str, top_k: int | None, weights: str) -> Classifier:
     """A run's checkpoint with the run's evaluation preprocessing, in process."""
     config.read_run_config(model_dir)  # A wrong directory is named before TF loads.
     from resnet_app.serving import savedmodel
 
-    served, _ = savedmodel.load(model_dir, which, top_k=top_k or savedmodel.TOP_K)
+    served, _ = savedmodel.load(model_dir, which, top_k=top_k or savedmodel.TOP_K, weights=weights)
 
     def classify(images):
         return served.serve_bytes(images)  # The closure keeps the model alive.

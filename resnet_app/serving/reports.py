@@ -51,13 +51,15 @@ MAX_NAMED_CLASSES = 50
 MAX_COUNTED_CLASSES = 20
 
 
-def report_name(checkpoint: str, split: str, tta: str | None = None) -> str:
+def report_name(checkpoint: str, split: str, tta: str | None = None, weights: str = "raw") -> str:
     """The report directory's name: `<checkpoint>-<split>`, e.g. `ckpt-4-test`.
 
     A test-time augmented evaluation's ends in its kind, e.g. `ckpt-4-test-flip`,
-    so that it never replaces (or passes for) the single-view report.
+    and one of the moving average of the weights in `ema` (`ckpt-4-test-ema`),
+    so that neither replaces (or passes for) the other reports.
     """
-    return f"{checkpoint}-{split}-{tta}" if tta else f"{checkpoint}-{split}"
+    parts = [checkpoint, split, *([tta] if tta else []), *(["ema"] if weights == "ema" else [])]
+    return "-".join(parts)
 
 
 def most_confused(

@@ -155,7 +155,11 @@ def _data_info(model_dir: str, run_config: config.Config) -> tuple[list[str], Pr
 
 
 def load(
-    model_dir: str, which: str = "latest", top_k: int = TOP_K, tta: str = "none"
+    model_dir: str,
+    which: str = "latest",
+    top_k: int = TOP_K,
+    tta: str = "none",
+    weights: str = "auto",
 ) -> tuple[ServingModel, dict]:
     """A run's checkpoint as a `ServingModel`.
 
@@ -165,10 +169,12 @@ def load(
       top_k: classes in the top-k outputs (at most the number of classes).
       tta: "none", or "flip" to average each image's probabilities with its
         mirror image's (twice the compute).
+      weights: "auto" (the moving average of the weights when the run kept
+        one, else the weights), "ema" or "raw" (`checkpoint.restore_model`).
 
     Returns:
       (the serving model, a description of where it came from: model_dir,
-      checkpoint, step, model, dataset, temperature, tta)
+      checkpoint, step, weights ("ema" or "raw"), model, dataset, temperature, tta)
 
     Raises:
       ConfigError: for a directory that is not a run, an unknown or unreadable
@@ -181,13 +187,16 @@ def load(
     [(step, prefix)] = checkpoint.select(model_dir, which)
     class_names, preprocessing = _data_info(model_dir, run_config)
     model = factory.create_run_model(run_config, len(class_names), preprocessing.image_size)
-    checkpoint.restore_model(model, prefix)
-    logging.info("Restored %s (step %d) from %s", run_config.model_name, step, prefix)
+    chosen = checkpoint.restore_model(model, prefix, weights)
+    logging.info(
+        "Restored %s (step %d, %s weights) from %s", run_config.model_name, step, chosen, prefix
+    )
     temperature = calibration.read_temperature(model_dir)
     source = {
         "model_dir": os.path.abspath(model_dir),
         "checkpoint": os.path.basename(prefix),
         "step": step,
+        "weights": chosen,
         "model": run_config.model_name,
         "dataset": run_config.data.dataset,
         "temperature": temperature,

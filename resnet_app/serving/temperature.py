@@ -38,6 +38,7 @@ def fit_run_temperature(
     batch_size: int | None = None,
     num_towers: int | None = None,
     data_dir: str | None = None,
+    weights: str = "auto",
     on_record: Callable[[Record], None] | None = None,
 ) -> Record:
     """Fits one checkpoint's softmax temperature on the run's holdout split, and stores it.
@@ -49,7 +50,7 @@ def fit_run_temperature(
     Args:
       model_dir: the run directory.
       which: latest, ckpt-N or N: one checkpoint.
-      batch_size, num_towers, data_dir: as `checkpoint_eval.evaluate_checkpoints`.
+      batch_size, num_towers, data_dir, weights: as `checkpoint_eval.evaluate_checkpoints`.
       on_record: called with the record before it is written (the command prints it).
 
     Returns:
@@ -74,7 +75,7 @@ def fit_run_temperature(
     data_config = dataclasses.replace(data_config, eval_examples=None)
     pipeline = run_pipeline.create_run_pipeline(run_config, data_config, model_dir)
     model = checkpoint_eval.create_model(run_config, pipeline, strategy)
-    checkpoint.restore_model(model, prefix)
+    chosen = checkpoint.restore_model(model, prefix, weights)
     result = exact_eval.evaluate(
         model, pipeline, batch_size, strategy, HOLDOUT_SPLIT, collect_logits=True
     )
@@ -83,6 +84,7 @@ def fit_run_temperature(
         "temperature": fit.pop("temperature"),
         "checkpoint": os.path.basename(prefix),
         "step": step,
+        "weights": chosen,
         "split": HOLDOUT_SPLIT,
         "num_examples": result.examples,
         **fit,
