@@ -15,6 +15,7 @@ import pytest
 from resnet_app import config
 from resnet_app.engine import loop
 from tests.commands import error_line
+from tests.runs import saved_tensors
 
 pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
 
@@ -104,11 +105,23 @@ def run_workers(tmp_path, steps, *sets):
     return [np.load(tmp_path / f"weights{i}.npz") for i in range(2)]
 
 
+EMA = "train.ema_decay=0.5"  # The moving average of the weights is carried along.
+
+
+def _assert_same_average(workers_checkpoint, towers_checkpoint):
+    """The workers' moving average of the weights is the towers' (as their weights are)."""
+    workers, towers = saved_tensors(workers_checkpoint), saved_tensors(towers_checkpoint)
+    names = [name for name in towers if name.startswith("ema/")]
+    assert names and set(names) == {name for name in workers if name.startswith("ema/")}
+    for name in names:
+        np.testing.assert_allclose(workers[name], towers[name], rtol=1e-3, atol=2e-5, err_msg=name)
+
+
 def test_two_workers_end_with_identical_weights_and_resume(tmp_path):
     os.makedirs(tmp_path / "run")
     # Read by the chief at step 2; every worker must follow it.
     (tmp_path / "run" / "lr_override").write_text("x0.5")
-    chief, other = run_workers(tmp_path, 4)
+    chief, other = run_workers(tmp_path, 4, EMA)
     assert len(chief.files) > 2
     for name in chief.files:
         np.testing.assert_array_equal(chief[name], other[name], err_msg=name)
@@ -130,6 +143,7 @@ def test_two_workers_end_with_identical_weights_and_resume(tmp_path):
             "train.batch_size=16",
             "train.log_every=2",
             "model.bn_synchronized=true",
+            EMA,
         ],
         overrides={"train": {"train_steps": 4, "num_towers": 2}},
     )
@@ -139,10 +153,11 @@ def test_two_workers_end_with_identical_weights_and_resume(tmp_path):
     for index, expected in enumerate(reference):
         np.testing.assert_allclose(chief[f"arr_{index}"], expected, rtol=1e-3, atol=2e-5)
     assert sorted(p.name for p in (tmp_path / "run").glob("ckpt-4.index")) == ["ckpt-4.index"]
+    _assert_same_average(tmp_path / "run" / "ckpt-4", tmp_path / "one" / "ckpt-4")
 
     # Both workers resume from the chief's checkpoint of step 4 and go on to 6,
     # as the one-process run does.
-    chief, other = run_workers(tmp_path, 6)
+    chief, other = run_workers(tmp_path, 6, EMA)
     for name in chief.files:
         np.testing.assert_array_equal(chief[name], other[name], err_msg=name)
     starts = [r["step"] for r in read_records(tmp_path / "run") if r.get("event") == "start"]
@@ -153,6 +168,7 @@ def test_two_workers_end_with_identical_weights_and_resume(tmp_path):
     reference = loop.train_and_evaluate(resolved, str(tmp_path / "one")).model.get_weights()
     for index, expected in enumerate(reference):
         np.testing.assert_allclose(chief[f"arr_{index}"], expected, rtol=1e-3, atol=2e-5)
+    _assert_same_average(tmp_path / "run" / "ckpt-6", tmp_path / "one" / "ckpt-6")
     # The other worker's scratch checkpoints are gone.
     run = hashlib.sha1(str(tmp_path / "run").encode()).hexdigest()[:12]
     scratch = os.path.join(tempfile.gettempdir(), f"resnet_app_{os.getuid()}_{run}_worker1")
