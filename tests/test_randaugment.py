@@ -475,6 +475,8 @@ def test_entering_an_augmented_stream_anywhere_gives_the_same_images():
 
 
 def test_the_augmented_batch_of_a_step_is_the_same_on_1_and_3_towers(tmp_path):
+    """RandAugment, erasing and per-example Mixup/CutMix: the same images, ids,
+    partners and shares, whether the step's batch goes to 1 tower or 3."""
     from resnet_app.engine import setup
     from tests import runs
 
@@ -484,22 +486,24 @@ def test_the_augmented_batch_of_a_step_is_the_same_on_1_and_3_towers(tmp_path):
             tmp_path,
             "data.randaugment_ops=2",
             "data.erase_probability=0.5",
+            "data.mixup_alpha=0.4",
+            "data.cutmix_alpha=1.0",
+            "data.mix_mode=example",
             "train.batch_size=24",
             train_steps=2,
             num_towers=towers,
         )
         run = setup.build_run(config, str(tmp_path / f"towers{towers}"))
         batch = next(iter(run.train_dataset()))
-        parts = run.strategy.experimental_local_results(batch["image"])
-        assert len(parts) == towers
-        batches[towers] = np.concatenate([part.numpy() for part in parts])
-        ids = np.concatenate(
-            [p.numpy() for p in run.strategy.experimental_local_results(batch["id"])]
-        )
-        batches[f"ids{towers}"] = ids
-    assert batches[1].shape == (24, 32, 32, 3)
-    np.testing.assert_array_equal(batches["ids1"], batches["ids3"])
-    np.testing.assert_array_equal(batches[1], batches[3])
+        batches[towers] = {}
+        for key in ("image", "id", "label", "mix_label", "mix_weight"):
+            parts = run.strategy.experimental_local_results(batch[key])
+            assert len(parts) == towers
+            batches[towers][key] = np.concatenate([part.numpy() for part in parts])
+    assert batches[1]["image"].shape == (24, 32, 32, 3)
+    assert 0 < np.mean(batches[1]["mix_weight"] < 1)  # Mixed examples are in the batch.
+    for key, value in batches[1].items():
+        np.testing.assert_array_equal(batches[3][key], value, err_msg=key)
 
 
 # -- settings --------------------------------------------------------------------
