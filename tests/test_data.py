@@ -495,7 +495,7 @@ def test_bad_config_values_name_the_field(field, value, message):
 
 def test_eval_resize_below_the_crop_is_an_error(folder):
     config = input_pipeline.DataConfig(dataset=f"folder:{folder[0]}", image_size=96, eval_resize=64)
-    with pytest.raises(ConfigError, match="eval_resize=64 is smaller than image_size=96"):
+    with pytest.raises(ConfigError, match="eval_resize=64 is smaller than the evaluation size 96"):
         input_pipeline.create_pipeline(config)
 
 

@@ -501,7 +501,7 @@ def test_the_augmented_batch_of_a_step_is_the_same_on_1_and_3_towers(tmp_path):
             assert len(parts) == towers
             batches[towers][key] = np.concatenate([part.numpy() for part in parts])
     assert batches[1]["image"].shape == (24, 32, 32, 3)
-    assert 0 < np.mean(batches[1]["mix_weight"] < 1)  # Mixed examples are in the batch.
+    assert np.any(batches[1]["mix_weight"] < 1)  # Mixed examples are in the batch.
     for key, value in batches[1].items():
         np.testing.assert_array_equal(batches[3][key], value, err_msg=key)
 

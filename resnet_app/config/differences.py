@@ -24,6 +24,7 @@ RESUMABLE_CHANGES = frozenset(
         "data.eval_split",
         "data.eval_examples",
         "data.eval_resize",
+        "data.eval_image_size",
         "train.epochs",
         "train.train_steps",
         "train.eval_every",

@@ -151,11 +151,18 @@ class InputPipeline:
             if self.train_split is not None and self.train_split.kind == "array":
                 measured = _channel_stats(self.train_split.images)
             mean, std = mean or measured[0], std or measured[1]
-        eval_resize = config.eval_resize or round(size / preprocessing.EVAL_CROP_FRACTION)
-        if family == "imagenet" and eval_resize < size:
+        eval_size = config.eval_image_size or size
+        if config.eval_image_size and family != "imagenet":
             raise ConfigError(
-                f"eval_resize={eval_resize} is smaller than image_size={size}; the central "
-                f"crop needs eval_resize >= image_size (usually image_size / 0.875)"
+                f"data.eval_image_size={config.eval_image_size}: the CIFAR recipe evaluates "
+                f"whole images at the training size ({size} px); drop it, or use "
+                "data.preprocessing=imagenet"
+            )
+        eval_resize = config.eval_resize or round(eval_size / preprocessing.EVAL_CROP_FRACTION)
+        if family == "imagenet" and eval_resize < eval_size:
+            raise ConfigError(
+                f"eval_resize={eval_resize} is smaller than the evaluation size {eval_size}; "
+                "the central crop needs eval_resize >= it (usually the size / 0.875)"
             )
         self.preprocessing = Preprocessing(
             family=family,
@@ -168,6 +175,7 @@ class InputPipeline:
             area_range=tuple(config.area_range),
             aspect_ratio_range=tuple(config.aspect_ratio_range),
             eval_resize=eval_resize,
+            eval_image_size=config.eval_image_size,
             **{name: getattr(config, name) for name in preprocessing.AUGMENT_SETTINGS},
         )
         logging.info(
@@ -186,9 +194,12 @@ class InputPipeline:
         Returns:
           E.g. "32 px, the dataset's size; CIFAR recipe (auto: up to 64 px)".
         """
-        return describe_choice(
+        text = describe_choice(
             self.image_size, self.config.preprocessing, self.preprocessing.family
         )
+        if self.preprocessing.eval_image_size:
+            text += f"; evaluated at {self.preprocessing.eval_image_size} px (data.eval_image_size)"
+        return text
 
     @property
     def eval_split_name(self) -> str:
@@ -438,7 +449,7 @@ class InputPipeline:
 
     def _padding(self, crops: bool) -> dict:
         """The masked example that pads evaluation batches; its image has the real ones' shape."""
-        size, dtype = self.preprocessing.image_size, self.preprocessing.dtype
+        size, dtype = self.preprocessing.eval_size, self.preprocessing.dtype
         return {
             "image": tf.zeros([5, size, size, 3] if crops else [size, size, 3], dtype),
             "label": tf.constant(0, tf.int32),
@@ -456,7 +467,8 @@ class InputPipeline:
         For training (`num_batches` None) the stream is infinite. For evaluation
         it is `num_batches` batches holding the examples `eval_ids`, then padding.
         """
-        size = self.preprocessing.image_size
+        preprocessing = self.preprocessing
+        size = preprocessing.image_size if num_batches is None else preprocessing.eval_size
         generator = tf.random.Generator.from_seed(self.config.seed)
         images = generator.normal([batch_size, size, size, 3])
         labels = generator.uniform([batch_size], 0, self.num_classes, dtype=tf.int32)

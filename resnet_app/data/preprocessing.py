@@ -71,6 +71,8 @@ class Preprocessing:
       area_range: ImageNet family: range of the crop's area, as a fraction.
       aspect_ratio_range: ImageNet family: range of the crop's width / height.
       eval_resize: ImageNet family: the shorter side before the central crop.
+      eval_image_size: ImageNet family: the evaluation's crop size, when it
+        differs from `image_size` (None: the same); see `eval_size`.
       randaugment_ops: RandAugment ops per training image (0: off).
       randaugment_magnitude: RandAugment's magnitude M (0-10 scale, up to 30).
       erase_probability: the chance a training image has a box erased (0: off).
@@ -88,11 +90,17 @@ class Preprocessing:
     area_range: tuple[float, float] = (0.08, 1.0)
     aspect_ratio_range: tuple[float, float] = (3 / 4, 4 / 3)
     eval_resize: int = 256
+    eval_image_size: int | None = None
     randaugment_ops: int = 0
     randaugment_magnitude: float = 9.0
     erase_probability: float = 0.0
     erase_area_range: tuple[float, float] = (0.02, 1 / 3)
     erase_aspect_range: tuple[float, float] = (0.3, 1 / 0.3)
+
+    @property
+    def eval_size(self) -> int:
+        """The height and width of evaluation images (and of served ones)."""
+        return self.eval_image_size or self.image_size
 
 
 def _normalize(image: tf.Tensor, config: Preprocessing) -> tf.Tensor:
@@ -102,8 +110,10 @@ def _normalize(image: tf.Tensor, config: Preprocessing) -> tf.Tensor:
     return (image - mean) / std
 
 
-def _finish(image: tf.Tensor, config: Preprocessing) -> tf.Tensor:
-    image = tf.ensure_shape(image, [config.image_size, config.image_size, 3])
+def _finish(image: tf.Tensor, config: Preprocessing, size: int | None = None) -> tf.Tensor:
+    """The image checked to be `size` (default: the training size) square, in the output dtype."""
+    size = size or config.image_size
+    image = tf.ensure_shape(image, [size, size, 3])
     return tf.cast(image, config.dtype)
 
 
@@ -349,13 +359,13 @@ def imagenet_eval(image: tf.Tensor, config: Preprocessing, encoded: bool = False
       encoded: whether `image` holds encoded bytes.
 
     Returns:
-      [image_size, image_size, 3] in `config.dtype`.
+      [eval_size, eval_size, 3] in `config.dtype`.
     """
     resized, height, width = _resize_shorter_side(image, config, encoded)
-    size = config.image_size
+    size = config.eval_size
     top, left = (height - size) // 2, (width - size) // 2
     crop = resized[top : top + size, left : left + size]
-    return _finish(_normalize(crop, config), config)
+    return _finish(_normalize(crop, config), config, size)
 
 
 def imagenet_eval_crops(
@@ -373,15 +383,15 @@ def imagenet_eval_crops(
       encoded: whether `image` holds encoded bytes.
 
     Returns:
-      [5, image_size, image_size, 3] in `config.dtype`: centre, top-left,
+      [5, eval_size, eval_size, 3] in `config.dtype`: centre, top-left,
       top-right, bottom-left, bottom-right.
     """
     resized, height, width = _resize_shorter_side(image, config, encoded)
-    size = config.image_size
+    size = config.eval_size
     bottom, right = height - size, width - size
     corners = [(bottom // 2, right // 2), (0, 0), (0, right), (bottom, 0), (bottom, right)]
     crops = [resized[top : top + size, left : left + size] for top, left in corners]
-    return tf.stack([_finish(_normalize(crop, config), config) for crop in crops])
+    return tf.stack([_finish(_normalize(crop, config), config, size) for crop in crops])
 
 
 def resize_only(image: tf.Tensor, config: Preprocessing, encoded: bool = False) -> tf.Tensor:

@@ -74,7 +74,12 @@ class DataConfig:
       area_range: ImageNet recipe: the crop's area fraction range.
       aspect_ratio_range: ImageNet recipe: the crop's aspect ratio range.
       eval_resize: ImageNet recipe: shorter side before the central crop
-        (default: image_size / 0.875, so 256 for 224).
+        (default: the evaluation size / 0.875, so 256 for 224).
+      eval_image_size: ImageNet recipe: the evaluation's central crop, when
+        it differs from the training size (default: image_size). Testing at
+        a larger size than training corrects the apparent objects' size
+        (Touvron et al. 2019); Wightman et al. 2021's A3 trains at 160 and
+        tests at 224. Export and predict use it too.
       randaugment_ops: RandAugment (Cubuk et al. 2020) in training: ops applied
         to each image, drawn from 14 (0: off; 2 is the usual choice).
       randaugment_magnitude: RandAugment's magnitude M, on the 0-10 scale of
@@ -118,6 +123,7 @@ class DataConfig:
     area_range: tuple[float, float] = (0.08, 1.0)
     aspect_ratio_range: tuple[float, float] = (3 / 4, 4 / 3)
     eval_resize: int | None = None
+    eval_image_size: int | None = None
     randaugment_ops: int = 0
     randaugment_magnitude: float = 9.0
     erase_probability: float = 0.0
@@ -154,6 +160,10 @@ class DataConfig:
         check(
             self.image_size is None or self.image_size >= 8,
             f"image_size={self.image_size}; use at least 8",
+        )
+        check(
+            self.eval_image_size is None or self.eval_image_size >= 8,
+            f"eval_image_size={self.eval_image_size}; use at least 8",
         )
         check(
             self.eval_resize is None or self.eval_resize >= 8,

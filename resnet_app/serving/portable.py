@@ -8,7 +8,8 @@ Converters and small runtimes want one static graph without string ops or
   the run's mean and std.
 - ImageNet family: square images of the evaluation resize (`eval_resize`, 256
   for 224), i.e. the shorter side already resized to it and the centre
-  squared; the centre `image_size` crop is taken inside, as evaluation does.
+  squared; the centre crop of the evaluation size (`eval_size`) is taken
+  inside, as evaluation does.
 
 `fixed_size_image` brings any image to that size exactly as evaluation would,
 so a caller (the parity report, predict) feeds the same pixels the SavedModel
@@ -120,8 +121,8 @@ class PortableClassifier(tf.Module):
         config = self.preprocessing
         pixels = tf.cast(images, tf.float32)
         if config.family == "imagenet":
-            offset = (config.eval_resize - config.image_size) // 2
-            size = config.image_size
+            offset = (config.eval_resize - config.eval_size) // 2
+            size = config.eval_size
             pixels = pixels[:, offset : offset + size, offset : offset + size, :]
         # Constants made in the graph: some converters drop captured tensors.
         mean = tf.constant(np.asarray(config.mean, np.float32))

@@ -87,7 +87,7 @@ class ServingModel(tf.Module):
         return self._preprocessing
 
     def _preprocess(self, images: tf.Tensor, encoded: bool) -> tf.Tensor:
-        size = self._preprocessing.image_size
+        size = self._preprocessing.eval_size
         return tf.map_fn(
             lambda image: eval_image(image, self._preprocessing, encoded=encoded),
             images,
