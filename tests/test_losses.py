@@ -85,3 +85,37 @@ def test_mixed_labels_are_soft_targets_and_smoothing_composes(loss):
     targets = targets * 0.9 + 0.1 / 4
     reference = numpy_bce if loss == "bce" else numpy_cross_entropy
     assert float(loss_sum) == pytest.approx(float(reference(logits, targets).sum()), rel=1e-5)
+
+
+def test_bce_target_threshold_binarizes_mixed_smoothed_targets_as_numpy():
+    """timm's target_threshold: targets above 0.2 count as 1, the rest 0 (after
+    Mixup's shares and smoothing), against NumPy; a partner's share of 0.15 drops out."""
+    model = create_model("tiny", num_classes=4)
+    model.build((None, 8, 8, 3))
+    rng = np.random.default_rng(2)
+    images = rng.normal(size=(3, 8, 8, 3)).astype(np.float32)
+    labels, partners = np.array([0, 1, 2], np.int32), np.array([3, 3, 0], np.int32)
+    weights = np.array([0.85, 0.6, 0.5], np.float32)
+    strategy = tf.distribute.get_strategy()
+    step = TrainStep(
+        model, tf.keras.optimizers.SGD(), strategy, 0.1, loss="bce", bce_target_threshold=0.2
+    )
+    batch = {
+        "image": tf.constant(images),
+        "label": tf.constant(labels),
+        "mix_label": tf.constant(partners),
+        "mix_weight": tf.constant(weights),
+        "mask": tf.ones(3),
+    }
+    loss_sum, _, _ = step._losses(batch)
+    logits = model(images, training=True).numpy()
+    eye = np.eye(4)
+    soft = weights[:, None] * eye[labels] + (1 - weights[:, None]) * eye[partners]
+    targets = (soft * 0.9 + 0.1 / 4 > 0.2).astype(np.float64)
+    assert targets.sum(axis=1).tolist() == [1, 2, 2]  # 0.15 * 0.9 + 0.025 is below 0.2.
+    assert float(loss_sum) == pytest.approx(float(np.sum(numpy_bce(logits, targets))), rel=1e-5)
+
+
+def test_bce_target_threshold_needs_bce(tmp_path):
+    with pytest.raises(ConfigError, match="train.bce_target_threshold=0.2 needs train.loss=bce"):
+        runs.small_config(tmp_path, "train.bce_target_threshold=0.2")

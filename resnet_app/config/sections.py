@@ -120,6 +120,9 @@ class TrainSettings:
       loss: "cross_entropy" (softmax) or "bce" (binary cross-entropy of each
         class's sigmoid against the smoothed, possibly mixed, one-hot target,
         averaged over the classes: Wightman et al. 2021's recipes).
+      bce_target_threshold: with loss bce, binarize the (smoothed, mixed)
+        targets: above it 1, else 0 (timm's `target_threshold`, 0.2 in the A3
+        recipe); default: soft targets.
       accumulate_steps: split each tower's batch into this many micro-batches
         whose gradients add up to one update: the same update (exactly, without
         BatchNorm; BatchNorm normalizes each micro-batch by its own statistics)
@@ -161,6 +164,7 @@ class TrainSettings:
     best_metric: str = "top1"
     best_mode: str | None = None
     loss: str = "cross_entropy"
+    bce_target_threshold: float | None = None
     accumulate_steps: int = 1
     ema_decay: float = 0.0
     ema_warmup: bool = False
@@ -220,6 +224,12 @@ class TrainSettings:
         )
         _require(self.loss in LOSSES, f"train.loss={self.loss!r}; use one of: {', '.join(LOSSES)}")
         at_least("train.accumulate_steps", self.accumulate_steps)
+        threshold = self.bce_target_threshold
+        _require(
+            threshold is None or (self.loss == "bce" and 0 <= threshold < 1),
+            f"train.bce_target_threshold={threshold} needs train.loss=bce and a value in "
+            "[0, 1); set train.loss=bce or drop it",
+        )
         _require(
             self.init_head in INIT_HEADS,
             f"train.init_head={self.init_head!r}; use one of: {', '.join(INIT_HEADS)}",

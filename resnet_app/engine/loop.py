@@ -148,6 +148,7 @@ def _train(
         accumulate_steps=train.accumulate_steps,
         seed=train.seed,
         ema=run.ema,
+        bce_target_threshold=train.bce_target_threshold,
     )
     controller = Controller(run, train_step, policy, global_model, intervals, actions, stop)
     _announce(run, writer, start, intervals)

@@ -108,7 +108,10 @@ class TrainStep:
       loss: "cross_entropy" (softmax) or "bce": binary cross-entropy of each
         class's sigmoid against the (smoothed) one-hot target, averaged over
         the classes (the loss of Wightman et al. 2021's ResNet recipes, as
-        timm's BinaryCrossEntropy computes it, without its target threshold).
+        timm's BinaryCrossEntropy computes it).
+      bce_target_threshold: with "bce", targets above this become 1 and the
+        rest 0, after smoothing and mixing (timm's `target_threshold`; the A3
+        recipe's 0.2); None keeps the soft targets.
       accumulate_steps: split each tower's batch into this many micro-batches,
         run one after the other, their gradients summed into one update: the
         update of the whole batch (exactly, without BatchNorm) in the memory
@@ -144,6 +147,7 @@ class TrainStep:
         accumulate_steps: int = 1,
         seed: int = 0,
         ema: ema_lib.WeightEMA | None = None,
+        bce_target_threshold: float | None = None,
     ):
         self.model = model
         self.averaging = averaging
@@ -154,6 +158,7 @@ class TrainStep:
         self.accumulate_steps = accumulate_steps
         self.seed = seed
         self.ema = ema
+        self.bce_target_threshold = bce_target_threshold
         self.time_input = time_input
         self.skip_empty_towers = (
             partial_batches
@@ -208,7 +213,10 @@ class TrainStep:
             weight = batch["mix_weight"][:, None]
             targets = weight * targets + (1 - weight) * tf.one_hot(batch["mix_label"], classes)
         smoothing = self.label_smoothing
-        return targets * (1 - smoothing) + smoothing / tf.cast(classes, tf.float32)
+        targets = targets * (1 - smoothing) + smoothing / tf.cast(classes, tf.float32)
+        if self.loss == "bce" and self.bce_target_threshold is not None:
+            targets = tf.cast(targets > self.bce_target_threshold, tf.float32)
+        return targets
 
     def _regularization(self) -> tf.Tensor:
         """The model's L2 penalties (computed from the weights when read)."""
