@@ -15,7 +15,10 @@ its peak memory is its own):
   resnet_app's own model (its fused-kernel BatchNorm), which tells the gain of
   the trainer's loop from that of its layers;
 - fp32, bf16, fp16, jit (XLA), towers2 (2 logical CPU devices, or 2 GPUs):
-  `python -m resnet_app.train`'s trainer, timed between its training records.
+  `python -m resnet_app.train`'s trainer, timed between its training records;
+  ema, drop_path, bce (ask for them with --variants): the trainer with the
+  modern recipe's per-step pieces, the moving average of the weights,
+  stochastic depth at 0.1, binary cross-entropy.
 Images/sec are the median of --windows timed windows of --steps steps after a
 warm-up window, wall clock, host overhead included. Each is shown as a ratio
 to keras_fit, with the model's training FLOPs per image (6 x the forward
@@ -58,6 +61,10 @@ TRAINER_VARIANTS = {
     "fp16": ["train.precision=fp16"],
     "jit": ["train.jit=true"],
     "towers2": ["train.num_towers=2"],
+    # The modern recipe's per-step costs (not in the default list).
+    "ema": ["train.ema_decay=0.999"],
+    "drop_path": ["model.drop_path_rate=0.1"],
+    "bce": ["train.loss=bce"],
 }
 KERAS_VARIANTS = ("keras_fit", "keras_fit_nojit", "keras_fit_our_layers")
 DEFAULT_VARIANTS = (
