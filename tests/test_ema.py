@@ -145,11 +145,14 @@ def test_training_average_follows_every_replicas_weights(towers, interval, warmu
 
 @pytest.fixture(scope="module")
 def ema_run(tmp_path_factory):
-    """8 steps of the tiny network with the average, a checkpoint at every step."""
+    """8 steps of the tiny network with the average, a checkpoint at every step,
+    and the best by the average's evaluation loss kept."""
     root = tmp_path_factory.mktemp("ema_run")
     resolved = runs.small_config(
         root,
         "train.ema_decay=0.7",
+        "train.keep_best=true",
+        "train.best_metric=ema_loss",
         train_steps=8,
         eval_every=4,
         checkpoint_every=1,
@@ -198,6 +201,21 @@ def test_run_evaluates_both_and_evaluate_picks_the_average(ema_run, tmp_path):
         assert record["top1"] == last[prefix + "top1"]
         assert record["loss"] == pytest.approx(last[prefix + "loss"], rel=1e-5)
         assert record["report"].endswith("ckpt-8-test" + ("" if weights == "raw" else "-ema"))
+
+
+@pytest.mark.integration
+def test_keep_best_ranks_by_the_averages_evaluation(ema_run):
+    import json
+
+    evaluations = [r for r in runs.read_records(ema_run) if "ema_loss" in r]
+    best = min(evaluations, key=lambda r: r["ema_loss"])
+    with open(ema_run / "best" / "best.json") as file:
+        kept = json.load(file)
+    assert kept["step"] == best["step"] and kept["value"] == best["ema_loss"]
+    [record] = checkpoint_eval.evaluate_checkpoints(
+        str(ema_run), "best", report_dir=str(ema_run.parent / "best_report")
+    )
+    assert record["weights"] == "ema" and record["loss"] == pytest.approx(best["ema_loss"], 1e-5)
 
 
 @pytest.mark.integration
