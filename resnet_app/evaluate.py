@@ -7,6 +7,7 @@
     python -m resnet_app.evaluate --model_dir=runs/try --tta=flip
     python -m resnet_app.evaluate --model_dir=runs/imagenet_resnet50 --tta=crops
     python -m resnet_app.evaluate --model_dir=runs/try --checkpoint=ckpt-4000 --fit_temperature
+    python -m resnet_app.evaluate --model_dir=runs/try --weights=raw
 
 The model and data come from the run's `config.yaml`, as the trainer wrote it;
 `--data_dir` says where the data is now, and `--split` picks another split.
@@ -15,8 +16,13 @@ rest of the training state are not needed), evaluated on every example of the
 split exactly once, and reported as one line of JSON on stdout:
 
     {"checkpoint": "ckpt-4", "step": 4, "split": "test", "top1": ..., "top5": ...,
-     "loss": ..., "num_examples": 37, "precision": "fp32", "tta": null, "ece": ...,
-     "nll": ..., "report": "/abs/run/reports/ckpt-4-test"}
+     "loss": ..., "num_examples": 37, "precision": "fp32", "tta": null,
+     "weights": "raw", "ece": ..., "nll": ..., "report": "/abs/run/reports/ckpt-4-test"}
+
+A run that kept a moving average of its weights (`train.ema_decay`) is
+evaluated with the average by default ("weights": "ema", and the report
+directory ends in `-ema`); `--weights=raw` evaluates the trained weights,
+`--weights=ema` refuses a checkpoint without an average.
 
 "ece" is the expected calibration error (15 equal-width confidence bins) and
 "nll" the mean negative log-likelihood of the softmax (the same number as

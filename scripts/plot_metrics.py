@@ -210,6 +210,8 @@ def load_curves(run_dir: str) -> RunCurves:
         elif event is None and "top1" in record:
             split = str(record.get("split", "?"))
             top1.setdefault(split, {})[step] = _number(record["top1"])
+            if "ema_top1" in record:  # The moving average of the weights (train.ema_decay).
+                top1.setdefault(f"{split}, EMA", {})[step] = _number(record["ema_top1"])
         elif event is None and "accuracy" in record:
             for key in TRAIN_KEYS:
                 train[key][step] = _number(record.get(key))

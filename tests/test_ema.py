@@ -20,7 +20,7 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.engine import averaging, loop, optim
 from resnet_app.engine.ema import WeightEMA
 from resnet_app.engine.step import TrainStep
-from resnet_app.serving import checkpoint_eval, savedmodel
+from resnet_app.serving import calibration, checkpoint_eval, savedmodel
 from tests import runs
 from tests.commands import error_line, run_command
 from tests.small_models import SIZE, initial_weights, tiny_bn
@@ -270,11 +270,68 @@ def test_fine_tuning_from_a_run_takes_its_average(ema_run, tmp_path):
 
 def test_a_temperature_fitted_on_the_other_weights_is_warned(caplog):
     fitted = {"temperature": 1.5, "checkpoint": "ckpt-8", "weights": "raw"}
-    checkpoint_eval._warn_if_fitted_elsewhere(fitted, "/run/ckpt-8", "ema")
+    calibration.warn_if_fitted_elsewhere(fitted, "/run/ckpt-8", "ema")
     assert "fitted on ckpt-8's raw weights, not its ema weights" in caplog.text
     assert "--checkpoint=ckpt-8 --weights=ema" in caplog.text
     caplog.clear()
-    checkpoint_eval._warn_if_fitted_elsewhere(fitted, "/run/ckpt-8", "raw")
+    calibration.warn_if_fitted_elsewhere(fitted, "/run/ckpt-8", "raw")
     del fitted["weights"]  # A temperature.json from before EMA: fitted on the raw weights.
-    checkpoint_eval._warn_if_fitted_elsewhere(fitted, "/run/ckpt-8", "raw")
+    calibration.warn_if_fitted_elsewhere(fitted, "/run/ckpt-8", "raw")
     assert caplog.text == ""
+
+
+def _train(directory, *sets, **train):
+    """A small run with the average (decay 0.7), a checkpoint at every step."""
+    resolved = runs.small_config(
+        directory.parent, *sets, checkpoint_every=1, keep_checkpoints=20, **train
+    )
+    return loop.train_and_evaluate(resolved, str(directory))
+
+
+@pytest.mark.integration
+def test_two_towers_evaluate_the_average_as_evaluate_does(tmp_path):
+    """Per-tower BatchNorm: the towers' statistics of the average are averaged
+    before the trainer evaluates and saves it, as the weights' are, so
+    `evaluate` on 2 towers gets the trainer's numbers back."""
+    result = _train(tmp_path / "run", "train.ema_decay=0.7", train_steps=4, num_towers=2)
+    for weights, prefix in (("ema", "ema_"), ("raw", "")):
+        [record] = checkpoint_eval.evaluate_checkpoints(
+            str(tmp_path / "run"), "4", num_towers=2, weights=weights
+        )
+        assert record["loss"] == pytest.approx(result.summary[prefix + "loss"], rel=1e-6)
+
+
+@pytest.mark.integration
+def test_model_averaging_off_the_interval_ends_with_the_average_followed(tmp_path):
+    """K=4 and 6 steps: the run averages at its end, and the average takes the
+    two steps since step 4 at once (0.7**2) from the averaged weights."""
+    sets = ("train.ema_decay=0.7", "sync.mode=model_average", "sync.interval=4")
+    _train(tmp_path / "run", *sets, train_steps=6, num_towers=2)
+    decay = np.float32(0.7) ** 2
+    expected = _numpy_step(
+        _restored(tmp_path / "run", 4, "ema"), _restored(tmp_path / "run", 6, "raw"), decay
+    )
+    for actual, value in zip(_restored(tmp_path / "run", 6, "ema"), expected, strict=True):
+        np.testing.assert_allclose(actual, value, rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.integration
+def test_the_average_may_start_on_resume(tmp_path, caplog):
+    """A run resumed with train.ema_decay set starts its average from the
+    resumed weights (no --allow_config_change needed: the weights do not change)."""
+    _train(tmp_path / "run", train_steps=4)
+    _train(tmp_path / "run", "train.ema_decay=0.7", train_steps=6)
+    assert "starts from the weights of step 4" in caplog.text
+    expected = _restored(tmp_path / "run", 4, "raw")
+    for step in (5, 6):
+        expected = _numpy_step(expected, _restored(tmp_path / "run", step, "raw"), np.float32(0.7))
+    for actual, value in zip(_restored(tmp_path / "run", 6, "ema"), expected, strict=True):
+        np.testing.assert_allclose(actual, value, rtol=2e-6, atol=1e-7)
+
+
+def test_keep_best_ranks_by_the_average_by_default(tmp_path):
+    assert runs.small_config(tmp_path).train.best_by == "top1"
+    resolved = runs.small_config(tmp_path, "train.ema_decay=0.9")
+    assert (resolved.train.best_by, resolved.train.best_direction) == ("ema_top1", "max")
+    with pytest.raises(ConfigError, match="train.ema_warmup needs train.ema_decay"):
+        runs.small_config(tmp_path, "train.ema_warmup=true")

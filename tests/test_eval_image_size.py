@@ -68,13 +68,19 @@ def test_a_run_trained_at_32_is_evaluated_and_served_at_48(tmp_path):
     data = dataclasses.replace(resolved.data, image_size=48, eval_image_size=None)
     reference = input_pipeline.create_pipeline(data)
     correct = total = 0
+    losses = []
     for batch in reference.eval_dataset(37):
-        logits = result.model(batch["image"], training=False).numpy()
+        logits = result.model(batch["image"], training=False).numpy().astype(np.float64)
         mask = batch["mask"].numpy() > 0
-        correct += int(np.sum(logits.argmax(-1)[mask] == batch["label"].numpy()[mask]))
+        labels = batch["label"].numpy()[mask]
+        correct += int(np.sum(logits.argmax(-1)[mask] == labels))
         total += int(mask.sum())
+        shifted = logits[mask] - logits[mask].max(-1, keepdims=True)
+        log_softmax = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+        losses.extend(-log_softmax[np.arange(len(labels)), labels])
     assert total == 37
     assert result.summary["top1"] == correct / total
+    assert result.summary["loss"] == pytest.approx(np.mean(losses), rel=1e-5)
 
     served, _ = savedmodel.load(str(tmp_path / "run"))
     assert served.preprocessing.eval_size == 48

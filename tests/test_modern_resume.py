@@ -16,6 +16,7 @@ MODERN = [
     "--set=model.drop_path_rate=0.3",
     "--set=train.accumulate_steps=2",
     "--set=train.loss=bce",
+    "--set=train.bce_target_threshold=0.2",
     "--set=train.label_smoothing=0.1",
     "--set=train.keep_best=true",
     "--set=optimizer.class=lamb",

@@ -307,3 +307,12 @@ def test_mistakes_get_one_line(case, good_run, tmp_path):
     line = error_line(run_command("scripts/plot_metrics.py", *args, env=env))
     assert MISTAKES[case].format(good=good_run) in line, line
     assert not (tmp_path / "curves.png").exists()
+
+
+def test_the_moving_average_gets_its_own_line(tmp_path):
+    records = [start(0), trained(10, 1.0), {**evaluated(10, 0.1), "ema_top1": 0.3}]
+    run_dir = write_run(tmp_path / "run", records)
+    figure = plot_metrics.plot_runs([str(run_dir)], x="step")
+    lines = panel(figure, "evaluation top-1 (test, test, EMA)")
+    assert sorted(lines) == ["run (test)", "run (test, EMA)"]
+    np.testing.assert_allclose(lines["run (test, EMA)"], [[10, 0.3]])

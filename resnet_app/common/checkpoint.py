@@ -290,10 +290,12 @@ class RunCheckpoint:
             )
             shutil.rmtree(self.save_dir, ignore_errors=True)
             max_to_keep, keep_every_n_hours = 1, None
+        self._objects = objects
         self.checkpoint = tf.train.Checkpoint(**objects)
-        # The weights and optimizer state; other state may hold NaN on purpose.
+        # The weights, their average and the optimizer state; other state may
+        # hold NaN on purpose.
         self._variables = [
-            v for name in ("model", "optimizer") for v in _variables_of(objects.get(name))
+            v for name in ("model", EMA, "optimizer") for v in _variables_of(objects.get(name))
         ]
         self.manager = tf.train.CheckpointManager(
             self.checkpoint,
@@ -316,15 +318,19 @@ class RunCheckpoint:
         """
         return self.manager.save(checkpoint_number=step)
 
-    def restore(self, prefix: str) -> None:
-        """Restores everything from `prefix`.
+    def restore(self, prefix: str, without: tuple[str, ...] = ()) -> None:
+        """Restores everything from `prefix` (but the objects named in `without`).
 
         Raises:
           ConfigError: when the checkpoint does not match the objects (another
             model or optimizer saved it).
         """
+        checkpoint = self.checkpoint
+        if without:
+            kept = {name: value for name, value in self._objects.items() if name not in without}
+            checkpoint = tf.train.Checkpoint(**kept)
         try:
-            self.checkpoint.restore(prefix).assert_existing_objects_matched()
+            checkpoint.restore(prefix).assert_existing_objects_matched()
         except (AssertionError, ValueError, tf.errors.OpError) as error:
             raise ConfigError(
                 f"cannot resume from {prefix} ({first_line(error)}); it was saved by another model "

@@ -94,7 +94,8 @@ def lr_override_path(model_dir: str) -> str:
 
 
 def events_dir(model_dir: str, kind: str) -> str:
-    """TensorBoard's directory for `kind` (`TRAIN_EVENTS_DIR` or `EVAL_EVENTS_DIR`)."""
+    """TensorBoard's directory for `kind` (`TRAIN_EVENTS_DIR`, `EVAL_EVENTS_DIR` or
+    `EMA_EVAL_EVENTS_DIR`)."""
     return os.path.join(model_dir, kind)
 
 

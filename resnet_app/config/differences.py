@@ -42,6 +42,9 @@ RESUMABLE_CHANGES = frozenset(
         "train.keep_best",
         "train.best_metric",
         "train.best_mode",
+        # The average of the weights, not the weights: it may start on resume.
+        "train.ema_decay",
+        "train.ema_warmup",
     }
 )
 

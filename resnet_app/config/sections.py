@@ -114,7 +114,8 @@ class TrainSettings:
         run replaces it only when beaten); `--checkpoint=best` picks it.
       best_metric: the evaluation record's key that ranks evaluations: top1,
         top5 or loss, or with train.ema_decay the moving average's ema_top1,
-        ema_top5 or ema_loss.
+        ema_top5 or ema_loss (default: ema_top1 with train.ema_decay, else
+        top1; see `best_by`).
       best_mode: "max" (higher is better) or "min"; default: min for loss,
         else max (`best_direction`).
       loss: "cross_entropy" (softmax) or "bce" (binary cross-entropy of each
@@ -161,7 +162,7 @@ class TrainSettings:
     freeze_batch_norm: bool = True
     lr_multipliers: dict[str, float] | None = None
     keep_best: bool = False
-    best_metric: str = "top1"
+    best_metric: str | None = None
     best_mode: str | None = None
     loss: str = "cross_entropy"
     bce_target_threshold: float | None = None
@@ -170,9 +171,16 @@ class TrainSettings:
     ema_warmup: bool = False
 
     @property
+    def best_by(self) -> str:
+        """The evaluation record's key keep-best ranks by: `best_metric`, or by
+        default the moving average's top-1 when the run keeps one (what
+        evaluate and export then use), else top-1."""
+        return self.best_metric or ("ema_top1" if self.ema_decay else "top1")
+
+    @property
     def best_direction(self) -> str:
-        """`best_mode` ("max" or "min"), or else the direction `best_metric` improves in."""
-        return self.best_mode or BEST_METRICS[self.best_metric]
+        """`best_mode` ("max" or "min"), or else the direction `best_by` improves in."""
+        return self.best_mode or BEST_METRICS[self.best_by]
 
     def __post_init__(self):
         for name in (
@@ -239,8 +247,12 @@ class TrainSettings:
                 multiplier >= 0,
                 f"train.lr_multipliers.{part}={multiplier}; use a number >= 0",
             )
+        self._check_modern()
+
+    def _check_modern(self) -> None:
+        """The checks of keep-best and the moving average of the weights."""
         _require(
-            self.best_metric in BEST_METRICS,
+            self.best_metric is None or self.best_metric in BEST_METRICS,
             f"train.best_metric={self.best_metric!r}; use one of: {', '.join(BEST_METRICS)}",
         )
         _require(
@@ -248,7 +260,11 @@ class TrainSettings:
             f"train.ema_decay={self.ema_decay}; use a value in [0, 1) (0: no moving average)",
         )
         _require(
-            not self.best_metric.startswith("ema_") or self.ema_decay > 0,
+            not self.ema_warmup or self.ema_decay > 0,
+            "train.ema_warmup needs train.ema_decay (e.g. 0.999); set it or drop ema_warmup",
+        )
+        _require(
+            not self.best_by.startswith("ema_") or self.ema_decay > 0,
             f"train.best_metric={self.best_metric} needs the moving average; set "
             "train.ema_decay (e.g. 0.999) or rank by top1",
         )

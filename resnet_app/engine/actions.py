@@ -300,7 +300,7 @@ class KeepBest(Action):
     decides, and every worker asks for the save with it.
 
     Args:
-      run: the run; its `train.best_metric` (a key of the evaluation record)
+      run: the run; its `train.best_by` (a key of the evaluation record)
         and `train.best_direction` rank the evaluations.
 
     Attributes:
@@ -309,7 +309,7 @@ class KeepBest(Action):
 
     def __init__(self, run: Run):
         self.run = run
-        self.metric = run.config.train.best_metric
+        self.metric = run.config.train.best_by
         self.direction = run.config.train.best_direction
         self.best: float | None = None
         self._candidate: dict[str, Any] | None = None

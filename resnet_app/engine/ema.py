@@ -24,13 +24,19 @@ from that replica's own weights, with no communication; under the all-reduce
 every replica holds the same weights, so every copy of the average stays the
 same. (Per-tower BatchNorm, `model.bn_synchronized: false`, keeps moving
 statistics per tower, as TF1's towers did; each tower's average follows its
-own, and a checkpoint holds the first tower's, of both.)
+own, and before every evaluation and save the towers' statistics of both are
+averaged, `sync.AllReduce`: the averages are linear, so the mean of the
+towers' averages is the average of the mean statistics.)
 
 With model averaging (`sync.mode: model_average`, interval K) the copies of
 the weights differ between averages, so the average is updated only right
 after the weights are averaged, once per K updates, from the averaged
 weights, with the decay d**K (min(...)**K while warming up): the same horizon
-in updates as the all-reduce run's.
+in updates as the all-reduce run's. A run whose length is not a multiple of K
+averages once more at its end, and the average follows with d**(steps since).
+
+An fp16 step whose loss scale overflowed leaves the weights as they were; the
+average still takes its step towards them (as timm's `ModelEma` does).
 """
 
 from __future__ import annotations
@@ -85,15 +91,19 @@ class WeightEMA:
         for average, weight in self._pairs:
             average.assign(weight.read_value())
 
-    def decay_at(self, updates: tf.Tensor) -> tf.Tensor:
-        """The decay applied after `updates` optimizer updates (float32)."""
+    def decay_at(self, updates: tf.Tensor, every: int | None = None) -> tf.Tensor:
+        """The decay applied after `updates` optimizer updates, `every` (default:
+        the interval) of them at once (float32)."""
+        every = self.every if every is None else every
         decay = tf.constant(self.decay, tf.float32)
         if self.warmup:
             n = tf.cast(updates, tf.float32)
             decay = tf.minimum(decay, (1.0 + n) / (10.0 + n))
-        return decay**self.every if self.every > 1 else decay
+        return decay**every if every > 1 else decay
 
-    def update(self, strategy: tf.distribute.Strategy, updates: tf.Tensor) -> None:
+    def update(
+        self, strategy: tf.distribute.Strategy, updates: tf.Tensor, every: int | None = None
+    ) -> None:
         """In cross-replica context: one step of the average towards the weights.
 
         Each replica's copy of the average moves towards that replica's own
@@ -102,11 +112,18 @@ class WeightEMA:
         Args:
           strategy: the strategy the models were built in.
           updates: the optimizer's update count after the step (`iterations`).
+          every: the optimizer updates this one stands for (default: the interval).
         """
-        decay = self.decay_at(updates)
+        decay = self.decay_at(updates, every)
 
         def step(average, weight):
             return average.assign(decay * average + (1.0 - decay) * weight)
 
         for average, weight in self._pairs:
             strategy.extended.update(average, step, args=(weight,), group=False)
+
+    def update_now(self, strategy: tf.distribute.Strategy, updates: tf.Variable) -> None:
+        """Eagerly, after an average off the interval (a run's last step): the
+        updates since the previous average, at once (decay d**(updates % K))."""
+        count = int(updates.numpy())
+        self.update(strategy, tf.constant(count), every=count % self.every or self.every)

@@ -102,12 +102,21 @@ class Run:
           ConfigError: when the checkpoint holds another model, or the workers
             resumed from different steps.
         """
+        # A run that starts keeping the average on resume starts it there.
+        new_average = bool(prefix) and self.ema is not None and not checkpoint.has_ema(prefix)
         if prefix:
-            self.checkpoints.restore(prefix)
+            self.checkpoints.restore(prefix, without=(checkpoint.EMA,) if new_average else ())
             # What this run is: its next checkpoints are saved with these.
             self.num_replicas.assign(self.strategy.num_replicas_in_sync)
             self.saved_config.assign(config_lib.to_yaml(self.config))
         step = int(self.global_step.numpy())
+        if new_average:
+            self.ema.reset()
+            logging.warning(
+                "train.ema_decay is new on resume: the moving average of the weights starts "
+                "from the weights of step %d",
+                step,
+            )
         steps = distribute.gather_from_workers(self.strategy, step)
         if min(steps) != max(steps):
             raise ConfigError(

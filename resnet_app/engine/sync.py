@@ -39,6 +39,7 @@ from resnet_app.engine.divergence import DivergedError
 from resnet_app.engine.timing import next_multiple, round_up
 
 if TYPE_CHECKING:
+    from resnet_app.engine.ema import WeightEMA
     from resnet_app.engine.setup import Run
 
 
@@ -64,10 +65,18 @@ class AllReduce:
     Args:
       model: the model, built in `strategy.scope()`.
       strategy: its strategy.
+      average_model: the moving average of the weights (`engine/ema.py`), or
+        None: its per-tower statistics are averaged with the model's.
     """
 
-    def __init__(self, model: keras.Model, strategy: tf.distribute.Strategy):
-        self._sync_statistics = distribute.moving_statistics_sync(model, strategy)
+    def __init__(
+        self,
+        model: keras.Model,
+        strategy: tf.distribute.Strategy,
+        average_model: keras.Model | None = None,
+    ):
+        models = [model] if average_model is None else [model, average_model]
+        self._syncs = [distribute.moving_statistics_sync(m, strategy) for m in models]
 
     def align(self, name: str, every: int) -> int:
         return every
@@ -79,7 +88,8 @@ class AllReduce:
         return step + 1
 
     def make_global(self, step: int) -> None:
-        self._sync_statistics()  # Per-tower statistics differ until averaged.
+        for sync in self._syncs:
+            sync()  # Per-tower statistics differ until averaged.
 
 
 class ModelAverage:
@@ -88,12 +98,20 @@ class ModelAverage:
     Args:
       averaging: the `ModelAveraging` the step uses.
       total: the run's last step, where the run averages once more.
+      ema: the moving average of the weights, or None: it follows that last
+        average too.
     """
 
-    def __init__(self, averaging: averaging_lib.ModelAveraging, total: int):
+    def __init__(
+        self,
+        averaging: averaging_lib.ModelAveraging,
+        total: int,
+        ema: WeightEMA | None = None,
+    ):
         self.averaging = averaging
         self.interval = averaging.interval
         self.total = total
+        self.ema = ema
 
     def align(self, name: str, every: int) -> int:
         """`every` rounded up to a multiple of the interval, logged if changed."""
@@ -120,13 +138,15 @@ class ModelAverage:
         # The moving statistics are averaged with the weights: nothing else to sync.
         if step == self.total and step % self.interval:
             self.averaging.average()  # The run ends with the global model.
+            if self.ema is not None:  # The steps since the last average, at once.
+                self.ema.update_now(self.averaging.strategy, self.averaging.optimizer.iterations)
 
 
 def create_policy(run: Run) -> AllReduce | ModelAverage:
     """The run's sync policy: `ModelAverage` when the run averages, else `AllReduce`."""
     if run.averaging is not None:
-        return ModelAverage(run.averaging, run.plan.total_steps)
-    return AllReduce(run.model, run.strategy)
+        return ModelAverage(run.averaging, run.plan.total_steps, run.ema)
+    return AllReduce(run.model, run.strategy, None if run.ema is None else run.ema.model)
 
 
 class GlobalModel:

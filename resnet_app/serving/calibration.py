@@ -449,6 +449,28 @@ def read_temperature_record(model_dir: str) -> dict[str, Any] | None:
     return record
 
 
+def warn_if_fitted_elsewhere(fitted: dict[str, Any] | None, prefix: str, weights: str) -> None:
+    """A temperature fitted on another checkpoint (or its other weights) may not suit: say so."""
+    name = os.path.basename(prefix)
+    if fitted is None:
+        return
+    fitted_weights = fitted.get("weights", "raw")  # Records from before EMA have none.
+    if fitted.get("checkpoint") != name:
+        where = f"was fitted on {fitted.get('checkpoint')}, not {name}"
+    elif fitted_weights != weights:
+        where = f"was fitted on {name}'s {fitted_weights} weights, not its {weights} weights"
+    else:
+        return
+    logging.warning(
+        "The run's temperature %.4f %s; rerun --fit_temperature with --checkpoint=%s "
+        "--weights=%s to fit this one",
+        fitted["temperature"],
+        where,
+        name,
+        weights,
+    )
+
+
 def read_temperature(model_dir: str) -> float:
     """The temperature fitted for the run (`evaluate --fit_temperature`); 1.0 when none was.
 

@@ -25,8 +25,6 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from absl import logging
-
 from resnet_app import config
 from resnet_app.common import checks, run_dir
 from resnet_app.common.errors import ConfigError
@@ -152,7 +150,7 @@ def _evaluate(
     """Checkpoint `prefix`, restored, on the split: confusion, logits, logits at the fitted T."""
     from resnet_app.serving import exact_eval
 
-    _warn_if_fitted_elsewhere(fitted, prefix, weights)
+    calibration.warn_if_fitted_elsewhere(fitted, prefix, weights)
     return exact_eval.evaluate(
         model,
         pipeline,
@@ -163,28 +161,6 @@ def _evaluate(
         collect_logits=True,
         tta=tta,
         temperature=None if fitted is None else fitted["temperature"],
-    )
-
-
-def _warn_if_fitted_elsewhere(fitted: Record | None, prefix: str, weights: str) -> None:
-    """A temperature fitted on another checkpoint (or its other weights) may not suit: say so."""
-    name = os.path.basename(prefix)
-    if fitted is None:
-        return
-    fitted_weights = fitted.get("weights", "raw")  # Records from before EMA have none.
-    if fitted.get("checkpoint") != name:
-        where = f"was fitted on {fitted.get('checkpoint')}, not {name}"
-    elif fitted_weights != weights:
-        where = f"was fitted on {name}'s {fitted_weights} weights, not its {weights} weights"
-    else:
-        return
-    logging.warning(
-        "The run's temperature %.4f %s; rerun --fit_temperature with --checkpoint=%s "
-        "--weights=%s to fit this one",
-        fitted["temperature"],
-        where,
-        name,
-        weights,
     )
 
 

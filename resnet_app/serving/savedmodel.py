@@ -192,6 +192,9 @@ def load(
         "Restored %s (step %d, %s weights) from %s", run_config.model_name, step, chosen, prefix
     )
     temperature = calibration.read_temperature(model_dir)
+    calibration.warn_if_fitted_elsewhere(
+        calibration.read_temperature_record(model_dir), prefix, chosen
+    )
     source = {
         "model_dir": os.path.abspath(model_dir),
         "checkpoint": os.path.basename(prefix),
