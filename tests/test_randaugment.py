@@ -31,7 +31,7 @@ FILL = (120, 110, 100)
 MEAN, STD = (120.0, 110.0, 100.0), (60.0, 50.0, 40.0)
 CIFAR = Preprocessing("cifar", 32, MEAN, STD)
 GEOMETRIC = ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY")
-MAGNITUDES = (0, 3, 9, 10, 25)
+MAGNITUDES = (0, 3, 6, 8, 9, 10, 25)  # 6 and 8: 1 +- 0.9 * level rounds once, as PIL.
 FIXTURE = Path(__file__).parent / "fixtures" / "run_v0_tiny"
 
 

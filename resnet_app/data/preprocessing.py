@@ -38,7 +38,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from resnet_app.data import randaugment
+from resnet_app.data import randaugment, randaugment_magnitudes
 
 # ImageNet's per-channel statistics on the 0-255 scale, the usual constants.
 IMAGENET_MEAN = (123.675, 116.28, 103.53)
@@ -48,12 +48,14 @@ EVAL_CROP_FRACTION = 0.875  # 224 / 256
 AUGMENT_SETTINGS = (
     "randaugment_ops",
     "randaugment_magnitude",
+    "randaugment_prob",
+    "randaugment_magnitude_std",
     "erase_probability",
     "erase_area_range",
     "erase_aspect_range",
 )
 # The per-example draws of RandAugment and random erasing (`augment_choices`).
-AUGMENT_FEATURES = ("op_indices", "op_signs", "erase_draws", "erase_noise")
+AUGMENT_FEATURES = ("op_indices", "op_signs", "op_magnitudes", "erase_draws", "erase_noise")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +77,9 @@ class Preprocessing:
         differs from `image_size` (None: the same); see `eval_size`.
       randaugment_ops: RandAugment ops per training image (0: off).
       randaugment_magnitude: RandAugment's magnitude M (0-10 scale, up to 30).
+      randaugment_prob: the chance each RandAugment op applies (1: all do).
+      randaugment_magnitude_std: each op's magnitude is drawn from N(M, std),
+        clipped (0: M for all).
       erase_probability: the chance a training image has a box erased (0: off).
       erase_area_range: random erasing: the box's area fraction range.
       erase_aspect_range: random erasing: the box's height / width range.
@@ -93,6 +98,8 @@ class Preprocessing:
     eval_image_size: int | None = None
     randaugment_ops: int = 0
     randaugment_magnitude: float = 9.0
+    randaugment_prob: float = 1.0
+    randaugment_magnitude_std: float = 0.0
     erase_probability: float = 0.0
     erase_area_range: tuple[float, float] = (0.02, 1 / 3)
     erase_aspect_range: tuple[float, float] = (0.3, 1 / 0.3)
@@ -152,18 +159,34 @@ def augment_choices(seed: tf.Tensor, config: Preprocessing) -> dict[str, tf.Tens
     """One example's draws for RandAugment and random erasing, for those that are on.
 
     Each has its own seed, folded from the example's, so the crop and flip
-    draws do not depend on them.
+    draws do not depend on them, nor the ops drawn on whether some are
+    skipped or their magnitudes drawn.
 
     Returns:
       Some of `AUGMENT_FEATURES`: "op_indices" int32 and "op_signs" float32
-      [randaugment_ops] (`randaugment.choose_ops`); "erase_draws" float32
-      [ERASE_DRAWS] and "erase_noise" float32 [image_size, image_size, 3].
+      [randaugment_ops] (`randaugment.choose_ops`; a skipped op is the
+      Identity); with a magnitude std, "op_magnitudes" float32
+      [randaugment_ops]; "erase_draws" float32 [ERASE_DRAWS] and
+      "erase_noise" float32 [image_size, image_size, 3].
     """
     features = {}
-    if config.randaugment_ops:
+    num_ops = config.randaugment_ops
+    if num_ops:
         ra_seed = randaugment.sub_seed(seed, randaugment.RANDAUGMENT_STREAM)
-        indices, signs = randaugment.choose_ops(ra_seed, config.randaugment_ops)
+        indices, signs = randaugment.choose_ops(ra_seed, num_ops)
+        if config.randaugment_prob < 1:
+            keep_seed = randaugment.sub_seed(seed, randaugment.KEEP_STREAM)
+            keep = randaugment.keep_ops(keep_seed, num_ops, config.randaugment_prob)
+            indices = randaugment.skip_ops(indices, keep)
         features.update(op_indices=indices, op_signs=signs)
+        if config.randaugment_magnitude_std > 0:
+            magnitude_seed = randaugment.sub_seed(seed, randaugment.MAGNITUDE_STREAM)
+            features["op_magnitudes"] = randaugment_magnitudes.noisy_magnitudes(
+                magnitude_seed,
+                num_ops,
+                config.randaugment_magnitude,
+                config.randaugment_magnitude_std,
+            )
     if config.erase_probability:
         erase_seed = randaugment.sub_seed(seed, randaugment.ERASE_STREAM)
         draws = randaugment.erase_draws(erase_seed)
@@ -222,7 +245,7 @@ def cifar_train_batch(
             images,
             augment["op_indices"],
             augment["op_signs"],
-            config.randaugment_magnitude,
+            augment.get("op_magnitudes", config.randaugment_magnitude),
             _fill(config),
         )
     images = _normalize(images, config)
@@ -323,7 +346,8 @@ def imagenet_train(
     augment = augment_choices(seed, config)
     if config.randaugment_ops:
         pixels = tf.cast(tf.clip_by_value(tf.round(crop), 0, 255), tf.uint8)
-        magnitude, fill = config.randaugment_magnitude, _fill(config)
+        magnitude = augment.get("op_magnitudes", config.randaugment_magnitude)
+        fill = _fill(config)
         pixels = randaugment.randaugment(
             pixels, augment["op_indices"], augment["op_signs"], magnitude, fill
         )

@@ -10,10 +10,9 @@ TF / timm convention; up to 30 extrapolates). The ops work on batches of uint8
 [H, W, 3] images in the 0-255 domain, before normalization, each image with its
 own arguments, and compute what PIL's `ImageOps` / `ImageEnhance` /
 `Image.transform` compute (timm's implementation), including PIL's truncation
-to the 0-255 grid. Every op drawn is applied (the paper; timm applies each
-with probability 0.5), and each op with a magnitude grows more severe with it
-and is the identity at M = 0 (timm's "increasing" ops, used by DeiT and
-"ResNet strikes back"); level = M / 10:
+to the 0-255 grid. Each op with a magnitude grows more severe with it and is
+the identity at M = 0 (timm's "increasing" ops, used by DeiT and "ResNet
+strikes back"); level = M / 10:
 
   Identity, AutoContrast, Equalize  no magnitude (PIL's autocontrast, equalize)
   Rotate            +-30 * level degrees about the centre
@@ -26,11 +25,19 @@ and is the identity at M = 0 (timm's "increasing" ops, used by DeiT and
   ShearX, ShearY    +-0.3 * level, about the top-left corner (as timm)
   TranslateX, -Y    +-0.45 * level of the width or height (timm's relative form)
 
-where +- is a random sign per op. Rotations, shears and translations sample
-bilinearly and fill the uncovered area with the dataset's mean colour, rounded
-(timm's training transform fills with the mean it normalizes by, TF with grey
-128; after normalization the mean is about 0, the colour of the CIFAR recipe's
-padding).
+where +- is a random sign per op. By default every op drawn is applied at M
+(the paper). timm's two variations are options: each op applies with a
+probability p, else it is skipped (`keep_ops`; a skipped op is the Identity;
+timm's default p is 0.5), and each op's magnitude is drawn per image from
+N(M, std), clipped to [0, max(10, M)] (`randaugment_magnitudes.py`; timm's
+"mstd", whose clip is [0, 10] unless its "mmax" raises it). Their draws come
+from streams of their own, so the ops and signs drawn are the same with or
+without them.
+
+Rotations, shears and translations sample bilinearly and fill the uncovered
+area with the dataset's mean colour, rounded (timm's training transform fills
+with the mean it normalizes by, TF with grey 128; after normalization the mean
+is about 0, the colour of the CIFAR recipe's padding).
 
 `randaugment` runs one image's ops (a switch per op); `randaugment_batch` runs
 a batch's, each op once on the images that drew it, which on 32-pixel images
@@ -51,6 +58,8 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from resnet_app.data import randaugment_magnitudes as magnitudes
+
 OPS = (
     *("Identity", "AutoContrast", "Equalize", "Rotate", "Solarize", "Color", "Posterize"),
     *("Contrast", "Brightness", "Sharpness", "ShearX", "ShearY", "TranslateX", "TranslateY"),
@@ -63,6 +72,8 @@ ERASE_DRAWS = 3 + 2 * ERASE_ATTEMPTS
 # any example id, so a derived seed [h(seed), stream] is never an example's seed.
 RANDAUGMENT_STREAM = (1 << 40) + 1
 ERASE_STREAM = (1 << 40) + 2
+KEEP_STREAM = (1 << 40) + 3  # Which of RandAugment's ops apply.
+MAGNITUDE_STREAM = (1 << 40) + 4  # RandAugment's per-op magnitudes.
 
 
 def sub_seed(seed: tf.Tensor, stream: int) -> tf.Tensor:
@@ -113,18 +124,29 @@ def equalize(images: tf.Tensor) -> tf.Tensor:
     return _lookup(images, tf.cast(tf.reshape(tables, [-1, 3, 256]), tf.uint8))
 
 
-def solarize(images: tf.Tensor, threshold: int) -> tf.Tensor:
-    """Inverts the values at or above `threshold` (0-256; 256 changes nothing)."""
-    if threshold > 255:
-        return images
+def _per_image(values: tf.Tensor) -> tf.Tensor:
+    """A scalar as it is; [batch] values shaped to broadcast over [batch, H, W, 3]."""
+    values = tf.convert_to_tensor(values)
+    return values if values.shape.rank == 0 else values[:, None, None, None]
+
+
+def solarize(images: tf.Tensor, threshold) -> tf.Tensor:
+    """Inverts the values at or above `threshold` (0-256; 256 changes nothing).
+
+    Args:
+      images: uint8 [batch, H, W, 3].
+      threshold: an int, or int32 [batch], one per image.
+    """
+    above = tf.cast(images, tf.int32) >= _per_image(threshold)
     # 255 - x is x XOR 255 on bytes; an XOR with 0 keeps x (and costs less than a select).
-    flips = tf.cast(images >= tf.constant(threshold, tf.uint8), tf.uint8) * 255
-    return tf.bitwise.bitwise_xor(images, flips)
+    return tf.bitwise.bitwise_xor(images, tf.cast(above, tf.uint8) * 255)
 
 
-def posterize(images: tf.Tensor, bits: int) -> tf.Tensor:
-    """Keeps the `bits` (1-8) most significant bits of each value."""
-    return tf.bitwise.bitwise_and(images, tf.constant(256 - (1 << (8 - bits)), tf.uint8))
+def posterize(images: tf.Tensor, bits) -> tf.Tensor:
+    """Keeps the `bits` (1-8: an int, or int32 [batch], one per image) top bits of each value."""
+    bits = tf.convert_to_tensor(bits, tf.int32)
+    masks = 256 - tf.bitwise.left_shift(tf.ones_like(bits), 8 - bits)
+    return tf.bitwise.bitwise_and(images, _per_image(tf.cast(masks, tf.uint8)))
 
 
 # -- blends with a degenerate image (PIL's ImageEnhance) ------------------------------
@@ -222,14 +244,15 @@ def affine(images: tf.Tensor, matrices: tf.Tensor, fill: Sequence[int]) -> tf.Te
     return _to_uint8(moved + (fill + 1e-3))
 
 
-def geometric_matrices(name: str, images: tf.Tensor, signs: tf.Tensor, magnitude: float):
+def geometric_matrices(name: str, images: tf.Tensor, signs: tf.Tensor, magnitude):
     """float32 [batch, 6]: PIL's `affine` matrices of a geometric op, one per image.
 
     Rotate is PIL's `Image.rotate` (counter-clockwise about the centre); ShearX
     moves row y left by shear * y, ShearY column x up by shear * x (about the
     top-left corner, as timm); TranslateX and -Y move the content left and up.
+    `magnitude` is M, or float32 [batch], one per image (`op_arguments`).
     """
-    arguments = op_arguments(magnitude)
+    arguments = magnitudes.op_arguments(magnitude)
     signs = tf.cast(signs, tf.float32)
     one, zero = tf.ones_like(signs), tf.zeros_like(signs)
     height, width = tf.unstack(tf.cast(tf.shape(images)[1:3], tf.float32))
@@ -252,47 +275,29 @@ def geometric_matrices(name: str, images: tf.Tensor, signs: tf.Tensor, magnitude
 # -- the policy ------------------------------------------------------------------
 
 
-def op_arguments(magnitude: float) -> dict[str, float | int]:
-    """Each op's argument at `magnitude`, before the random sign.
-
-    Returns:
-      {"degrees", "threshold", "factor" (the enhance ops' distance from 1),
-      "bits", "shear", "translate" (a fraction of the size)}.
-    """
-    level = magnitude / 10
-    return {
-        "degrees": 30 * level,
-        "threshold": max(0, 256 - int(256 * level)),
-        "factor": 0.9 * level,
-        "bits": max(1, 8 - int(4 * level)),
-        "shear": 0.3 * level,
-        "translate": 0.45 * level,
-    }
-
-
-def apply_op(name: str, images: tf.Tensor, signs: tf.Tensor, magnitude: float, fill):
+def apply_op(name: str, images: tf.Tensor, signs: tf.Tensor, magnitude, fill):
     """Op `name` at `magnitude` on a batch, each image's signed arguments times its sign.
 
     Args:
       name: one of `OPS`.
       images: uint8 [batch, H, W, 3].
       signs: float32 [batch], +1 or -1.
-      magnitude: M.
+      magnitude: M (a number), or float32 [batch], one per image.
       fill: the RGB colour geometric ops fill with.
     """
-    arguments = op_arguments(magnitude)
+    if name in WITHOUT_MAGNITUDE:
+        return WITHOUT_MAGNITUDE[name](images)
     if name in GEOMETRIC:
         return affine(images, geometric_matrices(name, images, signs, magnitude), fill)
+    arguments = magnitudes.op_arguments(magnitude)
     if name in BLENDS:
-        factor = tf.maximum(0.1, 1.0 + signs * arguments["factor"])
+        # 1 +- factor in double, then one rounding to float32: PIL's arithmetic.
+        signed = tf.cast(signs, tf.float64) * arguments["factor"]
+        factor = tf.cast(tf.maximum(tf.constant(0.1, tf.float64), 1.0 + signed), tf.float32)
         return BLENDS[name](images, factor)
     if name == "Solarize":
         return solarize(images, arguments["threshold"])
-    if name == "Posterize":
-        return posterize(images, arguments["bits"])
-    return {"Identity": tf.identity, "AutoContrast": auto_contrast, "Equalize": equalize}[name](
-        images
-    )
+    return posterize(images, arguments["bits"])
 
 
 def choose_ops(seed: tf.Tensor, num_ops: int) -> tuple[tf.Tensor, tf.Tensor]:
@@ -307,12 +312,30 @@ def choose_ops(seed: tf.Tensor, num_ops: int) -> tuple[tf.Tensor, tf.Tensor]:
     return indices, tf.where(draws[1] < 0.5, -1.0, 1.0)
 
 
+def keep_ops(seed: tf.Tensor, num_ops: int, probability: float) -> tf.Tensor:
+    """bool [num_ops]: which of an example's ops apply, each with `probability` (timm's p).
+
+    Args:
+      seed: int64 [2], the example's seed for these draws (`sub_seed(seed, KEEP_STREAM)`).
+      num_ops: the example's ops.
+      probability: the chance each op applies.
+    """
+    # timm applies an op when random() <= p, random() in [0, 1): the same chance.
+    return tf.random.stateless_uniform([num_ops], seed) < probability
+
+
+def skip_ops(indices: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
+    """`indices` with each op not kept replaced by the Identity (what skipping it does)."""
+    return tf.where(keep, indices, tf.constant(OPS.index("Identity"), indices.dtype))
+
+
+WITHOUT_MAGNITUDE = {"Identity": tf.identity, "AutoContrast": auto_contrast, "Equalize": equalize}
 BLENDS = {"Color": color, "Contrast": contrast, "Brightness": brightness, "Sharpness": sharpness}
 GEOMETRIC = ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY")
 
 
 def randaugment(
-    image: tf.Tensor, indices: tf.Tensor, signs: tf.Tensor, magnitude: float, fill: Sequence[int]
+    image: tf.Tensor, indices: tf.Tensor, signs: tf.Tensor, magnitude, fill: Sequence[int]
 ) -> tf.Tensor:
     """RandAugment on one image (`randaugment_batch` does a batch).
 
@@ -320,7 +343,7 @@ def randaugment(
       image: uint8 [H, W, 3].
       indices: int32 [num_ops], the image's `choose_ops`, applied in turn.
       signs: float32 [num_ops], their signs.
-      magnitude: M, 0-30.
+      magnitude: M, 0-30; or float32 [num_ops], each op's (`noisy_magnitudes`).
       fill: the RGB colour geometric ops fill with.
 
     Returns:
@@ -329,8 +352,10 @@ def randaugment(
     images, indices = image[None], tf.convert_to_tensor(indices, tf.int32)
     signs = tf.convert_to_tensor(signs, tf.float32)
     for step in range(indices.shape[0]):
+        step_signs = signs[step : step + 1]
+        step_magnitude = magnitudes.step_magnitudes(magnitude, step)
         ops = [
-            functools.partial(apply_op, name, images, signs[step : step + 1], magnitude, fill)
+            functools.partial(apply_op, name, images, step_signs, step_magnitude, fill)
             for name in OPS
         ]
         images = tf.ensure_shape(tf.switch_case(indices[step], ops), images.shape)
@@ -338,7 +363,7 @@ def randaugment(
 
 
 def randaugment_batch(
-    images: tf.Tensor, indices: tf.Tensor, signs: tf.Tensor, magnitude: float, fill: Sequence[int]
+    images: tf.Tensor, indices: tf.Tensor, signs: tf.Tensor, magnitude, fill: Sequence[int]
 ) -> tf.Tensor:
     """RandAugment on a batch, each image with its own ops: `randaugment` of each image.
 
@@ -346,7 +371,7 @@ def randaugment_batch(
       images: uint8 [batch, H, W, 3].
       indices: int32 [batch, num_ops], each image's `choose_ops`.
       signs: float32 [batch, num_ops], their signs.
-      magnitude: M, 0-30.
+      magnitude: M, 0-30; or float32 [batch, num_ops], each image's and op's.
       fill: the RGB colour geometric ops fill with.
 
     Returns:
@@ -358,7 +383,11 @@ def randaugment_batch(
         groups = tf.dynamic_partition(positions, indices[:, step], len(OPS))
         outputs = [
             apply_op(
-                name, tf.gather(images, group), tf.gather(signs[:, step], group), magnitude, fill
+                name,
+                tf.gather(images, group),
+                tf.gather(signs[:, step], group),
+                magnitudes.step_magnitudes(magnitude, step, group),
+                fill,
             )
             for name, group in zip(OPS, groups)
         ]

@@ -7,6 +7,7 @@ before paying for the TensorFlow import.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from resnet_app.common import checks
 from resnet_app.common.errors import ConfigError
@@ -84,6 +85,12 @@ class DataConfig:
         to each image, drawn from 14 (0: off; 2 is the usual choice).
       randaugment_magnitude: RandAugment's magnitude M, on the 0-10 scale of
         TF and timm (up to 30 extrapolates); 9 is the usual ImageNet value.
+      randaugment_prob: the chance each of an image's RandAugment ops is
+        applied (else skipped); 1 applies them all (the paper), timm's
+        default is 0.5 ("ResNet strikes back" used it).
+      randaugment_magnitude_std: each op's magnitude drawn per image from
+        N(M, std), clipped to [0, max(10, M)] (timm's "mstd"; 0.5 in "ResNet
+        strikes back"); 0 uses M for all.
       erase_probability: random erasing (Zhong et al. 2020) in training: the
         chance an image has a box replaced by normal noise (0: off; 0.25 in
         timm's recipes).
@@ -126,6 +133,8 @@ class DataConfig:
     eval_image_size: int | None = None
     randaugment_ops: int = 0
     randaugment_magnitude: float = 9.0
+    randaugment_prob: float = 1.0
+    randaugment_magnitude_std: float = 0.0
     erase_probability: float = 0.0
     erase_area_range: tuple[float, float] = (0.02, 1 / 3)
     erase_aspect_range: tuple[float, float] = (0.3, 1 / 0.3)
@@ -198,6 +207,17 @@ class DataConfig:
             raise ConfigError(
                 f"randaugment_magnitude={magnitude}; use 0 to {MAX_RANDAUGMENT_MAGNITUDE:g} "
                 "(10 is the scale's top), e.g. 9"
+            )
+        if not 0 <= self.randaugment_prob <= 1:
+            raise ConfigError(
+                f"randaugment_prob={self.randaugment_prob}; use 0 to 1 (1: every op applies), "
+                "e.g. 0.5"
+            )
+        std = self.randaugment_magnitude_std
+        if not 0 <= std < math.inf:  # Also refuses NaN.
+            raise ConfigError(
+                f"randaugment_magnitude_std={std}; use 0 (off) or a finite value above, e.g. 0.5 "
+                "(timm's uniform magnitudes, an infinite std, are not implemented)"
             )
         if not 0 <= self.erase_probability <= 1:
             raise ConfigError(
