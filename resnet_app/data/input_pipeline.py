@@ -151,19 +151,7 @@ class InputPipeline:
             if self.train_split is not None and self.train_split.kind == "array":
                 measured = _channel_stats(self.train_split.images)
             mean, std = mean or measured[0], std or measured[1]
-        eval_size = config.eval_image_size or size
-        if config.eval_image_size and family != "imagenet":
-            raise ConfigError(
-                f"data.eval_image_size={config.eval_image_size}: the CIFAR recipe evaluates "
-                f"whole images at the training size ({size} px); drop it, or use "
-                "data.preprocessing=imagenet"
-            )
-        eval_resize = config.eval_resize or round(eval_size / preprocessing.EVAL_CROP_FRACTION)
-        if family == "imagenet" and eval_resize < eval_size:
-            raise ConfigError(
-                f"eval_resize={eval_resize} is smaller than the evaluation size {eval_size}; "
-                "the central crop needs eval_resize >= it (usually the size / 0.875)"
-            )
+        eval_resize = _eval_resize(config, family, size)
         self.preprocessing = Preprocessing(
             family=family,
             image_size=size,
@@ -516,6 +504,29 @@ def _options() -> tf.data.Options:
     options.deterministic = True
     options.experimental_optimization.map_parallelization = True
     return options
+
+
+def _eval_resize(config: DataConfig, family: str, size: int) -> int:
+    """The shorter side before evaluation's central crop; refuses sizes that do not fit.
+
+    Raises:
+      ConfigError: for data.eval_image_size with the CIFAR recipe, or an
+        eval_resize smaller than the evaluation size.
+    """
+    eval_size = config.eval_image_size or size
+    if config.eval_image_size and family != "imagenet":
+        raise ConfigError(
+            f"data.eval_image_size={config.eval_image_size}: the CIFAR recipe evaluates "
+            f"whole images at the training size ({size} px); drop it, or use "
+            "data.preprocessing=imagenet"
+        )
+    eval_resize = config.eval_resize or round(eval_size / preprocessing.EVAL_CROP_FRACTION)
+    if family == "imagenet" and eval_resize < eval_size:
+        raise ConfigError(
+            f"eval_resize={eval_resize} is smaller than the evaluation size {eval_size}; "
+            "the central crop needs eval_resize >= it (usually the size / 0.875)"
+        )
+    return eval_resize
 
 
 def create_pipeline(config: DataConfig, default_image_size: int | None = None) -> InputPipeline:

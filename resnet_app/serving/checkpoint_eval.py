@@ -68,17 +68,15 @@ def evaluate_checkpoints(
       report_dir: where the report directories go; None for `model_dir/reports`.
       tta: None, or test-time augmentation: "flip" (any run) or "crops"
         (ImageNet-family runs), see `serving/tta.py`.
-      weights: "auto" (each checkpoint's moving average of the weights when
-        its run kept one, else its weights), "ema" or "raw".
+      weights: "auto" (the moving average of the weights when kept), "ema" or "raw".
       on_record: called with each record as soon as it is known (the command prints it).
 
     Returns:
       One record per checkpoint, in order: "checkpoint" (its name),
       `exact_eval.eval_record`'s fields, "tta" (None for one view), "weights"
-      ("ema" or "raw"), the
-      calibration "ece" and "nll" (None without examples), with a fitted
-      temperature also "temperature", "ece_scaled" and "nll_scaled", and
-      "report" (its report directory).
+      ("ema" or "raw"), the calibration "ece" and "nll" (None without
+      examples), with a fitted temperature also "temperature", "ece_scaled"
+      and "nll_scaled", and "report" (its report directory).
 
     Raises:
       ConfigError: for a mistake: no such run or checkpoint, a checkpoint of
@@ -94,24 +92,22 @@ def evaluate_checkpoints(
     from resnet_app.data import run_pipeline
 
     strategy = distribute.create_strategy(num_towers)  # Before TF runs any op.
-    chosen = checkpoint.select(model_dir, which)  # Before the data loads.
+    chosen = _chosen(model_dir, which, weights)  # Before the data loads.
     pipeline = run_pipeline.create_run_pipeline(run_config, data_config, model_dir)
     _check_tta(tta, pipeline.preprocessing.family)
     split = pipeline.eval_split_name
-    # Which weights of each checkpoint, known before anything is evaluated.
-    chosen = [(step, prefix, checkpoint.chosen_weights(prefix, weights)) for step, prefix in chosen]
     report_root = _prepare_report_root(model_dir, report_dir, chosen, split, tta, strategy)
     model = create_model(run_config, pipeline, strategy)  # At the run's train.precision.
-    records = []
-    writer = metrics.MetricsWriter(model_dir, enabled=distribute.is_chief(strategy))
+    records, writer = [], metrics.MetricsWriter(model_dir, enabled=distribute.is_chief(strategy))
     try:
         for step, prefix, kind in chosen:
             checkpoint.restore_model(model, prefix, kind)
             result = _evaluate(
                 model, prefix, kind, pipeline, batch_size, strategy, split, tta, fitted
             )
-            precision = run_config.train.precision
-            record, reliability = _record(prefix, step, kind, split, result, precision, report_root)
+            record, reliability = _record(
+                prefix, step, kind, split, result, run_config.train.precision, report_root
+            )
             if on_record is not None:  # The numbers first, as soon as they are known.
                 on_record(record)
             _save(writer, model_dir, record, result, pipeline.class_names, reliability)
@@ -119,6 +115,16 @@ def evaluate_checkpoints(
     finally:
         writer.close()
     return records
+
+
+def _chosen(model_dir: str, which: str, weights: str) -> list[tuple[int, str, str]]:
+    """(step, prefix, "ema" or "raw") of each checkpoint `which` and `weights` pick."""
+    from resnet_app.common import checkpoint
+
+    return [
+        (step, prefix, checkpoint.chosen_weights(prefix, weights))
+        for step, prefix in checkpoint.select(model_dir, which)
+    ]
 
 
 def _check_tta(tta: str | None, family: str | None = None) -> None:
