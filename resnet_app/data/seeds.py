@@ -34,7 +34,10 @@ def stream_seed(seed: int, stream: int, epoch) -> tf.Tensor:
 
 
 def augment_key(seed: int, epoch) -> tf.Tensor:
-    """An int64 key shared by one epoch's augmentations.
+    """An int64 key shared by one epoch's augmentations: a 64-bit hash of (seed, epoch).
+
+    (`stateless_fold_in` returns [hash(seed, stream), epoch]: its first element
+    alone does not depend on the epoch, so the key is drawn from the whole pair.)
 
     Args:
       seed: the run's `--seed`.
@@ -43,7 +46,9 @@ def augment_key(seed: int, epoch) -> tf.Tensor:
     Returns:
       An int64 scalar tensor.
     """
-    return stream_seed(seed, AUGMENT, epoch)[0]
+    return tf.random.stateless_uniform(
+        [], stream_seed(seed, AUGMENT, epoch), minval=None, maxval=None, dtype=tf.int64
+    )
 
 
 def example_seed(seed: int, epoch, example_id) -> tf.Tensor:
