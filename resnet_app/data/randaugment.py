@@ -98,12 +98,13 @@ def _lookup(images: tf.Tensor, tables: tf.Tensor) -> tf.Tensor:
 
 def auto_contrast(images: tf.Tensor) -> tf.Tensor:
     """Stretches each channel to 0-255 (PIL's `autocontrast`; a flat channel stays)."""
-    low = tf.cast(tf.reduce_min(images, axis=[1, 2]), tf.float32)[..., None]  # [batch, 3, 1]
-    high = tf.cast(tf.reduce_max(images, axis=[1, 2]), tf.float32)[..., None]
-    levels = tf.range(256, dtype=tf.float32)
-    # (x - low) * 255 is an exact integer and the division is correctly
-    # rounded, so the truncation gives floor((x - low) * 255 / (high - low)).
-    scaled = (levels - low) * 255.0 / tf.maximum(high - low, 1.0)
+    low = tf.cast(tf.reduce_min(images, axis=[1, 2]), tf.float64)[..., None]  # [batch, 3, 1]
+    high = tf.cast(tf.reduce_max(images, axis=[1, 2]), tf.float64)[..., None]
+    levels = tf.range(256, dtype=tf.float64)
+    # PIL's arithmetic, in doubles: x * scale + offset, then truncated; it can
+    # land just below an integer that (x - low) * 255 / (high - low) would hit.
+    scale = 255.0 / tf.maximum(high - low, 1.0)
+    scaled = tf.floor(levels * scale + (-low * scale))
     tables = tf.where(high > low, tf.clip_by_value(scaled, 0.0, 255.0), levels)
     return _lookup(images, tf.cast(tables, tf.uint8))
 
