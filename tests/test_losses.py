@@ -62,58 +62,48 @@ def test_out_of_memory_in_training_is_one_line(tmp_path, monkeypatch):
     assert "smaller --batch_size" in message and "\n" not in message
 
 
-@pytest.mark.parametrize("loss", ["cross_entropy", "bce"])
-def test_mixed_labels_are_soft_targets_and_smoothing_composes(loss):
+LABELS, PARTNERS = np.array([0, 1, 2], np.int32), np.array([3, 3, 0], np.int32)
+
+
+def mixed_loss(weights, seed, **step_options):
+    """A mixed batch of 3 through the tiny 4-class network with smoothing 0.1:
+    (the step's loss sum, the logits, the NumPy soft targets before smoothing)."""
     model = create_model("tiny", num_classes=4)
     model.build((None, 8, 8, 3))
-    rng = np.random.default_rng(1)
-    images = rng.normal(size=(3, 8, 8, 3)).astype(np.float32)
-    labels, partners = np.array([0, 1, 2], np.int32), np.array([3, 3, 0], np.int32)
-    weights = np.array([0.9, 0.6, 0.5], np.float32)
-    step = TrainStep(model, tf.keras.optimizers.SGD(), tf.distribute.get_strategy(), 0.1, loss=loss)
+    images = np.random.default_rng(seed).normal(size=(3, 8, 8, 3)).astype(np.float32)
+    strategy = tf.distribute.get_strategy()
+    step = TrainStep(model, tf.keras.optimizers.SGD(), strategy, 0.1, **step_options)
     batch = {
         "image": tf.constant(images),
-        "label": tf.constant(labels),
-        "mix_label": tf.constant(partners),
+        "label": tf.constant(LABELS),
+        "mix_label": tf.constant(PARTNERS),
         "mix_weight": tf.constant(weights),
         "mask": tf.ones(3),
     }
     loss_sum, _, _ = step._losses(batch)
     logits = model(images, training=True).numpy()
     eye = np.eye(4)
-    targets = weights[:, None] * eye[labels] + (1 - weights[:, None]) * eye[partners]
-    targets = targets * 0.9 + 0.1 / 4
+    soft = weights[:, None] * eye[LABELS] + (1 - weights[:, None]) * eye[PARTNERS]
+    return float(loss_sum), logits, soft
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "bce"])
+def test_mixed_labels_are_soft_targets_and_smoothing_composes(loss):
+    weights = np.array([0.9, 0.6, 0.5], np.float32)
+    loss_sum, logits, soft = mixed_loss(weights, 1, loss=loss)
+    targets = soft * 0.9 + 0.1 / 4
     reference = numpy_bce if loss == "bce" else numpy_cross_entropy
-    assert float(loss_sum) == pytest.approx(float(reference(logits, targets).sum()), rel=1e-5)
+    assert loss_sum == pytest.approx(float(reference(logits, targets).sum()), rel=1e-5)
 
 
 def test_bce_target_threshold_binarizes_mixed_smoothed_targets_as_numpy():
     """timm's target_threshold: targets above 0.2 count as 1, the rest 0 (after
     Mixup's shares and smoothing), against NumPy; a partner's share of 0.15 drops out."""
-    model = create_model("tiny", num_classes=4)
-    model.build((None, 8, 8, 3))
-    rng = np.random.default_rng(2)
-    images = rng.normal(size=(3, 8, 8, 3)).astype(np.float32)
-    labels, partners = np.array([0, 1, 2], np.int32), np.array([3, 3, 0], np.int32)
     weights = np.array([0.85, 0.6, 0.5], np.float32)
-    strategy = tf.distribute.get_strategy()
-    step = TrainStep(
-        model, tf.keras.optimizers.SGD(), strategy, 0.1, loss="bce", bce_target_threshold=0.2
-    )
-    batch = {
-        "image": tf.constant(images),
-        "label": tf.constant(labels),
-        "mix_label": tf.constant(partners),
-        "mix_weight": tf.constant(weights),
-        "mask": tf.ones(3),
-    }
-    loss_sum, _, _ = step._losses(batch)
-    logits = model(images, training=True).numpy()
-    eye = np.eye(4)
-    soft = weights[:, None] * eye[labels] + (1 - weights[:, None]) * eye[partners]
+    loss_sum, logits, soft = mixed_loss(weights, 2, loss="bce", bce_target_threshold=0.2)
     targets = (soft * 0.9 + 0.1 / 4 > 0.2).astype(np.float64)
     assert targets.sum(axis=1).tolist() == [1, 2, 2]  # 0.15 * 0.9 + 0.025 is below 0.2.
-    assert float(loss_sum) == pytest.approx(float(np.sum(numpy_bce(logits, targets))), rel=1e-5)
+    assert loss_sum == pytest.approx(float(np.sum(numpy_bce(logits, targets))), rel=1e-5)
 
 
 def test_bce_target_threshold_needs_bce(tmp_path):
