@@ -439,16 +439,21 @@ def test_with_the_options_off_imagenet_training_images_are_the_old_recipe_bitwis
         np.testing.assert_array_equal(images[position], expected)
 
 
-def test_cifar_pipeline_with_the_options_on_is_the_per_example_recipe():
-    pipeline = shapes_pipeline(randaugment_ops=2, randaugment_magnitude=9, erase_probability=0.5)
-    off = shapes_pipeline()
-    images, ids = take(pipeline.train_dataset(16), 80)
-    plain, _ = take(off.train_dataset(16), 80)
+def assert_per_example_cifar_recipe(pipeline, images, ids):
+    """Every 5th image of the first 80 of a 64-example stream is `cifar_train` of its example."""
     for position in range(0, 80, 5):
         seed = seeds.example_seed(0, position // 64, ids[position])
         original = tf.constant(pipeline.train_split.images[ids[position]])
         expected = preprocessing.cifar_train(original, seed, pipeline.preprocessing)
         np.testing.assert_array_equal(images[position], expected.numpy())
+
+
+def test_cifar_pipeline_with_the_options_on_is_the_per_example_recipe():
+    pipeline = shapes_pipeline(randaugment_ops=2, randaugment_magnitude=9, erase_probability=0.5)
+    off = shapes_pipeline()
+    images, ids = take(pipeline.train_dataset(16), 80)
+    plain, _ = take(off.train_dataset(16), 80)
+    assert_per_example_cifar_recipe(pipeline, images, ids)
     # The options change the images; the order stays.
     assert np.mean([not np.array_equal(a, b) for a, b in zip(images, plain)]) > 0.5
 

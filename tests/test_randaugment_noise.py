@@ -32,6 +32,7 @@ from tests.test_randaugment import (
     GEOMETRIC,
     MEAN,
     STD,
+    assert_per_example_cifar_recipe,
     bilinear_exact,
     old_cifar_train,
     reference_matrix,
@@ -363,11 +364,7 @@ OPTIONS = dict(randaugment_ops=2, randaugment_prob=0.5, randaugment_magnitude_st
 def test_cifar_pipeline_with_the_options_is_the_per_example_recipe_and_reenters():
     pipeline = shapes_pipeline(**OPTIONS, erase_probability=0.25)
     images, ids = take(pipeline.train_dataset(16), 80)
-    for position in range(0, 80, 5):
-        seed = seeds.example_seed(0, position // 64, ids[position])
-        original = tf.constant(pipeline.train_split.images[ids[position]])
-        expected = preprocessing.cifar_train(original, seed, pipeline.preprocessing)
-        np.testing.assert_array_equal(images[position], expected.numpy())
+    assert_per_example_cifar_recipe(pipeline, images, ids)
     entered, entered_ids = take(pipeline.train_dataset(16, start_example=48), 32)
     np.testing.assert_array_equal(entered_ids, ids[48:])
     np.testing.assert_array_equal(entered, images[48:])
