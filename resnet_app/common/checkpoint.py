@@ -47,7 +47,6 @@ from resnet_app.common.run_dir import CONFIG_FILE
 
 PREFIX = run_dir.CHECKPOINT_PREFIX
 EMA = "ema"  # The checkpoint's moving average of the weights (`engine/ema.py`).
-WEIGHTS = ("auto", "ema", "raw")  # What `restore_model` restores; --weights.
 
 
 def list_checkpoints(directory: str) -> list[tuple[int, str]]:
@@ -358,8 +357,8 @@ def chosen_weights(prefix: str, weights: str = "auto") -> str:
     Raises:
       ConfigError: for an unknown choice, or "ema" from a checkpoint without one.
     """
-    if weights not in WEIGHTS:
-        raise ConfigError(f"--weights={weights}: use one of: {', '.join(WEIGHTS)}")
+    if weights not in run_dir.WEIGHTS:
+        raise ConfigError(f"--weights={weights}: use one of: {', '.join(run_dir.WEIGHTS)}")
     if weights == "raw":
         return "raw"
     if has_ema(prefix):

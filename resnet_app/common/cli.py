@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from absl import app, flags
 
+from resnet_app.common import run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.common.fields import FieldType, field_types
 
@@ -77,7 +78,7 @@ def define_weights_flag() -> flags.FlagHolder:
     return flags.DEFINE_enum(
         "weights",
         "auto",
-        ["auto", "ema", "raw"],
+        list(run_dir.WEIGHTS),
         "Which weights of the checkpoint: ema (the moving average kept by train.ema_decay), "
         "raw (the trained weights), or auto (the moving average when the run kept one).",
     )

@@ -56,6 +56,9 @@ PREVIOUS_PREFIX = "previous-"
 BEST_DIR = "best"
 BEST_FILE = "best.json"
 BEST_CHOICE = "best"  # --checkpoint=best
+# --weights: a checkpoint's moving average of the weights, its weights, or the
+# average when it has one (`checkpoint.restore_model`).
+WEIGHTS = ("auto", "ema", "raw")
 _BEST_STAGED = BEST_DIR + ".partial-"  # A best being written.
 _BEST_ASIDE = BEST_DIR + ".old-"  # The best it replaces, until the new one is in place.
 
