@@ -51,6 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import flags  # noqa: E402
 
+import resnet_app
 from resnet_app.common import cli, run_dir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -287,11 +288,15 @@ def run_worker(variant: str) -> dict:
 def spawn(variant: str) -> dict:
     """Runs one worker process; returns its JSON (with the median rate)."""
     argv = [a for a in sys.argv[1:] if not a.startswith("--worker")]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    if variant in KERAS_VARIANTS and resnet_app.CPU_ALLOCATOR_DEFAULTED:
+        # Keras as a user runs it: TF's default CPU allocator, not resnet_app's choice.
+        env[resnet_app.CPU_ALLOCATOR_VARIABLE] = "false"
     completed = subprocess.run(
         [sys.executable, os.path.abspath(__file__), *argv, f"--worker={variant}"],
         capture_output=True,
         text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        env=env,
     )
     if completed.returncode != 0:
         tail = completed.stderr.strip().splitlines()[-3:]

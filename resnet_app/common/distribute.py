@@ -222,6 +222,28 @@ def create_strategy(num_towers: int | None = None) -> tf.distribute.Strategy:
     return tf.distribute.OneDeviceStrategy(device)
 
 
+def distribute_datasets(
+    strategy: tf.distribute.Strategy,
+    dataset_fn: Callable[[tf.distribute.InputContext], tf.data.Dataset],
+) -> tf.data.Dataset | tf.distribute.DistributedDataset:
+    """`strategy.distribute_datasets_from_function(dataset_fn)`; on one CPU, the dataset itself.
+
+    One CPU device has nothing to split the batch over and no device memory
+    to prefetch into, and `OneDeviceStrategy.run` takes a plain batch. The
+    distributed iterator costs there: with TF 2.21's own (Eigen) kernels,
+    which it uses on CPUs without AVX512_VNNI, AVX512_BF16 or AMX (oneDNN is
+    off by default on those), ResNet-20's training step ran at 0.55x the rate
+    of the same step fed by the dataset's own iterator (`scripts/benchmark.py`,
+    BUILD.md "Speed on AVX2 CPUs"). Every other strategy gets its distributed
+    dataset.
+    """
+    if isinstance(strategy, tf.distribute.OneDeviceStrategy):
+        (device,) = strategy.extended.worker_devices
+        if tf.DeviceSpec.from_string(device).device_type == "CPU":
+            return dataset_fn(tf.distribute.InputContext())
+    return strategy.distribute_datasets_from_function(dataset_fn)
+
+
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
     """Whether this process writes the run's files (always, unless multi-worker)."""
     resolver = getattr(strategy, "cluster_resolver", None)

@@ -137,8 +137,9 @@ class Run:
             )
         return step
 
-    def train_dataset(self) -> tf.distribute.DistributedDataset:
-        """The training stream from the data position on, split over the replicas."""
+    def train_dataset(self) -> tf.data.Dataset | tf.distribute.DistributedDataset:
+        """The training stream from the data position on, split over the replicas
+        (on one CPU, the dataset itself: `distribute.distribute_datasets`)."""
         global_batch = self.config.train.batch_size
         replicas = self.strategy.num_replicas_in_sync
         start_example = int(self.data_position.numpy())
@@ -156,7 +157,7 @@ class Run:
             # The next batches are ready (and sliced) before the step asks for them.
             return dataset.prefetch(tf.data.AUTOTUNE)
 
-        return self.strategy.distribute_datasets_from_function(dataset_fn)
+        return distribute.distribute_datasets(self.strategy, dataset_fn)
 
 
 def build_run(

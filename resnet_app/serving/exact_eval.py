@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from resnet_app.common import distribute
 from resnet_app.data.input_pipeline import InputPipeline
 from resnet_app.serving.tta import CROPS, check_mode, mean_probability_logits, view_logits
 
@@ -136,7 +137,7 @@ def _distributed_eval_dataset(
     strategy: tf.distribute.Strategy,
     split: str | None,
     crops: bool = False,
-) -> tf.distribute.DistributedDataset:
+) -> tf.data.Dataset | tf.distribute.DistributedDataset:
     """The split in padded batches, every replica of every worker given a full one.
 
     With `crops`, each image is its 5 crops (`InputPipeline.eval_dataset`).
@@ -154,7 +155,7 @@ def _distributed_eval_dataset(
             crops=crops,
         )
 
-    return strategy.distribute_datasets_from_function(dataset_fn)
+    return distribute.distribute_datasets(strategy, dataset_fn)
 
 
 # Compiled evaluation steps, per model: a trainer evaluating every epoch traces once.
@@ -332,7 +333,7 @@ def _log_result(result: EvalResult, expected: int, top_k: int) -> None:
 
 
 def _run(
-    dataset: tf.distribute.DistributedDataset,
+    dataset: tf.data.Dataset | tf.distribute.DistributedDataset,
     step,
     strategy: tf.distribute.Strategy,
     options: _StepOptions,
