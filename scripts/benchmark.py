@@ -34,6 +34,13 @@ numbers: the machines are shared and noisy, and of two kinds. The first line
 says which: the CPU model, its instruction sets (AVX2, AVX-512, AVX512_BF16,
 AMX-BF16), an `ONEDNN_MAX_CPU_ISA` cap if one is set, and whether bfloat16 is
 native; a bf16 row on a CPU without it is marked "emulated" (`--json`: "cpu").
+It also says whether TensorFlow runs its oneDNN kernels: TF turns them on only
+on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX, so an AVX2 machine
+runs TF's Eigen kernels; `TF_ENABLE_ONEDNN_OPTS=0` does the same on a newer
+CPU and is the closer AVX2 stand-in (`ONEDNN_MAX_CPU_ISA=AVX2` keeps oneDNN).
+And the CPU allocator: resnet_app picks TF's BFC allocator (`resnet_app/__init__.py`);
+the Keras rows run with TF's default, as a user's script would, unless
+TF_CPU_ALLOCATOR_USE_BFC is set for the whole benchmark.
 Under a cap that leaves out bfloat16 (an AVX2 stand-in on an AVX-512 machine),
 TF 2.21's bfloat16 kernels crash, so the bf16 peak and variant are skipped.
 """
@@ -279,7 +286,8 @@ def run_worker(variant: str) -> dict:
         result = measure_startup()
     else:
         raise ValueError(variant)
-    return {**result, "peak_rss_mb": peak_rss_mb()}
+    bfc = os.environ.get(resnet_app.CPU_ALLOCATOR_VARIABLE, "").lower() in ("1", "true")
+    return {**result, "peak_rss_mb": peak_rss_mb(), "bfc_allocator": bfc}
 
 
 # -- the parent: runs the workers, prints the table ----------------------------------
@@ -314,12 +322,21 @@ def training_flops_per_image() -> float:
     return 6.0 * summarize(_MODEL.value, image_size())["macs"]
 
 
+def allocator() -> str:
+    """Which CPU allocator the trainer's rows ran with (and the Keras rows)."""
+    bfc = os.environ.get(resnet_app.CPU_ALLOCATOR_VARIABLE, "").lower() in ("1", "true")
+    if resnet_app.CPU_ALLOCATOR_DEFAULTED:
+        return "BFC for resnet_app, TF's default for Keras"
+    return f"{'BFC' if bfc else 'default'} for all ({resnet_app.CPU_ALLOCATOR_VARIABLE} set)"
+
+
 def build_report(variants: list[str]) -> dict:
     from resnet_app.common import hardware
 
     cpu = hardware.read_cpu_info()
     report = {
         "cpu": cpu.to_dict(),
+        "allocator": allocator(),
         "model": _MODEL.value,
         "image_size": image_size(),
         "batch_size": _BATCH.value,
@@ -361,9 +378,12 @@ def format_report(report: dict) -> str:
     peak, cpu = report["peak_gflops"], report["cpu"]
     bf16_peak = f"{peak['bfloat16']:.0f}" if peak["bfloat16"] else "n/a"
     cap = f" (ONEDNN_MAX_CPU_ISA={cpu['isa_cap']})" if cpu["isa_cap"] else ""
+    forced = f" (TF_ENABLE_ONEDNN_OPTS={cpu['onednn_forced']})" if cpu["onednn_forced"] else ""
     lines = [
         f"CPU: {cpu['model'] or 'unknown'}: {', '.join(cpu['isa']) or 'no AVX2'}{cap}; "
-        f"bfloat16 {'native' if cpu['native_bf16'] else 'emulated (slow)'}",
+        f"oneDNN {'on' if cpu['onednn'] else 'off: Eigen kernels'}{forced}; "
+        f"bfloat16 {'native' if cpu['native_bf16'] else 'emulated (slow)'}; "
+        f"CPU allocator: {report['allocator']}",
         f"{report['model']} at {report['image_size']} px, batch {report['batch_size']}: "
         f"{report['train_flops_per_image'] / 1e9:.3f} GFLOP per training image; matmul peak "
         f"{peak['float32']:.0f} GFLOP/s float32, {bf16_peak} bfloat16",

@@ -1,26 +1,39 @@
 """scripts/benchmark.py runs end to end (its numbers are measured, not tested)."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
+import resnet_app
 from resnet_app.nets import presets
-from tests.commands import error_line, run_command
+from tests.commands import REPO, error_line, run_command
 from tests.reference import closed_form_macs
 
 pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
 
 
 def test_json_report_of_one_trainer_variant(tmp_path):
-    result = run_command(
-        "scripts/benchmark.py",
-        "--model=tiny",
-        "--batch_size=8",
-        "--steps=2",
-        "--windows=2",
-        "--variants=fp32",
-        f"--data_dir={tmp_path}",
-        "--json",
+    # As a user starts it: the allocator variable not set.
+    env = {k: v for k, v in os.environ.items() if k != resnet_app.CPU_ALLOCATOR_VARIABLE}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "scripts/benchmark.py",
+            "--model=tiny",
+            "--batch_size=8",
+            "--steps=2",
+            "--windows=2",
+            "--variants=keras_fit_our_layers,fp32",
+            f"--data_dir={tmp_path}",
+            "--json",
+        ],
+        cwd=REPO,
+        env={**env, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": REPO},
+        capture_output=True,
+        text=True,
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -34,8 +47,18 @@ def test_json_report_of_one_trainer_variant(tmp_path):
     peak = report["peak_gflops"]["float32"]
     assert fp32["peak_fraction"] == fp32["gflops"] / peak and fp32["peak_rss_mb"] > 100
     assert fp32["vs_keras_fit"] is None  # keras_fit was not asked for.
+    # The trainer on resnet_app's allocator, Keras on TensorFlow's default.
+    assert fp32["bfc_allocator"] and not report["variants"]["keras_fit_our_layers"]["bfc_allocator"]
+    assert report["allocator"] == "BFC for resnet_app, TF's default for Keras"
     # What it ran on, read from /proc/cpuinfo by the parent process.
-    assert set(report["cpu"]) == {"model", "isa", "isa_cap", "native_bf16"}
+    assert set(report["cpu"]) == {
+        "model",
+        "isa",
+        "isa_cap",
+        "onednn",
+        "onednn_forced",
+        "native_bf16",
+    }
     assert set(report["cpu"]["isa"]) <= {"AVX2", "AVX-512", "AVX512_BF16", "AMX-BF16"}
 
 

@@ -1,6 +1,9 @@
-"""The CPU description: model, instruction sets, native bfloat16, and the bf16 warning."""
+"""The CPU description: model, instruction sets, oneDNN, native bfloat16, the bf16 warning."""
 
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -25,13 +28,16 @@ def test_an_avx512_bf16_cpu_has_native_bf16():
     assert cpu.model == "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz"
     assert cpu.isa == ("AVX2", "AVX-512", "AVX512_BF16", "AMX-BF16")
     assert cpu.native_bf16 and cpu.avx512
-    assert cpu.describe() == f"{cpu.model}: AVX2, AVX-512, AVX512_BF16, AMX-BF16"
+    assert cpu.onednn  # TensorFlow's rule: AVX512_BF16 or AMX turn it on.
+    assert cpu.describe() == f"{cpu.model}: AVX2, AVX-512, AVX512_BF16, AMX-BF16; oneDNN on"
 
 
 def test_an_avx2_cpu_emulates_bf16():
     cpu = hardware.parse_cpuinfo(AVX2)
     assert (cpu.model, cpu.isa) == ("AMD EPYC 7B12", ("AVX2",))
     assert not cpu.native_bf16 and not cpu.avx512
+    assert not cpu.onednn  # No VNNI, bfloat16 or AMX: TensorFlow's own Eigen kernels.
+    assert cpu.describe() == "AMD EPYC 7B12: AVX2; oneDNN off: Eigen kernels"
 
 
 @pytest.mark.parametrize(
@@ -41,7 +47,35 @@ def test_an_avx2_cpu_emulates_bf16():
 def test_an_isa_cap_removes_what_it_caps(cap, native_bf16, avx512):
     cpu = hardware.parse_cpuinfo(AVX512_BF16, isa_cap=cap)
     assert (cpu.native_bf16, cpu.avx512) == (native_bf16, avx512)
-    assert cpu.describe().endswith(f"(ONEDNN_MAX_CPU_ISA={cap})")
+    assert cpu.describe().endswith(f"(ONEDNN_MAX_CPU_ISA={cap}); oneDNN on")
+
+
+@pytest.mark.parametrize("value, onednn", [("0", False), ("false", False), ("1", True)])
+def test_tf_enable_onednn_opts_decides_over_the_cpu(value, onednn):
+    for text in (AVX512_BF16, AVX2):
+        cpu = hardware.parse_cpuinfo(text, onednn_forced=value)
+        assert cpu.onednn == onednn
+        assert cpu.describe().endswith(f"(TF_ENABLE_ONEDNN_OPTS={value})")
+    # bfloat16 instructions are only used through oneDNN.
+    assert hardware.parse_cpuinfo(AVX512_BF16, onednn_forced=value).native_bf16 == onednn
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("value", [None, "0", "1"])
+def test_the_onednn_rule_agrees_with_tensorflow_here(value):
+    """TensorFlow's own answer on this machine, in a fresh process, against the rule."""
+    env = {k: v for k, v in os.environ.items() if k != hardware.ONEDNN_VARIABLE}
+    if value is not None:
+        env[hardware.ONEDNN_VARIABLE] = value
+    code = (
+        "from tensorflow.python.util import _pywrap_util_port as port\n"
+        "from resnet_app.common import hardware\n"
+        "print(port.IsMklEnabled(), hardware.read_cpu_info().onednn)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out[0] == out[1], out
 
 
 def test_bf16_training_on_a_cpu_without_it_warns_once_with_the_cost(caplog):
@@ -50,6 +84,8 @@ def test_bf16_training_on_a_cpu_without_it_warns_once_with_the_cost(caplog):
     with caplog.at_level(logging.WARNING):
         setup.warn_if_bf16_is_emulated(hardware.parse_cpuinfo(AVX2))
         setup.warn_if_bf16_is_emulated(hardware.parse_cpuinfo(AVX512_BF16))
-    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert "AMD EPYC 7B12: AVX2" in warning and "--precision=fp32" in warning
-    assert "5x slower" in warning
+        setup.warn_if_bf16_is_emulated(hardware.parse_cpuinfo(AVX512_BF16, onednn_forced="0"))
+    first, without_onednn = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "AMD EPYC 7B12: AVX2" in first and "--precision=fp32" in first
+    assert "5x slower" in first
+    assert "TF_ENABLE_ONEDNN_OPTS=0" in without_onednn

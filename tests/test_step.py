@@ -11,7 +11,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app.common.distribute import mirrored_strategy, moving_statistics_sync
+from resnet_app.common.distribute import (
+    distribute_datasets,
+    mirrored_strategy,
+    moving_statistics_sync,
+)
 from resnet_app.engine import optim
 from resnet_app.engine.step import TrainStep
 from tests.commands import run_command
@@ -104,6 +108,43 @@ def test_towers_match_one_device(case, towers, count):
     for variable, expected in zip(model.non_trainable_variables, expected_stats):
         for value in _local_values(strategy, variable):
             np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-7)
+
+
+def test_one_cpu_device_is_fed_by_the_dataset_itself():
+    """`distribute_datasets` gives one CPU device the plain dataset (towers keep a
+    distributed one); the steps are those of the reference, and bitwise those
+    of the same strategy fed through a distributed dataset."""
+    make_model = CASES["no_bn"]
+    weights = initial_weights(make_model)
+    batch = _batch(6)
+    dataset = tf.data.Dataset.from_tensors(batch).repeat()
+    towers = mirrored_strategy(["/cpu:0", "/cpu:1"])
+    assert isinstance(
+        distribute_datasets(towers, lambda _: dataset), tf.distribute.DistributedDataset
+    )
+    trained = []
+    for distributed in (False, True):
+        strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+        with strategy.scope():
+            model = make_model()
+            model.build((None, SIZE, SIZE, 3))
+            model.set_weights(weights)
+            optimizer = optim.create_optimizer(
+                {"class": "momentum", "learning_rate": 0.1, "momentum": MOMENTUM}
+            )
+            optimizer.build(model.trainable_variables)
+        if distributed:
+            feed = strategy.distribute_datasets_from_function(lambda _: dataset)
+        else:
+            feed = distribute_datasets(strategy, lambda _: dataset)
+            assert isinstance(feed, tf.data.Dataset)
+        TrainStep(model, optimizer, strategy).loop(iter(feed), list(LEARNING_RATES))
+        trained.append([v.numpy() for v in model.trainable_variables])
+    expected, _ = _reference(make_model, weights, batch)
+    for value, reference in zip(trained[0], expected, strict=True):
+        np.testing.assert_allclose(value, reference, rtol=1e-5, atol=1e-7)
+    for plain, distributed in zip(*trained, strict=True):
+        np.testing.assert_array_equal(plain, distributed)
 
 
 def test_reference_is_sensitive_to_the_split():

@@ -8,6 +8,14 @@ two tables are never compared blindly.
 
 `ONEDNN_MAX_CPU_ISA` (oneDNN's cap on the instruction sets it uses, e.g.
 `AVX2`) counts: a capped process does not use what it is capped below.
+
+Whether TensorFlow uses oneDNN at all counts more. TF turns its oneDNN
+kernels on by default only on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or
+AMX (since TF 2.9); elsewhere, on AVX2-only CPUs for example, it runs its own
+Eigen kernels, as it does everywhere under `TF_ENABLE_ONEDNN_OPTS=0`. That is
+the stand-in for an AVX2 machine on a newer one (`ONEDNN_MAX_CPU_ISA=AVX2`
+keeps oneDNN on). Without oneDNN, bfloat16 is emulated even on CPUs that have
+bfloat16 instructions.
 No TensorFlow here.
 """
 
@@ -29,6 +37,11 @@ NO_BF16_CAPS = frozenset(
     {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
 )
 NO_AVX512_CAPS = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2"})
+# /proc/cpuinfo flags on which TensorFlow turns oneDNN on by default.
+ONEDNN_DEFAULT_FLAGS = frozenset(
+    {"avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8"}
+)
+ONEDNN_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,11 +52,15 @@ class CpuInfo:
       model: the CPU's model name ("" if unknown).
       isa: the instruction sets of `ISA_FLAGS` it has, by their usual names.
       isa_cap: `ONEDNN_MAX_CPU_ISA`, if set.
+      onednn: whether TensorFlow uses its oneDNN kernels (see the module docstring).
+      onednn_forced: `TF_ENABLE_ONEDNN_OPTS`, if set.
     """
 
     model: str
     isa: tuple[str, ...]
     isa_cap: str | None = None
+    onednn: bool = True
+    onednn_forced: str | None = None
 
     @property
     def bf16_capped(self) -> bool:
@@ -52,8 +69,8 @@ class CpuInfo:
 
     @property
     def native_bf16(self) -> bool:
-        """Whether bfloat16 math runs on bfloat16 instructions (AVX512_BF16 or AMX)."""
-        if self.bf16_capped:
+        """Whether bfloat16 math runs on bfloat16 instructions (AVX512_BF16 or AMX, by oneDNN)."""
+        if self.bf16_capped or not self.onednn:
             return False
         return "AVX512_BF16" in self.isa or "AMX-BF16" in self.isa
 
@@ -65,10 +82,12 @@ class CpuInfo:
         return "AVX-512" in self.isa
 
     def describe(self) -> str:
-        """E.g. "AMD EPYC 7B13: AVX2, AVX-512 (ONEDNN_MAX_CPU_ISA=AVX2)"."""
+        """E.g. "AMD EPYC 7B13: AVX2, AVX-512 (ONEDNN_MAX_CPU_ISA=AVX2); oneDNN on"."""
         isa = ", ".join(self.isa) or "no AVX2"
         cap = f" (ONEDNN_MAX_CPU_ISA={self.isa_cap})" if self.isa_cap else ""
-        return f"{self.model or platform.machine()}: {isa}{cap}"
+        forced = f" ({ONEDNN_VARIABLE}={self.onednn_forced})" if self.onednn_forced else ""
+        onednn = f"oneDNN {'on' if self.onednn else 'off: Eigen kernels'}{forced}"
+        return f"{self.model or platform.machine()}: {isa}{cap}; {onednn}"
 
     def to_dict(self) -> dict:
         """For JSON reports."""
@@ -76,16 +95,28 @@ class CpuInfo:
             "model": self.model,
             "isa": list(self.isa),
             "isa_cap": self.isa_cap,
+            "onednn": self.onednn,
+            "onednn_forced": self.onednn_forced,
             "native_bf16": self.native_bf16,
         }
 
 
-def parse_cpuinfo(text: str, isa_cap: str | None = None) -> CpuInfo:
+def onednn_enabled(flags: set[str] | frozenset[str], forced: str | None) -> bool:
+    """Whether TensorFlow uses oneDNN: `TF_ENABLE_ONEDNN_OPTS` if set, else its default rule."""
+    if forced:
+        return forced.strip().lower() in ("1", "true")
+    return bool(ONEDNN_DEFAULT_FLAGS & set(flags))
+
+
+def parse_cpuinfo(
+    text: str, isa_cap: str | None = None, onednn_forced: str | None = None
+) -> CpuInfo:
     """The `CpuInfo` of a /proc/cpuinfo text (its first processor).
 
     Args:
       text: the file's contents.
       isa_cap: the `ONEDNN_MAX_CPU_ISA` in force, if any.
+      onednn_forced: the `TF_ENABLE_ONEDNN_OPTS` in force, if any.
     """
     model, flags = "", set()
     for line in text.splitlines():
@@ -96,14 +127,26 @@ def parse_cpuinfo(text: str, isa_cap: str | None = None) -> CpuInfo:
         elif key == "flags" and not flags:
             flags = set(value.split())
     isa = tuple(name for flag, name in ISA_FLAGS.items() if flag in flags)
-    return CpuInfo(model=model, isa=isa, isa_cap=isa_cap or None)
+    return CpuInfo(
+        model=model,
+        isa=isa,
+        isa_cap=isa_cap or None,
+        onednn=onednn_enabled(flags, onednn_forced),
+        onednn_forced=onednn_forced or None,
+    )
 
 
 def read_cpu_info(path: str = "/proc/cpuinfo") -> CpuInfo:
     """This machine's `CpuInfo` (model unknown and no flags where /proc is missing)."""
-    cap = os.environ.get("ONEDNN_MAX_CPU_ISA")
+    cap, forced = os.environ.get("ONEDNN_MAX_CPU_ISA"), os.environ.get(ONEDNN_VARIABLE)
     try:
         with open(path) as f:
-            return parse_cpuinfo(f.read(), cap)
+            return parse_cpuinfo(f.read(), cap, forced)
     except OSError:
-        return CpuInfo(model=platform.processor(), isa=(), isa_cap=cap)
+        return CpuInfo(
+            model=platform.processor(),
+            isa=(),
+            isa_cap=cap,
+            onednn=onednn_enabled(frozenset(), forced),
+            onednn_forced=forced,
+        )

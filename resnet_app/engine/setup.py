@@ -375,9 +375,10 @@ def warn_if_bf16_is_emulated(cpu: hardware.CpuInfo) -> None:
     if cpu.native_bf16:
         return
     logging.warning(
-        "train.precision=bf16 on a CPU without bfloat16 instructions (%s; needs AVX512_BF16 "
-        "or AMX): TensorFlow emulates them, and ResNet-20 trained about 5x slower than in "
-        "fp32 on a 2-core AVX2 CPU (23 against 113 images/s); use --precision=fp32 here",
+        "train.precision=bf16 on a CPU without bfloat16 instructions in use (%s; needs "
+        "AVX512_BF16 or AMX, and oneDNN on): TensorFlow emulates them, and ResNet-20 "
+        "trained about 5x slower than in fp32 on a 2-core AVX2 CPU (23 against 113 "
+        "images/s); use --precision=fp32 here",
         cpu.describe(),
     )
 
