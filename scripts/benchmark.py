@@ -20,7 +20,10 @@ its peak memory is its own):
   modern recipe's per-step pieces, the moving average of the weights,
   stochastic depth at 0.1, binary cross-entropy.
 Images/sec are the median of --windows timed windows of --steps steps after a
-warm-up window, wall clock, host overhead included. Each is shown as a ratio
+warm-up window, wall clock, host overhead included; with --repeats=N each
+variant runs in N processes, in rounds (every variant once per round), and
+the median of their medians is shown: on a shared machine two processes of
+the same variant can differ by 10%. Each is shown as a ratio
 to keras_fit, with the model's training FLOPs per image (6 x the forward
 multiply-accumulates: forward 2, backward 4), the achieved GFLOP/s and their
 fraction of a matmul peak measured in the same run (float32, or bfloat16 for
@@ -84,6 +87,9 @@ _IMAGE_SIZE = flags.DEFINE_integer("image_size", None, "Image size (default: the
 _BATCH = flags.DEFINE_integer("batch_size", 128, "Global batch.")
 _STEPS = flags.DEFINE_integer("steps", 20, "Steps per timed window.")
 _WINDOWS = flags.DEFINE_integer("windows", 3, "Timed windows after the warm-up one (median).")
+_REPEATS = flags.DEFINE_integer(
+    "repeats", 1, "Processes per variant, run in rounds (the median of their medians)."
+)
 _VARIANTS = flags.DEFINE_string(
     "variants",
     DEFAULT_VARIANTS,
@@ -330,6 +336,18 @@ def allocator() -> str:
     return f"{'BFC' if bfc else 'default'} for all ({resnet_app.CPU_ALLOCATOR_VARIABLE} set)"
 
 
+def combine(results: tuple[dict, ...]) -> dict:
+    """One variant's processes as one: the median of their medians, every
+    window (in the order run), the highest peak memory."""
+    return {
+        **results[0],
+        "images_per_sec": statistics.median(r["images_per_sec"] for r in results),
+        "windows": [w for r in results for w in r["windows"]],
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in results),
+        "process_rates": [r["images_per_sec"] for r in results],
+    }
+
+
 def build_report(variants: list[str]) -> dict:
     from resnet_app.common import hardware
 
@@ -345,11 +363,15 @@ def build_report(variants: list[str]) -> dict:
         "variants": {},
     }
     flops = report["train_flops_per_image"]
-    for variant in (v for v in variants if v in (*KERAS_VARIANTS, *TRAINER_VARIANTS)):
-        if variant == "bf16" and cpu.bf16_capped:  # TF 2.21 crashes there.
-            report["skipped"] = {variant: "ONEDNN_MAX_CPU_ISA leaves out bfloat16"}
-            continue
-        result = spawn(variant)
+    timed = [v for v in variants if v in (*KERAS_VARIANTS, *TRAINER_VARIANTS)]
+    if "bf16" in timed and cpu.bf16_capped:  # TF 2.21 crashes there.
+        report["skipped"] = {"bf16": "ONEDNN_MAX_CPU_ISA leaves out bfloat16"}
+        timed.remove("bf16")
+    # --repeats rounds, each variant once per round in turn: a slow spell of
+    # the machine then falls on every variant rather than on one.
+    rounds = [[spawn(variant) for variant in timed] for _ in range(_REPEATS.value)]
+    for variant, results in zip(timed, zip(*rounds, strict=True), strict=True):
+        result = combine(results)
         gflops = result["images_per_sec"] * flops / 1e9
         peak = report["peak_gflops"]["bfloat16" if variant == "bf16" else "float32"]
         fraction = gflops / peak if peak else None
@@ -428,6 +450,8 @@ def main(argv: list[str]) -> None:
     if _WORKER.value:
         sys.stdout.write(json.dumps(run_worker(_WORKER.value)) + "\n")
         return
+    if _REPEATS.value < 1:
+        cli.fail(f"--repeats={_REPEATS.value}: use 1 or more processes per variant")
     variants = [v.strip() for v in _VARIANTS.value.split(",") if v.strip()]
     known = {*KERAS_VARIANTS, *TRAINER_VARIANTS, "input", "startup"}
     unknown = sorted(set(variants) - known)

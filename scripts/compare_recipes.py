@@ -1,4 +1,4 @@
-"""Do the modern training pieces help? The quickstart recipe against a modern one, on little data.
+"""Do the modern training pieces help? The shapes recipe against a modern one, on little data.
 
   python scripts/compare_recipes.py [--work_dir=DIR] [--epochs=100] [--seeds=0,1]
       [--train_examples=2000] [--recipes=plain,modern]
@@ -8,7 +8,7 @@ Trains ResNet-20 on the first `--train_examples` of the built-in offline
 (`--epochs`, batch 128, SGD with momentum 0.9, cosine from LR 0.1 after a
 0.2-epoch warmup: `configs/shapes_resnet20.yaml`), once per seed:
 
-- plain: the quickstart as it is (pad 4, crop, flip);
+- plain: the shapes recipe as it is (pad 4, crop, flip);
 - modern: the same plus the pieces of `configs/cifar10_resnet18_modern.yaml`,
   scaled for a network of 0.27M parameters and a run of about 1,600 steps:
   Mixup 0.2 or CutMix 1.0 (one of the two per batch), RandAugment N=2, M=5,
@@ -39,14 +39,14 @@ from resnet_app.common import cli  # noqa: E402
 from resnet_app.common.errors import ConfigError  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-QUICKSTART = os.path.join(REPO, "configs", "shapes_resnet20.yaml")
+SHAPES_RECIPE = os.path.join(REPO, "configs", "shapes_resnet20.yaml")
 _MODERN_SHARED = [
     "data.erase_probability=0.25",
     "train.label_smoothing=0.1",
     "model.drop_path_rate=0.05",
     "train.ema_decay=0.99",
 ]
-# Each recipe: the --set strings it adds to the quickstart.
+# Each recipe: the --set strings it adds to the shapes recipe.
 RECIPES = {
     "plain": [],
     "modern": [
@@ -76,11 +76,11 @@ _RECIPES = flags.DEFINE_list(
 
 
 def run(config_sets: list[str], model_dir: str) -> dict:
-    """Trains the quickstart with `config_sets` into `model_dir`; returns its last evaluation."""
+    """Trains the shapes recipe with `config_sets` into `model_dir`; returns its last evaluation."""
     from resnet_app import config
     from resnet_app.engine import loop
 
-    resolved = config.resolve(QUICKSTART, sets=config_sets)
+    resolved = config.resolve(SHAPES_RECIPE, sets=config_sets)
     started = time.monotonic()
     summary = loop.train_and_evaluate(resolved, model_dir).summary
     result = {

@@ -2,6 +2,7 @@
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -26,6 +27,7 @@ def test_json_report_of_one_trainer_variant(tmp_path):
             "--batch_size=8",
             "--steps=2",
             "--windows=2",
+            "--repeats=2",
             "--variants=keras_fit_our_layers,fp32",
             f"--data_dir={tmp_path}",
             "--json",
@@ -42,7 +44,12 @@ def test_json_report_of_one_trainer_variant(tmp_path):
     tiny = presets.get_config("tiny", num_classes=10)
     assert report["train_flops_per_image"] == 6 * closed_form_macs(tiny, 32)
     fp32 = report["variants"]["fp32"]
-    assert len(fp32["windows"]) == 2 and fp32["images_per_sec"] > 0
+    # Two processes of 2 windows each: the median of the processes' medians.
+    assert len(fp32["windows"]) == 4 and fp32["images_per_sec"] > 0
+    first, second = fp32["process_rates"]
+    assert first == statistics.median(fp32["windows"][:2])
+    assert second == statistics.median(fp32["windows"][2:])
+    assert fp32["images_per_sec"] == statistics.median([first, second])
     assert fp32["gflops"] == fp32["images_per_sec"] * report["train_flops_per_image"] / 1e9
     peak = report["peak_gflops"]["float32"]
     assert fp32["peak_fraction"] == fp32["gflops"] / peak and fp32["peak_rss_mb"] > 100
@@ -87,3 +94,8 @@ def test_keras_variants_measure_the_layers_they_name(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
     assert set(report["variants"]) == {"keras_fit", "keras_fit_our_layers"}
+
+
+def test_repeats_below_one_is_one_line():
+    line = error_line(run_command("scripts/benchmark.py", "--repeats=0"))
+    assert "--repeats=0" in line

@@ -51,6 +51,7 @@ def test_every_recipe_in_configs():
     names = {os.path.basename(path) for path in CONFIGS}
     expected = {f"cifar10_resnet{depth}.yaml" for depth in HE_CIFAR10}
     expected |= {"cifar100_resnet56.yaml", "imagenet_resnet50.yaml", "shapes_resnet20.yaml"}
+    expected |= {"shapes_quickstart.yaml"}
     assert expected <= names
     for path in CONFIGS:
         name = os.path.basename(path)
