@@ -105,6 +105,11 @@ _WORKER = flags.DEFINE_string("worker", None, "Internal: measure one variant and
 # -- workers: one variant each, in its own process ---------------------------------
 
 
+def bfc_allocator() -> bool:
+    """Whether this process's environment asks TensorFlow for its BFC CPU allocator."""
+    return os.environ.get(resnet_app.CPU_ALLOCATOR_VARIABLE, "").lower() in ("1", "true")
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -292,8 +297,7 @@ def run_worker(variant: str) -> dict:
         result = measure_startup()
     else:
         raise ValueError(variant)
-    bfc = os.environ.get(resnet_app.CPU_ALLOCATOR_VARIABLE, "").lower() in ("1", "true")
-    return {**result, "peak_rss_mb": peak_rss_mb(), "bfc_allocator": bfc}
+    return {**result, "peak_rss_mb": peak_rss_mb(), "bfc_allocator": bfc_allocator()}
 
 
 # -- the parent: runs the workers, prints the table ----------------------------------
@@ -330,10 +334,10 @@ def training_flops_per_image() -> float:
 
 def allocator() -> str:
     """Which CPU allocator the trainer's rows ran with (and the Keras rows)."""
-    bfc = os.environ.get(resnet_app.CPU_ALLOCATOR_VARIABLE, "").lower() in ("1", "true")
     if resnet_app.CPU_ALLOCATOR_DEFAULTED:
         return "BFC for resnet_app, TF's default for Keras"
-    return f"{'BFC' if bfc else 'default'} for all ({resnet_app.CPU_ALLOCATOR_VARIABLE} set)"
+    chosen = "BFC" if bfc_allocator() else "default"
+    return f"{chosen} for all ({resnet_app.CPU_ALLOCATOR_VARIABLE} set)"
 
 
 def combine(results: tuple[dict, ...]) -> dict:

@@ -7,23 +7,25 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_command(command, *args, env=None, timeout=300):
+def run_command(command, *args, env=None, unset=(), timeout=300):
     """Runs `python -m MODULE` or `python scripts/X.py` from the repository root.
 
     Args:
       command: a module ("resnet_app.train") or a path ending in .py.
       *args: its arguments.
       env: extra environment variables.
+      unset: environment variables the command must not inherit.
       timeout: seconds before the test fails.
     """
     target = [os.path.join(REPO, command)] if command.endswith(".py") else ["-m", command]
+    inherited = {k: v for k, v in os.environ.items() if k not in unset}
     return subprocess.run(
         [sys.executable, *target, *args],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": REPO, **(env or {})},
+        env={**inherited, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": REPO, **(env or {})},
     )
 
 

@@ -1,41 +1,30 @@
 """scripts/benchmark.py runs end to end (its numbers are measured, not tested)."""
 
 import json
-import os
 import statistics
-import subprocess
-import sys
 
 import pytest
 
 import resnet_app
 from resnet_app.nets import presets
-from tests.commands import REPO, error_line, run_command
+from tests.commands import error_line, run_command
 from tests.reference import closed_form_macs
 
 pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
 
 
 def test_json_report_of_one_trainer_variant(tmp_path):
-    # As a user starts it: the allocator variable not set.
-    env = {k: v for k, v in os.environ.items() if k != resnet_app.CPU_ALLOCATOR_VARIABLE}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "scripts/benchmark.py",
-            "--model=tiny",
-            "--batch_size=8",
-            "--steps=2",
-            "--windows=2",
-            "--repeats=2",
-            "--variants=keras_fit_our_layers,fp32",
-            f"--data_dir={tmp_path}",
-            "--json",
-        ],
-        cwd=REPO,
-        env={**env, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": REPO},
-        capture_output=True,
-        text=True,
+    result = run_command(
+        "scripts/benchmark.py",
+        "--model=tiny",
+        "--batch_size=8",
+        "--steps=2",
+        "--windows=2",
+        "--repeats=2",
+        "--variants=keras_fit_our_layers,fp32",
+        f"--data_dir={tmp_path}",
+        "--json",
+        unset=[resnet_app.CPU_ALLOCATOR_VARIABLE],  # As a user starts it.
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -48,10 +48,8 @@ def _reference(make_model, initial_weights, batch) -> tuple[list[np.ndarray], li
     return trainable, [v.numpy() for v in model.non_trainable_variables]
 
 
-def _distributed(
-    make_model, initial_weights, batch, towers, learning_rates=LEARNING_RATES, stop=None, jit=False
-):
-    strategy = mirrored_strategy([f"/cpu:{i}" for i in range(towers)])
+def _model_and_optimizer(strategy, make_model, initial_weights):
+    """The model at `initial_weights` and a built momentum optimizer, in `strategy.scope()`."""
     with strategy.scope():
         model = make_model()
         model.build((None, SIZE, SIZE, 3))
@@ -60,6 +58,14 @@ def _distributed(
             {"class": "momentum", "learning_rate": 0.1, "momentum": MOMENTUM}
         )
         optimizer.build(model.trainable_variables)
+    return model, optimizer
+
+
+def _distributed(
+    make_model, initial_weights, batch, towers, learning_rates=LEARNING_RATES, stop=None, jit=False
+):
+    strategy = mirrored_strategy([f"/cpu:{i}" for i in range(towers)])
+    model, optimizer = _model_and_optimizer(strategy, make_model, initial_weights)
     dataset = tf.data.Dataset.from_tensors(batch).repeat()
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
     # The cond that guards empty towers only when one can occur, as the trainer.
@@ -125,14 +131,7 @@ def test_one_cpu_device_is_fed_by_the_dataset_itself():
     trained = []
     for distributed in (False, True):
         strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-        with strategy.scope():
-            model = make_model()
-            model.build((None, SIZE, SIZE, 3))
-            model.set_weights(weights)
-            optimizer = optim.create_optimizer(
-                {"class": "momentum", "learning_rate": 0.1, "momentum": MOMENTUM}
-            )
-            optimizer.build(model.trainable_variables)
+        model, optimizer = _model_and_optimizer(strategy, make_model, weights)
         if distributed:
             feed = strategy.distribute_datasets_from_function(lambda _: dataset)
         else:

@@ -143,10 +143,4 @@ def read_cpu_info(path: str = "/proc/cpuinfo") -> CpuInfo:
         with open(path) as f:
             return parse_cpuinfo(f.read(), cap, forced)
     except OSError:
-        return CpuInfo(
-            model=platform.processor(),
-            isa=(),
-            isa_cap=cap,
-            onednn=onednn_enabled(frozenset(), forced),
-            onednn_forced=forced,
-        )
+        return dataclasses.replace(parse_cpuinfo("", cap, forced), model=platform.processor())
