@@ -153,6 +153,15 @@ def test_normalization_statistics_are_measured_on_the_training_split(shapes_pipe
 # -- evaluation padding ----------------------------------------------------------
 
 
+@pytest.mark.parametrize("mixing", [{}, {"mixup_alpha": 0.2}])
+def test_pipelines_run_without_the_autotuning_model(mixing):
+    # Its thread kept a finished run waiting up to a minute (data/options.py).
+    pipeline = input_pipeline.create_pipeline(shapes_config(**mixing))
+    for dataset in (pipeline.train_dataset(8), pipeline.eval_dataset(8)):
+        assert dataset.options().autotune.enabled is False
+        assert dataset.options().deterministic is True
+
+
 @pytest.mark.parametrize("shards,multiple", [(1, 1), (1, 3), (2, 2)])
 def test_eval_dataset_visits_each_example_once_in_full_batches(shapes_pipeline, shards, multiple):
     seen, batches = [], []

@@ -1,9 +1,10 @@
 """The learning check (slow, not in the default suite): `pytest -m slow tests/test_learning.py`.
 
-The quickstart recipe (one epoch at batch 32) and the longer one (3 epochs at
-batch 128) must each reach 90% test accuracy on `shapes`; on 2 CPU cores they
-take about 2 and 4 minutes. A linear classifier on the pixels reaches about 10%
-(scripts/check_shapes.py), chance is 10%.
+The quickstart recipe (ResNet-14 at 24 px, one epoch at batch 32) must reach
+85% test accuracy on `shapes` and the longer one (ResNet-20, 3 epochs at batch
+128) 90%; on 2 CPU cores they take about 1 and 4 minutes. Over seven seeds the
+quickstart measured 84.8% to 94.9% without oneDNN. A linear classifier on the
+pixels reaches about 10% (scripts/check_shapes.py), chance is 10%.
 """
 
 import json
@@ -14,8 +15,8 @@ from tests.commands import run_command
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", ["shapes_quickstart", "shapes_resnet20"])
-def test_shapes_recipe_reaches_90_percent(tmp_path, recipe):
+@pytest.mark.parametrize("recipe,floor", [("shapes_quickstart", 0.85), ("shapes_resnet20", 0.90)])
+def test_shapes_recipe_learns(tmp_path, recipe, floor):
     result = run_command(
         "resnet_app.train",
         f"--config=configs/{recipe}.yaml",
@@ -26,4 +27,4 @@ def test_shapes_recipe_reaches_90_percent(tmp_path, recipe):
     with open(tmp_path / "run" / "metrics.jsonl") as f:
         final = [json.loads(line) for line in f if '"top1"' in line][-1]
     assert final["num_examples"] == 10_000
-    assert final["top1"] >= 0.90
+    assert final["top1"] >= floor

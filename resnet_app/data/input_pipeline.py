@@ -43,7 +43,7 @@ import tensorflow as tf
 from absl import logging
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.data import mixing, preprocessing, seeds, sources
+from resnet_app.data import mixing, options, preprocessing, seeds, sources
 from resnet_app.data.image_size import choose_image_size, choose_recipe, describe_choice
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.data.settings import DataConfig
@@ -337,7 +337,7 @@ class InputPipeline:
 
             stream = tf.data.Dataset.range(first_epoch, 1 << 62).flat_map(epoch_indices)
             stream = stream.shard(num_shards, shard_index)
-            stream = stream.map(load, num_parallel_calls=tf.data.AUTOTUNE)
+            stream = stream.map(load, num_parallel_calls=options.parallel_calls())
 
         def transform(key, example_id, image, label):
             # Each example's augmentation depends on (seed, epoch, id) only.
@@ -346,10 +346,10 @@ class InputPipeline:
 
         stream = _map_examples(stream, transform, split.encoded)
         stream = stream.batch(batch, drop_remainder=True)
-        stream = stream.map(self._augment_batch, num_parallel_calls=tf.data.AUTOTUNE)
+        stream = stream.map(self._augment_batch, num_parallel_calls=options.parallel_calls())
         settings = self.config.mix_settings()
         stream = mixing.mix_stream(stream, settings, seed, start_example // global_batch_size)
-        return stream.prefetch(tf.data.AUTOTUNE).with_options(_options())
+        return stream.prefetch(tf.data.AUTOTUNE).with_options(options.dataset_options())
 
     def _record_epoch(self, split: sources.Split, epoch: tf.Tensor) -> tf.data.Dataset:
         # Built inside flat_map's graph. Dataset.shuffle pairs its seed with the
@@ -422,7 +422,7 @@ class InputPipeline:
                 np.arange(shard_index, total, num_shards, dtype=np.int64)
             )
             stream = stream.map(
-                lambda index: (index, *lookup(index)), num_parallel_calls=tf.data.AUTOTUNE
+                lambda index: (index, *lookup(index)), num_parallel_calls=options.parallel_calls()
             )
 
         def transform(example_id, image, label):
@@ -433,7 +433,7 @@ class InputPipeline:
         blank = tf.data.Dataset.from_tensors(self._padding(crops)).repeat()
         stream = stream.concatenate(blank).take(padded)
         stream = stream.batch(batch_size, drop_remainder=True)
-        return stream.prefetch(tf.data.AUTOTUNE).with_options(_options())
+        return stream.prefetch(tf.data.AUTOTUNE).with_options(options.dataset_options())
 
     def _padding(self, crops: bool) -> dict:
         """The masked example that pads evaluation batches; its image has the real ones' shape."""
@@ -491,19 +491,12 @@ def _example(features: dict, label: tf.Tensor, example_id: tf.Tensor) -> dict:
 
 
 def _map_examples(stream: tf.data.Dataset, transform, encoded: bool) -> tf.data.Dataset:
-    stream = stream.map(transform, num_parallel_calls=tf.data.AUTOTUNE)
+    stream = stream.map(transform, num_parallel_calls=options.parallel_calls())
     if encoded:
         # Files passed a header check when listed; one that still fails to
         # decode is skipped with a warning rather than ending the run.
         stream = stream.ignore_errors(log_warning=True)
     return stream
-
-
-def _options() -> tf.data.Options:
-    options = tf.data.Options()
-    options.deterministic = True
-    options.experimental_optimization.map_parallelization = True
-    return options
 
 
 def _eval_resize(config: DataConfig, family: str, size: int) -> int:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from resnet_app.data import seeds
+from resnet_app.data import options, seeds
 from resnet_app.data.settings import MixSettings
 
 
@@ -127,5 +127,5 @@ def mix_stream(stream, settings: MixSettings, seed: int, first_batch: int):
         return mix_batch(batch, tf.random.experimental.stateless_fold_in(key, number), settings)
 
     return stream.enumerate(start=first_batch).map(
-        mix_numbered, num_parallel_calls=tf.data.AUTOTUNE
+        mix_numbered, num_parallel_calls=options.parallel_calls()
     )
