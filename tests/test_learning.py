@@ -2,8 +2,8 @@
 
 The quickstart recipe (ResNet-14 at 24 px, one epoch at batch 32) must reach
 85% test accuracy on `shapes` and the longer one (ResNet-20, 3 epochs at batch
-128) 90%; on 2 CPU cores they take about 1 and 4 minutes. Over eight seeds the
-quickstart measured 84.8% to 95.1% without oneDNN. A linear classifier on the
+128) 90%; on 2 CPU cores they take about 1 and 4 minutes. Over 16 seeds the
+quickstart measured 84.8% to 96.6% without oneDNN. A linear classifier on the
 pixels reaches about 10% (scripts/check_shapes.py), chance is 10%.
 """
 

@@ -2,10 +2,10 @@
 
 tf.data's autotuning model is off. Its background thread can keep an
 iterator's deletion waiting until its next optimization, which comes up to a
-minute apart once a pipeline has run for a while: measured here with TF 2.21,
-a training run that had finished its work (the "Done:" line logged) then
-waited 32 to 39 s to return, in 5 of 13 one-epoch runs; with the model off, in
-none. The model's job is done by hand instead:
+minute apart once a pipeline has run for a while. Measured here with TF 2.21,
+over runs of 40 s or more: 7 of 25 logged their "Done:" line and then took 33
+to 41 s more to exit; with the model off, 14 of 14 exited within 1 s. The
+model's job is done by hand instead:
 
 - parallel maps use every CPU this process may run on (`parallel_calls`),
   which is where the model settles for CPU-bound decoding and augmentation;
