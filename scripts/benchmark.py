@@ -401,14 +401,13 @@ def build_report(variants: list[str]) -> dict:
 
 
 def format_report(report: dict) -> str:
-    peak, cpu = report["peak_gflops"], report["cpu"]
+    from resnet_app.common import hardware
+
+    peak, cpu = report["peak_gflops"], hardware.CpuInfo.from_dict(report["cpu"])
     bf16_peak = f"{peak['bfloat16']:.0f}" if peak["bfloat16"] else "n/a"
-    cap = f" (ONEDNN_MAX_CPU_ISA={cpu['isa_cap']})" if cpu["isa_cap"] else ""
-    forced = f" (TF_ENABLE_ONEDNN_OPTS={cpu['onednn_forced']})" if cpu["onednn_forced"] else ""
     lines = [
-        f"CPU: {cpu['model'] or 'unknown'}: {', '.join(cpu['isa']) or 'no AVX2'}{cap}; "
-        f"oneDNN {'on' if cpu['onednn'] else 'off: Eigen kernels'}{forced}; "
-        f"bfloat16 {'native' if cpu['native_bf16'] else 'emulated (slow)'}; "
+        f"CPU: {cpu.describe()}; "
+        f"bfloat16 {'native' if cpu.native_bf16 else 'emulated (slow)'}; "
         f"CPU allocator: {report['allocator']}",
         f"{report['model']} at {report['image_size']} px, batch {report['batch_size']}: "
         f"{report['train_flops_per_image'] / 1e9:.3f} GFLOP per training image; matmul peak "
@@ -419,7 +418,7 @@ def format_report(report: dict) -> str:
     ]
     for name, result in report["variants"].items():
         ratio, fraction = result["vs_keras_fit"], result["peak_fraction"]
-        if name == "bf16" and not cpu["native_bf16"]:
+        if name == "bf16" and not cpu.native_bf16:
             name = "bf16 (emulated)"
         lines.append(
             f"{name:<22}{result['images_per_sec']:>8.1f}"

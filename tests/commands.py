@@ -18,9 +18,18 @@ def run_command(command, *args, env=None, unset=(), timeout=300):
       timeout: seconds before the test fails.
     """
     target = [os.path.join(REPO, command)] if command.endswith(".py") else ["-m", command]
+    return _run_python([*target, *args], env, unset, timeout)
+
+
+def run_code(code, *args, env=None, unset=(), timeout=300):
+    """Runs `python -c CODE ARGS` from the repository root, like `run_command`."""
+    return _run_python(["-c", code, *args], env, unset, timeout)
+
+
+def _run_python(argv, env, unset, timeout):
     inherited = {k: v for k, v in os.environ.items() if k not in unset}
     return subprocess.run(
-        [sys.executable, *target, *args],
+        [sys.executable, *argv],
         cwd=REPO,
         capture_output=True,
         text=True,

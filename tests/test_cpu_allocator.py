@@ -6,14 +6,10 @@ every training step mapped its buffers afresh: counted as the process's minor
 page faults per step, a count, not a time.
 """
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 import resnet_app
-from tests.commands import REPO
+from tests.commands import run_code
 
 VARIABLE = resnet_app.CPU_ALLOCATOR_VARIABLE
 
@@ -39,15 +35,7 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10)
 
 def _python(code: str, **env: str) -> str:
     """The last line `code` prints in a fresh process, the allocator variable unset unless given."""
-    base = {k: v for k, v in os.environ.items() if k != VARIABLE}
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        env={**base, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2", **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = run_code(code, env=env, unset=(VARIABLE,))
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout.strip().splitlines()[-1]
 

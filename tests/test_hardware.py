@@ -1,13 +1,11 @@
 """The CPU description: model, instruction sets, oneDNN, native bfloat16, the bf16 warning."""
 
 import logging
-import os
-import subprocess
-import sys
 
 import pytest
 
 from resnet_app.common import hardware
+from tests.commands import run_code
 
 AVX512_BF16 = """processor\t: 0
 model name\t: Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz
@@ -60,21 +58,31 @@ def test_tf_enable_onednn_opts_decides_over_the_cpu(value, onednn):
     assert hardware.parse_cpuinfo(AVX512_BF16, onednn_forced=value).native_bf16 == onednn
 
 
+@pytest.mark.parametrize(
+    "cpu",
+    [
+        hardware.parse_cpuinfo(AVX512_BF16),
+        hardware.parse_cpuinfo(AVX2, isa_cap="AVX2", onednn_forced="1"),
+    ],
+)
+def test_a_json_report_reads_back_as_the_same_cpu(cpu):
+    # scripts/benchmark.py describes the CPU of its JSON report this way.
+    assert hardware.CpuInfo.from_dict(cpu.to_dict()) == cpu
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("value", [None, "0", "1"])
 def test_the_onednn_rule_agrees_with_tensorflow_here(value):
     """TensorFlow's own answer on this machine, in a fresh process, against the rule."""
-    env = {k: v for k, v in os.environ.items() if k != hardware.ONEDNN_VARIABLE}
-    if value is not None:
-        env[hardware.ONEDNN_VARIABLE] = value
+    env = {} if value is None else {hardware.ONEDNN_VARIABLE: value}
     code = (
         "from tensorflow.python.util import _pywrap_util_port as port\n"
         "from resnet_app.common import hardware\n"
         "print(port.IsMklEnabled(), hardware.read_cpu_info().onednn)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    ).stdout.split()
+    result = run_code(code, env=env, unset=(hardware.ONEDNN_VARIABLE,))
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout.split()
     assert out[0] == out[1], out
 
 

@@ -100,6 +100,12 @@ class CpuInfo:
             "native_bf16": self.native_bf16,
         }
 
+    @classmethod
+    def from_dict(cls, data: dict) -> CpuInfo:
+        """The `CpuInfo` of a `to_dict` result (`native_bf16` is derived again)."""
+        names = [field.name for field in dataclasses.fields(cls)]
+        return cls(**{**{name: data[name] for name in names}, "isa": tuple(data["isa"])})
+
 
 def onednn_enabled(flags: set[str] | frozenset[str], forced: str | None) -> bool:
     """Whether TensorFlow uses oneDNN: `TF_ENABLE_ONEDNN_OPTS` if set, else its default rule."""
