@@ -151,11 +151,11 @@ def measure_keras_fit(jit: bool, stock_layers: bool) -> dict:
     import tensorflow as tf
 
     from resnet_app.common import compat
-    from resnet_app.nets import blocks
+    from resnet_app.nets import layers as net_layers
     from resnet_app.nets.resnet import create_model
 
     if stock_layers:  # What a user writing the ResNet with Keras would get.
-        blocks.BatchNorm = keras.layers.BatchNormalization
+        net_layers.BatchNorm = keras.layers.BatchNormalization
 
     size, batch, steps = image_size(), _BATCH.value, _STEPS.value
     keras.utils.set_random_seed(0)
@@ -165,7 +165,7 @@ def measure_keras_fit(jit: bool, stock_layers: bool) -> dict:
         for layer in compat.nested_layers(model)
         if isinstance(layer, keras.layers.BatchNormalization)
     ]
-    wanted = keras.layers.BatchNormalization if stock_layers else blocks.BatchNorm
+    wanted = keras.layers.BatchNormalization if stock_layers else net_layers.BatchNorm
     if not norms or set(norms) != {wanted}:  # The variant must measure the layers it names.
         raise RuntimeError(f"expected only {wanted.__name__} layers, built {set(norms)}")
     model.compile(

@@ -35,29 +35,74 @@ def momentum_steps(model, batches, learning_rates, momentum: float) -> None:
             variable.assign(variable.numpy() - learning_rate * accumulator)
 
 
+def _stem_convs(config: presets.ResNetConfig) -> list[tuple[int, int, int, int]]:
+    """(kernel, in, out, stride) of the stem's convolutions: one (He et al. 2015), or three
+    3x3 (He et al. 2019's ResNet-C, widths w/2, w/2, w unless given), and the 3x3/2 conv
+    that replaces the max-pool (Bello et al. 2021)."""
+    if config.stem == "plain":
+        convs = [(config.init_filter, 3, config.stem_filters, config.init_stride)]
+    else:
+        first, second = config.stem_widths or (config.stem_filters // 2,) * 2
+        convs = [
+            (3, 3, first, config.init_stride),
+            (3, first, second, 1),
+            (3, second, config.stem_filters, 1),
+        ]
+    if config.replace_stem_pool:
+        convs.append((3, config.stem_filters, config.stem_filters, 2))
+    return convs
+
+
+def _se_width(config: presets.ResNetConfig, channels: int) -> int:
+    return max(8, int(channels * config.se_ratio + 4) // 8 * 8)
+
+
+def _attention_params(config: presets.ResNetConfig, channels: int) -> int:
+    """SE (Hu et al. 2018): two biased 1x1 convs through C * ratio rounded to a multiple of 8;
+    ECA (Wang et al. 2020): one bias-free 1-D conv of k = odd(int((log2 C + 1) / 2)), >= 3."""
+    if config.attention == "se":
+        reduced = _se_width(config, channels)
+        return 2 * channels * reduced + reduced + channels
+    if config.attention == "eca":
+        t = int((np.log2(channels) + 1) / 2)
+        return max(t if t % 2 else t + 1, 3)
+    return 0
+
+
+def _unit_convs(config, channels: int, width: int) -> list[tuple[int, int, int, int]]:
+    """(kernel, in, out, groups) of a unit's branch convolutions."""
+    out = width * (4 if config.block == "bottleneck" else 1)
+    if config.block == "basic":
+        return [(3, channels, width, 1), (3, width, out, 1)]
+    # Xie et al. 2017 / torchvision: the 3x3 conv has `groups` groups of
+    # width * base_width / 64 channels.
+    inner = width * config.base_width // 64 * config.groups
+    return [(1, channels, inner, 1), (3, inner, inner, config.groups), (1, inner, out, 1)]
+
+
 def closed_form_params(config: presets.ResNetConfig) -> tuple[int, int]:
     """(trainable, non-trainable) counts from the papers' description."""
     conv_weights = 0
     bn_channels = []  # One entry per BatchNorm: its channel count.
-    conv_weights += config.init_filter**2 * 3 * config.stem_filters
-    bn_channels.append(config.stem_filters)
+    for kernel, cin, cout, _ in _stem_convs(config):
+        conv_weights += kernel**2 * cin * cout
+        bn_channels.append(cout)
     channels = config.stem_filters
     first_unit = True
+    attention = 0
     for units, width, stride in zip(config.units, config.widths, config.strides):
         for unit in range(units):
-            out = width * (4 if config.block == "bottleneck" else 1)
-            if config.block == "basic":
-                convs = [(3, channels, width), (3, width, out)]
-            else:
-                convs = [(1, channels, width), (3, width, width), (1, width, out)]
-            conv_weights += sum(k * k * cin * cout for k, cin, cout in convs)
+            convs = _unit_convs(config, channels, width)
+            out = convs[-1][2]
+            conv_weights += sum(k * k * cin // groups * cout for k, cin, cout, groups in convs)
             if config.version == "v1":
-                bn_channels += [cout for _, _, cout in convs]  # BN after each conv.
+                bn_channels += [cout for _, _, cout, _ in convs]  # BN after each conv.
             else:
-                before = [cin for _, cin, _ in convs]  # BN before each conv...
+                before = [cin for _, cin, _, _ in convs]  # BN before each conv...
                 bn_channels += before[1:] if first_unit else before  # ...but the first.
+            attention += _attention_params(config, out)
             unit_stride = stride if unit == 0 else 1
-            if (unit_stride != 1 or channels != out) and config.shortcut == "projection":
+            if (unit_stride != 1 or channels != out) and config.shortcut != "pad":
                 conv_weights += channels * out
                 if config.version == "v1":
                     bn_channels.append(out)
@@ -67,7 +112,8 @@ def closed_form_params(config: presets.ResNetConfig) -> tuple[int, int]:
         bn_channels.append(channels)
     dense = channels * config.num_classes + config.num_classes
     # BN: gamma and beta are trained, moving mean and variance are not.
-    return conv_weights + 2 * sum(bn_channels) + dense, 2 * sum(bn_channels)
+    trainable = conv_weights + attention + 2 * sum(bn_channels) + dense
+    return trainable, 2 * sum(bn_channels)
 
 
 def closed_form_macs(config: presets.ResNetConfig, size: int) -> int:
@@ -76,23 +122,31 @@ def closed_form_macs(config: presets.ResNetConfig, size: int) -> int:
     def out_size(size, stride):
         return -(-size // stride)  # ceil
 
-    size = out_size(size, config.init_stride)
-    macs = size * size * config.init_filter**2 * 3 * config.stem_filters
-    if config.init_max_pool:
+    macs = 0
+    for kernel, cin, cout, stride in _stem_convs(config):
+        size = out_size(size, stride)
+        macs += size * size * kernel**2 * cin * cout
+    if config.init_max_pool and not config.replace_stem_pool:
         size = out_size(size, 2)
     channels = config.stem_filters
     for units, width, stride in zip(config.units, config.widths, config.strides):
         for unit in range(units):
             unit_stride = stride if unit == 0 else 1
-            out = width * (4 if config.block == "bottleneck" else 1)
+            convs = _unit_convs(config, channels, width)
+            out = convs[-1][2]
             new_size = out_size(size, unit_stride)
             if config.block == "basic":
                 macs += new_size**2 * 9 * (channels * width + width * out)
             else:
+                (_, _, inner, _), (_, _, _, groups) = convs[0], convs[1]
                 first = new_size if config.stride_in_1x1 else size  # First 1x1 output.
-                macs += first**2 * channels * width
-                macs += new_size**2 * 9 * width * width + new_size**2 * width * out
-            if (unit_stride != 1 or channels != out) and config.shortcut == "projection":
+                macs += first**2 * channels * inner
+                macs += new_size**2 * 9 * inner // groups * inner + new_size**2 * inner * out
+            if config.attention == "se":  # Two matrix products on the pooled vector.
+                macs += 2 * out * _se_width(config, out)
+            elif config.attention == "eca":  # A k-tap filter at every channel.
+                macs += out * _attention_params(config, out)
+            if (unit_stride != 1 or channels != out) and config.shortcut != "pad":
                 macs += new_size**2 * channels * out
             size, channels = new_size, out
     return macs + channels * config.num_classes

@@ -67,7 +67,7 @@ def test_keras_variants_measure_the_layers_they_name(tmp_path):
     """keras_fit builds Keras's stock BatchNormalization, keras_fit_our_layers ours.
 
     Each worker refuses to measure a model built with other layers (the stock
-    layers are swapped in where `nets/blocks.py` makes its BatchNorms).
+    layers are swapped in where `nets/layers.py` makes its BatchNorms).
     """
     result = run_command(
         "scripts/benchmark.py",

@@ -152,8 +152,8 @@ def test_every_kind_keeps_the_variable_order_of_the_old_code(kind):
     [
         ("basic", "v1", blocks.BasicBlock),
         ("bottleneck", "v1", blocks.BottleneckBlock),
-        ("basic", "v2", blocks.PreActBasicBlock),
-        ("bottleneck", "v2", blocks.PreActBottleneckBlock),
+        ("basic", "v2", blocks.BasicBlock),
+        ("bottleneck", "v2", blocks.BottleneckBlock),
     ],
 )
 def test_the_config_picks_the_block_class_and_its_expansion(block, version, cls):
@@ -162,6 +162,7 @@ def test_the_config_picks_the_block_class_and_its_expansion(block, version, cls)
     assert cls.expansion == config.expansion == (4 if block == "bottleneck" else 1)
     model = model_lib.create_model("tiny", block=block, version=version, shortcut="projection")
     assert all(type(unit) is cls for stage in model.stages for unit in stage)
+    assert all(unit.preact == (version == "v2") for stage in model.stages for unit in stage)
 
 
 # A reference forward pass of each block, written from the papers with tf.nn.conv2d and NumPy.

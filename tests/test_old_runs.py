@@ -111,11 +111,27 @@ def test_an_old_run_resumes_from_its_last_checkpoint(old_run, fresh_run):
     # The uninterrupted 8 steps, by today's code from scratch: the old
     # checkpoint's weights, momentum slots and data position went on as they
     # would have (a mixed-up slot or a skipped batch would move the weights).
+    # On a CPU of another kind than the one that wrote the fixture (e.g. Eigen
+    # kernels on AVX2 against oneDNN's), today's first 6 steps round apart from
+    # the fixture's: that drift, measured at step 6, is the control, and the
+    # two runs may differ at step 8 by a few times it (2 more steps amplify it),
+    # far below what a swapped slot or a skipped batch makes (the 2 steps'
+    # update itself, `moved`).
     uninterrupted = saved_tensors(fresh_run / "ckpt-8")
-    for key in [k for k in after if k.startswith("model/")]:
-        np.testing.assert_allclose(
-            after[key], uninterrupted[key], rtol=1e-4, atol=1e-6, err_msg=key
-        )
+    fresh_six = saved_tensors(fresh_run / "ckpt-6")
+    keys = [k for k in after if k.startswith("model/")]
+    control = _relative_l2(before, fresh_six, keys)
+    moved = _relative_l2(after, before, keys)
+    difference = _relative_l2(after, uninterrupted, keys)
+    assert difference <= max(1e-6, 20 * control), (difference, control)
+    assert difference < moved / 10, (difference, moved)
+
+
+def _relative_l2(a: dict, b: dict, keys: list[str]) -> float:
+    """||a - b|| / ||b|| over the tensors `keys`, as one vector."""
+    diff = sum(float(np.sum((np.float64(a[k]) - np.float64(b[k])) ** 2)) for k in keys)
+    norm = sum(float(np.sum(np.float64(b[k]) ** 2)) for k in keys)
+    return (diff / norm) ** 0.5
 
 
 def test_the_new_code_retrains_the_old_checkpoint(old_run, fresh_run):

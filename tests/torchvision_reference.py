@@ -160,29 +160,51 @@ def random_state_dict(
     return state
 
 
-def conv2d(x: np.ndarray, weight: np.ndarray, stride: int = 1, padding: int = 0) -> np.ndarray:
+def conv2d(
+    x: np.ndarray, weight: np.ndarray, stride: int = 1, padding: int = 0, groups: int = 1
+) -> np.ndarray:
     """A 2-D convolution (cross-correlation, as PyTorch's), without bias.
 
     Args:
       x: [N, C, H, W].
-      weight: [O, C, KH, KW].
+      weight: [O, C // groups, KH, KW].
       stride: the same along H and W.
       padding: rows and columns of zeros added on every side.
+      groups: as PyTorch's: the channels split into `groups` consecutive groups,
+        output channels [g * O / groups, (g + 1) * O / groups) reading only the
+        input channels of group g.
 
     Returns:
       [N, O, (H + 2p - KH) // stride + 1, (W + 2p - KW) // stride + 1], in the
       result type of x and weight.
     """
-    _, channels, kernel_h, kernel_w = weight.shape
-    if x.shape[1] != channels:
-        raise ValueError(f"input has {x.shape[1]} channels, weight expects {channels}")
+    out_channels, group_channels, kernel_h, kernel_w = weight.shape
+    if groups < 1 or x.shape[1] % groups or out_channels % groups:
+        raise ValueError(
+            f"groups={groups} must divide the {x.shape[1]} input and {out_channels} output channels"
+        )
+    if x.shape[1] != group_channels * groups:
+        raise ValueError(
+            f"input has {x.shape[1]} channels, weight expects {group_channels * groups}"
+        )
     if padding:
         x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
     # [N, C, H', W', KH, KW]: every window position, then only the strided ones.
     windows = np.lib.stride_tricks.sliding_window_view(x, (kernel_h, kernel_w), axis=(2, 3))
     windows = windows[:, :, ::stride, ::stride]
-    out = np.tensordot(windows, weight, axes=([1, 4, 5], [1, 2, 3]))  # [N, H', W', O]
-    return np.ascontiguousarray(out.transpose(0, 3, 1, 2))
+    if groups == 1:
+        out = np.tensordot(windows, weight, axes=([1, 4, 5], [1, 2, 3]))  # [N, H', W', O]
+        return np.ascontiguousarray(out.transpose(0, 3, 1, 2))
+    batch, _, out_h, out_w = windows.shape[:4]
+    # One matrix product per group: [G, N*H'*W', C/G*KH*KW] @ [G, C/G*KH*KW, O/G].
+    patches = windows.reshape(batch, groups, group_channels, out_h, out_w, kernel_h, kernel_w)
+    patches = patches.transpose(1, 0, 3, 4, 2, 5, 6).reshape(groups, batch * out_h * out_w, -1)
+    kernels = weight.reshape(groups, out_channels // groups, -1).transpose(0, 2, 1)
+    out = np.matmul(patches, kernels)  # [G, N*H'*W', O/G]
+    out = out.reshape(groups, batch, out_h, out_w, out_channels // groups)
+    return np.ascontiguousarray(
+        out.transpose(1, 0, 4, 2, 3).reshape(batch, out_channels, out_h, out_w)
+    )
 
 
 def max_pool_3x3_s2(x: np.ndarray) -> np.ndarray:

@@ -173,9 +173,8 @@ class TrainStep:
         self._loop = tf.function(self._loop_fn, reduce_retracing=True)
 
     def _logits(self, batch: dict) -> tf.Tensor:
-        """The model's training-mode logits; with stochastic depth, keyed by (seed, step, id)."""
-        config = getattr(self.model, "config", None)
-        if config is None or not getattr(config, "drop_path_rate", 0.0):
+        """Training-mode logits; stochastic depth and dropout keyed by (seed, step, id)."""
+        if not getattr(self.model, "uses_example_keys", False):
             return self.model(batch["image"], training=True)
         # The step about to be applied: the optimizer's update count, restored on resume.
         keys = drop_path.example_keys(self.seed, self.optimizer.iterations, batch["id"])

@@ -1,158 +1,54 @@
-"""The residual blocks of a ResNet: basic and bottleneck, post- and pre-activation.
+"""The residual unit of a ResNet: one class per block kind, every variant an option.
 
-    BasicBlock             v1  relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x))
-    BottleneckBlock        v1  the same with 1x1, 3x3, 1x1 convs; output 4x wider
-    PreActBasicBlock       v2  conv2(relu(bn1(conv1(a)))) + shortcut(a or x),
-                               a = relu(bn0(x))
-    PreActBottleneckBlock  v2  the same with 1x1, 3x3, 1x1 convs; output 4x wider
+    basic       two 3x3 convs
+    bottleneck  1x1, 3x3 (grouped with `groups`), 1x1 to 4x the stage width
 
-(He et al. 2015, "Deep Residual Learning"; He et al. 2016, "Identity Mappings".)
-`block_class(config)` picks a class from the config's `block` and `version`.
-Each class lists its layers explicitly and adds its residual in one visible
-line of `call`, where variants (stochastic depth, ...) plug in. What every
-class shares lives in `ResidualBlock`: the shortcut (identity, option A zero
-padding, option B projection) and the output shape.
+each post-activation (v1: conv-BN-ReLU, ReLU after the add) or pre-activation
+(v2: BN-ReLU-conv, nothing after the add), with optional channel attention
+after the branch's last BatchNorm (`nets/attention.py`), dropout before its
+last conv, stochastic depth on the whole branch, and a shortcut that is the
+identity, option A zero padding, option B projection or ResNet-D's average
+pool and projection (He et al. 2015, 2016, 2019; Xie et al. 2017; Hu et al.
+2018; Zagoruyko & Komodakis 2016). A block kind only declares its
+convolutions (`conv_specs`); `ResidualBlock` does the rest, so a new kind is
+one subclass and one `BLOCK_CLASSES` line, and a new option one field read
+here.
 
 Checkpoints name variables by the attribute that holds each layer (`conv1`,
-`bn1`, `preact_norm`, `projection`, `projection_norm`), and optimizer slots by
-the position of the variable in `model.trainable_variables`, which is the
-order in which the layers were assigned. So every block assigns its convs,
-then its BatchNorms, then its shortcut, exactly as the single `ResidualUnit`
-that preceded these classes did: do not reorder the assignments.
+`bn1`, `preact_norm`, `projection`, `projection_norm`, `attention`), and
+optimizer slots by the position of the variable in
+`model.trainable_variables`, which is the order in which the layers were
+assigned. So every block assigns its convs, then its BatchNorms, then its
+attention, then its shortcut, exactly as the code before it did: do not
+reorder the assignments.
+
+Each block also declares the names its layers have in other implementations
+(`source_names`: torchvision's and timm's state dicts, Keras applications'
+layers), so that weight readers map by name, never by position.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import keras
 
 from resnet_app.common.errors import ConfigError
 from resnet_app.nets import drop_path
-from resnet_app.nets.batch_norm import BatchNorm
-from resnet_app.nets.presets import ResNetConfig
+from resnet_app.nets.attention import make_attention
+from resnet_app.nets.layers import LayerFactory, Shape, build_layer
+from resnet_app.nets.spec import BLOCK_EXPANSION, ResNetConfig
 
-Shape = tuple[int | None, ...]
-
-
-def _l2(weight_decay: float) -> keras.regularizers.Regularizer | None:
-    # keras L2(c) is c * sum(w**2); TF1's tf.nn.l2_loss is sum(w**2) / 2.
-    return keras.regularizers.L2(weight_decay / 2) if weight_decay else None
+TORCH, KERAS = "torch", "keras"  # The layouts of `source_names`.
 
 
-class LayerFactory:
-    """Makes the layers of a network from one config, with consistent settings."""
+class ConvSpec(NamedTuple):
+    """One convolution of a residual branch."""
 
-    def __init__(self, config: ResNetConfig):
-        self.config = config
-
-    def conv(self, filters: int, kernel: int, stride: int, name: str) -> keras.layers.Layer:
-        """A bias-free convolution with He initialization and the L2 penalty.
-
-        Padded "same", or with `config.padding == "symmetric"` and a stride,
-        `kernel // 2` on every side (at stride 1 the two are the same).
-        """
-        symmetric = self.config.padding == "symmetric" and stride > 1 and kernel > 1
-        return (SymmetricConv2D if symmetric else keras.layers.Conv2D)(
-            filters,
-            kernel,
-            strides=stride,
-            padding="valid" if symmetric else "same",
-            use_bias=False,
-            # He et al. 2015 initialization, as in torchvision and the seed.
-            kernel_initializer=keras.initializers.VarianceScaling(
-                2.0, mode="fan_out", distribution="untruncated_normal"
-            ),
-            kernel_regularizer=_l2(self.config.weight_decay),
-            name=name,
-        )
-
-    def max_pool(self, name: str) -> keras.layers.Layer:
-        """The stem's 3x3, stride-2 max-pool, padded as `config.padding` says."""
-        if self.config.padding == "symmetric":
-            return SymmetricMaxPool(name=name)
-        return keras.layers.MaxPooling2D(3, strides=2, padding="same", name=name)
-
-    def batch_norm(self, name: str, zero_gamma: bool = False) -> keras.layers.Layer:
-        """A BatchNorm with the config's momentum, epsilon and synchronization."""
-        return BatchNorm(
-            momentum=self.config.bn_momentum,
-            epsilon=self.config.bn_epsilon,
-            synchronized=self.config.bn_synchronized,
-            gamma_initializer="zeros" if zero_gamma else "ones",
-            name=name,
-        )
-
-    def dense(self, units: int, name: str) -> keras.layers.Layer:
-        """The logits layer: float32 under any mixed-precision policy, L2-penalized."""
-        return keras.layers.Dense(
-            units,
-            kernel_regularizer=_l2(self.config.weight_decay),
-            dtype="float32",
-            name=name,
-        )
-
-
-def _pad_symmetric(inputs, amount: int, value: float = 0.0):
-    pad = [[0, 0], [amount, amount], [amount, amount], [0, 0]]
-    return keras.ops.pad(inputs, pad, constant_values=value)
-
-
-def _padded_shape(input_shape: Shape, amount: int) -> Shape:
-    batch, height, width, channels = input_shape
-    spatial = [None if size is None else size + 2 * amount for size in (height, width)]
-    return (batch, *spatial, channels)
-
-
-@keras.saving.register_keras_serializable(package="resnet_app")
-class SymmetricConv2D(keras.layers.Conv2D):
-    """A "valid" convolution of the input zero-padded by kernel // 2 on every side.
-
-    The padding of torchvision's and Caffe's strided convolutions; its output
-    size is that of "same" padding (for odd kernels), and its variables are a
-    `Conv2D`'s, so checkpoints do not tell the two apart.
-    """
-
-    @property
-    def amount(self) -> int:
-        return self.kernel_size[0] // 2
-
-    def call(self, inputs):
-        return super().call(_pad_symmetric(inputs, self.amount))
-
-    def compute_output_shape(self, input_shape: Shape) -> Shape:
-        return super().compute_output_shape(_padded_shape(input_shape, self.amount))
-
-
-@keras.saving.register_keras_serializable(package="resnet_app")
-class SymmetricMaxPool(keras.layers.Layer):
-    """A 3x3, stride-2 max-pool of the input padded by one -inf on every side."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.pool = keras.layers.MaxPooling2D(3, strides=2, padding="valid")
-
-    def call(self, inputs):
-        return self.pool(_pad_symmetric(inputs, 1, float("-inf")))
-
-    def compute_output_shape(self, input_shape: Shape) -> Shape:
-        return self.pool.compute_output_shape(_padded_shape(input_shape, 1))
-
-
-def build_layer(layer: keras.layers.Layer | None, input_shape: Shape) -> Shape | None:
-    """Creates `layer`'s variables for `input_shape`.
-
-    Args:
-      layer: a layer, or None (nothing to build).
-      input_shape: its input shape.
-
-    Returns:
-      Its output shape (None for no layer).
-    """
-    if layer is None:
-        return None
-    layer.build(tuple(input_shape))
-    return tuple(layer.compute_output_shape(tuple(input_shape)))
+    filters: int
+    kernel: int
+    stride: int
+    groups: int = 1
 
 
 class ZeroPadShortcut(keras.layers.Layer):
@@ -179,10 +75,7 @@ class ZeroPadShortcut(keras.layers.Layer):
 
 
 class ResidualBlock(keras.layers.Layer):
-    """What every block shares: its shortcut and its output shape.
-
-    Subclasses make their branch's layers, then call `_make_shortcut`; `call`
-    adds `self.shortcut(...)` to the branch.
+    """A residual unit: its branch (convs, norms, attention, dropout) and its shortcut.
 
     Args:
       config: the network's config.
@@ -192,6 +85,8 @@ class ResidualBlock(keras.layers.Layer):
       first_in_network: the network's first block (its input is the stem's
         output, already normalized and activated).
       first_in_stage: the first block of its stage.
+      drop_rate: its stochastic depth rate.
+      block_index: its position in the network, which keys its random draws.
     """
 
     expansion: ClassVar[int] = 1
@@ -209,21 +104,63 @@ class ResidualBlock(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        del first_in_network, first_in_stage  # Used by the pre-activation blocks.
         self.drop_rate = drop_rate
+        self.dropout_rate = config.dropout
         self.block_index = block_index
         self.in_channels = in_channels
         self.stride = stride
         self.out_channels = width * self.expansion
-        self.projection = self.projection_norm = self.pad = None
+        self.preact = config.version == "v2"
+        self.projection = self.projection_norm = self.pad = self.pool = None
+        self.shortcut_kind = config.shortcut
+        make, name = LayerFactory(config), self.name
+        # v2: bn0 normalizes the block's input, except in the network's very
+        # first block, whose input (the stem output) is already normalized and
+        # activated. The shortcut takes the activated input in the first block,
+        # and in a stage's first block if `activate_before_residual` (He et al.
+        # 2016, "both_preact"); otherwise the raw input.
+        self.preact_norm = None
+        if self.preact and not first_in_network:
+            self.preact_norm = make.batch_norm(f"{name}_bn0")
+        self.shortcut_preactivated = self.preact and (
+            first_in_network or (first_in_stage and config.activate_before_residual)
+        )
+        specs = self.conv_specs(config, in_channels, width, stride)
+        for number, spec in enumerate(specs, start=1):
+            conv = make.conv(
+                spec.filters, spec.kernel, spec.stride, f"{name}_conv{number}", spec.groups
+            )
+            setattr(self, f"conv{number}", conv)
+        # v1: a BatchNorm after each conv (the last may start at zero); v2:
+        # before each conv but the first (bn0 is the first's).
+        norms = len(specs) if not self.preact else len(specs) - 1
+        for number in range(1, norms + 1):
+            zero = number == len(specs) and config.zero_init_residual
+            setattr(self, f"bn{number}", make.batch_norm(f"{name}_bn{number}", zero_gamma=zero))
+        self.num_convs = len(specs)
+        self.attention = make_attention(make, self.out_channels, f"{name}_se")
+        self._make_shortcut(make, config.shortcut)
 
-    def _make_shortcut(self, make: LayerFactory, shortcut: str, normalized: bool) -> None:
+    @classmethod
+    def conv_specs(
+        cls, config: ResNetConfig, in_channels: int, width: int, stride: int
+    ) -> list[ConvSpec]:
+        """The branch's convolutions, input to output (a block kind's one definition)."""
+        raise NotImplementedError
+
+    @property
+    def convs(self) -> list[keras.layers.Layer]:
+        """The branch's convolutions, in order."""
+        return [getattr(self, f"conv{number}") for number in range(1, self.num_convs + 1)]
+
+    @property
+    def norms(self) -> list[keras.layers.Layer]:
+        """v1: the BatchNorm after each convolution; v2: before each but the first."""
+        count = self.num_convs - (1 if self.preact else 0)
+        return [getattr(self, f"bn{number}") for number in range(1, count + 1)]
+
+    def _make_shortcut(self, make: LayerFactory, shortcut: str) -> None:
         """Makes the layers of the shortcut, if the block changes the shape.
-
-        Args:
-          make: the network's layer factory.
-          shortcut: "projection" (option B: a 1x1 conv) or "pad" (option A).
-          normalized: a BatchNorm follows the projection (v1).
 
         Raises:
           ConfigError: a "pad" shortcut would have to drop channels.
@@ -231,9 +168,18 @@ class ResidualBlock(keras.layers.Layer):
         name, in_channels, out_channels = self.name, self.in_channels, self.out_channels
         if self.stride == 1 and in_channels == out_channels:
             return
-        if shortcut == "projection":
-            self.projection = make.conv(out_channels, 1, self.stride, f"{name}_shortcut_conv")
-            if normalized:
+        if shortcut in ("projection", "avg_projection"):
+            # ResNet-D averages 2x2 windows of the stride, then projects at
+            # stride 1 (torchvision-style ceil mode: an odd edge's partial
+            # window averages its valid pixels, as TF's "same" pooling does).
+            average = shortcut == "avg_projection" and self.stride > 1
+            if average:
+                self.pool = keras.layers.AveragePooling2D(
+                    self.stride, self.stride, padding="same", name=f"{name}_shortcut_pool"
+                )
+            stride = 1 if average else self.stride
+            self.projection = make.conv(out_channels, 1, stride, f"{name}_shortcut_conv")
+            if not self.preact:  # In v2 the input is already normalized.
                 self.projection_norm = make.batch_norm(f"{name}_shortcut_bn")
             return
         if out_channels < in_channels:
@@ -245,8 +191,41 @@ class ResidualBlock(keras.layers.Layer):
             self.stride, out_channels - in_channels, name=f"{name}_shortcut_pad"
         )
 
-    def _build_shortcut(self, input_shape: Shape) -> None:
-        build_layer(self.projection_norm, build_layer(self.projection, input_shape))
+    def build(self, input_shape: Shape) -> None:
+        build_layer(self.preact_norm, input_shape)
+        shape = input_shape
+        for number, conv in enumerate(self.convs, start=1):
+            if self.preact and number > 1:
+                build_layer(getattr(self, f"bn{number - 1}"), shape)
+            shape = build_layer(conv, shape)
+            if not self.preact:
+                build_layer(getattr(self, f"bn{number}"), shape)
+        build_layer(self.attention, shape)
+        pooled = input_shape if self.pool is None else self.pool.compute_output_shape(input_shape)
+        build_layer(self.projection_norm, build_layer(self.projection, pooled))
+
+    def call(self, inputs, training=None, keys=None):
+        relu = keras.ops.relu
+        activated = inputs
+        if self.preact_norm is not None:
+            activated = relu(self.preact_norm(inputs, training=training))
+        outputs = activated
+        for number, conv in enumerate(self.convs, start=1):
+            last = number == self.num_convs
+            if self.preact and number > 1:
+                outputs = relu(getattr(self, f"bn{number - 1}")(outputs, training=training))
+            if last:
+                outputs = self.dropout(outputs, training, keys)
+            outputs = conv(outputs)
+            if not self.preact:
+                outputs = getattr(self, f"bn{number}")(outputs, training=training)
+                outputs = outputs if last else relu(outputs)
+        if self.attention is not None:
+            outputs = self.attention(outputs)
+        outputs = self.drop_path(outputs, training, keys)
+        shortcut = self.shortcut(activated if self.shortcut_preactivated else inputs, training)
+        outputs = outputs + shortcut
+        return outputs if self.preact else relu(outputs)
 
     def drop_path(self, branch, training=None, keys=None):
         """Stochastic depth: the branch, dropped per example in training (`nets/drop_path.py`).
@@ -258,10 +237,16 @@ class ResidualBlock(keras.layers.Layer):
             return branch
         return drop_path.drop(branch, keys, self.block_index, self.drop_rate)
 
+    def dropout(self, inputs, training=None, keys=None):
+        """Dropout before the last conv, per element in training, keyed like stochastic depth."""
+        if not (training and self.dropout_rate and keys is not None):
+            return inputs
+        return drop_path.dropout(inputs, keys, self.block_index, self.dropout_rate)
+
     def shortcut(self, inputs, training=None):
-        """The shortcut's output: identity, zero-padded subsample or projection."""
+        """The shortcut's output: identity, zero-padded subsample or (pooled) projection."""
         if self.projection is not None:
-            outputs = self.projection(inputs)
+            outputs = self.projection(inputs if self.pool is None else self.pool(inputs))
             if self.projection_norm is not None:
                 outputs = self.projection_norm(outputs, training=training)
             return outputs
@@ -275,231 +260,97 @@ class ResidualBlock(keras.layers.Layer):
         spatial = [None if size is None else -(-size // self.stride) for size in (height, width)]
         return (batch, *spatial, self.out_channels)
 
+    def source_names(self, layout: str, stage: int, unit: int) -> dict[str, str]:
+        """{our layer name: its name in `layout`} for this block's layers with weights.
+
+        Args:
+          layout: TORCH (torchvision's and timm's state-dict modules, e.g.
+            "layer2.0.downsample.1") or KERAS (Keras applications' ResNet v1
+            layers, e.g. "conv3_block1_0_conv").
+          stage: the block's stage, from 1.
+          unit: its position in the stage, from 0.
+
+        Raises:
+          ConfigError: for a block that layout has no names for (v2 blocks
+            in either; attention, grouped or average-pool shortcuts in Keras's).
+        """
+        if self.preact:
+            raise ConfigError(
+                f"{self.name} is a pre-activation (v2) unit, which no torchvision, timm or "
+                "Keras applications ResNet file holds; use a v1 model"
+            )
+        name = self.name
+        convs = {f"{name}_conv{n}": n for n in range(1, self.num_convs + 1)}
+        if layout == KERAS:
+            if self.attention is not None or self.pool is not None:
+                raise ConfigError(
+                    f"{name}: Keras applications' ResNets have no attention or average-pool "
+                    "shortcut; use a torchvision or timm file"
+                )
+            base = f"conv{stage + 1}_block{unit + 1}"
+            names = {layer: f"{base}_{n}_conv" for layer, n in convs.items()}
+            names.update({f"{name}_bn{n}": f"{base}_{n}_bn" for n in convs.values()})
+            if self.projection is not None:
+                names[self.projection.name] = f"{base}_0_conv"
+                names[self.projection_norm.name] = f"{base}_0_bn"
+            return names
+        base = f"layer{stage}.{unit}"
+        names = {layer: f"{base}.conv{n}" for layer, n in convs.items()}
+        names.update({f"{name}_bn{n}": f"{base}.bn{n}" for n in convs.values()})
+        if self.projection is not None:
+            # timm's average-pool shortcut keeps the pool at index 0, even as
+            # an identity at stride 1, so its conv and norm are 1 and 2.
+            first = 1 if self.shortcut_kind == "avg_projection" else 0
+            names[self.projection.name] = f"{base}.downsample.{first}"
+            names[self.projection_norm.name] = f"{base}.downsample.{first + 1}"
+        if self.attention is not None:
+            for leaf in ("fc1", "fc2", "conv"):
+                layer = getattr(self.attention, leaf, None)
+                if layer is not None:
+                    names[layer.name] = f"{base}.se.{leaf}"
+        return names
+
 
 class BasicBlock(ResidualBlock):
-    """v1 basic block: two 3x3 convs, each followed by BN; ReLU after the add."""
+    """Two 3x3 convs, the first carrying the stride."""
 
-    expansion = 1
+    expansion = BLOCK_EXPANSION["basic"]
 
-    def __init__(self, config: ResNetConfig, in_channels: int, width: int, stride: int, **kwargs):
-        super().__init__(config, in_channels, width, stride, **kwargs)
-        make, name = LayerFactory(config), self.name
-        self.conv1 = make.conv(width, 3, stride, f"{name}_conv1")
-        self.conv2 = make.conv(self.out_channels, 3, 1, f"{name}_conv2")
-        self.bn1 = make.batch_norm(f"{name}_bn1")
-        self.bn2 = make.batch_norm(f"{name}_bn2", zero_gamma=config.zero_init_residual)
-        self._make_shortcut(make, config.shortcut, normalized=True)
-
-    @property
-    def convs(self) -> list[keras.layers.Layer]:
-        """The branch's convolutions, in order."""
-        return [self.conv1, self.conv2]
-
-    @property
-    def norms(self) -> list[keras.layers.Layer]:
-        """The BatchNorm after each convolution."""
-        return [self.bn1, self.bn2]
-
-    def build(self, input_shape: Shape) -> None:
-        shape = build_layer(self.conv1, input_shape)
-        build_layer(self.bn1, shape)
-        build_layer(self.bn2, build_layer(self.conv2, shape))
-        self._build_shortcut(input_shape)
-
-    def call(self, inputs, training=None, keys=None):
-        outputs = keras.ops.relu(self.bn1(self.conv1(inputs), training=training))
-        outputs = self.bn2(self.conv2(outputs), training=training)
-        outputs = self.drop_path(outputs, training, keys)
-        return keras.ops.relu(outputs + self.shortcut(inputs, training))
+    @classmethod
+    def conv_specs(cls, config, in_channels, width, stride):
+        del config, in_channels
+        return [ConvSpec(width, 3, stride), ConvSpec(width * cls.expansion, 3, 1)]
 
 
 class BottleneckBlock(ResidualBlock):
-    """v1 bottleneck block: 1x1, 3x3, 1x1 convs, each followed by BN; ReLU after the add.
+    """1x1 to the inner width, 3x3 (grouped with `groups`), 1x1 to 4x the stage width.
 
     The stride sits on the 3x3 conv (torchvision, TF Model Garden), or on the
-    first 1x1 conv with `config.stride_in_1x1` (the original paper).
+    first 1x1 conv with `config.stride_in_1x1` (the original paper). The
+    inner width is `config.inner_width(width)` (ResNeXt's groups times
+    channels per group; the wide ResNets' doubled width).
     """
 
-    expansion = 4
+    expansion = BLOCK_EXPANSION["bottleneck"]
 
-    def __init__(self, config: ResNetConfig, in_channels: int, width: int, stride: int, **kwargs):
-        super().__init__(config, in_channels, width, stride, **kwargs)
-        make, name = LayerFactory(config), self.name
+    @classmethod
+    def conv_specs(cls, config, in_channels, width, stride):
+        del in_channels
+        inner = config.inner_width(width)
         stride_1x1, stride_3x3 = (stride, 1) if config.stride_in_1x1 else (1, stride)
-        self.conv1 = make.conv(width, 1, stride_1x1, f"{name}_conv1")
-        self.conv2 = make.conv(width, 3, stride_3x3, f"{name}_conv2")
-        self.conv3 = make.conv(self.out_channels, 1, 1, f"{name}_conv3")
-        self.bn1 = make.batch_norm(f"{name}_bn1")
-        self.bn2 = make.batch_norm(f"{name}_bn2")
-        self.bn3 = make.batch_norm(f"{name}_bn3", zero_gamma=config.zero_init_residual)
-        self._make_shortcut(make, config.shortcut, normalized=True)
-
-    @property
-    def convs(self) -> list[keras.layers.Layer]:
-        """The branch's convolutions, in order."""
-        return [self.conv1, self.conv2, self.conv3]
-
-    @property
-    def norms(self) -> list[keras.layers.Layer]:
-        """The BatchNorm after each convolution."""
-        return [self.bn1, self.bn2, self.bn3]
-
-    def build(self, input_shape: Shape) -> None:
-        shape = build_layer(self.conv1, input_shape)
-        build_layer(self.bn1, shape)
-        shape = build_layer(self.conv2, shape)
-        build_layer(self.bn2, shape)
-        build_layer(self.bn3, build_layer(self.conv3, shape))
-        self._build_shortcut(input_shape)
-
-    def call(self, inputs, training=None, keys=None):
-        relu = keras.ops.relu
-        outputs = relu(self.bn1(self.conv1(inputs), training=training))
-        outputs = relu(self.bn2(self.conv2(outputs), training=training))
-        outputs = self.bn3(self.conv3(outputs), training=training)
-        outputs = self.drop_path(outputs, training, keys)
-        return relu(outputs + self.shortcut(inputs, training))
+        return [
+            ConvSpec(inner, 1, stride_1x1),
+            ConvSpec(inner, 3, stride_3x3, config.groups),
+            ConvSpec(width * cls.expansion, 1, 1),
+        ]
 
 
-class _PreActBlock(ResidualBlock):
-    """The pre-activation shared by the v2 blocks: bn0-ReLU of the input.
-
-    bn0 (`preact_norm`) normalizes the block's input, except in the network's
-    very first block, whose input (the stem output) is already normalized and
-    activated. The shortcut takes the activated input in the first block, and
-    in a stage's first block if `activate_before_residual` (He et al. 2016,
-    "both_preact"); otherwise the raw input.
-    """
-
-    def __init__(
-        self,
-        config: ResNetConfig,
-        in_channels: int,
-        width: int,
-        stride: int,
-        first_in_network: bool,
-        first_in_stage: bool,
-        **kwargs,
-    ):
-        super().__init__(
-            config, in_channels, width, stride, first_in_network, first_in_stage, **kwargs
-        )
-        self.preact_norm = None
-        if not first_in_network:
-            self.preact_norm = LayerFactory(config).batch_norm(f"{self.name}_bn0")
-        self.shortcut_preactivated = first_in_network or (
-            first_in_stage and config.activate_before_residual
-        )
-
-    def preactivate(self, inputs, training=None):
-        """relu(bn0(inputs)), or the inputs themselves in the network's first block."""
-        if self.preact_norm is None:
-            return inputs
-        return keras.ops.relu(self.preact_norm(inputs, training=training))
-
-    def shortcut_input(self, inputs, activated):
-        """What the shortcut reads: the activated or the raw input."""
-        return activated if self.shortcut_preactivated else inputs
-
-
-class PreActBasicBlock(_PreActBlock):
-    """v2 basic block: BN-ReLU before each of two 3x3 convs; nothing after the add."""
-
-    expansion = 1
-
-    def __init__(self, config: ResNetConfig, in_channels: int, width: int, stride: int, **kwargs):
-        super().__init__(config, in_channels, width, stride, **kwargs)
-        make, name = LayerFactory(config), self.name
-        self.conv1 = make.conv(width, 3, stride, f"{name}_conv1")
-        self.conv2 = make.conv(self.out_channels, 3, 1, f"{name}_conv2")
-        self.bn1 = make.batch_norm(f"{name}_bn1")
-        self._make_shortcut(make, config.shortcut, normalized=False)
-
-    @property
-    def convs(self) -> list[keras.layers.Layer]:
-        """The branch's convolutions, in order."""
-        return [self.conv1, self.conv2]
-
-    @property
-    def norms(self) -> list[keras.layers.Layer]:
-        """The BatchNorm before each convolution but the first (see `preact_norm`)."""
-        return [self.bn1]
-
-    def build(self, input_shape: Shape) -> None:
-        build_layer(self.preact_norm, input_shape)
-        shape = build_layer(self.conv1, input_shape)
-        build_layer(self.bn1, shape)
-        build_layer(self.conv2, shape)
-        self._build_shortcut(input_shape)
-
-    def call(self, inputs, training=None, keys=None):
-        activated = self.preactivate(inputs, training)
-        outputs = self.conv1(activated)
-        outputs = self.conv2(keras.ops.relu(self.bn1(outputs, training=training)))
-        outputs = self.drop_path(outputs, training, keys)
-        return outputs + self.shortcut(self.shortcut_input(inputs, activated), training)
-
-
-class PreActBottleneckBlock(_PreActBlock):
-    """v2 bottleneck block: BN-ReLU before each of 1x1, 3x3, 1x1 convs; nothing after the add."""
-
-    expansion = 4
-
-    def __init__(self, config: ResNetConfig, in_channels: int, width: int, stride: int, **kwargs):
-        super().__init__(config, in_channels, width, stride, **kwargs)
-        make, name = LayerFactory(config), self.name
-        stride_1x1, stride_3x3 = (stride, 1) if config.stride_in_1x1 else (1, stride)
-        self.conv1 = make.conv(width, 1, stride_1x1, f"{name}_conv1")
-        self.conv2 = make.conv(width, 3, stride_3x3, f"{name}_conv2")
-        self.conv3 = make.conv(self.out_channels, 1, 1, f"{name}_conv3")
-        self.bn1 = make.batch_norm(f"{name}_bn1")
-        self.bn2 = make.batch_norm(f"{name}_bn2")
-        self._make_shortcut(make, config.shortcut, normalized=False)
-
-    @property
-    def convs(self) -> list[keras.layers.Layer]:
-        """The branch's convolutions, in order."""
-        return [self.conv1, self.conv2, self.conv3]
-
-    @property
-    def norms(self) -> list[keras.layers.Layer]:
-        """The BatchNorm before each convolution but the first (see `preact_norm`)."""
-        return [self.bn1, self.bn2]
-
-    def build(self, input_shape: Shape) -> None:
-        build_layer(self.preact_norm, input_shape)
-        shape = build_layer(self.conv1, input_shape)
-        build_layer(self.bn1, shape)
-        shape = build_layer(self.conv2, shape)
-        build_layer(self.bn2, shape)
-        build_layer(self.conv3, shape)
-        self._build_shortcut(input_shape)
-
-    def call(self, inputs, training=None, keys=None):
-        relu = keras.ops.relu
-        activated = self.preactivate(inputs, training)
-        outputs = self.conv1(activated)
-        outputs = self.conv2(relu(self.bn1(outputs, training=training)))
-        outputs = self.conv3(relu(self.bn2(outputs, training=training)))
-        outputs = self.drop_path(outputs, training, keys)
-        return outputs + self.shortcut(self.shortcut_input(inputs, activated), training)
-
-
-BLOCK_CLASSES: dict[tuple[str, str], type[ResidualBlock]] = {
-    ("basic", "v1"): BasicBlock,
-    ("bottleneck", "v1"): BottleneckBlock,
-    ("basic", "v2"): PreActBasicBlock,
-    ("bottleneck", "v2"): PreActBottleneckBlock,
+BLOCK_CLASSES: dict[str, type[ResidualBlock]] = {
+    "basic": BasicBlock,
+    "bottleneck": BottleneckBlock,
 }
 
 
 def block_class(config: ResNetConfig) -> type[ResidualBlock]:
-    """The block class of a config's `block` ("basic", "bottleneck") and `version` ("v1", "v2").
-
-    Args:
-      config: a validated config.
-
-    Returns:
-      One of the four `ResidualBlock` subclasses.
-    """
-    return BLOCK_CLASSES[(config.block, config.version)]
+    """The block class of a config's `block` ("basic" or "bottleneck")."""
+    return BLOCK_CLASSES[config.block]

@@ -65,3 +65,24 @@ def drop(branch: tf.Tensor, keys: tf.Tensor, block: int, rate: float) -> tf.Tens
     keep = tf.cast(uniform(keys, block) >= rate, branch.dtype)
     scale = tf.cast(1.0 / (1.0 - rate), branch.dtype)
     return branch * tf.reshape(keep * scale, [-1, 1, 1, 1])
+
+
+_DROPOUT_STREAM = 0xD50F_0D50F  # Keeps dropout's draws apart from stochastic depth's.
+
+
+def dropout(inputs: tf.Tensor, keys: tf.Tensor, block: int, rate: float) -> tf.Tensor:
+    """Inverted dropout of `inputs` [batch, ...], each element's draw a hash of its example's key.
+
+    Element i of example e is kept when the uniform of (keys[e], block, i) is
+    at least `rate`, and scaled by 1 / (1 - rate), so the expected output is
+    `inputs` and evaluation uses it as it is. The draws depend on the example
+    and the element only, not on the tower or on earlier draws.
+    """
+    shape = tf.shape(inputs)
+    count = tf.reduce_prod(shape[1:])
+    base = mix(mix(keys + _constant(_DROPOUT_STREAM)) + _constant(block + 1))
+    index = tf.cast(tf.range(count), tf.uint64)
+    bits = tf.bitwise.right_shift(mix(base[:, None] + index[None, :]), _constant(40))
+    uniform = tf.cast(bits, tf.float32) * (1.0 / (1 << 24))
+    keep = tf.cast(uniform >= rate, inputs.dtype) * tf.cast(1.0 / (1.0 - rate), inputs.dtype)
+    return inputs * tf.reshape(keep, shape)

@@ -4,7 +4,7 @@ Fine-tuning names what it freezes, and what learns at another rate, by part
 (`presets.part_names`, pure data so that a config can be checked without
 TensorFlow):
 
-- `stem`: the stem convolution and its BatchNorm;
+- `stem`: the stem's convolutions and their BatchNorms;
 - `stage1` ... `stageN`: the residual units of each stage (for v2, the last
   stage also holds the final BatchNorm, which normalizes its output);
 - `head`: the logits layer.
@@ -29,7 +29,7 @@ from resnet_app.nets.presets import HEAD, STEM
 
 def layers_by_part(model) -> dict[str, list[keras.layers.Layer]]:
     """Every layer with weights of a `ResNet`, grouped by part, input to output."""
-    parts: dict[str, list[keras.layers.Layer]] = {STEM: [model.stem_conv, model.stem_bn]}
+    parts: dict[str, list[keras.layers.Layer]] = {STEM: model.stem_layers}
     for stage, units in enumerate(model.stages, start=1):
         parts[f"stage{stage}"] = list(units)
     if model.final_bn is not None:

@@ -1,177 +1,37 @@
-"""The named ResNets: `ResNetConfig` and the stage table of every preset.
+"""The named ResNets: one registered line each, over `ResNetConfig` (`nets/spec.py`).
 
 Pure data, importable without TensorFlow, so that command-line tools can check
 a model name before paying for the TensorFlow import. `nets/resnet.py` builds
-the network a config describes.
+the network a config describes. A preset overrides only what differs from
+`ResNetConfig`'s defaults or from its family's dict; a new variant is one
+`register(...)` line (or one dict entry in a loop over depths).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from resnet_app.common.errors import ConfigError
+from resnet_app.nets.spec import ResNetConfig
 
-BLOCKS = ("basic", "bottleneck")
-VERSIONS = ("v1", "v2")
-SHORTCUTS = ("pad", "projection")
-PADDINGS = ("same", "symmetric")
-BOTTLENECK_EXPANSION = 4
+__all__ = ["ResNetConfig", "PRESETS", "get_config", "model_names", "part_names"]
+
 STEM, HEAD = "stem", "head"  # The parts around the stages (see `part_names`).
 
-
-@dataclasses.dataclass(frozen=True)
-class ResNetConfig:
-    """Everything that defines a ResNet.
-
-    Attributes:
-      block: "basic" (two 3x3 convs) or "bottleneck" (1x1, 3x3, 1x1 with the
-        output width multiplied by 4).
-      version: "v1" (post-activation, He et al. 2015) or "v2" (pre-activation,
-        He et al. 2016).
-      units: residual units per stage.
-      widths: stage widths; a bottleneck stage outputs 4x this many channels.
-      strides: the stride of each stage's first unit.
-      stem_filters: output channels of the stem convolution.
-      init_filter: kernel size of the stem convolution.
-      init_stride: stride of the stem convolution.
-      init_max_pool: a 3x3, stride-2 max-pool after the stem (ImageNet).
-      shortcut: how a unit's shortcut changes shape: "pad" (option A: subsample,
-        then zero-pad the new channels) or "projection" (option B: a 1x1 conv,
-        followed by BatchNorm in v1; in v2 its input is already normalized).
-      num_classes: width of the logits.
-      activate_before_residual: v2 only. The BN-ReLU that starts a stage's first
-        unit also feeds its shortcut (He et al. 2016, "both_preact").
-      stride_in_1x1: bottleneck only. Put the stride on the first 1x1 conv, as
-        the original paper did (ResNet-50: 3.86 G MACs), instead of on the 3x3
-        conv, as torchvision, TF Model Garden and NVIDIA do (4.09 G MACs).
-      padding: how a strided convolution and the stem's max-pool pad: "same"
-        (TensorFlow's: an even input gets its extra row and column at the
-        bottom and right only) or "symmetric" (k // 2 on every side, as
-        torchvision, Caffe and Keras applications do). Both give the same
-        output size; weights trained with one see a one-pixel shift under the
-        other, so imported weights bring theirs.
-      weight_decay: L2 coefficient; the penalty is weight_decay * sum(w**2) / 2.
-      bn_momentum: BatchNorm moving-average momentum (Keras convention).
-      bn_epsilon: BatchNorm epsilon.
-      bn_synchronized: compute BatchNorm batch statistics across all towers.
-      drop_path_rate: stochastic depth (Huang et al. 2016): in training, each
-        residual branch is dropped per example, block b of B at rate
-        drop_path_rate * (b + 1) / B, and scaled by 1 / (1 - rate) when kept;
-        evaluation uses every branch. 0 for none.
-      zero_init_residual: start the last BatchNorm gamma of each residual branch
-        at zero (Goyal et al. 2017), so every unit starts as the identity. v1
-        only; v2 branches end in a convolution.
-    """
-
-    block: str = "basic"
-    version: str = "v1"
-    units: tuple[int, ...] = (3, 3, 3)
-    widths: tuple[int, ...] = (16, 32, 64)
-    strides: tuple[int, ...] = (1, 2, 2)
-    stem_filters: int = 16
-    init_filter: int = 3
-    init_stride: int = 1
-    init_max_pool: bool = False
-    shortcut: str = "pad"
-    num_classes: int = 10
-    activate_before_residual: bool = True
-    stride_in_1x1: bool = False
-    padding: str = "same"
-    weight_decay: float = 1e-4
-    bn_momentum: float = 0.9
-    bn_epsilon: float = 1e-5
-    bn_synchronized: bool = False
-    zero_init_residual: bool = False
-    drop_path_rate: float = 0.0
-
-    def __post_init__(self):
-        for name in ("units", "widths", "strides"):
-            value = getattr(self, name)
-            if not isinstance(value, (list, tuple)):
-                raise ConfigError(
-                    f"model field '{name}' needs a list with one entry per stage, got {value!r}"
-                )
-            object.__setattr__(self, name, tuple(value))
-        _check_choice("block", self.block, BLOCKS)
-        _check_choice("version", self.version, VERSIONS)
-        _check_choice("shortcut", self.shortcut, SHORTCUTS)
-        _check_choice("padding", self.padding, PADDINGS)
-        if not self.units:
-            raise ConfigError("model field 'units' is empty; give at least one stage")
-        if not len(self.units) == len(self.widths) == len(self.strides):
-            raise ConfigError(
-                f"model fields 'units' ({len(self.units)}), 'widths' "
-                f"({len(self.widths)}) and 'strides' ({len(self.strides)}) must "
-                "have one entry per stage"
-            )
-        for name in ("units", "widths", "strides"):
-            for value in getattr(self, name):
-                _check_positive_int(name, value)
-        for name in ("stem_filters", "init_filter", "init_stride", "num_classes"):
-            _check_positive_int(name, getattr(self, name))
-        for name in (
-            "init_max_pool",
-            "activate_before_residual",
-            "stride_in_1x1",
-            "bn_synchronized",
-            "zero_init_residual",
-        ):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(
-                    f"model field '{name}' must be true or false, got {getattr(self, name)!r}"
-                )
-        for name in ("weight_decay", "bn_epsilon"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"model field '{name}' must be a number >= 0, got {value!r}")
-        rate = self.drop_path_rate
-        if not isinstance(rate, (int, float)) or isinstance(rate, bool) or not 0 <= rate < 1:
-            raise ConfigError(f"model field 'drop_path_rate' must be in [0, 1), got {rate!r}")
-        if not isinstance(self.bn_momentum, (int, float)) or not 0 <= self.bn_momentum < 1:
-            raise ConfigError(
-                f"model field 'bn_momentum' must be in [0, 1), got {self.bn_momentum!r}"
-            )
-        if self.zero_init_residual and self.version != "v1":
-            raise ConfigError(
-                "model field 'zero_init_residual' needs version v1: a v2 residual "
-                "branch ends in a convolution, not a BatchNorm"
-            )
-
-    @property
-    def expansion(self) -> int:
-        """How much wider a unit's output is than its stage width."""
-        return BOTTLENECK_EXPANSION if self.block == "bottleneck" else 1
-
-    @property
-    def depth(self) -> int:
-        """Weighted layers as the papers count them: stem, unit convs, logits."""
-        return 1 + sum(self.units) * (3 if self.block == "bottleneck" else 2) + 1
-
-    @property
-    def default_image_size(self) -> int:
-        """The input size the family was designed for: 224 (ImageNet) or 32."""
-        return 224 if self.init_max_pool else 32
-
-    def stage_channels(self) -> tuple[int, ...]:
-        """The number of channels each stage outputs."""
-        return tuple(width * self.expansion for width in self.widths)
+PRESETS: dict[str, dict[str, Any]] = {}
 
 
-def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
-    if value not in choices:
-        raise ConfigError(
-            f"model field '{name}' must be one of {', '.join(choices)}; got {value!r}"
-        )
+def register(name: str, *families: dict[str, Any], **fields: Any) -> None:
+    """Adds preset `name`: its families' fields, then `fields`, over the defaults."""
+    merged: dict[str, Any] = {}
+    for family in families:
+        merged.update(family)
+    PRESETS[name] = {**merged, **fields}
 
 
-def _check_positive_int(name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"model field '{name}' needs positive integers, got {value!r}")
-
-
-# The two families. A preset overrides only what differs from ResNetConfig.
+# The two input families. CIFAR's is ResNetConfig's default stem (3x3/1, 16).
 _CIFAR = dict(widths=(16, 32, 64), strides=(1, 2, 2), num_classes=10)
 _IMAGENET = dict(
     widths=(64, 128, 256, 512),
@@ -183,6 +43,41 @@ _IMAGENET = dict(
     shortcut="projection",
     num_classes=1000,
 )
+# ImageNet depths: (block, units per stage), He et al. 2015 table 1 (200: 2016).
+_DEPTHS = {
+    18: ("basic", (2, 2, 2, 2)),
+    34: ("basic", (3, 4, 6, 3)),
+    50: ("bottleneck", (3, 4, 6, 3)),
+    101: ("bottleneck", (3, 4, 23, 3)),
+    152: ("bottleneck", (3, 8, 36, 3)),
+    200: ("bottleneck", (3, 24, 36, 3)),
+}
+# Bello et al. 2021 table 7 (timm's resnetrs*): deeper, in 4 stages.
+_RS_UNITS = {
+    50: (3, 4, 6, 3),
+    101: (3, 4, 23, 3),
+    152: (3, 8, 36, 3),
+    200: (3, 24, 36, 3),
+    270: (4, 29, 53, 4),
+    350: (4, 36, 72, 4),
+    420: (4, 44, 87, 4),
+}
+# The tweaks of He et al. 2019 ("Bag of Tricks"), as timm names them: C, a deep
+# 3x3 stem (32, 32, 64); D, that and an average-pool shortcut; S, a deep stem
+# twice as wide (64, 64, 128).
+_C = dict(stem="deep")
+_D = dict(stem="deep", shortcut="avg_projection")
+_S = dict(stem="deep", stem_filters=128)
+_SE = dict(attention="se")  # Hu et al. 2018: reduction 16.
+_ECA = dict(attention="eca")  # Wang et al. 2020.
+# ResNet-RS (Bello et al. 2021): the D stem and shortcut, the stem's max-pool
+# replaced by a strided conv, squeeze-excitation at 1/4.
+_RS = dict(_D, replace_stem_pool=True, attention="se", se_ratio=0.25)
+
+
+def _depth(depth: int) -> dict[str, Any]:
+    block, units = _DEPTHS[depth]
+    return dict(_IMAGENET, block=block, units=units)
 
 
 def _cifar_v1(depth: int) -> dict[str, Any]:
@@ -201,37 +96,96 @@ def _cifar_v2_bottleneck(depth: int) -> dict[str, Any]:
     )
 
 
-PRESETS: dict[str, dict[str, Any]] = {
-    # Not in the paper's table: the family's n = 2, small enough for the
-    # quickstart (configs/shapes_quickstart.yaml) on slow CPUs.
-    "resnet14": _cifar_v1(14),
-    "resnet20": _cifar_v1(20),
-    "resnet32": _cifar_v1(32),
-    "resnet44": _cifar_v1(44),
-    "resnet56": _cifar_v1(56),
-    "resnet110": _cifar_v1(110),
-    "resnet1202": _cifar_v1(1202),
-    "preact_resnet164": _cifar_v2_bottleneck(164),
-    "preact_resnet1001": _cifar_v2_bottleneck(1001),
-    "resnet18": dict(_IMAGENET, block="basic", units=(2, 2, 2, 2)),
-    "resnet34": dict(_IMAGENET, block="basic", units=(3, 4, 6, 3)),
-    "resnet50": dict(_IMAGENET, block="bottleneck", units=(3, 4, 6, 3)),
-    "resnet101": dict(_IMAGENET, block="bottleneck", units=(3, 4, 23, 3)),
-    "resnet152": dict(_IMAGENET, block="bottleneck", units=(3, 8, 36, 3)),
-    "resnet200": dict(_IMAGENET, block="bottleneck", units=(3, 24, 36, 3)),
-}
-# Every ImageNet preset also comes pre-activated (He et al. 2016).
-PRESETS.update(
-    {
-        f"{name}_v2": dict(preset, version="v2")
-        for name, preset in list(PRESETS.items())
-        if preset.get("init_max_pool")
-    }
-)
+def _wide(depth: int, k: int) -> dict[str, Any]:
+    """Zagoruyko & Komodakis 2016: WRN-d-k, pre-activation basic units, (d - 4) / 6 per stage.
+
+    Widths 16k, 32k, 64k after a 16-wide 3x3 stem; 1x1 projections where the
+    width changes. The paper's dropout (0.3) is the recipe's, `model.dropout`.
+    """
+    return dict(
+        _CIFAR,
+        version="v2",
+        shortcut="projection",
+        units=((depth - 4) // 6,) * 3,
+        widths=(16 * k, 32 * k, 64 * k),
+    )
+
+
+def _resnext29(cardinality: int, group_width: int) -> dict[str, Any]:
+    """Xie et al. 2017, section 5.3: ResNeXt-29 on CIFAR, 3 stages of 3 bottleneck units.
+
+    A 64-wide 3x3 stem; stage outputs 256, 512, 1024; the 3x3 conv has
+    `cardinality` groups of `group_width` channels in stage 1, doubling.
+    """
+    return dict(
+        _CIFAR,
+        block="bottleneck",
+        shortcut="projection",
+        stem_filters=64,
+        units=(3, 3, 3),
+        widths=(64, 128, 256),
+        groups=cardinality,
+        base_width=group_width,
+    )
+
+
+for _n in (14, 20, 32, 44, 56, 110, 1202):
+    # resnet14 is not in the paper's table: the family's n = 2, small enough
+    # for the quickstart (configs/shapes_quickstart.yaml) on slow CPUs.
+    register(f"resnet{_n}", _cifar_v1(_n))
+for _n in (164, 1001):
+    register(f"preact_resnet{_n}", _cifar_v2_bottleneck(_n))
+for _d, _k in ((16, 4), (16, 8), (22, 8), (28, 10), (40, 4)):
+    register(f"wrn{_d}_{_k}", _wide(_d, _k))
+register("resnext29_8x64d", _resnext29(8, 64))
+register("resnext29_16x64d", _resnext29(16, 64))
+for _n in _DEPTHS:
+    register(f"resnet{_n}", _depth(_n))
+for _n in _DEPTHS:  # Every He et al. ImageNet ResNet also comes pre-activated (2016).
+    register(f"resnet{_n}_v2", _depth(_n), version="v2")
+# torchvision's ResNeXt and wide ResNets (Xie et al. 2017; Zagoruyko & Komodakis 2016).
+register("resnext50_32x4d", _depth(50), groups=32, base_width=4)
+register("resnext101_32x4d", _depth(101), groups=32, base_width=4)
+register("resnext101_32x8d", _depth(101), groups=32, base_width=8)
+register("resnext101_64x4d", _depth(101), groups=64, base_width=4)
+register("wide_resnet50_2", _depth(50), base_width=128)
+register("wide_resnet101_2", _depth(101), base_width=128)
+# timm's ResNet-C/D/S, SE and ECA variants and ResNet-RS.
+for _n in _DEPTHS:
+    register(f"resnet{_n}d", _depth(_n), _D)
+register("resnet50c", _depth(50), _C)
+register("resnet50s", _depth(50), _S)
+for _n in (50, 101, 152):
+    register(f"seresnet{_n}", _depth(_n), _SE)
+register("seresnext50_32x4d", _depth(50), _SE, groups=32, base_width=4)
+register("seresnext101_32x8d", _depth(101), _SE, groups=32, base_width=8)
+for _n in (50, 101):
+    register(f"ecaresnet{_n}d", _depth(_n), _D, _ECA)
+for _n, _units in _RS_UNITS.items():
+    register(f"resnetrs{_n}", _depth(50), _RS, units=_units)
 # A test-only network: one stage of one unit with a few filters, built in
 # milliseconds. Not meant for real training, so not offered to users.
-PRESETS["tiny"] = dict(units=(1,), widths=(4,), strides=(1,), stem_filters=4)
+register("tiny", units=(1,), widths=(4,), strides=(1,), stem_filters=4)
 TEST_ONLY = ("tiny",)
+
+# Fields that only shape another kind of network: set on this one, they
+# would do nothing, so a preset that does not have that kind refuses them.
+_ONLY_WITH = {
+    "init_filter": ("stem", "plain", "a plain stem's kernel"),
+    "stem_widths": ("stem", "deep", "a deep stem's widths"),
+    "se_ratio": ("attention", "se", "squeeze-excitation's reduction"),
+    "activate_before_residual": ("version", "v2", "a pre-activation shortcut's input"),
+}
+
+
+def _check_family(name: str, config: ResNetConfig, overrides: dict[str, Any]) -> None:
+    """Refuses an override that the network `name` resolves to would ignore."""
+    for field, (key, needed, what) in _ONLY_WITH.items():
+        if field in overrides and getattr(config, key) != needed:
+            raise ConfigError(
+                f"model field '{field}' sets {what}, but {name} has {key}={getattr(config, key)}; "
+                f"drop it, or also set model.{key}={needed}"
+            )
 
 
 def model_names(include_test_only: bool = False) -> list[str]:
@@ -268,7 +222,9 @@ def get_config(name: str, **overrides: Any) -> ResNetConfig:
             f"unknown model field(s) {', '.join(unknown)}; valid fields: "
             f"{', '.join(sorted(fields))}"
         )
-    return ResNetConfig(**{**PRESETS[name], **overrides})
+    config = ResNetConfig(**{**PRESETS[name], **overrides})
+    _check_family(name, config, overrides)
+    return config
 
 
 def part_names(num_stages: int) -> list[str]:

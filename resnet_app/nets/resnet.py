@@ -34,7 +34,9 @@ from typing import Any
 import keras
 
 from resnet_app.nets import drop_path
-from resnet_app.nets.blocks import LayerFactory, ResidualBlock, Shape, block_class, build_layer
+from resnet_app.nets import stem as stem_lib
+from resnet_app.nets.blocks import ResidualBlock, block_class
+from resnet_app.nets.layers import LayerFactory, Shape, build_layer
 from resnet_app.nets.presets import ResNetConfig, get_config
 
 
@@ -72,13 +74,14 @@ class ResNet(keras.Model):
         super().__init__(**kwargs)
         self.config = config
         make = LayerFactory(config)
-        self.stem_conv = make.conv(
-            config.stem_filters, config.init_filter, config.init_stride, "stem_conv"
-        )
-        # Both versions normalize and activate the stem: v1 as every conv, v2
-        # so that the first unit can skip its own pre-activation.
-        self.stem_bn = make.batch_norm("stem_bn")
-        self.stem_pool = make.max_pool("stem_pool") if config.init_max_pool else None
+        # The stem's layers are the network's own attributes (`nets/stem.py`),
+        # as they were before the stem had kinds: checkpoints keep their keys.
+        self.stem_pool = self.stem_pool_conv = self.stem_pool_bn = None
+        for attribute, layer in stem_lib.make_layers(config).items():
+            setattr(self, attribute, layer)
+        # Names, not layers: a list of layers would be tracked as a second path
+        # to them, and checkpoints key each variable by its first path.
+        self.stem_names = tuple(stem_lib.conv_names(config))
 
         # Units are attributes named stage2_unit0, ... (checkpoints follow
         # attributes, not lists); `stage_names` keeps the table's order.
@@ -117,6 +120,24 @@ class ResNet(keras.Model):
         self.logits = make.dense(config.num_classes, "logits")
 
     @property
+    def uses_example_keys(self) -> bool:
+        """Training draws per example (stochastic depth, dropout): the step passes `drop_keys`."""
+        return bool(self.config.drop_path_rate or self.config.dropout)
+
+    @property
+    def stem_pairs(self) -> list[tuple[keras.layers.Layer, keras.layers.Layer]]:
+        """The stem's (conv, BatchNorm) pairs, input to output."""
+        return [(getattr(self, conv), getattr(self, norm)) for conv, norm in self.stem_names]
+
+    @property
+    def stem_layers(self) -> list[keras.layers.Layer]:
+        """The stem's layers with weights, input to output."""
+        layers = [layer for pair in self.stem_pairs for layer in pair]
+        if self.stem_pool_conv is not None:
+            layers += [self.stem_pool_conv, self.stem_pool_bn]
+        return layers
+
+    @property
     def stages(self) -> list[list[ResidualBlock]]:
         """The residual blocks, stage by stage."""
         return [[getattr(self, name) for name in names] for names in self.stage_names]
@@ -131,9 +152,14 @@ class ResNet(keras.Model):
     def build(self, input_shape: Shape) -> None:
         # Shapes are walked through the table instead of traced: a symbolic
         # call builds ResNet-1202 in about 27 s, this in about 10 s.
-        shape = build_layer(self.stem_conv, input_shape)
-        build_layer(self.stem_bn, shape)
-        if self.stem_pool is not None:
+        shape = input_shape
+        for conv, norm in self.stem_pairs:
+            shape = build_layer(conv, shape)
+            build_layer(norm, shape)
+        if self.stem_pool_conv is not None:
+            shape = build_layer(self.stem_pool_conv, shape)
+            build_layer(self.stem_pool_bn, shape)
+        elif self.stem_pool is not None:
             shape = self.stem_pool.compute_output_shape(shape)
         for stage_units in self.stages:
             for unit in stage_units:
@@ -143,9 +169,7 @@ class ResNet(keras.Model):
         build_layer(self.logits, self.pool.compute_output_shape(shape))
 
     def call(self, inputs, training=None, return_hidden=False, drop_keys=None):
-        outputs = keras.ops.relu(self.stem_bn(self.stem_conv(inputs), training=training))
-        if self.stem_pool is not None:
-            outputs = self.stem_pool(outputs)
+        outputs = stem_lib.call(self, inputs, training)
         hidden = [outputs]
         # Stochastic depth's per-example keys (`nets/drop_path.py`), from the
         # training step; without them (evaluation, serving) no branch drops.

@@ -1,0 +1,296 @@
+"""`ResNetConfig`: every choice that defines a ResNet, as data, validated (no TensorFlow).
+
+A ResNet is a stem, stages of residual units and a head. Each of the three is
+specified by fields here and read in one place of the builder:
+
+- the stem (`nets/stem.py`): `stem` "plain" (one conv of `init_filter`, e.g.
+  7x7/2 for ImageNet or 3x3/1 for CIFAR) or "deep" (three 3x3 convs, widths
+  `stem_widths` then `stem_filters`: ResNet-C, He et al. 2019), then with
+  `init_max_pool` a 3x3/2 max-pool, or with `replace_stem_pool` a 3x3/2 conv
+  (ResNet-RS, Bello et al. 2021);
+- the unit (`nets/blocks.py`): `block` "basic" or "bottleneck" (its
+  expansion is `BLOCK_EXPANSION`, the one place it is stated), `version` v1
+  (post-activation) or v2 (pre-activation), `groups` and `base_width`
+  (ResNeXt, Xie et al. 2017; wide ResNets), `attention` (squeeze-excitation,
+  Hu et al. 2018; ECA, Wang et al. 2020), `dropout` between the convs
+  (wide ResNets, Zagoruyko & Komodakis 2016);
+- the downsampling shortcut: `shortcut` "pad" (option A), "projection"
+  (option B) or "avg_projection" (ResNet-D: a 2x2 average pool, then a 1x1
+  conv at stride 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from resnet_app.common.errors import ConfigError
+
+# Each block kind's output width, as a multiple of its stage width: the one
+# place this is stated (the builder, the summary and the weight readers ask).
+BLOCK_EXPANSION = {"basic": 1, "bottleneck": 4}
+BLOCKS = tuple(BLOCK_EXPANSION)
+VERSIONS = ("v1", "v2")
+SHORTCUTS = ("pad", "projection", "avg_projection")
+PADDINGS = ("same", "symmetric")
+STEMS = ("plain", "deep")
+ATTENTIONS = ("none", "se", "eca")
+# Squeeze-excitation rounds its reduced width to a multiple of this (timm's
+# make_divisible with round_limit 0; torchvision's and the paper's widths
+# are multiples of it for every preset here).
+SE_DIVISOR = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class ResNetConfig:
+    """Everything that defines a ResNet.
+
+    Attributes:
+      block: "basic" (two 3x3 convs) or "bottleneck" (1x1, 3x3, 1x1 with the
+        output width multiplied by 4).
+      version: "v1" (post-activation, He et al. 2015) or "v2" (pre-activation,
+        He et al. 2016).
+      units: residual units per stage.
+      widths: stage widths; a bottleneck stage outputs 4x this many channels.
+      strides: the stride of each stage's first unit.
+      stem_filters: output channels of the stem (of its last convolution).
+      init_filter: kernel size of a "plain" stem's convolution.
+      init_stride: stride of the stem's first convolution.
+      init_max_pool: the stem downsamples by 2 after its convolutions (a 3x3,
+        stride-2 max-pool; ImageNet).
+      shortcut: how a unit's shortcut changes shape: "pad" (option A: subsample,
+        then zero-pad the new channels), "projection" (option B: a strided 1x1
+        conv, followed by BatchNorm in v1; in v2 its input is already
+        normalized) or "avg_projection" (ResNet-D: a 2x2 average pool of the
+        stride, then the 1x1 conv at stride 1, so no input pixel is skipped).
+      num_classes: width of the logits.
+      activate_before_residual: v2 only. The BN-ReLU that starts a stage's first
+        unit also feeds its shortcut (He et al. 2016, "both_preact").
+      stride_in_1x1: bottleneck only. Put the stride on the first 1x1 conv, as
+        the original paper did (ResNet-50: 3.86 G MACs), instead of on the 3x3
+        conv, as torchvision, TF Model Garden and NVIDIA do (4.09 G MACs).
+      padding: how a strided convolution and the stem's max-pool pad: "same"
+        (TensorFlow's: an even input gets its extra row and column at the
+        bottom and right only) or "symmetric" (k // 2 on every side, as
+        torchvision, Caffe and Keras applications do). Both give the same
+        output size; weights trained with one see a one-pixel shift under the
+        other, so imported weights bring theirs.
+      weight_decay: L2 coefficient; the penalty is weight_decay * sum(w**2) / 2.
+      bn_momentum: BatchNorm moving-average momentum (Keras convention).
+      bn_epsilon: BatchNorm epsilon.
+      bn_synchronized: compute BatchNorm batch statistics across all towers.
+      zero_init_residual: start the last BatchNorm gamma of each residual branch
+        at zero (Goyal et al. 2017), so every unit starts as the identity. v1
+        only; v2 branches end in a convolution.
+      drop_path_rate: stochastic depth (Huang et al. 2016): in training, each
+        residual branch is dropped per example, block b of B at rate
+        drop_path_rate * (b + 1) / B, and scaled by 1 / (1 - rate) when kept;
+        evaluation uses every branch. 0 for none.
+      stem: "plain" (one convolution of `init_filter`) or "deep" (three 3x3
+        convolutions, the first at `init_stride`: ResNet-C).
+      stem_widths: a deep stem's first two widths (its last is
+        `stem_filters`); empty: half of `stem_filters` each, as timm's
+        ResNet-C/D (32, 32, 64).
+      replace_stem_pool: the stem downsamples with a 3x3, stride-2 conv,
+        BatchNorm and ReLU instead of the max-pool (ResNet-RS). Needs
+        `init_max_pool`.
+      groups: bottleneck only. The 3x3 convolution's groups (ResNeXt's
+        cardinality).
+      base_width: bottleneck only. Channels per group of the 3x3 convolution
+        at stage width 64: the inner width is
+        int(width * base_width / 64) * groups (torchvision's and timm's
+        rule): 64 with groups 1 is ResNet, 128 the wide ResNet-50-2, 4 with
+        groups 32 ResNeXt-50 32x4d.
+      attention: on each residual branch, after its last BatchNorm and before
+        the addition: "none", "se" (squeeze-excitation: global average, 1x1
+        reduce by `se_ratio`, ReLU, 1x1 expand, sigmoid gate) or "eca"
+        (efficient channel attention: a 1-D convolution across the channels
+        of the global average, its kernel size from the channel count).
+      se_ratio: squeeze-excitation's reduced width over its channels (1/16
+        in Hu et al.; 1/4 in ResNet-RS), rounded to a multiple of 8.
+      dropout: the rate of dropout before each unit's last convolution (wide
+        ResNets: 0.3 between the two convs), drawn per element from the
+        step's example keys like stochastic depth, so resumes and towers draw
+        the same; 0 for none.
+    """
+
+    block: str = "basic"
+    version: str = "v1"
+    units: tuple[int, ...] = (3, 3, 3)
+    widths: tuple[int, ...] = (16, 32, 64)
+    strides: tuple[int, ...] = (1, 2, 2)
+    stem_filters: int = 16
+    init_filter: int = 3
+    init_stride: int = 1
+    init_max_pool: bool = False
+    shortcut: str = "pad"
+    num_classes: int = 10
+    activate_before_residual: bool = True
+    stride_in_1x1: bool = False
+    padding: str = "same"
+    weight_decay: float = 1e-4
+    bn_momentum: float = 0.9
+    bn_epsilon: float = 1e-5
+    bn_synchronized: bool = False
+    zero_init_residual: bool = False
+    drop_path_rate: float = 0.0
+    stem: str = "plain"
+    stem_widths: tuple[int, ...] = ()
+    replace_stem_pool: bool = False
+    groups: int = 1
+    base_width: int = 64
+    attention: str = "none"
+    se_ratio: float = 0.0625
+    dropout: float = 0.0
+
+    def __post_init__(self):
+        for name in ("units", "widths", "strides", "stem_widths"):
+            value = getattr(self, name)
+            if not isinstance(value, (list, tuple)):
+                raise ConfigError(
+                    f"model field '{name}' needs a list with one entry per stage, got {value!r}"
+                )
+            object.__setattr__(self, name, tuple(value))
+        for name, choices in (
+            ("block", BLOCKS),
+            ("version", VERSIONS),
+            ("shortcut", SHORTCUTS),
+            ("padding", PADDINGS),
+            ("stem", STEMS),
+            ("attention", ATTENTIONS),
+        ):
+            _check_choice(name, getattr(self, name), choices)
+        if not self.units:
+            raise ConfigError("model field 'units' is empty; give at least one stage")
+        if not len(self.units) == len(self.widths) == len(self.strides):
+            raise ConfigError(
+                f"model fields 'units' ({len(self.units)}), 'widths' "
+                f"({len(self.widths)}) and 'strides' ({len(self.strides)}) must "
+                "have one entry per stage"
+            )
+        for name in ("units", "widths", "strides", "stem_widths"):
+            for value in getattr(self, name):
+                _check_positive_int(name, value)
+        for name in (
+            "stem_filters",
+            "init_filter",
+            "init_stride",
+            "num_classes",
+            "groups",
+            "base_width",
+        ):
+            _check_positive_int(name, getattr(self, name))
+        for name in (
+            "init_max_pool",
+            "activate_before_residual",
+            "stride_in_1x1",
+            "bn_synchronized",
+            "zero_init_residual",
+            "replace_stem_pool",
+        ):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(
+                    f"model field '{name}' must be true or false, got {getattr(self, name)!r}"
+                )
+        for name in ("weight_decay", "bn_epsilon"):
+            value = getattr(self, name)
+            if not _is_number(value) or value < 0:
+                raise ConfigError(f"model field '{name}' must be a number >= 0, got {value!r}")
+        for name in ("drop_path_rate", "dropout", "bn_momentum"):
+            value = getattr(self, name)
+            if not _is_number(value) or not 0 <= value < 1:
+                raise ConfigError(f"model field '{name}' must be in [0, 1), got {value!r}")
+        if not _is_number(self.se_ratio) or not 0 < self.se_ratio <= 1:
+            raise ConfigError(f"model field 'se_ratio' must be in (0, 1], got {self.se_ratio!r}")
+        self._check_family()
+
+    def _check_family(self) -> None:
+        """Refuses fields that contradict each other (the block, stem or version they need)."""
+        if self.zero_init_residual and self.version != "v1":
+            raise ConfigError(
+                "model field 'zero_init_residual' needs version v1: a v2 residual "
+                "branch ends in a convolution, not a BatchNorm"
+            )
+        if self.block == "basic" and (self.groups != 1 or self.base_width != 64):
+            raise ConfigError(
+                "model fields 'groups' and 'base_width' shape a bottleneck's 3x3 conv; this "
+                "model has basic blocks: widen a basic block with 'widths', or use "
+                "block=bottleneck"
+            )
+        if self.stem == "deep" and self.stem_widths and len(self.stem_widths) != 2:
+            raise ConfigError(
+                f"model field 'stem_widths' needs the deep stem's first two widths, got "
+                f"{list(self.stem_widths)}"
+            )
+        if self.stem == "plain" and self.stem_widths:
+            raise ConfigError(
+                "model field 'stem_widths' belongs to stem=deep; this model's stem is plain"
+            )
+        if self.replace_stem_pool and not self.init_max_pool:
+            raise ConfigError(
+                "model field 'replace_stem_pool' replaces the stem's max-pool, and this "
+                "model has none (init_max_pool is false)"
+            )
+        if self.stem == "deep" and self.stem_filters < 2:
+            raise ConfigError("model field 'stem_filters' must be at least 2 for stem=deep")
+        for stage, width in enumerate(self.widths, start=1):
+            if self.block == "bottleneck" and width * self.base_width % 64:
+                raise ConfigError(
+                    f"model.groups={self.groups}, base_width={self.base_width}: stage{stage}'s "
+                    f"width {width} gives {width * self.base_width / 64:g} channels per group "
+                    "(width * base_width / 64), not a whole number; pick widths or a "
+                    "base_width whose product is a multiple of 64"
+                )
+
+    @property
+    def expansion(self) -> int:
+        """How much wider a unit's output is than its stage width."""
+        return BLOCK_EXPANSION[self.block]
+
+    @property
+    def depth(self) -> int:
+        """Weighted layers as the papers count them: stem, unit convs, logits.
+
+        The stem counts once whatever its form: ResNet-50-D is a ResNet-50.
+        """
+        convs = 3 if self.block == "bottleneck" else 2
+        return 1 + sum(self.units) * convs + 1
+
+    @property
+    def default_image_size(self) -> int:
+        """The input size the family was designed for: 224 (ImageNet) or 32."""
+        return 224 if self.init_max_pool else 32
+
+    def stem_channels(self) -> tuple[int, ...]:
+        """The output widths of the stem's convolutions, in order."""
+        if self.stem == "plain":
+            return (self.stem_filters,)
+        widths = self.stem_widths or (self.stem_filters // 2,) * 2
+        return (*widths, self.stem_filters)
+
+    def inner_width(self, width: int) -> int:
+        """A unit's inner width (its 3x3 conv's) at stage width `width`."""
+        if self.block == "basic":
+            return width
+        return width * self.base_width // 64 * self.groups
+
+    def stage_channels(self) -> tuple[int, ...]:
+        """The number of channels each stage outputs."""
+        return tuple(width * self.expansion for width in self.widths)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ConfigError(
+            f"model field '{name}' must be one of {', '.join(choices)}; got {value!r}"
+        )
+
+
+def _check_positive_int(name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"model field '{name}' needs positive integers, got {value!r}")
