@@ -50,6 +50,9 @@ _WINDOW_SECONDS = flags.DEFINE_float("window_seconds", 0.3, "Length of a window,
 _SLOW = flags.DEFINE_list("slow", ["native_xla"], "Formulations timed at --slow_batch.")
 _SLOW_BATCH = flags.DEFINE_integer("slow_batch", 2, "Their batch; times are scaled to --batch.")
 _CHECK_BATCH = flags.DEFINE_integer("check_batch", 2, "Batch of the exactness check.")
+_JIT = flags.DEFINE_boolean(
+    "jit", False, "Compile each whole step with XLA (jit_compile=True), as the app's jit variant."
+)
 _GROUPS = 32
 
 # name: (input size, grouped width, stride, convs of this shape in ResNeXt-50 / ResNet-50)
@@ -114,7 +117,7 @@ def make_step(fn, groups: int, stride: int, dtype):
         dx, dkernel = tape.gradient(loss, [x, kernel])
         return y, dx, dkernel
 
-    return tf.function(step)
+    return tf.function(step, jit_compile=_JIT.value or None)
 
 
 def inputs(batch: int, size: int, width: int, in_per_group: int, stride: int, dtype, seed: int):
@@ -261,6 +264,7 @@ def main(argv: list[str]) -> None:
     print(onednn_line())
     print(
         f"TF {tf.__version__}, {_DTYPE.value}, batch {_BATCH.value}, groups {_GROUPS}, "
+        f"{'whole step XLA-compiled, ' if _JIT.value else ''}"
         f"forward + both gradients, ms/step (median of {_WINDOWS.value} windows)"
     )
     start = time.perf_counter()

@@ -22,6 +22,7 @@ from resnet_app.nets import parts
 from resnet_app.nets.resnet import create_model
 from resnet_app.pretrained import keras_files, read_weights, sources
 from resnet_app.pretrained.weights import assign
+from tests import timm_reference, torchvision_reference
 from tests.tfds_mock import closed_port
 from tests.torchvision_reference import forward, random_state_dict
 
@@ -62,7 +63,7 @@ def save_like_keras_applications(model, path):
 def imported(source, name, num_classes, init_head="auto"):
     model = create_model(name, num_classes=num_classes, **source.model_fields)
     model.build((None, SIZE, SIZE, 3))
-    report = assign(model, read_weights(source, num_classes), source.spec, name, init_head)
+    report = assign(model, read_weights(source, model, name), source.spec, name, init_head)
     return model, report
 
 
@@ -99,6 +100,63 @@ def test_keras_applications_file_reproduces_keras_logits(name, tmp_path):
     assert training <= 1e-3
 
 
+# One of each family's layouts: torchvision's grouped convs; timm's deep stem and
+# average-pool shortcut (basic and bottleneck), SE, ECA, and ResNet-RS's stem conv.
+FAMILY = ["resnext50_32x4d", "resnet18d", "seresnext50_32x4d", "ecaresnet50d", "resnetrs50"]
+FAMILY_SLOW = ["wide_resnet50_2", "resnet50s", "resnet50c", "seresnet50", "resnext101_32x8d"]
+
+
+@pytest.mark.parametrize(
+    "name", FAMILY + [pytest.param(name, marks=pytest.mark.integration) for name in FAMILY_SLOW]
+)
+def test_a_torchvision_or_timm_family_file_reproduces_its_numpy_forward(name, tmp_path):
+    """Features and logits of the imported file against timm_reference (written from timm)."""
+    state = timm_reference.random_state_dict(name, 6, np.random.default_rng(8))
+    save_file(state, str(tmp_path / "model.safetensors"))
+    source = sources.parse(str(tmp_path / "model.safetensors"))
+    ours, report = imported(source, name, 6)
+    assert report.new == {}
+    assert len(report.skipped) == sum(key.endswith("num_batches_tracked") for key in state)
+    # An odd size: the strided convs' symmetric padding and the average pools'
+    # partial windows both show.
+    size = 72
+    rgb = np.random.default_rng(9).uniform(0, 255, (2, size, size, 3)).astype("float32")
+    scaled = (rgb / 255 - np.array([0.485, 0.456, 0.406])) / np.array([0.229, 0.224, 0.225])
+    logits, features = timm_reference.forward(
+        state, name, scaled.transpose(0, 3, 1, 2), return_features=True
+    )
+    images = normalized(rgb, source)
+    assert relative(ours(images, training=False).numpy(), logits) <= 1e-4
+    assert relative(ours.features(images, training=False).numpy(), features) <= 1e-4
+
+
+@pytest.mark.parametrize(
+    "file_of,model,message",
+    [
+        (
+            "resnet50",
+            "resnet50d",
+            r"resnet50d has conv1\.0\.weight \(our stem_conv1/kernel\), which",
+        ),
+        ("resnet50d", "resnet50c", r"resnet50c has layer1\.0\.downsample\.0\.weight"),
+        (
+            "seresnet50",
+            "resnet50",
+            r"has tensor layer1\.0\.se\.fc1\.\w+ \[16\S*\], which resnet50 does not",
+        ),
+        ("resnext50_32x4d", "resnet50", r"stage1_unit0_conv1/kernel is \(1, 1, 64, 128\) in"),
+    ],
+)
+def test_a_file_of_another_variant_names_the_first_difference(file_of, model, message, tmp_path):
+    reference = timm_reference if file_of in timm_reference.ARCHS else torchvision_reference
+    state = reference.random_state_dict(file_of, 10, np.random.default_rng(0))
+    save_file(state, str(tmp_path / "other.safetensors"))
+    source = sources.parse(str(tmp_path / "other.safetensors"))
+    with pytest.raises(ConfigError, match=message) as raised:
+        imported(source, model, 10)
+    assert "\n" not in str(raised.value)
+
+
 @pytest.mark.parametrize("name", ["resnet18", "resnet50"])
 def test_torchvision_file_reproduces_a_numpy_torchvision_forward(name, tmp_path):
     state = random_state_dict(name, 5, np.random.default_rng(2))
@@ -121,7 +179,7 @@ def test_same_padding_would_not_reproduce_torchvision(tmp_path):
     same = {**source.model_fields, "padding": "same"}
     model = create_model("resnet18", num_classes=5, **same)
     model.build((None, SIZE, SIZE, 3))
-    assign(model, read_weights(source, 5), "file", "resnet18")
+    assign(model, read_weights(source, model, "resnet18"), "file", "resnet18")
     rgb = np.random.default_rng(3).uniform(0, 255, (2, SIZE, SIZE, 3)).astype("float32")
     scaled = (rgb / 255 - np.array([0.485, 0.456, 0.406])) / np.array([0.229, 0.224, 0.225])
     expected = forward(state, "resnet18", scaled.transpose(0, 3, 1, 2))
@@ -156,7 +214,7 @@ def test_keras_cache_is_used_for_keras_names(tmp_path, monkeypatch):
     )
     source = sources.parse("keras:resnet50")
     assert source.model_fields == sources.KERAS_FIELDS and source.mean == sources.KERAS_MEAN
-    weights = read_weights(source, 10)
+    weights = read_weights(source, _model("resnet50", source), "resnet50")
     assert weights.layers["stage3_unit5_conv3"]["kernel"].shape == (1, 1, 256, 1024)
 
 
@@ -168,7 +226,7 @@ def test_keras_offline_without_the_file_is_one_line_within_seconds(tmp_path, mon
         ConfigError,
         match=r"_notop\.h5 is not in .*keras/models and the download host cannot be reached",
     ):
-        read_weights(sources.parse("keras:resnet50"), 10)
+        read_weights(sources.parse("keras:resnet50"), _model("resnet50"), "resnet50")
     assert time.monotonic() - started < 10
 
 
@@ -198,14 +256,17 @@ def test_a_file_of_another_depth_names_the_first_difference(tmp_path):
     basic = sources.parse(str(tmp_path / "r18.safetensors"))
     with pytest.raises(ConfigError, match=r"stage1 has 2 units in .*, 3 in resnet34"):
         imported(basic, "resnet34", 10)
-    with pytest.raises(ConfigError, match=r"resnet50 has layer stage1_unit0_conv3, which"):
+    with pytest.raises(
+        ConfigError,
+        match=r"resnet50 has layer1\.0\.conv3\.weight \(our stage1_unit0_conv3/kernel\)",
+    ):
         _import_as(basic, "resnet50", units=(2, 2, 2, 2))
 
 
 def _import_as(source, name, **overrides):
     model = create_model(name, num_classes=10, **source.model_fields, **overrides)
     model.build((None, SIZE, SIZE, 3))
-    return assign(model, read_weights(source, 10), source.spec, name)
+    return assign(model, read_weights(source, model, name), source.spec, name)
 
 
 @pytest.mark.parametrize("suffix", [".h5", ".safetensors"])
@@ -213,7 +274,7 @@ def test_a_corrupt_file_is_one_line(tmp_path, suffix):
     path = tmp_path / f"broken{suffix}"
     path.write_bytes(b"\x89HDF\r\n this is not a weights file" * 10)
     with pytest.raises(ConfigError, match="is not a readable") as raised:
-        read_weights(sources.parse(str(path)), 10)
+        read_weights(sources.parse(str(path)), _model("resnet18"), "resnet18")
     assert "\n" not in str(raised.value)
 
 
@@ -285,7 +346,28 @@ def test_a_mean_set_by_the_user_wins_with_a_warning(caplog):
     assert "expect mean (123.68, 116.779, 103.939)" in caplog.text
 
 
-def test_a_keras3_weights_file_is_refused_with_the_reason(tmp_path):
-    random_keras_model("resnet50", 10).save_weights(str(tmp_path / "model.weights.h5"))
-    with pytest.raises(ConfigError, match="numbered by class"):
-        read_weights(sources.parse(str(tmp_path / "model.weights.h5")), 10)
+def test_a_keras3_weights_file_reproduces_keras_logits(tmp_path):
+    """What `model.save_weights` writes in Keras 3 (layers numbered by class) imports exactly."""
+    keras_model = random_keras_model("resnet50", 10, seed=5)
+    keras_model.save_weights(str(tmp_path / "model.weights.h5"))
+    source = sources.parse(str(tmp_path / "model.weights.h5"))
+    ours, report = imported(source, "resnet50", 10)
+    assert "head" in report.loaded
+    rgb = np.random.default_rng(6).uniform(0, 255, (2, SIZE, SIZE, 3)).astype("float32")
+    expected = keras_model(keras.applications.resnet.preprocess_input(rgb.copy())).numpy()
+    assert relative(ours(normalized(rgb, source), training=False).numpy(), expected) <= 1e-4
+
+
+def test_a_keras3_weights_file_of_another_network_is_one_line(tmp_path):
+    other = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    other.save_weights(str(tmp_path / "other.weights.h5"))
+    with pytest.raises(ConfigError, match="of none of Keras applications' ResNet50") as raised:
+        read_weights(sources.parse(str(tmp_path / "other.weights.h5")), _model("resnet50"), "r")
+    assert "\n" not in str(raised.value)
+
+
+def _model(name, source=None, num_classes=10):
+    fields = source.model_fields if source is not None else {}
+    model = create_model(name, num_classes=num_classes, **fields)
+    model.build((None, SIZE, SIZE, 3))
+    return model

@@ -1,6 +1,78 @@
 """Exact formulations of a grouped 2-D convolution, for CPUs where TF's own is slow.
 
-MEASURED_TABLE_PLACEHOLDER
+Every formulation here is `fn(x, kernel, groups, strides, padding) -> y`: x NHWC
+(float32 or bfloat16), kernel in Keras's grouped layout [kh, kw, C/groups,
+out], strides an int, padding "SAME" or "VALID". All compute the same function
+of the same kernel (they differ by float rounding only), so a checkpoint does
+not depend on the formulation. `convolve` picks the fastest for the running process: call that.
+
+Why: `keras.layers.Conv2D(groups > 1)` compiles its conv with XLA on TF (Keras
+3 does so for every grouped conv, because TF's Eigen kernels have no grouped
+gradient), and XLA's CPU gradients of a grouped conv are two orders of
+magnitude slower than a dense conv of the same width (`native_xla`). With
+oneDNN on, plain `tf.nn.conv2d` (`native`) is not slow at all; without oneDNN
+(AVX2 CPUs: TF turns oneDNN on only with AVX512_VNNI, AVX512_BF16, AVX_VNNI or
+AMX) its gradient raises, in float32 and bfloat16 alike.
+
+Measured by scripts/grouped_conv_benchmark.py (AMD EPYC, AVX2 only, 2 shared
+cores, TF 2.21; batch 16, forward + gradients of input and kernel, ms/step;
+ResNeXt-50 32x4d's grouped 3x3 convs, "/2" the stride-2 first conv of a stage;
+R50 = ResNet-50's dense 3x3 conv of that stage, half the width; whole network
+= the 16 convs of each, 3-4-6-3 blocks; ~ = timed at batch 2, scaled; noise
+between runs up to ~1.5x on this shared machine):
+
+                 s1 56px  s2/2    s2 28px  s3/2    s3 14px  s4/2    s4 7px  network
+                 w 128    w 256   w 256    w 512   w 512    w 1024  w 1024  (16 convs)
+    oneDNN on, float32
+    R50 dense       225      308     140      246     225      441     255     3725
+    native          218      151      50       98      62       82      40     1526
+    native_xla   ~53796   ~27542  ~14573   ~12851  ~11265    ~6582   ~6401  ~321209
+    split           259      250      55      148      74       96      67     1937
+    chunked8        186      305      81      191     127      151     122     2325
+    chunked4        318      363     129      309     212      336     186     3784
+    depthwise       631      580     275      817     438      653     602     8160
+    im2col         2287     1809     531      955     486      484     270    14669
+    block_diag     1062     1618     432     1259     813     1604    1082    15191
+    oneDNN off (Eigen kernels), float32
+    R50 dense       231      261     226      256     147      369     183     3358
+    native        fails: "Gradients for grouped convolutions are not supported on CPU"
+    native_xla   ~42316   ~25356  ~26374   ~13087   ~6658    ~6723   ~3351  ~291228
+    split           631      254     223      170      55       97      35     3431
+    chunked16       382      253     193      152     121      130      45     2953
+    chunked8        318      259     216      220     168      220     125     3393
+    chunked_auto    318      253     193      170      55       97      35    ~2400
+    chunked4        381      372     297      318     287      336     146     4790
+    depthwise       362      756     357      925     469      752     282     7497
+    im2col         1199     1982    1117      510     585      536     145    13193
+    block_diag      909      881     881     1043     678     2094    1208    15193
+    bfloat16, oneDNN on but emulated (no AVX512_BF16 or AMX here: ~10x float32)
+    R50 dense      2397     3901    3854     2054    2007     3003    4265    46276
+    native        fails (no grouped gradient in bfloat16 either)
+    split           695      614     540      355     317      558     534     7883
+    depthwise       482     1237     389      883     427     1875    1101    10946
+    chunked16       804      892     618      638     605     1037    1038    11933
+    whole step compiled by XLA (jit_compile=True), oneDNN off, float32
+    R50 dense       267                                113
+    native       ~52910                              ~6829
+    split           627                                 82
+    chunked8        254                                170
+    chunked16       300                                 94
+
+(chunked_auto: the chunked8, chunked16, split times of its chunk counts 8, 16,
+16, 32, 32, 32, 32 from the same run.)
+
+Exactness (max abs difference relative to the reference's max, output / input
+gradient / kernel gradient, on a batch of 2): float32, against native (or
+native_xla without oneDNN), every formulation <= 7.6e-7 / 5.1e-7 / 2.7e-6,
+the same size as native's own error against a float64 reference (<= 6.7e-7 /
+6.0e-7 / 2.1e-6). bfloat16 against float32: <= 4.0e-3 / 1.3e-2 / 6.3e-2 (split,
+chunked16), depthwise 7.5e-3 / 8.7e-3 / 8.9e-2.
+
+So: oneDNN on and float32: `native` (0.41x ResNet-50's 3x3 convs; split next
+at 0.52x). oneDNN off, or a step compiled by XLA: `chunked_auto` (0.71x;
+`split` alone 1.02x). bfloat16 on a CPU that emulates it: `split`.
+`block_diagonal` loses everywhere (32x the FLOPs), and so does `im2col` (a
+patch tensor 9x the input, and transposes).
 """
 
 from __future__ import annotations
@@ -32,13 +104,14 @@ def _same_padding(size: int, kernel: int, stride: int) -> tuple[int, int]:
 
 
 def native(x: tf.Tensor, kernel: tf.Tensor, groups: int, strides: int, padding: str) -> tf.Tensor:
-    """`tf.nn.conv2d` on the grouped kernel: what `keras.layers.Conv2D(groups=...)` runs.
+    """`tf.nn.conv2d` on the grouped kernel, as one op (TF infers groups from C / kernel.shape[2]).
 
-    TF infers the groups from C / kernel.shape[2]. One op; its forward pass is
-    about 2x a dense conv of the same width, but on CPU (oneDNN or Eigen) its
-    two gradients (Conv2DBackpropInput / Conv2DBackpropFilter with groups) take
-    one to two orders of magnitude longer than the whole dense conv's step:
-    this is the baseline the others are measured against.
+    With oneDNN on (float32) the fastest here: forward and both gradients are
+    oneDNN's grouped kernels, 0.41x ResNet-50's 3x3 convs over the network.
+    Without oneDNN, and in bfloat16 where oneDNN has no bfloat16 (AVX2 CPUs),
+    the forward pass runs but the gradient raises InvalidArgumentError
+    ("Gradients for grouped convolutions are not supported on CPU"). Inside an
+    XLA-compiled function it is `native_xla`, the slow one.
     """
     _dims(x, kernel, groups)
     return tf.nn.conv2d(x, kernel, strides, padding)
@@ -66,6 +139,27 @@ def native_xla(
     return _xla_conv(strides, padding)(x, kernel)
 
 
+def onednn_enabled() -> bool:
+    """Whether this process runs TF's oneDNN kernels (False if TF cannot tell)."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        return False
+
+
+def _in_xla_context() -> bool:
+    """Whether the graph being built is compiled by XLA (a jit_compile=True tf.function)."""
+    try:
+        from tensorflow.python.framework import ops
+        from tensorflow.python.ops import control_flow_util
+
+        return bool(control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph()))
+    except (ImportError, AttributeError):
+        return False
+
+
 def split(x: tf.Tensor, kernel: tf.Tensor, groups: int, strides: int, padding: str) -> tf.Tensor:
     """One dense conv per group: split input and kernel, `groups` convs, concat.
 
@@ -73,6 +167,9 @@ def split(x: tf.Tensor, kernel: tf.Tensor, groups: int, strides: int, padding: s
     out/groups output channels each: 4-32 at ResNeXt-50 32x4d) whose kernels run
     far below a large conv's efficiency, plus a split and a concat of the
     activations (and their gradients: a concat and a split) per step.
+    Measured over the network: 0.52x ResNet-50's 3x3 convs with oneDNN, 1.02x
+    without (the best of all from 16 channels per group on), and the best in
+    emulated bfloat16 (0.17x of bfloat16 ResNet-50's, itself ~12x float32's).
     """
     _dims(x, kernel, groups)
     inputs = tf.split(x, groups, axis=-1)
@@ -105,7 +202,9 @@ def block_diagonal(
     forward and both gradients are the fast dense kernels, at `groups` times
     the grouped conv's FLOPs: for ResNeXt-50 32x4d, whose grouped convs are
     twice ResNet-50's 3x3 width, 4x the FLOPs of ResNet-50's 3x3 conv. Plus
-    building the dense kernel and reducing its gradient (small next to the conv).
+    building the dense kernel and reducing its gradient (kernel-sized tensors).
+    Measured: 4.1x (oneDNN) and 4.5x (Eigen) ResNet-50's 3x3 convs over the
+    network, the slowest here but for `native_xla`.
     """
     _dims(x, kernel, groups)
     return tf.nn.conv2d(x, block_diagonal_kernel(kernel, groups), strides, padding)
@@ -120,6 +219,8 @@ def chunked(
     1/chunks of the full block-diagonal one, so the FLOPs are groups/chunks
     times the grouped conv's (chunks == groups is `split`, chunks == 1
     `block_diagonal`), for `chunks` convs plus a split and a concat.
+    Measured over the network, x ResNet-50's 3x3 convs: chunks 2, 4, 8, 16:
+    2.0, 1.0, 0.62, - with oneDNN; 2.4, 1.4, 1.0, 0.88 without.
     """
     _dims(x, kernel, groups)
     if groups % chunks:
@@ -138,6 +239,50 @@ def chunked(
     )
 
 
+def auto_chunks(channels: int, groups: int, chunk_channels: int = 16) -> int:
+    """Chunks of about `chunk_channels` input channels (whole groups), one group each at least.
+
+    The number of groups per chunk is the largest divisor of `groups` not above
+    chunk_channels / (C/groups). For ResNeXt-50 32x4d (32 groups): 8 chunks at
+    4 channels per group, 16 at 8, 32 (one conv per group: `split`) at 16 and
+    32, the fastest or within the noise of it at every stage without oneDNN,
+    whole step XLA-compiled or not.
+    """
+    wanted = max(1, chunk_channels // max(1, channels // groups))
+    per_chunk = max(d for d in range(1, min(wanted, groups) + 1) if groups % d == 0)
+    return groups // per_chunk
+
+
+def chunked_auto(
+    x: tf.Tensor, kernel: tf.Tensor, groups: int, strides: int, padding: str
+) -> tf.Tensor:
+    """`chunked` with `auto_chunks`: dense convs of 16 input channels (`split` for wider groups).
+
+    Without oneDNN (Eigen kernels) the fastest here: 0.71x ResNet-50's 3x3
+    convs over the network (`split` 1.02x, `native` fails), and under XLA.
+    At 4 channels per group: 4 groups a chunk, 4x the grouped conv's FLOPs in
+    groups / 4 convs; from 16 channels per group on it is `split`.
+    """
+    return chunked(x, kernel, groups, strides, padding, auto_chunks(int(x.shape[-1]), groups))
+
+
+def convolve(x: tf.Tensor, kernel: tf.Tensor, groups: int, strides: int, padding: str) -> tf.Tensor:
+    """The fastest exact formulation measured for this process, chosen when the graph is built.
+
+    float32 with oneDNN on, outside XLA: `native`; bfloat16: `split` (measured
+    on a CPU that emulates bfloat16; unmeasured where oneDNN has native
+    bfloat16); otherwise (Eigen kernels, or a jit_compile=True function):
+    `chunked_auto`. groups == 1 is a plain `tf.nn.conv2d`.
+    """
+    if groups == 1:
+        return tf.nn.conv2d(x, kernel, strides, padding)
+    if x.dtype == tf.bfloat16:
+        return split(x, kernel, groups, strides, padding)
+    if x.dtype == tf.float32 and onednn_enabled() and not _in_xla_context():
+        return native(x, kernel, groups, strides, padding)
+    return chunked_auto(x, kernel, groups, strides, padding)
+
+
 def depthwise(
     x: tf.Tensor, kernel: tf.Tensor, groups: int, strides: int, padding: str
 ) -> tf.Tensor:
@@ -148,7 +293,10 @@ def depthwise(
     depthwise output [N, H, W, C * out/groups] is reshaped to [..., groups,
     C/groups, out/groups] and summed over C/groups. The grouped conv's FLOPs,
     but an intermediate C/groups times the output (4-32x here), written,
-    read and, in the gradient, broadcast back.
+    read and, in the gradient, broadcast back. Measured: 2.2x ResNet-50's 3x3
+    convs over the network, oneDNN on or off; in emulated bfloat16 fast at
+    stride 1 and 4-8 channels per group, but with the largest rounding error
+    of the kernel gradient (8.9e-2 relative, against <= 6.3e-2).
     """
     kh, kw, channels, group_in, out, group_out = _dims(x, kernel, groups)
     filters = tf.reshape(kernel, [kh, kw, group_in, groups, group_out])
@@ -194,6 +342,7 @@ def im2col(x: tf.Tensor, kernel: tf.Tensor, groups: int, strides: int, padding: 
     output [groups, N * Ho * Wo, out/groups] is transposed back. The grouped
     conv's FLOPs, as `groups` matmuls of depth 36-288; a patch tensor kh * kw
     times the input, and its gradient a sum of kh * kw padded slices.
+    Measured: 3.9x ResNet-50's 3x3 convs over the network, oneDNN on or off.
     """
     kh, kw, channels, group_in, out, group_out = _dims(x, kernel, groups)
     shape = tf.shape(x)
@@ -220,6 +369,8 @@ FORMULATIONS: dict[str, GroupedConv] = {
     "chunked4": functools.partial(chunked, chunks=4),
     "chunked8": functools.partial(chunked, chunks=8),
     "chunked16": functools.partial(chunked, chunks=16),
+    "chunked_auto": chunked_auto,
+    "convolve": convolve,
     "depthwise": depthwise,
     "im2col": im2col,
 }

@@ -166,7 +166,7 @@ class GroupedConv2D(keras.layers.Conv2D):
     """
 
     def convolution_op(self, inputs, kernel):
-        return grouped_conv.native(  # TODO(formulation): convolve
+        return grouped_conv.convolve(
             inputs, kernel, self.groups, self.strides[0], self.padding.upper()
         )
 

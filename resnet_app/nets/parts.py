@@ -24,6 +24,9 @@ import keras
 import numpy as np
 
 from resnet_app.common import compat
+from resnet_app.common.errors import ConfigError
+from resnet_app.nets import blocks
+from resnet_app.nets import stem as stem_lib
 from resnet_app.nets.presets import HEAD, STEM
 
 
@@ -113,3 +116,30 @@ def lr_multipliers(model, multipliers: dict[str, float]) -> dict[str, float]:
         for layer in grouped[part]
         for variable in layer.trainable_weights
     }
+
+
+def source_names(model, layout: str) -> dict[str, str]:
+    """{our layer name: its name in `layout`} for every layer with weights, input to output.
+
+    Args:
+      model: a `ResNet`.
+      layout: `blocks.TORCH` (torchvision's and timm's state-dict modules) or
+        `blocks.KERAS` (Keras applications' ResNet v1 layers).
+
+    Each part declares its own names (`stem.source_names`,
+    `ResidualBlock.source_names`); the head is `fc` or `predictions`.
+
+    Raises:
+      ConfigError: for a network that layout cannot hold (naming the part).
+    """
+    names = stem_lib.source_names(model.config, layout)
+    for stage, units in enumerate(model.stages, start=1):
+        for unit, block in enumerate(units):
+            names.update(block.source_names(layout, stage, unit))
+    if model.final_bn is not None:
+        raise ConfigError(
+            "pre-activation (v2) networks end in a BatchNorm that no torchvision, timm or "
+            "Keras applications ResNet v1 file holds; use a v1 model"
+        )
+    names["logits"] = "fc" if layout == blocks.TORCH else "predictions"
+    return names

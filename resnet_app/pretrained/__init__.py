@@ -50,8 +50,8 @@ def prepare(config: Config, saved: Config | None = None) -> tuple[Config, Source
     return sources.adopt(config, source), source
 
 
-def read_weights(source: Source, num_classes: int) -> SourceWeights:
-    """The source's weights under our names (Keras's are fetched if not cached).
+def read_weights(source: Source, model, model_name: str) -> SourceWeights:
+    """The source's weights under `model`'s layer names (Keras's are fetched if not cached).
 
     Raises:
       ConfigError: for an unreadable file or one of another kind.
@@ -59,10 +59,11 @@ def read_weights(source: Source, num_classes: int) -> SourceWeights:
     from resnet_app.pretrained import keras_files, run_files, torch_files
 
     if source.kind == sources.KERAS:
-        path = source.path or keras_files.find_or_fetch(source.name, num_classes == 1000)
-        return keras_files.read(path)
+        with_top = int(model.logits.units) == 1000
+        path = source.path or keras_files.find_or_fetch(source.name, with_top)
+        return keras_files.read(path, model, model_name)
     if source.kind == sources.TORCHVISION:
-        return torch_files.read(source.path)
+        return torch_files.read(source.path, model, model_name)
     return run_files.read(source.path)
 
 
@@ -72,7 +73,7 @@ def load(model, source: Source, model_name: str, init_head: str = "auto") -> Rep
     Raises:
       ConfigError: for weights of another network, naming the first difference.
     """
-    weights = read_weights(source, int(model.logits.units))
+    weights = read_weights(source, model, model_name)
     report = assign(model, weights, sources.describe(source), model_name, init_head)
     logging.info(
         "Initialized from %s:\n  %s", sources.describe(source), "\n  ".join(report.lines())

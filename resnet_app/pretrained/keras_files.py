@@ -6,6 +6,8 @@ epsilon 1.001e-5, symmetric padding of the stem's convolution and max-pool,
 and a bias on every convolution. `sources.KERAS_FIELDS` makes our network that
 network; this module maps the file's layers onto it:
 
+(the names each part of the model declares, `parts.source_names`):
+
     conv1_conv, conv1_bn                 stem_conv, stem_bn
     conv{s+1}_block{u+1}_{k}_conv / _bn  stage{s}_unit{u}_conv{k} / _bn{k}  (k = 1, 2, 3)
     conv{s+1}_block{u+1}_0_conv / _bn    stage{s}_unit{u}_shortcut_conv / _shortcut_bn
@@ -19,8 +21,10 @@ file's network reads BGR images and ours reads RGB.
 
 The files are HDF5, in the layout Keras applications publish (Keras 2's
 `save_weights`: a `layer_names` attribute, and per layer a `weight_names`
-attribute naming its arrays in the layer's order). Keras 3's `.weights.h5`
-files are refused: they number layers by class instead of naming them.
+attribute naming its arrays in the layer's order), or Keras 3's
+`.weights.h5` (what `model.save_weights` writes), whose layers are numbered by
+class: those are loaded into the Keras applications model they fit, and read
+back by its layer names.
 """
 
 from __future__ import annotations
@@ -33,12 +37,12 @@ import numpy as np
 from resnet_app.common import compat
 from resnet_app.common.errors import ConfigError, first_line
 from resnet_app.data import sources as data_sources
-from resnet_app.pretrained.weights import SourceWeights
+from resnet_app.nets import blocks, parts
+from resnet_app.pretrained.weights import SourceWeights, check_units
 
 # A layer's arrays, in the order Keras keeps them.
 CONV = ("kernel", "bias")
 BATCH_NORM = ("gamma", "beta", "moving_mean", "moving_variance")
-_UNIT = re.compile(r"^conv(\d+)_block(\d+)_(\d)_(conv|bn)$")
 
 
 def file_names(name: str) -> tuple[str, str]:
@@ -90,7 +94,7 @@ def find_or_fetch(name: str, with_top: bool) -> str:
 
 
 def _read_arrays(path: str) -> dict[str, list[np.ndarray]]:
-    """{layer name: its arrays in order} of a Keras HDF5 weights file."""
+    """{layer name: its arrays in order} of a Keras HDF5 weights file (Keras 2's or Keras 3's)."""
     import h5py
 
     try:
@@ -106,40 +110,69 @@ def _read_arrays(path: str) -> dict[str, list[np.ndarray]]:
                     ]
                     layers[name] = [np.asarray(group[weight]) for weight in names]
                 return layers
-            if "layers" in file:
-                raise ConfigError(
-                    f"{path} is a Keras 3 .weights.h5 file, whose layers are numbered by class "
-                    "(conv2d_12, ...), not named; give the .h5 file Keras applications publish"
-                )
+            keras3 = "layers" in file
     except (OSError, KeyError, ValueError) as error:
         raise ConfigError(
             f"{path} is not a readable Keras weights file ({first_line(error)}); download it again"
         ) from None
+    if keras3:
+        return _read_keras3(path)
     raise ConfigError(f"{path} is an HDF5 file without Keras weights; give a weights file")
 
 
-def _target(name: str) -> tuple[str, tuple[str, ...]] | None:
-    """(our layer name, array names) of a Keras applications layer name, or None."""
-    if name in ("conv1_conv", "conv1_bn"):
-        return ("stem_conv", CONV) if name.endswith("conv") else ("stem_bn", BATCH_NORM)
-    if name == "predictions":
-        return "logits", CONV
-    match = _UNIT.match(name)
-    if not match:
-        return None
-    stage, unit, k, kind = match.groups()
-    prefix = f"stage{int(stage) - 1}_unit{int(unit) - 1}"
-    # Branch layers 1-3 are conv{k}/bn{k}; layer 0 is the projection shortcut.
-    layer = f"shortcut_{kind}" if k == "0" else f"{kind}{k}"
-    return f"{prefix}_{layer}", CONV if kind == "conv" else BATCH_NORM
+# The Keras applications ResNets a Keras 3 `.weights.h5` file may hold, tried in turn.
+_APPLICATIONS = ("ResNet50", "ResNet101", "ResNet152")
 
 
-def read(path: str) -> SourceWeights:
-    """The weights of a Keras applications ResNet v1 file, under our layer names.
+def _read_keras3(path: str) -> dict[str, list[np.ndarray]]:
+    """{layer name: arrays} of a Keras 3 `.weights.h5` file of a Keras applications ResNet.
+
+    Keras 3 numbers a file's layers by class (conv2d_12, ...), so the file
+    is loaded into the Keras applications model it was saved from, rebuilt
+    here (with or without its classifier, whose width the file gives), and
+    the weights are read back by that model's layer names.
 
     Raises:
-      ConfigError: for an unreadable file, a ResNetV2 file, or layers that
-        are not Keras applications' ResNet v1.
+      ConfigError: when no Keras applications ResNet v1 takes the file.
+    """
+    import h5py
+    import keras
+
+    with h5py.File(path, "r") as file:
+        dense = [name for name in file["layers"] if name.startswith("dense")]
+        classes = None
+        if dense and "vars" in file["layers"][dense[0]]:
+            classes = int(file["layers"][dense[0]]["vars"]["1"].shape[0])
+    for name in _APPLICATIONS:
+        model = getattr(keras.applications, name)(
+            weights=None,
+            include_top=classes is not None,
+            classes=classes or 1000,
+            classifier_activation=None,
+        )
+        try:
+            model.load_weights(path)
+        except Exception:  # noqa: BLE001 - another network's file: try the next one.
+            continue
+        return {layer.name: [np.asarray(w) for w in layer.get_weights()] for layer in model.layers}
+    raise ConfigError(
+        f"{path} is a Keras 3 .weights.h5 file of none of Keras applications' "
+        f"{', '.join(_APPLICATIONS)}; give one of theirs, or their published .h5 file"
+    )
+
+
+_UNIT_PREFIX = re.compile(r"^conv(\d+)_block(\d+)_")
+
+
+def read(path: str, model, model_name: str) -> SourceWeights:
+    """The weights of a Keras applications ResNet v1 file, under `model`'s layer names.
+
+    The model declares each layer's Keras applications name
+    (`parts.source_names(model, KERAS)`).
+
+    Raises:
+      ConfigError: for an unreadable file, a ResNetV2 file, a file of
+        another depth, or layers that `model` does not have.
     """
     arrays = {name: values for name, values in _read_arrays(path).items() if values}
     if any(name == "post_bn" or name.endswith("_preact_bn") for name in arrays):
@@ -147,16 +180,23 @@ def read(path: str) -> SourceWeights:
             f"{path} holds a Keras applications ResNetV2, which cannot be represented exactly "
             "here (it downsamples in the last unit of each stage); use a ResNet v1 file"
         )
+    units = [
+        (int(m.group(1)) - 1, int(m.group(2)) - 1) for m in map(_UNIT_PREFIX.match, arrays) if m
+    ]
+    check_units(units, model, path, model_name)
+    ours_by_theirs = {
+        theirs: ours for ours, theirs in parts.source_names(model, blocks.KERAS).items()
+    }
     layers: dict[str, dict[str, np.ndarray]] = {}
     biases: dict[str, np.ndarray] = {}
     for name, values in arrays.items():
-        target = _target(name)
-        if target is None:
+        ours = ours_by_theirs.get(name)
+        if ours is None:
             raise ConfigError(
-                f"{path} has layer {name!r}, which Keras applications' ResNet v1 does not; "
-                "give a ResNet50/101/152 weights file"
+                f"{path} has layer {name!r}, which {model_name} does not; "
+                "give a Keras applications ResNet50/101/152 weights file"
             )
-        ours, order = target
+        order = BATCH_NORM if name.endswith("_bn") else CONV
         named = dict(zip(order, values, strict=False))
         if ours != "logits" and "bias" in named:  # A convolution's bias: folded below.
             biases[ours] = named.pop("bias")

@@ -1,18 +1,27 @@
-"""torchvision (and timm) ResNet weights in a `.safetensors` file, read exactly.
+"""torchvision and timm ResNet weights in a `.safetensors` file, read exactly, by name.
 
-torchvision's ResNet (v1.5) is our v1 ResNet with the stride on the 3x3
-convolution and symmetric padding (`sources.TORCHVISION_FIELDS`); timm's
-`resnet18` ... `resnet152` use the same names. Names map as
+torchvision's ResNet (v1.5), ResNeXt and wide ResNets, and timm's ResNets,
+ResNet-C/D/S, SE/ECA variants and ResNet-RS are our v1 networks with the
+stride on the 3x3 convolution and symmetric padding
+(`sources.TORCHVISION_FIELDS`). The model declares the state-dict name of
+each of its layers (`parts.source_names(model, TORCH)`: the stem's, each
+block's, the head's), for example
 
-    conv1, bn1                          stem_conv, stem_bn
+    conv1, bn1                          stem_conv, stem_bn            (plain stem)
+    conv1.0, conv1.1, ... conv1.6, bn1  stem_conv1, stem_bn1, ... stem_bn (timm's deep stem)
     layer{s}.{u}.conv{k}, .bn{k}        stage{s}_unit{u}_conv{k}, _bn{k}
-    layer{s}.{u}.downsample.0 / .1      stage{s}_unit{u}_shortcut_conv / _shortcut_bn
+    layer{s}.{u}.downsample.0 / .1      ..._shortcut_conv / _shortcut_bn
+    layer{s}.{u}.downsample.1 / .2      the same after timm's average pool
+    layer{s}.{u}.se.fc1 / .fc2 / .conv  ..._se_fc1 / _se_fc2 / _se_conv
     fc                                  logits
 
-and layouts convert: a convolution's OIHW kernel to HWIO, the linear layer's
-[out, in] matrix to [in, out]. BatchNorm `weight`, `bias`, `running_mean`,
-`running_var` are `gamma`, `beta`, `moving_mean`, `moving_variance`;
-`num_batches_tracked` has no counterpart and is skipped.
+so this reader maps by name, never by position, and a file of another
+variant is refused at its first difference. Layouts convert: a convolution's
+OIHW kernel to HWIO, a linear layer's [out, in] matrix (or a 1x1 conv's
+[out, in, 1, 1]) to [in, out], a Conv1d's [1, 1, k] to [k, 1, 1]. BatchNorm
+`weight`, `bias`, `running_mean`, `running_var` are `gamma`, `beta`,
+`moving_mean`, `moving_variance`; `num_batches_tracked` has no counterpart
+and is skipped.
 """
 
 from __future__ import annotations
@@ -22,74 +31,83 @@ import re
 import numpy as np
 
 from resnet_app.common.errors import ConfigError, first_line
-from resnet_app.pretrained.weights import SourceWeights
+from resnet_app.nets import blocks, parts
+from resnet_app.pretrained.weights import SourceWeights, check_units
 
-_NORM = {
-    "weight": "gamma",
-    "bias": "beta",
-    "running_mean": "moving_mean",
-    "running_var": "moving_variance",
+# Our variable names by the state-dict tensor kind.
+_KINDS = {
+    "kernel": "weight",
+    "bias": "bias",
+    "gamma": "weight",
+    "beta": "bias",
+    "moving_mean": "running_mean",
+    "moving_variance": "running_var",
 }
-_UNIT = re.compile(r"^layer(\d+)\.(\d+)\.(conv\d|bn\d|downsample\.0|downsample\.1)\.(\w+)$")
+_UNIT = re.compile(r"^layer(\d+)\.(\d+)\.")
 
 
-def _layer_of(key: str) -> tuple[str, str] | None:
-    """(our layer name, torchvision's tensor kind) of a state-dict key, or None."""
-    head, _, kind = key.rpartition(".")
-    if head == "conv1":
-        return "stem_conv", kind
-    if head == "bn1":
-        return "stem_bn", kind
-    if head == "fc":
-        return "logits", kind
-    match = _UNIT.match(key)
-    if not match:
-        return None
-    stage, unit, module, kind = match.groups()
-    prefix = f"stage{stage}_unit{unit}"
-    names = {"downsample.0": "shortcut_conv", "downsample.1": "shortcut_bn"}
-    return f"{prefix}_{names.get(module, module)}", kind
+def _convert(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A state-dict tensor in the layout of our variable of `shape`."""
+    if len(shape) == 4 and value.ndim == 4:  # A convolution: OIHW -> HWIO.
+        return value.transpose(2, 3, 1, 0)
+    if len(shape) == 2 and value.ndim in (2, 4):  # Linear, or a 1x1 conv as one.
+        return value.reshape(value.shape[0], -1).T
+    if len(shape) == 3 and value.ndim == 3:  # Conv1d [out, in, k] -> [k, in, out].
+        return value.transpose(2, 1, 0)
+    return value
 
 
-def _convert(layer: str, kind: str, value: np.ndarray) -> tuple[str, np.ndarray]:
-    """(Keras variable name, value in Keras's layout) of one torchvision tensor."""
-    if layer == "logits":
-        return ("kernel", value.T) if kind == "weight" else ("bias", value)
-    if value.ndim == 4:  # A convolution: OIHW -> HWIO.
-        return "kernel", value.transpose(2, 3, 1, 0)
-    return _NORM[kind], value
-
-
-def read(path: str) -> SourceWeights:
-    """The weights of a torchvision-layout ResNet `.safetensors` file, under our layer names.
-
-    Raises:
-      ConfigError: for an unreadable file or tensors a torchvision ResNet does not have.
-    """
+def _load(path: str) -> dict[str, np.ndarray]:
     from safetensors.numpy import load_file
 
     try:
-        tensors = load_file(path)
+        return load_file(path)
     except Exception as error:  # noqa: BLE001 - a corrupt or unsupported file is one line.
         raise ConfigError(
             f"{path} is not a readable .safetensors file ({first_line(error)}); check the "
             "file (float32 or float16 tensors)"
         ) from None
+
+
+def read(path: str, model, model_name: str) -> SourceWeights:
+    """The weights of a torchvision- or timm-layout `.safetensors` file, under `model`'s names.
+
+    Raises:
+      ConfigError: for an unreadable file, a network `model` cannot be
+        (v2), or a file of another depth or variant, naming the first
+        difference.
+    """
+    tensors = _load(path)
+    check_units(
+        [(int(m.group(1)), int(m.group(2))) for m in map(_UNIT.match, tensors) if m],
+        model,
+        path,
+        model_name,
+    )
+    names = parts.source_names(model, blocks.TORCH)
+    variables = parts.named_layers(model)
     layers: dict[str, dict[str, np.ndarray]] = {}
+    expected = set()
+    for ours, theirs in names.items():
+        for variable in variables[ours].weights:
+            short = parts.short_name(variable)
+            key = f"{theirs}.{_KINDS[short]}"
+            expected.add(key)
+            if key not in tensors:
+                raise ConfigError(
+                    f"{model_name} has {key} (our {ours}/{short}), which {path} does not; "
+                    "the file holds another variant: pick its --model"
+                )
+            value = np.asarray(tensors[key], np.float32)
+            converted = _convert(value, tuple(variable.shape))
+            layers.setdefault(ours, {})[short] = np.ascontiguousarray(converted)
     skipped: dict[str, tuple[int, ...]] = {}
     for key, value in tensors.items():
-        found = _layer_of(key)
-        if found is None:
-            raise ConfigError(
-                f"{path} has tensor {key!r}, which torchvision's ResNet does not; give a "
-                "torchvision or timm resnet18/34/50/101/152 file"
-            )
-        layer, kind = found
-        if kind == "num_batches_tracked":
+        if key.endswith(".num_batches_tracked"):
             skipped[key] = tuple(value.shape)
-            continue
-        if kind not in ("weight", "bias", *_NORM):
-            raise ConfigError(f"{path} has tensor {key!r} of unknown kind {kind!r}")
-        name, converted = _convert(layer, kind, np.asarray(value, np.float32))
-        layers.setdefault(layer, {})[name] = np.ascontiguousarray(converted)
+        elif key not in expected:
+            raise ConfigError(
+                f"{path} has tensor {key} {list(value.shape)}, which {model_name} does not; "
+                "the file holds another variant: pick its --model"
+            )
     return SourceWeights(layers=layers, skipped=skipped)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -68,24 +69,17 @@ def _summary(items: list[tuple[str, tuple[int, ...]]], shapes: bool = False) -> 
     return f"{len(items)} tensors, {values:,} values"
 
 
-def units_per_stage(layer_names) -> list[int]:
-    """The number of residual units in each stage, read from layer names."""
-    units: dict[int, set[int]] = {}
-    for name in layer_names:
-        match = _UNIT.match(name)
-        if match:
-            units.setdefault(int(match.group(1)), set()).add(int(match.group(2)))
-    return [len(units.get(stage, ())) for stage in range(1, max(units, default=0) + 1)]
-
-
-def check_compatible(weights: SourceWeights, model, label: str, model_name: str) -> None:
-    """Refuses weights of another network, naming the first difference.
+def check_units(found: Iterable[tuple[int, int]], model, label: str, model_name: str) -> None:
+    """Refuses weights of another depth: (stage, unit) pairs found in the source, from 1 and 0.
 
     Raises:
       ConfigError: e.g. "stage3 has 6 units in the file, 23 in resnet101".
     """
-    ours = parts.get_weights(model)
-    have, want = units_per_stage(weights.layers), units_per_stage(ours)
+    units: dict[int, set[int]] = {}
+    for stage, unit in found:
+        units.setdefault(stage, set()).add(unit)
+    have = [len(units.get(stage, ())) for stage in range(1, max(units, default=0) + 1)]
+    want = [len(stage) for stage in model.stages]
     if len(have) != len(want):
         raise ConfigError(
             f"{label} has {len(have)} stages, {model_name} has {len(want)}; give weights of "
@@ -97,6 +91,19 @@ def check_compatible(weights: SourceWeights, model, label: str, model_name: str)
                 f"stage{stage} has {a} units in {label}, {b} in {model_name}; give weights of "
                 f"a {model_name} or pick the matching --model"
             )
+
+
+def check_compatible(weights: SourceWeights, model, label: str, model_name: str) -> None:
+    """Refuses weights of another network, naming the first difference.
+
+    Raises:
+      ConfigError: e.g. "stage3 has 6 units in the file, 23 in resnet101".
+    """
+    ours = parts.get_weights(model)
+    matches = [_UNIT.match(layer) for layer in weights.layers]
+    check_units(
+        [(int(m.group(1)), int(m.group(2))) for m in matches if m], model, label, model_name
+    )
     body = {layer: variables for layer, variables in ours.items() if layer != HEAD_LAYER}
     for layer in body:
         if layer not in weights.layers:
