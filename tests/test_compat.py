@@ -135,3 +135,16 @@ def test_graph_function_returns_the_traced_function_a_call_op_runs():
     function = compat.graph_function(graph, called[0])
     assert "Cumsum" in [op.type for op in function.graph.get_operations()]
     assert compat.graph_function(graph, "no_such_function") is None
+
+
+def test_in_xla_context_is_true_only_while_an_xla_function_is_traced():
+    seen = []
+
+    def probe(x):
+        seen.append(compat.in_xla_context())
+        return x + 1
+
+    tf.function(probe, jit_compile=True)(tf.constant(1.0))
+    tf.function(probe)(tf.constant(1.0))
+    probe(tf.constant(1.0))  # Eagerly.
+    assert seen == [True, False, False]

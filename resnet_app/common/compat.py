@@ -115,6 +115,19 @@ def graph_function(graph: tf.Graph, name: str) -> Any | None:
     return graph._get_function(name)
 
 
+def in_xla_context() -> bool:
+    """Whether the graph being built is compiled by XLA (inside a jit_compile=True tf.function).
+
+    No public API says so; a layer that picks its ops for XLA (grouped
+    convolutions, `nets/grouped_conv.py`) needs to know. Checked on TensorFlow
+    2.21.0: `control_flow_util.GraphOrParentsInXlaContext`.
+    """
+    from tensorflow.python.framework import ops
+    from tensorflow.python.ops import control_flow_util
+
+    return bool(control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph()))
+
+
 def keras_home() -> str:
     """Keras's own folder (`$KERAS_HOME`, else ~/.keras), where its downloads are cached.
 

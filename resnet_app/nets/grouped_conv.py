@@ -77,10 +77,13 @@ patch tensor 9x the input, and transposes).
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import tensorflow as tf
+
+from resnet_app.common import compat, hardware
 
 GroupedConv = Callable[[tf.Tensor, tf.Tensor, int, int, str], tf.Tensor]
 
@@ -137,27 +140,6 @@ def native_xla(
     """
     _dims(x, kernel, groups)
     return _xla_conv(strides, padding)(x, kernel)
-
-
-def onednn_enabled() -> bool:
-    """Whether this process runs TF's oneDNN kernels (False if TF cannot tell)."""
-    try:
-        from tensorflow.python.util import _pywrap_util_port
-
-        return bool(_pywrap_util_port.IsMklEnabled())
-    except (ImportError, AttributeError):
-        return False
-
-
-def _in_xla_context() -> bool:
-    """Whether the graph being built is compiled by XLA (a jit_compile=True tf.function)."""
-    try:
-        from tensorflow.python.framework import ops
-        from tensorflow.python.ops import control_flow_util
-
-        return bool(control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph()))
-    except (ImportError, AttributeError):
-        return False
 
 
 def split(x: tf.Tensor, kernel: tf.Tensor, groups: int, strides: int, padding: str) -> tf.Tensor:
@@ -266,21 +248,58 @@ def chunked_auto(
     return chunked(x, kernel, groups, strides, padding, auto_chunks(int(x.shape[-1]), groups))
 
 
-def convolve(x: tf.Tensor, kernel: tf.Tensor, groups: int, strides: int, padding: str) -> tf.Tensor:
-    """The fastest exact formulation measured for this process, chosen when the graph is built.
+_FORCED: list[str] = []  # A formulation `forced` picks for the graphs built meanwhile.
 
-    float32 with oneDNN on, outside XLA: `native`; bfloat16: `split` (measured
-    on a CPU that emulates bfloat16; unmeasured where oneDNN has native
-    bfloat16); otherwise (Eigen kernels, or a jit_compile=True function):
-    `chunked_auto`. groups == 1 is a plain `tf.nn.conv2d`.
+
+@contextlib.contextmanager
+def forced(name: str) -> Iterator[None]:
+    """Graphs built inside use formulation `name` (e.g. "native", to count a graph's MACs)."""
+    if name not in FORMULATIONS:
+        raise ValueError(f"unknown formulation {name!r}; one of {', '.join(FORMULATIONS)}")
+    _FORCED.append(name)
+    try:
+        yield
+    finally:
+        _FORCED.pop()
+
+
+@functools.cache
+def _cpu_onednn() -> bool:
+    return hardware.read_cpu_info().onednn
+
+
+@functools.cache
+def _has_gpu() -> bool:
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+def choose(dtype: tf.DType) -> str:
+    """The formulation `convolve` uses for `dtype` in the graph being built.
+
+    On GPUs, `native` (cuDNN's grouped kernels). On CPUs: float32 with oneDNN
+    on, outside XLA, `native`; bfloat16, `split` (measured on a CPU that
+    emulates bfloat16; unmeasured where oneDNN has native bfloat16);
+    otherwise (Eigen kernels, or a jit_compile=True function) `chunked_auto`.
+    """
+    if _FORCED:
+        return _FORCED[-1]
+    if _has_gpu():
+        return "native"
+    if dtype == tf.bfloat16:
+        return "split"
+    if dtype == tf.float32 and _cpu_onednn() and not compat.in_xla_context():
+        return "native"
+    return "chunked_auto"
+
+
+def convolve(x: tf.Tensor, kernel: tf.Tensor, groups: int, strides: int, padding: str) -> tf.Tensor:
+    """The fastest exact formulation measured for this process (`choose`), picked at trace time.
+
+    groups == 1 is a plain `tf.nn.conv2d`.
     """
     if groups == 1:
         return tf.nn.conv2d(x, kernel, strides, padding)
-    if x.dtype == tf.bfloat16:
-        return split(x, kernel, groups, strides, padding)
-    if x.dtype == tf.float32 and onednn_enabled() and not _in_xla_context():
-        return native(x, kernel, groups, strides, padding)
-    return chunked_auto(x, kernel, groups, strides, padding)
+    return FORMULATIONS[choose(x.dtype)](x, kernel, groups, strides, padding)
 
 
 def depthwise(
