@@ -78,6 +78,9 @@ TRAINER_VARIANTS = {
     "bce": ["train.loss=bce"],
 }
 KERAS_VARIANTS = ("keras_fit", "keras_fit_nojit", "keras_fit_our_layers")
+# `model:NAME`: the trainer's fp32 row for another preset, at the same size and
+# batch (e.g. resnext50_32x4d against --model=resnet50); "x fp32" compares.
+MODEL_PREFIX = "model:"
 DEFAULT_VARIANTS = (
     "keras_fit,keras_fit_nojit,keras_fit_our_layers,fp32,bf16,jit,towers2,input,startup"
 )
@@ -280,6 +283,12 @@ def image_size() -> int:
     return _IMAGE_SIZE.value or get_config(_MODEL.value).default_image_size
 
 
+def _known_model(name: str) -> bool:
+    from resnet_app.nets.presets import model_names
+
+    return name in model_names()
+
+
 def run_worker(variant: str) -> dict:
     if variant == "peak":
         result = measure_matmul_peak()
@@ -289,6 +298,8 @@ def run_worker(variant: str) -> dict:
         )
     elif variant in TRAINER_VARIANTS:
         result = measure_trainer(TRAINER_VARIANTS[variant])
+    elif variant.startswith(MODEL_PREFIX):  # Another preset, trained like fp32.
+        result = measure_trainer([f"model.name={variant.removeprefix(MODEL_PREFIX)}"])
     elif variant == "input_trainer":
         result = measure_trainer([], dataset=_DATASET.value)
     elif variant == "pipeline":
@@ -326,10 +337,10 @@ def spawn(variant: str) -> dict:
     return result
 
 
-def training_flops_per_image() -> float:
+def training_flops_per_image(model: str | None = None) -> float:
     from resnet_app.nets.summary import summarize
 
-    return 6.0 * summarize(_MODEL.value, image_size())["macs"]
+    return 6.0 * summarize(model or _MODEL.value, image_size())["macs"]
 
 
 def allocator() -> str:
@@ -367,7 +378,11 @@ def build_report(variants: list[str]) -> dict:
         "variants": {},
     }
     flops = report["train_flops_per_image"]
-    timed = [v for v in variants if v in (*KERAS_VARIANTS, *TRAINER_VARIANTS)]
+    timed = [
+        v
+        for v in variants
+        if v in (*KERAS_VARIANTS, *TRAINER_VARIANTS) or v.startswith(MODEL_PREFIX)
+    ]
     if "bf16" in timed and cpu.bf16_capped:  # TF 2.21 crashes there.
         report["skipped"] = {"bf16": "ONEDNN_MAX_CPU_ISA leaves out bfloat16"}
         timed.remove("bf16")
@@ -376,13 +391,20 @@ def build_report(variants: list[str]) -> dict:
     rounds = [[spawn(variant) for variant in timed] for _ in range(_REPEATS.value)]
     for variant, results in zip(timed, zip(*rounds, strict=True), strict=True):
         result = combine(results)
-        gflops = result["images_per_sec"] * flops / 1e9
+        model = variant.removeprefix(MODEL_PREFIX) if variant.startswith(MODEL_PREFIX) else None
+        gflops = (
+            result["images_per_sec"] * (training_flops_per_image(model) if model else flops) / 1e9
+        )
         peak = report["peak_gflops"]["bfloat16" if variant == "bf16" else "float32"]
         fraction = gflops / peak if peak else None
         report["variants"][variant] = {**result, "gflops": gflops, "peak_fraction": fraction}
     base = report["variants"].get("keras_fit")
+    trainer = report["variants"].get("fp32")
     for result in report["variants"].values():
         result["vs_keras_fit"] = result["images_per_sec"] / base["images_per_sec"] if base else None
+        result["vs_fp32"] = (
+            result["images_per_sec"] / trainer["images_per_sec"] if trainer else None
+        )
     if "input" in variants:
         synthetic = report["variants"].get("fp32") or spawn("fp32")
         real = spawn("input_trainer")
@@ -413,21 +435,23 @@ def format_report(report: dict) -> str:
         f"{report['train_flops_per_image'] / 1e9:.3f} GFLOP per training image; matmul peak "
         f"{peak['float32']:.0f} GFLOP/s float32, {bf16_peak} bfloat16",
         "",
-        f"{'variant':<22}{'img/s':>8}{'x keras_fit':>13}{'GFLOP/s':>9}{'% of peak':>11}"
-        f"{'peak RSS MB':>13}   windows (img/s)",
+        f"{'variant':<26}{'img/s':>8}{'x keras_fit':>13}{'x fp32':>8}{'GFLOP/s':>9}"
+        f"{'% of peak':>11}{'peak RSS MB':>13}   windows (img/s)",
     ]
     for name, result in report["variants"].items():
         ratio, fraction = result["vs_keras_fit"], result["peak_fraction"]
+        trainer_ratio = result.get("vs_fp32")
         if name == "bf16" and not cpu.native_bf16:
             name = "bf16 (emulated)"
         lines.append(
-            f"{name:<22}{result['images_per_sec']:>8.1f}"
-            f"{(f'{ratio:.2f}x' if ratio else '-'):>13}{result['gflops']:>9.1f}"
+            f"{name:<26}{result['images_per_sec']:>8.1f}"
+            f"{(f'{ratio:.2f}x' if ratio else '-'):>13}"
+            f"{(f'{trainer_ratio:.2f}x' if trainer_ratio else '-'):>8}{result['gflops']:>9.1f}"
             f"{(f'{100 * fraction:.1f}%' if fraction else '-'):>11}"
             f"{result['peak_rss_mb']:>13.0f}   " + ", ".join(f"{w:.3g}" for w in result["windows"])
         )
     for name, why in report.get("skipped", {}).items():
-        lines.append(f"{name:<22}skipped: {why}")
+        lines.append(f"{name:<26}skipped: {why}")
     if "input" in report:
         found = report["input"]
         verdict = "input-bound" if found["training_vs_synthetic"] < 0.95 else "not input-bound"
@@ -457,10 +481,15 @@ def main(argv: list[str]) -> None:
         cli.fail(f"--repeats={_REPEATS.value}: use 1 or more processes per variant")
     variants = [v.strip() for v in _VARIANTS.value.split(",") if v.strip()]
     known = {*KERAS_VARIANTS, *TRAINER_VARIANTS, "input", "startup"}
-    unknown = sorted(set(variants) - known)
+    unknown = sorted(
+        v
+        for v in set(variants) - known
+        if not (v.startswith(MODEL_PREFIX) and _known_model(v.removeprefix(MODEL_PREFIX)))
+    )
     if unknown:
         cli.fail(
-            f"--variants: unknown {', '.join(unknown)}; use some of {', '.join(sorted(known))}"
+            f"--variants: unknown {', '.join(unknown)}; use some of {', '.join(sorted(known))}, "
+            f"or {MODEL_PREFIX}NAME for a model preset"
         )
     report = build_report(variants)
     sys.stdout.write(

@@ -1,4 +1,4 @@
-"""Stochastic depth: its hash against NumPy, its rates, expectation and draws on any towers."""
+"""Stochastic depth and dropout: the hash against NumPy, rates, expectation, draws on any towers."""
 
 import numpy as np
 import pytest
@@ -75,11 +75,12 @@ def test_evaluation_uses_every_branch():
     assert not np.allclose(trained, plain(images, training=True).numpy(), atol=1e-3)
 
 
-def train(towers, seed=0, steps=(0.1, 0.1), calls=1):
+def train(towers, seed=0, steps=(0.1, 0.1), calls=1, **fields):
+    fields = fields or {"drop_path_rate": 0.5}
     strategy = mirrored_strategy([f"/cpu:{i}" for i in range(towers)])
     with strategy.scope():
         tf.keras.utils.set_random_seed(0)
-        model = create_model("tiny", drop_path_rate=0.5, bn_synchronized=True)
+        model = create_model("tiny", bn_synchronized=True, **fields)
         model.build((None, 8, 8, 3))
         optimizer = optim.create_optimizer({"class": "momentum", "learning_rate": 0.1})
         optimizer.build(model.trainable_variables)
@@ -99,11 +100,63 @@ def train(towers, seed=0, steps=(0.1, 0.1), calls=1):
     return [v.numpy() for v in model.trainable_variables]
 
 
-def test_the_same_draws_on_one_and_two_towers_and_across_calls():
-    one = train(1)
-    for other in (train(2), train(1, calls=2)):
+# Stochastic depth; dropout (wide ResNets) in a wide pre-activation unit.
+KINDS = [{"drop_path_rate": 0.5}, {"dropout": 0.3, "version": "v2", "widths": (16,)}]
+
+
+@pytest.mark.parametrize("fields", KINDS)
+def test_the_same_draws_on_one_and_two_towers_and_across_calls(fields):
+    one = train(1, **fields)
+    for other in (train(2, **fields), train(1, calls=2, **fields)):
         for a, b in zip(one, other, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     # The control: another seed draws other drops, so other weights.
-    reseeded = train(1, seed=1)
+    reseeded = train(1, seed=1, **fields)
     assert max(np.abs(a - b).max() for a, b in zip(one, reseeded, strict=True)) > 1e-4
+
+
+def test_dropout_drops_each_element_at_its_rate_keyed_by_example_and_block():
+    keys = drop_path.example_keys(3, 5, tf.range(64, dtype=tf.int64))
+    ones = tf.ones([64, 8, 8, 16])
+    kept = drop_path.dropout(ones, keys, block=2, rate=0.3).numpy()
+    dropped = np.mean(kept == 0)
+    assert abs(dropped - 0.3) < 4 * np.sqrt(0.3 * 0.7 / kept.size)
+    np.testing.assert_allclose(kept[kept > 0], 1 / 0.7, rtol=1e-6)  # Expectation kept.
+    # An example's draws are its own: the same in another batch, at another position.
+    alone = drop_path.dropout(ones[:1], keys[5:6], block=2, rate=0.3).numpy()
+    np.testing.assert_array_equal(alone[0], kept[5])
+    # Elements and blocks draw apart: no repeated pattern across channels or blocks.
+    assert not np.array_equal(kept[:, :, :, 0], kept[:, :, :, 1])
+    other = drop_path.dropout(ones, keys, block=3, rate=0.3).numpy()
+    assert abs(np.corrcoef((kept > 0).ravel(), (other > 0).ravel())[0, 1]) < 0.02
+    # Independent of stochastic depth's draws of the same block.
+    depth = drop_path.drop(tf.ones([64, 1, 1, 1]), keys, block=2, rate=0.3).numpy().ravel() > 0
+    assert abs(np.corrcoef(depth, (kept[:, 0, 0, 0] > 0))[0, 1]) < 0.5
+
+
+def test_dropout_sits_before_the_last_conv_in_training_only():
+    model = create_model("tiny", version="v2", widths=(8,), dropout=0.5)
+    assert model.uses_example_keys
+    images = np.random.default_rng(4).normal(size=(4, 8, 8, 3)).astype(np.float32)
+    keys = drop_path.example_keys(0, 0, tf.range(4, dtype=tf.int64))
+    plain = create_model("tiny", version="v2", widths=(8,))
+    plain.build(images.shape)
+    model.build(images.shape)
+    model.set_weights(plain.get_weights())
+    np.testing.assert_array_equal(
+        model(images, training=False, drop_keys=keys).numpy(),
+        plain(images, training=False).numpy(),
+    )
+    # By hand: the unit's conv2 reads its dropped input (BN-ReLU, then dropout).
+    unit = model.stages[0][0]
+    stem = model.stem_pool or (lambda x: x)
+    x = stem(tf.nn.relu(model.stem_bn(model.stem_conv(images), training=True)))
+    inner = tf.nn.relu(unit.bn1(unit.conv1(x), training=True))
+    dropped = drop_path.dropout(inner, keys, unit.block_index, 0.5)
+    expected = unit.conv2(dropped) + unit.shortcut(x, training=True)
+    np.testing.assert_allclose(
+        unit(x, training=True, keys=keys).numpy(), expected.numpy(), rtol=1e-5, atol=1e-5
+    )
+    assert not np.allclose(
+        unit(x, training=True, keys=keys).numpy(), unit(x, training=True).numpy(), atol=1e-3
+    )

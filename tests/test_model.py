@@ -7,6 +7,7 @@ weight decay and unit arithmetic.
 """
 
 import functools
+import re
 
 import keras
 import numpy as np
@@ -18,6 +19,7 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.nets import blocks, presets
 from resnet_app.nets import resnet as model_lib
 from resnet_app.nets.summary import count_params, summarize
+from tests import timm_reference
 from tests.reference import closed_form_macs, closed_form_params
 
 ALL = presets.model_names(include_test_only=True)
@@ -39,8 +41,73 @@ PUBLISHED_PARAMS = {
     "resnet101": 44_549_160,
     "resnet152": 60_192_808,
 }
-# He et al. 2016, table 2 of "Identity Mappings": "about" these many.
-APPROXIMATE_PARAMS = {"preact_resnet164": 1.7e6, "preact_resnet1001": 10.2e6}
+# The family's trainable counts: torchvision's `num_params` (ResNeXt, wide
+# ResNets), timm 1.0.31's models (ResNet-C/D/S, SE, ECA, ResNet-RS; 1,000
+# classes), and WRNs written from Zagoruyko & Komodakis 2016 (10 classes,
+# bias-free convs, pre-activation units). tests/timm_reference.py counts the
+# timm and torchvision ones from their state dicts (test_timm_reference.py).
+FAMILY_PARAMS = {
+    "resnext50_32x4d": 25_028_904,
+    "resnext101_32x8d": 88_791_336,
+    "resnext101_64x4d": 83_455_272,
+    "wide_resnet50_2": 68_883_240,
+    "wide_resnet101_2": 126_886_696,
+    "resnet18d": 11_708_744,
+    "resnet34d": 21_816_904,
+    "resnet50d": 25_576_264,
+    "resnet50c": 25_576_264,
+    "resnet50s": 25_680_808,
+    "seresnet50": 28_088_024,
+    "seresnext50_32x4d": 27_559_896,
+    "ecaresnet50d": 25_576_350,
+    "resnetrs50": 35_691_912,
+    "resnetrs101": 63_618_696,
+    "wrn28_10": 36_479_194,
+    "wrn16_8": 10_961_370,
+    "wrn40_4": 8_949_210,
+}
+# He et al. 2016, table 2 of "Identity Mappings", and Xie et al. 2017, table 7
+# (ResNeXt-29 on CIFAR): "about" these many.
+APPROXIMATE_PARAMS = {
+    "preact_resnet164": 1.7e6,
+    "preact_resnet1001": 10.2e6,
+    "resnext29_8x64d": 34.4e6,
+    "resnext29_16x64d": 68.1e6,
+}
+# The family's deeper members (4 to 18 s to build each): their counts against
+# timm_reference and the closed form in the slow tier only.
+DEEP_FAMILY = {
+    name
+    for name in ALL
+    if name not in FAMILY_PARAMS
+    and any(
+        name.startswith(prefix)
+        for prefix in (
+            "resnext101",
+            "resnet101d",
+            "resnet152d",
+            "resnet200d",
+            "seresnet1",
+            "seresnext101",
+            "ecaresnet101",
+            "resnetrs",
+        )
+    )
+}
+# One of each kind of the family, for forward passes: grouped, wide, deep stem
+# with the average-pool shortcut, the wide deep stem, SE, ECA, RS, WRN, ResNeXt-29.
+FAMILY_FORWARD = [
+    "resnext50_32x4d",
+    "wide_resnet50_2",
+    "resnet18d",
+    "resnet50s",
+    "seresnet50",
+    "ecaresnet50d",
+    "resnetrs50",
+    "wrn16_8",
+    "resnext29_8x64d",
+]
+HE_ET_AL = [name for name in ALL if name not in DEEP_FAMILY and name not in FAMILY_PARAMS]
 
 
 @functools.cache
@@ -57,12 +124,28 @@ def layers_of_type(model, types):
     return [layer for layer in compat.nested_layers(model) if isinstance(layer, types)]
 
 
-@pytest.mark.parametrize("name", ALL)
-def test_parameter_counts_match_the_closed_form(name):
-    model = built(name)
+@pytest.mark.parametrize(
+    "name",
+    [n for n in ALL if n not in DEEP_FAMILY]
+    + [pytest.param(n, marks=pytest.mark.slow) for n in sorted(DEEP_FAMILY)],
+)
+def test_parameter_counts_match_the_closed_form_and_the_published_tables(name):
+    # Built afresh, not kept: the family holds 2.6 G parameters in all.
+    model = built(name) if name in HE_ET_AL or name in FAMILY_FORWARD else _fresh(name)
     trainable, non_trainable = closed_form_params(model.config)
     assert count_params(model.trainable_variables) == trainable
     assert count_params(model.non_trainable_variables) == non_trainable
+    if name in FAMILY_PARAMS:
+        assert trainable == FAMILY_PARAMS[name]
+    if name in timm_reference.ARCHS:  # Counted from timm's or torchvision's state dict.
+        assert trainable == timm_reference.trainable_params(name)
+
+
+def _fresh(name):
+    model = model_lib.create_model(name)
+    size = model.config.default_image_size
+    model.build((None, size, size, 3))
+    return model
 
 
 @pytest.mark.parametrize("name,expected", sorted(PUBLISHED_PARAMS.items()))
@@ -86,7 +169,9 @@ def _expected_hidden_shapes(config, size):
     return shapes
 
 
-@pytest.mark.parametrize("name", [n for n in ALL if n not in DEEPEST])
+@pytest.mark.parametrize(
+    "name", [n for n in HE_ET_AL if n not in DEEPEST and n != "resnext29_16x64d"] + FAMILY_FORWARD
+)
 def test_forward_pass_logits_and_hidden_states(name):
     model = built(name)
     # Small images keep the ImageNet presets quick; every stage still sees > 1 pixel.
@@ -108,10 +193,26 @@ def test_forward_pass_logits_and_hidden_states(name):
     np.testing.assert_allclose(model(images, training=False), logits, rtol=1e-5, atol=1e-6 * scale)
 
 
-@pytest.mark.parametrize("name", [n for n in ALL if any(c.isdigit() for c in n)])
+# Names that count depth as He et al. do (stem, unit convs, logits): the first
+# number. WRN-d counts its 3 projections too; ResNet-RS names its depth apart.
+COUNTED_DEPTH = [
+    n for n in ALL if any(c.isdigit() for c in n) and not n.startswith(("wrn", "resnetrs"))
+]
+
+
+@pytest.mark.parametrize("name", COUNTED_DEPTH)
 def test_preset_depth_matches_its_name(name):
-    digits = "".join(c for c in name.removesuffix("_v2") if c.isdigit())
+    digits = re.search(r"\d+", name).group()
     assert presets.get_config(name).depth == int(digits)
+
+
+@pytest.mark.parametrize("name", [n for n in ALL if n.startswith("wrn")])
+def test_wide_resnet_depth_counts_the_projections(name):
+    """WRN-d-k: d = 6n + 4 (Zagoruyko & Komodakis), i.e. He's count plus 2."""
+    depth, k = (int(part) for part in name.removeprefix("wrn").split("_"))
+    config = presets.get_config(name)
+    assert config.depth + 2 == depth
+    assert config.widths == (16 * k, 32 * k, 64 * k)
 
 
 def test_bottleneck_multiplies_the_seed_filters_by_four():
@@ -164,6 +265,17 @@ def test_custom_variants_match_the_closed_form_and_run(variant):
     assert [tuple(h.shape[1:]) for h in hidden] == _expected_hidden_shapes(model.config, 33)
 
 
+@pytest.mark.parametrize(
+    "name,published",
+    # torchvision's published GFLOPS (multiply-accumulates) at 224 px.
+    [("resnext50_32x4d", 4.23e9), ("wide_resnet50_2", 11.40e9)],
+)
+def test_family_macs_match_torchvisions_figures(name, published):
+    summary = summarize(name)
+    assert summary["macs"] == pytest.approx(published, rel=0.01)
+    assert summary["macs"] == closed_form_macs(presets.get_config(name), 224)
+
+
 @pytest.mark.parametrize("stride_in_1x1,published", [(False, 4.09e9), (True, 3.86e9)])
 def test_resnet50_macs_match_the_published_figures(stride_in_1x1, published):
 
@@ -173,7 +285,21 @@ def test_resnet50_macs_match_the_published_figures(stride_in_1x1, published):
     assert summary["macs"] == closed_form_macs(config, 224)
 
 
-@pytest.mark.parametrize("name", ["resnet20", "resnet110", "preact_resnet164", "resnet18_v2"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "resnet20",
+        "resnet110",
+        "preact_resnet164",
+        "resnet18_v2",
+        "resnext50_32x4d",
+        "resnet50d",
+        "seresnet50",
+        "ecaresnet50d",
+        "resnetrs50",
+        "wrn16_8",
+    ],
+)
 def test_macs_match_the_closed_form(name):
 
     summary = summarize(name)
@@ -372,6 +498,22 @@ def test_create_model_overrides_any_field():
         ("resnet50", {"init_max_pool": "no"}, "'init_max_pool' must be true or false"),
         ("resnet20", {"units": 3}, "'units' needs a list with one entry per stage"),
         ("tiny", {"bn_momentum": 1.0}, "'bn_momentum' must be in [0, 1)"),
+        # The family's fields.
+        ("seresnet50", {"attention": "cbam"}, "'attention' must be one of none, se, eca"),
+        ("resnet50", {"stem": "tiered"}, "'stem' must be one of plain, deep"),
+        ("resnet18", {"groups": 32}, "shape a bottleneck's 3x3 conv; this model has basic"),
+        (
+            "resnet50d",
+            {"init_filter": 7},
+            "sets a plain stem's kernel, but resnet50d has stem=deep",
+        ),
+        ("resnet50", {"se_ratio": 0.25}, "but resnet50 has attention=none; drop it"),
+        ("resnet50", {"stem_widths": (32, 32)}, "'stem_widths' belongs to stem=deep"),
+        ("resnet50d", {"stem_widths": (32,)}, "needs the deep stem's first two widths"),
+        ("resnet20", {"replace_stem_pool": True}, "this model has none (init_max_pool"),
+        ("tiny", {"block": "bottleneck", "groups": 2, "base_width": 8}, "2 channels per group"),
+        ("wrn28_10", {"dropout": 1.0}, "'dropout' must be in [0, 1)"),
+        ("seresnet50", {"se_ratio": 0.0}, "'se_ratio' must be in (0, 1]"),
     ],
 )
 def test_bad_configs_are_rejected_with_the_key_named(name, overrides, message):

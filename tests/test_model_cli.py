@@ -64,3 +64,23 @@ def test_help_lists_the_flags_and_the_user_facing_presets():
     for flag in ("--model", "--num_classes", "--image_size", "--[no]json"):
         assert flag in result.stdout
     assert "resnet1202" in result.stdout and "tiny" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    "sets,message",
+    [
+        (["model.name=resnet18", "model.groups=32"], "this model has basic blocks"),
+        (["model.name=seresnet50", "model.attention=cbam"], "must be one of none, se, eca"),
+        (["model.name=resnet50d", "model.init_filter=7"], "but resnet50d has stem=deep"),
+        (["model.name=resnet50", "model.stem=tiered"], "'stem' must be one of plain, deep"),
+    ],
+)
+def test_family_mistakes_in_a_training_command_get_one_line_and_status_2(sets, message, tmp_path):
+    result = run_command(
+        "resnet_app.train", *[f"--set={s}" for s in sets], f"--model_dir={tmp_path / 'run'}"
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert message in lines[0]
+    assert not (tmp_path / "run").exists()  # Nothing written.
