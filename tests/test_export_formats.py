@@ -222,3 +222,42 @@ def test_int8_without_the_training_data_and_onnx_without_its_converter(tiny_run,
     )
     assert "needs the optional converter (tf2onnx is not installed)" in error_line(result)
     assert not os.path.exists(tmp_path / "out2")
+
+
+# The family's layers in one tiny network: a deep stem with the strided-conv
+# pool, grouped bottlenecks, squeeze-excitation or ECA, the average-pool
+# shortcut, dropout (inert at export).
+FAMILY = [
+    "model.block=bottleneck",
+    "model.units=[1, 1]",
+    "model.widths=[8, 8]",
+    "model.strides=[1, 2]",
+    "model.groups=4",
+    "model.base_width=16",
+    "model.stem=deep",
+    "model.stem_filters=8",
+    "model.init_max_pool=true",
+    "model.replace_stem_pool=true",
+    "model.shortcut=avg_projection",
+    "model.dropout=0.1",
+]
+
+
+@pytest.mark.parametrize("attention", ["se", "eca"])
+def test_the_familys_layers_export_to_every_format_with_the_trained_numbers(attention, tmp_path):
+    from resnet_app.engine import loop
+
+    ratio = ["model.se_ratio=0.5"] if attention == "se" else []
+    sets = [*FAMILY, f"model.attention={attention}", *ratio]
+    resolved = runs.small_config(tmp_path, *sets, train_steps=4, eval_every=4)
+    model_dir = tmp_path / "run"
+    loop.train_and_evaluate(resolved, str(model_dir))
+    record = export(model_dir, tmp_path / "model", "--format=tflite,onnx", "--quantize=none")
+    images, model, normalized = reference(model_dir)
+    expected = softmax(model(normalized, training=False).numpy().astype(np.float64))
+    outputs = run_files_elsewhere(tmp_path / "model", images, tmp_path)
+    assert sorted(outputs) == ["model.onnx", "model.tflite"]
+    for name in outputs:
+        np.testing.assert_allclose(outputs[name], expected, atol=1e-4, err_msg=name)
+    rows = {row["format"]: row for row in record["formats"]}
+    assert rows["onnx"]["agreement"] == 1.0 and rows["tflite_none"]["max_prob_diff"] <= 1e-4

@@ -62,3 +62,55 @@ def test_sigkill_with_every_modern_piece_on_resumes_bitwise(tmp_path):
         for name, value in expected.items()
         if name.startswith("model/")
     )
+
+
+# The family's layers in the tiny network (test_export_formats.FAMILY as flags):
+# grouped convs, SE, a deep stem with the strided-conv pool, the average-pool
+# shortcut and dropout, whose draws are keyed like stochastic depth's.
+FAMILY = [
+    "--set=model.block=bottleneck",
+    "--set=model.units=[1, 1]",
+    "--set=model.widths=[8, 8]",
+    "--set=model.strides=[1, 2]",
+    "--set=model.groups=4",
+    "--set=model.base_width=16",
+    "--set=model.attention=se",
+    "--set=model.se_ratio=0.5",
+    "--set=model.stem=deep",
+    "--set=model.stem_filters=8",
+    "--set=model.init_max_pool=true",
+    "--set=model.replace_stem_pool=true",
+    "--set=model.shortcut=avg_projection",
+    "--set=model.dropout=0.2",
+]
+
+
+def test_sigkill_of_a_family_network_resumes_bitwise(tmp_path):
+    args = [*SMALL, *FAMILY, f"--data_dir={tmp_path / 'data'}", "--train_steps=10"]
+    args += ["--deterministic", "--set=train.checkpoint_every=4"]
+    kill_at = random.Random().randint(5, 7)
+    whole = drive(*args, f"--model_dir={tmp_path / 'whole'}")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    killed = drive(*args, f"--model_dir={tmp_path / 'run'}", kill_at=kill_at)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    resumed = drive(*args, f"--model_dir={tmp_path / 'run'}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected = saved_tensors(tmp_path / "whole" / "ckpt-10")
+    actual = saved_tensors(tmp_path / "run" / "ckpt-10")
+    assert set(actual) == set(expected)
+    assert any("se_fc1" in name or "/attention/" in name for name in expected)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(actual[name], value, err_msg=f"{name} (killed at {kill_at})")
+    # The control: dropout's draws move the weights (another rate, other weights).
+    other = drive(
+        *[a for a in args if "dropout" not in a],
+        "--set=model.dropout=0.1",
+        f"--model_dir={tmp_path / 'other'}",
+    )
+    assert other.returncode == 0, other.stderr[-3000:]
+    different = saved_tensors(tmp_path / "other" / "ckpt-10")
+    assert any(
+        not np.array_equal(different[name], value)
+        for name, value in expected.items()
+        if name.startswith("model/")
+    )

@@ -153,6 +153,7 @@ register("wide_resnet101_2", _depth(101), base_width=128)
 # timm's ResNet-C/D/S, SE and ECA variants and ResNet-RS.
 for _n in _DEPTHS:
     register(f"resnet{_n}d", _depth(_n), _D)
+register("resnext50d_32x4d", _depth(50), _D, groups=32, base_width=4)
 register("resnet50c", _depth(50), _C)
 register("resnet50s", _depth(50), _S)
 for _n in (50, 101, 152):

@@ -24,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from resnet_app.data.preprocessing import Preprocessing, decode_image
+from resnet_app.nets import grouped_conv
 from resnet_app.serving import tta
 
 
@@ -118,6 +119,12 @@ class PortableClassifier(tf.Module):
         self.classify = tf.function(self._classify, input_signature=[spec])
 
     def _classify(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        # Grouped convs (ResNeXt) as one dense conv per group: every converter
+        # and runtime has the dense op, not all have the grouped one.
+        with grouped_conv.forced("split"):
+            return self._classify_images(images)
+
+    def _classify_images(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         config = self.preprocessing
         pixels = tf.cast(images, tf.float32)
         if config.family == "imagenet":
