@@ -512,7 +512,7 @@ def test_create_model_overrides_any_field():
         ("resnet50", {"stem_widths": (32, 32)}, "'stem_widths' belongs to stem=deep"),
         ("resnet50d", {"stem_widths": (32,)}, "needs the deep stem's first two widths"),
         ("resnet20", {"replace_stem_pool": True}, "this model has none (init_max_pool"),
-        ("tiny", {"block": "bottleneck", "groups": 2, "base_width": 8}, "2 channels per group"),
+        ("tiny", {"block": "bottleneck", "groups": 2, "base_width": 8}, "0.5 channels per group"),
         ("wrn28_10", {"dropout": 1.0}, "'dropout' must be in [0, 1)"),
         ("seresnet50", {"se_ratio": 0.0}, "'se_ratio' must be in (0, 1]"),
     ],
