@@ -25,6 +25,15 @@ def test_json_summary_of_resnet20():
     assert summary["stages"] == [[32, 32, 16], [16, 16, 32], [8, 8, 64]]
 
 
+def test_json_summary_of_a_family_preset_reports_timms_count():
+    result = run_cli("--model=resnet18d", "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["trainable_params"] == 11_708_744  # timm 1.0.31's resnet18d.
+    assert summary["macs"] == closed_form_macs(presets.get_config("resnet18d"), 224)
+    assert summary["stem"] == [56, 56, 64]
+
+
 def test_table_summary_with_overridden_classes_and_size():
     result = run_cli("--model=resnet18", "--num_classes=10", "--image_size=64")
     assert result.returncode == 0, result.stderr
