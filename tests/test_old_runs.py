@@ -139,14 +139,22 @@ def test_the_new_code_retrains_the_old_checkpoint(old_run, fresh_run):
 
     The redesign changes the shape of the code, not what it computes: six steps
     from the same seed give the weights the old code saved, up to the float
-    rounding of a different op order (measured: identical on this machine).
+    rounding of a different op order or other kernels. On the CPU kind that
+    wrote the fixture (oneDNN) they were identical; on Eigen kernels (AVX2)
+    they round apart, so the bound is global, against the step-0 weights'
+    distance: a mistake in the network (a lost ReLU, a swapped layer) moves
+    the weights by about as much as the 6 steps themselves.
     """
     model_dir, _ = old_run
     old, new = saved_tensors(model_dir / "ckpt-6"), saved_tensors(fresh_run / "ckpt-6")
+    start = saved_tensors(fresh_run / "ckpt-2")
     weights = [k for k in old if k.startswith("model/")]
     assert weights and set(weights) <= set(new)
-    for key in weights:
-        np.testing.assert_allclose(new[key], old[key], rtol=1e-4, atol=1e-6, err_msg=key)
+    difference = _relative_l2(new, old, weights)
+    moved = _relative_l2(new, start, weights)
+    assert difference < moved / 100, (difference, moved)
+    for key in weights:  # Shapes and finite values, variable by variable.
+        assert new[key].shape == old[key].shape and np.all(np.isfinite(new[key])), key
 
 
 def test_an_old_run_evaluates_like_plain_model_calls(old_run, monkeypatch):
