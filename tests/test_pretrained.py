@@ -107,7 +107,7 @@ FAMILY_SLOW = ["wide_resnet50_2", "resnet50s", "resnet50c", "seresnet50", "resne
 
 
 @pytest.mark.parametrize(
-    "name", FAMILY + [pytest.param(name, marks=pytest.mark.integration) for name in FAMILY_SLOW]
+    "name", FAMILY + [pytest.param(name, marks=pytest.mark.slow) for name in FAMILY_SLOW]
 )
 def test_a_torchvision_or_timm_family_file_reproduces_its_numpy_forward(name, tmp_path):
     """Features and logits of the imported file against timm_reference (written from timm)."""
