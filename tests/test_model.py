@@ -47,21 +47,7 @@ PUBLISHED_PARAMS = {
 # bias-free convs, pre-activation units). tests/timm_reference.py counts the
 # timm and torchvision ones from their state dicts (test_timm_reference.py).
 FAMILY_PARAMS = {
-    "resnext50_32x4d": 25_028_904,
-    "resnext101_32x8d": 88_791_336,
-    "resnext101_64x4d": 83_455_272,
-    "wide_resnet50_2": 68_883_240,
-    "wide_resnet101_2": 126_886_696,
-    "resnet18d": 11_708_744,
-    "resnet34d": 21_816_904,
-    "resnet50d": 25_576_264,
-    "resnet50c": 25_576_264,
-    "resnet50s": 25_680_808,
-    "seresnet50": 28_088_024,
-    "seresnext50_32x4d": 27_559_896,
-    "ecaresnet50d": 25_576_350,
-    "resnetrs50": 35_691_912,
-    "resnetrs101": 63_618_696,
+    **timm_reference.PUBLISHED_PARAMS,
     "wrn28_10": 36_479_194,
     "wrn16_8": 10_961_370,
     "wrn40_4": 8_949_210,

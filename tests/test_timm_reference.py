@@ -14,28 +14,7 @@ import pytest
 
 from tests import timm_reference as tr
 from tests import torchvision_reference as tvr
-
-# Exact published parameter counts (num_classes=1000), as supplied with this
-# reference's brief: torchvision publishes `num_params` in its weights' metadata,
-# timm the parameter counts of its models on their model cards. Each also agrees
-# with the 2-decimal `param_count` of timm's results/results-imagenet.csv.
-PUBLISHED_PARAMS = {
-    "resnext50_32x4d": 25_028_904,
-    "resnext101_32x8d": 88_791_336,
-    "resnext101_64x4d": 83_455_272,
-    "wide_resnet50_2": 68_883_240,
-    "wide_resnet101_2": 126_886_696,
-    "resnet18d": 11_708_744,
-    "resnet34d": 21_816_904,
-    "resnet50d": 25_576_264,
-    "resnet50c": 25_576_264,
-    "resnet50s": 25_680_808,
-    "seresnet50": 28_088_024,
-    "seresnext50_32x4d": 27_559_896,
-    "ecaresnet50d": 25_576_350,
-    "resnetrs50": 35_691_912,
-    "resnetrs101": 63_618_696,
-}
+from tests.test_torchvision_reference import naive_conv2d
 
 # For the others no exact count was at hand: these are the `param_count`
 # column (millions, 2 decimals) of timm's results/results-imagenet.csv, and for
@@ -56,31 +35,6 @@ PUBLISHED_MILLIONS = {
     "resnetrs350": 163.96,
     "resnetrs420": 191.89,
 }
-
-
-def naive_conv2d(x, weight, stride, padding, groups):
-    """Direct sum over every output position and the input channels of its group."""
-    batch, channels, height, width = x.shape
-    out_channels, group_channels, kernel_h, kernel_w = weight.shape
-    per_group = out_channels // groups
-    out_h = (height + 2 * padding - kernel_h) // stride + 1
-    out_w = (width + 2 * padding - kernel_w) // stride + 1
-    out = np.zeros((batch, out_channels, out_h, out_w))
-    for n in range(batch):
-        for o in range(out_channels):
-            first = (o // per_group) * group_channels
-            for i in range(out_h):
-                for j in range(out_w):
-                    total = 0.0
-                    for c in range(group_channels):
-                        for di in range(kernel_h):
-                            for dj in range(kernel_w):
-                                row = i * stride + di - padding
-                                col = j * stride + dj - padding
-                                if 0 <= row < height and 0 <= col < width:
-                                    total += x[n, first + c, row, col] * weight[o, c, di, dj]
-                    out[n, o, i, j] = total
-    return out
 
 
 @pytest.mark.parametrize(
@@ -212,9 +166,9 @@ def test_make_divisible_and_se_widths():
     assert tr.se_channels(256, 0.25) == 64
 
 
-@pytest.mark.parametrize("arch", sorted(PUBLISHED_PARAMS))
+@pytest.mark.parametrize("arch", sorted(tr.PUBLISHED_PARAMS))
 def test_trainable_params_are_published_counts(arch):
-    assert tr.trainable_params(arch, 1000) == PUBLISHED_PARAMS[arch]
+    assert tr.trainable_params(arch, 1000) == tr.PUBLISHED_PARAMS[arch]
 
 
 @pytest.mark.parametrize("arch", sorted(PUBLISHED_MILLIONS))
@@ -223,7 +177,7 @@ def test_trainable_params_match_timms_rounded_counts(arch):
 
 
 def test_every_arch_has_a_count():
-    assert set(PUBLISHED_PARAMS) | set(PUBLISHED_MILLIONS) == set(tr.ARCHS)
+    assert set(tr.PUBLISHED_PARAMS) | set(PUBLISHED_MILLIONS) == set(tr.ARCHS)
     assert {spec.source for spec in tr.ARCHS.values()} == {"torchvision", "timm"}
 
 

@@ -24,25 +24,27 @@ def _is_parameter(name: str) -> bool:
     return name.endswith((".weight", ".bias"))
 
 
-def naive_conv2d(x, weight, stride, padding):
-    """Direct sum over every output position, zeros read outside the input."""
+def naive_conv2d(x, weight, stride, padding, groups=1):
+    """Direct sum over every output position and the input channels of its group."""
     batch, channels, height, width = x.shape
-    out_channels, _, kernel_h, kernel_w = weight.shape
+    out_channels, group_channels, kernel_h, kernel_w = weight.shape
+    per_group = out_channels // groups
     out_h = (height + 2 * padding - kernel_h) // stride + 1
     out_w = (width + 2 * padding - kernel_w) // stride + 1
     out = np.zeros((batch, out_channels, out_h, out_w))
     for n in range(batch):
         for o in range(out_channels):
+            first = (o // per_group) * group_channels
             for i in range(out_h):
                 for j in range(out_w):
                     total = 0.0
-                    for c in range(channels):
+                    for c in range(group_channels):
                         for di in range(kernel_h):
                             for dj in range(kernel_w):
                                 row = i * stride + di - padding
                                 col = j * stride + dj - padding
                                 if 0 <= row < height and 0 <= col < width:
-                                    total += x[n, c, row, col] * weight[o, c, di, dj]
+                                    total += x[n, first + c, row, col] * weight[o, c, di, dj]
                     out[n, o, i, j] = total
     return out
 

@@ -225,6 +225,17 @@ def batch_norm(x: np.ndarray, state: dict[str, np.ndarray], prefix: str, eps: fl
     return x * scale[:, None, None] + shift[:, None, None]
 
 
+def check_state(state: dict, expected: dict[str, tuple[int, ...]], arch: str) -> None:
+    """Raises ValueError for a state dict without exactly the `expected` names and shapes."""
+    if set(state) != set(expected):
+        missing = sorted(set(expected) - set(state))
+        unexpected = sorted(set(state) - set(expected))
+        raise ValueError(f"{arch} state dict: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    for name, shape in expected.items():
+        if tuple(np.shape(state[name])) != shape:
+            raise ValueError(f"{name}: shape {np.shape(state[name])}, expected {shape}")
+
+
 def _relu(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, 0.0)
 
@@ -247,14 +258,7 @@ def forward(
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}; expected one of {sorted(ARCHS)}")
     num_classes = np.shape(state["fc.weight"])[0]
-    expected = state_dict_shapes(arch, num_classes)
-    if set(state) != set(expected):
-        missing = sorted(set(expected) - set(state))
-        unexpected = sorted(set(state) - set(expected))
-        raise ValueError(f"{arch} state dict: missing {missing[:5]}, unexpected {unexpected[:5]}")
-    for name, shape in expected.items():
-        if tuple(np.shape(state[name])) != shape:
-            raise ValueError(f"{name}: shape {np.shape(state[name])}, expected {shape}")
+    check_state(state, state_dict_shapes(arch, num_classes), arch)
     images = np.asarray(images_nchw, np.float64)
     if images.ndim != 4 or images.shape[1] != 3:
         raise ValueError(f"images must be [N, 3, H, W], got {images.shape}")
