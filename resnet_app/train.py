@@ -20,7 +20,7 @@ import time
 from absl import flags, logging
 
 from resnet_app import config
-from resnet_app.common import cli, run_dir
+from resnet_app.common import cli, run_dir, run_lock
 from resnet_app.common.fields import field_types
 from resnet_app.data.settings import DataConfig
 
@@ -134,6 +134,10 @@ def default_model_dir(resolved: config.Config) -> str:
 def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
     resolved = config_from_flags()
+    if _MODEL_DIR.value and "TF_CONFIG" not in os.environ:
+        # A second trainer on a run directory in use: answered before TensorFlow loads
+        # (a worker of a multi-worker job shares the directory with its chief).
+        run_lock.refuse_if_held(_MODEL_DIR.value)
     from resnet_app.engine import loop
 
     loop.train_and_evaluate(

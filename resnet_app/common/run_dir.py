@@ -21,7 +21,9 @@ A run directory holds:
   renamed in, the old one removed;
 - `train/`, `eval/`: TensorBoard's events;
 - `reports/`: `python -m resnet_app.evaluate`'s reports (`serving/reports.py`);
-- `previous-<time>/`: an earlier run, moved aside by `--restart` (`move_aside`).
+- `previous-<time>/`: an earlier run, moved aside by `--restart` (`move_aside`);
+- `trainer.lock`: locked by the trainer while it runs, holding its pid, host
+  and start time (`run_lock.py`); it stays put on `--restart`.
 
 Every other module takes these names from here. No TensorFlow: scripts that
 only read files (`scripts/plot_metrics.py`) import this module too.
@@ -53,6 +55,7 @@ EVAL_EVENTS_DIR = "eval"
 EMA_EVAL_EVENTS_DIR = "eval_ema"  # The moving average of the weights, evaluated.
 REPORTS_DIR = "reports"
 PREVIOUS_PREFIX = "previous-"
+LOCK_FILE = "trainer.lock"
 BEST_DIR = "best"
 BEST_FILE = "best.json"
 BEST_CHOICE = "best"  # --checkpoint=best
@@ -74,6 +77,11 @@ T = TypeVar("T")
 def config_path(model_dir: str) -> str:
     """`model_dir/config.yaml`."""
     return os.path.join(model_dir, CONFIG_FILE)
+
+
+def lock_path(model_dir: str) -> str:
+    """The lock file that keeps a second trainer out (`run_lock.py`)."""
+    return os.path.join(model_dir, LOCK_FILE)
 
 
 def metrics_path(model_dir: str) -> str:
@@ -274,7 +282,10 @@ def move_aside(directory: str) -> str | None:
     """
     if not os.path.isdir(directory):
         return None
-    names = [n for n in os.listdir(directory) if not n.startswith(PREVIOUS_PREFIX)]
+    # The lock stays: the trainer moving the run aside holds it.
+    names = [
+        n for n in os.listdir(directory) if not n.startswith(PREVIOUS_PREFIX) and n != LOCK_FILE
+    ]
     if not names:
         return None
     markers = (CONFIG_FILE, METRICS_FILE, CHECKPOINT_INDEX_FILE)

@@ -115,7 +115,7 @@ def train(run: setup.Run, actions: Sequence[Action] = ()) -> RunResult:
             return _train(run, writer, stop, actions)
         finally:
             writer.close()
-            run.checkpoints.close()
+            run.close()
 
 
 def _train(

@@ -34,7 +34,7 @@ from absl import logging
 
 from resnet_app import config as config_lib
 from resnet_app import pretrained
-from resnet_app.common import checkpoint, distribute, hardware, run_dir
+from resnet_app.common import checkpoint, distribute, hardware, run_dir, run_lock
 from resnet_app.common.errors import ConfigError
 from resnet_app.config import Config
 from resnet_app.data import input_pipeline, run_pipeline
@@ -69,6 +69,7 @@ class Run:
       resume_from: (step, prefix) of the checkpoint to resume from, or None.
       config_changes: settings that differ from the checkpoint's,
         "section.key" -> (saved, new).
+      lock: the run directory's lock, held by the chief until `close`.
     """
 
     config: Config
@@ -90,6 +91,13 @@ class Run:
     ema: WeightEMA | None
     resume_from: tuple[int, str] | None
     config_changes: dict[str, tuple[Any, Any]]
+    lock: run_lock.RunLock | None = None
+
+    def close(self) -> None:
+        """Removes the scratch checkpoints and lets another trainer have the directory."""
+        self.checkpoints.close()
+        if self.lock is not None:
+            self.lock.release()
 
     @property
     def examples_per_epoch(self) -> int:
@@ -179,13 +187,35 @@ def build_run(
       ConfigError: for settings that do not fit the data or machine, or a run
         directory holding other settings.
     """
-    optimizer_config = optim.check_optimizer_config(config.optimizer)  # Before loading.
+    optim.check_optimizer_config(config.optimizer)  # Answered before anything is loaded.
     # The source's network and preprocessing, before the data is built with them.
     config, source = pretrained.prepare(config, _saved_config(model_dir, restart))
     if config.train.deterministic:
         tf.config.experimental.enable_op_determinism()
     strategy = distribute.create_strategy(config.train.num_towers)
     _check_machine(config, strategy)
+    chief = distribute.is_chief(strategy)
+    # Before anything is written there; the job's chief holds it for the job.
+    lock = run_lock.RunLock(model_dir).acquire() if chief else None
+    try:
+        return _build(config, model_dir, restart, allow_config_change, source, strategy, lock)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def _build(
+    config: Config,
+    model_dir: str,
+    restart: bool,
+    allow_config_change: bool,
+    source: Any,
+    strategy: tf.distribute.Strategy,
+    lock: run_lock.RunLock | None,
+) -> Run:
+    """`build_run` once the strategy is made and the run directory locked."""
+    optimizer_config = optim.check_optimizer_config(config.optimizer)
     chief = distribute.is_chief(strategy)
     pipeline = run_pipeline.create_run_pipeline(config, model_dir=None if restart else model_dir)
     plan = plan_run(config, pipeline.num_train_examples)
@@ -222,6 +252,7 @@ def build_run(
         plan=plan,
         resume_from=resume_from,
         config_changes=changes,
+        lock=lock,
         **state,
     )
 
