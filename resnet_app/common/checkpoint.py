@@ -38,10 +38,11 @@ import shutil
 import tempfile
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from resnet_app.common import run_dir
+from resnet_app.common import disk_space, run_dir
 from resnet_app.common.errors import ConfigError, first_line
 from resnet_app.common.run_dir import CONFIG_FILE
 
@@ -313,9 +314,55 @@ class RunCheckpoint:
 
         The caller makes sure the weights are finite first (`finite()`): the
         trainer's `sync.GlobalModel.ready` checks once per step, on every
-        worker, before any save.
+        worker, before any save. A save that fails leaves nothing behind: its
+        temporary directory and partial files are removed (a complete
+        checkpoint whose bookkeeping failed stays); the earlier checkpoints
+        are untouched.
+
+        Raises:
+          DiskFullError: when the disk (or quota) is full, in one line: the
+            directory, the space free and needed, and the checkpoint intact.
         """
-        return self.manager.save(checkpoint_number=step)
+        self._warn_if_space_is_low(step)
+        try:
+            return self.manager.save(checkpoint_number=step)
+        except (tf.errors.OpError, OSError) as error:
+            _remove_partial(os.path.join(self.save_dir, run_dir.checkpoint_name(step)))
+            if disk_space.is_disk_full(error):
+                raise self._disk_full(step) from None
+            raise
+
+    def _expected_size(self, step: int) -> int:
+        """What a checkpoint takes: the newest one's files, else the variables' bytes."""
+        for saved, prefix in reversed(list_checkpoints(self.save_dir)):
+            if saved != step:
+                return disk_space.files_size(_checkpoint_files(prefix))
+        return sum(int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size for v in self._variables)
+
+    def _warn_if_space_is_low(self, step: int) -> None:
+        free = disk_space.free_bytes(self.save_dir)
+        needed = self._expected_size(step)
+        if free is not None and free < disk_space.LOW_SPACE_CHECKPOINTS * needed:
+            logging.warning(
+                "Only %s free in %s; a checkpoint takes %s: free some space before the disk fills",
+                disk_space.format_bytes(free),
+                self.save_dir,
+                disk_space.format_bytes(needed),
+            )
+
+    def _disk_full(self, step: int) -> disk_space.DiskFullError:
+        earlier = [(s, p) for s, p in list_checkpoints(self.save_dir) if s != step]
+        kept = (
+            f"the last checkpoint, {os.path.basename(earlier[-1][1])}, is intact: free some "
+            "space and rerun the same command to resume from it"
+            if earlier
+            else "there is no earlier checkpoint: free some space and rerun to start over"
+        )
+        return disk_space.DiskFullError(
+            f"no space left in {self.save_dir} to save {run_dir.checkpoint_name(step)} at step "
+            f"{step}: {disk_space.format_bytes(disk_space.free_bytes(self.save_dir))} free, a "
+            f"checkpoint takes {disk_space.format_bytes(self._expected_size(step))}; {kept}"
+        )
 
     def restore(self, prefix: str, without: tuple[str, ...] = ()) -> None:
         """Restores everything from `prefix` (but the objects named in `without`).
@@ -339,6 +386,19 @@ class RunCheckpoint:
     def close(self) -> None:
         if self.save_dir != self.directory:
             shutil.rmtree(self.save_dir, ignore_errors=True)
+
+
+def _remove_partial(prefix: str) -> None:
+    """Removes what a failed save of `prefix` left: its temporary directory and, unless
+    the checkpoint is complete and readable, its files."""
+    shutil.rmtree(prefix + "_temp", ignore_errors=True)
+    leftovers = glob.glob(glob.escape(prefix) + ".*tempstate*")
+    if not os.path.isfile(prefix + ".index") or unreadable(prefix) is not None:
+        leftovers += glob.glob(glob.escape(prefix) + ".index")
+        leftovers += glob.glob(glob.escape(prefix) + ".data-*")
+    for path in leftovers:
+        with contextlib.suppress(OSError):
+            os.remove(path)
 
 
 def _variables_of(obj) -> list[tf.Variable]:

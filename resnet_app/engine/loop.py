@@ -35,7 +35,7 @@ import tensorflow as tf
 from absl import logging
 
 from resnet_app import config as config_lib
-from resnet_app.common import run_dir
+from resnet_app.common import disk_space, run_dir
 from resnet_app.common.errors import ConfigError, first_line
 from resnet_app.common.metrics import MetricsWriter, format_duration
 from resnet_app.config import Config
@@ -161,6 +161,11 @@ def _train(
             controller.interrupt()
             step, restored = divergence.roll_back(run, writer, diverged), True
         except tf.errors.ResourceExhaustedError as error:
+            if disk_space.is_disk_full(error):  # A write outside the checkpointer's save.
+                raise disk_space.DiskFullError(
+                    f"no space left in {run.model_dir} ({first_line(error)}); free some space "
+                    "and rerun the same command to resume from the last checkpoint"
+                ) from None
             raise _out_of_memory(run, error) from None
     if stopped:
         return _stopped(run, writer, step, stopped)
