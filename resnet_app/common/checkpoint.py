@@ -332,9 +332,35 @@ class RunCheckpoint:
                 raise self._disk_full(step) from None
             raise
 
-    def _expected_size(self, step: int) -> int:
+    def write_now(self, prefix: str) -> str:
+        """Writes a checkpoint at `prefix` outside the manager, then lists it in the
+        directory's `checkpoint` file with the others (a survivor's save, which
+        may not be the chief's: see `engine/lost_worker.py`).
+
+        Raises:
+          DiskFullError: as `save`.
+        """
+        step = run_dir.checkpoint_step(os.path.basename(prefix) + ".index")
+        try:
+            # Counted as `save` counts (and so saved), as every other checkpoint of the run.
+            self.checkpoint.save_counter.assign_add(1)
+            self.checkpoint.write(prefix)
+        except (tf.errors.OpError, OSError) as error:
+            _remove_partial(prefix)
+            if disk_space.is_disk_full(error):
+                raise self._disk_full(step, os.path.dirname(prefix)) from None
+            raise
+        directory = os.path.dirname(prefix)
+        tf.compat.v1.train.update_checkpoint_state(
+            directory,
+            prefix,
+            all_model_checkpoint_paths=[path for _, path in list_checkpoints(directory)],
+        )
+        return prefix
+
+    def _expected_size(self, step: int, directory: str | None = None) -> int:
         """What a checkpoint takes: the newest one's files, else the variables' bytes."""
-        for saved, prefix in reversed(list_checkpoints(self.save_dir)):
+        for saved, prefix in reversed(list_checkpoints(directory or self.save_dir)):
             if saved != step:
                 return disk_space.files_size(_checkpoint_files(prefix))
         return sum(int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size for v in self._variables)
@@ -350,8 +376,9 @@ class RunCheckpoint:
                 disk_space.format_bytes(needed),
             )
 
-    def _disk_full(self, step: int) -> disk_space.DiskFullError:
-        earlier = [(s, p) for s, p in list_checkpoints(self.save_dir) if s != step]
+    def _disk_full(self, step: int, directory: str | None = None) -> disk_space.DiskFullError:
+        directory = directory or self.save_dir
+        earlier = [(s, p) for s, p in list_checkpoints(directory) if s != step]
         kept = (
             f"the last checkpoint, {os.path.basename(earlier[-1][1])}, is intact: free some "
             "space and rerun the same command to resume from it"
@@ -359,9 +386,10 @@ class RunCheckpoint:
             else "there is no earlier checkpoint: free some space and rerun to start over"
         )
         return disk_space.DiskFullError(
-            f"no space left in {self.save_dir} to save {run_dir.checkpoint_name(step)} at step "
-            f"{step}: {disk_space.format_bytes(disk_space.free_bytes(self.save_dir))} free, a "
-            f"checkpoint takes {disk_space.format_bytes(self._expected_size(step))}; {kept}"
+            f"no space left in {directory} to save {run_dir.checkpoint_name(step)} at step "
+            f"{step}: {disk_space.format_bytes(disk_space.free_bytes(directory))} free, a "
+            f"checkpoint takes {disk_space.format_bytes(self._expected_size(step, directory))}; "
+            f"{kept}"
         )
 
     def restore(self, prefix: str, without: tuple[str, ...] = ()) -> None:

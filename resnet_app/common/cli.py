@@ -21,15 +21,16 @@ from resnet_app.common.fields import FieldType, field_types
 USAGE_ERROR = 2
 
 
-def fail(message: str) -> NoReturn:
-    """Prints `message` as a one-line error and exits with status 2.
+def fail(message: str, status: int = USAGE_ERROR) -> NoReturn:
+    """Prints `message` as a one-line error and exits with `status` (2 by default).
 
     Args:
       message: what is wrong and how to fix it, on one line.
+      status: the exit status (an error's `exit_status`, e.g. a lost worker's 3).
     """
     sys.stderr.write(f"error: {message}\n")
     sys.stderr.flush()
-    sys.exit(USAGE_ERROR)
+    sys.exit(status)
 
 
 def _parse_flags(argv: Sequence[str]) -> list[str]:
@@ -53,7 +54,7 @@ def run(main: Callable[[list[str]], None]) -> NoReturn:
         try:
             main(argv)
         except ConfigError as error:
-            fail(str(error))
+            fail(str(error), getattr(error, "exit_status", USAGE_ERROR))
 
     app.run(guarded_main, flags_parser=_parse_flags)
 

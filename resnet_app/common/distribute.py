@@ -182,11 +182,16 @@ def mirrored_strategy(devices: list[str]) -> tf.distribute.MirroredStrategy:
     return tf.distribute.MirroredStrategy(devices)
 
 
-def create_strategy(num_towers: int | None = None) -> tf.distribute.Strategy:
+def create_strategy(
+    num_towers: int | None = None, timeout: float | None = None
+) -> tf.distribute.Strategy:
     """The strategy for this machine (see the module docstring).
 
     Args:
       num_towers: towers to use on this worker (None: all GPUs, or one CPU).
+      timeout: with several workers, the seconds a collective may wait for a
+        peer before it fails with `DeadlineExceededError` (None: no limit but
+        TensorFlow's heartbeats).
 
     Returns:
       The strategy; create the model and optimizer inside its `scope()`.
@@ -199,7 +204,10 @@ def create_strategy(num_towers: int | None = None) -> tf.distribute.Strategy:
     if tf_config is not None and _workers_in(tf_config) > 1:
         num_gpus = len(tf.config.list_physical_devices("GPU"))
         resolver = worker_resolver(tf_config, num_towers, num_gpus)
-        strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+        options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout)
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=resolver, communication_options=options
+        )
         logging.info(
             "Multi-worker: %d replicas over %d workers",
             strategy.num_replicas_in_sync,

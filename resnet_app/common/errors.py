@@ -7,10 +7,23 @@ status 2 (see `common/cli.py`); anything else keeps its traceback, because it is
 
 # Long enough for a path and a reason; TensorFlow's first lines can run on.
 FIRST_LINE_LIMIT = 200
+# The exit status of a worker that lost a peer and saved the last step: a
+# restart of the job resumes from it (`resnet_app.launch` restarts on it).
+RESTART_STATUS = 3
 
 
 class ConfigError(ValueError):
     """A bad model name, config key, flag value, path or file, with the fix."""
+
+
+class WorkerLostError(ConfigError):
+    """Another worker of the job was lost or stalled; the survivors saved what they could.
+
+    One line too, but exit status `RESTART_STATUS`: nothing is wrong with the
+    command, and running it again (on every worker) resumes the run.
+    """
+
+    exit_status = RESTART_STATUS
 
 
 def first_line(error: BaseException, limit: int = FIRST_LINE_LIMIT, with_type: bool = False) -> str:

@@ -16,8 +16,8 @@ from resnet_app.nets import presets
 # Settings a resumed run may change: they do not change what it computes (or,
 # for the run's length, only where it ends: the trainer checks separately that
 # the learning rate of the steps left stays the same, and that a change of
-# towers keeps the batch BatchNorm normalizes over). The `sync` keys are not
-# here: model averaging, and its interval, change the weights a run reaches.
+# towers keeps the batch BatchNorm normalizes over). The `sync` mode and
+# interval are not here: model averaging changes the weights a run reaches.
 RESUMABLE_CHANGES = frozenset(
     {
         "data.data_dir",
@@ -45,6 +45,9 @@ RESUMABLE_CHANGES = frozenset(
         # The average of the weights, not the weights: it may start on resume.
         "train.ema_decay",
         "train.ema_warmup",
+        # How a lost worker is noticed and survived, not what a step computes.
+        "sync.timeout",
+        "sync.keep_last_step",
     }
 )
 

@@ -287,10 +287,20 @@ class SyncSettings:
         `averaging.py`).
       interval: steps between averages with mode model_average (1 or more;
         1 is the all-reduce update).
+      timeout: seconds a cross-worker collective may wait before its peer
+        counts as stalled (multi-worker runs); None leaves it to TensorFlow's
+        heartbeats. It must exceed the longest wait a healthy worker causes
+        (its first step's tracing, its evaluation).
+      keep_last_step: multi-worker runs keep a copy of the last step every
+        worker completed (weights, slots, statistics, in the memory of each
+        device), so that a lost or stalled worker costs no step: the
+        survivors save it (`lost_worker.py`). One copy of the state per step.
     """
 
     mode: str = "allreduce"
     interval: int = 8
+    timeout: float | None = None
+    keep_last_step: bool = True
 
     def __post_init__(self):
         _require(
@@ -298,6 +308,10 @@ class SyncSettings:
             f"sync.mode={self.mode!r}; use one of: {', '.join(SYNC_MODES)}",
         )
         at_least("sync.interval", self.interval)
+        _require(
+            self.timeout is None or self.timeout > 0,
+            f"sync.timeout={self.timeout}: give seconds above 0, or null for TensorFlow's own",
+        )
 
 
 class _ModelBase(Section):

@@ -35,14 +35,15 @@ import tensorflow as tf
 from absl import logging
 
 from resnet_app import config as config_lib
-from resnet_app.common import disk_space, run_dir
+from resnet_app.common import disk_space, distribute, run_dir
 from resnet_app.common.errors import ConfigError, first_line
 from resnet_app.common.metrics import MetricsWriter, format_duration
 from resnet_app.config import Config
 from resnet_app.data import run_pipeline
-from resnet_app.engine import divergence, preemption, setup, sync, timing
+from resnet_app.engine import divergence, lost_worker, preemption, setup, sync, timing
 from resnet_app.engine.actions import Action, Evaluator, create_actions
 from resnet_app.engine.controller import Controller
+from resnet_app.engine.last_step import LastStep
 from resnet_app.engine.step import TrainStep
 
 
@@ -134,6 +135,7 @@ def _train(
     )
     start = run.restore(run.resume_from[1] if run.resume_from else None)
     _record_settings(run, writer, start)
+    last = _last_step(run)
     global_model = sync.GlobalModel(policy, run.checkpoints, run.strategy)
     actions, evaluator = create_actions(run, writer, policy, global_model, start, extra)
     train_step = TrainStep(
@@ -149,14 +151,21 @@ def _train(
         seed=train.seed,
         ema=run.ema,
         bce_target_threshold=train.bce_target_threshold,
+        last_step=last,
     )
     controller = Controller(run, train_step, policy, global_model, intervals, actions, stop)
     _announce(run, writer, start, intervals)
     step, restored = start, run.resume_from is not None
     while True:
         try:
+            if last is not None:
+                last.commit_now(step)  # What a survivor saves until a step completes.
             step, stopped = controller.train(step, restored)
             break
+        except lost_worker.PEER_ERRORS as error:
+            if not distribute.is_multi_worker(run.strategy):
+                raise
+            raise _worker_lost(run, writer, last, error) from None
         except divergence.DivergedError as diverged:
             controller.interrupt()
             step, restored = divergence.roll_back(run, writer, diverged), True
@@ -170,6 +179,28 @@ def _train(
     if stopped:
         return _stopped(run, writer, step, stopped)
     return _finish(run, writer, controller, evaluator, step)
+
+
+def _last_step(run: setup.Run) -> LastStep | None:
+    """The copy of the last completed step a multi-worker run keeps (`sync.keep_last_step`)."""
+    if not (distribute.is_multi_worker(run.strategy) and run.config.sync.keep_last_step):
+        return None
+    variables = [*run.model.variables, *run.optimizer.variables]
+    if run.ema is not None:
+        variables += run.ema.model.variables
+    return LastStep(run.strategy, variables, run.averaging)
+
+
+def _worker_lost(
+    run: setup.Run, writer: MetricsWriter, last: LastStep | None, error: Exception
+) -> ConfigError:
+    """A peer lost: the last complete step saved, the event recorded, the one line returned."""
+    lost = lost_worker.survive(run, last, error)
+    writer.write(
+        {"step": int(run.global_step.numpy()), "event": "worker_lost", "message": str(lost)}
+    )
+    logging.error("%s", lost)
+    return lost
 
 
 def _out_of_memory(run: setup.Run, error: Exception) -> ConfigError:

@@ -192,7 +192,7 @@ def build_run(
     config, source = pretrained.prepare(config, _saved_config(model_dir, restart))
     if config.train.deterministic:
         tf.config.experimental.enable_op_determinism()
-    strategy = distribute.create_strategy(config.train.num_towers)
+    strategy = distribute.create_strategy(config.train.num_towers, config.sync.timeout)
     _check_machine(config, strategy)
     chief = distribute.is_chief(strategy)
     # Before anything is written there; the job's chief holds it for the job.

@@ -46,6 +46,7 @@ from resnet_app.engine import averaging as averaging_lib
 from resnet_app.engine import ema as ema_lib
 from resnet_app.engine import optim
 from resnet_app.engine.interval import SUMS
+from resnet_app.engine.last_step import LastStep
 from resnet_app.nets import drop_path
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -131,6 +132,8 @@ class TrainStep:
         model and optimizer built in `averaging.local_variables()`), or None.
       ema: the moving average of the weights, updated after every step (with
         model averaging, after every average), or None.
+      last_step: the copy of the last completed step (multi-worker runs,
+        `last_step.py`), committed after every step, or None.
     """
 
     def __init__(
@@ -148,8 +151,10 @@ class TrainStep:
         seed: int = 0,
         ema: ema_lib.WeightEMA | None = None,
         bce_target_threshold: float | None = None,
+        last_step: LastStep | None = None,
     ):
         self.model = model
+        self.last_step = last_step
         self.averaging = averaging
         self.optimizer = optimizer
         self.strategy = strategy
@@ -338,6 +343,8 @@ class TrainStep:
             if self.ema is not None:
                 self._update_ema()
             sums = self.strategy.reduce(SUM, sums, axis=None)
+            if self.last_step is not None:
+                self.last_step.commit(after=[sums])
             totals += sums
             done = i + 1
             if not tf.reduce_all(tf.math.is_finite(sums)):

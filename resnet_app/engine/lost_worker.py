@@ -1,0 +1,133 @@
+"""A lost or stalled worker: the survivors save the last step every worker completed.
+
+When a worker of a multi-worker run dies (or stops answering for
+`sync.timeout` seconds, or TensorFlow's heartbeats miss it), the next
+collective fails on every other worker with `UnavailableError` (or
+`DeadlineExceededError`), and TensorFlow aborts this process's collectives
+for good. Each survivor then (`survive`):
+
+1. puts back `last_step.LastStep`'s copy of the last step it completed, which
+   under all-reduce is the last step every worker completed (a step is
+   complete on a worker once all its collectives returned, and they return
+   on every worker alike or fail): the weights, statistics, slots and
+   moving average of that step, bitwise; with model averaging the last
+   average;
+2. moves the global step and the data position back to that step;
+3. saves it as a normal checkpoint of the run directory (finite-checked,
+   complete or invisible), unless a checkpoint of that step or a later one
+   is already there: whichever survivor comes first (a lock file keeps them
+   apart), the chief or not, since the chief may be the one lost;
+4. stops with one line (`WorkerLostError`, exit status 3) that names the lost
+   worker, the step saved and how to restart.
+
+Every operation here is local: no collective can run any more.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+
+import tensorflow as tf
+from absl import logging
+
+from resnet_app.common import checkpoint, distribute, run_dir
+from resnet_app.common.errors import WorkerLostError, first_line
+from resnet_app.engine.last_step import LastStep
+
+# What a failed collective raises when a peer is gone, stalled or refused.
+PEER_ERRORS = (
+    tf.errors.UnavailableError,
+    tf.errors.DeadlineExceededError,
+    tf.errors.AbortedError,
+    tf.errors.CancelledError,
+)
+SURVIVOR_LOCK = ".survivor.lock"  # Keeps two survivors' saves apart.
+_TASK = re.compile(r"/job:(worker|chief)/replica:\d+/task:(\d+)")
+_REASONS = (
+    ("stopped sending heartbeats", "it stopped sending heartbeats"),
+    ("Connection reset", "its connection was reset"),
+    ("failed to connect", "it cannot be reached"),
+    ("Connection refused", "it cannot be reached"),
+    ("Socket closed", "its connection was closed"),
+)
+
+
+def survive(run, last: LastStep | None, error: Exception) -> WorkerLostError:
+    """Saves what this survivor holds of the last complete step; returns the error to raise.
+
+    Args:
+      run: the `setup.Run`.
+      last: the copy of the last complete step, or None (`sync.keep_last_step`
+        off): then nothing beyond the last checkpoint is saved.
+      error: the failed collective's error.
+    """
+    lost = describe_lost(run.strategy, error)
+    directory = run.model_dir
+    if last is None:
+        latest = checkpoint.list_checkpoints(directory)
+        kept = os.path.basename(latest[-1][1]) if latest else "no checkpoint"
+        return WorkerLostError(
+            f"{lost}; with sync.keep_last_step=false the steps since {kept} are lost; restart "
+            "every worker with the same command to resume"
+        )
+    step = last.restore()
+    _move_counters(run, step)
+    saved = _save(run, step)
+    restart = (
+        "restart every worker with the same command to resume from it "
+        "(python -m resnet_app.launch restarts them itself)"
+    )
+    return WorkerLostError(f"{lost} at step {step}; {saved}; {restart}")
+
+
+def describe_lost(strategy: tf.distribute.Strategy, error: Exception) -> str:
+    """ "worker 1 of 2 (host:port) was lost (why)", from the error and the cluster."""
+    resolver = strategy.cluster_resolver
+    spec = resolver.cluster_spec().as_dict()
+    me = (resolver.task_type, int(resolver.task_id))
+    text = str(error)
+    named = sorted({(kind, int(index)) for kind, index in _TASK.findall(text)} - {me})
+    tasks = [(kind, index) for kind in spec for index in range(len(spec[kind]))]
+    others = [task for task in tasks if task != me]
+    if not named and len(others) == 1:
+        named = others  # Two workers: the other one.
+    why = next((reason for key, reason in _REASONS if key in text), None)
+    if isinstance(error, tf.errors.DeadlineExceededError):
+        why = "it did not answer within sync.timeout"
+    why = why or first_line(error)
+    if not named:
+        return f"a worker of {len(tasks)} was lost ({why})"
+    who = ", ".join(f"{kind} {index} ({spec[kind][index]})" for kind, index in named)
+    return f"{who} of {len(tasks)} was lost ({why})"
+
+
+def _move_counters(run, step: int) -> None:
+    """The global step and data position of `step`, set on this worker's copies only."""
+    live_step = int(run.global_step.numpy())
+    position = int(run.data_position.numpy()) + (step - live_step) * run.config.train.batch_size
+    for variable, value in ((run.global_step, step), (run.data_position, position)):
+        for local in run.strategy.experimental_local_results(variable):
+            local.assign(value)
+
+
+def _save(run, step: int) -> str:
+    """Saves `step` in the run directory unless it or a later step is there; says what was done."""
+    directory = run.model_dir
+    name = run_dir.checkpoint_name(step)
+    if not run.checkpoints.finite():
+        return (
+            f"its weights are not finite, so nothing was saved after the checkpoints in {directory}"
+        )
+    with open(os.path.join(directory, SURVIVOR_LOCK), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        steps = [saved for saved, _ in checkpoint.list_checkpoints(directory)]
+        if steps and max(steps) >= step:
+            newest = run_dir.checkpoint_name(max(steps))
+            return f"{newest} in {directory} already holds every step completed"
+        prefix = os.path.join(directory, name)
+        run.checkpoints.write_now(prefix)
+    where = "this worker" if run.chief else f"worker {distribute.worker_index(run.strategy)}"
+    logging.warning("Saved %s (step %d), the last complete step, to %s", name, step, directory)
+    return f"{where} saved {name} in {directory}, the last step every worker completed"
