@@ -22,6 +22,7 @@ A run directory holds:
 - `train/`, `eval/`: TensorBoard's events;
 - `reports/`: `python -m resnet_app.evaluate`'s reports (`serving/reports.py`);
 - `previous-<time>/`: an earlier run, moved aside by `--restart` (`move_aside`);
+- `logs/worker<i>.log`: each worker's output under `python -m resnet_app.launch`;
 - `trainer.lock`: locked by the trainer while it runs, holding its pid, host
   and start time (`run_lock.py`); it stays put on `--restart`.
 
@@ -56,6 +57,7 @@ EMA_EVAL_EVENTS_DIR = "eval_ema"  # The moving average of the weights, evaluated
 REPORTS_DIR = "reports"
 PREVIOUS_PREFIX = "previous-"
 LOCK_FILE = "trainer.lock"
+LOGS_DIR = "logs"  # The launcher's worker logs.
 BEST_DIR = "best"
 BEST_FILE = "best.json"
 BEST_CHOICE = "best"  # --checkpoint=best
@@ -282,9 +284,12 @@ def move_aside(directory: str) -> str | None:
     """
     if not os.path.isdir(directory):
         return None
-    # The lock stays: the trainer moving the run aside holds it.
+    # The lock stays (the trainer moving the run aside holds it), and the
+    # launcher's logs, which it is writing.
     names = [
-        n for n in os.listdir(directory) if not n.startswith(PREVIOUS_PREFIX) and n != LOCK_FILE
+        n
+        for n in os.listdir(directory)
+        if not n.startswith(PREVIOUS_PREFIX) and n not in (LOCK_FILE, LOGS_DIR)
     ]
     if not names:
         return None

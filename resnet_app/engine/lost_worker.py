@@ -63,7 +63,7 @@ def survive(run, last: LastStep | None, error: Exception) -> WorkerLostError:
         off): then nothing beyond the last checkpoint is saved.
       error: the failed collective's error.
     """
-    lost = describe_lost(run.strategy, error)
+    lost = describe_lost(run.strategy, error, run.config.sync.timeout)
     directory = run.model_dir
     if last is None:
         latest = checkpoint.list_checkpoints(directory)
@@ -82,7 +82,9 @@ def survive(run, last: LastStep | None, error: Exception) -> WorkerLostError:
     return WorkerLostError(f"{lost} at step {step}; {saved}; {restart}")
 
 
-def describe_lost(strategy: tf.distribute.Strategy, error: Exception) -> str:
+def describe_lost(
+    strategy: tf.distribute.Strategy, error: Exception, timeout: float | None = None
+) -> str:
     """ "worker 1 of 2 (host:port) was lost (why)", from the error and the cluster."""
     resolver = strategy.cluster_resolver
     spec = resolver.cluster_spec().as_dict()
@@ -95,7 +97,7 @@ def describe_lost(strategy: tf.distribute.Strategy, error: Exception) -> str:
         named = others  # Two workers: the other one.
     why = next((reason for key, reason in _REASONS if key in text), None)
     if isinstance(error, tf.errors.DeadlineExceededError):
-        why = "it did not answer within sync.timeout"
+        why = f"it did not answer within sync.timeout={timeout:g} s" if timeout else "timed out"
     why = why or first_line(error)
     if not named:
         return f"a worker of {len(tasks)} was lost ({why})"
