@@ -23,6 +23,7 @@ in memory and time: see `scripts/benchmark.py --variants=...,last_step`.
 
 from __future__ import annotations
 
+import keras
 import tensorflow as tf
 
 from resnet_app.engine.averaging import ModelAveraging
@@ -32,7 +33,8 @@ def _components(strategy: tf.distribute.Strategy, variables) -> list[tf.Variable
     """Every local copy (one per local replica) of every variable, in order."""
     found = []
     for variable in variables:
-        value = getattr(variable, "value", variable)  # A Keras variable wraps a tf.Variable.
+        # A Keras variable wraps a tf.Variable.
+        value = variable.value if isinstance(variable, keras.Variable) else variable
         found += list(strategy.experimental_local_results(value))
     return found
 
