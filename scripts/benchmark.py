@@ -18,7 +18,8 @@ its peak memory is its own):
   `python -m resnet_app.train`'s trainer, timed between its training records;
   ema, drop_path, bce (ask for them with --variants): the trainer with the
   modern recipe's per-step pieces, the moving average of the weights,
-  stochastic depth at 0.1, binary cross-entropy.
+  stochastic depth at 0.1, binary cross-entropy; last_step: the copy of the
+  last completed step that multi-worker runs keep (`engine/last_step.py`).
 Images/sec are the median of --windows timed windows of --steps steps after a
 warm-up window, wall clock, host overhead included; with --repeats=N each
 variant runs in N processes, in rounds (every variant once per round), and
@@ -76,6 +77,9 @@ TRAINER_VARIANTS = {
     "ema": ["train.ema_decay=0.999"],
     "drop_path": ["model.drop_path_rate=0.1"],
     "bce": ["train.loss=bce"],
+    # The copy of the last step a multi-worker run keeps (`engine/last_step.py`),
+    # here in one process (not in the default list).
+    "last_step": [],
 }
 KERAS_VARIANTS = ("keras_fit", "keras_fit_nojit", "keras_fit_our_layers")
 # `model:NAME`: the trainer's fp32 row for another preset, at the same size and
@@ -197,7 +201,9 @@ def measure_keras_fit(jit: bool, stock_layers: bool) -> dict:
     return {"images_per_sec": window_rates(times, steps * batch)}
 
 
-def measure_trainer(sets: list[str], dataset: str = "synthetic") -> dict:
+def measure_trainer(
+    sets: list[str], dataset: str = "synthetic", keep_last_step: bool = False
+) -> dict:
     from resnet_app import config
     from resnet_app.engine import loop
 
@@ -218,6 +224,8 @@ def measure_trainer(sets: list[str], dataset: str = "synthetic") -> dict:
             *sets,
         ]
     )
+    if keep_last_step:
+        loop.keeps_last_step = lambda run: True
     started = time.time()
     loop.train_and_evaluate(resolved, model_dir)
     with open(run_dir.metrics_path(model_dir)) as f:
@@ -297,7 +305,7 @@ def run_worker(variant: str) -> dict:
             jit=variant != "keras_fit_nojit", stock_layers=variant != "keras_fit_our_layers"
         )
     elif variant in TRAINER_VARIANTS:
-        result = measure_trainer(TRAINER_VARIANTS[variant])
+        result = measure_trainer(TRAINER_VARIANTS[variant], keep_last_step=variant == "last_step")
     elif variant.startswith(MODEL_PREFIX):  # Another preset, trained like fp32.
         result = measure_trainer([f"model.name={variant.removeprefix(MODEL_PREFIX)}"])
     elif variant == "input_trainer":

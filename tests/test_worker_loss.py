@@ -213,6 +213,7 @@ def test_a_stalled_worker_is_found_within_the_timeout(tmp_path, data_dir):
         "--grace=3",
         extra=[f"--set=sync.timeout={timeout}"],
     )
+    wait_for_step(model_dir, 1, launcher)
     survivor = worker_pid(launcher, 0)
     recorded = kill_between_checkpoints(launcher, model_dir, victim=1, number=signal.SIGSTOP)
     stalled = time.monotonic()

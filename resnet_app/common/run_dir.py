@@ -23,6 +23,8 @@ A run directory holds:
 - `reports/`: `python -m resnet_app.evaluate`'s reports (`serving/reports.py`);
 - `previous-<time>/`: an earlier run, moved aside by `--restart` (`move_aside`);
 - `logs/worker<i>.log`: each worker's output under `python -m resnet_app.launch`;
+- `.survivor.lock`: locked while a survivor of a lost worker saves
+  (`engine/lost_worker.py`);
 - `trainer.lock`: locked by the trainer while it runs, holding its pid, host
   and start time (`run_lock.py`); it stays put on `--restart`.
 
@@ -58,6 +60,7 @@ REPORTS_DIR = "reports"
 PREVIOUS_PREFIX = "previous-"
 LOCK_FILE = "trainer.lock"
 LOGS_DIR = "logs"  # The launcher's worker logs.
+SURVIVOR_LOCK_FILE = ".survivor.lock"  # Keeps apart the saves of a lost worker's survivors.
 BEST_DIR = "best"
 BEST_FILE = "best.json"
 BEST_CHOICE = "best"  # --checkpoint=best

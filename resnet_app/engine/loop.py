@@ -181,9 +181,18 @@ def _train(
     return _finish(run, writer, controller, evaluator, step)
 
 
+def keeps_last_step(run: setup.Run) -> bool:
+    """Whether the run keeps a copy of its last step: multi-worker, `sync.keep_last_step`.
+
+    (`scripts/benchmark.py --variants=last_step` makes a one-process run keep
+    one, to measure what it costs.)
+    """
+    return distribute.is_multi_worker(run.strategy) and run.config.sync.keep_last_step
+
+
 def _last_step(run: setup.Run) -> LastStep | None:
-    """The copy of the last completed step a multi-worker run keeps (`sync.keep_last_step`)."""
-    if not (distribute.is_multi_worker(run.strategy) and run.config.sync.keep_last_step):
+    """The copy of the last completed step (`last_step.py`), when the run keeps one."""
+    if not keeps_last_step(run):
         return None
     variables = [*run.model.variables, *run.optimizer.variables]
     if run.ema is not None:
@@ -199,8 +208,7 @@ def _worker_lost(
     writer.write(
         {"step": int(run.global_step.numpy()), "event": "worker_lost", "message": str(lost)}
     )
-    logging.error("%s", lost)
-    return lost
+    return lost  # The command prints it, once.
 
 
 def _out_of_memory(run: setup.Run, error: Exception) -> ConfigError:

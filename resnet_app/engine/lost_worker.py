@@ -43,7 +43,6 @@ PEER_ERRORS = (
     tf.errors.AbortedError,
     tf.errors.CancelledError,
 )
-SURVIVOR_LOCK = ".survivor.lock"  # Keeps two survivors' saves apart.
 _TASK = re.compile(r"/job:(worker|chief)/replica:\d+/task:(\d+)")
 _REASONS = (
     ("stopped sending heartbeats", "it stopped sending heartbeats"),
@@ -122,7 +121,7 @@ def _save(run, step: int) -> str:
         return (
             f"its weights are not finite, so nothing was saved after the checkpoints in {directory}"
         )
-    with open(os.path.join(directory, SURVIVOR_LOCK), "a") as lock:
+    with open(os.path.join(directory, run_dir.SURVIVOR_LOCK_FILE), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         steps = [saved for saved, _ in checkpoint.list_checkpoints(directory)]
         if steps and max(steps) >= step:
