@@ -9,6 +9,7 @@ import math
 import pytest
 
 from resnet_app import config
+from resnet_app.common.errors import ConfigError
 from resnet_app.engine.resume import check_resume
 
 TINY = ["model.name=tiny", "train.batch_size=16"]
@@ -78,3 +79,19 @@ def test_refusals_add_up():
         "train.batch_size 16 -> 32",
         "replicas 2 -> 1 (each BatchNorm normalizes over 16 -> 32 examples)",
     ]
+
+
+def test_how_a_lost_worker_is_noticed_may_change_on_resume():
+    check = check_resume(
+        resolve(), resolve("sync.timeout=30", "sync.keep_last_step=false"), 4, 2, 2, EXAMPLES
+    )
+    assert check.changes == {"sync.timeout": (None, 30.0), "sync.keep_last_step": (True, False)}
+    assert check.refused == []
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_a_sync_timeout_must_be_seconds_above_0(value):
+    with pytest.raises(
+        ConfigError, match=rf"sync.timeout={float(value)}: give seconds above 0"
+    ):
+        resolve(f"sync.timeout={value}")
