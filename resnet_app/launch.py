@@ -129,18 +129,24 @@ class Group:
                 return None
             time.sleep(0.2)
 
-    def finish(self, grace: float) -> list[int]:
-        """Waits up to `grace` seconds for the others, kills the rest; their statuses."""
+    def finish(self, grace: float) -> tuple[list[int], set[int]]:
+        """Waits up to `grace` seconds for the others, kills the rest.
+
+        Returns:
+          Every worker's exit status, and the indices of those killed here.
+        """
         deadline = time.monotonic() + grace
-        for process in self.processes:
+        killed = set()
+        for index, process in enumerate(self.processes):
             try:
                 process.wait(timeout=max(deadline - time.monotonic(), 0.0))
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+                killed.add(index)
         for pump in self._pumps:
             pump.join(timeout=5)
-        return [p.returncode for p in self.processes]
+        return [p.returncode for p in self.processes], killed
 
     def signal(self, number: int) -> None:
         for process in self.processes:
@@ -158,6 +164,20 @@ def _pump(process: subprocess.Popen, log, index: int) -> None:
                 sys.stderr.write(line)
             elif line.startswith("error: "):
                 sys.stderr.write(f"[worker {index}] {line}")
+
+
+def _what_failed(
+    group: Group, first: int, statuses: list[int], killed: set[int], grace: float
+) -> str:
+    """The worker to blame: not a survivor that saved (status 3), unless none is left."""
+    index = next(
+        (i for i, s in enumerate(statuses) if s not in (0, RESTART_STATUS) and i not in killed),
+        next(iter(sorted(killed)), first),
+    )
+    what = f"worker {index} ({group.addresses[index]})"
+    if index in killed:
+        return f"{what} stopped answering and was killed after --grace={grace:g} s"
+    return f"{what} {describe_exit(statuses[index])}"
 
 
 def launch(count: int, train_args: list[str], max_restarts: int, grace: float, host: str) -> int:
@@ -179,10 +199,10 @@ def launch(count: int, train_args: list[str], max_restarts: int, grace: float, h
             # A restart resumes: it must not start over again.
             train_args = [a for a in train_args if a not in ("--restart", "--restart=true")]
             failed = group.wait_for_first_failure()
-            statuses = group.finish(0 if failed is None else grace)
+            statuses, killed = group.finish(0 if failed is None else grace)
             if failed is None or stopping:
                 return next((s for s in statuses if s), 0) if stopping else 0
-            what = f"worker {failed} ({group.addresses[failed]}) {describe_exit(statuses[failed])}"
+            what = _what_failed(group, failed, statuses, killed, grace)
             if any(s == cli.USAGE_ERROR for s in statuses) and RESTART_STATUS not in statuses:
                 logging.error("launch: %s on a usage error; not restarting", what)
                 return cli.USAGE_ERROR

@@ -225,6 +225,9 @@ def test_a_stalled_worker_is_found_within_the_timeout(tmp_path, data_dir):
     (lost,) = [line for line in errors.splitlines() if line.startswith("error: ")]
     assert "worker 1 (127.0.0.1:" in lost and " was lost (" in lost, lost
     assert recorded <= saved_step(lost, survivor=0)
+    (gave_up,) = [line for line in errors.splitlines() if "launch: worker" in line]
+    assert "launch: worker 1 (127.0.0.1:" in gave_up, gave_up
+    assert "stopped answering and was killed after --grace=3 s" in gave_up
     # The timeout, the save and the exit (or TensorFlow's heartbeats, if sooner).
     assert found < timeout + 20, found
 
