@@ -309,7 +309,10 @@ def test_two_workers_end_with_the_same_global_model(tmp_path):
     [
         ("--sync=foo", r"sync.mode='foo'; use one of: allreduce, model_average"),
         ("--average_interval=0", r"sync.interval=0; use 1 or more"),
-        ("--set=sync.intervall=2", r"unknown sync key\(s\) intervall; valid keys: interval, keep_last_step, mode, timeout"),
+        (
+            "--set=sync.intervall=2",
+            r"unknown sync key\(s\) intervall; valid keys: interval, keep_last_step, mode, timeout",
+        ),
         (
             "--sync=model_average --precision=fp16",
             r"sync.mode=model_average cannot use train.precision=fp16",
