@@ -35,6 +35,16 @@ def pytest_collection_modifyitems(config, items):
     items[:] = kept
 
 
+@pytest.fixture
+def op_determinism_off_after():
+    """`train.deterministic` turns TensorFlow's op determinism on for the whole process
+    (and a later test's input timing would fail): off again after the test."""
+    yield
+    from tensorflow.python.framework import config as tf_config
+
+    tf_config.disable_op_determinism()
+
+
 EVAL_EXAMPLES = 37  # Not a multiple of any batch size used in tests: the last batch is padded.
 
 

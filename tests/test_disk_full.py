@@ -18,7 +18,8 @@ from resnet_app.engine import loop
 from resnet_app.engine.actions import Action
 from tests import runs
 
-pytestmark = pytest.mark.integration  # Training runs: not in --fast.
+# Training runs (not in --fast); `train.deterministic` runs in this process.
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("op_determinism_off_after")]
 
 
 @pytest.fixture

@@ -18,17 +18,9 @@ from tests import runs
 from tests.commands import error_line, run_command
 from tests.tfds_mock import closed_port
 
-pytestmark = pytest.mark.integration  # Training runs and subprocesses.
+# Training runs and subprocesses; `train.deterministic` runs in this process.
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("op_determinism_off_after")]
 CLASSES = (5, 6, 7)
-
-
-@pytest.fixture(autouse=True)
-def _op_determinism_off_after():
-    """`train.deterministic` turns TensorFlow's op determinism on for the process."""
-    yield
-    from tensorflow.python.framework import config as tf_config
-
-    tf_config.disable_op_determinism()
 
 
 def write_folder(root, data_dir, per_class=(8, 6)):
