@@ -324,13 +324,8 @@ class RunCheckpoint:
             directory, the space free and needed, and the checkpoint intact.
         """
         self._warn_if_space_is_low(step)
-        try:
+        with self._failed_save_cleaned(os.path.join(self.save_dir, run_dir.checkpoint_name(step))):
             return self.manager.save(checkpoint_number=step)
-        except (tf.errors.OpError, OSError) as error:
-            _remove_partial(os.path.join(self.save_dir, run_dir.checkpoint_name(step)))
-            if disk_space.is_disk_full(error):
-                raise self._disk_full(step) from None
-            raise
 
     def write_now(self, prefix: str) -> str:
         """Writes a checkpoint at `prefix` outside the manager, then lists it in the
@@ -340,16 +335,10 @@ class RunCheckpoint:
         Raises:
           DiskFullError: as `save`.
         """
-        step = run_dir.checkpoint_step(os.path.basename(prefix) + ".index")
-        try:
+        with self._failed_save_cleaned(prefix):
             # Counted as `save` counts (and so saved), as every other checkpoint of the run.
             self.checkpoint.save_counter.assign_add(1)
             self.checkpoint.write(prefix)
-        except (tf.errors.OpError, OSError) as error:
-            _remove_partial(prefix)
-            if disk_space.is_disk_full(error):
-                raise self._disk_full(step, os.path.dirname(prefix)) from None
-            raise
         directory = os.path.dirname(prefix)
         tf.compat.v1.train.update_checkpoint_state(
             directory,
@@ -357,6 +346,19 @@ class RunCheckpoint:
             all_model_checkpoint_paths=[path for _, path in list_checkpoints(directory)],
         )
         return prefix
+
+    @contextlib.contextmanager
+    def _failed_save_cleaned(self, prefix: str):
+        """Around a save to `prefix`: a failure leaves nothing of it, and a full disk is
+        one line (`DiskFullError`)."""
+        try:
+            yield
+        except (tf.errors.OpError, OSError) as error:
+            _remove_partial(prefix)
+            if disk_space.is_disk_full(error):
+                step = run_dir.checkpoint_step(os.path.basename(prefix) + ".index")
+                raise self._disk_full(step, os.path.dirname(prefix)) from None
+            raise
 
     def _expected_size(self, step: int, directory: str | None = None) -> int:
         """What a checkpoint takes: the newest one's files, else the variables' bytes."""
