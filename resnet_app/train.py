@@ -127,7 +127,9 @@ def config_from_flags() -> config.Config:
 
 def default_model_dir(resolved: config.Config) -> str:
     """`runs/<dataset>_<model>_<date-time>` under the current directory."""
-    dataset = resolved.data.dataset.replace("folder:", "").strip("/").replace("/", "_")
+    from resnet_app.data.sources import registry  # No TensorFlow.
+
+    dataset = registry.file_label(resolved.data.dataset)
     return os.path.join("runs", f"{dataset}_{resolved.model_name}_{time.strftime('%Y%m%d-%H%M%S')}")
 
 

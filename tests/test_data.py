@@ -363,7 +363,7 @@ def test_tfds_cifar10_through_mock_data_is_held_in_memory(tmp_path):
         pipeline = input_pipeline.create_pipeline(
             input_pipeline.DataConfig(dataset="cifar10", data_dir=str(tmp_path))
         )
-        assert pipeline.train_split.kind == "array"
+        assert pipeline.train_split.indexed and not pipeline.train_split.encoded
         assert pipeline.num_train_examples == 40 and pipeline.num_classes == 10
         assert pipeline.eval_split_name == "test"
         examples = take_examples(pipeline.train_dataset(20), 40)
@@ -381,7 +381,7 @@ def test_tfds_imagenet2012_through_mock_data_is_streamed(tmp_path):
                 dataset="imagenet2012", data_dir=str(tmp_path), shuffle_buffer=8
             )
         )
-        assert pipeline.train_split.kind == "records"
+        assert not pipeline.train_split.indexed
         assert pipeline.num_classes == 1000 and pipeline.eval_split_name == "validation"
         assert pipeline.preprocessing.family == "imagenet"
         assert pipeline.preprocessing.eval_resize == 256
@@ -416,7 +416,7 @@ def test_tfds_records_on_real_files_with_slicing(tmp_path, monkeypatch):
     builder.download_and_prepare(download_config=tfds.download.DownloadConfig(num_shards=3))
     assert len(builder.info.splits["train"].shard_lengths) == 3
     stored = tfds.as_numpy(builder.as_dataset(split="train", batch_size=-1))
-    monkeypatch.setattr(sources, "IN_MEMORY_LIMIT_BYTES", 0)
+    monkeypatch.setattr(sources.tfds_source, "IN_MEMORY_LIMIT_BYTES", 0)
     config = input_pipeline.DataConfig(
         dataset="dummy_mnist",
         data_dir=str(tmp_path),
@@ -426,7 +426,7 @@ def test_tfds_records_on_real_files_with_slicing(tmp_path, monkeypatch):
         shuffle_buffer=4,
     )
     pipeline = input_pipeline.create_pipeline(config)
-    assert pipeline.train_split.kind == "records"
+    assert not pipeline.train_split.indexed
     assert pipeline.num_train_examples == 12 and pipeline.num_eval_examples() == 4
     # The holdout is examples 12-15 of the split, with ids 0-3 within it.
     batches = list(pipeline.eval_dataset(3))

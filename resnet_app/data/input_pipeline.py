@@ -35,8 +35,6 @@ Image size and recipe follow one rule (`data/image_size.py`);
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -53,26 +51,10 @@ __all__ = ["DataConfig", "InputPipeline", "create_pipeline"]
 SYNTHETIC_SPLIT_SIZES = {"train": 50_000, "test": 10_000}
 
 
-def _load_source(config: DataConfig) -> sources.Source | None:
-    name = config.dataset
-    if name == "synthetic":
-        return None
-    if name == "shapes":
-        return sources.load_shapes(config.data_dir, config.train_examples, config.eval_examples)
-    if name.startswith(sources.FOLDER_PREFIX):
-        path = name[len(sources.FOLDER_PREFIX) :]
-        if not path:
-            raise ConfigError("--dataset=folder:PATH needs a path, e.g. folder:/data/imagenet")
-        return sources.load_folder(path)
-    return sources.load_tfds(name, config.data_dir)
-
-
 def _limit(split: sources.Split, count: int | None) -> sources.Split:
     if count is None or count >= split.num_examples:
         return split
-    if split.kind == "records":
-        return split.records.slice_split(None, count, split.name)
-    return split.subset(np.arange(count))
+    return split.slice(None, count)
 
 
 def _channel_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -118,7 +100,7 @@ class InputPipeline:
         recorded_image_size: int | None = None,
     ):
         self.config = config
-        source = _load_source(config)
+        source = sources.load_source(config)
         if source is not None:
             # Limit first, then hold out: --train_examples=N --validation_split=M
             # trains on N - M examples.
@@ -148,7 +130,7 @@ class InputPipeline:
         mean, std = config.mean, config.std
         if mean is None or std is None:
             measured = (preprocessing.IMAGENET_MEAN, preprocessing.IMAGENET_STD)
-            if self.train_split is not None and self.train_split.kind == "array":
+            if self.train_split is not None and not self.train_split.encoded:
                 measured = _channel_stats(self.train_split.images)
             mean, std = mean or measured[0], std or measured[1]
         eval_resize = _eval_resize(config, family, size)
@@ -257,18 +239,6 @@ class InputPipeline:
         resize = self.source.image_size != config.image_size
         return preprocessing.eval_image(image, config, encoded=encoded, resize=resize)
 
-    def _lookup(self, split: sources.Split) -> Callable[[tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
-        """A function from example index to (raw image, label)."""
-        labels = tf.constant(split.labels, tf.int64)
-        if split.kind == "array":
-            images = tf.constant(split.images)
-            return lambda i: (tf.gather(images, i), tf.gather(labels, i))
-        if split.contents is not None:
-            contents = tf.constant(split.contents, tf.string)
-            return lambda i: (tf.gather(contents, i), tf.gather(labels, i))
-        files = tf.constant(split.files, tf.string)
-        return lambda i: (tf.io.read_file(tf.gather(files, i)), tf.gather(labels, i))
-
     # -- training ----------------------------------------------------------------
 
     def epoch_order(self, epoch: int) -> np.ndarray:
@@ -308,22 +278,22 @@ class InputPipeline:
         if self.train_split is None:
             return self._synthetic(batch)
         size = self.num_train_examples
-        first_epoch, offset = divmod(start_example, size)
         seed = self.config.seed
         split = self.train_split
 
         # A stream of (epoch's augmentation key, id, raw image, label), entered
         # at `start_example`.
-        if split.kind == "records":
-            # tfds builds its reader inside flat_map; autograph has nothing to do there.
-            record_epoch = tf.autograph.experimental.do_not_convert(
-                lambda epoch: self._record_epoch(split, epoch)
+        if not split.indexed:
+            stream = split.stream.training(
+                seed, start_example, num_shards, shard_index, self.config.shuffle_buffer
             )
-            stream = tf.data.Dataset.range(first_epoch, 1 << 62).flat_map(record_epoch)
-            # Skipping happens on encoded records: nothing is decoded.
-            stream = stream.skip(offset).shard(num_shards, shard_index)
+            stream = stream.map(
+                lambda epoch, *example: (seeds.augment_key(seed, epoch), *example),
+                num_parallel_calls=options.parallel_calls(),
+            )
         else:
-            lookup = self._lookup(split)
+            lookup = split.lookup()
+            first_epoch, offset = divmod(start_example, size)
 
             def epoch_indices(epoch):
                 order = seeds.permutation(size, seed, epoch)
@@ -350,21 +320,6 @@ class InputPipeline:
         settings = self.config.mix_settings()
         stream = mixing.mix_stream(stream, settings, seed, start_example // global_batch_size)
         return stream.prefetch(tf.data.AUTOTUNE).with_options(options.dataset_options())
-
-    def _record_epoch(self, split: sources.Split, epoch: tf.Tensor) -> tf.data.Dataset:
-        # Built inside flat_map's graph. Dataset.shuffle pairs its seed with the
-        # graph's (TF's global seed), and with a global seed of 0 it cannot take
-        # a tensor seed at all (it compares the pair with (0, 0)). Our seed is
-        # complete on its own: the order depends on (seed, epoch) only.
-        if not tf.executing_eagerly():
-            tf.compat.v1.get_default_graph().seed = None
-        file_seed, buffer_seed = tf.unstack(
-            seeds.stream_seed(self.config.seed, seeds.RECORDS, epoch)
-        )
-        records = split.records(file_seed)
-        records = records.shuffle(self.config.shuffle_buffer, seed=buffer_seed)
-        key = seeds.augment_key(self.config.seed, epoch)
-        return records.map(lambda x: (key, x["id"], x["image"], x["label"]))
 
     # -- evaluation --------------------------------------------------------------
 
@@ -400,10 +355,14 @@ class InputPipeline:
           ConfigError: for `crops` on synthetic data, which has no images to crop.
         """
         total = self.num_eval_examples(split)
-        per_shard = math.ceil(total / num_shards)
-        num_batches = math.ceil(per_shard / batch_size / batches_multiple_of) * batches_multiple_of
-        padded = num_batches * batch_size
         data = self.eval_split(split)
+        sizes = (
+            data.shard_sizes(num_shards)
+            if data is not None
+            else [len(range(i, total, num_shards)) for i in range(num_shards)]
+        )
+        num_batches = sources.eval_batches(sizes, batch_size, batches_multiple_of)
+        padded = num_batches * batch_size
         if data is None:
             if crops:
                 raise ConfigError("synthetic data has no images to crop; use --tta=flip")
@@ -413,11 +372,11 @@ class InputPipeline:
         # Every pipeline reads its share, then pads with masked blanks to
         # `padded` examples. An undecodable file is dropped with a warning and
         # then simply not counted.
-        if data.kind == "records":
-            stream = data.records(None).shard(num_shards, shard_index)
+        if not data.indexed:
+            stream = data.stream.evaluation(num_shards, shard_index)
             stream = stream.map(lambda x: (x["id"], x["image"], x["label"]))
         else:
-            lookup = self._lookup(data)
+            lookup = data.lookup()
             stream = tf.data.Dataset.from_tensor_slices(
                 np.arange(shard_index, total, num_shards, dtype=np.int64)
             )

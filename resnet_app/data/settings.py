@@ -117,6 +117,16 @@ class DataConfig:
         config it defaults to None, meaning train.precision's (see
         `config.Config`); the pipeline needs it set.
       num_classes: `synthetic` only: the number of labels.
+      class_names: `csv:` and `tfrecord:` sources: the classes, in label order,
+        when the labels are integer ids (default: the class texts of TFRecords;
+        a table's label names, sorted; else the ids themselves).
+      multi_label: `csv:` sources: several labels per image (default: when a
+        label cell holds several space-separated names); true or false forces it.
+      label_offset: `tfrecord:` sources: subtracted from every stored label
+        (1 for ImageNet's files, whose labels start at 1).
+      image_key: `tfrecord:` sources: the feature with the encoded image.
+      label_key: `tfrecord:` sources: the int64 label feature.
+      text_key: `tfrecord:` sources: the class-name feature, read when present.
     """
 
     dataset: str = "shapes"
@@ -151,6 +161,12 @@ class DataConfig:
     seed: int = dataclasses.field(default=0, metadata={SET_BY: "train.seed"})
     dtype: str | None = "float32"
     num_classes: int = 10
+    class_names: tuple[str, ...] | None = None
+    multi_label: bool | None = None
+    label_offset: int = 0
+    image_key: str = "image/encoded"
+    label_key: str = "image/class/label"
+    text_key: str = "image/class/text"
 
     def __post_init__(self):
         def check(ok: bool, message: str) -> None:
@@ -158,6 +174,10 @@ class DataConfig:
                 raise ConfigError(message)
 
         check(bool(self.dataset), "dataset must not be empty; try --dataset=shapes")
+        check(
+            self.class_names is None or len(set(self.class_names)) == len(self.class_names) > 0,
+            f"class_names={list(self.class_names or ())} must be distinct names, at least one",
+        )
         check(
             self.preprocessing in FAMILIES,
             f"preprocessing={self.preprocessing!r}; use one of {', '.join(FAMILIES)}",

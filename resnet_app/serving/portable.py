@@ -66,13 +66,13 @@ def split_images(split, preprocessing: Preprocessing, count: int | None = None):
     """
     total = split.num_examples if count is None else min(count, split.num_examples)
     images, labels = [], []
-    if split.kind == "records":
-        for example in split.records(None).take(total):
+    if not split.indexed:
+        for example in split.stream.evaluation(1, 0).take(total):
             images.append(fixed_size_image(decode_image(example["image"]), preprocessing))
             labels.append(int(example["label"]))
     else:
         for i in range(total):
-            if split.kind == "array":
+            if split.images is not None:
                 image = split.images[i]
             else:
                 content = split.contents[i] if split.contents is not None else None

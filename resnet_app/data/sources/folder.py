@@ -1,0 +1,77 @@
+"""`--dataset=folder:PATH`: an image folder in the ImageNet layout, `PATH/<split>/<class>/<file>`."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from resnet_app.common.errors import ConfigError
+from resnet_app.data.sources.base import Source
+from resnet_app.data.sources.image_files import FileSplits
+from resnet_app.data.sources.registry import register_source
+
+PREFIX = "folder:"
+EVAL_SPLITS = ("val", "validation", "test")
+
+
+def _list_split(root: str, split: str, class_names: list[str]) -> tuple[list, list]:
+    paths, labels = [], []
+    split_dir = os.path.join(root, split)
+    for entry in sorted(os.listdir(split_dir)):
+        class_dir = os.path.join(split_dir, entry)
+        if entry.startswith(".") or not os.path.isdir(class_dir):
+            continue
+        if entry not in class_names:
+            raise ConfigError(
+                f"{class_dir} is a class that train/ does not have; every split of "
+                f"folder:{root} must use the classes of train/"
+            )
+        label = class_names.index(entry)
+        for name in sorted(os.listdir(class_dir)):
+            path = os.path.join(class_dir, name)
+            if not name.startswith(".") and os.path.isfile(path):
+                paths.append(path)
+                labels.append(label)
+    return paths, labels
+
+
+@register_source("folder", usage="folder:PATH")
+def load(root: str, config=None) -> Source:
+    """An image folder: `root/train/<class>/<image>`, optionally val/, validation/, test/.
+
+    Class names are the sorted directory names of `root/train`. Unreadable
+    files are skipped and counted (`image_files.FileSplits`).
+
+    Args:
+      root: the folder.
+      config: the `DataConfig` (unused).
+
+    Returns:
+      The source, with indexed file splits.
+    """
+    name = PREFIX + root
+    if not os.path.isdir(root):
+        raise ConfigError(f"--dataset={name}: {root} is not a directory")
+    split_names = sorted(
+        entry for entry in os.listdir(root) if os.path.isdir(os.path.join(root, entry))
+    )
+    if "train" not in split_names:
+        raise ConfigError(
+            f"--dataset={name}: no train/ in {root}; expected {root}/train/<class>/<image> "
+            f"(and optionally {root}/val/<class>/<image>)"
+        )
+    train_dir = os.path.join(root, "train")
+    class_names = sorted(
+        entry
+        for entry in os.listdir(train_dir)
+        if not entry.startswith(".") and os.path.isdir(os.path.join(train_dir, entry))
+    )
+    if not class_names:
+        raise ConfigError(f"--dataset={name}: {train_dir} has no class subdirectories")
+    builder, splits = FileSplits(name), {}
+    for split in ["train"] + [s for s in EVAL_SPLITS if s in split_names]:
+        paths, labels = _list_split(root, split, class_names)
+        splits[split] = builder.split(split, paths, np.array(labels, np.int64), f"{root}/{split}")
+    builder.finish()
+    return Source(name, class_names, None, splits)

@@ -1,0 +1,119 @@
+"""Image files named by a source (a folder, a CSV table): checked once, skipped when unreadable.
+
+A file that is not a complete JPEG, PNG, BMP or GIF image is found by its first
+and last bytes, without decoding, and skipped; the count is logged once. A set
+of files small enough is read into memory once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+
+import numpy as np
+from absl import logging
+
+from resnet_app.common.errors import ConfigError
+from resnet_app.data.sources.base import Split
+
+# A split whose files fit in this many bytes is read into memory once.
+MEMORY_LIMIT_BYTES = 512 << 20
+THREADS = 16
+
+_MAGIC = {
+    b"\xff\xd8\xff": "jpeg",
+    b"\x89PNG\r\n\x1a\n": "png",
+    b"GIF87a": "gif",
+    b"GIF89a": "gif",
+    b"BM": "bmp",
+}
+
+
+def sniff_image(path: str) -> str | None:
+    """The format of an image file from its bytes, or None if it is unreadable.
+
+    Looks at the first bytes (the format's magic number, whatever the file's
+    extension says) and at the last kilobyte, where a complete JPEG, PNG or GIF
+    has its end marker; a BMP must be as long as its header says. This catches
+    empty, foreign and truncated files without decoding the image.
+
+    Args:
+      path: the file.
+
+    Returns:
+      "jpeg", "png", "gif", "bmp", or None.
+    """
+    return _inspect(path)[0]
+
+
+def _inspect(path: str) -> tuple[str | None, int]:
+    """`sniff_image`'s answer and the file's size in bytes (0 if unreadable)."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as file:
+            head = file.read(16)
+            file.seek(max(0, size - 1024))
+            tail = file.read()
+    except OSError:
+        return None, 0
+    kind = next((name for magic, name in _MAGIC.items() if head.startswith(magic)), None)
+    complete = {
+        "jpeg": b"\xff\xd9" in tail,
+        "png": b"IEND" in tail,
+        "gif": b";" in tail[-16:],
+        "bmp": len(head) >= 6 and size >= int.from_bytes(head[2:6], "little"),
+    }
+    return (kind if kind and complete[kind] else None), size
+
+
+def _read_bytes(path: str) -> bytes:
+    with open(path, "rb") as file:
+        return file.read()
+
+
+class FileSplits:
+    """Builds the splits of one source from (paths, labels), counting what it skips.
+
+    Args:
+      dataset: the `--dataset` value, for messages.
+    """
+
+    def __init__(self, dataset: str):
+        self.dataset = dataset
+        self.skipped, self.total, self.first_bad = 0, 0, None
+        self._pool = concurrent.futures.ThreadPoolExecutor(THREADS)
+
+    def split(self, name: str, paths: list[str], labels: np.ndarray, where: str) -> Split:
+        """The split of the readable files among `paths`.
+
+        Args:
+          name: the split's name.
+          paths: its files.
+          labels: their labels (int64 [N], or multi-hot [N, classes]).
+          where: where the files are listed, for the message when none is readable.
+        """
+        formats, sizes = zip(*self._pool.map(_inspect, paths)) if paths else ((), ())
+        good = np.array([i for i, kind in enumerate(formats) if kind is not None], np.int64)
+        bad = [paths[i] for i, kind in enumerate(formats) if kind is None]
+        self.skipped, self.total = self.skipped + len(bad), self.total + len(paths)
+        self.first_bad = self.first_bad or (bad[0] if bad else None)
+        if not len(good):
+            raise ConfigError(f"--dataset={self.dataset}: no readable images in {where}")
+        files = np.array(paths)[good]
+        contents = None
+        if sum(sizes[i] for i in good) <= MEMORY_LIMIT_BYTES:
+            contents = np.array(list(self._pool.map(_read_bytes, files)), dtype=object)
+        return Split(name, len(files), labels=labels[good], files=files, contents=contents)
+
+    def finish(self) -> None:
+        """Logs the skipped files once."""
+        self._pool.shutdown()
+        if self.skipped:
+            logging.warning(
+                "%s: skipped %d of %d files that are not complete JPEG, PNG, BMP or GIF "
+                "images (the first: %s)",
+                self.dataset,
+                self.skipped,
+                self.total,
+                self.first_bad,
+            )

@@ -1,0 +1,269 @@
+"""tfds datasets: `--dataset=NAME` (cifar10, imagenet2012, imagenette/320px-v2, ...).
+
+Splits whose decoded images fit in memory are held there as arrays; larger
+ones are streamed from tfds's record files (`TfdsStream`). A dataset that is
+not prepared is downloaded and prepared, and every failure a user can fix (an
+unknown name, no network, a manual download not done) is one line that says
+what to do: tfds would otherwise retry a download for minutes when offline.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import numpy as np
+from absl import logging
+
+from resnet_app.common.errors import ConfigError, first_line
+from resnet_app.data.sources.base import Source, Split
+from resnet_app.data.sources.registry import TFDS_SCHEME, register_source, usages
+
+# A split whose decoded images fit in this many bytes is held in memory.
+IN_MEMORY_LIMIT_BYTES = 4 << 30
+# Where to look for a network before asking tfds to download (it retries for
+# minutes when offline). host:port; tests point it at a closed local port.
+NETWORK_PROBE_ENV = "RESNET_APP_NETWORK_PROBE"
+DEFAULT_NETWORK_PROBE = "storage.googleapis.com:443"
+
+
+def network_available(timeout: float = 3.0) -> bool:
+    """Whether the download host answers, within `timeout` seconds."""
+    host, _, port = os.environ.get(NETWORK_PROBE_ENV, DEFAULT_NETWORK_PROBE).rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def tfds_data_dir(data_dir: str | None) -> str:
+    """The tfds data directory: --data_dir, $TFDS_DATA_DIR or ~/tensorflow_datasets."""
+    default = os.path.join(os.path.expanduser("~"), "tensorflow_datasets")
+    return data_dir or os.environ.get("TFDS_DATA_DIR") or default
+
+
+def _prepare(builder, name: str, data_dir: str) -> None:
+    """Downloads and prepares a tfds dataset, or explains why it cannot."""
+    import tensorflow_datasets as tfds
+
+    if builder.MANUAL_DOWNLOAD_INSTRUCTIONS:
+        manual_dir = os.path.join(data_dir, "downloads", "manual")
+        present = os.path.isdir(manual_dir) and os.listdir(manual_dir)
+        if not present:
+            hint = " ".join(str(builder.MANUAL_DOWNLOAD_INSTRUCTIONS).split())
+            if len(hint) > 300:
+                hint = hint[:297] + "..."
+            raise ConfigError(
+                f"dataset {name!r} is not prepared in {data_dir} and needs a manual download: "
+                f"put its files in {manual_dir} ({hint}), or pass --data_dir=DIR where it is "
+                f"prepared"
+            )
+    elif not network_available():
+        raise ConfigError(
+            f"dataset {name!r} is not prepared in {data_dir} and there is no network to "
+            f"download it: prepare it on a machine online (tfds build {name} "
+            f"--data_dir=DIR), copy DIR here and pass --data_dir=DIR, or use --dataset=shapes"
+        )
+    logging.info("Downloading and preparing %s into %s", name, data_dir)
+    try:
+        builder.download_and_prepare()
+    except (OSError, ConnectionError, tfds.core.DatasetNotFoundError) as error:
+        raise ConfigError(f"preparing dataset {name!r} in {data_dir} failed: {error}") from None
+    except Exception as error:  # requests' and tfds's download errors have no common base.
+        if type(error).__module__.split(".")[0] not in (
+            "requests",
+            "urllib3",
+            "tensorflow_datasets",
+        ):
+            raise
+        raise ConfigError(
+            f"downloading dataset {name!r} failed ({type(error).__name__}: {error}); check "
+            f"the network or prepare it elsewhere and pass --data_dir=DIR"
+        ) from None
+
+
+class TfdsStream:
+    """Streams examples [begin, end) of one tfds split, images left encoded (a `RecordStream`)."""
+
+    def __init__(self, builder, split, image_key, label_key, shard_offsets, begin, end):
+        self.builder, self.split = builder, split
+        self.image_key, self.label_key = image_key, label_key
+        self.shard_offsets = shard_offsets
+        self.begin, self.end = begin, end
+
+    def slice(self, start: int | None, stop: int | None) -> TfdsStream:
+        part = range(self.begin, self.end)[start:stop]
+        return TfdsStream(
+            self.builder,
+            self.split,
+            self.image_key,
+            self.label_key,
+            self.shard_offsets,
+            part.start,
+            part.stop,
+        )
+
+    def records(self, shuffle_seed):
+        """The examples, file order shuffled by the seed tensor (None: stored order)."""
+        import tensorflow as tf
+        import tensorflow_datasets as tfds
+
+        read_config = tfds.ReadConfig(
+            shuffle_seed=shuffle_seed,
+            add_tfds_id=True,
+            interleave_cycle_length=16,
+            enable_ordering_guard=False,
+        )
+        dataset = self.builder.as_dataset(
+            split=f"{self.split}[{self.begin}:{self.end}]",
+            shuffle_files=shuffle_seed is not None,
+            read_config=read_config,
+            decoders={self.image_key: tfds.decode.SkipDecoding()},
+        )
+        offsets = tf.constant(self.shard_offsets, tf.int64)
+
+        def to_example(example):
+            # tfds ids look like "cifar10-train.tfrecord-00003-of-00016__1234":
+            # shard 3, record 1234 of that shard.
+            tfds_id = example["tfds_id"]
+            shard = tf.strings.regex_replace(tfds_id, r"^.*-(\d+)-of-\d+__\d+$", r"\1")
+            shard = tf.strings.to_number(shard, tf.int64)
+            index = tf.strings.regex_replace(tfds_id, r"^.*__(\d+)$", r"\1")
+            # The position in the whole split, then in this range of it.
+            position = tf.gather(offsets, shard) + tf.strings.to_number(index, tf.int64)
+            return {
+                "image": example[self.image_key],
+                "label": tf.cast(example[self.label_key], tf.int64),
+                "id": position - self.begin,
+            }
+
+        return dataset.map(tf.autograph.experimental.do_not_convert(to_example))
+
+    def training(self, seed, start_example, num_shards, shard_index, buffer):
+        """Every epoch: tfds's file shuffle and a shuffle buffer, both seeded by (seed, epoch).
+
+        Every pipeline reads every record and keeps the positions congruent to
+        `shard_index` modulo `num_shards`, so the pipelines' batches of a step
+        are the one batch a single pipeline makes. Entering mid-epoch skips
+        encoded records: nothing before is decoded.
+        """
+        import tensorflow as tf
+
+        from resnet_app.data import seeds
+
+        first_epoch, offset = divmod(start_example, self.end - self.begin)
+
+        def epoch_records(epoch):
+            # Built inside flat_map's graph. Dataset.shuffle pairs its seed with
+            # the graph's (TF's global seed), and with a global seed of 0 it
+            # cannot take a tensor seed at all (it compares the pair with (0, 0)).
+            # Our seed is complete on its own: the order depends on (seed, epoch).
+            if not tf.executing_eagerly():
+                tf.compat.v1.get_default_graph().seed = None
+            file_seed, buffer_seed = tf.unstack(seeds.stream_seed(seed, seeds.RECORDS, epoch))
+            records = self.records(file_seed).shuffle(buffer, seed=buffer_seed)
+            return records.map(lambda x: (epoch, x["id"], x["image"], x["label"]))
+
+        # tfds builds its reader inside flat_map; autograph has nothing to do there.
+        epoch_records = tf.autograph.experimental.do_not_convert(epoch_records)
+        stream = tf.data.Dataset.range(first_epoch, 1 << 62).flat_map(epoch_records)
+        return stream.skip(offset).shard(num_shards, shard_index)
+
+    def evaluation(self, num_shards, shard_index):
+        return self.records(None).shard(num_shards, shard_index)
+
+    def shard_sizes(self, num_shards):
+        total = self.end - self.begin
+        return [len(range(i, total, num_shards)) for i in range(num_shards)]
+
+
+def _image_and_label_keys(info) -> tuple[str | None, str | None]:
+    """The image and label features: the supervised keys, else the only pair."""
+    import tensorflow_datasets as tfds
+
+    features = info.features
+    keys = info.supervised_keys
+    if keys and len(keys) == 2 and all(isinstance(key, str) for key in keys):
+        image, label = (features[key] for key in keys)
+        if isinstance(image, tfds.features.Image) and isinstance(label, tfds.features.ClassLabel):
+            return keys
+    if not isinstance(features, tfds.features.FeaturesDict):
+        return None, None
+    images = [k for k, f in features.items() if isinstance(f, tfds.features.Image)]
+    labels = [k for k, f in features.items() if isinstance(f, tfds.features.ClassLabel)]
+    if len(images) == 1 and len(labels) == 1:
+        return images[0], labels[0]
+    return None, None
+
+
+@register_source(TFDS_SCHEME, usage="a tfds name (cifar10, imagenet2012, ...)")
+def load(name: str, config) -> Source:
+    return load_tfds(name, config.data_dir)
+
+
+def load_tfds(name: str, data_dir: str | None = None) -> Source:
+    """A tfds image-classification dataset, downloaded and prepared if needed.
+
+    Args:
+      name: a tfds name, optionally with config and version ("cifar10",
+        "imagenet2012", "imagenette/320px-v2").
+      data_dir: the tfds data directory (default: $TFDS_DATA_DIR or
+        ~/tensorflow_datasets).
+
+    Returns:
+      The source.
+    """
+    import tensorflow_datasets as tfds
+
+    data_dir = tfds_data_dir(data_dir)
+    try:
+        builder = tfds.builder(name, data_dir=data_dir)
+    except tfds.core.registered.DatasetNotFoundError:
+        raise ConfigError(f"unknown dataset {name!r}: use {usages()}") from None
+    except (ValueError, AssertionError, KeyError) as error:
+        # A bad config or version: "cifar10/nope", "cifar10:9.9.9".
+        raise ConfigError(
+            f"cannot load tfds dataset {name!r} ({first_line(error, with_type=True)}); "
+            f"check the name's config and version, e.g. cifar10 or imagenette/320px-v2"
+        ) from None
+    info = builder.info
+    image_key, label_key = _image_and_label_keys(info)
+    if image_key is None:
+        raise ConfigError(f"dataset {name!r} is not an image-classification dataset in tfds")
+    if not builder.is_prepared():
+        _prepare(builder, name, data_dir)
+        info = builder.info
+    image_feature, label_feature = info.features[image_key], info.features[label_key]
+    shape = tuple(image_feature.shape)
+    static = None not in shape and shape[0] == shape[1]
+
+    splits = {}
+    for split_name, split_info in info.splits.items():
+        # Splits whose decoded images fit in memory are held there as arrays;
+        # larger ones are streamed.
+        if static and split_info.num_examples * int(np.prod(shape)) <= IN_MEMORY_LIMIT_BYTES:
+            data = tfds.as_numpy(builder.as_dataset(split=split_name, batch_size=-1))
+            images, labels = data[image_key], data[label_key]
+            if images.shape[-1] == 1:  # Grayscale (MNIST and friends): to RGB.
+                images = np.repeat(images, 3, axis=-1)
+            splits[split_name] = Split(
+                split_name, len(labels), labels=labels.astype(np.int64), images=images
+            )
+        else:
+            # Example ids of streamed splits come from the shard lengths.
+            lengths = split_info.shard_lengths or [split_info.num_examples]
+            offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+            stream = TfdsStream(
+                builder, split_name, image_key, label_key, offsets, 0, split_info.num_examples
+            )
+            splits[split_name] = Split(split_name, split_info.num_examples, stream=stream)
+    if "train" not in splits:
+        raise ConfigError(f"dataset {name!r} has no train split (it has {', '.join(splits)})")
+    class_names = list(label_feature.names) if hasattr(label_feature, "names") else []
+    return Source(
+        name,
+        class_names or [str(i) for i in range(label_feature.num_classes)],
+        shape[0] if static else None,
+        splits,
+    )

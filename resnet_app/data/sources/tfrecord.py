@@ -1,0 +1,318 @@
+"""`--dataset=tfrecord:DIR`: ImageNet-style TFRecord shards, streamed.
+
+The layout is that of TF's `build_imagenet_data.py`, which TF Model Garden,
+NVIDIA's examples and the TPU reference models read: shards `DIR/train-*`,
+`DIR/validation-*` (and `DIR/test-*`) of `tf.train.Example`s with the image's
+encoded bytes (`image/encoded`, JPEG or PNG), an int64 label
+(`image/class/label`) and optionally the class's name (`image/class/text`).
+The keys are `data.image_key`, `data.label_key` and `data.text_key`.
+ImageNet's files number classes from 1 (0 was "background"):
+`data.label_offset=1` subtracts it.
+
+Counts and labels are scanned once and cached (`record_index.py`). An
+example's id is its position in the split: the records of the sorted shards,
+one after another.
+
+The training stream (`TFRecordStream.training`). With S input pipelines
+(workers) and at least S shards, pipeline s owns shards s, s + S, ... and
+reads only those. Each epoch of a pipeline visits each of its examples once:
+its shards in an order drawn from (seed, epoch), taken in groups of
+`CYCLE_SHARDS`; the shards of a group are interleaved record by record, then
+shuffled by a buffer seeded by (seed, epoch, group). The order is thus a
+function of (seed, epoch, position), and the stream is entered at an example
+by reading from the start of that example's group only: the groups before it
+are never opened, and the records skipped are not decoded. The pipelines'
+epochs have their own lengths (their shards do), so a run resumes exactly
+with the number of workers it was started with. With fewer shards than
+pipelines, every pipeline reads every shard and keeps its own positions, as
+for tfds.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+
+from resnet_app.common.errors import ConfigError
+from resnet_app.data.sources import record_index
+from resnet_app.data.sources.base import Source, Split
+from resnet_app.data.sources.registry import register_source
+
+PREFIX = "tfrecord:"
+# The split names of the layout, by file prefix.
+SPLIT_PREFIXES = {"train": "train", "validation": "validation", "test": "test"}
+# Shards interleaved and shuffled together in the training stream.
+CYCLE_SHARDS = 16
+READ_BUFFER_BYTES = 8 << 20
+
+
+class TFRecordStream:
+    """One split's shards, ids [begin, end) of it (a `RecordStream`).
+
+    Args:
+      paths: the shards, sorted.
+      counts: records per shard.
+      begin: the first id kept.
+      end: one past the last id kept.
+      image_key: the encoded image feature.
+      label_key: the int64 label feature.
+      label_offset: subtracted from every label.
+    """
+
+    def __init__(self, paths, counts, begin, end, image_key, label_key, label_offset):
+        self.paths, self.counts = np.asarray(paths), np.asarray(counts, np.int64)
+        self.begin, self.end = begin, end
+        self.image_key, self.label_key, self.label_offset = image_key, label_key, label_offset
+        offsets = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
+        # Records of each shard inside [begin, end), and the shards that have any.
+        kept = np.clip(end - offsets, 0, self.counts) - np.clip(begin - offsets, 0, self.counts)
+        self.offsets = offsets
+        self.kept = kept
+        self.used = np.flatnonzero(kept > 0)
+
+    def slice(self, start, stop) -> TFRecordStream:
+        part = range(self.begin, self.end)[start:stop]
+        return TFRecordStream(
+            self.paths,
+            self.counts,
+            part.start,
+            part.stop,
+            self.image_key,
+            self.label_key,
+            self.label_offset,
+        )
+
+    # -- which shards a pipeline reads -----------------------------------------
+
+    def _lane(self, num_shards: int, shard_index: int) -> tuple[np.ndarray, bool]:
+        """(the shards pipeline `shard_index` reads, whether they are its own)."""
+        if len(self.used) >= num_shards:
+            return self.used[shard_index::num_shards], True
+        return self.used, False
+
+    def shard_sizes(self, num_shards: int) -> list[int]:
+        if len(self.used) >= num_shards:
+            return [int(self.kept[self.used[i::num_shards]].sum()) for i in range(num_shards)]
+        total = self.end - self.begin
+        return [len(range(i, total, num_shards)) for i in range(num_shards)]
+
+    # -- reading -----------------------------------------------------------------
+
+    def _read(self, shards):
+        """Records of `shards` (an int tensor of shard numbers) interleaved, as (id, record)."""
+        import tensorflow as tf
+
+        paths = tf.gather(tf.constant(self.paths), shards)
+        offsets = tf.gather(tf.constant(self.offsets), shards)
+
+        def records(path, offset):
+            file = tf.data.TFRecordDataset(path, buffer_size=READ_BUFFER_BYTES)
+            return file.enumerate().map(lambda i, record: (offset + i, record))
+
+        stream = tf.data.Dataset.from_tensor_slices((paths, offsets)).interleave(
+            records, cycle_length=CYCLE_SHARDS, block_length=1, deterministic=True
+        )
+        if self.begin > 0 or self.end < int(self.counts.sum()):
+            begin, end = self.begin, self.end
+            stream = stream.filter(lambda i, _: (i >= begin) & (i < end))
+        return stream
+
+    def _example(self, example_id, record):
+        import tensorflow as tf
+
+        features = tf.io.parse_single_example(
+            record,
+            {
+                self.image_key: tf.io.FixedLenFeature([], tf.string),
+                self.label_key: tf.io.FixedLenFeature([], tf.int64),
+            },
+        )
+        label = features[self.label_key] - self.label_offset
+        return example_id - self.begin, features[self.image_key], label
+
+    def training(self, seed, start_example, num_shards, shard_index, buffer):
+        import tensorflow as tf
+
+        from resnet_app.data import options, seeds
+
+        lane, own = self._lane(num_shards, shard_index)
+        position = start_example // num_shards if own else start_example
+        epoch_size = int(self.kept[lane].sum())
+        groups = -(-len(lane) // CYCLE_SHARDS)
+        first_epoch, within = divmod(position, epoch_size)
+        # The group that holds example `within` of the first epoch, and where in it.
+        order = lane[self._shard_order(len(lane), seed, first_epoch).numpy()]
+        group_sizes = np.add.reduceat(self.kept[order], np.arange(0, len(lane), CYCLE_SHARDS))
+        first_group = int(np.searchsorted(np.cumsum(group_sizes), within, side="right"))
+        skip = within - int(group_sizes[:first_group].sum())
+        first_unit = first_epoch * groups + first_group
+        lane_tensor = tf.constant(lane, tf.int64)
+
+        def group_records(unit):
+            # Built inside flat_map's graph: see `tfds_source.TfdsStream.training`
+            # on the graph seed.
+            if not tf.executing_eagerly():
+                tf.compat.v1.get_default_graph().seed = None
+            epoch, group = unit // groups, unit % groups
+            shards = tf.gather(lane_tensor, self._shard_order(len(lane), seed, epoch))
+            shards = shards[group * CYCLE_SHARDS : (group + 1) * CYCLE_SHARDS]
+            buffer_seed = tf.random.experimental.stateless_fold_in(
+                seeds.stream_seed(seed, seeds.RECORDS, epoch), group
+            )
+            records = self._read(shards).shuffle(buffer, seed=buffer_seed)
+            records = records.skip(tf.where(tf.equal(unit, first_unit), skip, 0))
+            return records.map(lambda i, record: (epoch, i, record))
+
+        group_records = tf.autograph.experimental.do_not_convert(group_records)
+        stream = tf.data.Dataset.range(first_unit, 1 << 62).flat_map(group_records)
+        stream = stream.map(
+            lambda epoch, i, record: (epoch, *self._example(i, record)),
+            num_parallel_calls=options.parallel_calls(),
+        )
+        return stream if own else stream.shard(num_shards, shard_index)
+
+    @staticmethod
+    def _shard_order(count: int, seed: int, epoch):
+        import tensorflow as tf
+
+        from resnet_app.data import seeds
+
+        order_seed = seeds.stream_seed(seed, seeds.RECORDS, epoch)
+        return tf.random.experimental.stateless_shuffle(tf.range(count, dtype=tf.int64), order_seed)
+
+    def evaluation(self, num_shards, shard_index):
+        import tensorflow as tf
+
+        from resnet_app.data import options
+
+        lane, own = self._lane(num_shards, shard_index)
+
+        def example(i, record):
+            example_id, image, label = self._example(i, record)
+            return {"id": example_id, "image": image, "label": label}
+
+        # One shard after another, in file order.
+        records = tf.data.Dataset.from_tensor_slices(lane).flat_map(
+            lambda shard: self._read(tf.reshape(shard, [1]))
+        )
+        stream = records.map(example, num_parallel_calls=options.parallel_calls())
+        return stream if own else stream.shard(num_shards, shard_index)
+
+
+def _split_files(root: str) -> dict[str, list[str]]:
+    found = {}
+    for split, prefix in SPLIT_PREFIXES.items():
+        paths = sorted(
+            path for path in glob.glob(os.path.join(root, f"{prefix}-*")) if os.path.isfile(path)
+        )
+        if paths:
+            found[split] = paths
+    return found
+
+
+def _check_keys(path: str, config) -> str | None:
+    """The text key to read (None when absent); refuses missing image or label keys."""
+    keys = record_index.first_example_keys(path)
+    listing = ", ".join(f"{key} ({kind})" for key, kind in sorted(keys.items()))
+    for setting, key, kind in (
+        ("data.image_key", config.image_key, "bytes"),
+        ("data.label_key", config.label_key, "int64"),
+    ):
+        if keys.get(key) != kind:
+            problem = "has no feature" if key not in keys else f"has {keys[key]}, not {kind}, in"
+            raise ConfigError(
+                f"{path} {problem} {key!r}; its features are {listing}: set {setting} to one "
+                f"of them"
+            )
+    return config.text_key if config.text_key and keys.get(config.text_key) == "bytes" else None
+
+
+def _class_names(dataset: str, labels: np.ndarray, texts: dict, config) -> list[str]:
+    """The classes: the text feature's names, else `data.class_names`, else the ids.
+
+    Raises:
+      ConfigError: when a label, after `data.label_offset`, is not a class.
+    """
+    offset = config.label_offset
+    low, high = int(labels.min()), int(labels.max())
+    if texts:
+        names = {label - offset: text for label, text in texts.items()}
+        count, why = len(names), "class texts"
+    elif config.class_names:
+        names = dict(enumerate(config.class_names))
+        count, why = len(names), "names in data.class_names"
+    else:
+        names, count, why = None, high - offset + 1, None
+    if low - offset < 0 or high - offset >= count:
+        fits = high - low < count
+        fix = f"set data.label_offset={low}" if fits else "check data.label_key"
+        raise ConfigError(
+            f"--dataset={dataset}: labels run from {low} to {high}; with data.label_offset="
+            f"{offset} that is {low - offset} to {high - offset}, outside [0, {count}) for "
+            f"{count} {why or 'classes'}: {fix}"
+        )
+    if names is None:
+        return [str(i) for i in range(count)]
+    if texts and sorted(names) != list(range(count)):
+        raise ConfigError(
+            f"--dataset={dataset}: the class texts number labels "
+            f"{sorted(names)[:5]}...; they should be 0 to {count - 1} after data.label_offset"
+        )
+    return [names[i] for i in range(count)]
+
+
+@register_source("tfrecord", usage="tfrecord:DIR")
+def load(root: str, config) -> Source:
+    """The shards in `root`, indexed (cached), as streamed splits.
+
+    Args:
+      root: the directory of `train-*` and optionally `validation-*`/`test-*` shards.
+      config: the `DataConfig` (feature keys, label offset, class names).
+
+    Returns:
+      The source.
+    """
+    name = PREFIX + root
+    if not os.path.isdir(root):
+        raise ConfigError(f"--dataset={name}: {root} is not a directory")
+    found = _split_files(root)
+    if "train" not in found:
+        raise ConfigError(
+            f"--dataset={name}: no train-* shards in {root}; expected the layout of "
+            "build_imagenet_data.py: train-00000-of-01024, ..., validation-00000-of-00128, ..."
+        )
+    text_key = _check_keys(found["train"][0], config)
+    indexes = {
+        split: record_index.load(paths, config.label_key, text_key, config.data_dir)
+        for split, paths in found.items()
+    }
+    texts = {}
+    for index in indexes.values():
+        texts.update(index.texts)
+    train_labels = indexes["train"].labels
+    if not len(train_labels):
+        raise ConfigError(f"--dataset={name}: the train-* shards in {root} hold no records")
+    class_names = _class_names(name, train_labels, texts, config)
+    splits = {}
+    for split, index in indexes.items():
+        labels = index.labels - config.label_offset
+        if len(labels) and (labels.min() < 0 or labels.max() >= len(class_names)):
+            raise ConfigError(
+                f"--dataset={name}: the {split}-* shards have labels {index.labels.min()} to "
+                f"{index.labels.max()}, outside the {len(class_names)} classes of train-* "
+                f"(data.label_offset={config.label_offset})"
+            )
+        total = int(index.counts.sum())
+        stream = TFRecordStream(
+            index.paths,
+            index.counts,
+            0,
+            total,
+            config.image_key,
+            config.label_key,
+            config.label_offset,
+        )
+        splits[split] = Split(split, total, labels=labels, stream=stream)
+    return Source(name, class_names, None, splits)
