@@ -1,4 +1,4 @@
-"""`--dataset=folder:PATH`: an image folder in the ImageNet layout, `PATH/<split>/<class>/<file>`."""
+"""`--dataset=folder:PATH`: an image folder in the ImageNet layout, PATH/<split>/<class>/<file>."""
 
 from __future__ import annotations
 

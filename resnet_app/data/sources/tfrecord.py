@@ -34,6 +34,7 @@ import glob
 import os
 
 import numpy as np
+from absl import logging
 
 from resnet_app.common.errors import ConfigError
 from resnet_app.data.sources import record_index
@@ -111,8 +112,14 @@ class TFRecordStream:
             file = tf.data.TFRecordDataset(path, buffer_size=READ_BUFFER_BYTES)
             return file.enumerate().map(lambda i, record: (offset + i, record))
 
+        from resnet_app.data import options
+
         stream = tf.data.Dataset.from_tensor_slices((paths, offsets)).interleave(
-            records, cycle_length=CYCLE_SHARDS, block_length=1, deterministic=True
+            records,
+            cycle_length=CYCLE_SHARDS,
+            block_length=1,
+            num_parallel_calls=min(CYCLE_SHARDS, options.parallel_calls()),
+            deterministic=True,
         )
         if self.begin > 0 or self.end < int(self.counts.sum()):
             begin, end = self.begin, self.end
@@ -158,11 +165,16 @@ class TFRecordStream:
             epoch, group = unit // groups, unit % groups
             shards = tf.gather(lane_tensor, self._shard_order(len(lane), seed, epoch))
             shards = shards[group * CYCLE_SHARDS : (group + 1) * CYCLE_SHARDS]
-            buffer_seed = tf.random.experimental.stateless_fold_in(
+            group_key = tf.random.experimental.stateless_fold_in(
                 seeds.stream_seed(seed, seeds.RECORDS, epoch), group
             )
+            buffer_seed = tf.random.stateless_uniform(
+                [], group_key, minval=None, maxval=None, dtype=tf.int64
+            )
             records = self._read(shards).shuffle(buffer, seed=buffer_seed)
-            records = records.skip(tf.where(tf.equal(unit, first_unit), skip, 0))
+            records = records.skip(
+                tf.where(tf.equal(unit, first_unit), tf.constant(skip, tf.int64), 0)
+            )
             return records.map(lambda i, record: (epoch, i, record))
 
         group_records = tf.autograph.experimental.do_not_convert(group_records)
@@ -238,28 +250,41 @@ def _class_names(dataset: str, labels: np.ndarray, texts: dict, config) -> list[
     offset = config.label_offset
     low, high = int(labels.min()), int(labels.max())
     if texts:
-        names = {label - offset: text for label, text in texts.items()}
-        count, why = len(names), "class texts"
+        # Classes a split has no example of may have no text: named by their id.
+        top = max(high, max(texts))
+        names = {label - offset: texts.get(label, str(label - offset)) for label in range(top + 1)}
+        names = {label: text for label, text in names.items() if label >= 0}
+        count, why = top - offset + 1, "classes (the highest class text's label)"
     elif config.class_names:
         names = dict(enumerate(config.class_names))
         count, why = len(names), "names in data.class_names"
     else:
-        names, count, why = None, high - offset + 1, None
-    if low - offset < 0 or high - offset >= count:
+        names, count, why = None, high - offset + 1, "classes"
+    unnamed_zero = texts and offset not in texts and low > offset
+    if low - offset < 0 or high - offset >= count or unnamed_zero:
         fits = high - low < count
         fix = f"set data.label_offset={low}" if fits else "check data.label_key"
         raise ConfigError(
             f"--dataset={dataset}: labels run from {low} to {high}; with data.label_offset="
-            f"{offset} that is {low - offset} to {high - offset}, outside [0, {count}) for "
-            f"{count} {why or 'classes'}: {fix}"
+            f"{offset} that is {low - offset} to {high - offset}"
+            + (
+                f", and no class text or example has label {offset}"
+                if unnamed_zero
+                else f", outside [0, {count}) for {count} {why}"
+            )
+            + f": {fix}"
         )
     if names is None:
+        if low - offset > 0:
+            logging.warning(
+                "%s: no example has label %d; if the labels start at %d (ImageNet's files "
+                "start at 1), set data.label_offset=%d",
+                dataset,
+                offset,
+                low,
+                low,
+            )
         return [str(i) for i in range(count)]
-    if texts and sorted(names) != list(range(count)):
-        raise ConfigError(
-            f"--dataset={dataset}: the class texts number labels "
-            f"{sorted(names)[:5]}...; they should be 0 to {count - 1} after data.label_offset"
-        )
     return [names[i] for i in range(count)]
 
 

@@ -1,0 +1,87 @@
+"""Users' own data for tests: TFRecord shards in build_imagenet_data.py's layout, and tables."""
+
+import csv
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from resnet_app.data import shapes
+
+
+def example(
+    image_bytes, label, text=None, image_key="image/encoded", label_key="image/class/label"
+):
+    features = {
+        image_key: tf.train.Feature(bytes_list=tf.train.BytesList(value=[image_bytes])),
+        label_key: tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)])),
+    }
+    if text is not None:
+        features["image/class/text"] = tf.train.Feature(
+            bytes_list=tf.train.BytesList(value=[text.encode()])
+        )
+    return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
+
+
+def write_shards(root, split, images, labels, sizes, offset=1, texts=True, **keys):
+    """`root/split-0000i-of-0000n`, `sizes[i]` records each: PNGs, labels + offset.
+
+    Returns:
+      The shard paths.
+    """
+    assert sum(sizes) == len(labels)
+    os.makedirs(root, exist_ok=True)
+    paths, start = [], 0
+    for i, size in enumerate(sizes):
+        path = os.path.join(root, f"{split}-{i:05d}-of-{len(sizes):05d}")
+        with tf.io.TFRecordWriter(path) as writer:
+            for j in range(start, start + size):
+                text = shapes.CLASS_NAMES[labels[j]] if texts else None
+                png = tf.io.encode_png(images[j]).numpy()
+                writer.write(example(png, labels[j] + offset, text, **keys))
+        paths.append(path)
+        start += size
+    return paths
+
+
+def shapes_shards(root, train_sizes=(13, 9, 16, 11, 7, 14, 10), eval_sizes=(12, 13), **kwargs):
+    """`shapes` images as train-* and validation-* shards (1-based labels, class texts)."""
+    images, labels = shapes.generate("train", sum(train_sizes) + sum(eval_sizes), seed=5)
+    count = sum(train_sizes)
+    write_shards(root, "train", images[:count], labels[:count], train_sizes, **kwargs)
+    write_shards(root, "validation", images[count:], labels[count:], eval_sizes, **kwargs)
+    return images, labels
+
+
+def plain_read(paths, offset=1):
+    """(PNG bytes, labels) of every record of `paths`, in order: a plain tf.data read."""
+    spec = {
+        "image/encoded": tf.io.FixedLenFeature([], tf.string),
+        "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+    }
+    images, labels = [], []
+    for record in tf.data.TFRecordDataset(list(paths)):
+        features = tf.io.parse_single_example(record, spec)
+        images.append(features["image/encoded"].numpy())
+        labels.append(int(features["image/class/label"]) - offset)
+    return images, np.array(labels, np.int64)
+
+
+def write_table(path, rows, columns=("path", "label", "split")):
+    """A CSV (or TSV, by the extension) of `rows`, tuples in `columns` order."""
+    delimiter = "\t" if str(path).endswith(".tsv") else ","
+    with open(path, "w", newline="") as file:
+        writer = csv.writer(file, delimiter=delimiter)
+        writer.writerow(columns)
+        writer.writerows(rows)
+
+
+def write_pngs(root, images, prefix="img"):
+    """Each image as `root/<prefix><i>.png`; returns the names, relative to root."""
+    os.makedirs(root, exist_ok=True)
+    names = []
+    for i, image in enumerate(images):
+        name = f"{prefix}{i:04d}.png"
+        tf.io.write_file(os.path.join(root, name), tf.io.encode_png(image))
+        names.append(name)
+    return names
