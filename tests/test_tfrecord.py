@@ -1,4 +1,4 @@
-"""`--dataset=tfrecord:DIR`: against a plain tf.data read, streamed exactly, with one-line errors."""
+"""`--dataset=tfrecord:DIR` against a plain tf.data read: streamed exactly, one-line errors."""
 
 import os
 
@@ -126,7 +126,8 @@ def test_the_pipeline_trains_and_evaluates_every_example_once(root, tmp_path):
 def test_labels_that_do_not_fit_say_which_offset_would(root, tmp_path):
     with pytest.raises(
         ConfigError,
-        match=r"labels run from 1 to 10.*no class text or example has label 0: set data\.label_offset=1",
+        match=r"labels run from 1 to 10.*no class text or example has label 0: "
+        r"set data\.label_offset=1",
     ):
         load(root, tmp_path, label_offset=0)
 
