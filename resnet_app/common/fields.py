@@ -3,7 +3,8 @@
 One helper for every way a value reaches a typed field: the YAML loader, `--set`
 and the command-line flags (`train.py`'s shortcuts, `cli.define_config_flags`).
 A config field is a bool, int, float or str, a tuple of ints, floats or strs, a
-dict of str to float, or any of these `| None`; `field_types` refuses anything
+dict of str to float (or `str | dict[str, float]`: a word or a mapping), or any
+of these `| None`; `field_types` refuses anything
 else when the class is first read, so a new field of an unsupported type fails
 in the tests, not for a user.
 """
@@ -35,11 +36,13 @@ class FieldType:
       optional: None is a valid value (the annotation is `T | None`).
       item: the item type of a tuple (int, float or str) or the value type
         of a dict (float; its keys are strs), else None.
+      or_word: a dict that may also be a word (`str | dict[str, float]`).
     """
 
     base: type
     optional: bool = False
     item: type | None = None
+    or_word: bool = False
 
     @property
     def name(self) -> str:
@@ -57,6 +60,9 @@ def read_annotation(annotation: Any) -> FieldType:
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         members = typing.get_args(annotation)
         others = [member for member in members if member is not type(None)]
+        optional = len(others) < len(members)
+        if len(others) == 2 and str in others and dict[str, float] in others:
+            return FieldType(dict, optional, float, or_word=True)
         if len(others) != 1:
             raise TypeError(f"a config field has one type, or that type | None; got {annotation}")
         optional, annotation = len(others) < len(members), others[0]
@@ -122,6 +128,8 @@ def coerce(key: str, value: Any, kind: FieldType) -> Any:
         raise ConfigError(f"{key} must not be empty")
     bad = ConfigError(f"{key}={value!r}: expected {kind.name}")
     if kind.base is dict:
+        if kind.or_word and isinstance(value, str):
+            return value
         if not isinstance(value, Mapping):
             raise ConfigError(f"{key}={value!r}: expected a mapping, e.g. {{head: 10}}")
         if not all(isinstance(name, str) and is_number(item) for name, item in value.items()):

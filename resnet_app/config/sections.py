@@ -45,6 +45,13 @@ BEST_METRICS = {
     "ema_top1": "max",
     "ema_top5": "max",
     "ema_loss": "min",
+    # Imbalanced and multi-label data.
+    "balanced_accuracy": "max",
+    "map": "max",
+    "f1_micro": "max",
+    "f1_macro": "max",
+    "ema_balanced_accuracy": "max",
+    "ema_map": "max",
 }
 BEST_MODES = ("max", "min")
 # train.precision -> the images' dtype (data.dtype, unless set).
@@ -136,6 +143,11 @@ class TrainSettings:
         use by default (--weights). See `engine/ema.py`.
       ema_warmup: use the decay min(ema_decay, (1 + n) / (10 + n)) at update
         n (TensorFlow's `ExponentialMovingAverage` warm-up).
+      class_weights: scale each example's loss by its class's weight:
+        "balanced" (n / (classes * count), `data/class_balance.py`) or a
+        mapping of class names to weights (others 1); single-label data.
+      threshold: multi-label data: a class is predicted when its sigmoid
+        probability is at least this (the F1 scores, predict's labels).
     """
 
     batch_size: int = 128
@@ -169,6 +181,8 @@ class TrainSettings:
     accumulate_steps: int = 1
     ema_decay: float = 0.0
     ema_warmup: bool = False
+    class_weights: str | dict[str, float] | None = None
+    threshold: float = 0.5
 
     @property
     def best_by(self) -> str:
@@ -250,7 +264,16 @@ class TrainSettings:
         self._check_modern()
 
     def _check_modern(self) -> None:
-        """The checks of keep-best and the moving average of the weights."""
+        """The checks of keep-best, the moving average of the weights and the labels' options."""
+        _require(
+            0 < self.threshold < 1,
+            f"train.threshold={self.threshold}; use a probability in (0, 1), e.g. 0.5",
+        )
+        _require(
+            not isinstance(self.class_weights, str) or self.class_weights == "balanced",
+            f"train.class_weights={self.class_weights!r}; use balanced or a mapping of class "
+            "names to weights, e.g. {cat: 2.0}",
+        )
         _require(
             self.best_metric is None or self.best_metric in BEST_METRICS,
             f"train.best_metric={self.best_metric!r}; use one of: {', '.join(BEST_METRICS)}",

@@ -41,7 +41,7 @@ import tensorflow as tf
 from absl import logging
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.data import mixing, options, preprocessing, seeds, sources
+from resnet_app.data import class_balance, mixing, options, preprocessing, seeds, sources
 from resnet_app.data.image_size import choose_image_size, choose_recipe, describe_choice
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.data.settings import DataConfig
@@ -111,12 +111,16 @@ class InputPipeline:
             self.train_split = source.split("train")
             if config.eval_split:
                 source.split(config.eval_split)  # Fails early, naming the splits.
+            if config.sampling == "balanced":
+                _check_balanced_sampling(config.dataset, self.train_split, source.multi_label)
         else:
             self.class_names = [str(i) for i in range(config.num_classes)]
             self.train_split = None
         self.source = source
         self._eval_splits: dict[str, sources.Split] = {}
         self.num_classes = len(self.class_names)
+        # Several labels per image: "label" is a float32 [classes] multi-hot row.
+        self.multi_label = bool(source is not None and source.multi_label)
 
         self.image_size = choose_image_size(
             config,
@@ -149,9 +153,10 @@ class InputPipeline:
             **{name: getattr(config, name) for name in preprocessing.AUGMENT_SETTINGS},
         )
         logging.info(
-            "Dataset %s: %s training examples, splits %s; %s; mean %s, std %s",
+            "Dataset %s: %s training examples%s, splits %s; %s; mean %s, std %s",
             config.dataset,
             self.num_train_examples,
+            f", multi-label over {self.num_classes} classes" if self.multi_label else "",
             ", ".join(source.splits) if source else "synthetic",
             self.describe(),
             [round(m, 2) for m in mean],
@@ -244,9 +249,22 @@ class InputPipeline:
     def epoch_order(self, epoch: int) -> np.ndarray:
         """The example indices of training epoch `epoch`, in visiting order.
 
-        Only for in-memory and folder data; streamed data is ordered by tfds.
+        Only for data read by index; streamed data orders itself.
         """
-        return seeds.permutation(self.num_train_examples, self.config.seed, epoch).numpy()
+        return self._epoch_order(epoch).numpy()
+
+    def _epoch_order(self, epoch) -> tf.Tensor:
+        """A permutation of the indices, or with data.sampling=balanced class-balanced draws."""
+        seed = self.config.seed
+        if self.config.sampling == "balanced":
+            return class_balance.balanced_order(
+                self.train_split.labels,
+                self.num_classes,
+                seed,
+                epoch,
+                lambda s, e: seeds.stream_seed(s, seeds.SAMPLE, e),
+            )
+        return seeds.permutation(self.num_train_examples, seed, epoch)
 
     def train_dataset(
         self,
@@ -296,7 +314,7 @@ class InputPipeline:
             first_epoch, offset = divmod(start_example, size)
 
             def epoch_indices(epoch):
-                order = seeds.permutation(size, seed, epoch)
+                order = self._epoch_order(epoch)
                 # The first epoch starts at `offset`; later ones at 0.
                 order = order[tf.where(tf.equal(epoch, first_epoch), offset, 0) :]
                 key = seeds.augment_key(seed, epoch)  # Once per epoch, not per example.
@@ -399,7 +417,9 @@ class InputPipeline:
         size, dtype = self.preprocessing.eval_size, self.preprocessing.dtype
         return {
             "image": tf.zeros([5, size, size, 3] if crops else [size, size, 3], dtype),
-            "label": tf.constant(0, tf.int32),
+            "label": tf.zeros([self.num_classes], tf.float32)
+            if self.multi_label
+            else tf.constant(0, tf.int32),
             "id": tf.constant(-1, tf.int64),
             "mask": tf.constant(0.0),
         }
@@ -440,10 +460,13 @@ class InputPipeline:
 
 
 def _example(features: dict, label: tf.Tensor, example_id: tf.Tensor) -> dict:
-    """A real (mask 1) example: its image features, label and id."""
+    """A real (mask 1) example: its image features, label and id.
+
+    A class id becomes int32; a multi-hot row (multi-label data) float32.
+    """
     return {
         **features,
-        "label": tf.cast(label, tf.int32),
+        "label": tf.cast(label, tf.float32 if label.shape.rank else tf.int32),
         "id": example_id,
         "mask": tf.ones([], tf.float32),
     }
@@ -456,6 +479,18 @@ def _map_examples(stream: tf.data.Dataset, transform, encoded: bool) -> tf.data.
         # decode is skipped with a warning rather than ending the run.
         stream = stream.ignore_errors(log_warning=True)
     return stream
+
+
+def _check_balanced_sampling(dataset: str, train: sources.Split, multi_label: bool) -> None:
+    if multi_label:
+        raise ConfigError(
+            f"data.sampling=balanced needs one class per image; {dataset} is multi-label: drop it"
+        )
+    if not train.indexed:
+        raise ConfigError(
+            f"data.sampling=balanced needs data read by index; {dataset} is streamed: use "
+            "train.class_weights=balanced instead"
+        )
 
 
 def _eval_resize(config: DataConfig, family: str, size: int) -> int:

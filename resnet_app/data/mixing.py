@@ -17,7 +17,8 @@ one did.
 The batch keeps "label" as the dominant label (the larger share; training
 accuracy is reported against it) and gains "mix_label" (the other) and
 "mix_weight" (the dominant label's share, >= 0.5): the training loss uses
-`mix_weight * onehot(label) + (1 - mix_weight) * onehot(mix_label)`.
+`mix_weight * onehot(label) + (1 - mix_weight) * onehot(mix_label)`; for
+multi-label data the multi-hot rows mix alike.
 """
 
 from __future__ import annotations
@@ -95,11 +96,13 @@ def mix_with(batch: dict, choices: dict) -> dict:
     mixed = tf.where(tf.reshape(cutmix, [-1, 1, 1, 1]), pasted, blended)
     share = tf.where(cutmix, cut_share, lam)
     own_dominant = share >= 0.5
+    # Multi-label rows [B, classes] are swapped whole.
+    dominant = tf.reshape(own_dominant, [-1] + [1] * (labels.shape.rank - 1))
     return {
         **batch,
         "image": mixed,
-        "label": tf.where(own_dominant, labels, partner_labels),
-        "mix_label": tf.where(own_dominant, partner_labels, labels),
+        "label": tf.where(dominant, labels, partner_labels),
+        "mix_label": tf.where(dominant, partner_labels, labels),
         "mix_weight": tf.where(own_dominant, share, 1.0 - share),
     }
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 # Independent streams of randomness drawn from the one --seed (MIX: Mixup and
-# CutMix, one draw per batch number).
-ORDER, AUGMENT, RECORDS, MIX = 1, 2, 3, 4
+# CutMix, one draw per batch number; SAMPLE: class-balanced sampling).
+ORDER, AUGMENT, RECORDS, MIX, SAMPLE = 1, 2, 3, 4, 5
 
 
 def stream_seed(seed: int, stream: int, epoch) -> tf.Tensor:

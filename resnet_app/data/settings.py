@@ -12,6 +12,7 @@ import math
 from resnet_app.common import checks
 from resnet_app.common.errors import ConfigError
 from resnet_app.common.fields import SET_BY
+from resnet_app.data.class_balance import SAMPLINGS
 
 FAMILIES = ("auto", "cifar", "imagenet")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -127,6 +128,9 @@ class DataConfig:
       image_key: `tfrecord:` sources: the feature with the encoded image.
       label_key: `tfrecord:` sources: the int64 label feature.
       text_key: `tfrecord:` sources: the class-name feature, read when present.
+      sampling: "natural" (each epoch visits every example once) or
+        "balanced" (each draw picks a class uniformly, then one of its
+        examples: `data/class_balance.py`); sources read by index.
     """
 
     dataset: str = "shapes"
@@ -167,6 +171,7 @@ class DataConfig:
     image_key: str = "image/encoded"
     label_key: str = "image/class/label"
     text_key: str = "image/class/text"
+    sampling: str = "natural"
 
     def __post_init__(self):
         def check(ok: bool, message: str) -> None:
@@ -174,6 +179,10 @@ class DataConfig:
                 raise ConfigError(message)
 
         check(bool(self.dataset), "dataset must not be empty; try --dataset=shapes")
+        check(
+            self.sampling in SAMPLINGS,
+            f"sampling={self.sampling!r}; use one of {', '.join(SAMPLINGS)}",
+        )
         check(
             self.class_names is None or len(set(self.class_names)) == len(self.class_names) > 0,
             f"class_names={list(self.class_names or ())} must be distinct names, at least one",

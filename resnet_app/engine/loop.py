@@ -152,6 +152,7 @@ def _train(
         ema=run.ema,
         bce_target_threshold=train.bce_target_threshold,
         last_step=last,
+        class_weights=run.class_weights,
     )
     controller = Controller(run, train_step, policy, global_model, intervals, actions, stop)
     _announce(run, writer, start, intervals)

@@ -29,6 +29,7 @@ import os
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -37,7 +38,7 @@ from resnet_app import pretrained
 from resnet_app.common import checkpoint, distribute, hardware, run_dir, run_lock
 from resnet_app.common.errors import ConfigError
 from resnet_app.config import Config
-from resnet_app.data import input_pipeline, run_pipeline
+from resnet_app.data import class_balance, input_pipeline, run_pipeline
 from resnet_app.engine import averaging, optim, resume
 from resnet_app.engine.ema import WeightEMA
 from resnet_app.engine.learning_rate import LearningRate
@@ -70,6 +71,7 @@ class Run:
       config_changes: settings that differ from the checkpoint's,
         "section.key" -> (saved, new).
       lock: the run directory's lock, held by the chief until `close`.
+      class_weights: float32 [classes] loss weights (`train.class_weights`), or None.
     """
 
     config: Config
@@ -92,6 +94,7 @@ class Run:
     resume_from: tuple[int, str] | None
     config_changes: dict[str, tuple[Any, Any]]
     lock: run_lock.RunLock | None = None
+    class_weights: np.ndarray | None = None
 
     def close(self) -> None:
         """Removes the scratch checkpoints and lets another trainer have the directory."""
@@ -219,6 +222,10 @@ def _build(
     chief = distribute.is_chief(strategy)
     pipeline = run_pipeline.create_run_pipeline(config, model_dir=None if restart else model_dir)
     plan = plan_run(config, pipeline.num_train_examples)
+    class_balance.check_single_label_options(config, pipeline.multi_label)
+    train = pipeline.train_split
+    counts = train.class_counts(pipeline.num_classes) if train is not None else None
+    weights = class_balance.class_weights(config.train.class_weights, pipeline.class_names, counts)
     kind = optimizer_config["class"]
     own_decay = kind == "adamw" or (
         kind in ("lamb", "lars") and optimizer_config["weight_decay"] > 0
@@ -253,6 +260,7 @@ def _build(
         resume_from=resume_from,
         config_changes=changes,
         lock=lock,
+        class_weights=weights,
         **state,
     )
 

@@ -134,6 +134,12 @@ class TrainStep:
         model averaging, after every average), or None.
       last_step: the copy of the last completed step (multi-worker runs,
         `last_step.py`), committed after every step, or None.
+      class_weights: float32 [classes] loss weights (`data/class_balance.py`),
+        or None.
+
+    Multi-label batches (a float32 [batch, classes] multi-hot "label") train
+    with binary cross-entropy of each class's sigmoid, whatever `loss` says,
+    and count as correct the examples whose top class is one of theirs.
     """
 
     def __init__(
@@ -152,8 +158,10 @@ class TrainStep:
         ema: ema_lib.WeightEMA | None = None,
         bce_target_threshold: float | None = None,
         last_step: LastStep | None = None,
+        class_weights=None,
     ):
         self.model = model
+        self.class_weights = None if class_weights is None else tf.constant(class_weights)
         self.last_step = last_step
         self.averaging = averaging
         self.optimizer = optimizer
@@ -188,7 +196,8 @@ class TrainStep:
     def _losses(self, batch: dict):
         logits = tf.cast(self._logits(batch), tf.float32)
         labels, mask = batch["label"], batch["mask"]
-        if self.loss == "bce":
+        multi_label = labels.shape.rank == 2
+        if self.loss == "bce" or multi_label:
             per_example = tf.reduce_mean(
                 tf.nn.sigmoid_cross_entropy_with_logits(self._targets(batch, logits), logits),
                 axis=-1,
@@ -199,26 +208,41 @@ class TrainStep:
             )
         else:
             per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
-        loss_sum = tf.reduce_sum(mask * per_example)
-        correct = tf.reduce_sum(
-            mask
-            * tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
-        )
+        weight = mask
+        if self.class_weights is not None:
+            # Each example counts by its class's weight (with Mixup, the dominant
+            # label's). The sum is still divided by the real example count, not
+            # by the weights' sum: the loss stays on the scale the learning rate
+            # was tuned for when the weights average 1 over the data, as
+            # balanced weights do exactly.
+            weight = mask * tf.gather(self.class_weights, labels)
+        loss_sum = tf.reduce_sum(weight * per_example)
+        top = tf.argmax(logits, -1, output_type=tf.int32)
+        # Multi-label: the top class is one of the example's.
+        hit = tf.gather(labels, top, batch_dims=1) > 0.5 if multi_label else tf.equal(top, labels)
+        correct = tf.reduce_sum(mask * tf.cast(hit, tf.float32))
         return loss_sum, correct, self._regularization()
 
     def _targets(self, batch: dict, logits: tf.Tensor) -> tf.Tensor:
         """Soft targets: one-hot, or Mixup/CutMix's two labels by their shares; then smoothed.
 
         Smoothing s gives each class s / classes and the targets the rest.
+        Multi-label rows are their own targets, mixed and smoothed alike.
         """
         classes = tf.shape(logits)[-1]
-        targets = tf.one_hot(batch["label"], classes)
+
+        def hot(labels):
+            if labels.shape.rank == 2:
+                return tf.cast(labels, tf.float32)
+            return tf.one_hot(labels, classes)
+
+        targets = hot(batch["label"])
         if "mix_label" in batch:  # `data/mixing.py`: the dominant label's share, the other's.
             weight = batch["mix_weight"][:, None]
-            targets = weight * targets + (1 - weight) * tf.one_hot(batch["mix_label"], classes)
+            targets = weight * targets + (1 - weight) * hot(batch["mix_label"])
         smoothing = self.label_smoothing
         targets = targets * (1 - smoothing) + smoothing / tf.cast(classes, tf.float32)
-        if self.loss == "bce" and self.bce_target_threshold is not None:
+        if self.bce_target_threshold is not None:
             targets = tf.cast(targets > self.bce_target_threshold, tf.float32)
         return targets
 

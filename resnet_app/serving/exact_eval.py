@@ -27,7 +27,9 @@ import tensorflow as tf
 from absl import logging
 
 from resnet_app.common import distribute
+from resnet_app.common.errors import ConfigError
 from resnet_app.data.input_pipeline import InputPipeline
+from resnet_app.serving import label_metrics
 from resnet_app.serving.tta import CROPS, check_mode, mean_probability_logits, view_logits
 
 
@@ -54,6 +56,18 @@ class EvalResult:
         with each view's logits divided by the temperature first.
       temperature: the temperature of `scaled_logits` (None without them).
       tta: the test-time augmentation evaluated: None, "flip" or "crops".
+      class_examples: single-label data: int64 [classes] examples per true class.
+      class_correct: as `class_examples`: the correct ones.
+      multi_label: whether the labels were multi-hot rows; then `accuracy` is
+        the share of examples whose top class is one of theirs, `top5_accuracy`
+        the share with one of theirs in the top k, `loss` the mean binary
+        cross-entropy, `labels` the [examples, classes] rows and `scores`
+        the sigmoid probabilities.
+      scores: multi-label: float32 [examples, classes] probabilities, in the order of `ids`.
+      map, f1_micro, f1_macro, average_precision: multi-label: the mean
+        average precision, the F1 scores at `threshold` and the per-class AP
+        (`label_metrics.py`).
+      threshold: multi-label: the probability at which a class is predicted.
     """
 
     examples: int
@@ -68,6 +82,28 @@ class EvalResult:
     scaled_logits: np.ndarray | None = None
     temperature: float | None = None
     tta: str | None = None
+    class_examples: np.ndarray | None = None
+    class_correct: np.ndarray | None = None
+    multi_label: bool = False
+    scores: np.ndarray | None = None
+    map: float | None = None
+    f1_micro: float | None = None
+    f1_macro: float | None = None
+    average_precision: np.ndarray | None = None
+    threshold: float | None = None
+
+    def per_class_recall(self) -> np.ndarray | None:
+        """Each true class's recall (single-label); NaN for a class without examples."""
+        if self.class_examples is None:
+            return None
+        return label_metrics.per_class_recall(self.class_examples, self.class_correct)
+
+    @property
+    def balanced_accuracy(self) -> float | None:
+        """The mean per-class recall (single-label), over the classes with examples."""
+        if self.class_examples is None:
+            return None
+        return label_metrics.balanced_accuracy(self.class_examples, self.class_correct)
 
     def per_class_accuracy(self) -> np.ndarray:
         """Top-1 accuracy of each true class; NaN for a class with no examples.
@@ -80,12 +116,17 @@ class EvalResult:
         return per_class_accuracy(self.confusion)
 
     def metrics(self) -> dict[str, float]:
-        return {
+        values = {
             "examples": self.examples,
             "accuracy": self.accuracy,
             "top5_accuracy": self.top5_accuracy,
             "loss": self.loss,
         }
+        if self.multi_label:
+            values.update(map=self.map, f1_micro=self.f1_micro, f1_macro=self.f1_macro)
+        elif self.class_examples is not None:
+            values["balanced_accuracy"] = self.balanced_accuracy
+        return values
 
 
 def per_class_accuracy(confusion: np.ndarray) -> np.ndarray:
@@ -113,9 +154,11 @@ def eval_record(step: int, split: str, result: EvalResult, precision: str) -> di
         or "fp16"): a mixed-precision run is evaluated at its own precision.
 
     Returns:
-      {"step", "split", "top1", "top5", "loss", "num_examples", "precision"}.
+      {"step", "split", "top1", "top5", "loss", "num_examples", "precision"},
+      and "balanced_accuracy" and "per_class_recall" (single-label), or "map",
+      "f1_micro", "f1_macro" and "threshold" (multi-label).
     """
-    return {
+    record = {
         "step": step,
         "split": split,
         "top1": result.accuracy,
@@ -124,6 +167,17 @@ def eval_record(step: int, split: str, result: EvalResult, precision: str) -> di
         "num_examples": result.examples,
         "precision": precision,
     }
+    if result.multi_label:
+        record.update(
+            map=result.map,
+            f1_micro=result.f1_micro,
+            f1_macro=result.f1_macro,
+            threshold=result.threshold,
+        )
+    elif result.class_examples is not None:
+        record["balanced_accuracy"] = result.balanced_accuracy
+        record["per_class_recall"] = [round(float(r), 6) for r in result.per_class_recall()]
+    return record
 
 
 def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
@@ -172,6 +226,9 @@ class _StepOptions:
       gather: gather every replica's per-example outputs, logits included.
       tta: None, "flip" or "crops" (`serving/tta.py`).
       temperature: with `gather`: also the logits at this temperature.
+      classes: the number of classes: single-label data counts examples and
+        correct ones per class ([classes] sums, for balanced accuracy).
+      multi_label: multi-hot labels (sigmoid scores, gathered).
     """
 
     top_k: int
@@ -179,6 +236,8 @@ class _StepOptions:
     gather: bool = False
     tta: str | None = None
     temperature: float | None = None
+    classes: int = 0
+    multi_label: bool = False
 
 
 def _sums(
@@ -186,15 +245,29 @@ def _sums(
 ) -> tuple[dict[str, tf.Tensor], tf.Tensor]:
     """One replica's mask-weighted metric sums, and its arg-max predictions."""
     predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
-    correct = tf.cast(tf.equal(predictions, labels), tf.float32)
-    in_top_k = tf.cast(tf.math.in_top_k(labels, logits, options.top_k), tf.float32)
-    loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
+    if options.multi_label:
+        # The top class is one of the example's; one of the top k is.
+        correct = tf.cast(tf.gather(labels, predictions, batch_dims=1) > 0.5, tf.float32)
+        top = tf.math.top_k(logits, options.top_k).indices
+        in_top_k = tf.cast(
+            tf.reduce_any(tf.gather(labels, top, batch_dims=1) > 0.5, axis=-1), tf.float32
+        )
+        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels, logits), -1)
+    else:
+        correct = tf.cast(tf.equal(predictions, labels), tf.float32)
+        in_top_k = tf.cast(tf.math.in_top_k(labels, logits, options.top_k), tf.float32)
+        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits)
     sums = {
         "examples": tf.reduce_sum(mask),
         "correct": tf.reduce_sum(mask * correct),
         "correct_top_k": tf.reduce_sum(mask * in_top_k),
         "loss": tf.reduce_sum(mask * loss),
     }
+    if options.classes and not options.multi_label:
+        sums["class_examples"] = tf.math.unsorted_segment_sum(mask, labels, options.classes)
+        sums["class_correct"] = tf.math.unsorted_segment_sum(
+            mask * correct, labels, options.classes
+        )
     if options.num_classes:
         # Weighted by the mask so padding is not counted; float32 so that it
         # takes the same all-reduce as the other sums. A step's counts (at
@@ -225,6 +298,8 @@ def _step_function(model: tf.keras.Model, strategy: tf.distribute.Strategy, opti
         labels, mask = batch["label"], batch["mask"]
         sums, predictions = _sums(logits, labels, mask, options)
         per_example = {"id": batch["id"], "label": labels, "prediction": predictions, "mask": mask}
+        if options.multi_label:
+            per_example["score"] = tf.sigmoid(logits)
         if options.gather:
             per_example["logits"] = logits
             if options.temperature is not None:
@@ -237,7 +312,7 @@ def _step_function(model: tf.keras.Model, strategy: tf.distribute.Strategy, opti
         sums = {
             k: strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for k, v in sums.items()
         }
-        if options.gather:
+        if options.gather or options.multi_label:
             per_example = {k: strategy.gather(v, axis=0) for k, v in per_example.items()}
         return sums, per_example
 
@@ -258,6 +333,7 @@ def evaluate(
     collect_logits: bool = False,
     tta: str | None = None,
     temperature: float | None = None,
+    threshold: float = 0.5,
 ) -> EvalResult:
     """Runs `model` over a whole split, in inference mode.
 
@@ -285,31 +361,62 @@ def evaluate(
         views' probabilities are averaged, and every metric is of the average.
       temperature: with `collect_logits`, also return the logits with each
         view's logits divided by this temperature before the average.
+      threshold: multi-label data: the probability at which a class is
+        predicted, for the F1 scores.
 
     Returns:
       The `EvalResult`.
+
+    Raises:
+      ConfigError: for multi-label data with test-time augmentation, a
+        temperature or the confusion matrix (single-label notions).
     """
     strategy = strategy or tf.distribute.get_strategy()
+    multi_label = pipeline.multi_label
+    if multi_label and (tta or temperature is not None or confusion):
+        raise ConfigError(
+            "this data is multi-label: test-time augmentation, temperature scaling and the "
+            "confusion matrix average or count softmax predictions; drop --tta, --temperature "
+            "and calibration"
+        )
     options = _StepOptions(
         top_k=min(5, pipeline.num_classes),
         num_classes=pipeline.num_classes if confusion else None,
         gather=collect_logits,
         tta=check_mode(tta),
         temperature=temperature if collect_logits else None,
+        classes=pipeline.num_classes,
+        multi_label=multi_label,
     )
     crops = options.tta == CROPS
     dataset = _distributed_eval_dataset(pipeline, global_batch_size, strategy, split, crops)
     step = _step_function(model, strategy, options)
-    totals, matrix, examples = _run(dataset, step, strategy, options, collect or collect_logits)
+    keep = collect or collect_logits or multi_label
+    totals, matrix, examples = _run(dataset, step, strategy, options, keep)
     result = _result(totals, matrix)
+    result.multi_label = multi_label
     result.tta, result.temperature = options.tta, options.temperature
+    if "class_examples" in totals:
+        result.class_examples = np.rint(totals["class_examples"]).astype(np.int64)
+        result.class_correct = np.rint(totals["class_correct"]).astype(np.int64)
     if examples is not None:
         result.ids, result.labels, result.predictions = (
             examples[k] for k in ("id", "label", "prediction")
         )
         result.logits, result.scaled_logits = examples.get("logits"), examples.get("scaled_logits")
+    if multi_label:
+        _multi_label_metrics(result, examples, pipeline.num_classes, threshold)
     _log_result(result, pipeline.num_eval_examples(split), options.top_k)
     return result
+
+
+def _multi_label_metrics(result: EvalResult, examples: dict, classes: int, threshold: float):
+    """mAP, F1 and per-class AP from every example's scores (`label_metrics.py`)."""
+    scores = examples.get("score", np.zeros((0, classes), np.float32))
+    labels = examples["label"].reshape(-1, classes)
+    result.scores, result.labels, result.threshold = scores, labels, threshold
+    result.map, result.average_precision = label_metrics.mean_average_precision(scores, labels)
+    result.f1_micro, result.f1_macro, _ = label_metrics.f1_scores(scores, labels, threshold)
 
 
 def _log_result(result: EvalResult, expected: int, top_k: int) -> None:
@@ -321,14 +428,30 @@ def _log_result(result: EvalResult, expected: int, top_k: int) -> None:
             result.examples,
             expected,
         )
+    if result.multi_label:
+        logging.info(
+            "Evaluated %d examples: mAP %.4f, F1 micro %.4f, macro %.4f (threshold %g), "
+            "top class right %.4f, loss %.4f",
+            result.examples,
+            result.map,
+            result.f1_micro,
+            result.f1_macro,
+            result.threshold,
+            result.accuracy,
+            result.loss,
+        )
+        return
     logging.info(
-        "Evaluated %d examples%s: accuracy %.4f, top-%d %.4f, loss %.4f",
+        "Evaluated %d examples%s: accuracy %.4f, top-%d %.4f, loss %.4f%s",
         result.examples,
         f" ({result.tta}: views averaged)" if result.tta else "",
         result.accuracy,
         top_k,
         result.top5_accuracy,
         result.loss,
+        f", balanced accuracy {result.balanced_accuracy:.4f}"
+        if result.class_examples is not None
+        else "",
     )
 
 
@@ -346,7 +469,7 @@ def _run(
       None without `keep`): sums in float64 and counts in int64 on the host,
       as float32 stops being exact past 2**24.
     """
-    totals = dict.fromkeys(("examples", "correct", "correct_top_k", "loss"), 0.0)
+    totals: dict = dict.fromkeys(("examples", "correct", "correct_top_k", "loss"), 0.0)
     classes = options.num_classes
     matrix = np.zeros((classes, classes), np.int64) if classes else None
     parts: list[dict[str, np.ndarray]] = []
@@ -355,7 +478,10 @@ def _run(
         if classes:  # Each step's counts are whole numbers.
             matrix += np.rint(sums.pop("confusion").numpy()).astype(np.int64)
         for key, value in sums.items():
-            totals[key] += float(value.numpy())
+            if value.shape.rank:  # The per-class counts, whole numbers each step.
+                totals[key] = totals.get(key, 0) + value.numpy().astype(np.float64)
+            else:
+                totals[key] += float(value.numpy())
         if keep:
             parts.extend(_real_examples(per_example, strategy))
     return totals, matrix, _concatenate(parts) if keep else None

@@ -1,0 +1,109 @@
+"""Class weights against a NumPy loss, class-balanced sampling, and their one-line errors."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from resnet_app.common.errors import ConfigError
+from resnet_app.data import class_balance, input_pipeline
+from resnet_app.data.settings import DataConfig
+from resnet_app.engine.step import TrainStep
+from resnet_app.nets.resnet import create_model
+from tests.test_losses import numpy_cross_entropy
+
+
+def test_balanced_weights_are_n_over_classes_times_count_and_average_1():
+    counts = np.array([80, 15, 5, 0])
+    weights = class_balance.class_weights("balanced", list("abcd"), counts)
+    # 3 classes have examples: n / (3 * count).
+    np.testing.assert_allclose(weights[:3], 100 / (3 * counts[:3]), rtol=1e-6)
+    assert weights[3] == 1  # No examples: its weight changes nothing.
+    assert np.sum(weights * counts) / 100 == pytest.approx(1.0)  # The mean weight.
+    np.testing.assert_allclose(weights[:3] * counts[:3], 100 / 3, rtol=1e-6)  # Equal totals.
+    named = class_balance.class_weights({"b": 3.0}, list("abcd"), counts)
+    np.testing.assert_array_equal(named, [1, 3, 1, 1])
+
+
+def test_unknown_class_names_are_one_line():
+    with pytest.raises(ConfigError, match=r"names dog, zebra, which the data does not have"):
+        class_balance.class_weights({"zebra": 2.0, "dog": 1.0}, ["cat", "bird"], None)
+    with pytest.raises(ConfigError, match="weights must be >= 0"):
+        class_balance.class_weights({"cat": -1.0}, ["cat", "bird"], None)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_the_weighted_loss_against_numpy(smoothing):
+    model = create_model("tiny", num_classes=5)
+    model.build((None, 8, 8, 3))
+    rng = np.random.default_rng(3)
+    images = rng.normal(size=(6, 8, 8, 3)).astype(np.float32)
+    labels = np.array([0, 1, 2, 3, 4, 1], np.int32)
+    mask = np.array([1, 1, 1, 1, 1, 0], np.float32)
+    weights = np.array([0.5, 2.0, 1.0, 4.0, 0.25], np.float32)
+    step = TrainStep(
+        model,
+        tf.keras.optimizers.SGD(),
+        tf.distribute.get_strategy(),
+        smoothing,
+        class_weights=weights,
+    )
+    batch = {"image": tf.constant(images), "label": tf.constant(labels), "mask": tf.constant(mask)}
+    loss_sum, _, _ = step._losses(batch)
+    logits = model(images, training=True).numpy()
+    targets = np.eye(5)[labels] * (1 - smoothing) + smoothing / 5
+    expected = np.sum(mask * weights[labels] * numpy_cross_entropy(logits, targets))
+    assert float(loss_sum) == pytest.approx(expected, rel=1e-5)
+    unweighted = np.sum(mask * numpy_cross_entropy(logits, targets))
+    assert abs(expected - unweighted) > 0.1 * unweighted  # The weights matter here.
+
+
+def imbalanced(tmp_path, **fields):
+    return input_pipeline.create_pipeline(
+        DataConfig(
+            dataset="shapes", data_dir=str(tmp_path), train_examples=500, eval_examples=20, **fields
+        )
+    )
+
+
+def test_balanced_sampling_draws_classes_evenly_and_statelessly(tmp_path):
+    pipeline = imbalanced(tmp_path, sampling="balanced")
+    labels = pipeline.train_split.labels
+    # Cut classes 0-4 to their first 3 examples, through the split itself.
+    rank = np.array([np.sum(labels[:i] == label) for i, label in enumerate(labels)])
+    keep = np.flatnonzero((labels >= 5) | (rank < 3))
+    pipeline.train_split = pipeline.train_split.subset(keep)
+    labels = pipeline.train_split.labels
+    natural = np.bincount(labels, minlength=10) / len(labels)
+    assert natural[:5].max() < 0.05
+    draws = np.concatenate([pipeline.epoch_order(epoch) for epoch in range(20)])
+    shares = np.bincount(labels[draws], minlength=10) / len(draws)
+    np.testing.assert_allclose(shares, 0.1, atol=0.02)
+    # A function of (seed, epoch) only: again, the same; another epoch, other draws.
+    np.testing.assert_array_equal(pipeline.epoch_order(3), pipeline.epoch_order(3))
+    assert not np.array_equal(pipeline.epoch_order(3), pipeline.epoch_order(4))
+    # Entered mid-epoch, the stream reads what it would have read.
+    whole = np.concatenate(
+        [b["id"] for b in pipeline.train_dataset(10).take(6).as_numpy_iterator()]
+    )
+    entered = np.concatenate(
+        [b["id"] for b in pipeline.train_dataset(10, start_example=30).take(3).as_numpy_iterator()]
+    )
+    np.testing.assert_array_equal(entered, whole[30:60])
+    np.testing.assert_array_equal(whole, pipeline.epoch_order(0)[:60])
+
+
+def test_balanced_sampling_of_a_streamed_source_is_one_line(tmp_path):
+    from resnet_app.data import shapes
+    from tests import own_data
+
+    images, labels = shapes.generate("train", 10, seed=1)
+    own_data.write_shards(str(tmp_path / "r"), "train", images, labels, [10])
+    with pytest.raises(ConfigError, match="needs data read by index.*class_weights=balanced"):
+        input_pipeline.create_pipeline(
+            DataConfig(
+                dataset=f"tfrecord:{tmp_path / 'r'}",
+                data_dir=str(tmp_path),
+                label_offset=1,
+                sampling="balanced",
+            )
+        )
