@@ -51,7 +51,7 @@ TRAIN_KEYS = ("epoch", "loss", "accuracy", "learning_rate")
 PANELS = (
     ("loss", "training loss"),
     ("accuracy", "training accuracy"),
-    ("top1", "evaluation top-1"),
+    ("top1", "evaluation top-1"),  # Or mAP, for multi-label runs.
     ("learning_rate", "learning rate"),
 )
 FIGURE_SIZE = (11.0, 7.5)  # Inches.
@@ -208,10 +208,12 @@ def load_curves(run_dir: str) -> RunCurves:
                 for superseded in [s for s in by_step if s > restart]:
                     del by_step[superseded]
         elif event is None and "top1" in record:
-            split = str(record.get("split", "?"))
-            top1.setdefault(split, {})[step] = _number(record["top1"])
-            if "ema_top1" in record:  # The moving average of the weights (train.ema_decay).
-                top1.setdefault(f"{split}, EMA", {})[step] = _number(record["ema_top1"])
+            # Multi-label runs are drawn by their mean average precision.
+            metric = "map" if "map" in record else "top1"
+            split = str(record.get("split", "?")) + (", mAP" if metric == "map" else "")
+            top1.setdefault(split, {})[step] = _number(record[metric])
+            if f"ema_{metric}" in record:  # The moving average of the weights (train.ema_decay).
+                top1.setdefault(f"{split}, EMA", {})[step] = _number(record[f"ema_{metric}"])
         elif event is None and "accuracy" in record:
             for key in TRAIN_KEYS:
                 train[key][step] = _number(record.get(key))
@@ -318,6 +320,8 @@ def plot_curves(runs: Mapping[str, RunCurves], x: str = "step") -> Figure:
     for key, title in PANELS:
         axis = axes[key]
         if key == "top1" and splits:
+            if all(split.endswith("mAP") for split in splits):
+                title = "evaluation mAP"
             title = f"{title} ({', '.join(splits)})"
         axis.set_title(title)
         axis.set_xlabel(x)

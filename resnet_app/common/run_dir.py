@@ -255,6 +255,11 @@ def read_data_info(model_dir: str, parse: Callable[[dict[str, Any]], T]) -> T | 
         ) from None
 
 
+def recorded_multi_label(model_dir: str) -> bool:
+    """Whether the run's data is multi-label, as data_info.json records (False before it did)."""
+    return bool(read_data_info(model_dir, lambda info: bool(info.get("multi_label"))))
+
+
 def create(model_dir: str) -> None:
     """Makes the run directory (and its parents) if it is not there yet.
 

@@ -21,7 +21,12 @@ from resnet_app.data.input_pipeline import InputPipeline
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.data.settings import DataConfig
 
-__all__ = ["create_run_pipeline", "parse_data_info", "read_data_info", "write_data_info"]
+__all__ = [
+    "create_run_pipeline",
+    "parse_data_info",
+    "read_data_info",
+    "write_data_info",
+]
 
 
 def write_data_info(pipeline: InputPipeline, model_dir: str) -> None:
@@ -39,6 +44,7 @@ def write_data_info(pipeline: InputPipeline, model_dir: str) -> None:
     info = {
         "dataset": pipeline.config.dataset,
         "class_names": list(pipeline.class_names),
+        "multi_label": pipeline.multi_label,
         "preprocessing": dataclasses.asdict(pipeline.preprocessing),
     }
     run_dir.write_data_info(model_dir, info)

@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 # their time is input-bound.
 INPUT_BOUND_WAIT = 0.1
 EVAL_SCALARS = ("top1", "top5", "loss")  # In TensorBoard, for the weights and their average.
+# Also there when the data has them: single-label, multi-label.
+LABEL_SCALARS = ("balanced_accuracy", "map", "f1_micro", "f1_macro")
 
 
 @dataclasses.dataclass
@@ -272,19 +274,22 @@ class Evaluator(Action):
         self.global_model.ready(step)
         run, train = self.run, self.run.config.train
         batch_size = train.eval_batch_size or train.batch_size
-        result = exact_eval.evaluate(run.model, run.pipeline, batch_size, run.strategy)
+        threshold = train.threshold
+        result = exact_eval.evaluate(
+            run.model, run.pipeline, batch_size, run.strategy, threshold=threshold
+        )
         record = exact_eval.eval_record(step, run.pipeline.eval_split_name, result, train.precision)
-        scalars = {k: record[k] for k in EVAL_SCALARS}
-        self.writer.scalars(run_dir.EVAL_EVENTS_DIR, step, scalars)
+        keys = [k for k in (*EVAL_SCALARS, *LABEL_SCALARS) if k in record]
+        self.writer.scalars(run_dir.EVAL_EVENTS_DIR, step, {k: record[k] for k in keys})
         if run.ema is not None:
             # The moving average, on the same split: ema_top1 ... in the record,
             # and the same tags in TensorBoard's eval_ema run, beside eval's.
-            ema = exact_eval.evaluate(run.ema.model, run.pipeline, batch_size, run.strategy)
-            ema_record = exact_eval.eval_record(step, "", ema, train.precision)
-            record.update({f"ema_{k}": ema_record[k] for k in EVAL_SCALARS})
-            self.writer.scalars(
-                run_dir.EMA_EVAL_EVENTS_DIR, step, {k: ema_record[k] for k in EVAL_SCALARS}
+            ema = exact_eval.evaluate(
+                run.ema.model, run.pipeline, batch_size, run.strategy, threshold=threshold
             )
+            ema_record = exact_eval.eval_record(step, "", ema, train.precision)
+            record.update({f"ema_{k}": ema_record[k] for k in keys})
+            self.writer.scalars(run_dir.EMA_EVAL_EVENTS_DIR, step, {k: ema_record[k] for k in keys})
         self.writer.write(record)
         self.writer.flush()
         self.last = record
@@ -309,8 +314,11 @@ class KeepBest(Action):
 
     def __init__(self, run: Run):
         self.run = run
-        self.metric = run.config.train.best_by
-        self.direction = run.config.train.best_direction
+        train = run.config.train
+        self.metric, self.direction = train.best_by, train.best_direction
+        if run.pipeline.multi_label and train.best_metric is None:
+            # Multi-label data ranks by mean average precision by default.
+            self.metric, self.direction = ("ema_map" if train.ema_decay else "map"), "max"
         self.best: float | None = None
         self._candidate: dict[str, Any] | None = None
 

@@ -95,6 +95,10 @@ def evaluate_checkpoints(
     chosen = _chosen(model_dir, which, weights)  # Before the data loads.
     pipeline = run_pipeline.create_run_pipeline(run_config, data_config, model_dir)
     _check_tta(tta, pipeline.preprocessing.family)
+    if pipeline.multi_label and tta:
+        raise ConfigError(
+            f"--tta={tta} averages softmax predictions; this run's data is multi-label: drop --tta"
+        )
     split = pipeline.eval_split_name
     report_root = _prepare_report_root(model_dir, report_dir, chosen, split, tta, strategy)
     model = create_model(run_config, pipeline, strategy)  # At the run's train.precision.
@@ -103,7 +107,16 @@ def evaluate_checkpoints(
         for step, prefix, kind in chosen:
             checkpoint.restore_model(model, prefix, kind)
             result = _evaluate(
-                model, prefix, kind, pipeline, batch_size, strategy, split, tta, fitted
+                model,
+                prefix,
+                kind,
+                pipeline,
+                batch_size,
+                strategy,
+                split,
+                tta,
+                fitted,
+                run_config.train.threshold,
             )
             record, reliability = _record(
                 prefix, step, kind, split, result, run_config.train.precision, report_root
@@ -152,10 +165,18 @@ def _evaluate(
     split: str,
     tta: str | None,
     fitted: Record | None,
+    threshold: float,
 ) -> EvalResult:
-    """Checkpoint `prefix`, restored, on the split: confusion, logits, logits at the fitted T."""
+    """Checkpoint `prefix`, restored, on the split: confusion, logits, logits at the fitted T.
+
+    Multi-label data: every example's scores instead (no confusion, no calibration).
+    """
     from resnet_app.serving import exact_eval
 
+    if pipeline.multi_label:
+        return exact_eval.evaluate(
+            model, pipeline, batch_size, strategy, split, threshold=threshold
+        )
     calibration.warn_if_fitted_elsewhere(fitted, prefix, weights)
     return exact_eval.evaluate(
         model,
@@ -340,7 +361,7 @@ def _calibration(result: EvalResult) -> tuple[Record, dict[str, Any] | None]:
     fields: Record = {"ece": None, "nll": None}
     if temperature is not None:
         fields.update(temperature=temperature, ece_scaled=None, nll_scaled=None)
-    if not result.examples:
+    if not result.examples or result.multi_label:  # Softmax calibration: one class per image.
         return fields, None
     raw = calibration.calibration_record(result.logits, result.labels)
     fields.update(ece=raw["ece"], nll=raw["nll"])
@@ -377,6 +398,14 @@ def _save(
     details = {key: value for key, value in record.items() if key != "report"}
     details["model_dir"] = os.path.realpath(model_dir)
     try:
+        if result.multi_label:
+            from resnet_app.serving import multi_label_report
+
+            report = multi_label_report.write_report(
+                report_dir, details, result.scores, result.labels, class_names, result.threshold
+            )
+            multi_label_report.log_summary(report)
+            return
         report = reports.write_report(
             report_dir, details, result.confusion, class_names, reliability
         )

@@ -103,14 +103,16 @@ def _load_portable(path: str) -> Classifier:
     info_path = os.path.join(os.path.dirname(os.path.abspath(path)), deploy.MODEL_INFO)
     try:
         with open(info_path) as file:
-            names, preprocessing = run_pipeline.parse_data_info(json.load(file))
+            info = json.load(file)
+            names, preprocessing = run_pipeline.parse_data_info(info)
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ConfigError(
             f"{path}: its {deploy.MODEL_INFO} is missing or damaged ({first_line(error)}); keep "
             "the file in the directory `python -m resnet_app.export` wrote"
         ) from None
+    multi_label, threshold = bool(info.get("multi_label")), info.get("threshold")
     runner = (tflite.Runner if path.endswith(".tflite") else onnx_export.Runner)(path)
-    top_k = min(5, len(names))
+    top_k = len(names) if multi_label else min(5, len(names))
 
     def classify(images):
         pixels = np.stack(
@@ -118,11 +120,14 @@ def _load_portable(path: str) -> Classifier:
         )
         probabilities = runner(pixels)
         ids = np.argsort(-probabilities, axis=1, kind="stable")[:, :top_k]
-        return {
+        outputs = {
             "top_k_ids": tf.constant(ids.astype(np.int32)),
             "top_k_names": tf.constant([[names[i] for i in row] for row in ids]),
             "top_k_probabilities": tf.constant(np.take_along_axis(probabilities, ids, axis=1)),
         }
+        if multi_label:
+            outputs["threshold"] = tf.fill([len(ids)], float(threshold))
+        return outputs
 
     return classify
 
@@ -284,6 +289,21 @@ def format_result(path: str, result: dict[str, Any], top_k: int | None, as_json:
     ids = result["top_k_ids"][:top_k]
     names = [name.decode("utf-8") for name in result["top_k_names"][:top_k]]
     probabilities = result["top_k_probabilities"][:top_k]
+    if "threshold" in result:  # Multi-label: every class at or above the threshold.
+        threshold = float(result["threshold"])
+        kept = [k for k, p in enumerate(probabilities) if p >= threshold]
+        ids, names = [ids[k] for k in kept], [names[k] for k in kept]
+        probabilities = [probabilities[k] for k in kept]
+        if as_json:
+            from resnet_app.common.metrics import json_text
+
+            labels = [
+                {"id": int(i), "name": n, "probability": float(p)}
+                for i, n, p in zip(ids, names, probabilities)
+            ]
+            return json_text({"image": path, "threshold": threshold, "labels": labels})
+        shown = ", ".join(f"{n} {p:.4f}" for n, p in zip(names, probabilities))
+        return f"{path}: " + (shown or f"no class reaches {threshold:g}")
     if as_json:
         from resnet_app.common.metrics import json_text  # TensorFlow is loaded by now.
 

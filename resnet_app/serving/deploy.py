@@ -121,7 +121,9 @@ def write_formats(staged: str, served, source: dict, run_config, request: Reques
     if images is not None:
         row, reference = parity.measure("saved_model", staged, saved_model, images, labels, None)
         rows.append(row)
-    classifier = portable.PortableClassifier(served.model, prep, served.temperature, served.tta)
+    classifier = portable.PortableClassifier(
+        served.model, prep, served.temperature, served.tta, multi_label=served.multi_label
+    )
     info = _model_info(served, prep, source)
     outputs = []
     if "tflite" in request.formats:
@@ -165,7 +167,14 @@ def _model_info(served, preprocessing, source: dict) -> dict:
     return {
         "class_names": served.class_names,
         "input": "images: uint8 [batch, input_size, input_size, 3], RGB",
-        "output": "probabilities: float32 [batch, classes], in class_names order",
+        "output": "probabilities: float32 [batch, classes], in class_names order"
+        + (
+            f" (multi-label: each class's sigmoid; predicted from {served.threshold:g})"
+            if served.multi_label
+            else ""
+        ),
+        "multi_label": served.multi_label,
+        "threshold": served.threshold if served.multi_label else None,
         "input_size": portable.input_size(preprocessing),
         "preprocessing": dataclasses.asdict(preprocessing),
         "resize": (

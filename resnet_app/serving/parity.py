@@ -4,7 +4,8 @@ Every format is run on the same uint8 images of the run's evaluation split,
 brought to the portable input size as evaluation would (`portable.split_images`),
 and compared with the SavedModel written beside it:
 
-- `top1`: accuracy against the labels;
+- `top1`: accuracy against the labels (multi-label: the top class is one of
+  the image's);
 - `agreement`: the fraction of images whose top-1 class equals the SavedModel's;
 - `max_prob_diff`: the largest absolute difference of any probability;
 - `size_bytes`: the file's size (the SavedModel's directory in all);
@@ -69,7 +70,10 @@ def measure(
     row = {"format": name, "file": os.path.basename(path), "size_bytes": path_size(path)}
     if len(images):
         predicted = probabilities.argmax(axis=1)
-        row["top1"] = float(np.mean(predicted == labels))
+        if labels.ndim == 2:  # Multi-label: the top class is one of the image's.
+            row["top1"] = float(np.mean(labels[np.arange(len(labels)), predicted] > 0))
+        else:
+            row["top1"] = float(np.mean(predicted == labels))
         if reference is not None:
             row["agreement"] = float(np.mean(predicted == reference.argmax(axis=1)))
             row["max_prob_diff"] = float(np.abs(probabilities - reference).max())

@@ -69,7 +69,7 @@ def split_images(split, preprocessing: Preprocessing, count: int | None = None):
     if not split.indexed:
         for example in split.stream.evaluation(1, 0).take(total):
             images.append(fixed_size_image(decode_image(example["image"]), preprocessing))
-            labels.append(int(example["label"]))
+            labels.append(np.asarray(example["label"]))
     else:
         for i in range(total):
             if split.images is not None:
@@ -80,14 +80,15 @@ def split_images(split, preprocessing: Preprocessing, count: int | None = None):
                     content if content is not None else tf.io.read_file(split.files[i])
                 )
             images.append(fixed_size_image(image, preprocessing))
-            labels.append(int(split.labels[i]))
+            labels.append(split.labels[i])
     size = input_size(preprocessing)
     stacked = (
         np.stack([np.asarray(image) for image in images])
         if images
         else np.zeros((0, size, size, 3), np.uint8)
     )
-    return stacked, np.asarray(labels, np.int64)
+    # Class ids, or multi-hot rows for multi-label data.
+    return stacked, np.stack(labels).astype(np.int64) if labels else np.zeros(0, np.int64)
 
 
 class PortableClassifier(tf.Module):
@@ -104,9 +105,11 @@ class PortableClassifier(tf.Module):
         temperature: float = 1.0,
         tta: str = "none",
         batch: int | None = None,
+        multi_label: bool = False,
     ):
         super().__init__(name="resnet_app_portable")
         self.model = model
+        self.multi_label = multi_label
         # The converter freezes variables it can reach from the module; Keras 3
         # keeps them behind its own Variable objects, which it cannot see, and
         # would write a file with empty (NaN) weights.
@@ -141,4 +144,6 @@ class PortableClassifier(tf.Module):
                 "probabilities": tf.nn.softmax(tta.mean_probability_logits(views, self.temperature))
             }
         logits = tf.cast(self.model(pixels, training=False), tf.float32)
+        if self.multi_label:  # Each class's own probability.
+            return {"probabilities": tf.sigmoid(logits)}
         return {"probabilities": tf.nn.softmax(logits / self.temperature)}

@@ -7,8 +7,8 @@ holding
 
 - `eval_results.json`: the evaluation record (checkpoint, step, split,
   num_examples, top1, top5, loss, tta, ece, nll, ...), then per class {id,
-  name, examples, correct, accuracy} (accuracy null for a class without
-  examples), the confusion matrix (rows = true class, columns = predicted
+  name, examples, correct, accuracy, recall} (accuracy, the class's recall,
+  null for a class without examples), the confusion matrix (rows = true class, columns = predicted
   class, in class-id order), the most-confused pairs (the largest
   off-diagonal cells) and the reliability bins: per confidence bin {bin,
   lower, upper, count, accuracy, confidence} (accuracy and mean confidence
@@ -127,6 +127,8 @@ def build_report(
             "examples": int(examples[class_id]),
             "correct": int(correct[class_id]),
             "accuracy": None if examples[class_id] == 0 else float(accuracy[class_id]),
+            # The same number under its name for imbalanced data: the class's recall.
+            "recall": None if examples[class_id] == 0 else float(accuracy[class_id]),
         }
         for class_id, name in enumerate(class_names)
     ]

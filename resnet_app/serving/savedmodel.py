@@ -19,6 +19,9 @@ functions, which are the SavedModel's signatures:
   - `top_k_ids`: int32 [batch, k], the most probable classes first;
   - `top_k_probabilities`: float32 [batch, k];
   - `top_k_names`: string [batch, k], the class names of `top_k_ids`.
+  For multi-label data, `probabilities` are each class's sigmoid, the top k
+  are every class, and `threshold` (float32 [batch], the run's
+  `train.threshold`) is the probability from which a class is predicted.
 - `serving_bytes(images)`: string [batch] of encoded JPEG, PNG, BMP or GIF
   files, of any sizes; the same outputs.
 - `features(images)`: uint8 images as for `serving_default`; returns
@@ -69,13 +72,18 @@ class ServingModel(tf.Module):
         top_k: int = TOP_K,
         temperature: float = 1.0,
         tta: str = "none",
+        multi_label: bool = False,
+        threshold: float = 0.5,
     ):
         super().__init__(name="resnet_app")
         self.model = model
         self.temperature = float(temperature)
         self.tta = tta
+        self.multi_label, self.threshold = multi_label, float(threshold)
         self.class_names = list(class_names)
         self.top_k = max(1, min(top_k, len(self.class_names)))
+        if multi_label:  # Every class, ranked: predict shows those above the threshold.
+            self.top_k = len(self.class_names)
         # Images in the run's data dtype (bfloat16 for a bf16 run), as
         # `serving/exact_eval.py` feeds them; the network computes in float32 either way.
         self._preprocessing = preprocessing
@@ -95,6 +103,18 @@ class ServingModel(tf.Module):
         )
 
     def _classify(self, pixels: tf.Tensor) -> dict[str, tf.Tensor]:
+        if self.multi_label:
+            logits = tf.cast(self.model(pixels, training=False), tf.float32)
+            top_ids = tf.math.top_k(logits, self.top_k).indices
+            probabilities = tf.sigmoid(logits)
+            return {
+                "logits": logits,
+                "probabilities": probabilities,
+                "top_k_ids": top_ids,
+                "top_k_probabilities": tf.gather(probabilities, top_ids, batch_dims=1),
+                "top_k_names": tf.gather(self._names, top_ids),
+                "threshold": tf.fill(tf.shape(logits)[:1], self.threshold),
+            }
         if self.tta == tta.FLIP:
             # Logits whose softmax is the views' averaged probabilities (`serving/tta.py`).
             views = tta.view_logits(self.model, pixels, tta.FLIP)
@@ -186,6 +206,11 @@ def load(
     checks.at_least("--top_k", top_k)
     [(step, prefix)] = checkpoint.select(model_dir, which)
     class_names, preprocessing = _data_info(model_dir, run_config)
+    multi_label = run_dir.recorded_multi_label(model_dir)
+    if multi_label and tta != "none":
+        raise ConfigError(
+            f"--tta={tta} averages softmax probabilities; this run's data is multi-label: drop it"
+        )
     model = factory.create_run_model(run_config, len(class_names), preprocessing.image_size)
     chosen = checkpoint.restore_model(model, prefix, weights)
     logging.info(
@@ -204,8 +229,19 @@ def load(
         "dataset": run_config.data.dataset,
         "temperature": temperature,
         "tta": tta,
+        "multi_label": multi_label,
+        "threshold": run_config.train.threshold if multi_label else None,
     }
-    served = ServingModel(model, preprocessing, class_names, top_k, temperature, tta)
+    served = ServingModel(
+        model,
+        preprocessing,
+        class_names,
+        top_k,
+        temperature,
+        tta,
+        multi_label=multi_label,
+        threshold=run_config.train.threshold,
+    )
     return served, source
 
 

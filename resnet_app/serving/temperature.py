@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from absl import logging
 
+from resnet_app.common import run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.serving import calibration, checkpoint_eval
 
@@ -105,6 +106,11 @@ def _check_fit(model_dir: str, which: str, run_config: config.Config) -> None:
     if which == "all":
         raise ConfigError(
             "--fit_temperature fits one checkpoint: pick --checkpoint=latest, ckpt-N or N, not all"
+        )
+    if run_dir.recorded_multi_label(model_dir):
+        raise ConfigError(
+            "--fit_temperature fits the softmax of one class per image; this run's data is "
+            "multi-label, whose sigmoid probabilities it does not scale: drop it"
         )
     if run_config.data.validation_split <= 0:
         raise ConfigError(

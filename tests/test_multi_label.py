@@ -1,0 +1,222 @@
+"""Multi-label data end to end: a CSV of tags trains with sigmoid BCE, evaluates to mAP and F1,
+exports sigmoid probabilities to every format, predicts the tags above the threshold, and
+refuses the single-label options in one line."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from resnet_app.data import mixing, shapes
+from resnet_app.engine.step import TrainStep
+from resnet_app.nets.resnet import create_model
+from tests import own_data
+from tests.commands import error_line, run_command
+from tests.runs import read_records
+from tests.test_label_metrics import loop_average_precision
+from tests.test_losses import numpy_bce
+
+
+def tags_of(images, labels):
+    """Each image's shape, and "bright" for the brighter half: 11 classes, 1 or 2 tags each."""
+    bright = images.reshape(len(images), -1).mean(axis=1) > np.median(images)
+    return [
+        shapes.CLASS_NAMES[label] + (" bright" if light else "")
+        for label, light in zip(labels, bright, strict=True)
+    ]
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tags")
+    images, labels = shapes.generate("train", 128, seed=9)
+    names = own_data.write_pngs(str(root / "images"), images)
+    tags = tags_of(images, labels)
+    splits = ["train"] * 96 + ["validation"] * 32
+    rows = [(f"images/{n}", t, s) for n, t, s in zip(names, tags, splits, strict=True)]
+    own_data.write_table(root / "tags.csv", rows)
+    return root / "tags.csv", images[96:], tags[96:]
+
+
+TRAIN = ["--model=tiny", "--batch_size=16", "--set=data.image_size=32", "--log_every=4"]
+
+
+@pytest.fixture(scope="module")
+def run(table, tmp_path_factory):
+    path, _, _ = table
+    model_dir = tmp_path_factory.mktemp("runs") / "tags"
+    result = run_command(
+        "resnet_app.train",
+        f"--dataset=csv:{path}",
+        *TRAIN,
+        "--train_steps=12",
+        "--eval_every=6",
+        "--set=train.keep_best=true",
+        f"--model_dir={model_dir}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return model_dir, result
+
+
+def test_the_loss_of_multi_hot_rows_mixed_against_numpy():
+    model = create_model("tiny", num_classes=4)
+    model.build((None, 8, 8, 3))
+    images = np.random.default_rng(2).normal(size=(3, 8, 8, 3)).astype(np.float32)
+    rows = np.array([[1, 0, 1, 0], [0, 1, 0, 0], [0, 0, 0, 0]], np.float32)
+    step = TrainStep(model, tf.keras.optimizers.SGD(), tf.distribute.get_strategy(), 0.1)
+    batch = {
+        "image": tf.constant(images),
+        "label": tf.constant(rows),
+        "mask": tf.ones([3]),
+        "mix_label": tf.constant(rows[::-1].copy()),
+        "mix_weight": tf.constant([0.7, 0.5, 0.9]),
+    }
+    loss_sum, correct, _ = step._losses(batch)
+    logits = model(images, training=True).numpy()
+    weight = np.array([0.7, 0.5, 0.9])[:, None]
+    targets = (weight * rows + (1 - weight) * rows[::-1]) * 0.9 + 0.1 / 4
+    assert float(loss_sum) == pytest.approx(np.sum(numpy_bce(logits, targets)), rel=1e-5)
+    top = logits.argmax(axis=1)
+    assert float(correct) == np.sum(rows[np.arange(3), top] > 0)
+    # Mixing swaps multi-hot rows whole, by each example's dominant share.
+    mixed = mixing.mix_with(
+        {"image": tf.constant(images), "label": tf.constant(rows)},
+        {
+            "lam": tf.constant([0.3, 0.8, 0.6]),
+            "centre": tf.fill([3, 2], 0.5),
+            "cutmix": tf.constant([False, False, False]),
+        },
+    )
+    np.testing.assert_array_equal(mixed["label"].numpy(), [rows[2], rows[1], rows[2]])
+    np.testing.assert_array_equal(mixed["mix_label"].numpy(), [rows[0], rows[1], rows[0]])
+
+
+def reference_scores(model_dir, images, checkpoint):
+    """Sigmoid probabilities of the restored network on NumPy-normalized images."""
+    from resnet_app import config
+    from resnet_app.data import run_pipeline
+    from resnet_app.nets import factory
+
+    resolved = config.read_run_config(str(model_dir))
+    names, prep = run_pipeline.read_data_info(str(model_dir))
+    model = factory.create_run_model(resolved, len(names), prep.image_size)
+    tf.train.Checkpoint(model=model).restore(str(model_dir / checkpoint)).expect_partial()
+    normalized = (images.astype(np.float32) - np.float32(prep.mean)) / np.float32(prep.std)
+    logits = model(normalized, training=False).numpy()
+    return names, 1 / (1 + np.exp(-logits.astype(np.float64)))
+
+
+def test_training_reports_map_and_f1_and_keeps_the_best_by_map(run, table):
+    model_dir, result = run
+    _, images, tags = table
+    assert "multi-label over 11 classes" in result.stderr
+    evaluations = [r for r in read_records(model_dir) if "map" in r and "event" not in r]
+    assert [r["step"] for r in evaluations] == [6, 12]
+    last = evaluations[-1]
+    assert last["num_examples"] == 32 and last["threshold"] == 0.5
+    names, scores = reference_scores(model_dir, images, "ckpt-12")
+    targets = np.array([[name in t.split() for name in names] for t in tags])
+    present = [c for c in range(len(names)) if targets[:, c].any()]
+    expected = np.mean([loop_average_precision(scores[:, c], targets[:, c]) for c in present])
+    assert last["map"] == pytest.approx(expected, abs=1e-4)
+    predicted = scores >= 0.5
+    tp, fp = (predicted & targets).sum(), (predicted & ~targets).sum()
+    fn = (~predicted & targets).sum()
+    assert last["f1_micro"] == pytest.approx(2 * tp / (2 * tp + fp + fn), abs=1e-6)
+    assert 0 <= last["f1_macro"] <= 1
+    best = json.loads((model_dir / "best" / "best.json").read_text())
+    assert best["metric"] == "map" and best["mode"] == "max"
+    assert best["value"] == max(r["map"] for r in evaluations)
+
+
+def test_evaluate_writes_per_class_average_precision(run):
+    model_dir, _ = run
+    result = run_command("resnet_app.evaluate", f"--model_dir={model_dir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (report,) = [
+        json.loads((model_dir / "reports" / name / "eval_results.json").read_text())
+        for name in os.listdir(model_dir / "reports")
+    ]
+    trained = [r for r in read_records(model_dir) if r.get("step") == 12 and "map" in r][0]
+    assert report["map"] == pytest.approx(trained["map"], abs=1e-6)
+    aps = [c["average_precision"] for c in report["classes"] if c["average_precision"] is not None]
+    assert report["map"] == pytest.approx(np.mean(aps))
+    assert {c["name"] for c in report["classes"]} >= {"bright", "circle"}
+    assert "confusion_matrix" not in report
+
+
+def test_every_export_format_gives_sigmoid_probabilities(run, table, tmp_path):
+    model_dir, _ = run
+    _, images, _ = table
+    export_dir = tmp_path / "export"
+    result = run_command(
+        "resnet_app.export",
+        f"--model_dir={model_dir}",
+        f"--export_dir={export_dir}",
+        "--format=tflite,onnx",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    _, scores = reference_scores(model_dir, images, "ckpt-12")
+    served = tf.saved_model.load(str(export_dir)).signatures["serving_default"]
+    probabilities = served(images=tf.constant(images))["probabilities"].numpy()
+    np.testing.assert_allclose(probabilities, scores, atol=1e-5)
+    assert not np.allclose(probabilities.sum(axis=1), 1, atol=0.05)  # Not a softmax.
+    report = json.loads((export_dir / "export_report.json").read_text())
+    rows = {row["format"]: row for row in report["formats"]}
+    assert set(rows) == {"saved_model", "tflite_none", "onnx"}
+    for name in ("tflite_none", "onnx"):
+        assert rows[name]["max_prob_diff"] < 1e-4 and rows[name]["agreement"] == 1.0
+    info = json.loads((export_dir / "model_info.json").read_text())
+    assert info["multi_label"] is True and info["threshold"] == 0.5
+
+
+def test_predict_prints_every_tag_above_the_threshold(run, table, tmp_path):
+    model_dir, _ = run
+    _, images, _ = table
+    path = tmp_path / "one.png"
+    tf.io.write_file(str(path), tf.io.encode_png(images[0]))
+    result = run_command("resnet_app.predict", f"--model_dir={model_dir}", "--json", str(path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = json.loads(result.stdout)
+    names, scores = reference_scores(model_dir, images[:1], "ckpt-12")
+    expected = {names[c] for c in np.flatnonzero(scores[0] >= 0.5)}
+    assert {label["name"] for label in line["labels"]} == expected
+    assert all(label["probability"] >= 0.5 for label in line["labels"])
+
+
+@pytest.mark.parametrize(
+    ("command", "flags", "message"),
+    [
+        ("resnet_app.evaluate", ["--tta=flip"], "multi-label: drop --tta"),
+        ("resnet_app.evaluate", ["--fit_temperature"], "this run's data is multi-label"),
+    ],
+)
+def test_softmax_only_tools_refuse_in_one_line(run, command, flags, message):
+    model_dir, _ = run
+    assert message in error_line(run_command(command, f"--model_dir={model_dir}", *flags))
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("train.class_weights=balanced", "is multi-label and train.class_weights needs one class"),
+        ("data.sampling=balanced", "needs one class per image"),
+        ("data.multi_label=false", "has several labels"),
+    ],
+)
+def test_single_label_options_refuse_before_anything_is_written(table, tmp_path, setting, message):
+    path, _, _ = table
+    model_dir = tmp_path / "run"
+    result = run_command(
+        "resnet_app.train",
+        f"--dataset=csv:{path}",
+        *TRAIN,
+        "--train_steps=2",
+        f"--set={setting}",
+        f"--model_dir={model_dir}",
+    )
+    assert message in error_line(result)
+    # Only the run lock, which stays by design (`common/run_lock.py`).
+    assert not model_dir.exists() or set(os.listdir(model_dir)) <= {"trainer.lock"}
