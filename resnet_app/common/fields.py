@@ -23,8 +23,25 @@ from typing import Any
 from resnet_app.common.errors import ConfigError
 
 SET_BY = "set_by"  # Field metadata: not a key of its own; the key that sets it.
+# Field metadata: a resumed run may change the setting; it does not change what
+# the run computes (where to evaluate, how often to log, how long to run, ...).
+RESUMABLE = "resumable"
 SCALARS = (bool, int, float, str)
 TUPLE_ITEMS = (int, float, str)
+
+
+def resumable(default: Any = None, **metadata: Any) -> Any:
+    """A dataclass field a resumed run may change (`RESUMABLE` metadata)."""
+    return dataclasses.field(default=default, metadata={RESUMABLE: True, **metadata})
+
+
+def resumable_keys(cls: type, section: str) -> set[str]:
+    """ "section.field" for every field of dataclass `cls` marked `resumable`."""
+    return {
+        f"{section}.{field.name}"
+        for field in dataclasses.fields(cls)
+        if field.metadata.get(RESUMABLE)
+    }
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """What differs between two configs, and what a resumed run may change.
 
 The trainer refuses to resume a run whose settings changed, unless each
-change is in `RESUMABLE_CHANGES` or the user allows it.
+change is of a field marked `resumable` (`RESUMABLE_CHANGES`) or the user
+allows it.
 """
 
 from __future__ import annotations
@@ -9,46 +10,22 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from resnet_app.common.fields import resumable_keys
 from resnet_app.config.oneof import plain
-from resnet_app.config.sections import Config
+from resnet_app.config.sections import Config, SyncSettings, TrainSettings
+from resnet_app.data.settings import DataConfig
 from resnet_app.nets import presets
 
-# Settings a resumed run may change: they do not change what it computes (or,
+# Settings a resumed run may change: the fields marked `resumable` (field
+# metadata, `common/fields.py`). They do not change what the run computes (or,
 # for the run's length, only where it ends: the trainer checks separately that
 # the learning rate of the steps left stays the same, and that a change of
 # towers keeps the batch BatchNorm normalizes over). The `sync` mode and
-# interval are not here: model averaging changes the weights a run reaches.
+# interval are not: model averaging changes the weights a run reaches.
 RESUMABLE_CHANGES = frozenset(
-    {
-        "data.data_dir",
-        "data.eval_split",
-        "data.eval_examples",
-        "data.eval_resize",
-        "data.eval_image_size",
-        "train.epochs",
-        "train.train_steps",
-        "train.eval_every",
-        "train.log_every",
-        "train.steps_per_loop",
-        "train.checkpoint_every",
-        "train.num_towers",
-        "train.eval_batch_size",
-        "train.keep_checkpoints",
-        "train.keep_checkpoint_every_n_hours",
-        "train.deterministic",
-        "train.jit",
-        "train.on_nan",
-        "train.nan_lr_factor",
-        "train.keep_best",
-        "train.best_metric",
-        "train.best_mode",
-        # The average of the weights, not the weights: it may start on resume.
-        "train.ema_decay",
-        "train.ema_warmup",
-        # How a lost worker is noticed and survived, not what a step computes.
-        "sync.timeout",
-        "sync.keep_last_step",
-    }
+    resumable_keys(DataConfig, "data")
+    | resumable_keys(TrainSettings, "train")
+    | resumable_keys(SyncSettings, "sync")
 )
 
 

@@ -25,23 +25,28 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from resnet_app.common.errors import ConfigError
+from resnet_app.common.fields import RESUMABLE
 
 ALTERNATIVE = "alternative"  # Field metadata: the field this one replaces.
 REQUIRED = "required"  # Field metadata: one of this field and its alternative is needed.
 
 
-def alternative(other: str, default: Any = None, *, required: bool = False) -> Any:
+def alternative(
+    other: str, default: Any = None, *, required: bool = False, resumable: bool = False
+) -> Any:
     """A dataclass field that replaces `other`: a layer giving one drops the other.
 
     Args:
       other: the name of the alternative field.
       default: this field's default.
       required: one of the two fields must be given (checked on reading a mapping).
+      resumable: a resumed run may change it (`fields.RESUMABLE`).
 
     Returns:
       The `dataclasses.field`.
     """
-    return dataclasses.field(default=default, metadata={ALTERNATIVE: other, REQUIRED: required})
+    metadata = {ALTERNATIVE: other, REQUIRED: required, RESUMABLE: resumable}
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def alternatives(cls: type) -> dict[str, str]:

@@ -26,7 +26,7 @@ from typing import Any
 
 from resnet_app.common.checks import at_least
 from resnet_app.common.errors import ConfigError
-from resnet_app.common.fields import config_keys, replace_from
+from resnet_app.common.fields import config_keys, replace_from, resumable
 from resnet_app.config.oneof import Section, alternative, plain
 from resnet_app.config.optimizer_kinds import Momentum, OptimizerSection
 from resnet_app.config.schedule_kinds import Piecewise, ScheduleSection
@@ -151,38 +151,38 @@ class TrainSettings:
     """
 
     batch_size: int = 128
-    epochs: float | None = alternative("train_steps")
-    train_steps: int | None = alternative("epochs", default=64_000)
-    eval_every: int | None = None
-    log_every: int = 100
-    steps_per_loop: int | None = None
-    checkpoint_every: int | None = None
-    num_towers: int | None = None
+    epochs: float | None = alternative("train_steps", resumable=True)
+    train_steps: int | None = alternative("epochs", default=64_000, resumable=True)
+    eval_every: int | None = resumable(None)
+    log_every: int = resumable(100)
+    steps_per_loop: int | None = resumable(None)
+    checkpoint_every: int | None = resumable(None)
+    num_towers: int | None = resumable(None)
     seed: int = 0
     label_smoothing: float = 0.0
-    eval_batch_size: int | None = None
-    keep_checkpoints: int = 3
-    keep_checkpoint_every_n_hours: float | None = None
-    deterministic: bool = False
-    on_nan: str = "stop"
-    nan_lr_factor: float = 0.5
+    eval_batch_size: int | None = resumable(None)
+    keep_checkpoints: int = resumable(3)
+    keep_checkpoint_every_n_hours: float | None = resumable(None)
+    deterministic: bool = resumable(False)
+    on_nan: str = resumable("stop")
+    nan_lr_factor: float = resumable(0.5)
     precision: str = "fp32"
-    jit: bool = False
+    jit: bool = resumable(False)
     init_from: str | None = None
     init_head: str = "auto"
     freeze: tuple[str, ...] = ()
     freeze_batch_norm: bool = True
     lr_multipliers: dict[str, float] | None = None
-    keep_best: bool = False
-    best_metric: str | None = None
-    best_mode: str | None = None
+    keep_best: bool = resumable(False)
+    best_metric: str | None = resumable(None)
+    best_mode: str | None = resumable(None)
     loss: str = "cross_entropy"
     bce_target_threshold: float | None = None
     accumulate_steps: int = 1
-    ema_decay: float = 0.0
-    ema_warmup: bool = False
+    ema_decay: float = resumable(0.0)
+    ema_warmup: bool = resumable(False)
     class_weights: str | dict[str, float] | None = None
-    threshold: float = 0.5
+    threshold: float = resumable(0.5)
 
     @property
     def best_by(self) -> str:
@@ -322,8 +322,8 @@ class SyncSettings:
 
     mode: str = "allreduce"
     interval: int = 8
-    timeout: float | None = None
-    keep_last_step: bool = True
+    timeout: float | None = resumable(None)
+    keep_last_step: bool = resumable(True)
 
     def __post_init__(self):
         _require(

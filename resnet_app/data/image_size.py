@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 
+from resnet_app.data.recipes import RECIPES  # The titles; no TensorFlow.
 from resnet_app.data.settings import DataConfig
 
 # Images up to this size use the CIFAR recipe when the family is "auto".
 CIFAR_MAX_SIZE = 64
 # The size of data that has none, when no model says otherwise.
 FALLBACK_IMAGE_SIZE = 224
-RECIPES = {"cifar": "CIFAR recipe", "imagenet": "ImageNet recipe"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,4 +116,4 @@ def describe_choice(image_size: ImageSize, requested: str, family: str) -> str:
         why = f"auto: {bound} {CIFAR_MAX_SIZE} px"
     else:
         why = "set by data.preprocessing"
-    return f"{image_size.size} px, {image_size.reason}; {RECIPES[family]} ({why})"
+    return f"{image_size.size} px, {image_size.reason}; {RECIPES[family].title} ({why})"

@@ -41,7 +41,7 @@ import tensorflow as tf
 from absl import logging
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.data import class_balance, mixing, options, preprocessing, seeds, sources
+from resnet_app.data import class_balance, mixing, options, preprocessing, recipes, seeds, sources
 from resnet_app.data.image_size import choose_image_size, choose_recipe, describe_choice
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.data.settings import DataConfig
@@ -137,7 +137,9 @@ class InputPipeline:
             if self.train_split is not None and not self.train_split.encoded:
                 measured = _channel_stats(self.train_split.images)
             mean, std = mean or measured[0], std or measured[1]
-        eval_resize = _eval_resize(config, family, size)
+        eval_resize = recipes.named(family).eval_resize(
+            config.eval_resize, config.eval_image_size, size
+        )
         self.preprocessing = Preprocessing(
             family=family,
             image_size=size,
@@ -220,11 +222,8 @@ class InputPipeline:
         choices here; `_augment_batch` applies them to the whole batch at once.
         """
         config = self.preprocessing
-        if config.family == "imagenet":
-            return {"image": preprocessing.imagenet_train(image, seed, config, encoded=encoded)}
-        if encoded or self.source.image_size != config.image_size:
-            image = preprocessing.resize_only(image, config, encoded=encoded)
-        return preprocessing.cifar_augment(image, seed, config)
+        resize = self.source.image_size != config.image_size
+        return recipes.of(config).augment(image, seed, config, encoded, resize)
 
     def _augment_batch(self, batch: dict) -> dict:
         if "choices" not in batch:
@@ -239,10 +238,8 @@ class InputPipeline:
 
     def _evaluate_transform(self, image: tf.Tensor, encoded: bool, crops: bool) -> tf.Tensor:
         config = self.preprocessing
-        if crops:
-            return preprocessing.imagenet_eval_crops(image, config, encoded=encoded)
         resize = self.source.image_size != config.image_size
-        return preprocessing.eval_image(image, config, encoded=encoded, resize=resize)
+        return recipes.of(config).evaluate(image, config, encoded, resize, crops)
 
     # -- training ----------------------------------------------------------------
 
@@ -491,29 +488,6 @@ def _check_balanced_sampling(dataset: str, train: sources.Split, multi_label: bo
             f"data.sampling=balanced needs data read by index; {dataset} is streamed: use "
             "train.class_weights=balanced instead"
         )
-
-
-def _eval_resize(config: DataConfig, family: str, size: int) -> int:
-    """The shorter side before evaluation's central crop; refuses sizes that do not fit.
-
-    Raises:
-      ConfigError: for data.eval_image_size with the CIFAR recipe, or an
-        eval_resize smaller than the evaluation size.
-    """
-    eval_size = config.eval_image_size or size
-    if config.eval_image_size and family != "imagenet":
-        raise ConfigError(
-            f"data.eval_image_size={config.eval_image_size}: the CIFAR recipe evaluates "
-            f"whole images at the training size ({size} px); drop it, or use "
-            "data.preprocessing=imagenet"
-        )
-    eval_resize = config.eval_resize or round(eval_size / preprocessing.EVAL_CROP_FRACTION)
-    if family == "imagenet" and eval_resize < eval_size:
-        raise ConfigError(
-            f"eval_resize={eval_resize} is smaller than the evaluation size {eval_size}; "
-            "the central crop needs eval_resize >= it (usually the size / 0.875)"
-        )
-    return eval_resize
 
 
 def create_pipeline(config: DataConfig, default_image_size: int | None = None) -> InputPipeline:

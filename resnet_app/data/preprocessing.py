@@ -43,7 +43,6 @@ from resnet_app.data import randaugment, randaugment_magnitudes
 # ImageNet's per-channel statistics on the 0-255 scale, the usual constants.
 IMAGENET_MEAN = (123.675, 116.28, 103.53)
 IMAGENET_STD = (58.395, 57.12, 57.375)
-EVAL_CROP_FRACTION = 0.875  # 224 / 256
 # RandAugment's and random erasing's settings, the same in `DataConfig`.
 AUGMENT_SETTINGS = (
     "randaugment_ops",
@@ -436,25 +435,3 @@ def resize_only(image: tf.Tensor, config: Preprocessing, encoded: bool = False) 
     )
     # Round back to the 0-255 grid so that both branches give the same dtype.
     return tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
-
-
-def eval_image(
-    image: tf.Tensor, config: Preprocessing, encoded: bool = False, resize: bool = True
-) -> tf.Tensor:
-    """The evaluation preprocessing of one image, for either family.
-
-    Args:
-      image: uint8 [H, W, 3] pixels of any size, or encoded bytes when `encoded`.
-      config: the parameters.
-      encoded: whether `image` holds encoded bytes.
-      resize: CIFAR family: whether the image may differ from `image_size`
-        (False skips the size check, for arrays known to have that size).
-
-    Returns:
-      [image_size, image_size, 3] in `config.dtype`.
-    """
-    if config.family == "imagenet":
-        return imagenet_eval(image, config, encoded=encoded)
-    if encoded or resize:
-        image = resize_only(image, config, encoded=encoded)
-    return cifar_eval(image, config)

@@ -11,7 +11,7 @@ import math
 
 from resnet_app.common import checks
 from resnet_app.common.errors import ConfigError
-from resnet_app.common.fields import SET_BY
+from resnet_app.common.fields import SET_BY, resumable
 from resnet_app.data.class_balance import SAMPLINGS
 
 FAMILIES = ("auto", "cifar", "imagenet")
@@ -134,7 +134,7 @@ class DataConfig:
     """
 
     dataset: str = "shapes"
-    data_dir: str | None = None
+    data_dir: str | None = resumable(None)
     image_size: int | None = None
     preprocessing: str = "auto"
     mean: tuple[float, float, float] | None = None
@@ -143,8 +143,8 @@ class DataConfig:
     flip: bool = True
     area_range: tuple[float, float] = (0.08, 1.0)
     aspect_ratio_range: tuple[float, float] = (3 / 4, 4 / 3)
-    eval_resize: int | None = None
-    eval_image_size: int | None = None
+    eval_resize: int | None = resumable(None)
+    eval_image_size: int | None = resumable(None)
     randaugment_ops: int = 0
     randaugment_magnitude: float = 9.0
     randaugment_prob: float = 1.0
@@ -157,9 +157,9 @@ class DataConfig:
     mix_switch_prob: float = 0.5
     mix_mode: str = "batch"
     validation_split: int = 0
-    eval_split: str | None = None
+    eval_split: str | None = resumable(None)
     train_examples: int | None = None
-    eval_examples: int | None = None
+    eval_examples: int | None = resumable(None)
     shuffle_buffer: int = 10_000
     # Not a `data.` config key of its own.
     seed: int = dataclasses.field(default=0, metadata={SET_BY: "train.seed"})

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from resnet_app import config
 from resnet_app.common import checks, run_dir
 from resnet_app.common.errors import ConfigError
+from resnet_app.data import recipes
 from resnet_app.serving import calibration
 from resnet_app.serving.tta import CROPS, MODES
 
@@ -148,7 +149,7 @@ def _check_tta(tta: str | None, family: str | None = None) -> None:
     """
     if tta is not None and tta not in MODES:
         raise ConfigError(f"--tta={tta}: use {' or '.join(MODES)}")
-    if tta == CROPS and family is not None and family != "imagenet":
+    if tta == CROPS and family is not None and not recipes.named(family).crops:
         raise ConfigError(
             f"--tta=crops takes corner crops of ImageNet-style evaluation images; this run "
             f"uses the {family} recipe, whose images are not cropped: use --tta=flip"

@@ -24,6 +24,7 @@ import os
 from absl import logging
 
 from resnet_app.common.errors import ConfigError
+from resnet_app.data import recipes
 
 FORMATS = ("saved_model", "tflite", "onnx")
 QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
@@ -177,11 +178,7 @@ def _model_info(served, preprocessing, source: dict) -> dict:
         "threshold": served.threshold if served.multi_label else None,
         "input_size": portable.input_size(preprocessing),
         "preprocessing": dataclasses.asdict(preprocessing),
-        "resize": (
-            "shorter side to input_size, then the centre square"
-            if preprocessing.family == "imagenet"
-            else "the whole image to input_size x input_size"
-        ),
+        "resize": recipes.of(preprocessing).resize_text,
         "temperature": served.temperature,
         "tta": served.tta,
         "source": {key: source[key] for key in ("model", "dataset", "checkpoint", "step")},

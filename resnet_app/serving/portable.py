@@ -23,16 +23,15 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from resnet_app.data import recipes
 from resnet_app.data.preprocessing import Preprocessing, decode_image
 from resnet_app.nets import grouped_conv
 from resnet_app.serving import tta
 
 
 def input_size(preprocessing: Preprocessing) -> int:
-    """The height and width of the portable classifier's input."""
-    if preprocessing.family == "imagenet":
-        return preprocessing.eval_resize
-    return preprocessing.image_size
+    """The height and width of the portable classifier's input (`Recipe.served_size`)."""
+    return recipes.of(preprocessing).served_size(preprocessing)
 
 
 def fixed_size_image(image: tf.Tensor, preprocessing: Preprocessing) -> tf.Tensor:
@@ -40,20 +39,9 @@ def fixed_size_image(image: tf.Tensor, preprocessing: Preprocessing) -> tf.Tenso
 
     CIFAR family: resized to `image_size` when it differs (as evaluation does
     for files). ImageNet family: the shorter side resized to `eval_resize`,
-    then the centre square cropped.
+    then the centre square cropped (`Recipe.served_image`).
     """
-    size = input_size(preprocessing)
-    image = tf.convert_to_tensor(image)
-    shape = tf.shape(image)[:2]
-    if preprocessing.family == "imagenet":
-        scale = size / tf.cast(tf.reduce_min(shape), tf.float32)
-        height, width = tf.unstack(tf.cast(tf.round(tf.cast(shape, tf.float32) * scale), tf.int32))
-        resized = tf.image.resize(tf.cast(image, tf.float32), tf.stack([height, width]))
-        top, left = (height - size) // 2, (width - size) // 2
-        image = resized[top : top + size, left : left + size]
-    elif image.shape[0] != size or image.shape[1] != size:
-        image = tf.image.resize(tf.cast(image, tf.float32), [size, size])
-    return tf.cast(tf.clip_by_value(tf.round(tf.cast(image, tf.float32)), 0, 255), tf.uint8)
+    return recipes.of(preprocessing).served_image(image, preprocessing)
 
 
 def split_images(split, preprocessing: Preprocessing, count: int | None = None):
@@ -129,11 +117,7 @@ class PortableClassifier(tf.Module):
 
     def _classify_images(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         config = self.preprocessing
-        pixels = tf.cast(images, tf.float32)
-        if config.family == "imagenet":
-            offset = (config.eval_resize - config.eval_size) // 2
-            size = config.eval_size
-            pixels = pixels[:, offset : offset + size, offset : offset + size, :]
+        pixels = recipes.of(config).crop_served(tf.cast(images, tf.float32), config)
         # Constants made in the graph: some converters drop captured tensors.
         mean = tf.constant(np.asarray(config.mean, np.float32))
         std = tf.constant(np.asarray(config.std, np.float32))

@@ -46,8 +46,8 @@ from absl import logging
 from resnet_app import config
 from resnet_app.common import checkpoint, checks, run_dir
 from resnet_app.common.errors import ConfigError
-from resnet_app.data import run_pipeline
-from resnet_app.data.preprocessing import Preprocessing, eval_image
+from resnet_app.data import recipes, run_pipeline
+from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.nets import factory
 from resnet_app.serving import calibration, tta
 
@@ -96,8 +96,9 @@ class ServingModel(tf.Module):
 
     def _preprocess(self, images: tf.Tensor, encoded: bool) -> tf.Tensor:
         size = self._preprocessing.eval_size
+        recipe = recipes.of(self._preprocessing)
         return tf.map_fn(
-            lambda image: eval_image(image, self._preprocessing, encoded=encoded),
+            lambda image: recipe.evaluate(image, self._preprocessing, encoded),
             images,
             fn_output_signature=tf.TensorSpec([size, size, 3], self._preprocessing.dtype),
         )

@@ -1,0 +1,172 @@
+"""The two preprocessing recipes as objects: what each does in training, evaluation and serving.
+
+`Preprocessing.family` names one ("cifar" or "imagenet"); `of(preprocessing)`
+gives its `Recipe`, which answers what the pipeline and the exports ask of it:
+- `augment`: one training example's part of the augmentation;
+- `evaluate`: one evaluation image;
+- `crops`: whether multi-crop evaluation (`--tta=crops`) applies;
+- `eval_resize`: the shorter side before evaluation's central crop, checked;
+- `served_size`, `served_image`, `crop_served`: what a portable export
+  (`serving/portable.py`) takes, how an image of any size is brought to it,
+  and what the export does to it before the network;
+- `resize_text`: that resizing in words, for the export's model_info.json.
+
+Nothing here imports TensorFlow at module level: command-line checks read
+`title` and `crops` before it loads.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from resnet_app.common.errors import ConfigError
+
+EVAL_CROP_FRACTION = 0.875  # 224 / 256
+
+
+class Recipe:
+    """One recipe; subclasses are the CIFAR and ImageNet ones."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    crops: ClassVar[bool]
+    resize_text: ClassVar[str]
+
+    def augment(self, image, seed, config, encoded: bool, resize: bool) -> dict:
+        """One training example's augmentation: {"image": ...} and any per-example draws.
+
+        Args:
+          image: uint8 pixels, or encoded bytes when `encoded`.
+          seed: the example's int64 [2] seed.
+          config: the `Preprocessing`.
+          encoded: whether `image` holds encoded bytes.
+          resize: whether the image may differ from the training size.
+        """
+        raise NotImplementedError
+
+    def evaluate(self, image, config, encoded: bool, resize: bool = True, crops: bool = False):
+        """One evaluation image (with `crops`, its [5, size, size, 3] crops)."""
+        raise NotImplementedError
+
+    def eval_resize(self, eval_resize: int | None, eval_image_size: int | None, size: int) -> int:
+        """The shorter side before the central crop, from the settings; refuses what cannot work."""
+        raise NotImplementedError
+
+    def served_size(self, config) -> int:
+        """The height and width of the portable classifier's input."""
+        raise NotImplementedError
+
+    def served_image(self, image, config):
+        """One uint8 image of any size as the portable classifier takes it (uint8, rounded)."""
+        import tensorflow as tf
+
+        size = self.served_size(config)
+        image = tf.convert_to_tensor(image)
+        if image.shape[0] != size or image.shape[1] != size:
+            image = tf.image.resize(tf.cast(image, tf.float32), [size, size])
+        return tf.cast(tf.clip_by_value(tf.round(tf.cast(image, tf.float32)), 0, 255), tf.uint8)
+
+    def crop_served(self, pixels, config):
+        """What the portable classifier does to its float input before normalizing it."""
+        return pixels
+
+
+class Cifar(Recipe):
+    """He et al. 2015: pad, random crop, flip; whole images, normalized, in evaluation."""
+
+    name, title, crops = "cifar", "CIFAR recipe", False
+    resize_text = "the whole image to input_size x input_size"
+
+    def augment(self, image, seed, config, encoded, resize):
+        from resnet_app.data import preprocessing
+
+        if encoded or resize:
+            image = preprocessing.resize_only(image, config, encoded=encoded)
+        # Only the draws here: `preprocessing.cifar_train_batch` applies them batch-wise.
+        return preprocessing.cifar_augment(image, seed, config)
+
+    def evaluate(self, image, config, encoded, resize=True, crops=False):
+        from resnet_app.data import preprocessing
+
+        if crops:
+            raise ConfigError(
+                "the CIFAR recipe evaluates whole images: there are no corner crops; use --tta=flip"
+            )
+        if encoded or resize:
+            image = preprocessing.resize_only(image, config, encoded=encoded)
+        return preprocessing.cifar_eval(image, config)
+
+    def eval_resize(self, eval_resize, eval_image_size, size):
+        if eval_image_size:
+            raise ConfigError(
+                f"data.eval_image_size={eval_image_size}: the CIFAR recipe evaluates "
+                f"whole images at the training size ({size} px); drop it, or use "
+                "data.preprocessing=imagenet"
+            )
+        return eval_resize or round(size / EVAL_CROP_FRACTION)
+
+    def served_size(self, config):
+        return config.image_size
+
+
+class Imagenet(Recipe):
+    """Szegedy et al. 2015 crops in training; the shorter side resized and the centre kept."""
+
+    name, title, crops = "imagenet", "ImageNet recipe", True
+    resize_text = "shorter side to input_size, then the centre square"
+
+    def augment(self, image, seed, config, encoded, resize):
+        from resnet_app.data import preprocessing
+
+        return {"image": preprocessing.imagenet_train(image, seed, config, encoded=encoded)}
+
+    def evaluate(self, image, config, encoded, resize=True, crops=False):
+        from resnet_app.data import preprocessing
+
+        if crops:
+            return preprocessing.imagenet_eval_crops(image, config, encoded=encoded)
+        return preprocessing.imagenet_eval(image, config, encoded=encoded)
+
+    def eval_resize(self, eval_resize, eval_image_size, size):
+        eval_size = eval_image_size or size
+        resized = eval_resize or round(eval_size / EVAL_CROP_FRACTION)
+        if resized < eval_size:
+            raise ConfigError(
+                f"eval_resize={resized} is smaller than the evaluation size {eval_size}; "
+                "the central crop needs eval_resize >= it (usually the size / 0.875)"
+            )
+        return resized
+
+    def served_size(self, config):
+        return config.eval_resize
+
+    def served_image(self, image, config):
+        import tensorflow as tf
+
+        size = self.served_size(config)
+        image = tf.convert_to_tensor(image)
+        shape = tf.shape(image)[:2]
+        scale = size / tf.cast(tf.reduce_min(shape), tf.float32)
+        height, width = tf.unstack(tf.cast(tf.round(tf.cast(shape, tf.float32) * scale), tf.int32))
+        resized = tf.image.resize(tf.cast(image, tf.float32), tf.stack([height, width]))
+        top, left = (height - size) // 2, (width - size) // 2
+        image = resized[top : top + size, left : left + size]
+        return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
+
+    def crop_served(self, pixels, config):
+        offset = (config.eval_resize - config.eval_size) // 2
+        size = config.eval_size
+        return pixels[:, offset : offset + size, offset : offset + size, :]
+
+
+RECIPES: dict[str, Recipe] = {recipe.name: recipe for recipe in (Cifar(), Imagenet())}
+
+
+def named(name: str) -> Recipe:
+    """The recipe called `name` ("cifar" or "imagenet")."""
+    return RECIPES[name]
+
+
+def of(config) -> Recipe:
+    """The recipe of a `Preprocessing`."""
+    return RECIPES[config.family]
