@@ -22,6 +22,7 @@ from matplotlib import image as mpimg
 
 from resnet_app.common.distribute import mirrored_strategy
 from resnet_app.data import input_pipeline, preprocessing
+from resnet_app.data.settings import data_config
 from resnet_app.nets import factory
 from resnet_app.nets.resnet import create_model
 from resnet_app.serving import calibration, exact_eval, reports
@@ -96,7 +97,7 @@ def model_with(weights, image_size, strategy=None):
 @pytest.fixture(scope="module")
 def cifar_pipeline(tmp_path_factory):
     return input_pipeline.create_pipeline(
-        input_pipeline.DataConfig(
+        data_config(
             dataset="shapes",
             data_dir=str(tmp_path_factory.mktemp("cache")),
             train_examples=64,
@@ -199,7 +200,7 @@ def test_crops_are_the_centre_and_corners_of_the_resized_image():
 @pytest.mark.parametrize("towers", [1, 3])
 def test_ten_crops_average_the_views_of_an_imagenet_style_pipeline(tmp_path_factory, towers):
     pipeline = input_pipeline.create_pipeline(
-        input_pipeline.DataConfig(
+        data_config(
             dataset="shapes",
             data_dir=str(tmp_path_factory.getbasetemp() / "crops_cache"),
             train_examples=64,

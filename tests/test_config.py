@@ -12,7 +12,7 @@ from resnet_app import config
 from resnet_app.common import fields
 from resnet_app.common.errors import ConfigError
 from resnet_app.config import oneof, optimizer_kinds, schedule_kinds
-from resnet_app.data.settings import DataConfig
+from resnet_app.data.settings import AugmentSettings, DataConfig
 from resnet_app.engine import schedules
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -102,7 +102,7 @@ def test_set_overrides_any_key_with_yaml_values():
     )
     assert resolved.optimizer["learning_rate"] == 0.05
     assert resolved.model["bn_synchronized"] is True
-    assert resolved.data.area_range == (0.25, 1.0)
+    assert resolved.data.augment.area_range == (0.25, 1.0)
     # Setting epochs replaces the default length in steps.
     assert resolved.train.epochs == 2.5 and resolved.train.train_steps is None
 
@@ -141,7 +141,10 @@ def test_written_config_reads_back_the_same(tmp_path):
         (["train.train_steps=0"], r"train.train_steps=0; use 1 or more"),
         (["train.epochs=-1"], r"train.epochs=-1.0; use a number more than 0"),
         (["train.epochs=.inf"], r"train.epochs=inf: expected a finite number"),
-        (["data.area_range=[a, b]"], r"data.area_range=\['a', 'b'\]: expected a list of numbers"),
+        (
+            ["data.area_range=[a, b]"],
+            r"data.augment.area_range=\['a', 'b'\]: expected a list of numbers",
+        ),
         (["model.units=[1.5, 2]"], "expected a list of integers"),
         (["model.name=resnet21"], "unknown model 'resnet21'; valid models:.*resnet20"),
         (["model.name=null"], "model.name=None; valid models:.*resnet20"),
@@ -241,7 +244,8 @@ def test_types_come_from_the_annotations():
     assert train["batch_size"] == fields.FieldType(int)
     assert train["epochs"] == fields.FieldType(float, optional=True)
     data = fields.field_types(DataConfig)
-    assert data["area_range"] == fields.FieldType(tuple, item=float)
+    assert data["augment"].nested and data["augment"].base is AugmentSettings
+    assert fields.field_types(AugmentSettings)["area_range"] == fields.FieldType(tuple, item=float)
     assert data["mean"] == fields.FieldType(tuple, optional=True, item=float)
     model = fields.field_types(config.ModelSection)
     assert model["units"] == fields.FieldType(tuple, optional=True, item=int)

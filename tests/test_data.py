@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import image_size, input_pipeline, run_pipeline, seeds, sources
+from resnet_app.data.settings import data_config
 from tests import image_files
 from tests.tfds_mock import closed_port, mock_tfds
 
@@ -18,7 +19,7 @@ from tests.tfds_mock import closed_port, mock_tfds
 def shapes_config(**overrides):
     fields = dict(dataset="shapes", train_examples=300, eval_examples=100)
     fields.update(overrides)
-    return input_pipeline.DataConfig(**fields)
+    return data_config(**fields)
 
 
 # Each module generates its own `shapes` cache (see conftest.private_shapes_cache).
@@ -225,9 +226,7 @@ def test_validation_split_larger_than_the_training_set_is_an_error():
 
 def test_synthetic_is_any_shape_and_counts_exactly():
     pipeline = input_pipeline.create_pipeline(
-        input_pipeline.DataConfig(
-            dataset="synthetic", image_size=48, num_classes=7, eval_examples=50
-        )
+        data_config(dataset="synthetic", image_size=48, num_classes=7, eval_examples=50)
     )
     batch = next(iter(pipeline.train_dataset(8)))
     assert batch["image"].shape == (8, 48, 48, 3)
@@ -304,9 +303,7 @@ def test_folder_lists_classes_and_skips_unreadable_files(folder, caplog):
 def test_folder_images_decode_to_their_pixels_whatever_the_extension(folder):
     root, originals = folder
     pipeline = input_pipeline.create_pipeline(
-        input_pipeline.DataConfig(
-            dataset=f"folder:{root}", image_size=32, mean=(0, 0, 0), std=(1, 1, 1)
-        )
+        data_config(dataset=f"folder:{root}", image_size=32, mean=(0, 0, 0), std=(1, 1, 1))
     )
     assert pipeline.preprocessing.family == "cifar"
     split = pipeline.eval_split("train")
@@ -324,9 +321,7 @@ def test_folder_images_decode_to_their_pixels_whatever_the_extension(folder):
 
 def test_folder_training_stream_at_imagenet_size(folder):
     root, _ = folder
-    pipeline = input_pipeline.create_pipeline(
-        input_pipeline.DataConfig(dataset=f"folder:{root}", image_size=96)
-    )
+    pipeline = input_pipeline.create_pipeline(data_config(dataset=f"folder:{root}", image_size=96))
     assert pipeline.preprocessing.family == "imagenet"
     examples = take_examples(pipeline.train_dataset(4), 16)
     assert examples["image"].shape == (16, 96, 96, 3)
@@ -342,9 +337,7 @@ def test_folder_training_stream_at_imagenet_size(folder):
 )
 def test_folder_errors(folder, make, message):
     with pytest.raises(ConfigError, match=message):
-        input_pipeline.create_pipeline(
-            input_pipeline.DataConfig(dataset=f"folder:{make(folder[0])}")
-        )
+        input_pipeline.create_pipeline(data_config(dataset=f"folder:{make(folder[0])}"))
 
 
 def test_folder_with_a_class_unknown_to_train(tmp_path):
@@ -361,7 +354,7 @@ def test_folder_with_a_class_unknown_to_train(tmp_path):
 def test_tfds_cifar10_through_mock_data_is_held_in_memory(tmp_path):
     with mock_tfds("cifar10", str(tmp_path), ("train", "test"), 40):
         pipeline = input_pipeline.create_pipeline(
-            input_pipeline.DataConfig(dataset="cifar10", data_dir=str(tmp_path))
+            data_config(dataset="cifar10", data_dir=str(tmp_path))
         )
         assert pipeline.train_split.indexed and not pipeline.train_split.encoded
         assert pipeline.num_train_examples == 40 and pipeline.num_classes == 10
@@ -377,9 +370,7 @@ def test_tfds_cifar10_through_mock_data_is_held_in_memory(tmp_path):
 def test_tfds_imagenet2012_through_mock_data_is_streamed(tmp_path):
     with mock_tfds("imagenet2012", str(tmp_path), ("train", "validation"), 30):
         pipeline = input_pipeline.create_pipeline(
-            input_pipeline.DataConfig(
-                dataset="imagenet2012", data_dir=str(tmp_path), shuffle_buffer=8
-            )
+            data_config(dataset="imagenet2012", data_dir=str(tmp_path), shuffle_buffer=8)
         )
         assert not pipeline.train_split.indexed
         assert pipeline.num_classes == 1000 and pipeline.eval_split_name == "validation"
@@ -417,7 +408,7 @@ def test_tfds_records_on_real_files_with_slicing(tmp_path, monkeypatch):
     assert len(builder.info.splits["train"].shard_lengths) == 3
     stored = tfds.as_numpy(builder.as_dataset(split="train", batch_size=-1))
     monkeypatch.setattr(sources.tfds_source, "IN_MEMORY_LIMIT_BYTES", 0)
-    config = input_pipeline.DataConfig(
+    config = data_config(
         dataset="dummy_mnist",
         data_dir=str(tmp_path),
         image_size=32,
@@ -454,9 +445,7 @@ def offline(monkeypatch):
 def test_offline_tfds_dataset_fails_fast_with_the_fix(tmp_path, offline):
     started = time.monotonic()
     with pytest.raises(ConfigError) as error:
-        input_pipeline.create_pipeline(
-            input_pipeline.DataConfig(dataset="cifar10", data_dir=str(tmp_path))
-        )
+        input_pipeline.create_pipeline(data_config(dataset="cifar10", data_dir=str(tmp_path)))
     assert time.monotonic() - started < 30
     message = str(error.value)
     assert "'cifar10'" in message and str(tmp_path) in message
@@ -465,9 +454,7 @@ def test_offline_tfds_dataset_fails_fast_with_the_fix(tmp_path, offline):
 
 def test_imagenet_without_its_manual_download_explains_where_files_go(tmp_path, offline):
     with pytest.raises(ConfigError) as error:
-        input_pipeline.create_pipeline(
-            input_pipeline.DataConfig(dataset="imagenet2012", data_dir=str(tmp_path))
-        )
+        input_pipeline.create_pipeline(data_config(dataset="imagenet2012", data_dir=str(tmp_path)))
     message = str(error.value)
     assert os.path.join(str(tmp_path), "downloads", "manual") in message
     assert "ILSVRC2012_img_train.tar" in message and "\n" not in message
@@ -475,24 +462,18 @@ def test_imagenet_without_its_manual_download_explains_where_files_go(tmp_path, 
 
 def test_unknown_dataset_names_the_choices(tmp_path):
     with pytest.raises(ConfigError, match="unknown dataset 'cifar11'.*shapes"):
-        input_pipeline.create_pipeline(
-            input_pipeline.DataConfig(dataset="cifar11", data_dir=str(tmp_path))
-        )
+        input_pipeline.create_pipeline(data_config(dataset="cifar11", data_dir=str(tmp_path)))
 
 
 @pytest.mark.parametrize("name", ["cifar10:9.9.9", "cifar10/nope"])
 def test_bad_tfds_version_or_config(tmp_path, name):
     with pytest.raises(ConfigError, match=f"cannot load tfds dataset '{name}'"):
-        input_pipeline.create_pipeline(
-            input_pipeline.DataConfig(dataset=name, data_dir=str(tmp_path))
-        )
+        input_pipeline.create_pipeline(data_config(dataset=name, data_dir=str(tmp_path)))
 
 
 def test_tfds_dataset_that_is_not_image_classification(tmp_path):
     with pytest.raises(ConfigError, match="not an image-classification dataset"):
-        input_pipeline.create_pipeline(
-            input_pipeline.DataConfig(dataset="glue/cola", data_dir=str(tmp_path))
-        )
+        input_pipeline.create_pipeline(data_config(dataset="glue/cola", data_dir=str(tmp_path)))
 
 
 # -- config ----------------------------------------------------------------------
@@ -516,11 +497,11 @@ def test_tfds_dataset_that_is_not_image_classification(tmp_path):
 )
 def test_bad_config_values_name_the_field(field, value, message):
     with pytest.raises(ConfigError, match=message):
-        input_pipeline.DataConfig(**{field: value})
+        data_config(**{field: value})
 
 
 def test_eval_resize_below_the_crop_is_an_error(folder):
-    config = input_pipeline.DataConfig(dataset=f"folder:{folder[0]}", image_size=96, eval_resize=64)
+    config = data_config(dataset=f"folder:{folder[0]}", image_size=96, eval_resize=64)
     with pytest.raises(ConfigError, match="eval_resize=64 is smaller than the evaluation size 96"):
         input_pipeline.create_pipeline(config)
 
@@ -599,7 +580,7 @@ def test_data_image_size_and_preprocessing_always_win(tmp_path):
     ],
 )
 def test_choose_image_size(data, dataset_size, model_size, recorded, expected):
-    config = input_pipeline.DataConfig(**data)
+    config = data_config(**data)
     chosen = image_size.choose_image_size(config, dataset_size, model_size, "m", recorded)
     assert chosen.size == expected[0]
     assert chosen.reason.startswith(expected[1])

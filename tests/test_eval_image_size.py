@@ -11,7 +11,8 @@ import pytest
 import tensorflow as tf
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.data import input_pipeline, preprocessing
+from resnet_app.data import input_pipeline, preprocessing, recipes
+from resnet_app.data.settings import data_config
 from tests import runs
 
 
@@ -19,7 +20,7 @@ def _pipeline(**fields):
     config = dict(
         dataset="shapes", train_examples=64, eval_examples=16, preprocessing="imagenet", **fields
     )
-    return input_pipeline.create_pipeline(input_pipeline.DataConfig(**config))
+    return input_pipeline.create_pipeline(data_config(**config))
 
 
 def _first(dataset, key="image"):
@@ -38,19 +39,19 @@ def test_evaluation_at_another_size_is_that_sizes_evaluation():
     crops = preprocessing.imagenet_eval_crops(image, mixed.preprocessing)
     expected = preprocessing.imagenet_eval_crops(image, reference.preprocessing)
     np.testing.assert_array_equal(crops.numpy(), expected.numpy())
-    served = preprocessing.eval_image(image, mixed.preprocessing)
+    served = recipes.of(mixed.preprocessing).evaluate(image, mixed.preprocessing, encoded=False)
     assert served.shape == (48, 48, 3)
 
 
 def test_eval_image_size_is_refused_for_the_cifar_recipe_and_below_eval_resize():
     with pytest.raises(ConfigError, match="eval_image_size=48: the CIFAR recipe"):
         input_pipeline.create_pipeline(
-            input_pipeline.DataConfig(dataset="shapes", train_examples=64, eval_image_size=48)
+            data_config(dataset="shapes", train_examples=64, eval_image_size=48)
         )
     with pytest.raises(ConfigError, match="eval_resize=40 is smaller than the evaluation size 48"):
         _pipeline(image_size=32, eval_image_size=48, eval_resize=40)
     with pytest.raises(ConfigError, match="eval_image_size=4"):
-        input_pipeline.DataConfig(eval_image_size=4)
+        data_config(eval_image_size=4)
 
 
 @pytest.mark.integration
@@ -85,7 +86,12 @@ def test_a_run_trained_at_32_is_evaluated_and_served_at_48(tmp_path):
     served, _ = savedmodel.load(str(tmp_path / "run"))
     assert served.preprocessing.eval_size == 48
     images = np.random.default_rng(1).integers(0, 256, (3, 40, 60, 3), np.uint8)
-    pixels = tf.stack([preprocessing.eval_image(x, reference.preprocessing) for x in images])
+    pixels = tf.stack(
+        [
+            recipes.of(reference.preprocessing).evaluate(x, reference.preprocessing, encoded=False)
+            for x in images
+        ]
+    )
     expected = result.model(pixels, training=False).numpy()
     actual = served.serve_images(tf.constant(images))["logits"].numpy()
     np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)

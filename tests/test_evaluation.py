@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from resnet_app.common.distribute import mirrored_strategy
 from resnet_app.data import input_pipeline
+from resnet_app.data.settings import data_config
 from resnet_app.nets.resnet import create_model
 from resnet_app.serving import exact_eval
 
@@ -16,9 +17,7 @@ TOWERS = ["/cpu:0", "/cpu:1", "/cpu:2"]
 def pipeline(tmp_path_factory):
     cache = str(tmp_path_factory.mktemp("cache"))
     return input_pipeline.create_pipeline(
-        input_pipeline.DataConfig(
-            dataset="shapes", data_dir=cache, train_examples=64, eval_examples=1001
-        )
+        data_config(dataset="shapes", data_dir=cache, train_examples=64, eval_examples=1001)
     )
 
 
@@ -102,9 +101,7 @@ def test_every_example_counted_once_and_accuracy_matches_numpy(pipeline, weights
 def test_fewer_examples_than_towers(tmp_path, weights):
     # 2 examples on 3 towers: one tower sees only padding, and nobody crashes.
     pipeline = input_pipeline.create_pipeline(
-        input_pipeline.DataConfig(
-            dataset="shapes", data_dir=str(tmp_path), train_examples=8, eval_examples=2
-        )
+        data_config(dataset="shapes", data_dir=str(tmp_path), train_examples=8, eval_examples=2)
     )
     strategy = strategy_for(3)
     with strategy.scope():
@@ -160,7 +157,7 @@ def test_a_file_that_fails_to_decode_is_skipped_and_reported(tmp_path, weights, 
             b"\xff\xd8\xff" + b"\x17" * 300 + b"\xff\xd9"
         )
     pipeline = input_pipeline.create_pipeline(
-        input_pipeline.DataConfig(dataset=f"folder:{tmp_path}", image_size=32, num_classes=1)
+        data_config(dataset=f"folder:{tmp_path}", image_size=32, num_classes=1)
     )
     assert pipeline.num_eval_examples() == 4
     batches = list(pipeline.train_dataset(2).take(4))  # Training goes on past it.

@@ -19,6 +19,7 @@ import tensorflow as tf
 from resnet_app.common import run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import input_pipeline, run_pipeline
+from resnet_app.data.settings import data_config
 from resnet_app.engine import loop
 from resnet_app.nets import factory
 from resnet_app.nets.resnet import create_model
@@ -121,7 +122,7 @@ def test_export_in_a_process_without_resnet_app_equals_the_evaluation(tiny_run, 
         for split_name in ("train", "test"):
             write_images(folder / split_name / f"c{i}", [image])
     folder_pipeline = input_pipeline.create_pipeline(
-        input_pipeline.DataConfig(
+        data_config(
             dataset=f"folder:{folder}",
             image_size=32,
             preprocessing="cifar",
@@ -208,9 +209,7 @@ def test_imagenet_preprocessing_of_files_of_any_size(tmp_path):
         for split_name in ("train", "test"):
             write_images(tmp_path / split_name / f"c{i}", [image])
     pipeline = input_pipeline.create_pipeline(
-        input_pipeline.DataConfig(
-            dataset=f"folder:{tmp_path}", image_size=32, preprocessing="imagenet"
-        )
+        data_config(dataset=f"folder:{tmp_path}", image_size=32, preprocessing="imagenet")
     )
     assert pipeline.preprocessing.eval_resize == 37
     model = create_model("tiny", num_classes=3)

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import class_balance, input_pipeline
-from resnet_app.data.settings import DataConfig
+from resnet_app.data.settings import data_config
 from resnet_app.engine.step import TrainStep
 from resnet_app.nets.resnet import create_model
 from tests.test_losses import numpy_cross_entropy
@@ -59,7 +59,7 @@ def test_the_weighted_loss_against_numpy(smoothing):
 
 def imbalanced(tmp_path, **fields):
     return input_pipeline.create_pipeline(
-        DataConfig(
+        data_config(
             dataset="shapes", data_dir=str(tmp_path), train_examples=500, eval_examples=20, **fields
         )
     )
@@ -100,10 +100,10 @@ def test_balanced_sampling_of_a_streamed_source_is_one_line(tmp_path):
     own_data.write_shards(str(tmp_path / "r"), "train", images, labels, [10])
     with pytest.raises(ConfigError, match="needs data read by index.*class_weights=balanced"):
         input_pipeline.create_pipeline(
-            DataConfig(
+            data_config(
                 dataset=f"tfrecord:{tmp_path / 'r'}",
                 data_dir=str(tmp_path),
-                label_offset=1,
+                records={"label_offset": 1},
                 sampling="balanced",
             )
         )

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import mixing
+from resnet_app.data.settings import data_config
 
 
 def numpy_mix(images, labels, cutmix, lam, centre):
@@ -75,9 +76,9 @@ def test_draws_follow_beta_and_the_switch_probability():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"mixup_alpha": -1}, "data.mixup_alpha=-1"),
-        ({"switch_prob": 2}, "data.mix_switch_prob=2"),
-        ({"mode": "pair"}, "data.mix_mode='pair'"),
+        ({"mixup_alpha": -1}, "data.mix.mixup_alpha=-1"),
+        ({"switch_prob": 2}, "data.mix.switch_prob=2"),
+        ({"mode": "pair"}, "data.mix.mode='pair'"),
     ],
 )
 def test_bad_settings_are_one_line(kwargs, message):
@@ -88,7 +89,7 @@ def test_bad_settings_are_one_line(kwargs, message):
 def test_the_pipeline_mixes_each_batch_by_its_number_whatever_the_entry_point(tmp_path):
     from resnet_app.data import input_pipeline, seeds
 
-    config = input_pipeline.DataConfig(
+    config = data_config(
         dataset="shapes",
         data_dir=str(tmp_path),
         train_examples=48,
@@ -99,7 +100,7 @@ def test_the_pipeline_mixes_each_batch_by_its_number_whatever_the_entry_point(tm
     )
     pipeline = input_pipeline.create_pipeline(config)
     plain = input_pipeline.create_pipeline(
-        input_pipeline.DataConfig(dataset="shapes", data_dir=str(tmp_path), train_examples=48)
+        data_config(dataset="shapes", data_dir=str(tmp_path), train_examples=48)
     )
     stream = list(pipeline.train_dataset(12).take(3))
     entered = next(iter(pipeline.train_dataset(12, start_example=24)))
@@ -110,7 +111,7 @@ def test_the_pipeline_mixes_each_batch_by_its_number_whatever_the_entry_point(tm
     key = seeds.stream_seed(0, seeds.MIX, 0)
     choices = mixing.draws(
         tf.random.experimental.stateless_fold_in(key, tf.constant(1, tf.int64)),
-        config.mix_settings(),
+        config.mix,
         12,
     )
     expected = mixing.mix_with(unmixed, choices)

@@ -26,10 +26,23 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.data import input_pipeline, preprocessing, run_pipeline, seeds
 from resnet_app.data import randaugment as ra
 from resnet_app.data.preprocessing import Preprocessing
+from resnet_app.data.settings import AugmentSettings, data_config
 
 FILL = (120, 110, 100)
 MEAN, STD = (120.0, 110.0, 100.0), (60.0, 50.0, 40.0)
 CIFAR = Preprocessing("cifar", 32, MEAN, STD)
+
+
+def with_augment(config, **changes):
+    """`config` (a `Preprocessing`) with some of its fields, or its augmentation's, changed."""
+    names = {field.name for field in dataclasses.fields(AugmentSettings)}
+    augment = {k: v for k, v in changes.items() if k in names}
+    own = {k: v for k, v in changes.items() if k not in names}
+    return dataclasses.replace(
+        config, augment=dataclasses.replace(config.augment, **augment), **own
+    )
+
+
 GEOMETRIC = ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY")
 MAGNITUDES = (0, 3, 6, 8, 9, 10, 25)  # 6 and 8: 1 +- 0.9 * level rounds once, as PIL.
 FIXTURE = Path(__file__).parent / "fixtures" / "run_v0_tiny"
@@ -253,7 +266,7 @@ def test_a_batch_is_augmented_as_each_of_its_images():
 
 def test_same_seed_same_image_other_seed_other_image():
     image = tf.constant(sample_images()[0][:, :32])
-    config = dataclasses.replace(CIFAR, randaugment_ops=2, erase_probability=0.5)
+    config = with_augment(CIFAR, randaugment_ops=2, erase_probability=0.5)
 
     def augment(i):
         return preprocessing.cifar_train(image, tf.constant([7, i], tf.int64), config).numpy()
@@ -328,7 +341,7 @@ def test_erasing_replaces_exactly_the_box_with_normal_noise():
     noise = []
     for i in range(60):
         seed = seeds.example_seed(0, 1, i)
-        config = dataclasses.replace(CIFAR, erase_probability=1.0)
+        config = with_augment(CIFAR, erase_probability=1.0)
         plain = preprocessing.cifar_train(image, seed, CIFAR).numpy()
         erased = preprocessing.cifar_train(image, seed, config).numpy()
         draws = preprocessing.augment_choices(seed, config)["erase_draws"]
@@ -377,8 +390,8 @@ def old_imagenet_train(image, seed, config):
         bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
         seed=crop_seed,
         min_object_covered=0.0,
-        aspect_ratio_range=config.aspect_ratio_range,
-        area_range=config.area_range,
+        aspect_ratio_range=config.augment.aspect_ratio_range,
+        area_range=config.augment.area_range,
         max_attempts=10,
         use_image_if_no_bounding_boxes=True,
     )
@@ -390,13 +403,13 @@ def old_imagenet_train(image, seed, config):
 
 def shapes_pipeline(**fields):
     config = dict(dataset="shapes", train_examples=64, eval_examples=16, **fields)
-    return input_pipeline.create_pipeline(input_pipeline.DataConfig(**config))
+    return input_pipeline.create_pipeline(data_config(**config))
 
 
 def test_with_the_options_off_cifar_training_images_are_the_old_recipe_bitwise():
     pipeline = shapes_pipeline()
-    assert pipeline.preprocessing.randaugment_ops == 0
-    assert pipeline.preprocessing.erase_probability == 0
+    assert pipeline.preprocessing.augment.randaugment_ops == 0
+    assert pipeline.preprocessing.augment.erase_probability == 0
     images, ids = take(pipeline.train_dataset(16), 80)
     for position in range(0, 80, 7):
         epoch = position // 64
@@ -422,7 +435,7 @@ def folder(tmp_path_factory):
 
 
 def folder_pipeline(root, **fields):
-    config = input_pipeline.DataConfig(
+    config = data_config(
         dataset=f"folder:{root}", image_size=40, preprocessing="imagenet", **fields
     )
     return input_pipeline.create_pipeline(config)
@@ -534,7 +547,7 @@ def test_the_augmented_batch_of_a_step_is_the_same_on_1_and_3_towers(tmp_path):
 )
 def test_bad_values_are_one_line_errors_naming_the_key(field, value):
     with pytest.raises(ConfigError, match=field) as error:
-        input_pipeline.DataConfig(**{field: value})
+        data_config(**{field: value})
     assert "\n" not in str(error.value)
 
 
@@ -552,7 +565,7 @@ def test_the_options_are_config_keys_and_reach_the_preprocessing():
         ]
     )
     pipeline = run_pipeline.create_run_pipeline(resolved)
-    got = pipeline.preprocessing
+    got = pipeline.preprocessing.augment
     assert (got.randaugment_ops, got.randaugment_magnitude, got.erase_probability) == (3, 12.5, 0.3)
     assert got.erase_area_range == (0.05, 0.2) and got.erase_aspect_range == (0.5, 2.0)
     with pytest.raises(ConfigError, match="randaugment_ops=20"):
@@ -562,9 +575,9 @@ def test_the_options_are_config_keys_and_reach_the_preprocessing():
 def test_old_data_info_reads_with_the_options_off_and_new_ones_round_trip(tmp_path):
     _, old = run_pipeline.read_data_info(str(FIXTURE))
     assert "randaugment_ops" not in json.loads((FIXTURE / "data_info.json").read_text())
-    assert old.randaugment_ops == 0 and old.erase_probability == 0.0
+    assert old.augment.randaugment_ops == 0 and old.augment.erase_probability == 0.0
     assert old.eval_resize == 37 and old.family == "cifar"
-    new = dataclasses.replace(old, randaugment_ops=2, erase_area_range=(0.1, 0.2))
+    new = with_augment(old, randaugment_ops=2, erase_area_range=(0.1, 0.2))
     info = {"dataset": "shapes", "class_names": ["a"], "preprocessing": dataclasses.asdict(new)}
     (tmp_path / "data_info.json").write_text(json.dumps(info))
     assert run_pipeline.read_data_info(str(tmp_path))[1] == new

@@ -10,7 +10,6 @@ tests/test_randaugment.py); the batch and the per-image paths agree; the
 pipeline and config wiring.
 """
 
-import dataclasses
 import math
 
 import numpy as np
@@ -19,13 +18,13 @@ import tensorflow as tf
 
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import (
-    input_pipeline,
     preprocessing,
     randaugment_magnitudes,
     run_pipeline,
     seeds,
 )
 from resnet_app.data import randaugment as ra
+from resnet_app.data.settings import data_config
 from tests.test_randaugment import (
     CIFAR,
     FILL,
@@ -40,6 +39,7 @@ from tests.test_randaugment import (
     sample_images,
     shapes_pipeline,
     take,
+    with_augment,
 )
 
 pytestmark = pytest.mark.usefixtures("private_shapes_cache")
@@ -47,7 +47,7 @@ pytestmark = pytest.mark.usefixtures("private_shapes_cache")
 # Not M = 6 (A3's), 2 or 8: there the blend ops' float32 factor 1 +- 0.9 level
 # is an ulp away from PIL's (rounded from double) and a few pixels truncate 1
 # lower than PIL's. Kept: the default images must stay bitwise what they were.
-RA = dataclasses.replace(CIFAR, randaugment_ops=2, randaugment_magnitude=9.0)
+RA = with_augment(CIFAR, randaugment_ops=2, randaugment_magnitude=9.0)
 IDENTITY = ra.OPS.index("Identity")
 
 
@@ -79,8 +79,8 @@ def old_draws(seed, num_ops):
 
 
 def test_with_the_defaults_the_draws_are_the_old_draws():
-    assert (RA.randaugment_prob, RA.randaugment_magnitude_std) == (1.0, 0.0)
-    config = dataclasses.replace(RA, randaugment_ops=3, erase_probability=0.25)
+    assert (RA.augment.randaugment_prob, RA.augment.randaugment_magnitude_std) == (1.0, 0.0)
+    config = with_augment(RA, randaugment_ops=3, erase_probability=0.25)
     got = choices(config, 200)
     assert set(got) == {"op_indices", "op_signs", "erase_draws", "erase_noise"}
     for i in range(200):
@@ -91,7 +91,7 @@ def test_with_the_defaults_the_draws_are_the_old_draws():
 
 def test_the_options_leave_the_op_and_sign_draws_alone():
     # New streams: the ops drawn are the old ones (those kept), the signs all.
-    config = dataclasses.replace(RA, randaugment_prob=0.5, randaugment_magnitude_std=0.5)
+    config = with_augment(RA, randaugment_prob=0.5, randaugment_magnitude_std=0.5)
     got = choices(config, 200)
     for i in range(200):
         indices, signs = old_draws(seeds.example_seed(0, 0, i), 2)
@@ -155,7 +155,7 @@ def test_with_the_defaults_training_images_are_the_old_recipe_on_pils_ops():
 @pytest.mark.parametrize("probability", [0.5, 0.2])
 def test_each_op_is_skipped_at_the_configured_rate_independently_of_the_op(probability):
     count = 3000
-    config = dataclasses.replace(RA, randaugment_prob=probability)
+    config = with_augment(RA, randaugment_prob=probability)
     indices = choices(config, count)["op_indices"].ravel()
     drawn = np.concatenate([old_draws(seeds.example_seed(0, 0, i), 2)[0] for i in range(count)])
     same = indices == drawn
@@ -175,7 +175,7 @@ def test_each_op_is_skipped_at_the_configured_rate_independently_of_the_op(proba
 
 def test_a_skipped_op_leaves_the_image_unchanged():
     image = tf.constant(sample_images()[0][:, :32])
-    never = dataclasses.replace(RA, randaugment_prob=0.0)
+    never = with_augment(RA, randaugment_prob=0.0)
     for i in range(8):
         seed = seeds.example_seed(0, 0, i)
         np.testing.assert_array_equal(
@@ -186,7 +186,7 @@ def test_a_skipped_op_leaves_the_image_unchanged():
 
 def test_the_ops_kept_are_pils_ops_and_the_skipped_ones_nothing():
     image = sample_images()[1]
-    config = dataclasses.replace(RA, randaugment_ops=3, randaugment_prob=0.5)
+    config = with_augment(RA, randaugment_ops=3, randaugment_prob=0.5)
     got_choices = choices(config, 60)
     exact = skipped = 0
     for i in range(60):
@@ -210,7 +210,7 @@ def test_the_ops_kept_are_pils_ops_and_the_skipped_ones_nothing():
 
 def test_noisy_magnitudes_have_the_configured_mean_and_std():
     count, magnitude, std = 4000, 6.0, 0.5
-    config = dataclasses.replace(RA, randaugment_magnitude=magnitude, randaugment_magnitude_std=std)
+    config = with_augment(RA, randaugment_magnitude=magnitude, randaugment_magnitude_std=std)
     drawn = choices(config, count)["op_magnitudes"]
     assert drawn.shape == (count, 2) and drawn.dtype == np.float32
     values = drawn.ravel()  # 12 sigma from the clip bounds: a plain normal.
@@ -224,7 +224,7 @@ def test_noisy_magnitudes_have_the_configured_mean_and_std():
 @pytest.mark.parametrize("magnitude,bound", [(9.0, 10.0), (1.0, 0.0)])
 def test_noisy_magnitudes_are_clipped_to_the_scale(magnitude, bound):
     count, std = 3000, 2.0
-    config = dataclasses.replace(RA, randaugment_magnitude=magnitude, randaugment_magnitude_std=std)
+    config = with_augment(RA, randaugment_magnitude=magnitude, randaugment_magnitude_std=std)
     values = choices(config, count)["op_magnitudes"].ravel()
     assert values.min() >= 0 and values.max() <= 10
     # The draws beyond the bound land on it: P = P(N(M, std) beyond it), 0.31.
@@ -265,7 +265,7 @@ def assert_geometric_equals_pil(name, image, magnitude, sign, got):
 @pytest.mark.parametrize("name", ra.OPS)
 def test_each_op_at_drawn_per_image_magnitudes_equals_pil_at_them(name):
     count = 24
-    config = dataclasses.replace(RA, randaugment_magnitude=5.0, randaugment_magnitude_std=1.5)
+    config = with_augment(RA, randaugment_magnitude=5.0, randaugment_magnitude_std=1.5)
     drawn = choices(config, count)
     magnitudes, signs = drawn["op_magnitudes"][:, 0], drawn["op_signs"][:, 0]
     assert len(set(magnitudes)) == count and (magnitudes % 1 != 0).all()  # Off the grid.
@@ -295,7 +295,7 @@ def pil_policy(image, seed, config):
     draws = {
         key: value.numpy() for key, value in preprocessing.augment_choices(seed, config).items()
     }
-    drawn, signs = old_draws(seed, config.randaugment_ops)
+    drawn, signs = old_draws(seed, config.augment.randaugment_ops)
     kept = draws["op_indices"] == drawn
     names = [ra.OPS[index] for index in drawn[kept]]
     if set(names) & {*GEOMETRIC, "AutoContrast"}:
@@ -307,7 +307,7 @@ def pil_policy(image, seed, config):
 
 def test_cifar_training_images_use_the_drawn_skips_and_magnitudes():
     image = sample_images()[0][:, :32]
-    config = dataclasses.replace(RA, randaugment_prob=0.7, randaugment_magnitude_std=2.0)
+    config = with_augment(RA, randaugment_prob=0.7, randaugment_magnitude_std=2.0)
     compared = 0
     for i in range(40):
         seed = seeds.example_seed(0, 0, i)
@@ -322,15 +322,17 @@ def test_cifar_training_images_use_the_drawn_skips_and_magnitudes():
 def test_imagenet_training_images_use_the_drawn_skips_and_magnitudes():
     # The ImageNet recipe runs the per-image path (`randaugment`).
     image = sample_images()[0]
-    config = preprocessing.Preprocessing(
-        "imagenet", 24, CIFAR.mean, CIFAR.std, randaugment_ops=2, randaugment_magnitude=9.0
+    config = with_augment(
+        preprocessing.Preprocessing("imagenet", 24, CIFAR.mean, CIFAR.std),
+        randaugment_ops=2,
+        randaugment_magnitude=9.0,
     )
-    config = dataclasses.replace(config, randaugment_prob=0.7, randaugment_magnitude_std=2.0)
+    config = with_augment(config, randaugment_prob=0.7, randaugment_magnitude_std=2.0)
     compared = 0
     for i in range(40):
         seed = seeds.example_seed(0, 0, i)
         # The crop and flip with the options off, rounded to the 0-255 grid.
-        plain = dataclasses.replace(config, randaugment_ops=0, mean=(0.0,) * 3, std=(1.0,) * 3)
+        plain = with_augment(config, randaugment_ops=0, mean=(0.0,) * 3, std=(1.0,) * 3)
         crop = preprocessing.imagenet_train(tf.constant(image), seed, plain).numpy()
         pixels = np.clip(np.round(crop), 0, 255).astype(np.uint8)
         augmented = pil_policy(pixels, seed, config)
@@ -385,18 +387,18 @@ def test_cifar_pipeline_with_the_options_is_the_per_example_recipe_and_reenters(
 )
 def test_bad_values_are_one_line_errors_naming_the_key(field, value):
     with pytest.raises(ConfigError, match=field) as error:
-        input_pipeline.DataConfig(**{field: value})
+        data_config(**{field: value})
     assert "\n" not in str(error.value)
 
 
 def test_the_options_are_config_keys_and_reach_the_preprocessing():
     from resnet_app import config
 
-    sets = ["data.randaugment_ops=2", "data.train_examples=16"]
-    sets += ["data.randaugment_prob=0.5", "data.randaugment_magnitude_std=0.5"]
-    got = run_pipeline.create_run_pipeline(config.resolve(sets=sets)).preprocessing
+    sets = ["data.augment.randaugment_ops=2", "data.train_examples=16"]
+    sets += ["data.augment.randaugment_prob=0.5", "data.randaugment_magnitude_std=0.5"]
+    got = run_pipeline.create_run_pipeline(config.resolve(sets=sets)).preprocessing.augment
     assert (got.randaugment_prob, got.randaugment_magnitude_std) == (0.5, 0.5)
     with pytest.raises(ConfigError, match="randaugment_magnitude_std"):
         config.resolve(sets=["data.randaugment_magnitude_std=-1"])
-    default = run_pipeline.create_run_pipeline(config.resolve(sets=sets[:2])).preprocessing
+    default = run_pipeline.create_run_pipeline(config.resolve(sets=sets[:2])).preprocessing.augment
     assert (default.randaugment_prob, default.randaugment_magnitude_std) == (1.0, 0.0)

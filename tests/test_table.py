@@ -8,7 +8,7 @@ import pytest
 
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import input_pipeline, shapes
-from resnet_app.data.settings import DataConfig
+from resnet_app.data.settings import data_config
 from resnet_app.data.sources import table
 from tests import own_data
 
@@ -25,7 +25,7 @@ def pngs(tmp_path, images):
 
 
 def load(path, **fields):
-    return table.load(str(path), DataConfig(**fields))
+    return table.load(str(path), data_config(**fields))
 
 
 def test_names_splits_and_paths_relative_to_the_table(tmp_path, pngs, images):
@@ -77,7 +77,7 @@ def test_without_a_split_column_validation_split_holds_out(tmp_path, pngs, image
     rows = [(path, str(label)) for path, label in zip(pngs, images[1], strict=True)]
     own_data.write_table(tmp_path / "ids.csv", rows, columns=("path", "label"))
     pipeline = input_pipeline.create_pipeline(
-        DataConfig(dataset=f"csv:{tmp_path / 'ids.csv'}", validation_split=6, image_size=32)
+        data_config(dataset=f"csv:{tmp_path / 'ids.csv'}", validation_split=6, image_size=32)
     )
     assert pipeline.num_train_examples == 24 and pipeline.eval_split_name == "holdout"
     batch = next(iter(pipeline.train_dataset(8)))

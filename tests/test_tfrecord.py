@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import input_pipeline, shapes
-from resnet_app.data.settings import DataConfig
+from resnet_app.data.settings import data_config
 from resnet_app.data.sources import record_index, tfrecord
 from tests import own_data
 
@@ -23,8 +23,8 @@ def root(tmp_path_factory):
 
 
 def config(root, tmp_path, **fields):
-    fields.setdefault("label_offset", 1)
-    return DataConfig(dataset=f"tfrecord:{root}", data_dir=str(tmp_path / "cache"), **fields)
+    fields.setdefault("records", {"label_offset": 1})
+    return data_config(dataset=f"tfrecord:{root}", data_dir=str(tmp_path / "cache"), **fields)
 
 
 def load(root, tmp_path, **fields):
@@ -127,23 +127,23 @@ def test_labels_that_do_not_fit_say_which_offset_would(root, tmp_path):
     with pytest.raises(
         ConfigError,
         match=r"labels run from 1 to 10.*no class text or example has label 0: "
-        r"set data\.label_offset=1",
+        r"set data\.records\.label_offset=1",
     ):
-        load(root, tmp_path, label_offset=0)
+        load(root, tmp_path, records={"label_offset": 0})
 
 
 def test_1_based_labels_without_texts(tmp_path, caplog):
     images, labels = shapes.generate("train", 12, seed=1)
     root = str(tmp_path / "r")
     own_data.write_shards(root, "train", images, labels, [12], texts=False)
-    named = DataConfig(data_dir=str(tmp_path), class_names=shapes.CLASS_NAMES)
+    named = data_config(data_dir=str(tmp_path), class_names=shapes.CLASS_NAMES)
     with pytest.raises(ConfigError, match="outside \\[0, 10\\) for 10 names in data.class_names"):
         tfrecord.load(root, named)
     # Without names, the ids name the classes; an unused class 0 is pointed out.
-    source = tfrecord.load(root, DataConfig(data_dir=str(tmp_path)))
+    source = tfrecord.load(root, data_config(data_dir=str(tmp_path)))
     assert source.class_names == [str(i) for i in range(int(labels.max()) + 2)]
-    assert any("data.label_offset=1" in r.getMessage() for r in caplog.records)
-    fixed = tfrecord.load(root, DataConfig(data_dir=str(tmp_path), label_offset=1))
+    assert any("data.records.label_offset=1" in r.getMessage() for r in caplog.records)
+    fixed = tfrecord.load(root, data_config(data_dir=str(tmp_path), records={"label_offset": 1}))
     np.testing.assert_array_equal(fixed.split("train").labels, labels)
 
 
@@ -151,17 +151,17 @@ def test_a_missing_feature_key_names_the_keys_the_file_has(root, tmp_path):
     with pytest.raises(
         ConfigError, match=r"has no feature 'image/jpeg'.*image/class/label \(int64\)"
     ):
-        load(root, tmp_path, image_key="image/jpeg")
+        load(root, tmp_path, records={"image_key": "image/jpeg"})
 
 
 def test_no_train_shards_and_a_corrupt_shard_are_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="no train-\\* shards in"):
-        tfrecord.load(str(tmp_path / "empty"), DataConfig(data_dir=str(tmp_path)))
+        tfrecord.load(str(tmp_path / "empty"), data_config(data_dir=str(tmp_path)))
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "train-00000-of-00001").write_bytes(b"not a record file at all" * 10)
     with pytest.raises(ConfigError, match="not a readable TFRecord file"):
-        tfrecord.load(str(tmp_path / "bad"), DataConfig(data_dir=str(tmp_path)))
+        tfrecord.load(str(tmp_path / "bad"), data_config(data_dir=str(tmp_path)))
 
 
 def test_the_index_is_scanned_once_and_again_when_a_shard_changes(tmp_path, monkeypatch):
@@ -171,7 +171,7 @@ def test_the_index_is_scanned_once_and_again_when_a_shard_changes(tmp_path, monk
     scans = []
     scan = record_index._scan
     monkeypatch.setattr(record_index, "_scan", lambda *a: scans.append(1) or scan(*a))
-    settings = DataConfig(data_dir=str(tmp_path / "cache"), label_offset=1)
+    settings = data_config(data_dir=str(tmp_path / "cache"), records={"label_offset": 1})
     first = tfrecord.load(root, settings)
     second = tfrecord.load(root, settings)
     assert len(scans) == 1
@@ -222,7 +222,7 @@ def test_a_mid_epoch_kill_resumes_bitwise(root, tmp_path):
 
     args = [*SMALL, f"--dataset=tfrecord:{root}", f"--data_dir={tmp_path / 'cache'}"]
     args += [
-        "--set=data.label_offset=1",
+        "--set=data.records.label_offset=1",
         "--set=data.image_size=32",
         "--set=data.shuffle_buffer=20",
     ]

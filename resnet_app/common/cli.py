@@ -115,6 +115,9 @@ def define_config_flags(cls: type, module_name: str | None = None) -> None:
     help_text = attribute_help(cls)
     types = field_types(cls)
     for field in dataclasses.fields(cls):
+        if types[field.name].nested:  # A group of settings: its fields are flags too.
+            define_config_flags(types[field.name].base, module_name)
+            continue
         if field.name in flags.FLAGS:
             continue
         text = help_text.get(field.name, field.name)
@@ -151,7 +154,11 @@ def config_from_flags(cls: type) -> Any:
         numbers.
     """
     values = {}
+    types = field_types(cls)
     for field in dataclasses.fields(cls):
+        if types[field.name].nested:
+            values[field.name] = config_from_flags(types[field.name].base)
+            continue
         value = flags.FLAGS[field.name].value
         if isinstance(value, list):
             try:

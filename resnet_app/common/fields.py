@@ -4,7 +4,8 @@ One helper for every way a value reaches a typed field: the YAML loader, `--set`
 and the command-line flags (`train.py`'s shortcuts, `cli.define_config_flags`).
 A config field is a bool, int, float or str, a tuple of ints, floats or strs, a
 dict of str to float (or `str | dict[str, float]`: a word or a mapping), or any
-of these `| None`; `field_types` refuses anything
+of these `| None`; or a nested group of such fields (a dataclass, e.g.
+`data.augment`); `field_types` refuses anything
 else when the class is first read, so a new field of an unsupported type fails
 in the tests, not for a user.
 """
@@ -62,6 +63,11 @@ class FieldType:
     or_word: bool = False
 
     @property
+    def nested(self) -> bool:
+        """Whether the field is a group of settings of its own (a dataclass)."""
+        return dataclasses.is_dataclass(self.base)
+
+    @property
     def name(self) -> str:
         """The base type's name, as error messages give it ("int", "tuple")."""
         return self.base.__name__
@@ -92,6 +98,8 @@ def read_annotation(annotation: Any) -> FieldType:
         if typing.get_args(annotation) != (str, float):
             raise TypeError(f"a config dict maps strs to floats; got {annotation}")
         return FieldType(dict, optional, float)
+    if dataclasses.is_dataclass(annotation) and not optional:
+        return FieldType(annotation)  # A nested group: `data.augment.flip`.
     if annotation not in SCALARS:
         raise TypeError(f"unsupported config field type {annotation!r}")
     return FieldType(annotation, optional)
@@ -201,5 +209,10 @@ def replace_from(default: Any, section: str, values: Any) -> Any:
         raise ConfigError(
             f"unknown {section} key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(types))}"
         )
-    typed = {key: coerce(f"{section}.{key}", value, types[key]) for key, value in values.items()}
+    typed = {
+        key: replace_from(getattr(default, key), f"{section}.{key}", value or {})
+        if types[key].nested
+        else coerce(f"{section}.{key}", value, types[key])
+        for key, value in values.items()
+    }
     return dataclasses.replace(default, **typed)

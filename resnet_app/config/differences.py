@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from resnet_app.common.fields import resumable_keys
+from resnet_app.common.fields import field_types, resumable_keys
 from resnet_app.config.oneof import plain
 from resnet_app.config.sections import Config, SyncSettings, TrainSettings
 from resnet_app.data.settings import DataConfig
@@ -29,6 +29,10 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
+# The data section's nested groups, compared key by key.
+DATA_GROUPS = frozenset(name for name, kind in field_types(DataConfig).items() if kind.nested)
+
+
 def changes(old: Config, new: Config) -> dict[str, tuple[Any, Any]]:
     """The settings that differ between two configs: {"section.key": (old, new)}.
 
@@ -42,11 +46,14 @@ def changes(old: Config, new: Config) -> dict[str, tuple[Any, Any]]:
         preset = presets.get_config(config.model_name, **config.model_overrides)
         tree["model"] = {"name": config.model_name}
         tree["model"].update({key: plain(getattr(preset, key)) for key in model_keys})
-        return {
-            f"{section}.{key}": value
-            for section, values in tree.items()
-            for key, value in values.items()
-        }
+        found = {}
+        for section, values in tree.items():
+            for key, value in values.items():
+                if section == "data" and key in DATA_GROUPS:  # data.augment.flip, ...
+                    found.update({f"data.{key}.{k}": v for k, v in (value or {}).items()})
+                else:
+                    found[f"{section}.{key}"] = value
+        return found
 
     model_keys = set(old.model_overrides) | set(new.model_overrides)
     before, after = flat(old, model_keys), flat(new, model_keys)

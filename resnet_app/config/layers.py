@@ -16,10 +16,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.common.fields import replace_from
+from resnet_app.common.fields import field_types, replace_from
 from resnet_app.config.loading import parse_set, read_yaml
 from resnet_app.config.oneof import OneOfSection, alternatives
 from resnet_app.config.sections import SECTIONS, Config
+from resnet_app.data import settings
 from resnet_app.nets.presets import model_names
 
 Tree = dict[str, dict[str, Any]]
@@ -85,6 +86,8 @@ def merge(tree: Tree, layer: Mapping[str, Any], where: str) -> None:
         for key in values:
             if not isinstance(key, str):
                 raise ConfigError(f"{section} key {key!r} must be a name")
+        if section == "data":  # The flat keys of old configs, moved to their groups.
+            values = settings.nest(values)
         given = tree.setdefault(section, {})
         if _names_new_kind(section, given, values):
             given.clear()  # A new kind starts its section afresh.
@@ -92,7 +95,18 @@ def merge(tree: Tree, layer: Mapping[str, Any], where: str) -> None:
         for name, other in (alternatives(owner) if owner else {}).items():
             if values.get(name) is not None and values.get(other) is None:
                 given[other] = None
-        given.update(values)
+        for key, value in values.items():
+            group = given.get(key)
+            if _is_group(owner, key) and isinstance(value, Mapping) and isinstance(group, Mapping):
+                given[key] = {**group, **value}  # A group's keys add up across layers.
+            else:
+                given[key] = value
+
+
+def _is_group(owner: type | None, key: str) -> bool:
+    """Whether `key` of section class `owner` is a nested group of settings."""
+    kind = field_types(owner).get(key) if owner else None
+    return kind is not None and kind.nested
 
 
 def _names_new_kind(section: str, given: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
@@ -117,10 +131,10 @@ def set_layer(sets: Iterable[str]) -> Tree:
     for assignment in sets:
         path, value = parse_set(assignment)
         key = ".".join(path)
-        if len(path) != 2:
+        if len(path) not in (2, 3) or (len(path) == 3 and path[0] != "data"):
             raise ConfigError(
-                f"--set {key}: keys look like section.key, e.g. train.batch_size; sections: "
-                f"{', '.join(SECTIONS)}"
+                f"--set {key}: keys look like section.key, e.g. train.batch_size (or "
+                f"data.group.key, e.g. data.augment.flip); sections: {', '.join(SECTIONS)}"
             )
         if path[0] not in SECTIONS:
             raise ConfigError(
@@ -128,6 +142,10 @@ def set_layer(sets: Iterable[str]) -> Tree:
                 f"{', '.join(SECTIONS)}"
             )
         section = layer.setdefault(path[0], {})
+        if len(path) == 3:  # data.augment.flip=false
+            group = section.get(path[1])
+            section[path[1]] = {**(group if isinstance(group, dict) else {}), path[2]: value}
+            continue
         section.pop(path[1], None)  # Keep the order of the last assignment.
         section[path[1]] = value
     return layer

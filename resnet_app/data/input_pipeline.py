@@ -146,13 +146,9 @@ class InputPipeline:
             mean=tuple(mean),
             std=tuple(std),
             dtype=config.dtype,
-            crop_padding=config.crop_padding,
-            flip=config.flip,
-            area_range=tuple(config.area_range),
-            aspect_ratio_range=tuple(config.aspect_ratio_range),
             eval_resize=eval_resize,
             eval_image_size=config.eval_image_size,
-            **{name: getattr(config, name) for name in preprocessing.AUGMENT_SETTINGS},
+            augment=config.augment,
         )
         logging.info(
             "Dataset %s: %s training examples%s, splits %s; %s; mean %s, std %s",
@@ -332,7 +328,7 @@ class InputPipeline:
         stream = _map_examples(stream, transform, split.encoded)
         stream = stream.batch(batch, drop_remainder=True)
         stream = stream.map(self._augment_batch, num_parallel_calls=options.parallel_calls())
-        settings = self.config.mix_settings()
+        settings = self.config.mix
         stream = mixing.mix_stream(stream, settings, seed, start_example // global_batch_size)
         return stream.prefetch(tf.data.AUTOTUNE).with_options(options.dataset_options())
 

@@ -39,20 +39,11 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from resnet_app.data import randaugment, randaugment_magnitudes
+from resnet_app.data.settings import AugmentSettings
 
 # ImageNet's per-channel statistics on the 0-255 scale, the usual constants.
 IMAGENET_MEAN = (123.675, 116.28, 103.53)
 IMAGENET_STD = (58.395, 57.12, 57.375)
-# RandAugment's and random erasing's settings, the same in `DataConfig`.
-AUGMENT_SETTINGS = (
-    "randaugment_ops",
-    "randaugment_magnitude",
-    "randaugment_prob",
-    "randaugment_magnitude_std",
-    "erase_probability",
-    "erase_area_range",
-    "erase_aspect_range",
-)
 # The per-example draws of RandAugment and random erasing (`augment_choices`).
 AUGMENT_FEATURES = ("op_indices", "op_signs", "op_magnitudes", "erase_draws", "erase_noise")
 
@@ -67,21 +58,10 @@ class Preprocessing:
       mean: per-channel mean on the 0-255 scale.
       std: per-channel standard deviation on the 0-255 scale.
       dtype: output dtype name ("float32", "bfloat16" or "float16").
-      crop_padding: CIFAR family: pixels of padding before the random crop.
-      flip: whether training images are flipped horizontally at random.
-      area_range: ImageNet family: range of the crop's area, as a fraction.
-      aspect_ratio_range: ImageNet family: range of the crop's width / height.
       eval_resize: ImageNet family: the shorter side before the central crop.
       eval_image_size: ImageNet family: the evaluation's crop size, when it
         differs from `image_size` (None: the same); see `eval_size`.
-      randaugment_ops: RandAugment ops per training image (0: off).
-      randaugment_magnitude: RandAugment's magnitude M (0-10 scale, up to 30).
-      randaugment_prob: the chance each RandAugment op applies (1: all do).
-      randaugment_magnitude_std: each op's magnitude is drawn from N(M, std),
-        clipped (0: M for all).
-      erase_probability: the chance a training image has a box erased (0: off).
-      erase_area_range: random erasing: the box's area fraction range.
-      erase_aspect_range: random erasing: the box's height / width range.
+      augment: the training augmentation, as the config's `data.augment`.
     """
 
     family: str
@@ -89,19 +69,9 @@ class Preprocessing:
     mean: Sequence[float]
     std: Sequence[float]
     dtype: str = "float32"
-    crop_padding: int = 4
-    flip: bool = True
-    area_range: tuple[float, float] = (0.08, 1.0)
-    aspect_ratio_range: tuple[float, float] = (3 / 4, 4 / 3)
     eval_resize: int = 256
     eval_image_size: int | None = None
-    randaugment_ops: int = 0
-    randaugment_magnitude: float = 9.0
-    randaugment_prob: float = 1.0
-    randaugment_magnitude_std: float = 0.0
-    erase_probability: float = 0.0
-    erase_area_range: tuple[float, float] = (0.02, 1 / 3)
-    erase_aspect_range: tuple[float, float] = (0.3, 1 / 0.3)
+    augment: AugmentSettings = AugmentSettings()
 
     @property
     def eval_size(self) -> int:
@@ -146,11 +116,11 @@ def cifar_choices(seed: tf.Tensor, config: Preprocessing) -> tf.Tensor:
 
     Returns:
       int32 [3]: the crop's top and left in the padded image (0 to 2 * padding)
-      and whether to flip (0 or 1; always 0 without `config.flip`).
+      and whether to flip (0 or 1; always 0 without `config.augment.flip`).
     """
     uniform = tf.random.stateless_uniform([3], seed)
-    positions = 2 * config.crop_padding + 1
-    scale = tf.constant([positions, positions, 2 if config.flip else 1], tf.float32)
+    positions = 2 * config.augment.crop_padding + 1
+    scale = tf.constant([positions, positions, 2 if config.augment.flip else 1], tf.float32)
     return tf.cast(tf.floor(uniform * scale), tf.int32)
 
 
@@ -169,28 +139,28 @@ def augment_choices(seed: tf.Tensor, config: Preprocessing) -> dict[str, tf.Tens
       "erase_noise" float32 [image_size, image_size, 3].
     """
     features = {}
-    num_ops = config.randaugment_ops
+    num_ops = config.augment.randaugment_ops
     if num_ops:
         ra_seed = randaugment.sub_seed(seed, randaugment.RANDAUGMENT_STREAM)
         indices, signs = randaugment.choose_ops(ra_seed, num_ops)
-        if config.randaugment_prob < 1:
+        if config.augment.randaugment_prob < 1:
             keep_seed = randaugment.sub_seed(seed, randaugment.KEEP_STREAM)
-            keep = randaugment.keep_ops(keep_seed, num_ops, config.randaugment_prob)
+            keep = randaugment.keep_ops(keep_seed, num_ops, config.augment.randaugment_prob)
             indices = randaugment.skip_ops(indices, keep)
         features.update(op_indices=indices, op_signs=signs)
-        if config.randaugment_magnitude_std > 0:
+        if config.augment.randaugment_magnitude_std > 0:
             magnitude_seed = randaugment.sub_seed(seed, randaugment.MAGNITUDE_STREAM)
             features["op_magnitudes"] = randaugment_magnitudes.noisy_magnitudes(
                 magnitude_seed,
                 num_ops,
-                config.randaugment_magnitude,
-                config.randaugment_magnitude_std,
+                config.augment.randaugment_magnitude,
+                config.augment.randaugment_magnitude_std,
             )
-    if config.erase_probability:
+    if config.augment.erase_probability:
         erase_seed = randaugment.sub_seed(seed, randaugment.ERASE_STREAM)
         draws = randaugment.erase_draws(erase_seed)
         shape = [config.image_size, config.image_size, 3]
-        noise = randaugment.erase_noise(erase_seed, draws, config.erase_probability, shape)
+        noise = randaugment.erase_noise(erase_seed, draws, config.augment.erase_probability, shape)
         features.update(erase_draws=draws, erase_noise=noise)
     return features
 
@@ -202,8 +172,14 @@ def _fill(config: Preprocessing) -> tuple[int, ...]:
 
 def erase_boxes(erase_draws: tf.Tensor, config: Preprocessing) -> tf.Tensor:
     """int32 [batch, 4]: the boxes (top, left, height, width) of `augment_choices`' draws."""
-    size, area, aspect = config.image_size, config.erase_area_range, config.erase_aspect_range
-    return randaugment.erase_boxes(erase_draws, size, size, config.erase_probability, area, aspect)
+    size, area, aspect = (
+        config.image_size,
+        config.augment.erase_area_range,
+        config.augment.erase_aspect_range,
+    )
+    return randaugment.erase_boxes(
+        erase_draws, size, size, config.augment.erase_probability, area, aspect
+    )
 
 
 def cifar_augment(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> dict:
@@ -238,13 +214,13 @@ def cifar_train_batch(
     Returns:
       [batch, size, size, 3] in `config.dtype`.
     """
-    size, pad = config.image_size, config.crop_padding
-    if config.randaugment_ops:
+    size, pad = config.image_size, config.augment.crop_padding
+    if config.augment.randaugment_ops:
         images = randaugment.randaugment_batch(
             images,
             augment["op_indices"],
             augment["op_signs"],
-            augment.get("op_magnitudes", config.randaugment_magnitude),
+            augment.get("op_magnitudes", config.augment.randaugment_magnitude),
             _fill(config),
         )
     images = _normalize(images, config)
@@ -259,7 +235,7 @@ def cifar_train_batch(
     crops = tf.gather(padded, rows, axis=1, batch_dims=1)
     crops = tf.gather(crops, columns, axis=2, batch_dims=1)
     crops = tf.ensure_shape(crops, [None, size, size, 3])
-    if config.erase_probability:
+    if config.augment.erase_probability:
         boxes = erase_boxes(augment["erase_draws"], config)
         crops = randaugment.erase_batch(crops, boxes, augment["erase_noise"])
     return tf.cast(crops, config.dtype)
@@ -297,8 +273,8 @@ def _crop_window(shape: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> tf
         bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
         seed=seed,
         min_object_covered=0.0,
-        aspect_ratio_range=config.aspect_ratio_range,
-        area_range=config.area_range,
+        aspect_ratio_range=config.augment.aspect_ratio_range,
+        area_range=config.augment.area_range,
         max_attempts=10,
         use_image_if_no_bounding_boxes=True,
     )
@@ -340,19 +316,19 @@ def imagenet_train(
         crop = _random_crop_pixels(image, crop_seed, config)
     size = config.image_size
     crop = _resize(crop, size, size)
-    if config.flip:
+    if config.augment.flip:
         crop = tf.image.stateless_random_flip_left_right(crop, seed=flip_seed)
     augment = augment_choices(seed, config)
-    if config.randaugment_ops:
+    if config.augment.randaugment_ops:
         pixels = tf.cast(tf.clip_by_value(tf.round(crop), 0, 255), tf.uint8)
-        magnitude = augment.get("op_magnitudes", config.randaugment_magnitude)
+        magnitude = augment.get("op_magnitudes", config.augment.randaugment_magnitude)
         fill = _fill(config)
         pixels = randaugment.randaugment(
             pixels, augment["op_indices"], augment["op_signs"], magnitude, fill
         )
         crop = tf.cast(pixels, tf.float32)
     image = _normalize(crop, config)
-    if config.erase_probability:
+    if config.augment.erase_probability:
         boxes = erase_boxes(augment["erase_draws"][None], config)
         noise = augment["erase_noise"][None]
         image = tf.cond(  # Most images are not erased.

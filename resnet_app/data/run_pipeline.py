@@ -19,7 +19,9 @@ from resnet_app.common import run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.data.input_pipeline import InputPipeline
 from resnet_app.data.preprocessing import Preprocessing
-from resnet_app.data.settings import DataConfig
+from resnet_app.data.settings import AugmentSettings, DataConfig
+
+_AUGMENT_KEYS = {field.name for field in dataclasses.fields(AugmentSettings)}
 
 __all__ = [
     "create_run_pipeline",
@@ -52,9 +54,19 @@ def write_data_info(pipeline: InputPipeline, model_dir: str) -> None:
 
 def parse_data_info(info: dict) -> tuple[list[str], Preprocessing]:
     """(class names, preprocessing) from `{"class_names", "preprocessing"}` as
-    `write_data_info` writes them (and the export's model_info.json holds them)."""
-    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in info["preprocessing"].items()}
-    return [str(name) for name in info["class_names"]], Preprocessing(**fields)
+    `write_data_info` writes them (and the export's model_info.json holds them).
+
+    Files written before the augmentation nested (its keys beside the others)
+    read the same: the keys move into `augment`.
+    """
+
+    def typed(values: dict) -> dict:
+        return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+
+    fields = typed(info["preprocessing"])
+    old = {k: fields.pop(k) for k in list(fields) if k in _AUGMENT_KEYS}
+    augment = AugmentSettings(**{**old, **typed(fields.pop("augment", {}))})
+    return [str(name) for name in info["class_names"]], Preprocessing(**fields, augment=augment)
 
 
 def read_data_info(model_dir: str) -> tuple[list[str], Preprocessing] | None:

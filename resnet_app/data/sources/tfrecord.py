@@ -5,9 +5,9 @@ NVIDIA's examples and the TPU reference models read: shards `DIR/train-*`,
 `DIR/validation-*` (and `DIR/test-*`) of `tf.train.Example`s with the image's
 encoded bytes (`image/encoded`, JPEG or PNG), an int64 label
 (`image/class/label`) and optionally the class's name (`image/class/text`).
-The keys are `data.image_key`, `data.label_key` and `data.text_key`.
+The keys are `data.records.image_key`, `data.records.label_key` and `data.records.text_key`.
 ImageNet's files number classes from 1 (0 was "background"):
-`data.label_offset=1` subtracts it.
+`data.records.label_offset=1` subtracts it.
 
 Counts and labels are scanned once and cached (`record_index.py`). An
 example's id is its position in the split: the records of the sorted shards,
@@ -229,8 +229,8 @@ def _check_keys(path: str, config) -> str | None:
     keys = record_index.first_example_keys(path)
     listing = ", ".join(f"{key} ({kind})" for key, kind in sorted(keys.items()))
     for setting, key, kind in (
-        ("data.image_key", config.image_key, "bytes"),
-        ("data.label_key", config.label_key, "int64"),
+        ("data.records.image_key", config.records.image_key, "bytes"),
+        ("data.records.label_key", config.records.label_key, "int64"),
     ):
         if keys.get(key) != kind:
             problem = "has no feature" if key not in keys else f"has {keys[key]}, not {kind}, in"
@@ -238,16 +238,20 @@ def _check_keys(path: str, config) -> str | None:
                 f"{path} {problem} {key!r}; its features are {listing}: set {setting} to one "
                 f"of them"
             )
-    return config.text_key if config.text_key and keys.get(config.text_key) == "bytes" else None
+    return (
+        config.records.text_key
+        if config.records.text_key and keys.get(config.records.text_key) == "bytes"
+        else None
+    )
 
 
 def _class_names(dataset: str, labels: np.ndarray, texts: dict, config) -> list[str]:
     """The classes: the text feature's names, else `data.class_names`, else the ids.
 
     Raises:
-      ConfigError: when a label, after `data.label_offset`, is not a class.
+      ConfigError: when a label, after `data.records.label_offset`, is not a class.
     """
-    offset = config.label_offset
+    offset = config.records.label_offset
     low, high = int(labels.min()), int(labels.max())
     if texts:
         # Classes a split has no example of may have no text: named by their id.
@@ -263,9 +267,9 @@ def _class_names(dataset: str, labels: np.ndarray, texts: dict, config) -> list[
     unnamed_zero = texts and offset not in texts and low > offset
     if low - offset < 0 or high - offset >= count or unnamed_zero:
         fits = high - low < count
-        fix = f"set data.label_offset={low}" if fits else "check data.label_key"
+        fix = f"set data.records.label_offset={low}" if fits else "check data.records.label_key"
         raise ConfigError(
-            f"--dataset={dataset}: labels run from {low} to {high}; with data.label_offset="
+            f"--dataset={dataset}: labels run from {low} to {high}; with data.records.label_offset="
             f"{offset} that is {low - offset} to {high - offset}"
             + (
                 f", and no class text or example has label {offset}"
@@ -278,7 +282,7 @@ def _class_names(dataset: str, labels: np.ndarray, texts: dict, config) -> list[
         if low - offset > 0:
             logging.warning(
                 "%s: no example has label %d; if the labels start at %d (ImageNet's files "
-                "start at 1), set data.label_offset=%d",
+                "start at 1), set data.records.label_offset=%d",
                 dataset,
                 offset,
                 low,
@@ -310,7 +314,7 @@ def load(root: str, config) -> Source:
         )
     text_key = _check_keys(found["train"][0], config)
     indexes = {
-        split: record_index.load(paths, config.label_key, text_key, config.data_dir)
+        split: record_index.load(paths, config.records.label_key, text_key, config.data_dir)
         for split, paths in found.items()
     }
     texts = {}
@@ -322,12 +326,12 @@ def load(root: str, config) -> Source:
     class_names = _class_names(name, train_labels, texts, config)
     splits = {}
     for split, index in indexes.items():
-        labels = index.labels - config.label_offset
+        labels = index.labels - config.records.label_offset
         if len(labels) and (labels.min() < 0 or labels.max() >= len(class_names)):
             raise ConfigError(
                 f"--dataset={name}: the {split}-* shards have labels {index.labels.min()} to "
                 f"{index.labels.max()}, outside the {len(class_names)} classes of train-* "
-                f"(data.label_offset={config.label_offset})"
+                f"(data.records.label_offset={config.records.label_offset})"
             )
         total = int(index.counts.sum())
         stream = TFRecordStream(
@@ -335,9 +339,9 @@ def load(root: str, config) -> Source:
             index.counts,
             0,
             total,
-            config.image_key,
-            config.label_key,
-            config.label_offset,
+            config.records.image_key,
+            config.records.label_key,
+            config.records.label_offset,
         )
         splits[split] = Split(split, total, labels=labels, stream=stream)
     return Source(name, class_names, None, splits)
