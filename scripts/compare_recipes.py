@@ -41,7 +41,7 @@ from resnet_app.common.errors import ConfigError  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES_RECIPE = os.path.join(REPO, "configs", "shapes_resnet20.yaml")
 _MODERN_SHARED = [
-    "data.erase_probability=0.25",
+    "data.augment.erase_probability=0.25",
     "train.label_smoothing=0.1",
     "model.drop_path_rate=0.05",
     "train.ema_decay=0.99",
@@ -50,16 +50,16 @@ _MODERN_SHARED = [
 RECIPES = {
     "plain": [],
     "modern": [
-        "data.mixup_alpha=0.2",
-        "data.cutmix_alpha=1.0",
-        "data.randaugment_ops=2",
-        "data.randaugment_magnitude=5",
+        "data.mix.mixup_alpha=0.2",
+        "data.mix.cutmix_alpha=1.0",
+        "data.augment.randaugment_ops=2",
+        "data.augment.randaugment_magnitude=5",
         *_MODERN_SHARED,
     ],
     "mild": [
-        "data.mixup_alpha=0.1",
-        "data.randaugment_ops=1",
-        "data.randaugment_magnitude=3",
+        "data.mix.mixup_alpha=0.1",
+        "data.augment.randaugment_ops=1",
+        "data.augment.randaugment_magnitude=3",
         *_MODERN_SHARED,
     ],
 }

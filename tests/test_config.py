@@ -383,3 +383,37 @@ def test_recipes_do_not_restate_defaults(path):
             # A key the recipe does not read without is needed.
             with contextlib.suppress(ConfigError):
                 assert config.from_dict(without) != resolved, f"{section}.{key} restates a default"
+
+
+def test_old_flat_data_keys_read_as_their_nested_groups(tmp_path):
+    flat = tmp_path / "flat.yaml"
+    flat.write_text(
+        "data:\n  flip: false\n  crop_padding: 2\n  mixup_alpha: 0.3\n  mix_mode: example\n"
+    )
+    nested = tmp_path / "nested.yaml"
+    nested.write_text(
+        "data:\n  augment:\n    flip: false\n    crop_padding: 2\n"
+        "  mix:\n    mixup_alpha: 0.3\n    mode: example\n"
+    )
+    old, new = config.resolve(str(flat)), config.resolve(str(nested))
+    assert old.data == new.data
+    assert new.data.augment.flip is False and new.data.mix.mode == "example"
+    # A group's keys add up across layers; a later layer wins per key.
+    layered = config.resolve(str(nested), ["data.augment.erase_probability=0.25", "data.flip=true"])
+    augment = layered.data.augment
+    assert (augment.flip, augment.crop_padding, augment.erase_probability) == (True, 2, 0.25)
+    # What a run writes is nested, and reads back the same.
+    assert config.from_dict(layered.to_dict()).data == layered.data
+    assert "flip" in layered.to_dict()["data"]["augment"]
+    assert "flip" not in layered.to_dict()["data"]
+
+
+def test_a_bad_nested_key_is_one_line():
+    with pytest.raises(
+        ConfigError, match=r"unknown data.augment key\(s\) flipp; valid keys: .*flip"
+    ):
+        config.resolve(sets=["data.augment.flipp=false"])
+    with pytest.raises(ConfigError, match="config section 'data.mix' must be a mapping"):
+        config.resolve(sets=["data.mix=3"])
+    with pytest.raises(ConfigError, match="keys look like section.key"):
+        config.resolve(sets=["train.a.b=1"])

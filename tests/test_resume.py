@@ -4,12 +4,14 @@ No run and no TensorFlow: two configs, the saved step and the replica counts.
 The trainer's end-to-end refusals are in test_checkpoint.py and test_averaging.py.
 """
 
+import dataclasses
 import math
 
 import pytest
 
 from resnet_app import config
 from resnet_app.common.errors import ConfigError
+from resnet_app.data.settings import DataConfig
 from resnet_app.engine.resume import check_resume
 
 TINY = ["model.name=tiny", "train.batch_size=16"]
@@ -93,3 +95,29 @@ def test_how_a_lost_worker_is_noticed_may_change_on_resume():
 def test_a_sync_timeout_must_be_seconds_above_0(value):
     with pytest.raises(ConfigError, match=rf"sync.timeout={float(value)}: give seconds above 0"):
         resolve(f"sync.timeout={value}")
+
+
+def test_a_nested_key_compares_by_itself_and_resumable_fields_come_from_their_metadata():
+    check = check_resume(resolve(), resolve("data.augment.flip=false"), 4, 1, 1, EXAMPLES)
+    assert check.changes == {"data.augment.flip": (True, False)}
+    assert check.refused == ["data.augment.flip True -> False"]
+    # The old flat key is the same setting: nothing changed.
+    same = check_resume(resolve("data.flip=false"), resolve("data.augment.flip=false"), 4, 1, 1, 64)
+    assert same.changes == {}
+    # The threshold only moves the F1 scores; the class weights change the loss.
+    assert check_resume(resolve(), resolve(threshold=0.3), 4, 1, 1, EXAMPLES).refused == []
+    weighted = check_resume(resolve(), resolve("train.class_weights=balanced"), 4, 1, 1, EXAMPLES)
+    assert weighted.refused == ["train.class_weights None -> 'balanced'"]
+    from resnet_app.common import fields
+
+    marked = {
+        f"{section}.{field.name}"
+        for section, cls in (
+            ("data", DataConfig),
+            ("train", config.TrainSettings),
+            ("sync", config.SyncSettings),
+        )
+        for field in dataclasses.fields(cls)
+        if field.metadata.get(fields.RESUMABLE)
+    }
+    assert marked == set(config.RESUMABLE_CHANGES) and "train.threshold" in marked
