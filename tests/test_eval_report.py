@@ -42,10 +42,10 @@ def test_report_per_class_and_most_confused_by_hand():
     report = reports.build_report(record, hand_matrix(), names)
     assert {k: report[k] for k in record} == record
     assert report["classes"] == [
-        {"id": 0, "name": "cat", "examples": 8, "correct": 5, "accuracy": 5 / 8},
-        {"id": 1, "name": "dog", "examples": 5, "correct": 3, "accuracy": 3 / 5},
-        {"id": 2, "name": "emu", "examples": 0, "correct": 0, "accuracy": None},
-        {"id": 3, "name": "fox", "examples": 5, "correct": 0, "accuracy": 0.0},
+        {"id": 0, "name": "cat", "examples": 8, "correct": 5, "accuracy": 5 / 8, "recall": 5 / 8},
+        {"id": 1, "name": "dog", "examples": 5, "correct": 3, "accuracy": 3 / 5, "recall": 3 / 5},
+        {"id": 2, "name": "emu", "examples": 0, "correct": 0, "accuracy": None, "recall": None},
+        {"id": 3, "name": "fox", "examples": 5, "correct": 0, "accuracy": 0.0, "recall": 0.0},
     ]
     assert report["confusion_matrix"] == hand_matrix().tolist()
     pairs = [(p["true_name"], p["predicted_name"], p["count"]) for p in report["most_confused"]]
@@ -61,7 +61,8 @@ def test_report_per_class_and_most_confused_by_hand():
     # Written one entry per line, and read back the same.
     text = reports.to_json(report)
     assert json.loads(text) == report
-    assert '    {"id": 2, "name": "emu", "examples": 0, "correct": 0, "accuracy": null}' in text
+    emu = '{"id": 2, "name": "emu", "examples": 0, "correct": 0, "accuracy": null, "recall": null}'
+    assert f"    {emu}" in text
 
 
 def test_picture_has_class_names_and_counts():
