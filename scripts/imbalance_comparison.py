@@ -1,15 +1,16 @@
 """Imbalanced classes: plain training against class weights and class-balanced sampling.
 
-  python scripts/imbalance_comparison.py [--work_dir=DIR] [--seeds=0,1,2] [--epochs=10]
-      [--train_examples=6000] [--minority_share=0.02]
+  python scripts/imbalance_comparison.py [--work_dir=DIR] [--seeds=0,1,2] [--epochs=12]
+      [--train_examples=6000] [--minority_share=0.02] [--image_size=24]
 
 Builds an imbalanced subset of the built-in offline `shapes` dataset: of the
 first `--train_examples` training images, classes 0-4 keep only their first
 `--minority_share` (2%), classes 5-9 keep all. The images are written as PNG
 files with a `labels.csv` (`--dataset=csv:`), beside the balanced test split
-(1,000 `shapes` test images, 100 per class). Then ResNet-14 trains on it three
-ways at the same budget (the shapes recipe of `configs/shapes_resnet20.yaml`,
-`--epochs` epochs of the training split's size), once per seed:
+(1,000 `shapes` test images, about 100 per class). Then ResNet-14 trains on it
+three ways at the same budget (the shapes recipe of `configs/shapes_resnet20.yaml`
+at `--image_size`, `--epochs` epochs of the training split's size), once per
+seed:
 
 - plain: the data as it is;
 - weights: `train.class_weights=balanced` (n / (classes * count));
@@ -48,7 +49,7 @@ VARIANTS = {
 
 _WORK_DIR = flags.DEFINE_string("work_dir", None, "Where the data and runs go (default: temp).")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds (train.seed) of each kind of run.")
-_EPOCHS = flags.DEFINE_float("epochs", 10, "Epochs of every run (of the imbalanced split).")
+_EPOCHS = flags.DEFINE_float("epochs", 12, "Epochs of every run (of the imbalanced split).")
 _TRAIN_EXAMPLES = flags.DEFINE_integer(
     "train_examples", 6000, "Training images to cut from: the first N of shapes's 50,000."
 )
@@ -56,6 +57,7 @@ _SHARE = flags.DEFINE_float(
     "minority_share", 0.02, "The share of their images classes 0-4 keep (at least 1 each)."
 )
 _VARIANTS = flags.DEFINE_list("variants", list(VARIANTS), "Kinds of run, in order.")
+_IMAGE_SIZE = flags.DEFINE_integer("image_size", 24, "Training size (shapes are drawn at 32).")
 
 
 def write_data(root: str, train_examples: int, share: float) -> tuple[str, dict]:
@@ -103,7 +105,7 @@ def run(table: str, sets: list[str], model_dir: str) -> dict:
     common = [
         "model.name=resnet14",
         f"data.dataset=csv:{table}",
-        "data.image_size=32",
+        f"data.image_size={_IMAGE_SIZE.value}",
         f"train.epochs={_EPOCHS.value}",
         "train.eval_every=1000000000",  # Only at the end, which always evaluates.
     ]
