@@ -95,29 +95,17 @@ def evaluate_checkpoints(
     strategy = distribute.create_strategy(num_towers)  # Before TF runs any op.
     chosen = _chosen(model_dir, which, weights)  # Before the data loads.
     pipeline = run_pipeline.create_run_pipeline(run_config, data_config, model_dir)
-    _check_tta(tta, pipeline.preprocessing.family)
-    if pipeline.multi_label and tta:
-        raise ConfigError(
-            f"--tta={tta} averages softmax predictions; this run's data is multi-label: drop --tta"
-        )
+    _check_tta(tta, pipeline.preprocessing.family, pipeline.multi_label)
     split = pipeline.eval_split_name
     report_root = _prepare_report_root(model_dir, report_dir, chosen, split, tta, strategy)
     model = create_model(run_config, pipeline, strategy)  # At the run's train.precision.
     records, writer = [], metrics.MetricsWriter(model_dir, enabled=distribute.is_chief(strategy))
+    threshold = run_config.train.threshold
     try:
         for step, prefix, kind in chosen:
             checkpoint.restore_model(model, prefix, kind)
             result = _evaluate(
-                model,
-                prefix,
-                kind,
-                pipeline,
-                batch_size,
-                strategy,
-                split,
-                tta,
-                fitted,
-                run_config.train.threshold,
+                model, prefix, kind, pipeline, batch_size, strategy, split, tta, fitted, threshold
             )
             record, reliability = _record(
                 prefix, step, kind, split, result, run_config.train.precision, report_root
@@ -141,14 +129,19 @@ def _chosen(model_dir: str, which: str, weights: str) -> list[tuple[int, str, st
     ]
 
 
-def _check_tta(tta: str | None, family: str | None = None) -> None:
-    """An unknown --tta, or crops for a run without ImageNet-style evaluation crops.
+def _check_tta(tta: str | None, family: str | None = None, multi_label: bool = False) -> None:
+    """An unknown --tta, crops for a run without ImageNet-style evaluation crops, or any
+    --tta for multi-label data.
 
     Raises:
       ConfigError: naming the fix.
     """
     if tta is not None and tta not in MODES:
         raise ConfigError(f"--tta={tta}: use {' or '.join(MODES)}")
+    if tta and multi_label:
+        raise ConfigError(
+            f"--tta={tta} averages softmax predictions; this run's data is multi-label: drop --tta"
+        )
     if tta == CROPS and family is not None and not recipes.named(family).crops:
         raise ConfigError(
             f"--tta=crops takes corner crops of ImageNet-style evaluation images; this run "

@@ -373,21 +373,7 @@ def evaluate(
     """
     strategy = strategy or tf.distribute.get_strategy()
     multi_label = pipeline.multi_label
-    if multi_label and (tta or temperature is not None or confusion):
-        raise ConfigError(
-            "this data is multi-label: test-time augmentation, temperature scaling and the "
-            "confusion matrix average or count softmax predictions; drop --tta, --temperature "
-            "and calibration"
-        )
-    options = _StepOptions(
-        top_k=min(5, pipeline.num_classes),
-        num_classes=pipeline.num_classes if confusion else None,
-        gather=collect_logits,
-        tta=check_mode(tta),
-        temperature=temperature if collect_logits else None,
-        classes=pipeline.num_classes,
-        multi_label=multi_label,
-    )
+    options = _step_options(pipeline, confusion, collect_logits, tta, temperature)
     crops = options.tta == CROPS
     dataset = _distributed_eval_dataset(pipeline, global_batch_size, strategy, split, crops)
     step = _step_function(model, strategy, options)
@@ -408,6 +394,31 @@ def evaluate(
         _multi_label_metrics(result, examples, pipeline.num_classes, threshold)
     _log_result(result, pipeline.num_eval_examples(split), options.top_k)
     return result
+
+
+def _step_options(
+    pipeline: InputPipeline,
+    confusion: bool,
+    collect_logits: bool,
+    tta: str | None,
+    temperature: float | None,
+) -> _StepOptions:
+    """What `evaluate`'s step computes; single-label notions refused for multi-label data."""
+    if pipeline.multi_label and (tta or temperature is not None or confusion):
+        raise ConfigError(
+            "this data is multi-label: test-time augmentation, temperature scaling and the "
+            "confusion matrix average or count softmax predictions; drop --tta, --temperature "
+            "and calibration"
+        )
+    return _StepOptions(
+        top_k=min(5, pipeline.num_classes),
+        num_classes=pipeline.num_classes if confusion else None,
+        gather=collect_logits,
+        tta=check_mode(tta),
+        temperature=temperature if collect_logits else None,
+        classes=pipeline.num_classes,
+        multi_label=pipeline.multi_label,
+    )
 
 
 def _multi_label_metrics(result: EvalResult, examples: dict, classes: int, threshold: float):

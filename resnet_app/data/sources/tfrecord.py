@@ -36,8 +36,8 @@ import os
 import numpy as np
 from absl import logging
 
+import resnet_app.data.sources.record_index as record_index
 from resnet_app.common.errors import ConfigError
-from resnet_app.data.sources import record_index
 from resnet_app.data.sources.base import Source, Split
 from resnet_app.data.sources.registry import register_source
 
