@@ -8,9 +8,10 @@ first `--train_examples` training images, classes 0-4 keep only their first
 `--minority_share` (2%), classes 5-9 keep all. The images are written as PNG
 files with a `labels.csv` (`--dataset=csv:`), beside the balanced test split
 (1,000 `shapes` test images, about 100 per class). Then ResNet-14 trains on it
-three ways at the same budget (the shapes recipe of `configs/shapes_resnet20.yaml`
-at `--image_size`, `--epochs` epochs of the training split's size), once per
-seed:
+three ways at the same budget (the quickstart recipe of
+`configs/shapes_quickstart.yaml`: batch 32, no augmentation, cosine from LR
+0.1; at `--image_size`, for `--epochs` epochs of the training split's size),
+once per seed:
 
 - plain: the data as it is;
 - weights: `train.class_weights=balanced` (n / (classes * count));
@@ -39,7 +40,7 @@ from resnet_app.common import cli  # noqa: E402
 from resnet_app.common.errors import ConfigError  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHAPES_RECIPE = os.path.join(REPO, "configs", "shapes_resnet20.yaml")
+RECIPE = os.path.join(REPO, "configs", "shapes_quickstart.yaml")
 MINORITY = range(5)  # The classes cut down.
 VARIANTS = {
     "plain": [],
@@ -103,13 +104,12 @@ def run(table: str, sets: list[str], model_dir: str) -> dict:
     from resnet_app.engine import loop
 
     common = [
-        "model.name=resnet14",
         f"data.dataset=csv:{table}",
         f"data.image_size={_IMAGE_SIZE.value}",
         f"train.epochs={_EPOCHS.value}",
         "train.eval_every=1000000000",  # Only at the end, which always evaluates.
     ]
-    resolved = config.resolve(SHAPES_RECIPE, sets=[*common, *sets])
+    resolved = config.resolve(RECIPE, sets=[*common, *sets])
     started = time.monotonic()
     loop.train_and_evaluate(resolved, model_dir)
     with open(os.path.join(model_dir, "metrics.jsonl")) as file:

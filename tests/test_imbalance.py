@@ -1,5 +1,7 @@
 """Class weights against a NumPy loss, class-balanced sampling, and their one-line errors."""
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -107,3 +109,37 @@ def test_balanced_sampling_of_a_streamed_source_is_one_line(tmp_path):
                 sampling="balanced",
             )
         )
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--set=train.class_weights={zebra: 2.0}"], "names zebra, which the data does not have"),
+        (["--dataset=tfrecord:EMPTY"], "no train-\\* shards in"),
+        (["--dataset=csv:TABLE"], "has no 'label' column; its columns are file, path"),
+    ],
+)
+def test_bad_own_data_is_one_line_before_anything_is_written(tmp_path, flags, message):
+    import re
+
+    from tests.commands import error_line, run_command
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "table.csv").write_text("path,file\na.png,x\n")
+    flags = [
+        f.replace("EMPTY", str(tmp_path / "empty")).replace("TABLE", str(tmp_path / "table.csv"))
+        for f in flags
+    ]
+    model_dir = tmp_path / "run"
+    result = run_command(
+        "resnet_app.train",
+        "--model=tiny",
+        "--train_steps=1",
+        f"--data_dir={tmp_path / 'cache'}",
+        "--set=data.train_examples=32",
+        *flags,
+        f"--model_dir={model_dir}",
+    )
+    assert re.search(message, error_line(result))
+    assert not model_dir.exists() or set(os.listdir(model_dir)) <= {"trainer.lock"}

@@ -220,3 +220,12 @@ def test_single_label_options_refuse_before_anything_is_written(table, tmp_path,
     assert message in error_line(result)
     # Only the run lock, which stays by design (`common/run_lock.py`).
     assert not model_dir.exists() or set(os.listdir(model_dir)) <= {"trainer.lock"}
+
+
+def test_tensorboard_has_the_multi_label_scalars(run):
+    model_dir, _ = run
+    tags = set()
+    for name in os.listdir(model_dir / "eval"):
+        for event in tf.compat.v1.train.summary_iterator(str(model_dir / "eval" / name)):
+            tags |= {value.tag for value in event.summary.value}
+    assert {"map", "f1_micro", "f1_macro", "top1", "loss"} <= tags
