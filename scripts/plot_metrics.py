@@ -320,9 +320,10 @@ def plot_curves(runs: Mapping[str, RunCurves], x: str = "step") -> Figure:
     for key, title in PANELS:
         axis = axes[key]
         if key == "top1" and splits:
-            if all(split.endswith("mAP") for split in splits):
+            if all(", mAP" in split for split in splits):
                 title = "evaluation mAP"
-            title = f"{title} ({', '.join(splits)})"
+            names = sorted({split.split(", ")[0] for split in splits})
+            title = f"{title} ({', '.join(names)})"
         axis.set_title(title)
         axis.set_xlabel(x)
         axis.grid(alpha=0.3)

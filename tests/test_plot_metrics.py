@@ -313,7 +313,7 @@ def test_the_moving_average_gets_its_own_line(tmp_path):
     records = [start(0), trained(10, 1.0), {**evaluated(10, 0.1), "ema_top1": 0.3}]
     run_dir = write_run(tmp_path / "run", records)
     figure = plot_metrics.plot_runs([str(run_dir)], x="step")
-    lines = panel(figure, "evaluation top-1 (test, test, EMA)")
+    lines = panel(figure, "evaluation top-1 (test)")  # Each split named once.
     assert sorted(lines) == ["run (test)", "run (test, EMA)"]
     np.testing.assert_allclose(lines["run (test, EMA)"], [[10, 0.3]])
 
@@ -323,6 +323,6 @@ def test_a_multi_label_run_is_drawn_by_its_map(tmp_path):
     records.append({**evaluated(20, 0.95), "map": 0.6, "ema_map": 0.65, "ema_top1": 0.9})
     run_dir = write_run(tmp_path / "tags", records)
     figure = plot_metrics.plot_runs([str(run_dir)])
-    lines = panel(figure, "evaluation mAP (test, mAP, test, mAP, EMA)")
+    lines = panel(figure, "evaluation mAP (test)")
     np.testing.assert_allclose(lines["tags (test, mAP)"], [[10, 0.4], [20, 0.6]])
     np.testing.assert_allclose(lines["tags (test, mAP, EMA)"], [[20, 0.65]])
