@@ -40,7 +40,9 @@ import sys, time
 started = time.monotonic()
 from resnet_app.data.settings import data_config
 from resnet_app.data.sources import tfrecord
-source = tfrecord.load(sys.argv[1], data_config(data_dir=sys.argv[2]))
+source = tfrecord.load(
+    sys.argv[1], data_config(data_dir=sys.argv[2], records={"label_offset": 1})
+)
 print(time.monotonic() - started, source.split("train").num_examples)
 """
 
