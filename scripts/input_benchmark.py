@@ -40,7 +40,7 @@ _ERASE = flags.DEFINE_float("erase_probability", 0.0, "Random erasing probabilit
 
 
 def augmentation() -> dict:
-    """The DataConfig fields the augmentation flags set."""
+    """The data settings the augmentation flags set (flat names: `data_config` groups them)."""
     return {
         "randaugment_ops": _RA_OPS.value,
         "randaugment_magnitude": _RA_MAGNITUDE.value,
@@ -134,24 +134,23 @@ def training_rate(pipeline, batch_size: int) -> float:
 def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
     from resnet_app.data import input_pipeline
+    from resnet_app.data.settings import data_config
 
     rows = []
     extra = augmentation()
-    shapes = input_pipeline.create_pipeline(input_pipeline.DataConfig(dataset="shapes", **extra))
+    shapes = input_pipeline.create_pipeline(data_config(dataset="shapes", **extra))
     cifar = pipeline_rate(shapes.train_dataset(_BATCH.value), _BATCH.value)
     rows.append((f"CIFAR style: shapes, 32 px, pad-crop-flip{describe_augmentation()}", cifar))
     with tempfile.TemporaryDirectory() as directory:
         write_jpegs(directory, _JPEGS.value)
         folder = input_pipeline.create_pipeline(
-            input_pipeline.DataConfig(dataset=f"folder:{directory}", image_size=224, **extra)
+            data_config(dataset=f"folder:{directory}", image_size=224, **extra)
         )
         imagenet = pipeline_rate(folder.train_dataset(_IMAGENET_BATCH.value), _IMAGENET_BATCH.value)
         name = f"ImageNet style: 500x375 JPEG files, crop to 224{describe_augmentation()}"
         rows.append((name, imagenet))
     if _TRAIN.value:
-        synthetic = input_pipeline.create_pipeline(
-            input_pipeline.DataConfig(dataset="synthetic", image_size=32)
-        )
+        synthetic = input_pipeline.create_pipeline(data_config(dataset="synthetic", image_size=32))
         free = training_rate(synthetic, _BATCH.value)
         fed = training_rate(shapes, _BATCH.value)
         rows.append(("ResNet-20 training, synthetic input", free))
