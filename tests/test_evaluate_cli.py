@@ -110,9 +110,16 @@ def assert_report_matches(record, expected):
             "examples": int(examples[i]),
             "correct": int(correct[i]),
             "accuracy": float(correct[i] / examples[i]) if examples[i] else None,
+            "recall": float(correct[i] / examples[i]) if examples[i] else None,
         }
         for i in range(len(CLASS_NAMES))
     ]
+    # Balanced accuracy: the mean recall of the classes with examples.
+    recall = correct[examples > 0] / examples[examples > 0]
+    assert record["balanced_accuracy"] == pytest.approx(recall.mean())
+    np.testing.assert_allclose(
+        [r for r in record["per_class_recall"] if r is not None], recall, atol=1e-6
+    )
     # The most-confused pair is the largest off-diagonal cell.
     off_diagonal = expected["confusion"] * (1 - np.eye(len(CLASS_NAMES), dtype=np.int64))
     top = report["most_confused"][0]

@@ -75,7 +75,7 @@ def test_cli_writes_metrics_events_and_config(tmp_path):
     assert {r["precision"] for r in eval_records} == {"fp32"}
     expected_tags = {
         "train": {"loss", "accuracy", "learning_rate", "examples_per_sec", "input_wait"},
-        "eval": {"top1", "top5", "loss"},
+        "eval": {"top1", "top5", "loss", "balanced_accuracy"},
     }
     for kind, tags in expected_tags.items():
         assert event_tags(model_dir / kind) == tags, kind
