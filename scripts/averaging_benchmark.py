@@ -116,7 +116,9 @@ def measure(interval: int | None) -> dict:
     steps, replicas = _STEPS.value, _TOWERS.value
     rates = [0.01] * steps
     step.loop(iterator, rates)  # Traces, compiles and warms up.
-    function = step._loop.get_concrete_function(iterator, tf.constant(rates), None)
+    function = step.compiled_loop(iterator).get_concrete_function(
+        iterator, tf.constant(rates), tf.constant(len(rates)), None
+    )
     sizes = {op.name: op.bytes for op in distribute.collective_ops(function.graph)}
     calls, sent = 0, 0
     executed_collectives(step, iterator, rates)  # A process's first trace can miss ops.

@@ -6,7 +6,9 @@
         --dataset=cifar10 --epochs=35
 
 Nothing is trained and no data is read: the epoch length comes from the
-dataset's known size (or --examples_per_epoch). The schedule is the same
+dataset's known size (or --examples_per_epoch). With progressive resizing
+(`data.progressive`) the table has the training image size of each row, and
+the sizes are listed with the steps they start at. The schedule is the same
 function the trainer calls, so what is printed is what a run would use,
 before any live override (model_dir/lr_override). It takes every flag of
 `python -m resnet_app.train`.
@@ -64,35 +66,53 @@ def examples_per_epoch(resolved) -> int:
     return size - resolved.data.validation_split
 
 
-def table_steps(total_steps: int, rows: int) -> list[int]:
-    """Evenly spread steps, first and last included."""
+def table_steps(total_steps: int, rows: int, also: tuple[int, ...] = ()) -> list[int]:
+    """Evenly spread steps, first and last included, and the steps `also` names."""
     if total_steps <= rows:
         return list(range(total_steps))
-    return sorted({round(i * (total_steps - 1) / (rows - 1)) for i in range(rows)})
+    spread = {round(i * (total_steps - 1) / (rows - 1)) for i in range(rows)}
+    return sorted(spread | {step for step in also if step < total_steps})
+
+
+def final_image_size(resolved) -> int:
+    """The run's image size as far as the config tells (progressive resizing's end)."""
+    from resnet_app.nets.presets import get_config
+
+    if resolved.data.image_size:
+        return resolved.data.image_size
+    if resolved.data.dataset.split(":", 1)[0] in KNOWN_SIZES and "imagenet" not in (
+        resolved.data.dataset
+    ):
+        return 32
+    return get_config(resolved.model_name, **resolved.model_overrides).default_image_size
 
 
 def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
     resolved = train.config_from_flags()
     examples = examples_per_epoch(resolved)
-    plan = plan_run(resolved, examples)
+    plan = plan_run(resolved, examples, final_image_size(resolved))
     rates = [plan.schedule(step, plan.steps_per_epoch) for step in range(plan.total_steps)]
+    sizes = plan.sizes if plan.sizes.progressive else None
     lines = [
         f"{resolved.model_name} on {resolved.data.dataset}: {plan.total_steps} steps, "
         f"{plan.steps_per_epoch} per epoch ({examples} examples, global batch "
         f"{resolved.train.batch_size}); schedule {dict(resolved.schedule)}",
-        f"{'step':>9} {'epoch':>8} {'learning rate':>14}",
+        f"{'step':>9} {'epoch':>8} {'learning rate':>14}" + (f" {'size':>6}" if sizes else ""),
     ]
-    for step in table_steps(plan.total_steps, _ROWS.value):
-        lines.append(f"{step:>9} {step / plan.steps_per_epoch:>8.2f} {rates[step]:>14.6g}")
+    for step in table_steps(plan.total_steps, _ROWS.value, sizes.starts if sizes else ()):
+        row = f"{step:>9} {step / plan.steps_per_epoch:>8.2f} {rates[step]:>14.6g}"
+        lines.append(row + (f" {sizes.size_at(step):>6}" if sizes else ""))
     lines.append(f"peak {max(rates):.6g} at step {rates.index(max(rates))}; last {rates[-1]:.6g}")
+    if sizes:
+        lines.append(f"image sizes (data.progressive): {sizes.describe()}")
     sys.stdout.write("\n".join(lines) + "\n")
     if _CSV.value:
         with open(_CSV.value, "w", newline="") as f:
             writer = csv.writer(f)
-            writer.writerow(["step", "epoch", "learning_rate"])
+            writer.writerow(["step", "epoch", "learning_rate", "image_size"])
             for step, rate in enumerate(rates):
-                writer.writerow([step, step / plan.steps_per_epoch, rate])
+                writer.writerow([step, step / plan.steps_per_epoch, rate, plan.sizes.size_at(step)])
         logging.info("Wrote %s", _CSV.value)
     if _PLOT.value:
         plot(rates, plan.steps_per_epoch, _PLOT.value, resolved.schedule.kind)

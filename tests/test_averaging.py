@@ -159,8 +159,9 @@ def test_copies_drift_between_averages_and_become_their_mean(towers):
 def _collectives(step, strategy, steps=2):
     """The collective ops of the compiled loop, traced for `steps` steps."""
     batches = _batches(steps)
-    function = step._loop.get_concrete_function(
-        _iterator(strategy, batches), tf.constant([0.1] * steps), None
+    iterator = _iterator(strategy, batches)
+    function = step.compiled_loop(iterator).get_concrete_function(
+        iterator, tf.constant([0.1] * steps), tf.constant(steps), None
     )
     return distribute.collective_ops(function.graph)
 

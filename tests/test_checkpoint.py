@@ -97,29 +97,35 @@ def consumed_ids(path):
     return steps
 
 
+def kill_and_resume(tmp_path, args, kill_at, last_step=14, saved=5):
+    """Runs `args` whole and killed after step `kill_at`, then resumed; returns
+    (the resumed run's stderr, both final checkpoints' tensors), asserting that
+    the killed run left only the checkpoint of step `saved` and every tensor
+    of the resumed run equals the uninterrupted one's, bit for bit."""
+    whole = drive(*args, f"--model_dir={tmp_path / 'whole'}")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    killed = drive(*args, f"--model_dir={tmp_path / 'run'}", kill_at=kill_at)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert [s for s, _ in checkpoint.list_checkpoints(str(tmp_path / "run"))] == [saved]
+    resumed = drive(*args, f"--model_dir={tmp_path / 'run'}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected = saved_tensors(tmp_path / "whole" / f"ckpt-{last_step}")
+    actual = saved_tensors(tmp_path / "run" / f"ckpt-{last_step}")
+    assert set(actual) == set(expected)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(actual[name], value, err_msg=f"{name} (killed at {kill_at})")
+    return resumed.stderr, expected
+
+
 def test_sigkill_between_checkpoints_then_resume_is_bitwise_identical(tmp_path):
     """Killed at a random step between the checkpoints of steps 5 and 10 (mid-epoch), rerun:
     every saved tensor at the end equals the uninterrupted run's, bit for bit."""
     args = [*SMALL, f"--data_dir={tmp_path / 'data'}", "--train_steps=14", "--deterministic"]
     args += ["--set=train.checkpoint_every=5"]
-    kill_at = random.Random().randint(6, 9)
-    whole = drive(*args, f"--model_dir={tmp_path / 'whole'}")
-    assert whole.returncode == 0, whole.stderr[-3000:]
-
-    killed = drive(*args, f"--model_dir={tmp_path / 'run'}", kill_at=kill_at)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    assert [s for s, _ in checkpoint.list_checkpoints(str(tmp_path / "run"))] == [5]
-    resumed = drive(*args, f"--model_dir={tmp_path / 'run'}")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "Resumed from step 5 (epoch 1, example 16 of 64)" in resumed.stderr
-
-    expected = saved_tensors(tmp_path / "whole" / "ckpt-14")
-    actual = saved_tensors(tmp_path / "run" / "ckpt-14")
-    assert set(actual) == set(expected)
-    assert any("moving_variance" in name for name in expected)
-    assert any(name.startswith("optimizer/_variables/") for name in expected)  # Slots.
-    for name, value in expected.items():
-        np.testing.assert_array_equal(actual[name], value, err_msg=f"{name} (killed at {kill_at})")
+    stderr, tensors = kill_and_resume(tmp_path, args, random.Random().randint(6, 9))
+    assert "Resumed from step 5 (epoch 1, example 16 of 64)" in stderr
+    assert any("moving_variance" in name for name in tensors)
+    assert any(name.startswith("optimizer/_variables/") for name in tensors)  # Slots.
 
 
 def test_data_order_is_exact_across_a_kill_without_determinism(tmp_path):

@@ -214,11 +214,8 @@ def test_evaluation_counts_every_record_once_and_matches_numpy(root, tmp_path, t
 @pytest.mark.integration
 def test_a_mid_epoch_kill_resumes_bitwise(root, tmp_path):
     import random
-    import signal
 
-    from resnet_app.common import checkpoint
-    from tests.runs import saved_tensors
-    from tests.test_checkpoint import SMALL, drive
+    from tests.test_checkpoint import SMALL, kill_and_resume
 
     args = [*SMALL, f"--dataset=tfrecord:{root}", f"--data_dir={tmp_path / 'cache'}"]
     args += [
@@ -227,17 +224,6 @@ def test_a_mid_epoch_kill_resumes_bitwise(root, tmp_path):
         "--set=data.shuffle_buffer=20",
     ]
     args += ["--train_steps=14", "--deterministic", "--set=train.checkpoint_every=5"]
-    kill_at = random.Random().randint(6, 9)  # Epoch 2 of 64 examples, mid-epoch.
-    whole = drive(*args, f"--model_dir={tmp_path / 'whole'}")
-    assert whole.returncode == 0, whole.stderr[-3000:]
-    killed = drive(*args, f"--model_dir={tmp_path / 'run'}", kill_at=kill_at)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    assert [s for s, _ in checkpoint.list_checkpoints(str(tmp_path / "run"))] == [5]
-    resumed = drive(*args, f"--model_dir={tmp_path / 'run'}")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "Resumed from step 5 (epoch 1, example 16 of 64)" in resumed.stderr
-    expected = saved_tensors(tmp_path / "whole" / "ckpt-14")
-    actual = saved_tensors(tmp_path / "run" / "ckpt-14")
-    assert set(actual) == set(expected)
-    for name, value in expected.items():
-        np.testing.assert_array_equal(actual[name], value, err_msg=f"{name} (killed at {kill_at})")
+    # Epoch 2 of 64 examples, mid-epoch.
+    stderr, _ = kill_and_resume(tmp_path, args, random.Random().randint(6, 9))
+    assert "Resumed from step 5 (epoch 1, example 16 of 64)" in stderr

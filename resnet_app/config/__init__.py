@@ -30,6 +30,7 @@ from resnet_app.config.run_config import (
 )
 from resnet_app.config.schedule_kinds import ScheduleSection
 from resnet_app.config.sections import (
+    DERIVED_PRECISION,
     MAX_ROLLBACKS,
     ON_NAN,
     PRECISIONS,
@@ -43,6 +44,7 @@ from resnet_app.config.sections import (
 
 __all__ = [
     "CONFIG_FILE",
+    "DERIVED_PRECISION",
     "MAX_ROLLBACKS",
     "ON_NAN",
     "PRECISIONS",

@@ -24,6 +24,7 @@ import math
 import typing
 from typing import Any
 
+from resnet_app.common import auto_precision
 from resnet_app.common.checks import at_least
 from resnet_app.common.errors import ConfigError
 from resnet_app.common.fields import config_keys, replace_from, resumable
@@ -58,7 +59,10 @@ BEST_MODES = ("max", "min")
 PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 MAX_ROLLBACKS = 3
 SYNC_MODES = ("allreduce", "model_average")
-DERIVED_DTYPE = "data.dtype"  # The one derived default today.
+DERIVED_DTYPE = "data.dtype"  # Follows train.precision when unset.
+DERIVED_PRECISION = "train.precision"  # "auto", resolved for this machine.
+# How `to_dict` writes a derived key: what makes it derived again when read back.
+DERIVED_AS = {DERIVED_DTYPE: None, DERIVED_PRECISION: auto_precision.AUTO}
 
 
 def _require(ok: bool, message: str) -> None:
@@ -99,8 +103,10 @@ class TrainSettings:
       nan_lr_factor: the learning-rate multiplier of a rollback.
       precision: "fp32", or mixed precision: "bf16" (bfloat16 compute with
         float32 weights; CPUs with AVX512_BF16 or AMX, TPUs, Ampere+ GPUs) or
-        "fp16" (float16 with dynamic loss scaling; GPUs). Logits, loss and
-        BatchNorm statistics stay float32.
+        "fp16" (float16 with dynamic loss scaling; GPUs); or "auto": bf16
+        where the hardware has native bfloat16, else fp32, never fp16
+        (`common/auto_precision.py`; the start-up line says which and why).
+        Logits, loss and BatchNorm statistics stay float32.
       jit: compile each tower's forward and backward pass with XLA.
       init_from: start from pretrained weights (not the optimizer, step or
         data position): "keras:resnet50" (Keras applications' file, from
@@ -232,8 +238,8 @@ class TrainSettings:
             f"train.on_nan={self.on_nan!r}; use one of: {', '.join(ON_NAN)}",
         )
         _require(
-            self.precision in PRECISIONS,
-            f"train.precision={self.precision!r}; use one of: {', '.join(PRECISIONS)}",
+            self.precision in PRECISIONS or self.precision == auto_precision.AUTO,
+            f"train.precision={self.precision!r}; use one of: {', '.join(PRECISIONS)}, auto",
         )
         _require(
             0 < self.nan_lr_factor < 1,
@@ -397,9 +403,10 @@ class Config:
       schedule: the learning-rate schedule kind and its keys.
       train: the training settings.
       sync: how the replicas keep one model.
-      derived: the keys whose value was derived from another setting because
-        the user left them unset (today only "data.dtype", from
-        train.precision); `to_dict` writes them as null.
+      derived: the keys whose value was derived because the user left them
+        unset or asked for it: "data.dtype", from train.precision, and
+        "train.precision" from "auto" (`auto_precision.auto_choice`);
+        `to_dict` writes them as they were given (`DERIVED_AS`).
     """
 
     model: ModelSection = ModelSection()
@@ -414,6 +421,10 @@ class Config:
     derived: frozenset[str] = frozenset()
 
     def __post_init__(self):
+        if self.train.precision == auto_precision.AUTO or DERIVED_PRECISION in self.derived:
+            chosen = auto_precision.auto_choice().precision
+            object.__setattr__(self, "train", dataclasses.replace(self.train, precision=chosen))
+            object.__setattr__(self, "derived", self.derived | {DERIVED_PRECISION})
         if self.data.dtype is None or DERIVED_DTYPE in self.derived:
             dtype = PRECISIONS[self.train.precision]
             object.__setattr__(self, "data", dataclasses.replace(self.data, dtype=dtype))
@@ -468,7 +479,7 @@ class Config:
         if not with_derived:
             for key in self.derived:
                 section, name = key.split(".")
-                tree[section][name] = None
+                tree[section][name] = DERIVED_AS[key]
         return plain(tree)
 
 

@@ -211,25 +211,29 @@ class InputPipeline:
 
     # -- per-example preprocessing ---------------------------------------------
 
-    def _augment(self, image: tf.Tensor, seed: tf.Tensor, encoded: bool) -> dict:
+    def training_preprocessing(self, image_size: int | None = None) -> Preprocessing:
+        """Training's preprocessing at `image_size` (progressive resizing; default: the run's)."""
+        if not image_size or image_size == self.preprocessing.image_size:
+            return self.preprocessing
+        return dataclasses.replace(self.preprocessing, image_size=image_size)
+
+    def _augment(self, image: tf.Tensor, seed: tf.Tensor, encoded: bool, config) -> dict:
         """One training example's part of the augmentation.
 
         The ImageNet recipe runs whole here. The CIFAR recipe only draws its
         choices here; `_augment_batch` applies them to the whole batch at once.
         """
-        config = self.preprocessing
         resize = self.source.image_size != config.image_size
         return recipes.of(config).augment(image, seed, config, encoded, resize)
 
-    def _augment_batch(self, batch: dict) -> dict:
+    @staticmethod
+    def _augment_batch(batch: dict, config: Preprocessing) -> dict:
         if "choices" not in batch:
             return batch
         batch = dict(batch)
         choices = batch.pop("choices")
         augment = {key: batch.pop(key) for key in preprocessing.AUGMENT_FEATURES if key in batch}
-        batch["image"] = preprocessing.cifar_train_batch(
-            batch["image"], choices, self.preprocessing, **augment
-        )
+        batch["image"] = preprocessing.cifar_train_batch(batch["image"], choices, config, **augment)
         return batch
 
     def _evaluate_transform(self, image: tf.Tensor, encoded: bool, crops: bool) -> tf.Tensor:
@@ -265,6 +269,7 @@ class InputPipeline:
         start_example: int = 0,
         num_shards: int = 1,
         shard_index: int = 0,
+        image_size: int | None = None,
     ) -> tf.data.Dataset:
         """The infinite training stream, batched.
 
@@ -274,6 +279,8 @@ class InputPipeline:
             start of epoch 0, normally step * global_batch_size).
           num_shards: input pipelines (workers) reading the stream.
           shard_index: which of them this is.
+          image_size: the images' size (progressive resizing, `data/progressive.py`;
+            default: the run's). The examples and their draws do not depend on it.
 
         Returns:
           Batches of global_batch_size / num_shards examples, infinitely.
@@ -286,8 +293,9 @@ class InputPipeline:
         if start_example % num_shards:
             raise ConfigError(f"start_example={start_example} must be a multiple of {num_shards}")
         batch = global_batch_size // num_shards
+        config = self.training_preprocessing(image_size)
         if self.train_split is None:
-            return self._synthetic(batch)
+            return self._synthetic(batch, size=config.image_size)
         size = self.num_train_examples
         seed = self.config.seed
         split = self.train_split
@@ -323,11 +331,14 @@ class InputPipeline:
         def transform(key, example_id, image, label):
             # Each example's augmentation depends on (seed, epoch, id) only.
             augment_seed = tf.stack([key, example_id])
-            return _example(self._augment(image, augment_seed, split.encoded), label, example_id)
+            features = self._augment(image, augment_seed, split.encoded, config)
+            return _example(features, label, example_id)
 
         stream = _map_examples(stream, transform, split.encoded)
         stream = stream.batch(batch, drop_remainder=True)
-        stream = stream.map(self._augment_batch, num_parallel_calls=options.parallel_calls())
+        stream = stream.map(
+            lambda b: self._augment_batch(b, config), num_parallel_calls=options.parallel_calls()
+        )
         settings = self.config.mix
         stream = mixing.mix_stream(stream, settings, seed, start_example // global_batch_size)
         return stream.prefetch(tf.data.AUTOTUNE).with_options(options.dataset_options())
@@ -420,15 +431,21 @@ class InputPipeline:
     # -- synthetic ---------------------------------------------------------------
 
     def _synthetic(
-        self, batch_size: int, num_batches: int | None = None, eval_ids: np.ndarray | None = None
+        self,
+        batch_size: int,
+        num_batches: int | None = None,
+        eval_ids: np.ndarray | None = None,
+        size: int | None = None,
     ) -> tf.data.Dataset:
         """One random batch, made once and repeated: the input costs nothing.
 
-        For training (`num_batches` None) the stream is infinite. For evaluation
-        it is `num_batches` batches holding the examples `eval_ids`, then padding.
+        For training (`num_batches` None) the stream is infinite, at `size`
+        (default: the training size). For evaluation it is `num_batches`
+        batches holding the examples `eval_ids`, then padding.
         """
         preprocessing = self.preprocessing
-        size = preprocessing.image_size if num_batches is None else preprocessing.eval_size
+        if not size:
+            size = preprocessing.image_size if num_batches is None else preprocessing.eval_size
         generator = tf.random.Generator.from_seed(self.config.seed)
         images = generator.normal([batch_size, size, size, 3])
         labels = generator.uniform([batch_size], 0, self.num_classes, dtype=tf.int32)

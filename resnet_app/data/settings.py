@@ -6,7 +6,8 @@ its groups, each stated once:
 - `data.augment` (`AugmentSettings`): the training augmentation, which the
   resolved `Preprocessing` holds as it is;
 - `data.mix` (`MixSettings`): Mixup and CutMix;
-- `data.records` (`RecordSettings`): how `tfrecord:` shards are read.
+- `data.records` (`RecordSettings`): how `tfrecord:` shards are read;
+- `data.progressive` (`ProgressiveSettings`): the training size by epoch.
 
 Config files and `--set` keys of the flat layout before (`data.flip`,
 `data.mixup_alpha`, `data.mix_mode`, ...) keep working: `ALIASES` maps each
@@ -63,6 +64,9 @@ class AugmentSettings:
         timm's recipes).
       erase_area_range: random erasing: the box's area fraction range.
       erase_aspect_range: random erasing: the box's height / width range.
+      cutout_size: Cutout (DeVries & Taylor 2017, as Page 2018's ResNet-9
+        uses it): a square of this side, placed at random wholly inside the
+        image, set to 0 after normalization (the mean colour); 0: off.
     """
 
     crop_padding: int = 4
@@ -76,10 +80,12 @@ class AugmentSettings:
     erase_probability: float = 0.0
     erase_area_range: tuple[float, float] = (0.02, 1 / 3)
     erase_aspect_range: tuple[float, float] = (0.3, 1 / 0.3)
+    cutout_size: int = 0
 
     def __post_init__(self):
         key = "data.augment."
         checks.at_least(key + "crop_padding", self.crop_padding, 0)
+        checks.at_least(key + "cutout_size", self.cutout_size, 0)
         for name in ("area_range", "aspect_ratio_range", "erase_area_range", "erase_aspect_range"):
             value = getattr(self, name)
             _check(len(value) == 2, f"{key}{name} needs 2 values, low and high; got {len(value)}")
@@ -170,6 +176,74 @@ class RecordSettings:
     label_offset: int = 0
 
 
+@dataclasses.dataclass(frozen=True)
+class ProgressiveSettings:
+    """Progressive resizing: the training image size by epoch (`data.progressive.` keys).
+
+    Two forms (`data/progressive.py` computes the sizes):
+    - a ramp (FFCV's): `start_size` until `start_epoch`, then linear to
+      `end_size` at `end_epoch`, rounded to a multiple of `multiple`;
+    - a list: `sizes[i]` from epoch `epochs[i]` on (fast.ai's 128, 224, 288).
+    Evaluation stays at the evaluation size (`data.eval_image_size`, else
+    `data.image_size`), and so do export and predict.
+
+    Attributes:
+      start_size: the ramp's first size (None: no ramp).
+      end_size: the ramp's last size (default: the run's image size).
+      start_epoch: the epoch the ramp leaves `start_size`.
+      end_epoch: the epoch it reaches `end_size` (needed for a ramp).
+      multiple: the ramp's sizes are rounded to the nearest multiple of this
+        (default: 32, or 8 for images of at most 64 px).
+      sizes: the list form's sizes.
+      epochs: the list form's first epoch of each size; the first is 0.
+    """
+
+    start_size: int | None = None
+    end_size: int | None = None
+    start_epoch: float = 0.0
+    end_epoch: float | None = None
+    multiple: int | None = None
+    sizes: tuple[int, ...] = ()
+    epochs: tuple[float, ...] = ()
+
+    @property
+    def enabled(self) -> bool:
+        return self.start_size is not None or bool(self.sizes)
+
+    def __post_init__(self):
+        key = "data.progressive."
+        ramp, listed = self.start_size is not None, bool(self.sizes or self.epochs)
+        _check(
+            not (ramp and listed),
+            f"{key}start_size and {key}sizes are two forms of one schedule; give one",
+        )
+        for name in ("start_size", "end_size", "multiple"):
+            checks.at_least(key + name, getattr(self, name))
+        for size in (self.start_size, self.end_size, *self.sizes):
+            _check(size is None or size >= 8, f"{key}: size {size}; use at least 8")
+        if ramp:
+            _check(
+                self.end_epoch is not None and self.end_epoch > self.start_epoch >= 0,
+                f"{key}end_epoch={self.end_epoch}: a ramp needs 0 <= start_epoch < end_epoch "
+                f"(start_epoch={self.start_epoch})",
+            )
+        if listed:
+            _check(
+                len(self.sizes) == len(self.epochs),
+                f"{key}sizes has {len(self.sizes)} values and {key}epochs {len(self.epochs)}; "
+                "give one first epoch per size",
+            )
+            _check(
+                self.epochs[0] == 0 and list(self.epochs) == sorted(set(self.epochs)),
+                f"{key}epochs={list(self.epochs)}; start at 0 and increase, e.g. [0, 10, 14]",
+            )
+        else:
+            _check(
+                self.multiple is None or ramp,
+                f"{key}multiple rounds a ramp's sizes; set {key}start_size too",
+            )
+
+
 # Keys of the flat data section before it nested: old name -> nested key.
 ALIASES = {
     **{
@@ -255,6 +329,7 @@ class DataConfig:
       multi_label: `csv:` sources: several labels per image (default: when a
         label cell holds several space-separated names); true or false forces it.
       records: how `tfrecord:` shards are read (`RecordSettings`).
+      progressive: the training size by epoch (`ProgressiveSettings`).
       sampling: "natural" (each epoch visits every example once) or
         "balanced" (each draw picks a class uniformly, then one of its
         examples: `data/class_balance.py`); sources read by index.
@@ -283,6 +358,7 @@ class DataConfig:
     multi_label: bool | None = None
     records: RecordSettings = RecordSettings()
     sampling: str = "natural"
+    progressive: ProgressiveSettings = ProgressiveSettings()
 
     def __post_init__(self):
         _check(bool(self.dataset), "dataset must not be empty; try --dataset=shapes")

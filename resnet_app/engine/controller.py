@@ -10,6 +10,12 @@ averaging, see `sync.py`) ends it at the next average. At the boundary the
 controller makes the training record when one is due (`interval.Interval`)
 and calls its actions in order (`actions.py`): they log, evaluate and save.
 
+Image sizes. With progressive resizing (`data.progressive`) the plan gives
+each step its size (`progressive.SizeSchedule`): a call never crosses a size
+change, and the first call at a new size enters a new input stream at the
+data position. The compiled loop is traced once per size (its input's shape
+differs); an earlier size's trace is kept, so a rollback into it costs none.
+
 Stopping: SIGTERM or SIGINT (`preemption.StopRequest`), or an action's
 `Boundary.request_stop`, stops the run after the step in progress; on
 several workers they agree between calls on the step to stop at. The stop is
@@ -26,6 +32,8 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+
+from absl import logging
 
 from resnet_app.common import distribute
 from resnet_app.engine import preemption, timing
@@ -102,7 +110,9 @@ class Controller:
             # A stop between model averages waits for the next one.
             waiting = self.policy.next_sync(step) if reason else None
             dues = (action.next_due(step) for action in self.actions)
-            stop_at = timing.next_boundary(step, self.intervals, waiting, *dues)
+            resize = self.run.plan.sizes.next_change(step)
+            stop_at = timing.next_boundary(step, self.intervals, waiting, resize, *dues)
+            self._enter_stream(step)
             rates = self.run.learning_rate.rates(step, stop_at)
             result = self._call(rates)
             if result.steps == 0:
@@ -120,7 +130,8 @@ class Controller:
             action.interrupt()
 
     def _enter(self, step: int, restored: bool) -> None:
-        self._iterator = iter(self.run.train_dataset())
+        self._iterator = self._size = None
+        self._enter_stream(step)
         self.interval.reset()
         if restored:
             self.global_model.restored(step)
@@ -128,6 +139,16 @@ class Controller:
             action.enter(step, restored)
         if self.started is None:
             self.started = time.monotonic()
+
+    def _enter_stream(self, step: int) -> None:
+        """The training stream at `step`'s image size, entered anew when the size changes."""
+        size = self.run.plan.sizes.size_at(step)
+        if self._iterator is not None and size == self._size:
+            return
+        if self._size is not None:
+            logging.info("Progressive resizing: training at %d px from step %d", size, step)
+        self._iterator = iter(self.run.train_dataset(size))
+        self._size = size
 
     def _stop_reason(self) -> str | None:
         """Why to stop now, agreed by every worker (they must stop at the same step)."""
@@ -142,7 +163,9 @@ class Controller:
         # Within one machine, a stop request ends the call after its step
         # (with model averaging, after the next average).
         flag = None if self.multi_worker else self.stop.flag
-        result = self.train_step.loop(self._iterator, rates, flag)
+        result = self.train_step.loop(
+            self._iterator, rates, flag, pad_to=self.intervals.steps_per_loop
+        )
         self.interval.add(result, time.monotonic() - started)
         return result
 

@@ -253,6 +253,14 @@ def _announce(
         intervals.eval_every,
         run.model_dir,
     )
+    sizes = run.plan.sizes
+    if sizes.progressive:
+        logging.info(
+            "Progressive resizing (data.progressive): %s; evaluated at %d px; the batch stays %d",
+            sizes.describe(),
+            run.pipeline.preprocessing.eval_size,
+            train.batch_size,
+        )
     writer.write({"step": start, "event": "start", "total_steps": total})
 
 

@@ -1,4 +1,4 @@
-"""A run's plan: its length in steps and its learning-rate schedule.
+"""A run's plan: its length in steps, its learning-rate schedule and its image sizes.
 
 `plan_run(config, examples_per_epoch)` is pure Python: the trainer calls it
 before building anything, the resume guard (`resume.py`) calls it for the
@@ -14,6 +14,7 @@ from absl import logging
 
 from resnet_app.common.errors import ConfigError
 from resnet_app.config import Config
+from resnet_app.data import progressive
 from resnet_app.engine import schedules
 
 
@@ -25,19 +26,24 @@ class RunPlan:
       steps_per_epoch: whole steps per epoch (what epoch units in schedules use).
       total_steps: the run's length in steps.
       schedule: f(step, steps_per_epoch) -> learning rate.
+      sizes: the training image size of every step (`data.progressive`;
+        one size without it).
     """
 
     steps_per_epoch: int
     total_steps: int
     schedule: schedules.Schedule
+    sizes: progressive.SizeSchedule
 
 
-def plan_run(config: Config, examples_per_epoch: int) -> RunPlan:
-    """Works out the run's length and schedule, and tries the schedule.
+def plan_run(config: Config, examples_per_epoch: int, image_size: int | None = None) -> RunPlan:
+    """Works out the run's length, schedule and sizes, and tries the schedule.
 
     Args:
       config: the resolved config.
       examples_per_epoch: training examples per epoch.
+      image_size: the run's resolved image size (default: data.image_size,
+        else 32): the size without progressive resizing, and its ramp's end.
 
     Returns:
       The `RunPlan`.
@@ -73,4 +79,8 @@ def plan_run(config: Config, examples_per_epoch: int) -> RunPlan:
                 late,
                 total_steps,
             )
-    return RunPlan(steps_per_epoch, total_steps, schedule)
+    size = image_size or config.data.image_size or 32
+    sizes = progressive.size_schedule(
+        config.data.progressive, size, train.batch_size, examples_per_epoch, total_steps
+    )
+    return RunPlan(steps_per_epoch, total_steps, schedule, sizes)

@@ -35,7 +35,7 @@ from absl import logging
 
 from resnet_app import config as config_lib
 from resnet_app import pretrained
-from resnet_app.common import checkpoint, distribute, hardware, run_dir, run_lock
+from resnet_app.common import auto_precision, checkpoint, distribute, hardware, run_dir, run_lock
 from resnet_app.common.errors import ConfigError
 from resnet_app.config import Config
 from resnet_app.data import class_balance, input_pipeline, run_pipeline
@@ -148,12 +148,16 @@ class Run:
             )
         return step
 
-    def train_dataset(self) -> tf.data.Dataset | tf.distribute.DistributedDataset:
+    def train_dataset(
+        self, image_size: int | None = None
+    ) -> tf.data.Dataset | tf.distribute.DistributedDataset:
         """The training stream from the data position on, split over the replicas
-        (on one CPU, the dataset itself: `distribute.distribute_datasets`)."""
+        (on one CPU, the dataset itself: `distribute.distribute_datasets`), at
+        `image_size` (default: the plan's size at the current step)."""
         global_batch = self.config.train.batch_size
         replicas = self.strategy.num_replicas_in_sync
         start_example = int(self.data_position.numpy())
+        size = image_size or self.plan.sizes.size_at(int(self.global_step.numpy()))
 
         def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
             dataset = self.pipeline.train_dataset(
@@ -161,6 +165,7 @@ class Run:
                 start_example=start_example,
                 num_shards=context.num_input_pipelines,
                 shard_index=context.input_pipeline_id,
+                image_size=size,
             )
             if replicas > context.num_input_pipelines:
                 # Each local replica takes its consecutive slice of the worker's batch.
@@ -221,7 +226,7 @@ def _build(
     optimizer_config = optim.check_optimizer_config(config.optimizer)
     chief = distribute.is_chief(strategy)
     pipeline = run_pipeline.create_run_pipeline(config, model_dir=None if restart else model_dir)
-    plan = plan_run(config, pipeline.num_train_examples)
+    plan = plan_run(config, pipeline.num_train_examples, pipeline.preprocessing.image_size)
     class_balance.check_single_label_options(config, pipeline.multi_label)
     train = pipeline.train_split
     counts = train.class_counts(pipeline.num_classes) if train is not None else None
@@ -396,7 +401,9 @@ def _check_machine(config: Config, strategy: tf.distribute.Strategy) -> None:
             f"split into train.accumulate_steps={train.accumulate_steps} equal micro-batches; "
             f"use a multiple of {replicas * train.accumulate_steps}"
         )
-    if train.precision == "bf16" and not tf.config.list_logical_devices("GPU"):
+    if config_lib.DERIVED_PRECISION in config.derived:
+        _log_auto_precision(train.precision)
+    elif train.precision == "bf16" and not tf.config.list_logical_devices("GPU"):
         warn_if_bf16_is_emulated(hardware.read_cpu_info())
     if (
         train.jit
@@ -406,6 +413,23 @@ def _check_machine(config: Config, strategy: tf.distribute.Strategy) -> None:
         raise ConfigError(
             "train.jit cannot compile model.bn_synchronized: its all-reduce across towers "
             "cannot run inside XLA; drop one of them"
+        )
+
+
+def _log_auto_precision(chosen: str) -> None:
+    """The start-up line of `train.precision: auto`: what it chose, and why."""
+    choice = auto_precision.auto_choice()
+    logging.info("train.precision=auto: %s, as %s", chosen, choice.reason)
+    # The choice was made before TensorFlow loaded; its view of the GPUs decides.
+    seen = auto_precision.choose(hardware.read_cpu_info(), auto_precision.detect_gpus())
+    if seen.precision != chosen:
+        logging.warning(
+            "train.precision=auto chose %s before TensorFlow loaded, but TensorFlow's devices "
+            "call for %s (%s); set train.precision=%s",
+            chosen,
+            seen.precision,
+            seen.reason,
+            seen.precision,
         )
 
 

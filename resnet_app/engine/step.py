@@ -183,7 +183,16 @@ class TrainStep:
         self._forward_backward = (
             tf.function(self._gradients, jit_compile=True) if jit else self._gradients
         )
-        self._loop = tf.function(self._loop_fn, reduce_retracing=True)
+        # One compiled loop per input shape (progressive resizing's sizes), each
+        # traced for its exact shapes (`loop` pads the rates to keep theirs fixed).
+        self._loops: dict[str, tf.types.experimental.GenericFunction] = {}
+
+    def compiled_loop(self, iterator) -> tf.types.experimental.GenericFunction:
+        """The compiled multi-step loop for `iterator`'s batches (made on first use)."""
+        key = repr(iterator.element_spec)
+        if key not in self._loops:
+            self._loops[key] = tf.function(self._loop_fn, reduce_retracing=True)
+        return self._loops[key]
 
     def _logits(self, batch: dict) -> tf.Tensor:
         """Training-mode logits; stochastic depth and dropout keyed by (seed, step, id)."""
@@ -343,11 +352,13 @@ class TrainStep:
             [tf.reduce_sum(batch["mask"]), loss_sum, correct, regularization / replicas]
         )
 
-    def _loop_fn(self, iterator, learning_rates: tf.Tensor, stop: tf.Variable | None):
+    def _loop_fn(
+        self, iterator, learning_rates: tf.Tensor, count: tf.Tensor, stop: tf.Variable | None
+    ):
         totals = tf.zeros([len(METRICS)])
         done = tf.constant(0)
         waited = tf.constant(0.0, tf.float64)
-        for i in tf.range(tf.shape(learning_rates)[0]):
+        for i in tf.range(count):
             if stop is not None and self._may_stop(stop):
                 break
             optim.set_learning_rate(self.optimizer, learning_rates[i])
@@ -393,7 +404,13 @@ class TrainStep:
             return stop
         return tf.logical_and(tf.convert_to_tensor(stop), self.averaging.at_average())
 
-    def loop(self, iterator, learning_rates, stop: tf.Variable | None = None) -> LoopResult:
+    def loop(
+        self,
+        iterator,
+        learning_rates,
+        stop: tf.Variable | None = None,
+        pad_to: int | None = None,
+    ) -> LoopResult:
         """Runs up to len(learning_rates) steps, step i with learning rate learning_rates[i].
 
         The call ends early, after the step in progress, once `stop` is True
@@ -405,10 +422,17 @@ class TrainStep:
           iterator: over the distributed training dataset.
           learning_rates: one value per step.
           stop: a boolean variable outside any strategy, or None.
+          pad_to: the most steps any call runs (`steps_per_loop`): the rates
+            are padded to it, so calls of any length share one trace.
 
         Returns:
           The `LoopResult`.
         """
-        totals, done, waited = self._loop(iterator, tf.constant(learning_rates, tf.float32), stop)
+        count = len(learning_rates)
+        rates = list(learning_rates) + [0.0] * max(0, (pad_to or 0) - count)
+        compiled = self.compiled_loop(iterator)
+        totals, done, waited = compiled(
+            iterator, tf.constant(rates, tf.float32), tf.constant(count), stop
+        )
         sums = {name: float(value) for name, value in zip(METRICS, totals.numpy())}
         return LoopResult(steps=int(done), sums=sums, input_wait=float(waited))

@@ -1,0 +1,136 @@
+"""Progressive resizing: the training image size as a pure function of the epoch (no TF).
+
+Small images early and full-size ones late train faster for the same accuracy
+(fast.ai's DAWNBench ImageNet entry, 128 -> 224 -> 288 px; FFCV's ResNet-50,
+160 -> 192 px). `data.progressive` (`settings.ProgressiveSettings`) gives the
+sizes in one of two forms, a ramp or a list; `size_at_epoch` reads them.
+
+A step trains at the size of the epoch its first example belongs to, epoch
+`step * batch // examples_per_epoch`; `size_changes` lists the steps where the
+size changes. Both depend on the settings and the run's shape only, so a run
+resumed at any step, on any number of towers or workers, trains at the same
+size as the uninterrupted one, and each example keeps its augmentation draws
+(they are seeded by (seed, epoch, id), not by the size).
+
+The trainer builds one input stream per size, entered at the data position
+(`Controller`), and the compiled loop is traced once per size: a resumed run
+traces only the sizes still ahead. The global batch stays the same at every
+size.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+
+from resnet_app.data.settings import ProgressiveSettings
+
+SMALL_IMAGES = 64  # Images of at most this size round to multiples of 8, not 32.
+
+
+def rounding(settings: ProgressiveSettings, final_size: int) -> int:
+    """The multiple a ramp's sizes round to: `settings.multiple`, else 32 (8 for small images)."""
+    if settings.multiple:
+        return settings.multiple
+    return 8 if final_size <= SMALL_IMAGES else 32
+
+
+def size_at_epoch(settings: ProgressiveSettings, epoch: int, final_size: int) -> int:
+    """The training size of epoch `epoch` (counted from 0).
+
+    Args:
+      settings: `data.progressive`.
+      epoch: the epoch.
+      final_size: the run's image size (`data.image_size` as resolved): the
+        ramp's end by default, and the size when progressive resizing is off.
+
+    Returns:
+      The height and width of that epoch's training images.
+    """
+    if settings.sizes:
+        return settings.sizes[bisect.bisect_right(settings.epochs, epoch) - 1]
+    if settings.start_size is None:
+        return final_size
+    start, end = settings.start_size, settings.end_size or final_size
+    if epoch <= settings.start_epoch:
+        return start
+    if epoch >= settings.end_epoch:
+        return end
+    share = (epoch - settings.start_epoch) / (settings.end_epoch - settings.start_epoch)
+    multiple = rounding(settings, final_size)
+    # FFCV's rounding: to the nearest multiple, ties to even (`np.round`).
+    return max(multiple, multiple * round((start + share * (end - start)) / multiple))
+
+
+def step_epoch(step: int, batch_size: int, examples_per_epoch: int) -> int:
+    """The epoch of the first example of step `step`'s batch."""
+    return step * batch_size // examples_per_epoch
+
+
+@dataclasses.dataclass(frozen=True)
+class SizeSchedule:
+    """The training size of every step: the sizes and the steps they start at.
+
+    Attributes:
+      starts: the first step of each size, increasing, the first 0.
+      sizes: the size from that step on (neighbours differ).
+      epochs: the epoch each size starts in.
+    """
+
+    starts: tuple[int, ...]
+    sizes: tuple[int, ...]
+    epochs: tuple[int, ...]
+
+    def size_at(self, step: int) -> int:
+        return self.sizes[bisect.bisect_right(self.starts, step) - 1]
+
+    def next_change(self, step: int) -> int | None:
+        """The first step after `step` that trains at another size, or None."""
+        index = bisect.bisect_right(self.starts, step)
+        return self.starts[index] if index < len(self.starts) else None
+
+    @property
+    def progressive(self) -> bool:
+        return len(self.sizes) > 1
+
+    def describe(self) -> str:
+        """E.g. "16 px from epoch 0, 24 from epoch 2 (step 48), 32 from epoch 4 (step 97)"."""
+        changes = zip(self.starts[1:], self.sizes[1:], self.epochs[1:])
+        later = [f"{size} from epoch {epoch} (step {start})" for start, size, epoch in changes]
+        return ", ".join([f"{self.sizes[0]} px from epoch 0", *later])
+
+
+def size_schedule(
+    settings: ProgressiveSettings,
+    final_size: int,
+    batch_size: int,
+    examples_per_epoch: int,
+    total_steps: int,
+) -> SizeSchedule:
+    """The `SizeSchedule` of a run.
+
+    Args:
+      settings: `data.progressive`.
+      final_size: the run's image size (see `size_at_epoch`).
+      batch_size: the global batch.
+      examples_per_epoch: training examples per epoch.
+      total_steps: the run's length.
+
+    Returns:
+      The sizes and the steps they start at (one size when resizing is off).
+    """
+    last_epoch = step_epoch(max(0, total_steps - 1), batch_size, examples_per_epoch)
+    if settings.sizes:
+        last_change = int(math.ceil(settings.epochs[-1]))
+    else:
+        last_change = int(math.ceil(settings.end_epoch or 0))
+    starts, sizes, epochs = [0], [size_at_epoch(settings, 0, final_size)], [0]
+    for epoch in range(1, min(last_epoch, last_change) + 1):
+        size = size_at_epoch(settings, epoch, final_size)
+        if size != sizes[-1]:
+            # The first step whose first example is in `epoch`.
+            starts.append(-(-epoch * examples_per_epoch // batch_size))
+            sizes.append(size)
+            epochs.append(epoch)
+    return SizeSchedule(tuple(starts), tuple(sizes), tuple(epochs))
