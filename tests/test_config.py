@@ -153,7 +153,7 @@ def test_written_config_reads_back_the_same(tmp_path):
         (["data.datset=x"], "unknown data key.*datset"),
         (["data.seed=1"], "unknown data key.*seed"),
         (["schedule.boundary=[1]"], "unknown schedule key 'boundary'"),
-        (["schedule.name=linear"], "linear"),
+        (["schedule.name=triangle"], "unknown schedule .triangle.*linear"),
         (["train.batch_size"], "use --set section.key=value"),
         (["batch_size=3"], "keys look like section.key"),
         (["train.epochs=1", "train.train_steps=5", "train.epochs=null"], None),

@@ -251,6 +251,24 @@ class Cosine(RateSchedule, kind="cosine"):
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+class Linear(RateSchedule, kind="linear"):
+    """Linear decay to `final` at the end of the run, from the end of the warmup.
+
+    With a warmup from 0 it is the triangular one-cycle schedule of Page
+    2018's ResNet-9 (0 to 0.4 over 5 epochs, then to 0 at epoch 24) and of
+    Smith 2018.
+
+    Attributes:
+      final: the learning rate at the end of the run.
+    """
+
+    final: float = 0.0
+
+    def check_kind(self) -> None:
+        self._set("final", check_number(key("final"), self.final))
+
+
+@dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
 class Exponential(RateSchedule, kind="exponential"):
     """Exponential decay: the learning rate times decay_rate ** (step / period).
 

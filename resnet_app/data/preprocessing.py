@@ -45,7 +45,14 @@ from resnet_app.data.settings import AugmentSettings
 IMAGENET_MEAN = (123.675, 116.28, 103.53)
 IMAGENET_STD = (58.395, 57.12, 57.375)
 # The per-example draws of RandAugment and random erasing (`augment_choices`).
-AUGMENT_FEATURES = ("op_indices", "op_signs", "op_magnitudes", "erase_draws", "erase_noise")
+AUGMENT_FEATURES = (
+    "op_indices",
+    "op_signs",
+    "op_magnitudes",
+    "erase_draws",
+    "erase_noise",
+    "cutout_corner",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,7 +143,8 @@ def augment_choices(seed: tf.Tensor, config: Preprocessing) -> dict[str, tf.Tens
       [randaugment_ops] (`randaugment.choose_ops`; a skipped op is the
       Identity); with a magnitude std, "op_magnitudes" float32
       [randaugment_ops]; "erase_draws" float32 [ERASE_DRAWS] and
-      "erase_noise" float32 [image_size, image_size, 3].
+      "erase_noise" float32 [image_size, image_size, 3]; with Cutout,
+      "cutout_corner" int32 [2], its square's top and left.
     """
     features = {}
     num_ops = config.augment.randaugment_ops
@@ -162,7 +170,26 @@ def augment_choices(seed: tf.Tensor, config: Preprocessing) -> dict[str, tf.Tens
         shape = [config.image_size, config.image_size, 3]
         noise = randaugment.erase_noise(erase_seed, draws, config.augment.erase_probability, shape)
         features.update(erase_draws=draws, erase_noise=noise)
+    if config.augment.cutout_size:
+        cutout_seed = randaugment.sub_seed(seed, randaugment.CUTOUT_STREAM)
+        # Wholly inside the image (Page 2018's ResNet-9): top and left in [0, size - side].
+        positions = max(1, config.image_size - config.augment.cutout_size + 1)
+        corner = tf.random.stateless_uniform([2], cutout_seed, 0, positions, tf.int32)
+        features["cutout_corner"] = corner
     return features
+
+
+def cutout(images: tf.Tensor, corners: tf.Tensor, config: Preprocessing) -> tf.Tensor:
+    """Sets each normalized image's Cutout square to 0 (the mean colour).
+
+    Args:
+      images: float32 [batch, size, size, 3], normalized.
+      corners: int32 [batch, 2], the squares' top and left (`augment_choices`).
+      config: the parameters (`augment.cutout_size`, the square's side).
+    """
+    side = tf.fill(tf.shape(corners[:, :1]), min(config.augment.cutout_size, config.image_size))
+    boxes = tf.concat([corners, side, side], axis=1)
+    return randaugment.erase_batch(images, boxes, tf.zeros_like(images))
 
 
 def _fill(config: Preprocessing) -> tuple[int, ...]:
@@ -235,6 +262,8 @@ def cifar_train_batch(
     crops = tf.gather(padded, rows, axis=1, batch_dims=1)
     crops = tf.gather(crops, columns, axis=2, batch_dims=1)
     crops = tf.ensure_shape(crops, [None, size, size, 3])
+    if config.augment.cutout_size:
+        crops = cutout(crops, augment["cutout_corner"], config)
     if config.augment.erase_probability:
         boxes = erase_boxes(augment["erase_draws"], config)
         crops = randaugment.erase_batch(crops, boxes, augment["erase_noise"])
@@ -328,6 +357,8 @@ def imagenet_train(
         )
         crop = tf.cast(pixels, tf.float32)
     image = _normalize(crop, config)
+    if config.augment.cutout_size:
+        image = cutout(image[None], augment["cutout_corner"][None], config)[0]
     if config.augment.erase_probability:
         boxes = erase_boxes(augment["erase_draws"][None], config)
         noise = augment["erase_noise"][None]

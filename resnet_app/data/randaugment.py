@@ -74,6 +74,7 @@ RANDAUGMENT_STREAM = (1 << 40) + 1
 ERASE_STREAM = (1 << 40) + 2
 KEEP_STREAM = (1 << 40) + 3  # Which of RandAugment's ops apply.
 MAGNITUDE_STREAM = (1 << 40) + 4  # RandAugment's per-op magnitudes.
+CUTOUT_STREAM = (1 << 40) + 5  # Cutout's square (`preprocessing.cutout_boxes`).
 
 
 def sub_seed(seed: tf.Tensor, stream: int) -> tf.Tensor:

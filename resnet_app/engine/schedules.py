@@ -221,6 +221,42 @@ def cosine(
     return cosine_schedule
 
 
+def linear(
+    base: float,
+    *,
+    total_steps: int,
+    final: float = 0.0,
+    begin_steps: int | None = None,
+    begin_epochs: float | None = None,
+) -> Schedule:
+    """Linear decay from `base` at step B to `final` at step `total_steps`.
+
+    `lr = base + (final - base) * clip((step - B) / (total_steps - B), 0, 1)`:
+    with a warmup of B steps in front (`warmup`), the triangle of a one-cycle
+    schedule, whose peak `base` is reached at the warmup's end.
+
+    Args:
+      base: the learning rate until step B, >= 0.
+      total_steps: the run's length: `final` at its end.
+      final: the learning rate at the end, >= 0.
+      begin_steps: B in steps (default 0) ...
+      begin_epochs: ... or in epochs (the warmup's length).
+    """
+    base = check_number("the base learning rate", base)
+    final = check_number(key("final"), final)
+    total_steps = check_positive_int("the run's total_steps", total_steps)
+
+    def linear_schedule(step: int, steps_per_epoch: int) -> float:
+        begin = begin_steps or 0
+        if begin_epochs is not None:
+            begin = _to_steps(begin_epochs, steps_per_epoch)
+        length = max(1, total_steps - begin)
+        progress = min(max(step - begin, 0), length) / length
+        return float(base + (final - base) * progress)
+
+    return linear_schedule
+
+
 def exponential(
     base: float,
     *,
@@ -308,7 +344,7 @@ def create_schedule(
 
     Keys (a key set to null counts as absent; `config/schedule_kinds.py`
     declares them, their defaults and their checks):
-    - `name`: constant (the default), piecewise, cosine, exponential or script.
+    - `name`: constant (the default), piecewise, cosine, linear, exponential or script.
     - `batch_scaling`: a reference batch such as 256: every learning rate of the
       schedule (`base_lr`, piecewise `values`, cosine `final`) is multiplied by
       `global_batch_size / batch_scaling`. Not for scripts.
@@ -319,6 +355,8 @@ def create_schedule(
       `values` (absolute rates) or `multipliers` (of `base_lr`).
     - cosine: `final` (default 0); it decays over the run's `total_steps`
       unless `total_steps` or `total_epochs` is given.
+    - linear: `final` (default 0), reached at the run's end, from the end of
+      the warmup (a one-cycle triangle with a warmup from 0).
     - exponential: `decay_rate`, `decay_steps` or `decay_epochs`, `staircase`.
     - script: `path`, "PATH.py:FUNCTION"; the function's value is used as is.
 
@@ -380,6 +418,14 @@ def _create_kind(spec: schedule_kinds.RateSchedule, base_lr: float, total_steps:
             total_steps=spec.total_steps if spec.total_steps is not None else run_length,
             total_epochs=spec.total_epochs,
             final=spec.final,
+        )
+    if isinstance(spec, schedule_kinds.Linear):
+        return linear(
+            base_lr,
+            total_steps=total_steps,
+            final=spec.final,
+            begin_steps=spec.warmup_steps,
+            begin_epochs=spec.warmup_epochs,
         )
     if isinstance(spec, schedule_kinds.Exponential):
         return exponential(

@@ -36,6 +36,7 @@ import keras
 from resnet_app.common.errors import ConfigError
 from resnet_app.nets import drop_path
 from resnet_app.nets.attention import make_attention
+from resnet_app.nets.conv_pool import ConvPoolUnit
 from resnet_app.nets.layers import LayerFactory, Shape, build_layer
 from resnet_app.nets.spec import BLOCK_EXPANSION, ResNetConfig
 
@@ -345,12 +346,13 @@ class BottleneckBlock(ResidualBlock):
         ]
 
 
-BLOCK_CLASSES: dict[str, type[ResidualBlock]] = {
+BLOCK_CLASSES: dict[str, type[keras.layers.Layer]] = {
     "basic": BasicBlock,
     "bottleneck": BottleneckBlock,
+    "conv_pool": ConvPoolUnit,  # ResNet-9's (`nets/conv_pool.py`).
 }
 
 
-def block_class(config: ResNetConfig) -> type[ResidualBlock]:
-    """The block class of a config's `block` ("basic" or "bottleneck")."""
+def block_class(config: ResNetConfig) -> type[keras.layers.Layer]:
+    """The block class of a config's `block` ("basic", "bottleneck" or "conv_pool")."""
     return BLOCK_CLASSES[config.block]

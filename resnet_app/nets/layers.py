@@ -80,14 +80,17 @@ class LayerFactory:
             name=name,
         )
 
-    def dense(self, units: int, name: str, logits: bool = True) -> keras.layers.Layer:
-        """A dense layer with a bias, L2-penalized.
+    def dense(
+        self, units: int, name: str, logits: bool = True, bias: bool = True
+    ) -> keras.layers.Layer:
+        """A dense layer with a bias (unless `bias` is False), L2-penalized.
 
         The logits (the default) stay float32 under any mixed-precision
         policy; other dense layers (attention's) compute in the policy's dtype.
         """
         return keras.layers.Dense(
             units,
+            use_bias=bias,
             kernel_regularizer=l2_penalty(self.config.weight_decay),
             dtype="float32" if logits else None,
             name=name,

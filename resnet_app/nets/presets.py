@@ -164,6 +164,22 @@ for _n in (50, 101):
     register(f"ecaresnet{_n}d", _depth(_n), _D, _ECA)
 for _n, _units in _RS_UNITS.items():
     register(f"resnetrs{_n}", _depth(50), _RS, units=_units)
+# Page 2018's ResNet-9, the DAWNBench CIFAR-10 network (`nets/conv_pool.py`):
+# each stage's first unit a conv-pool, its later ones residuals; global
+# max-pool and a bias-free linear head scaled by 1/8; weight decay 5e-4.
+register(
+    "resnet9",
+    _CIFAR,
+    block="conv_pool",
+    units=(2, 1, 2),
+    widths=(128, 256, 512),
+    strides=(2, 2, 2),
+    stem_filters=64,
+    head_pool="max",
+    head_bias=False,
+    logit_scale=0.125,
+    weight_decay=5e-4,
+)
 # A test-only network: one stage of one unit with a few filters, built in
 # milliseconds. Not meant for real training, so not offered to users.
 register("tiny", units=(1,), widths=(4,), strides=(1,), stem_filters=4)

@@ -115,9 +115,12 @@ class ResNet(keras.Model):
         self.stage_names = tuple(stage_names)
 
         self.final_bn = make.batch_norm("final_bn") if config.version == "v2" else None
-        self.pool = keras.layers.GlobalAveragePooling2D(name="pool")
+        if config.head_pool == "max":  # ResNet-9's.
+            self.pool = keras.layers.GlobalMaxPooling2D(name="pool")
+        else:
+            self.pool = keras.layers.GlobalAveragePooling2D(name="pool")
         # Logits stay float32 under a mixed-precision policy.
-        self.logits = make.dense(config.num_classes, "logits")
+        self.logits = make.dense(config.num_classes, "logits", bias=config.head_bias)
 
     @property
     def uses_example_keys(self) -> bool:
@@ -138,7 +141,7 @@ class ResNet(keras.Model):
         return layers
 
     @property
-    def stages(self) -> list[list[ResidualBlock]]:
+    def stages(self) -> list[list[keras.layers.Layer]]:
         """The residual blocks, stage by stage."""
         return [[getattr(self, name) for name in names] for names in self.stage_names]
 
@@ -182,6 +185,8 @@ class ResNet(keras.Model):
             outputs = keras.ops.relu(self.final_bn(outputs, training=training))
             hidden[-1] = outputs
         logits = self.logits(self.pool(outputs))
+        if self.config.logit_scale != 1:
+            logits = logits * self.config.logit_scale
         if return_hidden:
             return logits, hidden
         return logits

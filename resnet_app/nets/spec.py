@@ -8,15 +8,17 @@ specified by fields here and read in one place of the builder:
   `stem_widths` then `stem_filters`: ResNet-C, He et al. 2019), then with
   `init_max_pool` a 3x3/2 max-pool, or with `replace_stem_pool` a 3x3/2 conv
   (ResNet-RS, Bello et al. 2021);
-- the unit (`nets/blocks.py`): `block` "basic" or "bottleneck" (its
-  expansion is `BLOCK_EXPANSION`, the one place it is stated), `version` v1
+- the unit (`nets/blocks.py`): `block` "basic", "bottleneck" (its
+  expansion is `BLOCK_EXPANSION`, the one place it is stated) or
+  "conv_pool" (Page 2018's ResNet-9, `nets/conv_pool.py`), `version` v1
   (post-activation) or v2 (pre-activation), `groups` and `base_width`
   (ResNeXt, Xie et al. 2017; wide ResNets), `attention` (squeeze-excitation,
   Hu et al. 2018; ECA, Wang et al. 2020), `dropout` between the convs
   (wide ResNets, Zagoruyko & Komodakis 2016);
 - the downsampling shortcut: `shortcut` "pad" (option A), "projection"
   (option B) or "avg_projection" (ResNet-D: a 2x2 average pool, then a 1x1
-  conv at stride 1).
+  conv at stride 1);
+- the head: `head_pool` (global average or max), `head_bias`, `logit_scale`.
 """
 
 from __future__ import annotations
@@ -29,13 +31,14 @@ from resnet_app.common.errors import ConfigError
 
 # Each block kind's output width, as a multiple of its stage width: the one
 # place this is stated (the builder, the summary and the weight readers ask).
-BLOCK_EXPANSION = {"basic": 1, "bottleneck": 4}
+BLOCK_EXPANSION = {"basic": 1, "bottleneck": 4, "conv_pool": 1}
 BLOCKS = tuple(BLOCK_EXPANSION)
 VERSIONS = ("v1", "v2")
 SHORTCUTS = ("pad", "projection", "avg_projection")
 PADDINGS = ("same", "symmetric")
 STEMS = ("plain", "deep")
 ATTENTIONS = ("none", "se", "eca")
+HEAD_POOLS = ("avg", "max")
 # Squeeze-excitation rounds its reduced width to a multiple of this (timm's
 # make_divisible with round_limit 0; torchvision's and the paper's widths
 # are multiples of it for every preset here).
@@ -47,8 +50,11 @@ class ResNetConfig:
     """Everything that defines a ResNet.
 
     Attributes:
-      block: "basic" (two 3x3 convs) or "bottleneck" (1x1, 3x3, 1x1 with the
-        output width multiplied by 4).
+      block: "basic" (two 3x3 convs), "bottleneck" (1x1, 3x3, 1x1 with the
+        output width multiplied by 4) or "conv_pool" (Page 2018: a stage's
+        first unit is a 3x3 conv, BatchNorm, ReLU and a max-pool of the
+        stage's stride; each later one a residual of two 3x3 conv-BN-ReLU
+        added to its input; v1 only, no attention, shortcut or dropout).
       version: "v1" (post-activation, He et al. 2015) or "v2" (pre-activation,
         He et al. 2016).
       units: residual units per stage.
@@ -113,6 +119,10 @@ class ResNetConfig:
         ResNets: 0.3 between the two convs), drawn per element from the
         step's example keys like stochastic depth, so resumes and towers draw
         the same; 0 for none.
+      head_pool: the global pooling before the logits: "avg" (He et al.) or
+        "max" (ResNet-9).
+      head_bias: the logits layer has a bias (ResNet-9's has none).
+      logit_scale: the logits are multiplied by this (ResNet-9: 0.125).
     """
 
     block: str = "basic"
@@ -143,6 +153,9 @@ class ResNetConfig:
     attention: str = "none"
     se_ratio: float = 0.0625
     dropout: float = 0.0
+    head_pool: str = "avg"
+    head_bias: bool = True
+    logit_scale: float = 1.0
 
     def __post_init__(self):
         for name in ("units", "widths", "strides", "stem_widths"):
@@ -159,6 +172,7 @@ class ResNetConfig:
             ("padding", PADDINGS),
             ("stem", STEMS),
             ("attention", ATTENTIONS),
+            ("head_pool", HEAD_POOLS),
         ):
             _check_choice(name, getattr(self, name), choices)
         if not self.units:
@@ -188,6 +202,7 @@ class ResNetConfig:
             "bn_synchronized",
             "zero_init_residual",
             "replace_stem_pool",
+            "head_bias",
         ):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(
@@ -201,6 +216,10 @@ class ResNetConfig:
             value = getattr(self, name)
             if not _is_number(value) or not 0 <= value < 1:
                 raise ConfigError(f"model field '{name}' must be in [0, 1), got {value!r}")
+        if not _is_number(self.logit_scale) or not self.logit_scale > 0:
+            raise ConfigError(
+                f"model field 'logit_scale' must be a number > 0, got {self.logit_scale!r}"
+            )
         if not _is_number(self.se_ratio) or not 0 < self.se_ratio <= 1:
             raise ConfigError(f"model field 'se_ratio' must be in (0, 1], got {self.se_ratio!r}")
         self._check_family()
@@ -212,6 +231,21 @@ class ResNetConfig:
                 "model field 'zero_init_residual' needs version v1: a v2 residual "
                 "branch ends in a convolution, not a BatchNorm"
             )
+        if self.block == "conv_pool":
+            extras = {
+                "version": self.version != "v1",
+                "attention": self.attention != "none",
+                "dropout": self.dropout > 0,
+                "drop_path_rate": self.drop_path_rate > 0,
+                "groups": self.groups != 1 or self.base_width != 64,
+                "zero_init_residual": self.zero_init_residual,
+            }
+            if any(extras.values()):
+                field = next(name for name, given in extras.items() if given)
+                raise ConfigError(
+                    f"model field '{field}' does not apply to block=conv_pool (ResNet-9's "
+                    "plain conv-BN-ReLU units); drop it"
+                )
         if self.block == "basic" and (self.groups != 1 or self.base_width != 64):
             raise ConfigError(
                 "model fields 'groups' and 'base_width' shape a bottleneck's 3x3 conv; this "
@@ -254,6 +288,8 @@ class ResNetConfig:
 
         The stem counts once whatever its form: ResNet-50-D is a ResNet-50.
         """
+        if self.block == "conv_pool":  # One conv per stage's first unit, two per later one.
+            return 1 + 2 * sum(self.units) - len(self.units) + 1
         convs = 3 if self.block == "bottleneck" else 2
         return 1 + sum(self.units) * convs + 1
 
@@ -271,7 +307,7 @@ class ResNetConfig:
 
     def inner_width(self, width: int) -> int:
         """A unit's inner width (its 3x3 conv's) at stage width `width`."""
-        if self.block == "basic":
+        if self.block in ("basic", "conv_pool"):
             return width
         return width * self.base_width // 64 * self.groups
 
