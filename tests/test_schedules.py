@@ -326,7 +326,7 @@ PIECEWISE_KEYS = (
         (
             {"name": "cosin"},
             "unknown schedule 'cosin'; valid schedules: "
-            "constant, cosine, exponential, piecewise, script",
+            "constant, cosine, exponential, linear, piecewise, script",
         ),
         ({"name": ["piecewise"]}, "unknown schedule ['piecewise']"),
         ([("name", "cosine")], "the schedule section must be a mapping"),

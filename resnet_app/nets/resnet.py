@@ -35,7 +35,7 @@ import keras
 
 from resnet_app.nets import drop_path
 from resnet_app.nets import stem as stem_lib
-from resnet_app.nets.blocks import ResidualBlock, block_class
+from resnet_app.nets.blocks import block_class
 from resnet_app.nets.layers import LayerFactory, Shape, build_layer
 from resnet_app.nets.presets import ResNetConfig, get_config
 
