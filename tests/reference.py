@@ -72,6 +72,9 @@ def _attention_params(config: presets.ResNetConfig, channels: int) -> int:
 def _unit_convs(config, channels: int, width: int) -> list[tuple[int, int, int, int]]:
     """(kernel, in, out, groups) of a unit's branch convolutions."""
     out = width * (4 if config.block == "bottleneck" else 1)
+    if config.block == "conv_pool":  # Page 2018: a stage's conv-pool is its unit with
+        # another input width; each residual is two 3x3 convs of the stage width.
+        return [(3, channels, width, 1)] if channels != width else [(3, width, width, 1)] * 2
     if config.block == "basic":
         return [(3, channels, width, 1), (3, width, out, 1)]
     # Xie et al. 2017 / torchvision: the 3x3 conv has `groups` groups of
@@ -102,7 +105,8 @@ def closed_form_params(config: presets.ResNetConfig) -> tuple[int, int]:
                 bn_channels += before[1:] if first_unit else before  # ...but the first.
             attention += _attention_params(config, out)
             unit_stride = stride if unit == 0 else 1
-            if (unit_stride != 1 or channels != out) and config.shortcut != "pad":
+            shortcut = config.shortcut != "pad" and config.block != "conv_pool"
+            if (unit_stride != 1 or channels != out) and shortcut:
                 conv_weights += channels * out
                 if config.version == "v1":
                     bn_channels.append(out)
@@ -110,7 +114,7 @@ def closed_form_params(config: presets.ResNetConfig) -> tuple[int, int]:
             first_unit = False
     if config.version == "v2":
         bn_channels.append(channels)
-    dense = channels * config.num_classes + config.num_classes
+    dense = channels * config.num_classes + (config.num_classes if config.head_bias else 0)
     # BN: gamma and beta are trained, moving mean and variance are not.
     trainable = conv_weights + attention + 2 * sum(bn_channels) + dense
     return trainable, 2 * sum(bn_channels)
@@ -135,6 +139,10 @@ def closed_form_macs(config: presets.ResNetConfig, size: int) -> int:
             convs = _unit_convs(config, channels, width)
             out = convs[-1][2]
             new_size = out_size(size, unit_stride)
+            if config.block == "conv_pool":  # Convs at stride 1; the conv-pool pools after.
+                macs += size**2 * sum(9 * cin * cout for _, cin, cout, _ in convs)
+                size, channels = (size // unit_stride if unit == 0 else size), out
+                continue
             if config.block == "basic":
                 macs += new_size**2 * 9 * (channels * width + width * out)
             else:

@@ -172,10 +172,14 @@ def test_forward_pass_logits_and_hidden_states(name):
     # The logits are the dense layer applied to the pooled last hidden state.
     # (An untrained deep v1 net in inference mode has huge activations, so the
     # tolerance scales with them.)
-    pooled = np.mean(np.asarray(hidden[-1], np.float64), axis=(1, 2))
-    kernel, bias = (np.asarray(w, np.float64) for w in model.logits.weights)
+    config = model.config
+    pool = np.max if config.head_pool == "max" else np.mean
+    pooled = pool(np.asarray(hidden[-1], np.float64), axis=(1, 2))
+    kernel, *bias = (np.asarray(w, np.float64) for w in model.logits.weights)
+    assert len(bias) == int(config.head_bias)
+    expected = config.logit_scale * (pooled @ kernel + (bias[0] if bias else 0))
     scale = np.max(np.abs(logits))
-    np.testing.assert_allclose(logits, pooled @ kernel + bias, rtol=1e-4, atol=1e-5 * scale)
+    np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-5 * scale)
     # Without return_hidden, the same logits alone.
     np.testing.assert_allclose(model(images, training=False), logits, rtol=1e-5, atol=1e-6 * scale)
 

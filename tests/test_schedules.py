@@ -186,6 +186,24 @@ def test_cosine_against_closed_form():
     assert schedule(150, 10) == approx(0.001)
 
 
+def test_linear_after_a_warmup_is_pages_one_cycle_triangle():
+    """Page 2018: 0 to 0.4 over 5 epochs, then to 0 at epoch 24 (np.interp of his knots)."""
+    import numpy as np
+
+    spec = {"name": "linear", "warmup_epochs": 5}
+    steps_per_epoch, total = 100, 2400
+    schedule = schedules.create_schedule(
+        spec, base_lr=0.4, global_batch_size=512, total_steps=total
+    )
+    for step in (0, 1, 250, 499, 500, 501, 1200, 2399, 2400, 3000):
+        # The warmup ends on its target at step W - 1 (see `warmup`): knots shifted by 1.
+        epoch = (step + 1) / steps_per_epoch if step < 500 else step / steps_per_epoch
+        expected = np.interp(epoch, [0, 5, 24], [0, 0.4, 0])
+        assert schedule(step, steps_per_epoch) == pytest.approx(expected, abs=1e-12), step
+    plain = schedules.linear(0.1, total_steps=10, final=0.02)
+    assert [plain(s, 5) for s in (0, 5, 10, 20)] == approx([0.1, 0.06, 0.02, 0.02])
+
+
 def test_cosine_in_epochs():
     schedule = schedules.cosine(0.1, total_epochs=2)
     # 2 epochs of 50 steps: the middle is step 50, the end step 100.
