@@ -133,7 +133,7 @@ def test_a_step_out_of_memory_stays_a_memory_error(tmp_path, monkeypatch):
     from resnet_app.common.errors import ConfigError
     from resnet_app.engine.step import TrainStep
 
-    def too_large(self, iterator, rates, stop=None):
+    def too_large(self, iterator, rates, stop=None, pad_to=None):
         tf.zeros([2**40])  # The real allocator's OOM, as a too-large batch raises it.
 
     monkeypatch.setattr(TrainStep, "loop", too_large)
