@@ -59,6 +59,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # keras_baseline
 
 from absl import flags  # noqa: E402
 
@@ -157,24 +158,12 @@ def measure_keras_fit(jit: bool, stock_layers: bool) -> dict:
     import keras
     import tensorflow as tf
 
-    from resnet_app.common import compat
-    from resnet_app.nets import layers as net_layers
+    from keras_baseline import baseline_model
     from resnet_app.nets.resnet import create_model
-
-    if stock_layers:  # What a user writing the ResNet with Keras would get.
-        net_layers.BatchNorm = keras.layers.BatchNormalization
 
     size, batch, steps = image_size(), _BATCH.value, _STEPS.value
     keras.utils.set_random_seed(0)
-    model = create_model(_MODEL.value, num_classes=10)
-    norms = [
-        type(layer)
-        for layer in compat.nested_layers(model)
-        if isinstance(layer, keras.layers.BatchNormalization)
-    ]
-    wanted = keras.layers.BatchNormalization if stock_layers else net_layers.BatchNorm
-    if not norms or set(norms) != {wanted}:  # The variant must measure the layers it names.
-        raise RuntimeError(f"expected only {wanted.__name__} layers, built {set(norms)}")
+    model = baseline_model(lambda: create_model(_MODEL.value, num_classes=10), stock_layers)
     model.compile(
         optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),

@@ -65,6 +65,31 @@ def test_every_step_trains_at_its_first_examples_epoch(batch, examples):
     assert schedule.sizes == (16, 24, 32)
 
 
+@pytest.mark.parametrize("second", [0.4, 0.05, 0.333])
+def test_the_list_forms_epochs_may_be_fractions(second):
+    # A one-epoch run that changes size mid-way: a step trains at 24 px once its first
+    # example's epoch, step * batch / examples, reaches `second` (compared in integers).
+    batch, examples, total = 32, 50_000, 1560
+    settings = ProgressiveSettings(sizes=(16, 24), epochs=(0, second))
+    schedule = progressive.size_schedule(settings, 24, batch, examples, total)
+    numerator, denominator = round(second * 1000), 1000
+    for step in range(total):
+        later = step * batch * denominator >= numerator * examples
+        assert schedule.size_at(step) == (24 if later else 16), step
+    assert schedule.sizes == (16, 24) and schedule.epochs == (0.0, second)
+
+
+def test_a_ramp_that_never_changes_within_the_run_is_refused():
+    # FFCV's ramp reads whole epochs: over a one-epoch run it would train at 16 px
+    # throughout and evaluate at 24.
+    ramp = ProgressiveSettings(start_size=16, end_epoch=0.8)
+    with pytest.raises(ConfigError, match="would train at 16 px throughout"):
+        progressive.size_schedule(ramp, 24, 32, 50_000, 1563)
+    # Over more epochs it changes, and with the end size from the start it is allowed.
+    assert progressive.size_schedule(ramp, 24, 32, 100, 9).sizes == (16, 24)
+    assert progressive.size_schedule(ProgressiveSettings(), 24, 32, 50_000, 9).sizes == (24,)
+
+
 def test_bad_schedules_are_refused_in_one_line():
     cases = [
         (dict(start_size=16), "a ramp needs 0 <= start_epoch < end_epoch"),

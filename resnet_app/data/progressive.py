@@ -5,9 +5,12 @@ Small images early and full-size ones late train faster for the same accuracy
 160 -> 192 px). `data.progressive` (`settings.ProgressiveSettings`) gives the
 sizes in one of two forms, a ramp or a list; `size_at_epoch` reads them.
 
-A step trains at the size of the epoch its first example belongs to, epoch
-`step * batch // examples_per_epoch`; `size_changes` lists the steps where the
-size changes. Both depend on the settings and the run's shape only, so a run
+A step trains at the size of the epoch its first example belongs to: its
+epoch `step * batch / examples_per_epoch`, a real number. The list form's
+epochs may be fractions (a one-epoch run can change size mid-way); FFCV's ramp
+is FFCV's, one size per whole epoch, so a ramp that would not change the size
+within the run is refused. `size_schedule` lists the steps where the size
+changes. Both depend on the settings and the run's shape only, so a run
 resumed at any step, on any number of towers or workers, trains at the same
 size as the uninterrupted one, and each example keeps its augmentation draws
 (they are seeded by (seed, epoch, id), not by the size).
@@ -23,7 +26,9 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+from fractions import Fraction
 
+from resnet_app.common.errors import ConfigError
 from resnet_app.data.settings import ProgressiveSettings
 
 SMALL_IMAGES = 64  # Images of at most this size round to multiples of 8, not 32.
@@ -36,12 +41,12 @@ def rounding(settings: ProgressiveSettings, final_size: int) -> int:
     return 8 if final_size <= SMALL_IMAGES else 32
 
 
-def size_at_epoch(settings: ProgressiveSettings, epoch: int, final_size: int) -> int:
-    """The training size of epoch `epoch` (counted from 0).
+def size_at_epoch(settings: ProgressiveSettings, epoch: float, final_size: int) -> int:
+    """The training size at epoch `epoch` (counted from 0; the ramp reads whole epochs).
 
     Args:
       settings: `data.progressive`.
-      epoch: the epoch.
+      epoch: the epoch, a real number (a step's is `step_epoch`'s).
       final_size: the run's image size (`data.image_size` as resolved): the
         ramp's end by default, and the size when progressive resizing is off.
 
@@ -52,6 +57,7 @@ def size_at_epoch(settings: ProgressiveSettings, epoch: int, final_size: int) ->
         return settings.sizes[bisect.bisect_right(settings.epochs, epoch) - 1]
     if settings.start_size is None:
         return final_size
+    epoch = math.floor(epoch)  # FFCV's ramp: one size per whole epoch.
     start, end = settings.start_size, settings.end_size or final_size
     if epoch <= settings.start_epoch:
         return start
@@ -63,9 +69,19 @@ def size_at_epoch(settings: ProgressiveSettings, epoch: int, final_size: int) ->
     return max(multiple, multiple * round((start + share * (end - start)) / multiple))
 
 
-def step_epoch(step: int, batch_size: int, examples_per_epoch: int) -> int:
-    """The epoch of the first example of step `step`'s batch."""
-    return step * batch_size // examples_per_epoch
+def step_epoch(step: int, batch_size: int, examples_per_epoch: int) -> Fraction:
+    """The epoch of the first example of step `step`'s batch, exactly (a fraction)."""
+    return Fraction(step * batch_size, examples_per_epoch)
+
+
+def _exact(epoch: float) -> Fraction:
+    """An epoch as written (0.4 is 2/5, not the float nearest it)."""
+    return Fraction(repr(float(epoch)))
+
+
+def _first_step(epoch: Fraction, batch_size: int, examples_per_epoch: int) -> int:
+    """The first step whose first example is at `epoch` or later."""
+    return math.ceil(epoch * examples_per_epoch / batch_size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,12 +91,12 @@ class SizeSchedule:
     Attributes:
       starts: the first step of each size, increasing, the first 0.
       sizes: the size from that step on (neighbours differ).
-      epochs: the epoch each size starts in.
+      epochs: the epoch each size starts at (a fraction in the list form).
     """
 
     starts: tuple[int, ...]
     sizes: tuple[int, ...]
-    epochs: tuple[int, ...]
+    epochs: tuple[float, ...]
 
     def size_at(self, step: int) -> int:
         return self.sizes[bisect.bisect_right(self.starts, step) - 1]
@@ -97,7 +113,7 @@ class SizeSchedule:
     def describe(self) -> str:
         """E.g. "16 px from epoch 0, 24 from epoch 2 (step 48), 32 from epoch 4 (step 97)"."""
         changes = zip(self.starts[1:], self.sizes[1:], self.epochs[1:])
-        later = [f"{size} from epoch {epoch} (step {start})" for start, size, epoch in changes]
+        later = [f"{size} from epoch {epoch:g} (step {start})" for start, size, epoch in changes]
         return ", ".join([f"{self.sizes[0]} px from epoch 0", *later])
 
 
@@ -119,18 +135,36 @@ def size_schedule(
 
     Returns:
       The sizes and the steps they start at (one size when resizing is off).
+
+    Raises:
+      ConfigError: for a ramp that would train at one size throughout.
     """
-    last_epoch = step_epoch(max(0, total_steps - 1), batch_size, examples_per_epoch)
     if settings.sizes:
-        last_change = int(math.ceil(settings.epochs[-1]))
-    else:
-        last_change = int(math.ceil(settings.end_epoch or 0))
-    starts, sizes, epochs = [0], [size_at_epoch(settings, 0, final_size)], [0]
+        changes: dict[int, tuple[int, float]] = {}  # Step: (size, epoch); a later one wins.
+        for epoch, size in zip(settings.epochs, settings.sizes):
+            start = _first_step(_exact(epoch), batch_size, examples_per_epoch)
+            if start < max(total_steps, 1):
+                changes[start] = (size, float(epoch))
+        starts, sizes, epochs = [], [], []
+        for start, (size, epoch) in sorted(changes.items()):
+            if not sizes or size != sizes[-1]:
+                starts.append(start)
+                sizes.append(size)
+                epochs.append(epoch)
+        return SizeSchedule(tuple(starts), tuple(sizes), tuple(epochs))
+    last_epoch = math.floor(step_epoch(max(0, total_steps - 1), batch_size, examples_per_epoch))
+    last_change = int(math.ceil(settings.end_epoch or 0))
+    starts, sizes, epochs = [0], [size_at_epoch(settings, 0, final_size)], [0.0]
     for epoch in range(1, min(last_epoch, last_change) + 1):
         size = size_at_epoch(settings, epoch, final_size)
         if size != sizes[-1]:
-            # The first step whose first example is in `epoch`.
-            starts.append(-(-epoch * examples_per_epoch // batch_size))
+            starts.append(_first_step(Fraction(epoch), batch_size, examples_per_epoch))
             sizes.append(size)
-            epochs.append(epoch)
+            epochs.append(float(epoch))
+    if settings.start_size is not None and len(sizes) == 1 and sizes[0] != final_size:
+        raise ConfigError(
+            f"data.progressive: the ramp (FFCV's form) sets one size per whole epoch, so this "
+            f"run of {last_epoch + 1} epoch(s) would train at {sizes[0]} px throughout; ramp "
+            f"over more epochs, or give data.progressive.sizes and .epochs (fractions allowed)"
+        )
     return SizeSchedule(tuple(starts), tuple(sizes), tuple(epochs))

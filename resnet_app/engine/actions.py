@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -272,6 +273,7 @@ class Evaluator(Action):
           DivergedError: when the weights are not finite (nothing is evaluated).
         """
         self.global_model.ready(step)
+        started = time.monotonic()
         run, train = self.run, self.run.config.train
         batch_size = train.eval_batch_size or train.batch_size
         threshold = train.threshold
@@ -290,6 +292,8 @@ class Evaluator(Action):
             ema_record = exact_eval.eval_record(step, "", ema, train.precision)
             record.update({f"ema_{k}": ema_record[k] for k in keys})
             self.writer.scalars(run_dir.EMA_EVAL_EVENTS_DIR, step, {k: ema_record[k] for k in keys})
+        # When it ended and what it cost: time-to-accuracy reads the crossing from these.
+        record.update(time=time.time(), seconds=time.monotonic() - started)
         self.writer.write(record)
         self.writer.flush()
         self.last = record

@@ -261,7 +261,7 @@ def _announce(
             run.pipeline.preprocessing.eval_size,
             train.batch_size,
         )
-    writer.write({"step": start, "event": "start", "total_steps": total})
+    writer.write({"step": start, "event": "start", "total_steps": total, "time": time.time()})
 
 
 def _stopped(run: setup.Run, writer: MetricsWriter, step: int, reason: str) -> RunResult:
