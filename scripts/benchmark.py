@@ -157,8 +157,8 @@ def measure_matmul_peak() -> dict:
 def measure_keras_fit(jit: bool, stock_layers: bool) -> dict:
     import keras
     import tensorflow as tf
-
     from keras_baseline import baseline_model
+
     from resnet_app.nets.resnet import create_model
 
     size, batch, steps = image_size(), _BATCH.value, _STEPS.value
