@@ -128,10 +128,9 @@ def fit_recipe(resolved, train_steps: int, eval_every: int, write: Callable[[dic
     import time
 
     import keras
-    import numpy as np
     import tensorflow as tf
 
-    from resnet_app.data import input_pipeline, shapes
+    from resnet_app.data import input_pipeline
     from resnet_app.engine.plan import plan_run
     from resnet_app.nets import factory
     from resnet_app.nets.presets import get_config
@@ -139,50 +138,10 @@ def fit_recipe(resolved, train_steps: int, eval_every: int, write: Callable[[dic
     pipeline = input_pipeline.create_pipeline(
         resolved.data, default_image_size=get_config(resolved.model_name).default_image_size
     )
-    prep = pipeline.preprocessing  # The trainer's sizes and normalization.
-    size, augment = prep.image_size, prep.augment
-    mean, std = np.asarray(prep.mean, np.float32), np.asarray(prep.std, np.float32)
-    batch, classes = resolved.train.batch_size, pipeline.num_classes
+    size, classes = pipeline.preprocessing.image_size, pipeline.num_classes
     smoothing, seed = resolved.train.label_smoothing, resolved.train.seed
     keras.utils.set_random_seed(seed)
-
-    def prepare(image, label):
-        image = tf.image.resize(tf.cast(image, tf.float32), [size, size])
-        return (image - mean) / std, (tf.one_hot(label, classes) if smoothing else label)
-
-    def random_augment(image, label):
-        if augment.crop_padding:  # Pad with zeros after normalizing: the mean colour.
-            pad = augment.crop_padding
-            image = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]])
-            image = tf.image.random_crop(image, [size, size, 3])
-        if augment.flip:
-            image = tf.image.random_flip_left_right(image)
-        if augment.cutout_size:
-            side = augment.cutout_size
-            top, left = tf.unstack(tf.random.uniform([2], 0, size - side + 1, tf.int32))
-            square = [[top, size - side - top], [left, size - side - left], [0, 0]]
-            image = image * (1 - tf.pad(tf.ones([side, side, 1]), square))
-        return image, label
-
-    def split(name, count):  # The trainer's images: the dataset's own, a prefix of `count`.
-        images, labels = shapes.load(name)
-        return images[:count], labels[:count].astype(np.int32)
-
-    train = (
-        tf.data.Dataset.from_tensor_slices(split("train", pipeline.num_train_examples))
-        .shuffle(pipeline.num_train_examples, seed=seed)
-        .repeat()
-        .map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
-        .map(random_augment, num_parallel_calls=tf.data.AUTOTUNE)
-        .batch(batch)
-        .prefetch(tf.data.AUTOTUNE)
-    )
-    test = (
-        tf.data.Dataset.from_tensor_slices(split("test", pipeline.num_eval_examples()))
-        .map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
-        .batch(resolved.train.eval_batch_size or batch)
-        .prefetch(tf.data.AUTOTUNE)
-    )
+    train, test = fit_datasets(resolved, pipeline)
     plan = plan_run(resolved, pipeline.num_train_examples, size)
     rates = [plan.schedule(step, plan.steps_per_epoch) for step in range(train_steps)]
 
@@ -251,3 +210,66 @@ def fit_recipe(resolved, train_steps: int, eval_every: int, write: Callable[[dic
         verbose=0,
     )
     return model
+
+
+def fit_datasets(resolved, pipeline):
+    """The `tf.data` pipelines a Keras user would write for the recipe: (train, test).
+
+    The images are the trainer's (the dataset's own, a prefix when the recipe
+    limits them), resized and normalized as its pipeline does; training's are
+    shuffled, augmented as the recipe asks, batched and prefetched.
+
+    Args:
+      resolved: the recipe's config.
+      pipeline: its `InputPipeline` (the sizes, normalization and counts).
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    from resnet_app.data import shapes
+
+    prep = pipeline.preprocessing
+    size, augment = prep.image_size, prep.augment
+    mean, std = np.asarray(prep.mean, np.float32), np.asarray(prep.std, np.float32)
+    batch, classes = resolved.train.batch_size, pipeline.num_classes
+    smoothing, seed = resolved.train.label_smoothing, resolved.train.seed
+
+    def prepare(image, label):  # Resized back onto the 0-255 grid, as the trainer's are.
+        image = tf.image.resize(tf.cast(image, tf.float32), [size, size])
+        image = tf.clip_by_value(tf.round(image), 0, 255)
+        return (image - mean) / std, (tf.one_hot(label, classes) if smoothing else label)
+
+    def random_augment(image, label):
+        if augment.crop_padding:  # Pad with zeros after normalizing: the mean colour.
+            pad = augment.crop_padding
+            image = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]])
+            image = tf.image.random_crop(image, [size, size, 3])
+        if augment.flip:
+            image = tf.image.random_flip_left_right(image)
+        if augment.cutout_size:
+            side = augment.cutout_size
+            top, left = tf.unstack(tf.random.uniform([2], 0, size - side + 1, tf.int32))
+            square = [[top, size - side - top], [left, size - side - left], [0, 0]]
+            image = image * (1 - tf.pad(tf.ones([side, side, 1]), square))
+        return image, label
+
+    def split(name, count):  # The trainer's images: the dataset's own, a prefix of `count`.
+        images, labels = shapes.load(name)
+        return images[:count], labels[:count].astype(np.int32)
+
+    train = (
+        tf.data.Dataset.from_tensor_slices(split("train", pipeline.num_train_examples))
+        .shuffle(pipeline.num_train_examples, seed=seed)
+        .repeat()
+        .map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
+        .map(random_augment, num_parallel_calls=tf.data.AUTOTUNE)
+        .batch(batch)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    test = (
+        tf.data.Dataset.from_tensor_slices(split("test", pipeline.num_eval_examples()))
+        .map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
+        .batch(resolved.train.eval_batch_size or batch)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    return train, test

@@ -149,3 +149,35 @@ def test_the_script_times_fit_and_the_trainer_to_a_target(tmp_path):
     ]
     (row,) = report["rows"]
     assert row["row"].startswith("1: trainer / fit") and row["ratio"] > 0
+
+
+def test_fit_reads_the_trainers_images_prepared_alike():
+    import numpy as np
+
+    from resnet_app.data import input_pipeline
+    from resnet_app.nets.presets import get_config
+
+    resolved = config.resolve(
+        "configs/shapes_quickstart.yaml",
+        sets=["data.train_examples=96", "data.eval_examples=40", "train.seed=3"],
+    )
+    pipeline = input_pipeline.create_pipeline(
+        resolved.data, default_image_size=get_config(resolved.model_name).default_image_size
+    )
+    train, test = keras_baseline.fit_datasets(resolved, pipeline)
+    # The test split in order, resized to 24 px and normalized as the trainer evaluates it.
+    images, labels = (np.concatenate(t) for t in zip(*[(x.numpy(), y.numpy()) for x, y in test]))
+    batches = list(pipeline.eval_dataset(16))
+    real = np.concatenate([b["mask"].numpy() for b in batches]) > 0
+    theirs = np.concatenate([b["image"].numpy() for b in batches])[real]
+    assert images.shape == theirs.shape == (40, 24, 24, 3)
+    np.testing.assert_allclose(images, theirs, rtol=0, atol=1e-5)
+    assert labels.tolist() == np.concatenate([b["label"].numpy() for b in batches])[real].tolist()
+    # An epoch of training images (no augmentation in this recipe): the trainer's, reordered.
+    seen = np.concatenate([x.numpy() for x, _ in train.take(3)])  # 3 batches of 32.
+    trainer = np.concatenate([b["image"].numpy() for b in pipeline.train_dataset(32).take(3)])
+
+    def order(batch):  # By the values to 3 decimals: the same images sort alike.
+        return batch[np.lexsort(np.round(batch.reshape(len(batch), -1), 3).T[::-1])]
+
+    np.testing.assert_allclose(order(seen), order(trainer), rtol=0, atol=1e-5)

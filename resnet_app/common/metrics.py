@@ -8,11 +8,12 @@
   "precision" (the `train.precision` the model computed in; records written
   before it was added have none)}, made by `serving/exact_eval.py`'s `eval_record`,
   plus the trainer's "time" (Unix seconds at its end) and "seconds" (what the
-  evaluation took; both absent from records written before they were added), and "ema_top1", "ema_top5", "ema_loss" for the moving average of the
+  evaluation took; both absent from records written before they were added),
+  and "ema_top1", "ema_top5", "ema_loss" for the moving average of the
   weights when the run keeps one (`train.ema_decay`);
-- events ({"step", "event", ...}): the run's start (with its "time") and end, a learning-rate
-  override, settings changed on resume, a stop by a signal, a NaN rollback,
-  an input-bound warning;
+- events ({"step", "event", ...}): the run's start (with its "time") and end,
+  a learning-rate override, settings changed on resume, a stop by a signal, a
+  NaN rollback, an input-bound warning;
 - evaluations of saved checkpoints by `python -m resnet_app.evaluate`: an
   evaluation record plus "checkpoint" ("ckpt-N"), "report" (the directory of
   its eval_results.json, confusion-matrix and reliability pictures), "tta"
