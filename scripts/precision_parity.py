@@ -8,8 +8,8 @@ with `configs/shapes_quickstart.yaml` (ResNet-14, 24 px, one cosine epoch at
 batch 32) and `--precision=fp32` or `bf16`. The datasets:
 - `shapes`: the built-in offline dataset (50,000 training images);
 - `digits`: an image folder written here, the digits 0-9 drawn with Pillow's
-  FreeType font at random sizes, positions, angles and colours on noisy
-  backgrounds, 32x32 PNGs, 1,000 training and 200 test images per digit,
+  FreeType font at random sizes, positions and angles, in bold strokes of the
+  opposite colour (jittered) to their noisy backgrounds, 32x32 PNGs, 1,000 training and 200 test images per digit,
   trained for 4 epochs (about shapes' number of steps): a digits-style
   folder read through `folder:` like a user's own.
 
@@ -55,14 +55,19 @@ def write_digits(root: str, per_digit: int, test_per_digit: int, seed: int = 0) 
             os.makedirs(folder, exist_ok=True)
             for index in range(count):
                 background = rng.integers(0, 256, 3)
-                ink = (background + rng.integers(96, 160, 3)) % 256
+                # The opposite colour, jittered: a digit always stands out of its ground.
+                ink = np.clip(255 - background + rng.integers(-40, 41, 3), 0, 255)
                 noise = rng.normal(0, 12, (32, 32, 3))
                 pixels = np.clip(background + noise, 0, 255).astype(np.uint8)
                 image = Image.fromarray(pixels).resize((64, 64))
                 font = ImageFont.load_default(size=int(rng.integers(28, 48)))
                 draw = ImageDraw.Draw(image)
                 x, y = rng.integers(8, 28), rng.integers(4, 24)
-                draw.text((x, y), str(digit), fill=tuple(int(v) for v in ink), font=font)
+                colour = tuple(int(v) for v in ink)
+                # Strokes 2 px wider each side: they survive the halving to 32 px.
+                draw.text(
+                    (x, y), str(digit), fill=colour, font=font, stroke_width=2, stroke_fill=colour
+                )
                 angle = float(rng.uniform(-25, 25))
                 image = image.rotate(angle, fillcolor=tuple(int(v) for v in background))
                 image.resize((32, 32), Image.BILINEAR).save(os.path.join(folder, f"{index}.png"))
