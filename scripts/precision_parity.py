@@ -10,8 +10,9 @@ batch 32) and `--precision=fp32` or `bf16`. The datasets:
 - `digits`: an image folder written here, the digits 0-9 drawn with Pillow's
   FreeType font at random sizes, positions and angles, in bold strokes of the
   opposite colour (jittered) to their noisy backgrounds, 32x32 PNGs, 1,000
-  training and 200 test images per digit, trained for 4 epochs (about shapes' number of steps): a digits-style
-  folder read through `folder:` like a user's own.
+  training and 200 test images per digit, trained for 4 epochs (about
+  shapes' number of steps): a digits-style folder read through `folder:`
+  like a user's own.
 
 Printed: each run's test top-1 and training time, then per dataset the mean
 and spread of each precision, the mean per-seed difference (bf16 - fp32), and
