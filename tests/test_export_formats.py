@@ -224,6 +224,35 @@ def test_int8_without_the_training_data_and_onnx_without_its_converter(tiny_run,
     assert not os.path.exists(tmp_path / "out2")
 
 
+def test_a_run_on_synthetic_data_exports_without_a_parity_report(tiny_run, tmp_path):
+    _, tiny_dir = tiny_run
+    model_dir = tmp_path / "run"
+    shutil.copytree(tiny_dir, model_dir)
+    text = (model_dir / "config.yaml").read_text()
+    (model_dir / "config.yaml").write_text(text.replace("dataset: shapes", "dataset: synthetic"))
+    # Synthetic data has no images to compare the formats on: a warning, not a traceback.
+    result = run_command(
+        "resnet_app.export",
+        f"--model_dir={model_dir}",
+        f"--export_dir={tmp_path / 'out'}",
+        "--format=tflite",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "No parity report" in result.stderr and "synthetic data has no images" in result.stderr
+    assert (tmp_path / "out" / "model.tflite").is_file()
+    result = run_command(
+        "resnet_app.export",
+        f"--model_dir={model_dir}",
+        f"--export_dir={tmp_path / 'out2'}",
+        "--format=tflite",
+        "--quantize=int8",
+    )
+    line = error_line(result)
+    assert "--quantize=int8 needs the run's training split" in line
+    assert "synthetic data has no images" in line
+
+
 # The family's layers in one tiny network: a deep stem with the strided-conv
 # pool, grouped bottlenecks, squeeze-excitation or ECA, the average-pool
 # shortcut, dropout (inert at export).
