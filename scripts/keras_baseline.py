@@ -112,7 +112,9 @@ def unmirrored(resolved) -> list[str]:
     return found
 
 
-def fit_recipe(resolved, train_steps: int, eval_every: int, write: Callable[[dict], None]):
+def fit_recipe(
+    resolved, pipeline, train_steps: int, eval_every: int, write: Callable[[dict], None]
+):
     """Trains the recipe with `model.fit`, as a Keras user would write it; returns the model.
 
     The events go to `write` (see `run_timing.py`): the start, the first step
@@ -121,6 +123,7 @@ def fit_recipe(resolved, train_steps: int, eval_every: int, write: Callable[[dic
 
     Args:
       resolved: the recipe's config (`unmirrored` must find nothing).
+      pipeline: its `InputPipeline` (the trainer's data, sizes and normalization).
       train_steps: the steps to train, a multiple of `eval_every`.
       eval_every: steps between evaluations.
       write: takes each event.
@@ -130,14 +133,9 @@ def fit_recipe(resolved, train_steps: int, eval_every: int, write: Callable[[dic
     import keras
     import tensorflow as tf
 
-    from resnet_app.data import input_pipeline
     from resnet_app.engine.plan import plan_run
     from resnet_app.nets import factory
-    from resnet_app.nets.presets import get_config
 
-    pipeline = input_pipeline.create_pipeline(
-        resolved.data, default_image_size=get_config(resolved.model_name).default_image_size
-    )
     size, classes = pipeline.preprocessing.image_size, pipeline.num_classes
     smoothing, seed = resolved.train.label_smoothing, resolved.train.seed
     keras.utils.set_random_seed(seed)

@@ -74,7 +74,10 @@ class Recipe:
 
 
 def load_recipe(path: str, seed: int = 0):
-    """(the resolved config, its `Recipe`): its steps rounded down to a multiple of --evals."""
+    """(the resolved config, its `InputPipeline`, its `Recipe`).
+
+    The recipe's steps are rounded down to a multiple of --evals.
+    """
     from resnet_app import config
     from resnet_app.data import input_pipeline
     from resnet_app.engine.plan import plan_run
@@ -89,20 +92,22 @@ def load_recipe(path: str, seed: int = 0):
     if every < 1:
         cli.fail(f"--evals={_EVALS.value}: {path} has only {plan.total_steps} steps; use fewer")
     steps = every * _EVALS.value
-    return resolved, Recipe(
-        path, steps, every, resolved.train.batch_size, pipeline.num_train_examples
+    return (
+        resolved,
+        pipeline,
+        Recipe(path, steps, every, resolved.train.batch_size, pipeline.num_train_examples),
     )
 
 
 def fit_worker(path: str, seed: int, events_path: str) -> None:
-    resolved, recipe = load_recipe(path, seed)
+    resolved, pipeline, recipe = load_recipe(path, seed)
     with open(events_path, "w") as events:
 
         def write(record: dict) -> None:
             events.write(json.dumps(record) + "\n")
             events.flush()
 
-        keras_baseline.fit_recipe(resolved, recipe.steps, recipe.eval_every, write)
+        keras_baseline.fit_recipe(resolved, pipeline, recipe.steps, recipe.eval_every, write)
 
 
 def launch(run: str, recipe: Recipe, seed: str, run_dir: str) -> tuple[float, str]:
@@ -133,7 +138,8 @@ def build_report(work: str) -> dict:
 
     cpu = hardware.read_cpu_info()
     paths = {run: _FAST.value if run == "fast" else _CONFIG.value for run in _RUNS.value}
-    recipes = {run: load_recipe(path)[1] for run, path in paths.items()}
+    loaded = {path: load_recipe(path)[2] for path in set(paths.values())}
+    recipes = {run: loaded[path] for run, path in paths.items()}
     timings: dict[str, list[run_timing.Timing]] = {run: [] for run in _RUNS.value}
     for seed in _SEEDS.value:  # In rounds: a slow spell of the machine hits every run.
         for run in _RUNS.value:

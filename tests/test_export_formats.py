@@ -195,12 +195,18 @@ def test_bad_export_requests_are_one_line(tiny_run, tmp_path):
     assert not os.path.exists(tmp_path / "out")
 
 
-def test_int8_without_the_training_data_and_onnx_without_its_converter(tiny_run, tmp_path):
-    _, tiny_dir = tiny_run
+def run_on_other_data(tiny_dir, tmp_path, dataset):
+    """A copy of the tiny run whose config.yaml names `dataset` instead of shapes."""
     model_dir = tmp_path / "run"
     shutil.copytree(tiny_dir, model_dir)
     text = (model_dir / "config.yaml").read_text()
-    (model_dir / "config.yaml").write_text(text.replace("dataset: shapes", "dataset: folder:/gone"))
+    (model_dir / "config.yaml").write_text(text.replace("dataset: shapes", f"dataset: {dataset}"))
+    return model_dir
+
+
+def test_int8_without_the_training_data_and_onnx_without_its_converter(tiny_run, tmp_path):
+    _, tiny_dir = tiny_run
+    model_dir = run_on_other_data(tiny_dir, tmp_path, "folder:/gone")
     result = run_command(
         "resnet_app.export",
         f"--model_dir={model_dir}",
@@ -226,10 +232,7 @@ def test_int8_without_the_training_data_and_onnx_without_its_converter(tiny_run,
 
 def test_a_run_on_synthetic_data_exports_without_a_parity_report(tiny_run, tmp_path):
     _, tiny_dir = tiny_run
-    model_dir = tmp_path / "run"
-    shutil.copytree(tiny_dir, model_dir)
-    text = (model_dir / "config.yaml").read_text()
-    (model_dir / "config.yaml").write_text(text.replace("dataset: shapes", "dataset: synthetic"))
+    model_dir = run_on_other_data(tiny_dir, tmp_path, "synthetic")
     # Synthetic data has no images to compare the formats on: a warning, not a traceback.
     result = run_command(
         "resnet_app.export",

@@ -82,11 +82,10 @@ def _images(run_config, model_dir: str, preprocessing, request: Request):
 
     try:
         pipeline = run_pipeline.create_run_pipeline(run_config, model_dir=model_dir)
-        if pipeline.eval_split() is None:  # Synthetic data: no images to compare on.
+        split = pipeline.eval_split()
+        if split is None:  # Synthetic data: no images to compare on.
             raise ConfigError(f"{run_config.data.dataset} data has no images")
-        images, labels = portable.split_images(
-            pipeline.eval_split(), preprocessing, request.eval_examples
-        )
+        images, labels = portable.split_images(split, preprocessing, request.eval_examples)
         calibration = None
         if "int8" in request.quantizations and pipeline.train_split is not None:
             calibration, _ = portable.split_images(
