@@ -33,9 +33,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import flags  # noqa: E402
+from absl import flags
 
 from resnet_app.common import cli
 

@@ -58,13 +58,10 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # keras_baseline
-
-from absl import flags  # noqa: E402
+from absl import flags
 
 import resnet_app
-from resnet_app.common import cli, run_dir
+from resnet_app.common import cli, metrics, run_dir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Variants of the trainer: --set assignments over the common settings.
@@ -217,8 +214,7 @@ def measure_trainer(
         loop.keeps_last_step = lambda run: True
     started = time.time()
     loop.train_and_evaluate(resolved, model_dir)
-    with open(run_dir.metrics_path(model_dir)) as f:
-        records = [json.loads(line) for line in f]
+    records = metrics.read_records(run_dir.metrics_path(model_dir))
     training = [r for r in records if "accuracy" in r]
     # The first window starts when the run does: it holds the tracing (warm-up).
     times = [started, *(r["time"] for r in training)]
@@ -269,8 +265,9 @@ def measure_startup() -> dict:
         capture_output=True,
         env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"},
     )
-    with open(run_dir.metrics_path(model_dir)) as f:
-        first = next(r for r in map(json.loads, f) if "accuracy" in r)
+    first = next(
+        r for r in metrics.read_records(run_dir.metrics_path(model_dir)) if "accuracy" in r
+    )
     return {"seconds": first["time"] - started}
 
 

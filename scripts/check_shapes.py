@@ -10,16 +10,13 @@ reports its test accuracy. The training engine's own recipe replaces the Keras
 loop once it exists; this script checks the dataset, not the trainer.
 """
 
-import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import flags  # noqa: E402
+from absl import flags
 
 from resnet_app.common import cli
-from resnet_app.common.errors import ConfigError  # noqa: E402
+from resnet_app.common.errors import ConfigError
 
 _EPOCHS = flags.DEFINE_integer("epochs", 2, "ResNet-20 training epochs (0 to skip).")
 _LINEAR = flags.DEFINE_integer("linear_examples", 20_000, "Training images for the ridge fit.")

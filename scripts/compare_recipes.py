@@ -31,12 +31,10 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import flags, logging
 
-from absl import flags, logging  # noqa: E402
-
-from resnet_app.common import cli  # noqa: E402
-from resnet_app.common.errors import ConfigError  # noqa: E402
+from resnet_app.common import cli
+from resnet_app.common.errors import ConfigError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES_RECIPE = os.path.join(REPO, "configs", "shapes_resnet20.yaml")

@@ -35,9 +35,7 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import app, flags  # noqa: E402
+from absl import app, flags
 
 _FORMULATIONS = flags.DEFINE_list(
     "formulations", None, "Formulations to run (default: all of grouped_conv.FORMULATIONS)."

@@ -32,12 +32,10 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import flags, logging
 
-from absl import flags, logging  # noqa: E402
-
-from resnet_app.common import cli  # noqa: E402
-from resnet_app.common.errors import ConfigError  # noqa: E402
+from resnet_app.common import cli, metrics
+from resnet_app.common.errors import ConfigError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPE = os.path.join(REPO, "configs", "shapes_quickstart.yaml")
@@ -112,8 +110,7 @@ def run(table: str, sets: list[str], model_dir: str) -> dict:
     resolved = config.resolve(RECIPE, sets=[*common, *sets])
     started = time.monotonic()
     loop.train_and_evaluate(resolved, model_dir)
-    with open(os.path.join(model_dir, "metrics.jsonl")) as file:
-        records = [json.loads(line) for line in file]
+    records = metrics.read_records(os.path.join(model_dir, metrics.METRICS_FILE))
     last = [r for r in records if "balanced_accuracy" in r and "event" not in r][-1]
     # The csv source names classes in sorted order: find the cut ones by name.
     names = sorted(shapes.CLASS_NAMES)

@@ -7,16 +7,13 @@ the traced graph as `python -m resnet_app.model` does. The two deepest presets
 take about a minute each to trace.
 """
 
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import flags  # noqa: E402
+from absl import flags
 
 from resnet_app.common import cli
 from resnet_app.nets import presets
-from resnet_app.nets.summary import format_count, summarize  # noqa: E402
+from resnet_app.nets.summary import format_count, summarize
 
 _MODELS = flags.DEFINE_list("models", None, "Presets to list (default: all that users can pick).")
 

@@ -22,7 +22,6 @@ emulated and slow; the CPU line says which kind this is.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -32,6 +31,8 @@ import time
 
 import numpy as np
 from absl import app, flags, logging
+
+from resnet_app.common import metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _DATASETS = flags.DEFINE_list("datasets", ["shapes", "digits"], "shapes and/or digits.")
@@ -87,14 +88,12 @@ def train(dataset: str, seed: str, precision: str, model_dir: str) -> tuple[floa
     elapsed = time.monotonic() - started
     if result.returncode:
         raise RuntimeError(f"{' '.join(command)} failed:\n{result.stderr[-2000:]}")
-    with open(os.path.join(model_dir, "metrics.jsonl")) as f:
-        records = [json.loads(line) for line in f]
+    records = metrics.read_records(os.path.join(model_dir, metrics.METRICS_FILE))
     return [r for r in records if "top1" in r][-1]["top1"], elapsed
 
 
 def main(argv: list[str]) -> None:
     del argv
-    sys.path.insert(0, REPO)
     from resnet_app.common import hardware
 
     work = _WORK.value or tempfile.mkdtemp(prefix="precision_parity_")

@@ -21,8 +21,9 @@ Where the time goes, up to the end of the crossing evaluation:
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
+
+from resnet_app.common import metrics
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,8 +57,7 @@ class Timing:
 
 
 def read_events(path: str) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return metrics.read_records(path)
 
 
 def _intervals(marks: list[dict], evals: list[dict], start: float) -> list[tuple[dict, int, float]]:

@@ -36,15 +36,13 @@ import sys
 import tempfile
 import time
 
+import keras_baseline  # Next to this script, as is run_timing.
+import run_timing
+from absl import flags, logging
+
+from resnet_app.common import cli
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # keras_baseline, run_timing
-
-import keras_baseline  # noqa: E402
-import run_timing  # noqa: E402
-from absl import flags, logging  # noqa: E402
-
-from resnet_app.common import cli  # noqa: E402
 
 _CONFIG = flags.DEFINE_string("config", "configs/shapes_quickstart.yaml", "The plain recipe.")
 _FAST = flags.DEFINE_string("fast_config", "configs/shapes_fast.yaml", "The trainer's fastest.")

@@ -19,12 +19,10 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import flags, logging
 
-from absl import flags, logging  # noqa: E402
-
-from resnet_app.common import cli  # noqa: E402
-from resnet_app.common.errors import ConfigError  # noqa: E402
+from resnet_app.common import cli
+from resnet_app.common.errors import ConfigError
 
 _WORK_DIR = flags.DEFINE_string(
     "work_dir", None, "Where datasets and runs go (default: a temp dir)."

@@ -1,11 +1,11 @@
 """Small training runs for tests: the tiny network on 64 `shapes` images, and their records."""
 
-import json
 import os
 
 import tensorflow as tf
 
 from resnet_app import config
+from resnet_app.common import metrics
 
 
 def small_config(tmp_path, *sets, **train):
@@ -30,9 +30,12 @@ def small_config(tmp_path, *sets, **train):
 
 
 def read_records(model_dir):
-    """The run's metrics.jsonl records."""
-    with open(os.path.join(model_dir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
+    """The run's metrics.jsonl records, read by the app's reader; every line must be one."""
+    path = os.path.join(model_dir, metrics.METRICS_FILE)
+    records = metrics.read_records(path)
+    with open(path) as f:
+        assert len(records) == sum(1 for line in f if line.strip()), f"{path} has damaged lines"
+    return records
 
 
 def saved_tensors(prefix):

@@ -11,7 +11,7 @@ import yaml
 from resnet_app import config
 from resnet_app.common import fields
 from resnet_app.common.errors import ConfigError
-from resnet_app.config import oneof, optimizer_kinds, schedule_kinds
+from resnet_app.config import oneof, optimizer_kinds, recipes, schedule_kinds
 from resnet_app.data.settings import AugmentSettings, DataConfig
 from resnet_app.engine import schedules
 
@@ -169,7 +169,9 @@ def test_bad_settings_name_the_key(sets, message):
 
 
 def test_bad_files(tmp_path):
-    with pytest.raises(ConfigError, match="missing.yaml not found; recipes are in configs/"):
+    with pytest.raises(
+        ConfigError, match="missing.yaml not found; give a path .* cifar10_resnet56"
+    ):
         config.resolve(str(tmp_path / "missing.yaml"))
     broken = tmp_path / "broken.yaml"
     broken.write_text("train:\n  batch_size: [1,\n")
@@ -417,3 +419,26 @@ def test_a_bad_nested_key_is_one_line():
         config.resolve(sets=["data.mix=3"])
     with pytest.raises(ConfigError, match="keys look like section.key"):
         config.resolve(sets=["train.a.b=1"])
+
+
+def test_a_packaged_recipe_is_found_by_name_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    by_path = config.resolve(os.path.join(REPO, "configs", "cifar10_resnet56.yaml"))
+    assert config.resolve("cifar10_resnet56") == by_path
+    assert config.resolve("cifar10_resnet56.yaml") == by_path
+    assert by_path.model.name == "resnet56"
+
+
+def test_a_file_wins_over_a_packaged_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cifar10_resnet56.yaml").write_text("model:\n  name: resnet20\n")
+    assert config.resolve("cifar10_resnet56.yaml").model.name == "resnet20"
+    assert config.resolve("cifar10_resnet56").model.name == "resnet56"
+
+
+def test_configs_is_the_packaged_recipe_folder():
+    packaged = sorted(f for f in os.listdir(recipes.RECIPE_DIR) if f.endswith(".yaml"))
+    assert packaged == sorted(
+        f for f in os.listdir(os.path.join(REPO, "configs")) if f.endswith(".yaml")
+    )
+    assert "shapes_quickstart" in recipes.names() and len(recipes.names()) == len(packaged)

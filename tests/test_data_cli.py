@@ -1,4 +1,4 @@
-"""`scripts/show_batch.py`, run as a user would: the picture, and one-line errors."""
+"""`resnet-app show-batch` (`tools/show_batch.py`), run as a user would: picture, errors."""
 
 import time
 
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --
 
 
 def show_batch(*args, env=None):
-    return run_command("scripts/show_batch.py", *args, env=env)
+    return run_command("resnet_app.tools.show_batch", *args, env=env)
 
 
 def test_writes_a_grid_of_training_images(tmp_path):

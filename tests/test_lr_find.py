@@ -1,4 +1,4 @@
-"""`scripts/lr_find.py`: the LR range test, checked against closed forms computed here.
+"""`resnet-app lr-find` (`tools/lr_find.py`): the LR range test, against closed forms computed here.
 
 The rates must rise geometrically from --start_lr to --end_lr over --steps, the
 smoothed loss must be the bias-corrected moving average of the losses, the
@@ -26,7 +26,7 @@ BETA = 0.98
 
 def lr_find(tmp_path, *args):
     return run_command(
-        "scripts/lr_find.py",
+        "resnet_app.tools.lr_find",
         f"--steps={STEPS}",
         f"--csv={tmp_path / 'lr.csv'}",
         f"--plot={tmp_path / 'lr.png'}",
@@ -154,9 +154,9 @@ def test_non_finite_loss_ends_the_test(tmp_path):
 
 
 def test_bad_flags_are_one_line(tmp_path):
-    line = error_line(run_command("scripts/lr_find.py", "--start_lr=0.1", "--end_lr=0.01"))
+    line = error_line(run_command("resnet_app.tools.lr_find", "--start_lr=0.1", "--end_lr=0.01"))
     assert line == "error: --end_lr must be a number above --start_lr (0.1), got 0.01"
-    line = error_line(run_command("scripts/lr_find.py", "--train_steps=5"))
+    line = error_line(run_command("resnet_app.tools.lr_find", "--train_steps=5"))
     assert "--train_steps is set by the range test" in line
-    line = error_line(run_command("scripts/lr_find.py", f"--model_dir={tmp_path}"))
+    line = error_line(run_command("resnet_app.tools.lr_find", f"--model_dir={tmp_path}"))
     assert "has no config.yaml" in line

@@ -1,4 +1,4 @@
-"""`scripts/lr_schedule.py`: the dry run prints and saves the schedule a config would use."""
+"""`resnet-app schedule` (`tools/lr_schedule.py`): the dry run prints and saves the schedule."""
 
 import csv
 
@@ -6,7 +6,7 @@ from tests.commands import run_command
 
 
 def lr_schedule(*args):
-    return run_command("scripts/lr_schedule.py", *args)
+    return run_command("resnet_app.tools.lr_schedule", *args)
 
 
 def test_cifar_recipe_to_csv_and_png(tmp_path):

@@ -15,7 +15,7 @@ import pytest
 from resnet_app import config
 from resnet_app.engine import loop
 from tests.commands import error_line
-from tests.runs import saved_tensors
+from tests.runs import read_records, saved_tensors
 
 pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
 
@@ -50,10 +50,6 @@ local = {
 }
 np.savez(out, *result.model.get_weights(), examples=result.summary["num_examples"], **local)
 """
-
-
-def read_records(model_dir):
-    return [json.loads(line) for line in (model_dir / "metrics.jsonl").open()]
 
 
 def _free_ports(count):

@@ -1,28 +1,18 @@
-"""`scripts/plot_metrics.py`: runs' curves from metrics.jsonl (newest attempt) on one figure."""
+"""`resnet-app plot` (`tools/plot_metrics.py`): runs' curves from metrics.jsonl (newest attempt).
 
-import importlib.util
+The file is read by `common/metrics.py`'s reader, which tests and tools share.
+"""
+
 import json
 import os
-import sys
 
 import matplotlib.image
 import numpy as np
 import pytest
 
 from resnet_app.common import metrics
+from resnet_app.tools import plot_metrics
 from tests.commands import REPO, error_line, run_command
-
-
-def _import_script():
-    path = os.path.join(REPO, "scripts", "plot_metrics.py")
-    spec = importlib.util.spec_from_file_location("plot_metrics", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # Its dataclass looks itself up there.
-    spec.loader.exec_module(module)
-    return module
-
-
-plot_metrics = _import_script()
 
 
 def write_run(run_dir, records, tail=""):
@@ -72,7 +62,7 @@ def test_tiny_run(tiny_run, tmp_path):
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text("raise ImportError('plot_metrics.py imported TensorFlow')\n")
     result = run_command(
-        "scripts/plot_metrics.py",
+        "resnet_app.tools.plot_metrics",
         str(run_dir),
         f"--out={out}",
         env={"PYTHONPATH": f"{fake.parent}{os.pathsep}{REPO}"},
@@ -304,7 +294,7 @@ def test_mistakes_get_one_line(case, good_run, tmp_path):
         fake.mkdir(parents=True)
         (fake / "__init__.py").write_text("raise ImportError('no matplotlib here')\n")
         env = {"PYTHONPATH": f"{fake.parent}{os.pathsep}{REPO}"}
-    line = error_line(run_command("scripts/plot_metrics.py", *args, env=env))
+    line = error_line(run_command("resnet_app.tools.plot_metrics", *args, env=env))
     assert MISTAKES[case].format(good=good_run) in line, line
     assert not (tmp_path / "curves.png").exists()
 

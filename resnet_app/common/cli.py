@@ -33,11 +33,19 @@ def fail(message: str, status: int = USAGE_ERROR) -> NoReturn:
     sys.exit(status)
 
 
+_HELP_FLAGS = ("-?", "-h", "--help", "--helpshort", "--helpfull", "--helpxml")
+
+
 def _parse_flags(argv: Sequence[str]) -> list[str]:
     try:
         return flags.FLAGS(list(argv))
     except flags.Error as error:
         fail(f"{error} (run with --help to list the flags)")
+    except SystemExit as done:
+        # absl exits with status 1 after printing the help; asking for it is no failure.
+        if done.code == 1 and any(arg.split("=")[0] in _HELP_FLAGS for arg in argv[1:]):
+            sys.exit(0)
+        raise
 
 
 def run(main: Callable[[list[str]], None]) -> NoReturn:

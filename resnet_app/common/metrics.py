@@ -24,6 +24,10 @@ The trainer's scalars also go to TensorBoard under `model_dir/train` and
 `model_dir/eval` (and the moving average's top1, top5 and loss under
 `model_dir/eval_ema`, so that the two curves share a chart); `evaluate` writes no
 TensorBoard events.
+
+`read_records` reads the file back, robust to a run killed mid-line; tools and
+tests use it. Reading needs no TensorFlow: this module imports it only to write
+TensorBoard events.
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ import sys
 import time
 from typing import Any, TextIO
 
-import tensorflow as tf
+from absl import logging
 
 from resnet_app.common import run_dir
+from resnet_app.common.errors import ConfigError
 
 METRICS_FILE = run_dir.METRICS_FILE  # The name callers and tests know it by.
 
@@ -89,6 +94,8 @@ class MetricsWriter:
 
     def _summary_writer(self, kind: str):
         if kind not in self._writers:
+            import tensorflow as tf  # Here: reading the file needs no TensorFlow.
+
             self._writers[kind] = tf.summary.create_file_writer(
                 run_dir.events_dir(self._model_dir, kind)
             )
@@ -105,6 +112,8 @@ class MetricsWriter:
         """Writes TensorBoard scalars under `model_dir/kind`."""
         if not self.enabled:
             return
+        import tensorflow as tf
+
         writer = self._summary_writer(kind)
         with writer.as_default(step=step):
             for name, value in values.items():
@@ -181,3 +190,72 @@ class Progress:
             self.stream.write("\n")
             self.stream.flush()
             self._drawn = False
+
+
+def _parse_line(text: str) -> tuple[dict[str, Any] | None, bool]:
+    """The record on a line of the file, and whether the line was only that record.
+
+    A run killed while writing can leave a line without its end; the next
+    run appends its first record (its "start" event) to that line, and that
+    record is needed. So when a line is not one JSON object, the complete
+    object at its end, if any, is the record.
+
+    Args:
+      text: one line, without surrounding whitespace.
+
+    Returns:
+      (the record or None, True if the whole line was the record).
+    """
+    decoder = json.JSONDecoder()
+    start = text.find("{")
+    while start != -1:
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            value, end = None, -1
+        if end == len(text) and isinstance(value, dict):
+            return value, start == 0
+        start = text.find("{", start + 1)
+    return None, False
+
+
+def read_records(path: str) -> list[dict[str, Any]]:
+    """The records of a metrics file, in the order written.
+
+    What is not a complete record with an integer "step" is skipped, with one
+    warning for the file that names the lines.
+
+    Args:
+      path: a `metrics.jsonl` file.
+
+    Returns:
+      The records, as dicts.
+
+    Raises:
+      ConfigError: when the file cannot be read.
+    """
+    records, damaged = [], []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as lines:
+            for number, line in enumerate(lines, start=1):
+                text = line.strip()
+                if not text:
+                    continue
+                record, whole = _parse_line(text)
+                step = record.get("step") if record else None
+                if isinstance(step, int) and not isinstance(step, bool):
+                    records.append(record)
+                else:
+                    whole = False
+                if not whole:
+                    damaged.append(number)
+    except OSError as error:
+        raise ConfigError(f"cannot read {path}: {error.strerror}") from None
+    if damaged:
+        logging.warning(
+            "%s: skipped what is not a complete JSON record on line(s) %s (a run killed "
+            "while writing?)",
+            path,
+            ", ".join(str(number) for number in damaged),
+        )
+    return records

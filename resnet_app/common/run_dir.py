@@ -29,7 +29,7 @@ A run directory holds:
   and start time (`run_lock.py`); it stays put on `--restart`.
 
 Every other module takes these names from here. No TensorFlow: scripts that
-only read files (`scripts/plot_metrics.py`) import this module too.
+only read files (`resnet-app plot`) import this module too.
 """
 
 from __future__ import annotations

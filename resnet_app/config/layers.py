@@ -17,6 +17,7 @@ from typing import Any
 
 from resnet_app.common.errors import ConfigError
 from resnet_app.common.fields import field_types, replace_from
+from resnet_app.config import recipes
 from resnet_app.config.loading import parse_set, read_yaml
 from resnet_app.config.oneof import OneOfSection, alternatives
 from resnet_app.config.sections import SECTIONS, Config
@@ -51,7 +52,7 @@ def resolve(
     """
     tree: Tree = {}
     if config_file:
-        merge(tree, read_yaml(config_file), f" in {config_file}")
+        merge(tree, read_yaml(recipes.find(config_file)), f" in {config_file}")
     merge(tree, set_layer(sets), " in --set")
     merge(tree, overrides or {}, "")
     return build(tree)

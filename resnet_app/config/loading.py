@@ -46,7 +46,7 @@ def dump_yaml(tree: Any) -> str:
 def read_yaml(path: str) -> dict[str, Any]:
     """Reads a config file; a missing or malformed file is a one-line `ConfigError`."""
     if not os.path.isfile(path):
-        raise ConfigError(f"config file {path} not found; recipes are in configs/")
+        raise ConfigError(f"config file {path} not found; check the path")
     try:
         with open(path) as f:
             content = load_yaml(f)

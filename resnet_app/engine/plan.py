@@ -2,7 +2,7 @@
 
 `plan_run(config, examples_per_epoch)` is pure Python: the trainer calls it
 before building anything, the resume guard (`resume.py`) calls it for the
-saved config too, and `scripts/lr_schedule.py` prints it.
+saved config too, and `resnet-app schedule` prints it.
 """
 
 from __future__ import annotations

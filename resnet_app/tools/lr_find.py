@@ -1,8 +1,8 @@
 """Learning-rate range test: train briefly with an exponentially rising rate, watch the loss.
 
-    python scripts/lr_find.py --config=configs/cifar10_resnet20.yaml
-    python scripts/lr_find.py --model_dir=runs/shapes_resnet20_20261130-060000 --steps=200
-    python scripts/lr_find.py --dataset=shapes --model=resnet20 --start_lr=1e-4 --end_lr=1
+    resnet-app lr-find --config=configs/cifar10_resnet20.yaml
+    resnet-app lr-find --model_dir=runs/shapes_resnet20_20261130-060000 --steps=200
+    resnet-app lr-find --dataset=shapes --model=resnet20 --start_lr=1e-4 --end_lr=1
 
 Smith (2017), "Cyclical Learning Rates for Training Neural Networks", section
 3.3: train a copy of a config for `--steps` steps while the learning rate rises
@@ -47,13 +47,11 @@ import sys
 import tempfile
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import flags, logging
 
-from absl import flags, logging  # noqa: E402
-
-from resnet_app import config, train  # noqa: E402
-from resnet_app.common import cli, run_dir  # noqa: E402
-from resnet_app.common.errors import ConfigError  # noqa: E402
+from resnet_app import config, train
+from resnet_app.common import cli, run_dir
+from resnet_app.common.errors import ConfigError
 
 _START_LR = flags.DEFINE_float("start_lr", 1e-5, "The learning rate of the first step.")
 _END_LR = flags.DEFINE_float("end_lr", 10.0, "The learning rate of the last step.")

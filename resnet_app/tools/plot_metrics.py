@@ -1,10 +1,10 @@
 """Draws the training curves of one or more runs from their `metrics.jsonl`.
 
-    python scripts/plot_metrics.py RUN_DIR... [--out=curves.png] [--x=step|epoch]
+    resnet-app plot RUN_DIR... [--out=curves.png] [--x=step|epoch]
 
-    python scripts/plot_metrics.py runs/try
-    python scripts/plot_metrics.py runs/resnet20 runs/resnet56 --out=compare.png
-    python scripts/plot_metrics.py runs/batch128 runs/batch512 --x=epoch
+    resnet-app plot runs/try
+    resnet-app plot runs/resnet20 runs/resnet56 --out=compare.png
+    resnet-app plot runs/batch128 runs/batch512 --x=epoch
 
 Four panels, against the step (or, with --x=epoch, the epoch): training loss,
 training accuracy, evaluation top-1 and the learning rate. Each run has one
@@ -26,20 +26,16 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import json
 import math
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import flags, logging
 
-from absl import flags, logging  # noqa: E402
-
-from resnet_app.common import cli, files
-from resnet_app.common.errors import ConfigError  # noqa: E402
-from resnet_app.common.run_dir import METRICS_FILE  # noqa: E402 - no TensorFlow there.
+from resnet_app.common import cli, files, metrics
+from resnet_app.common.errors import ConfigError
+from resnet_app.common.metrics import METRICS_FILE  # No TensorFlow there.
 
 if TYPE_CHECKING:  # matplotlib is optional: imported once it is known to be there.
     from matplotlib.axes import Axes
@@ -97,75 +93,6 @@ def metrics_path(run_dir: str) -> str:
     return path
 
 
-def _parse_line(text: str) -> tuple[dict[str, Any] | None, bool]:
-    """The record on a line of the file, and whether the line was only that record.
-
-    A run killed while writing can leave a line without its end; the next
-    run appends its first record (its "start" event) to that line, and that
-    record is needed. So when a line is not one JSON object, the complete
-    object at its end, if any, is the record.
-
-    Args:
-      text: one line, without surrounding whitespace.
-
-    Returns:
-      (the record or None, True if the whole line was the record).
-    """
-    decoder = json.JSONDecoder()
-    start = text.find("{")
-    while start != -1:
-        try:
-            value, end = decoder.raw_decode(text, start)
-        except json.JSONDecodeError:
-            value, end = None, -1
-        if end == len(text) and isinstance(value, dict):
-            return value, start == 0
-        start = text.find("{", start + 1)
-    return None, False
-
-
-def read_records(path: str) -> list[dict[str, Any]]:
-    """The records of a metrics file, in the order written.
-
-    What is not a complete record with an integer "step" is skipped, with one
-    warning for the file that names the lines.
-
-    Args:
-      path: a `metrics.jsonl` file.
-
-    Returns:
-      The records, as dicts.
-
-    Raises:
-      ConfigError: when the file cannot be read.
-    """
-    records, damaged = [], []
-    try:
-        with open(path, encoding="utf-8", errors="replace") as lines:
-            for number, line in enumerate(lines, start=1):
-                text = line.strip()
-                if not text:
-                    continue
-                record, whole = _parse_line(text)
-                step = record.get("step") if record else None
-                if isinstance(step, int) and not isinstance(step, bool):
-                    records.append(record)
-                else:
-                    whole = False
-                if not whole:
-                    damaged.append(number)
-    except OSError as error:
-        raise ConfigError(f"cannot read {path}: {error.strerror}") from None
-    if damaged:
-        logging.warning(
-            "%s: skipped what is not a complete JSON record on line(s) %s (a run killed "
-            "while writing?)",
-            path,
-            ", ".join(str(number) for number in damaged),
-        )
-    return records
-
-
 def _number(value: Any) -> float:
     """`value` as a float, NaN (a gap in the line) when it is not a number."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -200,7 +127,7 @@ def load_curves(run_dir: str) -> RunCurves:
     path = metrics_path(run_dir)
     train: dict[str, dict[int, float]] = {key: {} for key in TRAIN_KEYS}
     top1: dict[str, dict[int, float]] = {}
-    for record in read_records(path):
+    for record in metrics.read_records(path):
         step, event = record["step"], record.get("event")
         if event in ("start", "rollback"):
             restart = record.get("to_step", step) if event == "rollback" else step
@@ -377,7 +304,7 @@ def _import_matplotlib() -> None:
         import matplotlib
     except ImportError:
         raise ConfigError(
-            "plot_metrics.py draws with matplotlib: pip install -r requirements-plot.txt"
+            "resnet-app plot draws with matplotlib: pip install -r requirements-plot.txt"
         ) from None
     matplotlib.use("Agg")
 
@@ -405,7 +332,7 @@ def main(argv: list[str]) -> None:
     if not run_dirs:
         raise ConfigError(
             f"no RUN_DIR: give one or more run directories written by {TRAINER}, "
-            "e.g. plot_metrics.py runs/try --out=curves.png"
+            "e.g. resnet-app plot runs/try --out=curves.png"
         )
     out = flags.FLAGS.out
     out_dir = os.path.dirname(os.path.abspath(out))

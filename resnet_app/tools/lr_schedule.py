@@ -1,8 +1,8 @@
 """Dry run of a config's learning-rate schedule: print it, and optionally save or plot it.
 
-    python scripts/lr_schedule.py --config=configs/imagenet_resnet50.yaml
-    python scripts/lr_schedule.py --config=configs/cifar10_resnet20.yaml --csv=lr.csv --plot=lr.png
-    python scripts/lr_schedule.py --lr_schedule=scripts/schedules/one_cycle.py:one_cycle \\
+    resnet-app schedule --config=configs/imagenet_resnet50.yaml
+    resnet-app schedule --config=configs/cifar10_resnet20.yaml --csv=lr.csv --plot=lr.png
+    resnet-app schedule --lr_schedule=scripts/schedules/one_cycle.py:one_cycle \\
         --dataset=cifar10 --epochs=35
 
 Nothing is trained and no data is read: the epoch length comes from the
@@ -17,17 +17,14 @@ before any live override (model_dir/lr_override). It takes every flag of
 from __future__ import annotations
 
 import csv
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import flags, logging  # noqa: E402
+from absl import flags, logging
 
 from resnet_app import train
 from resnet_app.common import cli
-from resnet_app.common.errors import ConfigError  # noqa: E402
-from resnet_app.engine.plan import plan_run  # noqa: E402
+from resnet_app.common.errors import ConfigError
+from resnet_app.engine.plan import plan_run
 
 # Training split sizes of the datasets people schedule most often.
 KNOWN_SIZES = {

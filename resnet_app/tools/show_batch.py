@@ -1,8 +1,8 @@
 """Saves a grid of augmented training images with their label names.
 
-  python scripts/show_batch.py --dataset=shapes --out=batch.png
-  python scripts/show_batch.py --dataset=folder:/data/flowers --image_size=224 --out=b.png
-  python scripts/show_batch.py --dataset=cifar10 --split=test --out=test.png
+  resnet-app show-batch --dataset=shapes --out=batch.png
+  resnet-app show-batch --dataset=folder:/data/flowers --image_size=224 --out=b.png
+  resnet-app show-batch --dataset=cifar10 --split=test --out=test.png
 
 Shows exactly what the model is fed: the images come from the training
 pipeline (or the evaluation pipeline with --split), and are un-normalized with
@@ -13,15 +13,12 @@ matplotlib: `pip install -r requirements-plot.txt`.
 
 import math
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import flags  # noqa: E402
+from absl import flags
 
 from resnet_app.common import checks, cli
-from resnet_app.common.errors import ConfigError  # noqa: E402
-from resnet_app.data.settings import DataConfig  # noqa: E402
+from resnet_app.common.errors import ConfigError
+from resnet_app.data.settings import DataConfig
 
 _OUT = flags.DEFINE_string("out", "batch.png", "Where to write the PNG.")
 _COUNT = flags.DEFINE_integer("count", 32, "How many images.")
@@ -45,7 +42,7 @@ def main(argv: list[str]) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ConfigError(
-            "show_batch.py draws with matplotlib: pip install -r requirements-plot.txt"
+            "resnet-app show-batch draws with matplotlib: pip install -r requirements-plot.txt"
         ) from None
 
     import numpy as np

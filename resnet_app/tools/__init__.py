@@ -1,0 +1,1 @@
+"""The tools of `resnet-app`: LR range test, schedule dry run, curves, a batch picture."""
