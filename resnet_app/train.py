@@ -133,9 +133,28 @@ def default_model_dir(resolved: config.Config) -> str:
     return os.path.join("runs", f"{dataset}_{resolved.model_name}_{time.strftime('%Y%m%d-%H%M%S')}")
 
 
+def check_before_tensorflow(resolved: config.Config, model_dir: str | None, restart: bool) -> None:
+    """Answers, before TensorFlow loads, a dataset or `init_from` that cannot load.
+
+    A resumed run does not read its `init_from` again (it may be gone), so
+    only a run that starts is checked.
+
+    Raises:
+      ConfigError: one line naming the problem and the fix.
+    """
+    from resnet_app.data.sources import registry  # No TensorFlow.
+    from resnet_app.pretrained import sources
+
+    registry.check_source(resolved.data)
+    resumed = bool(model_dir) and os.path.isfile(run_dir.config_path(model_dir)) and not restart
+    if resolved.train.init_from and not resumed:
+        sources.parse(resolved.train.init_from)
+
+
 def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
     resolved = config_from_flags()
+    check_before_tensorflow(resolved, _MODEL_DIR.value, _RESTART.value)
     if _MODEL_DIR.value and "TF_CONFIG" not in os.environ:
         # A second trainer on a run directory in use: answered before TensorFlow loads
         # (a worker of a multi-worker job shares the directory with its chief).

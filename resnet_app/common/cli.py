@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 from absl import app, flags
 
-from resnet_app.common import run_dir
+from resnet_app.common import run_dir, startup_noise
 from resnet_app.common.errors import ConfigError
 from resnet_app.common.fields import FieldType, field_types
 
@@ -59,6 +59,8 @@ def run(main: Callable[[list[str]], None]) -> NoReturn:
     """
 
     def guarded_main(argv: list[str]) -> None:
+        # Before any command imports TensorFlow; --verbosity=1 shows its start-up lines.
+        startup_noise.install(show_all=flags.FLAGS.verbosity >= 1)
         try:
             main(argv)
         except ConfigError as error:

@@ -12,12 +12,16 @@ The engine calls `prepare(config, saved)` before it builds the run's data, and
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from absl import logging
 
 from resnet_app.config import Config
 from resnet_app.pretrained import sources
 from resnet_app.pretrained.sources import Source
-from resnet_app.pretrained.weights import Report, SourceWeights, assign
+
+if TYPE_CHECKING:  # weights.py needs Keras: `sources.parse` is checked without it.
+    from resnet_app.pretrained.weights import Report, SourceWeights
 
 __all__ = ["Source", "load", "prepare", "read_weights"]
 
@@ -73,6 +77,8 @@ def load(model, source: Source, model_name: str, init_head: str = "auto") -> Rep
     Raises:
       ConfigError: for weights of another network, naming the first difference.
     """
+    from resnet_app.pretrained.weights import assign
+
     weights = read_weights(source, model, model_name)
     report = assign(model, weights, sources.describe(source), model_name, init_head)
     logging.info(

@@ -370,6 +370,7 @@ def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
     check_flags()
     resolved = train.config_from_flags()
+    train.check_before_tensorflow(resolved, None, restart=True)
     logging.info(
         "The range test replaces schedule %s and optimizer.learning_rate %g",
         dict(resolved.schedule),

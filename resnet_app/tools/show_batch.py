@@ -19,6 +19,7 @@ from absl import flags
 from resnet_app.common import checks, cli
 from resnet_app.common.errors import ConfigError
 from resnet_app.data.settings import DataConfig
+from resnet_app.data.sources import registry
 
 _OUT = flags.DEFINE_string("out", "batch.png", "Where to write the PNG.")
 _COUNT = flags.DEFINE_integer("count", 32, "How many images.")
@@ -31,6 +32,7 @@ cli.define_config_flags(DataConfig)
 def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
     config = cli.config_from_flags(DataConfig)
+    registry.check_source(config)  # Before TensorFlow loads.
     checks.at_least("--count", _COUNT.value)
     out_dir = os.path.dirname(os.path.abspath(_OUT.value))
     if not os.path.isdir(out_dir):

@@ -9,7 +9,7 @@ import numpy as np
 from resnet_app.common.errors import ConfigError
 from resnet_app.data.sources.base import Source
 from resnet_app.data.sources.image_files import FileSplits
-from resnet_app.data.sources.registry import register_source
+from resnet_app.data.sources.registry import register_check, register_source
 
 PREFIX = "folder:"
 EVAL_SPLITS = ("val", "validation", "test")
@@ -36,19 +36,13 @@ def _list_split(root: str, split: str, class_names: list[str]) -> tuple[list, li
     return paths, labels
 
 
-@register_source("folder", usage="folder:PATH")
-def load(root: str, config=None) -> Source:
-    """An image folder: `root/train/<class>/<image>`, optionally val/, validation/, test/.
+@register_check("folder")
+def check(root: str, config=None) -> tuple[list[str], list[str]]:
+    """(the folder's split directories, its class names); refuses a wrong layout.
 
-    Class names are the sorted directory names of `root/train`. Unreadable
-    files are skipped and counted (`image_files.FileSplits`).
-
-    Args:
-      root: the folder.
-      config: the `DataConfig` (unused).
-
-    Returns:
-      The source, with indexed file splits.
+    Raises:
+      ConfigError: when `root` is not a directory, has no train/, or train/
+        has no class subdirectories.
     """
     name = PREFIX + root
     if not os.path.isdir(root):
@@ -69,6 +63,25 @@ def load(root: str, config=None) -> Source:
     )
     if not class_names:
         raise ConfigError(f"--dataset={name}: {train_dir} has no class subdirectories")
+    return split_names, class_names
+
+
+@register_source("folder", usage="folder:PATH")
+def load(root: str, config=None) -> Source:
+    """An image folder: `root/train/<class>/<image>`, optionally val/, validation/, test/.
+
+    Class names are the sorted directory names of `root/train`. Unreadable
+    files are skipped and counted (`image_files.FileSplits`).
+
+    Args:
+      root: the folder.
+      config: the `DataConfig` (unused).
+
+    Returns:
+      The source, with indexed file splits.
+    """
+    name = PREFIX + root
+    split_names, class_names = check(root)
     builder, splits = FileSplits(name), {}
     for split in ["train"] + [s for s in EVAL_SPLITS if s in split_names]:
         paths, labels = _list_split(root, split, class_names)

@@ -51,6 +51,43 @@ def register_source(scheme: str, usage: str, needs_argument: bool = True) -> Cal
     return decorate
 
 
+_CHECKS: dict[str, Callable] = {}
+
+
+def register_check(scheme: str) -> Callable:
+    """Registers the decorated `check(argument, config)` for `scheme`.
+
+    A check finds, without TensorFlow and in well under a second, the
+    mistakes the loader would find later: a missing path, a folder of the
+    wrong layout, a dataset that cannot be downloaded.
+    """
+
+    def decorate(check: Callable) -> Callable:
+        _CHECKS[scheme] = check
+        return check
+
+    return decorate
+
+
+def check_source(config) -> None:
+    """Refuses, before TensorFlow is imported, a `config.dataset` that cannot load.
+
+    Args:
+      config: the `DataConfig`.
+
+    Raises:
+      ConfigError: one line naming the problem and the fix.
+    """
+    kind, argument = parse(config.dataset)
+    if kind is not None and kind.scheme in _CHECKS:
+        _CHECKS[kind.scheme](argument, config)
+
+
+def scheme_names() -> list[str]:
+    """The names of the built-in and registered kinds (not tfds's datasets)."""
+    return [*BUILTIN_NAMES, *(scheme for scheme in _KINDS if scheme != TFDS_SCHEME)]
+
+
 def usages() -> str:
     """Every way to name a dataset, for messages."""
     return ", ".join([*BUILTIN_NAMES, *(kind.usage for kind in _KINDS.values())])

@@ -26,7 +26,7 @@ from absl import logging
 from resnet_app.common.errors import ConfigError
 from resnet_app.data.sources.base import Source
 from resnet_app.data.sources.image_files import FileSplits
-from resnet_app.data.sources.registry import register_source
+from resnet_app.data.sources.registry import register_check, register_source
 
 PREFIX = "csv:"
 SPLIT_NAMES = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
@@ -114,6 +114,13 @@ def _label_ids(tokens: list[list[str]], class_names: list[str], dataset: str) ->
             row_ids.append(label)
         ids.append(row_ids)
     return ids
+
+
+@register_check("csv")
+def check(path: str, config=None) -> None:
+    """Refuses a table that is not a file (its rows are read, and checked, by `load`)."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"--dataset={PREFIX + path}: {path} is not a file")
 
 
 @register_source("csv", usage="csv:FILE")

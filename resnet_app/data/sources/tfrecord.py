@@ -39,7 +39,7 @@ from absl import logging
 import resnet_app.data.sources.record_index as record_index
 from resnet_app.common.errors import ConfigError
 from resnet_app.data.sources.base import Source, Split
-from resnet_app.data.sources.registry import register_source
+from resnet_app.data.sources.registry import register_check, register_source
 
 PREFIX = "tfrecord:"
 # The split names of the layout, by file prefix.
@@ -292,6 +292,25 @@ def _class_names(dataset: str, labels: np.ndarray, texts: dict, config) -> list[
     return [names[i] for i in range(count)]
 
 
+@register_check("tfrecord")
+def check(root: str, config=None) -> dict[str, list[str]]:
+    """The shard files by split; refuses a directory without `train-*` shards.
+
+    Raises:
+      ConfigError: when `root` is not a directory or holds no train-* shard.
+    """
+    name = PREFIX + root
+    if not os.path.isdir(root):
+        raise ConfigError(f"--dataset={name}: {root} is not a directory")
+    found = _split_files(root)
+    if "train" not in found:
+        raise ConfigError(
+            f"--dataset={name}: no train-* shards in {root}; expected the layout of "
+            "build_imagenet_data.py: train-00000-of-01024, ..., validation-00000-of-00128, ..."
+        )
+    return found
+
+
 @register_source("tfrecord", usage="tfrecord:DIR")
 def load(root: str, config) -> Source:
     """The shards in `root`, indexed (cached), as streamed splits.
@@ -304,14 +323,7 @@ def load(root: str, config) -> Source:
       The source.
     """
     name = PREFIX + root
-    if not os.path.isdir(root):
-        raise ConfigError(f"--dataset={name}: {root} is not a directory")
-    found = _split_files(root)
-    if "train" not in found:
-        raise ConfigError(
-            f"--dataset={name}: no train-* shards in {root}; expected the layout of "
-            "build_imagenet_data.py: train-00000-of-01024, ..., validation-00000-of-00128, ..."
-        )
+    found = check(root)
     text_key = _check_keys(found["train"][0], config)
     indexes = {
         split: record_index.load(paths, config.records.label_key, text_key, config.data_dir)

@@ -1,0 +1,105 @@
+"""Mistakes that need no TensorFlow are answered before it loads, in one line.
+
+Each command runs with a `tensorflow` package first on the path that raises
+when imported: a mistake found before the import still gets its one line,
+one found after it would end in that ImportError instead. (No timed test:
+`scripts/error_timing.py` measures the seconds.)
+"""
+
+import os
+
+import pytest
+
+from resnet_app.data.sources import tfds_source
+from tests.commands import REPO, error_line, run_command
+from tests.tfds_mock import closed_port
+
+pytestmark = pytest.mark.integration  # Subprocesses.
+
+MISTAKES = [
+    (["--batch_sise=64"], "Did you mean: batch_size"),
+    (["--set", "train.bogus=1"], "unknown train key(s) bogus"),
+    (["--config=cifar10_resnet57"], "config file cifar10_resnet57 not found"),
+    (["--model=resnet51"], "unknown model 'resnet51'"),
+    (["--dataset=cifar11"], "unknown dataset 'cifar11' (did you mean cifar10_1 or cifar10"),
+    (["--dataset=cifar10"], "is not prepared in {tfds} and there is no network"),
+    (["--dataset=imagenette/320px-v2"], "'imagenette/320px-v2' is not prepared in {tfds}"),
+    (["--dataset=folder:{tmp}/nowhere"], "{tmp}/nowhere is not a directory"),
+    (["--dataset=folder:{tmp}"], "no train/ in {tmp}"),
+    (["--dataset=csv:{tmp}/table.csv"], "{tmp}/table.csv is not a file"),
+    (["--dataset=tfrecord:{tmp}"], "no train-* shards in {tmp}"),
+    (["--init_from={tmp}/weights.h5"], "train.init_from={tmp}/weights.h5: no such file"),
+    (["--init_from=keras:resnet51"], "unknown Keras applications model"),
+    (["--init_from={tmp}/nowhere"], "no such file or directory"),
+]
+
+
+@pytest.fixture
+def no_tensorflow(tmp_path):
+    """A PYTHONPATH on which `import tensorflow` raises."""
+    blocked = tmp_path / "blocked" / "tensorflow"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ImportError('TensorFlow was imported')\n")
+    return f"{blocked.parent}{os.pathsep}{REPO}"
+
+
+@pytest.mark.parametrize("args, message", MISTAKES, ids=[" ".join(a) for a, _ in MISTAKES])
+def test_train_mistakes_before_tensorflow(args, message, tmp_path, no_tensorflow):
+    work = tmp_path / "work"
+    work.mkdir()
+    tfds = tmp_path / "tfds"
+    env = {
+        "PYTHONPATH": no_tensorflow,
+        tfds_source.NETWORK_PROBE_ENV: closed_port(),
+        "TFDS_DATA_DIR": str(tfds),
+    }
+    args = [a.format(tmp=work) for a in args]
+    line = error_line(run_command("resnet_app.train", *args, env=env))
+    assert message.format(tmp=work, tfds=tfds) in line
+
+
+def test_tools_check_the_dataset_before_tensorflow(tmp_path, no_tensorflow):
+    for tool in ("resnet_app.tools.show_batch", "resnet_app.tools.lr_find"):
+        result = run_command(
+            tool, f"--dataset=folder:{tmp_path}/x", env={"PYTHONPATH": no_tensorflow}
+        )
+        assert f"{tmp_path}/x is not a directory" in error_line(result)
+
+
+def test_export_format_before_tensorflow(tmp_path, no_tensorflow):
+    result = run_command(
+        "resnet_app.export",
+        f"--model_dir={tmp_path}",
+        f"--export_dir={tmp_path}/out",
+        "--format=onnxx",
+        env={"PYTHONPATH": no_tensorflow},
+    )
+    assert "--format=onnxx: use one of saved_model" in error_line(result)
+
+
+def test_a_prepared_or_manual_dataset_is_left_to_tfds(tmp_path, monkeypatch):
+    """Offline, a dataset already in the data directory (or its manual files) is no mistake."""
+    monkeypatch.setenv(tfds_source.NETWORK_PROBE_ENV, closed_port())
+
+    class Data:
+        data_dir = str(tmp_path)
+
+    (tmp_path / "cifar10" / "3.0.2").mkdir(parents=True)
+    tfds_source.check("cifar10", Data)
+    tfds_source.check("cifar10:3.0.2", Data)
+    tfds_source.check("huggingface:mnist", Data)  # A community name: tfds decides.
+    with pytest.raises(Exception, match="no network"):
+        tfds_source.check("imagenet2012", Data)
+    (tmp_path / "downloads" / "manual").mkdir(parents=True)
+    (tmp_path / "downloads" / "manual" / "ILSVRC2012_img_train.tar").write_bytes(b"")
+    tfds_source.check("imagenet2012", Data)
+
+
+def test_every_tfds_builder_is_a_known_name():
+    """The name list read from tfds's files covers tfds's own list: no good name is refused."""
+    import tensorflow_datasets as tfds
+
+    builders = tfds.list_builders(with_community_datasets=False)
+    assert len(builders) > 100
+    assert set(builders) <= tfds_source.known_names()
+    assert "cifar11" not in tfds_source.known_names()
