@@ -20,6 +20,8 @@
   (null, "flip" or "crops"), "weights" ("ema" or "raw"), "ece" and "nll" (calibration; with a fitted
   temperature also "temperature", "ece_scaled", "nll_scaled") and "event":
   "evaluation" (they have "top1" too: tell them from the trainer's by "event").
+The run's settings go to TensorBoard's HParams plugin in `model_dir` itself
+(`MetricsWriter.hparams`), so that runs compare in one table.
 The trainer's scalars also go to TensorBoard under `model_dir/train` and
 `model_dir/eval` (and the moving average's top1, top5 and loss under
 `model_dir/eval_ema`, so that the two curves share a chart); `evaluate` writes no
@@ -45,6 +47,7 @@ from resnet_app.common import run_dir
 from resnet_app.common.errors import ConfigError
 
 METRICS_FILE = run_dir.METRICS_FILE  # The name callers and tests know it by.
+HPARAMS_DIR = ""  # The run directory itself: TensorBoard's HParams "session" of the run.
 
 
 def _finite(value: Any) -> Any:
@@ -119,6 +122,23 @@ class MetricsWriter:
             for name, value in values.items():
                 tf.summary.scalar(name, value)
 
+    def hparams(self, values: dict[str, bool | int | float | str], trial: str) -> None:
+        """Writes the run's settings to TensorBoard's HParams plugin, at `model_dir`.
+
+        `tensorboard --logdir runs` then lists every run under runs/ in one
+        table, with its final `eval/top1`, `eval/loss`, ... beside its settings.
+
+        Args:
+          values: {name: value}, as `hparam_values` flattens a config.
+          trial: the run's name in the table.
+        """
+        if not self.enabled:
+            return
+        from tensorboard.plugins.hparams import api as hparams_api
+
+        with self._summary_writer(HPARAMS_DIR).as_default():
+            hparams_api.hparams(values, trial_id=trial)
+
     def flush(self) -> None:
         """Makes everything written so far visible (the JSON lines already are)."""
         for writer in self._writers.values():
@@ -130,6 +150,24 @@ class MetricsWriter:
             self._file = None
         for writer in self._writers.values():
             writer.close()
+
+
+def hparam_values(tree: dict[str, Any], prefix: str = "") -> dict[str, bool | int | float | str]:
+    """A nested config as HParams values: "section.key" -> a bool, number or string.
+
+    Nested groups become dotted names ("data.augment.flip"); lists, tuples
+    and mappings that are values become their JSON text, None "null".
+    """
+    values: dict[str, bool | int | float | str] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value and all(isinstance(k, str) for k in value):
+            values.update(hparam_values(value, f"{name}."))
+        elif isinstance(value, (bool, int, float, str)):
+            values[name] = value
+        else:
+            values[name] = json.dumps(value, default=str)
+    return values
 
 
 def format_duration(seconds: float) -> str:

@@ -26,6 +26,7 @@ non-finite weights is never written.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -37,7 +38,7 @@ from absl import logging
 from resnet_app import config as config_lib
 from resnet_app.common import disk_space, distribute, run_dir
 from resnet_app.common.errors import ConfigError, first_line
-from resnet_app.common.metrics import MetricsWriter, format_duration
+from resnet_app.common.metrics import MetricsWriter, format_duration, hparam_values
 from resnet_app.config import Config
 from resnet_app.data import run_pipeline
 from resnet_app.engine import divergence, lost_worker, preemption, setup, sync, timing
@@ -262,6 +263,10 @@ def _announce(
             train.batch_size,
         )
     writer.write({"step": start, "event": "start", "total_steps": total, "time": time.time()})
+    settings = hparam_values(run.config.to_dict(with_derived=True))
+    writer.hparams(
+        {**settings, "total_steps": total}, os.path.basename(os.path.abspath(run.model_dir))
+    )
 
 
 def _stopped(run: setup.Run, writer: MetricsWriter, step: int, reason: str) -> RunResult:
