@@ -56,6 +56,8 @@ def usage() -> str:
 def _docstring(module: str) -> str | None:
     """`module`'s docstring, read from its source without running it."""
     spec = importlib.util.find_spec(module)
+    if spec.submodule_search_locations is not None:  # A package runs its __main__.
+        spec = importlib.util.find_spec(f"{module}.__main__")
     with open(spec.origin, encoding="utf-8") as source:
         return ast.get_docstring(ast.parse(source.read()))
 

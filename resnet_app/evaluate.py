@@ -27,7 +27,7 @@ directory ends in `-ema`); `--weights=raw` evaluates the trained weights,
 "ece" is the expected calibration error (15 equal-width confidence bins) and
 "nll" the mean negative log-likelihood of the softmax (the same number as
 "loss", computed in float64 from every example's logits; see
-`resnet_app/serving/calibration.py`). They measure the raw model. When the run
+`resnet_app/evaluation/calibration.py`). They measure the raw model. When the run
 has a fitted temperature (`temperature.json`, below), the record also holds
 "temperature", "ece_scaled" and "nll_scaled": the same with the logits divided
 by it (top-1 and top-5 do not change).
@@ -58,15 +58,15 @@ TensorBoard's evaluation events). It holds
 `eval_results.json` (the record, per-class accuracy, the confusion matrix,
 the most-confused pairs and the reliability bins), `confusion_matrix.png` and
 `reliability.png` (with matplotlib, an optional extra); see
-`resnet_app/serving/reports.py`. A rerun replaces them.
+`resnet_app/evaluation/reports.py`. A rerun replaces them.
 
 The same record, with "event": "evaluation", is appended to the run's
 `metrics.jsonl`. A mistake (no such run, no such checkpoint, a checkpoint of
 another model, a report directory that cannot be made, --tta=crops for a
 CIFAR-style run, --fit_temperature without a holdout split) gets one line on
 stderr and exit status 2. The work is done by `evaluate_checkpoints` in
-`resnet_app/serving/checkpoint_eval.py` and `fit_run_temperature` in
-`resnet_app/serving/temperature.py`, which tests can call directly.
+`resnet_app/evaluation/checkpoint_eval.py` and `fit_run_temperature` in
+`resnet_app/evaluation/temperature.py`, which tests can call directly.
 """
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ from absl import flags
 
 from resnet_app.common import cli
 from resnet_app.common.errors import ConfigError
-from resnet_app.serving import checkpoint_eval, temperature
-from resnet_app.serving.tta import MODES
+from resnet_app.evaluation import checkpoint_eval, temperature
+from resnet_app.evaluation.tta import MODES
 
 _MODEL_DIR = flags.DEFINE_string(
     "model_dir", None, "The run directory written by `python -m resnet_app.train`."

@@ -17,7 +17,7 @@ or, with `--json`, one object: {"image": ..., "top_k": [{"id", "name",
 "probability"}, ...]}. A file that cannot be read or decoded gets one
 `error: FILE: ...` line on stderr and the others are still classified; the
 exit status is then 1. A mistake in the command gets one line and status 2.
-The work is done by `resnet_app/serving/classify.py` (`load_classifier`,
+The work is done by `resnet_app/export/classify.py` (`load_classifier`,
 `expand`, `classify_files`), which tests can call directly.
 """
 
@@ -29,7 +29,7 @@ from absl import flags, logging
 
 from resnet_app.common import checks, cli
 from resnet_app.common.errors import ConfigError
-from resnet_app.serving import classify
+from resnet_app.export import classify
 
 _EXPORT_DIR = flags.DEFINE_string(
     "export_dir",

@@ -44,8 +44,8 @@ def main(argv: list[str]) -> None:
     import keras
 
     from resnet_app.data import input_pipeline
+    from resnet_app.evaluation import exact_eval
     from resnet_app.nets.resnet import create_model
-    from resnet_app.serving import exact_eval
 
     pipeline = input_pipeline.create_pipeline(input_pipeline.DataConfig(dataset="shapes"))
     if _EPOCHS.value:

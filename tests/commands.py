@@ -45,3 +45,17 @@ def error_line(result):
     assert len(lines) == 1, result.stderr
     assert "Traceback" not in result.stderr
     return lines[0]
+
+
+def blocked_packages(folder, *packages):
+    """A folder for PYTHONPATH in which each of `packages` raises ImportError when imported.
+
+    First on the path, it stands in for a package that is installed but must
+    not be used (TensorFlow before a mistake is answered, resnet_app where an
+    export runs on its own).
+    """
+    for package in packages:
+        os.makedirs(os.path.join(folder, package), exist_ok=True)
+        with open(os.path.join(folder, package, "__init__.py"), "w") as f:
+            f.write(f"raise ImportError('{package} was imported')\n")
+    return str(folder)

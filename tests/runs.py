@@ -51,7 +51,7 @@ def copy_with_temperature(model_dir, destination, temperature, step):
     """
     import shutil
 
-    from resnet_app.serving import calibration
+    from resnet_app.evaluation import calibration
 
     shutil.copytree(model_dir, destination)
     record = {"temperature": temperature, "checkpoint": f"ckpt-{step}", "step": step}

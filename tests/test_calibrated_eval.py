@@ -23,9 +23,9 @@ from matplotlib import image as mpimg
 from resnet_app.common.distribute import mirrored_strategy
 from resnet_app.data import input_pipeline, preprocessing
 from resnet_app.data.settings import data_config
+from resnet_app.evaluation import calibration, exact_eval, reports
 from resnet_app.nets import factory
 from resnet_app.nets.resnet import create_model
-from resnet_app.serving import calibration, exact_eval, reports
 from tests import runs
 from tests.commands import error_line, run_command
 from tests.conftest import EVAL_EXAMPLES

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from resnet_app.serving import calibration, reliability_plot
+from resnet_app.evaluation import calibration, reliability_plot
 
 HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 

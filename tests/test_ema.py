@@ -20,7 +20,8 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.engine import averaging, loop, optim
 from resnet_app.engine.ema import WeightEMA
 from resnet_app.engine.step import TrainStep
-from resnet_app.serving import calibration, checkpoint_eval, savedmodel
+from resnet_app.evaluation import calibration, checkpoint_eval
+from resnet_app.export import savedmodel
 from tests import runs
 from tests.commands import error_line, run_command
 from tests.small_models import SIZE, initial_weights, tiny_bn

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from resnet_app.data.sources import tfds_source
-from tests.commands import REPO, error_line, run_command
+from tests.commands import REPO, blocked_packages, error_line, run_command
 from tests.tfds_mock import closed_port
 
 pytestmark = pytest.mark.integration  # Subprocesses.
@@ -37,10 +37,7 @@ MISTAKES = [
 @pytest.fixture
 def no_tensorflow(tmp_path):
     """A PYTHONPATH on which `import tensorflow` raises."""
-    blocked = tmp_path / "blocked" / "tensorflow"
-    blocked.mkdir(parents=True)
-    (blocked / "__init__.py").write_text("raise ImportError('TensorFlow was imported')\n")
-    return f"{blocked.parent}{os.pathsep}{REPO}"
+    return f"{blocked_packages(tmp_path / 'blocked', 'tensorflow')}{os.pathsep}{REPO}"
 
 
 @pytest.mark.parametrize("args, message", MISTAKES, ids=[" ".join(a) for a, _ in MISTAKES])

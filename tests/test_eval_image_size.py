@@ -61,7 +61,7 @@ def test_a_run_trained_at_32_is_evaluated_and_served_at_48(tmp_path):
     import dataclasses
 
     from resnet_app.engine import loop
-    from resnet_app.serving import portable, savedmodel
+    from resnet_app.export import portable, savedmodel
 
     sets = ("data.preprocessing=imagenet", "data.image_size=32", "data.eval_image_size=48")
     resolved = runs.small_config(tmp_path, *sets, train_steps=4)

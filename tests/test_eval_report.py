@@ -11,7 +11,7 @@ import numpy as np
 from matplotlib import image as mpimg
 
 from resnet_app.data.shapes import CLASS_NAMES
-from resnet_app.serving import reports
+from resnet_app.evaluation import reports
 
 RECORD = {
     "checkpoint": "ckpt-4",

@@ -21,23 +21,27 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.data import input_pipeline, run_pipeline
 from resnet_app.data.settings import data_config
 from resnet_app.engine import loop
+from resnet_app.export import savedmodel
 from resnet_app.nets import factory
 from resnet_app.nets.resnet import create_model
-from resnet_app.serving import savedmodel
 from tests import runs
-from tests.commands import error_line, run_command
+from tests.commands import blocked_packages, error_line, run_command
 from tests.image_files import few_colour_image
 
 pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
 
-# Loads the export with TensorFlow alone; run from a directory where
-# resnet_app cannot be imported.
+# Loads the export with TensorFlow alone, with a resnet_app first on the path
+# that raises when imported (the package itself may be installed here).
 LOAD_SCRIPT = """
-import importlib.util, json, sys
+import json, sys
 import numpy as np
 import tensorflow as tf
 
-assert importlib.util.find_spec("resnet_app") is None, "resnet_app is importable"
+try:
+    import resnet_app
+    raise AssertionError("resnet_app is importable")
+except ImportError:
+    pass
 export_dir, inputs, output = sys.argv[1:]
 arrays = np.load(inputs)
 with open(arrays["png_list"].item()) as f:
@@ -137,11 +141,12 @@ def test_export_in_a_process_without_resnet_app_equals_the_evaluation(tiny_run, 
     np.savez(tmp_path / "inputs.npz", images=images, larger=larger, png_list=str(png_list))
     script = tmp_path / "load.py"
     script.write_text(LOAD_SCRIPT)
+    blocked = blocked_packages(tmp_path / "blocked", "resnet_app")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     loaded = subprocess.run(
         [sys.executable, str(script), str(exported), "inputs.npz", "outputs.npz"],
         cwd=tmp_path,
-        env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        env={**env, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": blocked},
         capture_output=True,
         text=True,
         timeout=300,

@@ -16,22 +16,22 @@ import pytest
 import tensorflow as tf
 
 from resnet_app import config
+from resnet_app.common.errors import ConfigError
 from resnet_app.data import run_pipeline
 from resnet_app.nets import factory
 from tests import runs
-from tests.commands import REPO, error_line, run_command
+from tests.commands import REPO, blocked_packages, error_line, run_command
 
 pytestmark = pytest.mark.integration  # Subprocesses and exports.
 ALL_TFLITE = "none,float16,dynamic,int8"
 
 # Runs each exported file with its runtime alone: LiteRT and onnxruntime.
 LOAD_SCRIPT = """
-import importlib.util, os, sys
+import os, sys
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 import onnxruntime
 
-assert importlib.util.find_spec("resnet_app") is None, "resnet_app is importable"
 export_dir, inputs, output = sys.argv[1:]
 images = np.load(inputs)["images"]
 results = {}
@@ -43,7 +43,8 @@ for name in os.listdir(export_dir):
     elif name.endswith(".onnx"):
         session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
         results[name] = session.run(["probabilities"], {"images": images})[0]
-assert "tensorflow" not in sys.modules and not [m for m in sys.modules if "resnet_app" in m]
+assert "tensorflow" not in sys.modules
+assert not [m for m in sys.modules if m.split(".")[0] == "resnet_app"]
 np.savez(output, **results)
 """
 
@@ -59,10 +60,11 @@ def run_files_elsewhere(export_dir, images, tmp_path):
     script = tmp_path / "load.py"
     script.write_text(LOAD_SCRIPT)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    blocked = blocked_packages(tmp_path / "blocked", "resnet_app")
     loaded = subprocess.run(
         [sys.executable, str(script), str(export_dir), "inputs.npz", "outputs.npz"],
         cwd=tmp_path,
-        env=env,
+        env={**env, "PYTHONPATH": blocked},
         capture_output=True,
         text=True,
         timeout=300,
@@ -293,3 +295,39 @@ def test_the_familys_layers_export_to_every_format_with_the_trained_numbers(atte
         np.testing.assert_allclose(outputs[name], expected, atol=1e-4, err_msg=name)
     rows = {row["format"]: row for row in record["formats"]}
     assert rows["onnx"]["agreement"] == 1.0 and rows["tflite_none"]["max_prob_diff"] <= 1e-4
+
+
+def test_a_new_format_is_one_module_and_one_line(tiny_run, tmp_path, monkeypatch):
+    """Registered with one line, a format (tests/zipped_format.py) is written, checked and run."""
+    from resnet_app.export import classify, deploy, formats, savedmodel
+
+    _, model_dir = tiny_run
+    request = deploy.Request(formats=("saved_model", "zipped"))
+    with pytest.raises(ConfigError, match="--format=zipped: use one of saved_model, tflite, onnx"):
+        deploy.check_request(request)
+    zipped = formats.Format("zipped", ".zip", "tests.zipped_format")
+    monkeypatch.setitem(formats.FORMATS, "zipped", zipped)
+    deploy.check_request(request)
+    run_config = config.read_run_config(str(model_dir))
+    served, source = savedmodel.load(str(model_dir), "latest", 5)
+    report = {}
+
+    def more(staged):
+        report.update(deploy.write_formats(staged, served, source, run_config, request))
+
+    export_dir = savedmodel.save(served, source, str(tmp_path / "out"), False, more=more)
+    rows = {row["format"]: row for row in report["formats"]}
+    assert set(rows) == {"saved_model", "zipped"}
+    assert rows["zipped"]["file"] == "model.zip"
+    assert rows["zipped"]["agreement"] == 1.0 and rows["zipped"]["max_prob_diff"] < 1e-6
+    # predict finds the format by its suffix and answers as the SavedModel does.
+    images, _, _ = reference(model_dir)
+    encoded = [tf.io.encode_png(image).numpy() for image in images[:4]]
+    by_file = classify.load_classifier(os.path.join(export_dir, "model.zip"), None)
+    by_saved_model = classify.load_classifier(export_dir, None)
+    for key in ("top_k_ids", "top_k_probabilities"):
+        np.testing.assert_allclose(
+            by_file(images=tf.constant(encoded))[key].numpy(),
+            by_saved_model(images=tf.constant(encoded))[key].numpy(),
+            atol=1e-6,
+        )

@@ -18,7 +18,7 @@ from resnet_app.common import checkpoint
 from resnet_app.common.errors import ConfigError
 from resnet_app.engine import loop, setup
 from resnet_app.engine.actions import Action
-from resnet_app.serving import classify
+from resnet_app.export import classify
 from tests import runs
 from tests.commands import error_line, run_command
 from tests.runs import read_records

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from resnet_app.common import metrics
-from resnet_app.serving import reports
+from resnet_app.evaluation import reports
 
 
 class FakeTerminal(io.StringIO):

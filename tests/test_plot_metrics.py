@@ -12,7 +12,7 @@ import pytest
 
 from resnet_app.common import metrics
 from resnet_app.tools import plot_metrics
-from tests.commands import REPO, error_line, run_command
+from tests.commands import REPO, blocked_packages, error_line, run_command
 
 
 def write_run(run_dir, records, tail=""):
@@ -58,14 +58,12 @@ def test_tiny_run(tiny_run, tmp_path):
     before = metrics_file.read_bytes()
     out = tmp_path / "curves.png"
     # A TensorFlow that cannot be imported: the script must not need it.
-    fake = tmp_path / "fake" / "tensorflow"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("raise ImportError('plot_metrics.py imported TensorFlow')\n")
+    fake = blocked_packages(tmp_path / "fake", "tensorflow")
     result = run_command(
         "resnet_app.tools.plot_metrics",
         str(run_dir),
         f"--out={out}",
-        env={"PYTHONPATH": f"{fake.parent}{os.pathsep}{REPO}"},
+        env={"PYTHONPATH": f"{fake}{os.pathsep}{REPO}"},
     )
     assert result.returncode == 0, result.stderr
     assert f"Wrote {out}" in result.stderr
@@ -290,10 +288,8 @@ def test_mistakes_get_one_line(case, good_run, tmp_path):
         "no matplotlib": [str(good_run), out],
     }[case]
     if case == "no matplotlib":
-        fake = tmp_path / "fake" / "matplotlib"
-        fake.mkdir(parents=True)
-        (fake / "__init__.py").write_text("raise ImportError('no matplotlib here')\n")
-        env = {"PYTHONPATH": f"{fake.parent}{os.pathsep}{REPO}"}
+        fake = blocked_packages(tmp_path / "fake", "matplotlib")
+        env = {"PYTHONPATH": f"{fake}{os.pathsep}{REPO}"}
     line = error_line(run_command("resnet_app.tools.plot_metrics", *args, env=env))
     assert MISTAKES[case].format(good=good_run) in line, line
     assert not (tmp_path / "curves.png").exists()

@@ -8,6 +8,7 @@ of ours and keeps its traceback.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -66,7 +67,12 @@ def run(main: Callable[[list[str]], None]) -> NoReturn:
         except ConfigError as error:
             fail(str(error), getattr(error, "exit_status", USAGE_ERROR))
 
-    app.run(guarded_main, flags_parser=_parse_flags)
+    try:
+        app.run(guarded_main, flags_parser=_parse_flags)
+    except BrokenPipeError:
+        # The reader went away (`--help | head`): no traceback, and none at exit either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
 
 
 def reject_positional(argv: Sequence[str]) -> None:

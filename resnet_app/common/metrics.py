@@ -6,7 +6,7 @@
   for data), "time" (Unix seconds)}, over the steps since the previous record;
 - evaluation records: {"step", "split", "top1", "top5", "loss", "num_examples",
   "precision" (the `train.precision` the model computed in; records written
-  before it was added have none)}, made by `serving/exact_eval.py`'s `eval_record`,
+  before it was added have none)}, made by `evaluation/exact_eval.py`'s `eval_record`,
   plus the trainer's "time" (Unix seconds at its end) and "seconds" (what the
   evaluation took; both absent from records written before they were added),
   and "ema_top1", "ema_top5", "ema_loss" for the moving average of the

@@ -7,7 +7,7 @@ A run directory holds:
 - `data_info.json`: the class names and the resolved preprocessing, so that
   export and predict need no dataset (`run_pipeline.write_data_info`);
 - `temperature.json`: the softmax temperature fitted on the holdout split by
-  `python -m resnet_app.evaluate --fit_temperature` (`serving/calibration.py`);
+  `python -m resnet_app.evaluate --fit_temperature` (`evaluation/calibration.py`);
 - `lr_override`: a learning rate the user writes while the run goes on; the
   trainer renames it `lr_override.applied` once read (`engine/learning_rate.py`);
 - `ckpt-<step>.index` and `.data-*`: the checkpoints, and `checkpoint`,
@@ -20,7 +20,7 @@ A run directory holds:
   `best.partial-<pid>/`, the old one renamed to `best.old-<pid>/`, the new one
   renamed in, the old one removed;
 - `train/`, `eval/`: TensorBoard's events;
-- `reports/`: `python -m resnet_app.evaluate`'s reports (`serving/reports.py`);
+- `reports/`: `python -m resnet_app.evaluate`'s reports (`evaluation/reports.py`);
 - `previous-<time>/`: an earlier run, moved aside by `--restart` (`move_aside`);
 - `logs/worker<i>.log`: each worker's output under `python -m resnet_app.launch`;
 - `.survivor.lock`: locked while a survivor of a lost worker saves

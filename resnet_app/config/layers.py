@@ -17,9 +17,9 @@ from typing import Any
 
 from resnet_app.common.errors import ConfigError
 from resnet_app.common.fields import field_types, replace_from
-from resnet_app.config import recipes
 from resnet_app.config.loading import parse_set, read_yaml
 from resnet_app.config.oneof import OneOfSection, alternatives
+from resnet_app.config.recipes import find as find_recipe
 from resnet_app.config.sections import SECTIONS, Config
 from resnet_app.data import settings
 from resnet_app.nets.presets import model_names
@@ -52,7 +52,7 @@ def resolve(
     """
     tree: Tree = {}
     if config_file:
-        merge(tree, read_yaml(recipes.find(config_file)), f" in {config_file}")
+        merge(tree, read_yaml(find_recipe(config_file)), f" in {config_file}")
     merge(tree, set_layer(sets), " in --set")
     merge(tree, overrides or {}, "")
     return build(tree)

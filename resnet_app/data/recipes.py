@@ -7,7 +7,7 @@ gives its `Recipe`, which answers what the pipeline and the exports ask of it:
 - `crops`: whether multi-crop evaluation (`--tta=crops`) applies;
 - `eval_resize`: the shorter side before evaluation's central crop, checked;
 - `served_size`, `served_image`, `crop_served`: what a portable export
-  (`serving/portable.py`) takes, how an image of any size is brought to it,
+  (`export/portable.py`) takes, how an image of any size is brought to it,
   and what the export does to it before the network;
 - `resize_text`: that resizing in words, for the export's model_info.json.
 

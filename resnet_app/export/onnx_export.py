@@ -21,8 +21,11 @@ OPSET = 17
 _INSTALL = "pip install -r requirements-export.txt"
 
 
-def convert(classifier, metadata: dict | None = None) -> bytes:
+def convert(classifier, variant=None, calibration=None, metadata: dict | None = None) -> bytes:
     """The `.onnx` bytes of `classifier`, with `metadata` as the model's properties.
+
+    ONNX has no variants and needs no calibration: `variant` and `calibration`
+    are the registry's common arguments (`formats.py`), unused.
 
     Raises:
       ConfigError: when tf2onnx is not installed, or the conversion fails.

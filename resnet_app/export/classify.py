@@ -3,7 +3,7 @@
 `load_classifier` gives a function from a batch of encoded images to the
 serving outputs (`top_k_ids`, `top_k_names`, `top_k_probabilities`), taken from
 a SavedModel's `serving_bytes` signature or from a run's checkpoint with the
-run's own evaluation preprocessing (`serving/savedmodel.py`). `expand` turns the
+run's own evaluation preprocessing (`export/savedmodel.py`). `expand` turns the
 paths given into the files to classify, `classify_files` classifies them in
 batches (a file that cannot be read or decoded gets the reason instead of the
 outputs, and the others are still classified), and `format_result` writes one
@@ -24,6 +24,7 @@ from absl import logging
 
 from resnet_app import config
 from resnet_app.common.errors import ConfigError, first_line
+from resnet_app.export import formats
 
 OUTPUTS = {"top_k_ids", "top_k_names", "top_k_probabilities"}  # What the lines show.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
@@ -75,7 +76,7 @@ def load_classifier(
 def _load_checkpoint(model_dir: str, which: str, top_k: int | None, weights: str) -> Classifier:
     """A run's checkpoint with the run's evaluation preprocessing, in process."""
     config.read_run_config(model_dir)  # A wrong directory is named before TF loads.
-    from resnet_app.serving import savedmodel
+    from resnet_app.export import savedmodel
 
     served, _ = savedmodel.load(model_dir, which, top_k=top_k or savedmodel.TOP_K, weights=weights)
 
@@ -98,7 +99,7 @@ def _load_portable(path: str) -> Classifier:
 
     from resnet_app.data import run_pipeline
     from resnet_app.data.preprocessing import decode_image
-    from resnet_app.serving import deploy, onnx_export, portable, tflite
+    from resnet_app.export import deploy, portable
 
     info_path = os.path.join(os.path.dirname(os.path.abspath(path)), deploy.MODEL_INFO)
     try:
@@ -111,7 +112,7 @@ def _load_portable(path: str) -> Classifier:
             "the file in the directory `python -m resnet_app.export` wrote"
         ) from None
     multi_label, threshold = bool(info.get("multi_label")), info.get("threshold")
-    runner = (tflite.Runner if path.endswith(".tflite") else onnx_export.Runner)(path)
+    runner = formats.by_suffix(path).load().Runner(path)
     top_k = len(names) if multi_label else min(5, len(names))
 
     def classify(images):
@@ -134,7 +135,7 @@ def _load_portable(path: str) -> Classifier:
 
 def _load_export(export_dir: str) -> Classifier:
     """A SavedModel's `serving_bytes` signature, checked to give the outputs shown."""
-    if export_dir.endswith((".tflite", ".onnx")):
+    if formats.by_suffix(export_dir) is not None:
         if not os.path.isfile(export_dir):
             raise ConfigError(f"--export_dir={export_dir}: no such file; check the path")
         return _load_portable(export_dir)

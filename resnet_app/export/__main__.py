@@ -8,7 +8,7 @@
 Besides the SavedModel, `--format=tflite` writes one `.tflite` file per
 `--quantize` and `--format=onnx` a `model.onnx` (tf2onnx, an optional
 dependency: requirements-export.txt); both take uint8 images of one fixed size
-and return probabilities (`resnet_app/serving/deploy.py`, `model_info.json`).
+and return probabilities (`resnet_app/export/deploy.py`, `model_info.json`).
 Every export checks each format against the SavedModel on the run's
 evaluation split (`--eval_examples=N` of it): top-1 accuracy, agreement,
 largest probability difference, size and single-image latency, written to
@@ -17,7 +17,7 @@ largest probability difference, size and single-image latency, written to
 format; `--tta=flip` averages each image with its mirror image.
 
 The SavedModel holds the network, the run's evaluation preprocessing and its
-class names, and has three signatures (`resnet_app/serving/savedmodel.py` describes them):
+class names, and has three signatures (`resnet_app/export/savedmodel.py` describes them):
 `serving_default` (uint8 images of any size), `serving_bytes` (encoded JPEG,
 PNG, BMP or GIF files) and `features` (the pooled features). It needs nothing from
 resnet_app to run:
@@ -93,7 +93,7 @@ def main(argv: list[str]) -> None:
     if not _EXPORT_DIR.value:
         raise ConfigError("--export_dir is not set; name the directory to write the SavedModel to")
     from resnet_app import config
-    from resnet_app.serving import deploy
+    from resnet_app.export import deploy
 
     request = deploy.Request(
         formats=tuple(_FORMAT.value),
@@ -106,7 +106,7 @@ def main(argv: list[str]) -> None:
     run_config = config.read_run_config(_MODEL_DIR.value)
     import tensorflow as tf
 
-    from resnet_app.serving import savedmodel
+    from resnet_app.export import savedmodel
 
     # Before any work: nothing in the way is ever replaced but an old export.
     savedmodel.check_destination(_EXPORT_DIR.value, _OVERWRITE.value, _MODEL_DIR.value)

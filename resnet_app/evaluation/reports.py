@@ -12,7 +12,7 @@ holding
   class, in class-id order), the most-confused pairs (the largest
   off-diagonal cells) and the reliability bins: per confidence bin {bin,
   lower, upper, count, accuracy, confidence} (accuracy and mean confidence
-  null for an empty bin; `serving/calibration.py`);
+  null for an empty bin; `evaluation/calibration.py`);
 - `confusion_matrix.png`: the matrix, rows normalized for the colour, with
   class names on the axes and counts in the cells when there are few classes;
 - `reliability.png`: the reliability diagram of the same bins (accuracy per
@@ -37,8 +37,8 @@ from absl import logging
 
 from resnet_app.common import files
 from resnet_app.common.metrics import json_text
-from resnet_app.serving import reliability_plot
-from resnet_app.serving.exact_eval import per_class_accuracy
+from resnet_app.evaluation import reliability_plot
+from resnet_app.evaluation.exact_eval import per_class_accuracy
 
 RESULTS_FILE = "eval_results.json"
 PICTURE_FILE = "confusion_matrix.png"

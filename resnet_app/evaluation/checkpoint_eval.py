@@ -2,15 +2,15 @@
 
 `evaluate_checkpoints` restores each chosen checkpoint (only the model: the
 optimizer and the rest of the training state are not needed), evaluates it on
-every example of the split exactly once (`serving/exact_eval.py`), optionally
-averaged over flipped or cropped views (`serving/tta.py`), measures its
-calibration from every example's logits (`serving/calibration.py`; also with
+every example of the split exactly once (`evaluation/exact_eval.py`), optionally
+averaged over flipped or cropped views (`evaluation/tta.py`), measures its
+calibration from every example's logits (`evaluation/calibration.py`; also with
 the run's fitted temperature, when it has one), hands its record to the caller
 as soon as it is known, appends it to the run's `metrics.jsonl` with "event":
 "evaluation", and writes its report directory `REPORT_ROOT/<checkpoint>-<split>`
-(`serving/reports.py`).
+(`evaluation/reports.py`).
 
-`run_settings` and `create_model` are shared with `serving/temperature.py`
+`run_settings` and `create_model` are shared with `evaluation/temperature.py`
 (`evaluate --fit_temperature`).
 
 The run's config is read and the settings are checked before TensorFlow is
@@ -29,8 +29,8 @@ from resnet_app import config
 from resnet_app.common import checks, run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import recipes
-from resnet_app.serving import calibration
-from resnet_app.serving.tta import CROPS, MODES
+from resnet_app.evaluation import calibration
+from resnet_app.evaluation.tta import CROPS, MODES
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from resnet_app.common.metrics import MetricsWriter
     from resnet_app.data.input_pipeline import InputPipeline
     from resnet_app.data.settings import DataConfig
-    from resnet_app.serving.exact_eval import EvalResult
+    from resnet_app.evaluation.exact_eval import EvalResult
 
 Record = dict[str, Any]
 
@@ -68,7 +68,7 @@ def evaluate_checkpoints(
       num_towers: towers to evaluate on; None for every GPU, or the one CPU.
       report_dir: where the report directories go; None for `model_dir/reports`.
       tta: None, or test-time augmentation: "flip" (any run) or "crops"
-        (ImageNet-family runs), see `serving/tta.py`.
+        (ImageNet-family runs), see `evaluation/tta.py`.
       weights: "auto" (the moving average of the weights when kept), "ema" or "raw".
       on_record: called with each record as soon as it is known (the command prints it).
 
@@ -165,7 +165,7 @@ def _evaluate(
 
     Multi-label data: every example's scores instead (no confusion, no calibration).
     """
-    from resnet_app.serving import exact_eval
+    from resnet_app.evaluation import exact_eval
 
     if pipeline.multi_label:
         return exact_eval.evaluate(
@@ -291,7 +291,7 @@ def _check_report_owners(
     Raises:
       ConfigError: when a report to be written names another run directory.
     """
-    from resnet_app.serving import reports
+    from resnet_app.evaluation import reports
 
     if os.path.realpath(report_root) == os.path.realpath(run_dir.reports_dir(model_dir)):
         return
@@ -331,7 +331,7 @@ def _record(
     report_root: str,
 ) -> tuple[Record, dict[str, Any] | None]:
     """A checkpoint's record, with its calibration and report directory; the reliability bins."""
-    from resnet_app.serving import exact_eval, reports
+    from resnet_app.evaluation import exact_eval, reports
 
     name = os.path.basename(prefix)
     record = {"checkpoint": name, **exact_eval.eval_record(step, split, result, precision)}
@@ -360,7 +360,7 @@ def _calibration(result: EvalResult) -> tuple[Record, dict[str, Any] | None]:
     raw = calibration.calibration_record(result.logits, result.labels)
     fields.update(ece=raw["ece"], nll=raw["nll"])
     if temperature is not None:
-        # Each view's logits were divided by T before the average (`serving/tta.py`).
+        # Each view's logits were divided by T before the average (`evaluation/tta.py`).
         scaled = calibration.calibration_record(result.scaled_logits, result.labels)
         fields.update(ece_scaled=scaled["ece"], nll_scaled=scaled["nll"])
     return fields, raw["reliability"]
@@ -383,7 +383,7 @@ def _save(
     Raises:
       ConfigError: when the report cannot be written.
     """
-    from resnet_app.serving import reports
+    from resnet_app.evaluation import reports
 
     writer.write({**record, "event": "evaluation"})
     if not writer.enabled:
@@ -393,7 +393,7 @@ def _save(
     details["model_dir"] = os.path.realpath(model_dir)
     try:
         if result.multi_label:
-            from resnet_app.serving import multi_label_report
+            from resnet_app.evaluation import multi_label_report
 
             report = multi_label_report.write_report(
                 report_dir, details, result.scores, result.labels, class_names, result.threshold

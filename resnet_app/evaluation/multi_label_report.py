@@ -18,8 +18,8 @@ import numpy as np
 from absl import logging
 
 from resnet_app.common import files
-from resnet_app.serving import label_metrics
-from resnet_app.serving.reports import RESULTS_FILE, to_json
+from resnet_app.evaluation import label_metrics
+from resnet_app.evaluation.reports import RESULTS_FILE, to_json
 
 
 def _number(value: float) -> float | None:

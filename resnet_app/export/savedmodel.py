@@ -2,7 +2,7 @@
 
 `ServingModel` wraps a run's restored network with the run's own evaluation
 preprocessing and class names, so a caller gives raw images and gets names.
-`python -m resnet_app.export` writes it as a SavedModel; `serving/classify.py`
+`python -m resnet_app.export` writes it as a SavedModel; `export/classify.py`
 calls it in process for `python -m resnet_app.predict --model_dir`. Its
 functions, which are the SavedModel's signatures:
 
@@ -48,8 +48,8 @@ from resnet_app.common import checkpoint, checks, run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import recipes, run_pipeline
 from resnet_app.data.preprocessing import Preprocessing
+from resnet_app.evaluation import calibration, tta
 from resnet_app.nets import factory
-from resnet_app.serving import calibration, tta
 
 TOP_K = 5
 SIGNATURES = ("serving_default", "serving_bytes", "features")
@@ -85,7 +85,7 @@ class ServingModel(tf.Module):
         if multi_label:  # Every class, ranked: predict shows those above the threshold.
             self.top_k = len(self.class_names)
         # Images in the run's data dtype (bfloat16 for a bf16 run), as
-        # `serving/exact_eval.py` feeds them; the network computes in float32 either way.
+        # `evaluation/exact_eval.py` feeds them; the network computes in float32 either way.
         self._preprocessing = preprocessing
         self._names = tf.constant(self.class_names, tf.string)
 
@@ -117,7 +117,7 @@ class ServingModel(tf.Module):
                 "threshold": tf.fill(tf.shape(logits)[:1], self.threshold),
             }
         if self.tta == tta.FLIP:
-            # Logits whose softmax is the views' averaged probabilities (`serving/tta.py`).
+            # Logits whose softmax is the views' averaged probabilities (`evaluation/tta.py`).
             views = tta.view_logits(self.model, pixels, tta.FLIP)
             logits = tta.mean_probability_logits(views, self.temperature)
             probabilities = tf.nn.softmax(logits)

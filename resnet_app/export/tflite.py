@@ -28,13 +28,19 @@ from absl import logging
 from resnet_app.common.errors import ConfigError, first_line
 
 
-def convert(classifier, quantize: str = "none", representative: np.ndarray | None = None) -> bytes:
+def convert(
+    classifier,
+    quantize: str = "none",
+    representative: np.ndarray | None = None,
+    info: dict | None = None,
+) -> bytes:
     """The `.tflite` bytes of `classifier` (a `PortableClassifier`).
 
     Args:
       classifier: the portable classifier.
-      quantize: one of `deploy.QUANTIZATIONS` (checked there, with the flags).
+      quantize: one of the format's variants (`formats.FORMATS`, checked with the flags).
       representative: int8: uint8 calibration images at the classifier's size.
+      info: what model_info.json says about the file (not stored in it).
 
     Raises:
       ConfigError: for int8 without images, or a conversion that fails or

@@ -25,9 +25,8 @@ from absl import logging
 
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import recipes
+from resnet_app.export import formats
 
-FORMATS = ("saved_model", "tflite", "onnx")
-QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
 TTA_CHOICES = ("none", "flip")
 MODEL_INFO, REPORT = "model_info.json", "export_report.json"
 
@@ -37,8 +36,8 @@ class Request:
     """What to export besides the SavedModel, and how to check it.
 
     Attributes:
-      formats: names from FORMATS (the SavedModel is always written).
-      quantizations: TFLite variants, names from QUANTIZATIONS.
+      formats: names from `formats.names()` (the SavedModel is always written).
+      quantizations: variants of the formats that have them (`formats.quantizations()`).
       calibration_images: training images that calibrate full int8.
       eval_examples: evaluation images of the parity report (None: all).
     """
@@ -56,12 +55,18 @@ def check_request(request: Request, tta: str = "none") -> None:
       ConfigError: one line naming the value and the choices.
     """
     for name in request.formats:
-        if name not in FORMATS:
-            raise ConfigError(f"--format={name}: use one of {', '.join(FORMATS)}")
+        if name not in formats.names():
+            raise ConfigError(f"--format={name}: use one of {', '.join(formats.names())}")
     for name in request.quantizations:
-        if name not in QUANTIZATIONS:
-            raise ConfigError(f"--quantize={name}: use one of {', '.join(QUANTIZATIONS)}")
-    if set(request.quantizations) != {"none"} and "tflite" not in request.formats:
+        if name not in formats.quantizations():
+            choices = ", ".join(formats.quantizations())
+            raise ConfigError(f"--quantize={name}: use one of {choices}")
+    quantized = [
+        name
+        for name in request.formats
+        if name in formats.FORMATS and formats.FORMATS[name].variants
+    ]
+    if set(request.quantizations) != {formats.NO_VARIANT} and not quantized:
         raise ConfigError("--quantize applies to TFLite files; add --format=tflite")
     if tta not in TTA_CHOICES:
         raise ConfigError(f"--tta={tta}: use one of {', '.join(TTA_CHOICES)}")
@@ -71,14 +76,10 @@ def check_request(request: Request, tta: str = "none") -> None:
         raise ConfigError("--eval_examples must be 1 or more")
 
 
-def _file_name(quantize: str) -> str:
-    return "model.tflite" if quantize == "none" else f"model_{quantize}.tflite"
-
-
 def _images(run_config, model_dir: str, preprocessing, request: Request):
     """(eval images, labels, calibration images) at the portable size, or Nones without data."""
     from resnet_app.data import run_pipeline
-    from resnet_app.serving import portable
+    from resnet_app.export import portable
 
     try:
         pipeline = run_pipeline.create_run_pipeline(run_config, model_dir=model_dir)
@@ -110,7 +111,7 @@ def write_formats(staged: str, served, source: dict, run_config, request: Reques
     """
     import tensorflow as tf
 
-    from resnet_app.serving import onnx_export, parity, portable, tflite
+    from resnet_app.export import parity, portable
 
     prep = served.preprocessing
     images, labels, calibration, split = _images(run_config, source["model_dir"], prep, request)
@@ -128,15 +129,15 @@ def write_formats(staged: str, served, source: dict, run_config, request: Reques
     )
     info = _model_info(served, prep, source)
     outputs = []
-    if "tflite" in request.formats:
-        for quantize in request.quantizations:
-            path = os.path.join(staged, _file_name(quantize))
-            _write(path, tflite.convert(classifier, quantize, calibration))
-            outputs.append((f"tflite_{quantize}", path, tflite.Runner))
-    if "onnx" in request.formats:
-        path = os.path.join(staged, "model.onnx")
-        _write(path, onnx_export.convert(classifier, info))
-        outputs.append(("onnx", path, onnx_export.Runner))
+    for name in request.formats:
+        if name == formats.SAVED_MODEL:
+            continue
+        kind = formats.FORMATS[name]
+        module = kind.load()
+        for variant in [v for v in request.quantizations if v in kind.variants] or [None]:
+            path = os.path.join(staged, kind.file_name(variant))
+            _write(path, module.convert(classifier, variant, calibration, info))
+            outputs.append((kind.output_name(variant), path, module.Runner))
     for name, path, runner in outputs:
         if images is not None:
             rows.append(parity.measure(name, path, runner(path), images, labels, reference)[0])
@@ -164,7 +165,7 @@ def write_formats(staged: str, served, source: dict, run_config, request: Reques
 
 def _model_info(served, preprocessing, source: dict) -> dict:
     """What a .tflite or .onnx file takes and gives, for callers without resnet_app."""
-    from resnet_app.serving import portable
+    from resnet_app.export import portable
 
     return {
         "class_names": served.class_names,

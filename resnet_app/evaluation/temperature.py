@@ -22,7 +22,7 @@ from absl import logging
 
 from resnet_app.common import run_dir
 from resnet_app.common.errors import ConfigError
-from resnet_app.serving import calibration, checkpoint_eval
+from resnet_app.evaluation import calibration, checkpoint_eval
 
 if TYPE_CHECKING:
     import numpy as np
@@ -69,7 +69,7 @@ def fit_run_temperature(
     from resnet_app.common import checkpoint, distribute
     from resnet_app.data import run_pipeline
     from resnet_app.data.sources import HOLDOUT_SPLIT
-    from resnet_app.serving import exact_eval
+    from resnet_app.evaluation import exact_eval
 
     strategy = distribute.create_strategy(num_towers)  # Before TF runs any op.
     [(step, prefix)] = checkpoint.select(model_dir, which)

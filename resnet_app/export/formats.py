@@ -1,0 +1,81 @@
+"""The registry of export formats besides the SavedModel: {name: Format}.
+
+A format is one module and one line here. Its module (imported only when the
+format is used, since converters are optional dependencies) provides:
+
+    convert(classifier, variant, calibration, info) -> bytes
+        the file's bytes for a `portable.PortableClassifier`; `variant` is a
+        --quantize value for formats that have variants, else None;
+        `calibration` holds uint8 training images (int8) or None; `info` is
+        what `model_info.json` says about the file.
+    Runner(path)(images) -> probabilities
+        runs a written file on uint8 images at the file's input size.
+
+`deploy.py` writes each requested format, `parity.py` measures it against
+the SavedModel, and `classify.py` finds a file's format by its suffix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+from types import ModuleType
+
+SAVED_MODEL = "saved_model"  # Always written; not in the registry.
+NO_VARIANT = "none"
+
+
+@dataclasses.dataclass(frozen=True)
+class Format:
+    """An export format.
+
+    Attributes:
+      name: the --format value.
+      suffix: the file's extension.
+      module: the module with `convert` and `Runner`.
+      variants: the --quantize values it is written in (each a file), or ()
+        for one file.
+    """
+
+    name: str
+    suffix: str
+    module: str
+    variants: tuple[str, ...] = ()
+
+    def file_name(self, variant: str | None) -> str:
+        """model.tflite, model_float16.tflite, model.onnx, ..."""
+        tail = "" if variant in (None, NO_VARIANT) else f"_{variant}"
+        return f"model{tail}{self.suffix}"
+
+    def output_name(self, variant: str | None) -> str:
+        """The file's name in the parity report: tflite_none, tflite_int8, onnx, ..."""
+        return self.name if variant is None else f"{self.name}_{variant}"
+
+    def load(self) -> ModuleType:
+        """The format's module (its converter's dependencies load with it)."""
+        return importlib.import_module(self.module)
+
+
+FORMATS = {
+    "tflite": Format(
+        "tflite", ".tflite", "resnet_app.export.tflite", (NO_VARIANT, "float16", "dynamic", "int8")
+    ),
+    "onnx": Format("onnx", ".onnx", "resnet_app.export.onnx_export"),
+}
+
+
+def names() -> tuple[str, ...]:
+    """Every --format value, the SavedModel first."""
+    return (SAVED_MODEL, *FORMATS)
+
+
+def quantizations() -> tuple[str, ...]:
+    """Every --quantize value, of the formats that have variants."""
+    return tuple(dict.fromkeys(v for f in FORMATS.values() for v in f.variants))
+
+
+def by_suffix(path: str) -> Format | None:
+    """The format of a file by its extension, or None (a SavedModel directory)."""
+    extension = os.path.splitext(path)[1].lower()
+    return next((f for f in FORMATS.values() if f.suffix == extension), None)

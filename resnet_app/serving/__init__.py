@@ -1,1 +1,0 @@
-"""The serving layer: exact evaluation, reports, exports and classification of files."""
