@@ -10,7 +10,7 @@ step's buffers were then mapped afresh every step (17,700 to 51,800 page
 faults per step of ResNet-20 at batch 128, against about 1,600 with BFC):
 with the distributed input of `OneDeviceStrategy`, the trainer ran at 0.59x
 Keras `fit`, two towers slower still. The BFC allocator keeps the memory and
-reuses it (README, "On CPUs without oneDNN").
+reuses it (docs/performance.md, "On CPUs without oneDNN").
 """
 
 import os

@@ -242,7 +242,7 @@ def distribute_datasets(
     which it uses on CPUs without AVX512_VNNI, AVX512_BF16 or AMX (oneDNN is
     off by default on those), ResNet-20's training step ran at 242 images/s
     against 432 for the same step fed by the dataset's own iterator (one
-    process each; README, "On CPUs without oneDNN"). Every other strategy gets
+    process each; docs/performance.md, "On CPUs without oneDNN"). Every other strategy gets
     its distributed dataset.
     """
     if isinstance(strategy, tf.distribute.OneDeviceStrategy):

@@ -134,7 +134,15 @@ class Momentum(OptimizerSection, kind="momentum"):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class SGD(OptimizerSection, kind="sgd"):
-    """Keras `SGD`, whose velocity keeps the learning rate it was accumulated at."""
+    """Keras `SGD`, whose velocity keeps the learning rate it was accumulated at.
+
+    Attributes:
+      learning_rate: the base learning rate (the schedule scales it).
+      momentum: the velocity's decay, in [0, 1) (0: plain gradient descent).
+      nesterov: Nesterov momentum.
+      clipnorm: clip each variable's gradient to this norm (or null).
+      global_clipnorm: or clip all gradients together to this norm (or null).
+    """
 
     learning_rate: float = argument(0.1, _AT_LEAST_0)
     momentum: float = argument(0.0, _FRACTION)
@@ -145,7 +153,17 @@ class SGD(OptimizerSection, kind="sgd"):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class RMSprop(OptimizerSection, kind="rmsprop"):
-    """Keras `RMSprop`."""
+    """Keras `RMSprop`.
+
+    Attributes:
+      learning_rate: the base learning rate (the schedule scales it).
+      rho: the decay of the squared gradients' average, in [0, 1).
+      momentum: the step's momentum, in [0, 1).
+      epsilon: added to the root of the average, > 0.
+      centered: divide by the gradients' variance instead of their second moment.
+      clipnorm: clip each variable's gradient to this norm (or null).
+      global_clipnorm: or clip all gradients together to this norm (or null).
+    """
 
     learning_rate: float = argument(0.001, _AT_LEAST_0)
     rho: float = argument(0.9, _FRACTION)
@@ -158,7 +176,17 @@ class RMSprop(OptimizerSection, kind="rmsprop"):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Adam(OptimizerSection, kind="adam"):
-    """Keras `Adam`."""
+    """Keras `Adam`.
+
+    Attributes:
+      learning_rate: the base learning rate (the schedule scales it).
+      beta_1: the first moment's decay, in [0, 1).
+      beta_2: the second moment's decay, in [0, 1).
+      epsilon: added to the root of the second moment, > 0.
+      amsgrad: use the largest second moment so far (Reddi et al. 2018).
+      clipnorm: clip each variable's gradient to this norm (or null).
+      global_clipnorm: or clip all gradients together to this norm (or null).
+    """
 
     learning_rate: float = argument(0.001, _AT_LEAST_0)
     beta_1: float = argument(0.9, _FRACTION)
@@ -171,7 +199,18 @@ class Adam(OptimizerSection, kind="adam"):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class AdamW(OptimizerSection, kind="adamw"):
-    """Keras `AdamW`: decoupled weight decay, per unit of learning rate (Keras's default)."""
+    """Keras `AdamW`: decoupled weight decay, per unit of learning rate (Keras's default).
+
+    Attributes:
+      learning_rate: the base learning rate (the schedule scales it).
+      weight_decay: the decoupled decay, multiplied by the learning rate.
+      beta_1: the first moment's decay, in [0, 1).
+      beta_2: the second moment's decay, in [0, 1).
+      epsilon: added to the root of the second moment, > 0.
+      amsgrad: use the largest second moment so far (Reddi et al. 2018).
+      clipnorm: clip each variable's gradient to this norm (or null).
+      global_clipnorm: or clip all gradients together to this norm (or null).
+    """
 
     learning_rate: float = argument(0.001, _AT_LEAST_0)
     weight_decay: float = argument(0.004, _AT_LEAST_0)

@@ -29,6 +29,16 @@ _SPLIT = flags.DEFINE_string(
 cli.define_config_flags(DataConfig)
 
 
+def label_text(label, class_names) -> str:
+    """A title: the class name, or a multi-label image's names joined (its multi-hot row)."""
+    import numpy as np
+
+    label = np.asarray(label)
+    if label.ndim == 0:
+        return class_names[int(label)]
+    return " ".join(class_names[i] for i in np.flatnonzero(label > 0)) or "(no label)"
+
+
 def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
     config = cli.config_from_flags(DataConfig)
@@ -72,7 +82,7 @@ def main(argv: list[str]) -> None:
         axis.axis("off")
     for axis, image, label in zip(axes.flat, pixels, labels):
         axis.imshow(image, interpolation="nearest")
-        axis.set_title(pipeline.class_names[label], fontsize=8)
+        axis.set_title(label_text(label, pipeline.class_names), fontsize=8)
     figure.suptitle(f"{config.dataset}: {pipeline.preprocessing.family} preprocessing", fontsize=9)
     figure.tight_layout()
     figure.savefig(_OUT.value, dpi=100)

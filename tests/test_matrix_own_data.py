@@ -1,0 +1,26 @@
+"""The no-traceback matrix (tests/matrix.py) on users' own images: a folder and CSV tables."""
+
+import pytest
+
+from tests import matrix
+
+pytestmark = pytest.mark.integration  # Subprocesses and training runs.
+
+UNKNOWN_SIZE = "is not known here; pass --examples_per_epoch=N"
+EXPECTED_REFUSALS = {
+    "folder": {"schedule": UNKNOWN_SIZE},
+    "csv": {"schedule": UNKNOWN_SIZE},
+    "multi-label csv": {"schedule": UNKNOWN_SIZE},
+}
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("matrix")
+    return root, matrix.make_datasets(root)
+
+
+@pytest.mark.parametrize("kind", list(EXPECTED_REFUSALS))
+def test_every_command_works_or_refuses_in_one_line(kind, datasets):
+    root, names = datasets
+    matrix.check(matrix.run_kind(kind, names[kind], root), EXPECTED_REFUSALS[kind])
