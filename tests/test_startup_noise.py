@@ -109,3 +109,24 @@ def test_an_error_after_tensorflow_loads_shows_no_startup_lines(tiny_run):
     loud = run_command("resnet_app.evaluate", *args, "--verbosity=1")
     shown = [line for line in loud.stderr.splitlines() if startup_noise.is_harmless(line, False)]
     assert shown, loud.stderr
+
+
+def test_what_the_filter_holds_is_written_before_a_hard_exit():
+    code = (
+        "import os, sys\n"
+        "from resnet_app.common import startup_noise\n"
+        "startup_noise.install()\n"
+        f"os.write(2, {NOISE[0]!r}.encode() + b'\\n')\n"
+        "sys.stderr.write('Second SIGINT: exiting now\\n')\n"
+        "startup_noise.restore()\n"
+        "os._exit(130)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
+    assert result.returncode == 130
+    assert result.stderr.splitlines() == ["Second SIGINT: exiting now"]

@@ -79,6 +79,7 @@ class LineFilter:
 
 
 _installed = False
+_drain = None  # Set by install(): ends the filter, writing what it holds.
 
 
 def install(show_all: bool = False) -> None:
@@ -90,7 +91,7 @@ def install(show_all: bool = False) -> None:
     Args:
       show_all: let every line through (`--verbosity=1` or more).
     """
-    global _installed
+    global _installed, _drain
     if _installed or show_all or os.environ.get(SHOW_ENV) == "show":
         return
     _installed = True
@@ -117,7 +118,14 @@ def install(show_all: bool = False) -> None:
         os.dup2(terminal, 2)
         reader.join(_DRAIN_SECONDS)
 
+    _drain = drain
     atexit.register(drain)
+
+
+def restore() -> None:
+    """Ends the filter now, every line it holds written: call it before `os._exit`."""
+    if _drain is not None:
+        _drain()
 
 
 def _write_all(fd: int, data: bytes) -> None:

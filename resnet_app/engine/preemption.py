@@ -23,6 +23,8 @@ import threading
 import tensorflow as tf
 from absl import logging
 
+from resnet_app.common import startup_noise
+
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 SIGNAL_NAMES = frozenset(s.name for s in SIGNALS)
 
@@ -81,6 +83,7 @@ class StopRequest:
                 if self._signalled and number == signal.SIGINT:
                     logging.error("Second %s: exiting now, without a checkpoint", name)
                     logging.flush()
+                    startup_noise.restore()  # os._exit skips atexit: write what it holds.
                     os._exit(128 + number)
                 self._signalled = True
                 self.request(name)
