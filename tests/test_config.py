@@ -150,7 +150,10 @@ def test_written_config_reads_back_the_same(tmp_path):
             r"data.augment.area_range=\['a', 'b'\]: expected a list of numbers",
         ),
         (["model.units=[1.5, 2]"], "expected a list of integers"),
-        (["model.name=resnet21"], "unknown model 'resnet21'; valid models:.*resnet20"),
+        (
+            ["model.name=resnet21"],
+            r"unknown model 'resnet21' \(did you mean .*\); valid models:.*resnet20",
+        ),
         (["model.name=null"], "model.name=None; valid models:.*resnet20"),
         (["model.widht=3"], "unknown model key.*widht"),
         (["model.bn_momentum=2"], "bn_momentum"),

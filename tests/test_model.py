@@ -478,7 +478,11 @@ def test_create_model_overrides_any_field():
 @pytest.mark.parametrize(
     "name,overrides,message",
     [
-        ("resnet51", {}, "unknown model 'resnet51'; valid models: resnet14, resnet20"),
+        (
+            "resnet51",
+            {},
+            "unknown model 'resnet51' (did you mean resnet56 or resnet50 or resnet18?)",
+        ),
         ("resnet20", {"depth": 3}, "unknown model field(s) depth"),
         ("resnet20", {"block": "wide"}, "'block' must be one of basic, bottleneck"),
         ("resnet20", {"units": (3, 3)}, "one entry per stage"),

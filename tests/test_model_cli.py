@@ -50,7 +50,7 @@ def test_table_summary_with_overridden_classes_and_size():
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["--model=resnet51"], "unknown model 'resnet51'; valid models: resnet14, resnet20"),
+        (["--model=resnet51"], "unknown model 'resnet51' (did you mean resnet56 or resnet50"),
         (["--model=resnet20", "--num_classes=0"], "'num_classes'"),
         (["--model=resnet20", "--image_size=big"], "--image_size=big"),
         (["--model=resnet20", "--image_size=0"], "--image_size must be positive"),

@@ -10,6 +10,7 @@ the network a config describes. A preset overrides only what differs from
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from collections.abc import Iterable
 from typing import Any
 
@@ -231,7 +232,9 @@ def get_config(name: str, **overrides: Any) -> ResNetConfig:
       ConfigError: for an unknown preset, an unknown field or a bad value.
     """
     if name not in PRESETS:
-        raise ConfigError(f"unknown model '{name}'; valid models: {', '.join(model_names())}")
+        close = difflib.get_close_matches(name, model_names(), n=3)
+        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
+        raise ConfigError(f"unknown model '{name}'{hint}; valid models: {', '.join(model_names())}")
     fields = {field.name for field in dataclasses.fields(ResNetConfig)}
     unknown = sorted(set(overrides) - fields)
     if unknown:
