@@ -197,6 +197,10 @@ def test_num_gpus_with_tf_config_is_not_silently_ignored(tmp_path):
     and each worker refuses in one line before it touches the run directory.
     """
     script = os.path.join(REPO, "scripts", "imagenet_resnet50.sh")
+    # ImageNet's manual files seem to be there, so that the dataset is not what is refused.
+    manual = tmp_path / "data" / "downloads" / "manual"
+    manual.mkdir(parents=True)
+    (manual / "ILSVRC2012_img_train.tar").write_bytes(b"")
     environments = worker_environments(
         NUM_GPUS="2",
         MODEL_DIR=str(tmp_path / "run"),

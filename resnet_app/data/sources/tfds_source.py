@@ -100,7 +100,9 @@ def check(name: str, config) -> None:
     """Refuses, without TensorFlow, a tfds name that is unknown or cannot be downloaded.
 
     A dataset already in the data directory, or with files for a manual
-    download, is left to tfds. Community names ("huggingface:mnist") too.
+    download, is left to tfds, and so are a name's config and version
+    ("imagenette/320px-v2", "cifar10:3.0.2", which only tfds can check) and
+    community names ("huggingface:mnist").
 
     Raises:
       ConfigError: for a name tfds does not have (with the nearest one), or a
@@ -119,10 +121,15 @@ def check(name: str, config) -> None:
         hint = f" (did you mean {' or '.join(close)}?)" if close else ""
         raise ConfigError(f"unknown dataset {name!r}{hint}: use {usages()}")
     manual = os.path.join(data_dir, "downloads", "manual")
-    if os.path.isdir(manual) and os.listdir(manual):
-        return
+    if colon or "/" in base or (os.path.isdir(manual) and os.listdir(manual)):
+        return  # A config or version, or manual files: tfds checks those.
     if not network_available():
-        raise _offline(name, data_dir)
+        raise ConfigError(
+            f"dataset {name!r} is not prepared in {data_dir} and there is no network to "
+            f"download it: prepare it on a machine online (tfds build {name} "
+            f"--data_dir=DIR), copy DIR here and pass --data_dir=DIR; for a manual "
+            f"download (imagenet2012), put its files in {manual}; or use --dataset=shapes"
+        )
 
 
 def _prepare(builder, name: str, data_dir: str) -> None:
