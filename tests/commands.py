@@ -57,5 +57,5 @@ def blocked_packages(folder, *packages):
     for package in packages:
         os.makedirs(os.path.join(folder, package), exist_ok=True)
         with open(os.path.join(folder, package, "__init__.py"), "w") as f:
-            f.write(f"raise ImportError('{package} was imported')\n")
+            f.write(f"raise ImportError('{package} was imported', name='{package}')\n")
     return str(folder)

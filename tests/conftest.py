@@ -102,3 +102,12 @@ def private_shapes_cache(tmp_path_factory):
         del os.environ["XDG_CACHE_HOME"]
     else:
         os.environ["XDG_CACHE_HOME"] = previous
+
+
+@pytest.fixture(scope="module")
+def matrix_datasets(tmp_path_factory):
+    """(the root, {kind: --dataset value}) of the no-traceback matrix (tests/matrix.py)."""
+    from tests import matrix
+
+    root = tmp_path_factory.mktemp("matrix")
+    return root, matrix.make_datasets(root)

@@ -218,15 +218,13 @@ def test_int8_without_the_training_data_and_onnx_without_its_converter(tiny_run,
     )
     assert "--quantize=int8 needs the run's training split" in error_line(result)
     # A converter that is not installed: a package of that name that fails to import.
-    fake = tmp_path / "fake" / "tf2onnx"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("raise ImportError('not installed', name='tf2onnx')\n")
+    fake = blocked_packages(tmp_path / "fake", "tf2onnx")
     result = run_command(
         "resnet_app.export",
         f"--model_dir={tiny_dir}",
         f"--export_dir={tmp_path / 'out2'}",
         "--format=onnx",
-        env={"PYTHONPATH": f"{tmp_path / 'fake'}{os.pathsep}{REPO}"},
+        env={"PYTHONPATH": f"{fake}{os.pathsep}{REPO}"},
     )
     assert "needs the optional converter (tf2onnx is not installed)" in error_line(result)
     assert not os.path.exists(tmp_path / "out2")

@@ -14,13 +14,7 @@ EXPECTED_REFUSALS = {
 }
 
 
-@pytest.fixture(scope="module")
-def datasets(tmp_path_factory):
-    root = tmp_path_factory.mktemp("matrix")
-    return root, matrix.make_datasets(root)
-
-
 @pytest.mark.parametrize("kind", list(EXPECTED_REFUSALS))
-def test_every_command_works_or_refuses_in_one_line(kind, datasets):
-    root, names = datasets
+def test_every_command_works_or_refuses_in_one_line(kind, matrix_datasets):
+    root, names = matrix_datasets
     matrix.check(matrix.run_kind(kind, names[kind], root), EXPECTED_REFUSALS[kind])

@@ -80,7 +80,7 @@ def _summary(cls: type) -> str:
     return (cls.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
 
 
-def _kinds(title: str, family: type, section: str) -> list[str]:
+def _kinds(family: type, section: str) -> list[str]:
     lines = [f"## `{section}:`", "", _summary(family), ""]
     default = getattr(family, "DEFAULT_KIND", None)
     for kind, cls in family.KINDS.items():
@@ -102,8 +102,8 @@ def markdown() -> str:
     name_row = '| `model.name` | `"resnet20"` | the preset (above) the other fields start from. |'
     lines += [*table[:2], name_row, *table[2:], ""]
     lines += ["## `data:`", "", _summary(DataConfig), "", *_table(DataConfig, "data."), ""]
-    lines += _kinds("optimizer", optimizer_kinds.OptimizerSection, "optimizer")
-    lines += _kinds("schedule", schedule_kinds.ScheduleSection, "schedule")
+    lines += _kinds(optimizer_kinds.OptimizerSection, "optimizer")
+    lines += _kinds(schedule_kinds.ScheduleSection, "schedule")
     lines += ["## `train:`", "", _summary(TrainSettings), "", *_table(TrainSettings, "train."), ""]
     lines += ["## `sync:`", "", _summary(SyncSettings), "", *_table(SyncSettings, "sync."), ""]
     assert [f.name for f in dataclasses.fields(Config) if f.name != "derived"] == [

@@ -36,8 +36,7 @@ SHOWN_MISSING = 3
 def _rows(path: str) -> list[dict]:
     """The table's rows as {column: text}, from its extension: .tsv, .jsonl/.json, else CSV."""
     name = PREFIX + path
-    if not os.path.isfile(path):
-        raise ConfigError(f"--dataset={name}: {path} is not a file")
+    check(path)
     extension = os.path.splitext(path)[1].lower()
     try:
         with open(path, newline="", encoding="utf-8-sig") as file:

@@ -53,11 +53,17 @@ def tfds_data_dir(data_dir: str | None) -> str:
     return data_dir or os.environ.get("TFDS_DATA_DIR") or default
 
 
-def _offline(name: str, data_dir: str) -> ConfigError:
+def _offline(name: str, data_dir: str, manual: str | None = None) -> ConfigError:
+    """The offline refusal; `manual` also names where a manual download's files go."""
+    where = (
+        f"; for a manual download (imagenet2012), put its files in {manual}; or"
+        if manual
+        else ", or"
+    )
     return ConfigError(
         f"dataset {name!r} is not prepared in {data_dir} and there is no network to "
         f"download it: prepare it on a machine online (tfds build {name} "
-        f"--data_dir=DIR), copy DIR here and pass --data_dir=DIR, or use --dataset=shapes"
+        f"--data_dir=DIR), copy DIR here and pass --data_dir=DIR{where} use --dataset=shapes"
     )
 
 
@@ -124,12 +130,7 @@ def check(name: str, config) -> None:
     if colon or "/" in base or (os.path.isdir(manual) and os.listdir(manual)):
         return  # A config or version, or manual files: tfds checks those.
     if not network_available():
-        raise ConfigError(
-            f"dataset {name!r} is not prepared in {data_dir} and there is no network to "
-            f"download it: prepare it on a machine online (tfds build {name} "
-            f"--data_dir=DIR), copy DIR here and pass --data_dir=DIR; for a manual "
-            f"download (imagenet2012), put its files in {manual}; or use --dataset=shapes"
-        )
+        raise _offline(name, data_dir, manual)
 
 
 def _prepare(builder, name: str, data_dir: str) -> None:
