@@ -2,6 +2,7 @@
 run towers (MirroredStrategy replicas) on any machine. This must happen before
 TensorFlow initializes its devices, hence at import, before any test runs."""
 
+import contextlib
 import os
 
 import pytest
@@ -27,12 +28,48 @@ def pytest_addoption(parser):
     )
 
 
+@pytest.hookimpl(tryfirst=True)  # Before xdist reads the groups.
 def pytest_collection_modifyitems(config, items):
+    """Marks `integration` every test that trains, exports or starts a process (tests/tiers.py).
+
+    Tests share a worker process only when they share what their module keeps
+    (a trained run, a dataset, built networks): they are one `xdist_group`;
+    every other test goes to whichever worker is free (`--dist loadgroup`).
+    """
+    from tests import tiers
+
+    analysis = tiers.Analysis()
+    for item in items:
+        reason = analysis.item(item)
+        if reason:
+            item.add_marker(pytest.mark.integration(reason=reason))
+        if tiers.shares_module_state(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
     if not config.getoption("--fast"):
         return
     kept = [item for item in items if "integration" not in item.keywords]
     config.hook.pytest_deselected(items=[item for item in items if item not in kept])
     items[:] = kept
+
+
+def _guarded(item):
+    from tests import tiers
+
+    if "integration" in item.keywords:
+        return contextlib.nullcontext()
+    return tiers.guard(item.nodeid)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    with _guarded(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with _guarded(item):
+        return (yield)
 
 
 @pytest.fixture

@@ -3,8 +3,15 @@
 Each cell runs a command as a user would, and either works (exit 0) or
 refuses in one line (exit 2, one `error:` line); nothing ends in a traceback.
 The cells of one kind of dataset share one tiny run: train it, then evaluate
-it, export it to every format (and every TFLite variant), predict with the run
-and with each exported file, and run the tools on its data. The matrix is
+it, export it, predict with the run and with the export, and run the tools on
+its data.
+
+Pairwise, not the full cross product: every command runs on every kind once,
+and the export's formats and TFLite variants (and predict on each file) once
+per kind of classifier head, on `FULL_EXPORT`'s kinds: single-label,
+multi-label and a run on synthetic data (no images to calibrate or compare
+on). What an export holds does not depend on where the training images came
+from; the other kinds export the SavedModel and predict with it. The matrix is
 split over two test files so that the suite's two processes share it.
 """
 
@@ -27,6 +34,8 @@ TRAIN = [
 ]
 EXPORT_FORMATS = ("saved_model", "tflite", "onnx")
 TFLITE_VARIANTS = ("none", "float16", "dynamic", "int8")
+# The kinds whose run is exported to every format and variant: one per head type.
+FULL_EXPORT = {"single-label": "shapes", "multi-label": "multi-label csv", "synthetic": "synthetic"}
 
 
 def make_datasets(root):
@@ -94,6 +103,8 @@ def run_kind(kind, dataset, root):
     trained = cell("train", "resnet_app.train", *data, *TRAIN, f"--model_dir={run}") == "works"
     cell("schedule", "resnet_app.tools.lr_schedule", *data, *TRAIN)
     records = ["--label_offset=1"] if dataset.startswith("tfrecord:") else []
+    if dataset == "shapes":
+        records.append("--train_examples=48")  # Not the default 50,000 images to draw.
     cell(
         "show-batch",
         "resnet_app.tools.show_batch",
@@ -136,6 +147,8 @@ def run_kind(kind, dataset, root):
         # Without int8, which needs training images to calibrate on.
         " (no int8)": ["--format=tflite,onnx", "--quantize=none,float16,dynamic"],
     }
+    if kind not in FULL_EXPORT.values():
+        exports = {"": []}  # The SavedModel.
     for suffix, flags in exports.items():
         target = f"{exported}{suffix.strip(' ()').replace(' ', '_')}"
         if (
@@ -151,7 +164,7 @@ def run_kind(kind, dataset, root):
         ):
             continue
         # predict on each format (the TFLite variants share a runner).
-        for name in ("saved_model", "model.tflite", "model.onnx"):
+        for name in ("saved_model", "model.tflite", "model.onnx")[: 3 if exports[suffix] else 1]:
             path = target if name == "saved_model" else os.path.join(target, name)
             cell(f"predict {name}", "resnet_app.predict", f"--export_dir={path}", *photos)
         break

@@ -53,6 +53,21 @@ def read_records(model_dir):
     return metrics.read_records(path)
 
 
+def fault_rng():
+    """The random source of a test's fault point (where a process is killed), fixed by its id.
+
+    The same test draws the same points on every run, so a failure replays;
+    the seed is printed, and pytest shows it with the failure.
+    """
+    import random
+    import zlib
+
+    test_id = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
+    seed = zlib.crc32(test_id.encode())
+    print(f"fault points of {test_id}: random.Random({seed})")
+    return random.Random(seed)
+
+
 def saved_tensors(prefix):
     """Every value in a checkpoint, by key, read without any model code."""
     reader = tf.train.load_checkpoint(str(prefix))

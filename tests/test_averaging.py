@@ -27,8 +27,6 @@ from tests.runs import saved_tensors
 from tests.small_models import SIZE, initial_weights, no_bn, tiny_bn
 from tests.test_multiworker import run_workers
 
-pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
-
 LEARNING_RATES = (0.1, 0.05, 0.1)  # An LR change, as the trainer feeds it.
 NEVER = 10**9  # An interval that never comes: the replicas' copies as they drift.
 

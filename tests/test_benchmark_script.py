@@ -3,14 +3,10 @@
 import json
 import statistics
 
-import pytest
-
 import resnet_app
 from resnet_app.nets import presets
 from tests.commands import error_line, run_command
 from tests.reference import closed_form_macs
-
-pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
 
 
 def test_json_report_of_one_trainer_variant(tmp_path):

@@ -31,8 +31,6 @@ from tests import runs
 from tests.commands import error_line, run_command
 from tests.conftest import EVAL_EXAMPLES
 
-pytestmark = pytest.mark.integration  # Training runs and subprocesses: not in --fast.
-
 TOWERS = ["/cpu:0", "/cpu:1", "/cpu:2"]
 HOLDOUT = 16
 

@@ -6,7 +6,6 @@ at the end of that step (no checkpoint step), as a power cut would.
 """
 
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -21,10 +20,8 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.engine import loop
 from resnet_app.engine.actions import Action
 from tests import runs
-from tests.commands import REPO, error_line, run_command
+from tests.commands import REPO, error_line, run_code, run_command
 from tests.runs import read_records, saved_tensors
-
-pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
 
 # Tiny network, 64 training images: 4 steps of 16 per epoch.
 SMALL = [
@@ -78,14 +75,7 @@ cli.run(train.main)
 
 
 def drive(*args, kill_at=0, ids="-"):
-    return subprocess.run(
-        [sys.executable, "-c", DRIVER, str(kill_at), str(ids), *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": REPO},
-    )
+    return run_code(DRIVER, str(kill_at), str(ids), *args)
 
 
 def consumed_ids(path):
@@ -122,7 +112,7 @@ def test_sigkill_between_checkpoints_then_resume_is_bitwise_identical(tmp_path):
     every saved tensor at the end equals the uninterrupted run's, bit for bit."""
     args = [*SMALL, f"--data_dir={tmp_path / 'data'}", "--train_steps=14", "--deterministic"]
     args += ["--set=train.checkpoint_every=5"]
-    stderr, tensors = kill_and_resume(tmp_path, args, random.Random().randint(6, 9))
+    stderr, tensors = kill_and_resume(tmp_path, args, runs.fault_rng().randint(6, 9))
     assert "Resumed from step 5 (epoch 1, example 16 of 64)" in stderr
     assert any("moving_variance" in name for name in tensors)
     assert any(name.startswith("optimizer/_variables/") for name in tensors)  # Slots.

@@ -149,7 +149,6 @@ def test_tf_config_is_read(monkeypatch):
     assert distribute.read_tf_config() == worker_config(1)
 
 
-@pytest.mark.integration  # A training subprocess: not in --fast.
 def test_tf_config_json_but_not_an_object_from_the_command_line(tmp_path):
     result = run_command(
         "resnet_app.train",
@@ -161,7 +160,6 @@ def test_tf_config_json_but_not_an_object_from_the_command_line(tmp_path):
     assert line.startswith("error: TF_CONFIG is JSON but not an object ([1])"), line
 
 
-@pytest.mark.integration  # A training subprocess: not in --fast.
 def test_a_run_directory_that_cannot_be_made_is_one_line(tmp_path):
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")

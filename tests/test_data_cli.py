@@ -1,15 +1,11 @@
 """`resnet-app show-batch` (`tools/show_batch.py`), run as a user would: picture, errors."""
 
-import time
-
 import pytest
 import tensorflow as tf
 
 from resnet_app.data import sources
 from tests.commands import error_line, run_command
 from tests.tfds_mock import closed_port
-
-pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
 
 
 def show_batch(*args, env=None):
@@ -32,15 +28,14 @@ def test_writes_a_grid_of_training_images(tmp_path):
     assert picture[..., :3].std() > 20  # Not blank.
 
 
-def test_offline_tfds_dataset_is_one_line_within_seconds(tmp_path):
-    started = time.monotonic()
+def test_offline_tfds_dataset_is_one_line(tmp_path):
+    # No download is attempted: test_data.py's test_offline_tfds_dataset_fails_fast_with_the_fix.
     result = show_batch(
         "--dataset=cifar10",
         f"--data_dir={tmp_path}",
         f"--out={tmp_path / 'b.png'}",
         env={sources.NETWORK_PROBE_ENV: closed_port()},
     )
-    assert time.monotonic() - started < 60  # tfds alone would retry for minutes.
     line = error_line(result)
     assert "'cifar10'" in line and str(tmp_path) in line and "--data_dir" in line
 

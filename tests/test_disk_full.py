@@ -19,7 +19,7 @@ from resnet_app.engine.actions import Action
 from tests import runs
 
 # Training runs (not in --fast); `train.deterministic` runs in this process.
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("op_determinism_off_after")]
+pytestmark = pytest.mark.usefixtures("op_determinism_off_after")
 
 
 @pytest.fixture

@@ -89,7 +89,6 @@ def test_decay_out_of_range_and_mismatched_models_are_refused():
         WeightEMA(model, other, DECAY)
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize(
     "towers,interval,warmup",
     [(1, None, True), (2, None, False), (2, 2, True)],
@@ -171,7 +170,6 @@ def _restored(model_dir, step: int, weights: str) -> list[np.ndarray]:
     return [v.numpy() for v in served.model.variables]
 
 
-@pytest.mark.integration
 def test_run_checkpoints_the_average_as_numpy_continues_it(ema_run):
     """ckpt-8's average is ckpt-4's carried on by NumPy over the weights of ckpt-5 ... ckpt-8
     (the BatchNorm statistics included)."""
@@ -182,7 +180,6 @@ def test_run_checkpoints_the_average_as_numpy_continues_it(ema_run):
         np.testing.assert_allclose(actual, value, rtol=2e-6, atol=1e-7)
 
 
-@pytest.mark.integration
 def test_run_evaluates_both_and_evaluate_picks_the_average(ema_run, tmp_path):
     """metrics.jsonl and TensorBoard hold both evaluations; `evaluate` restores
     either, defaulting to the average, and gets the trainer's numbers back."""
@@ -204,7 +201,6 @@ def test_run_evaluates_both_and_evaluate_picks_the_average(ema_run, tmp_path):
         assert record["report"].endswith("ckpt-8-test" + ("" if weights == "raw" else "-ema"))
 
 
-@pytest.mark.integration
 def test_keep_best_ranks_by_the_averages_evaluation(ema_run):
     import json
 
@@ -219,7 +215,6 @@ def test_keep_best_ranks_by_the_averages_evaluation(ema_run):
     assert record["weights"] == "ema" and record["loss"] == pytest.approx(best["ema_loss"], 1e-5)
 
 
-@pytest.mark.integration
 def test_export_loads_the_average_by_default(ema_run):
     """The served model's weights are the checkpoint's average (or with raw, its weights)."""
     tensors = runs.saved_tensors(ema_run / "ckpt-8")
@@ -235,7 +230,6 @@ def test_export_loads_the_average_by_default(ema_run):
         assert (loaded == fingerprint(ema)) == (chosen == "ema")
 
 
-@pytest.mark.integration
 def test_weights_ema_without_an_average_is_one_line(tiny_run):
     _, model_dir = tiny_run
     prefix = checkpoint.find_latest(str(model_dir))[1]
@@ -255,7 +249,6 @@ def test_ema_settings_are_checked(tmp_path):
     assert resolved.train.best_direction == "max"
 
 
-@pytest.mark.integration
 def test_fine_tuning_from_a_run_takes_its_average(ema_run, tmp_path):
     from resnet_app.engine import setup
 
@@ -289,7 +282,6 @@ def _train(directory, *sets, **train):
     return loop.train_and_evaluate(resolved, str(directory))
 
 
-@pytest.mark.integration
 def test_two_towers_evaluate_the_average_as_evaluate_does(tmp_path):
     """Per-tower BatchNorm: the towers' statistics of the average are averaged
     before the trainer evaluates and saves it, as the weights' are, so
@@ -302,7 +294,6 @@ def test_two_towers_evaluate_the_average_as_evaluate_does(tmp_path):
         assert record["loss"] == pytest.approx(result.summary[prefix + "loss"], rel=1e-6)
 
 
-@pytest.mark.integration
 def test_model_averaging_off_the_interval_ends_with_the_average_followed(tmp_path):
     """K=4 and 6 steps: the run averages at its end, and the average takes the
     two steps since step 4 at once (0.7**2) from the averaged weights."""
@@ -316,7 +307,6 @@ def test_model_averaging_off_the_interval_ends_with_the_average_followed(tmp_pat
         np.testing.assert_allclose(actual, value, rtol=2e-6, atol=1e-7)
 
 
-@pytest.mark.integration
 def test_the_average_may_start_on_resume(tmp_path, caplog):
     """A run resumed with train.ema_decay set starts its average from the
     resumed weights (no --allow_config_change needed: the weights do not change)."""

@@ -14,8 +14,6 @@ from resnet_app.data.sources import tfds_source
 from tests.commands import REPO, blocked_packages, error_line, run_command
 from tests.tfds_mock import closed_port
 
-pytestmark = pytest.mark.integration  # Subprocesses.
-
 MISTAKES = [
     (["--batch_sise=64"], "Did you mean: batch_size"),
     (["--set", "train.bogus=1"], "unknown train key(s) bogus"),

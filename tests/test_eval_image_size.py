@@ -54,7 +54,6 @@ def test_eval_image_size_is_refused_for_the_cifar_recipe_and_below_eval_resize()
         data_config(eval_image_size=4)
 
 
-@pytest.mark.integration
 def test_a_run_trained_at_32_is_evaluated_and_served_at_48(tmp_path):
     """The trainer's evaluation and the export both see 48 px images: they agree
     with the model applied to the images of a 48 px run's pipeline."""

@@ -24,8 +24,6 @@ from tests.commands import REPO, error_line, run_command
 from tests.conftest import EVAL_EXAMPLES
 from tests.test_multiworker import _free_ports
 
-pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
-
 
 @pytest.fixture
 def run(tiny_run):

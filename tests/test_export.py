@@ -28,8 +28,6 @@ from tests import runs
 from tests.commands import blocked_packages, error_line, run_command
 from tests.image_files import few_colour_image
 
-pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
-
 # Loads the export with TensorFlow alone, with a resnet_app first on the path
 # that raises when imported (the package itself may be installed here).
 LOAD_SCRIPT = """

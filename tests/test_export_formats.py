@@ -22,7 +22,6 @@ from resnet_app.nets import factory
 from tests import runs
 from tests.commands import REPO, blocked_packages, error_line, run_command
 
-pytestmark = pytest.mark.integration  # Subprocesses and exports.
 ALL_TFLITE = "none,float16,dynamic,int8"
 
 # Runs each exported file with its runtime alone: LiteRT and onnxruntime.

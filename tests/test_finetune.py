@@ -19,7 +19,7 @@ from tests.commands import error_line, run_command
 from tests.tfds_mock import closed_port
 
 # Training runs and subprocesses; `train.deterministic` runs in this process.
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("op_determinism_off_after")]
+pytestmark = pytest.mark.usefixtures("op_determinism_off_after")
 CLASSES = (5, 6, 7)
 
 

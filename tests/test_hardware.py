@@ -70,7 +70,6 @@ def test_a_json_report_reads_back_as_the_same_cpu(cpu):
     assert hardware.CpuInfo.from_dict(cpu.to_dict()) == cpu
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("value", [None, "0", "1"])
 def test_the_onednn_rule_agrees_with_tensorflow_here(value):
     """TensorFlow's own answer on this machine, in a fresh process, against the rule."""

@@ -15,8 +15,6 @@ from tensorboard.util import tensor_util
 from resnet_app.common import metrics
 from tests.runs import read_records
 
-pytestmark = pytest.mark.integration  # Uses the trained tiny run.
-
 
 def _session_hparams(model_dir):
     """{name: value} of the session start info in the run directory's own event files."""

@@ -111,7 +111,6 @@ def test_balanced_sampling_of_a_streamed_source_is_one_line(tmp_path):
         )
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

@@ -23,8 +23,6 @@ from tests import runs
 from tests.commands import error_line, run_command
 from tests.runs import read_records
 
-pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
-
 # Evaluations at every step: the tiny run's top-1 rises, then falls (and its
 # loss has its minimum at another step), so the best is neither the first nor
 # the last evaluation; each test checks that this holds before relying on it.

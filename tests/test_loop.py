@@ -17,8 +17,6 @@ from resnet_app.nets import factory
 from tests import runs
 from tests.runs import read_records
 
-pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
-
 
 class Recorder(Action):
     """Every boundary's step, what was due, evaluated and saved; stops at `stop_at`."""

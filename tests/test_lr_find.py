@@ -17,8 +17,6 @@ import pytest
 
 from tests.commands import error_line, run_command
 
-pytestmark = pytest.mark.integration  # Training runs in subprocesses: not in --fast.
-
 FIXTURE = Path(__file__).parent / "fixtures" / "run_v0_tiny"  # tiny, 64 shapes images, batch 16
 STEPS = 40
 BETA = 0.98

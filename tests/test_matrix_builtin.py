@@ -4,8 +4,6 @@ import pytest
 
 from tests import matrix
 
-pytestmark = pytest.mark.integration  # Subprocesses and training runs.
-
 UNKNOWN_SIZE = "is not known here; pass --examples_per_epoch=N"
 OFFLINE = "is not prepared in"
 EXPECTED_REFUSALS = {

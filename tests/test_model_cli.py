@@ -8,8 +8,6 @@ from resnet_app.nets import presets
 from tests.commands import run_command
 from tests.reference import closed_form_macs, closed_form_params
 
-pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
-
 
 def run_cli(*args):
     return run_command("resnet_app.model", *args)

@@ -1,16 +1,13 @@
 """The modern recipe's pieces, all on, survive a SIGKILL bitwise (the driver of test_checkpoint)."""
 
-import random
 import signal
 
 import numpy as np
-import pytest
 
 from resnet_app.common import checkpoint
+from tests import runs
 from tests.runs import saved_tensors
 from tests.test_checkpoint import SMALL, drive
-
-pytestmark = pytest.mark.integration  # Training subprocesses.
 
 MODERN = [
     "--set=model.drop_path_rate=0.3",
@@ -35,7 +32,7 @@ MODERN = [
 def test_sigkill_with_every_modern_piece_on_resumes_bitwise(tmp_path):
     args = [*SMALL, *MODERN, f"--data_dir={tmp_path / 'data'}", "--train_steps=12"]
     args += ["--deterministic", "--set=train.checkpoint_every=5", "--eval_every=4"]
-    kill_at = random.Random().randint(6, 9)
+    kill_at = runs.fault_rng().randint(6, 9)
     whole = drive(*args, f"--model_dir={tmp_path / 'whole'}")
     assert whole.returncode == 0, whole.stderr[-3000:]
     killed = drive(*args, f"--model_dir={tmp_path / 'run'}", kill_at=kill_at)
@@ -88,7 +85,7 @@ FAMILY = [
 def test_sigkill_of_a_family_network_resumes_bitwise(tmp_path):
     args = [*SMALL, *FAMILY, f"--data_dir={tmp_path / 'data'}", "--train_steps=10"]
     args += ["--deterministic", "--set=train.checkpoint_every=4"]
-    kill_at = random.Random().randint(5, 7)
+    kill_at = runs.fault_rng().randint(5, 7)
     whole = drive(*args, f"--model_dir={tmp_path / 'whole'}")
     assert whole.returncode == 0, whole.stderr[-3000:]
     killed = drive(*args, f"--model_dir={tmp_path / 'run'}", kill_at=kill_at)

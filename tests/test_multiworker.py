@@ -10,14 +10,11 @@ import sys
 import tempfile
 
 import numpy as np
-import pytest
 
 from resnet_app import config
 from resnet_app.engine import loop
 from tests.commands import error_line
 from tests.runs import read_records, saved_tensors
-
-pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -12,8 +12,6 @@ test regenerates under its own XDG_CACHE_HOME.
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,12 +19,10 @@ import pytest
 import tensorflow as tf
 
 from resnet_app import config
-from tests.commands import REPO, run_command
+from tests.commands import run_code, run_command
 from tests.runs import read_records, saved_tensors
 from tests.test_evaluate_cli import assert_matches, reference
 from tests.test_export import evaluation_logits, restored
-
-pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
 
 FIXTURE = Path(__file__).parent / "fixtures" / "run_v0_tiny"
 
@@ -44,14 +40,7 @@ OLD_KEYS = (
 
 def train_with_the_old_keys(*args, env):
     """`python -m resnet_app.train ARGS` with the fixture's augmentation keys."""
-    return subprocess.run(
-        [sys.executable, "-c", OLD_KEYS, *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": REPO, **env},
-    )
+    return run_code(OLD_KEYS, *args, env=env)
 
 
 @pytest.fixture

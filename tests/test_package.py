@@ -16,8 +16,6 @@ from resnet_app import commands
 from resnet_app.config import recipes
 from tests.commands import REPO
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):

@@ -11,8 +11,6 @@ from tests.commands import error_line, run_command
 from tests.image_files import encode_bmp
 from tests.test_export import evaluation_logits, restored, softmax, write_images
 
-pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
-
 
 def predict_cli(*args):
     return run_command("resnet_app.predict", *args)

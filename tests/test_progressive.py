@@ -11,6 +11,7 @@ from resnet_app import config
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import progressive
 from resnet_app.data.settings import ProgressiveSettings
+from tests import runs
 from tests.commands import REPO
 
 
@@ -163,7 +164,6 @@ def test_towers_train_on_the_one_device_batch_at_every_size(tmp_path):
         two.close()
 
 
-@pytest.mark.integration
 def test_each_size_is_traced_once_and_a_resumed_run_traces_only_those_ahead(tmp_path, monkeypatch):
     from resnet_app.engine import loop, step
     from tests import runs
@@ -186,17 +186,15 @@ def test_each_size_is_traced_once_and_a_resumed_run_traces_only_those_ahead(tmp_
     assert traced == [24, 32]  # Resumed at step 7: epoch 1's size, then 32 from step 12.
 
 
-@pytest.mark.integration
 def test_a_kill_mid_ramp_resumes_bitwise_across_the_next_size_change(tmp_path):
     """Sizes 16, 24, 32 from steps 0, 4, 12; saved at 5, killed in 6-9; resumed to 14."""
-    import random
 
     from tests.test_checkpoint import SMALL, kill_and_resume
 
     args = [*SMALL, f"--data_dir={tmp_path / 'data'}", "--train_steps=14", "--deterministic"]
     args += ["--set=train.checkpoint_every=5", "--precision=auto"]
     args += [f"--set={key}" for key in PROGRESSIVE]
-    stderr, _ = kill_and_resume(tmp_path, args, random.Random().randint(6, 9))
+    stderr, _ = kill_and_resume(tmp_path, args, runs.fault_rng().randint(6, 9))
     assert "Resumed from step 5 (epoch 1, example 16 of 64)" in stderr
     assert "Progressive resizing: training at 32 px from step 12" in stderr
     assert "24 px from step" not in stderr  # Resumed inside 24 px's range: entered there.

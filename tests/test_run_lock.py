@@ -80,7 +80,6 @@ def test_the_lock_is_the_trainers_until_it_returns(tmp_path):
     run_lock.RunLock(model_dir).acquire().release()  # Free once the run returned.
 
 
-@pytest.mark.integration
 def test_the_command_refuses_in_one_line_and_writes_nothing(tmp_path, holder):
     model_dir = tmp_path / "run"
     before = {p.name: p.stat().st_mtime_ns for p in model_dir.iterdir()}

@@ -15,8 +15,6 @@ from tests import runs
 from tests.commands import run_command
 from tests.runs import read_records
 
-pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
-
 
 def small_config(tmp_path, *sets, **train):
     """`runs.small_config`, evaluating only at the end."""

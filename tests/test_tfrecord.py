@@ -10,7 +10,7 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.data import input_pipeline, shapes
 from resnet_app.data.settings import data_config
 from resnet_app.data.sources import record_index, tfrecord
-from tests import own_data
+from tests import own_data, runs
 
 TRAIN_SIZES = (13, 9, 16, 11, 7, 14, 10)  # 80 examples in 7 shards of unequal sizes.
 
@@ -211,9 +211,7 @@ def test_evaluation_counts_every_record_once_and_matches_numpy(root, tmp_path, t
     np.testing.assert_array_equal(result.predictions[order], predictions)
 
 
-@pytest.mark.integration
 def test_a_mid_epoch_kill_resumes_bitwise(root, tmp_path):
-    import random
 
     from tests.test_checkpoint import SMALL, kill_and_resume
 
@@ -225,5 +223,5 @@ def test_a_mid_epoch_kill_resumes_bitwise(root, tmp_path):
     ]
     args += ["--train_steps=14", "--deterministic", "--set=train.checkpoint_every=5"]
     # Epoch 2 of 64 examples, mid-epoch.
-    stderr, _ = kill_and_resume(tmp_path, args, random.Random().randint(6, 9))
+    stderr, _ = kill_and_resume(tmp_path, args, runs.fault_rng().randint(6, 9))
     assert "Resumed from step 5 (epoch 1, example 16 of 64)" in stderr

@@ -110,7 +110,6 @@ def test_bad_flags_are_one_line_errors():
     assert "the fit run does not reproduce" in line and "--runs=trainer,fast" in line
 
 
-@pytest.mark.integration
 def test_the_script_times_fit_and_the_trainer_to_a_target(tmp_path):
     recipe = tmp_path / "tiny.yaml"
     recipe.write_text(

@@ -14,8 +14,6 @@ from resnet_app.engine import loop, plan
 from tests.commands import error_line, run_command
 from tests.runs import read_records, small_config
 
-pytestmark = pytest.mark.integration  # Training runs or subprocesses: not in --fast.
-
 # A few steps of the tiny test network on a few hundred `shapes` images.
 SMALL = [
     "--model=tiny",

@@ -10,7 +10,6 @@ within `sync.timeout`. The launcher restarts the group, gives up after
 
 import json
 import os
-import random
 import re
 import signal
 import subprocess
@@ -21,9 +20,7 @@ import numpy as np
 import pytest
 
 from tests.commands import REPO, error_line, run_command
-from tests.runs import read_records, saved_tensors
-
-pytestmark = pytest.mark.integration  # Several workers: not in --fast.
+from tests.runs import fault_rng, read_records, saved_tensors
 
 STEPS = 40
 CHECKPOINT_EVERY = 20
@@ -140,9 +137,7 @@ def kill_between_checkpoints(launcher, model_dir, victim, number=signal.SIGKILL)
     Returns:
       The last step the chief had recorded before the signal.
     """
-    seed = random.randrange(10**6)
-    rng = random.Random(seed)
-    print(f"kill_between_checkpoints: seed {seed}")  # Shown when the test fails.
+    rng = fault_rng()
     recorded = wait_for_step(model_dir, rng.randint(CHECKPOINT_EVERY + 1, STEPS - 10), launcher)
     time.sleep(rng.uniform(0, 0.3))  # Most likely inside a step, in a collective.
     recorded = max(r["step"] for r in read_records(model_dir) if "loss" in r)
@@ -214,12 +209,7 @@ def test_a_stalled_worker_is_found_within_the_timeout(tmp_path, data_dir):
         extra=[f"--set=sync.timeout={timeout}"],
     )
     wait_for_step(model_dir, 1, launcher)
-    survivor = worker_pid(launcher, 0)
     recorded = kill_between_checkpoints(launcher, model_dir, victim=1, number=signal.SIGSTOP)
-    stalled = time.monotonic()
-    while os.path.exists(f"/proc/{survivor}") and not _is_zombie(survivor):
-        time.sleep(0.05)
-    found = time.monotonic() - stalled
     status, errors = finish(launcher)
     assert status == 1, errors[-3000:]
     (lost,) = [line for line in errors.splitlines() if line.startswith("error: ")]
@@ -228,16 +218,8 @@ def test_a_stalled_worker_is_found_within_the_timeout(tmp_path, data_dir):
     (gave_up,) = [line for line in errors.splitlines() if "launch: worker" in line]
     assert "launch: worker 1 (127.0.0.1:" in gave_up, gave_up
     assert "stopped answering and was killed after --grace=3 s" in gave_up
-    # The timeout, the save and the exit (or TensorFlow's heartbeats, if sooner).
-    assert found < timeout + 20, found
-
-
-def _is_zombie(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
+    # Found by the timeout (or by TensorFlow's heartbeats, if sooner), not by the grace kill.
+    assert f"did not answer within sync.timeout={timeout} s" in lost or "heartbeats" in lost, lost
 
 
 def test_a_usage_error_is_not_restarted(tmp_path, data_dir):

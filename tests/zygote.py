@@ -1,0 +1,164 @@
+"""A process that has imported TensorFlow once and forks each command the tests run.
+
+`python -m resnet_app.train ...` spends about 6 s of a CPU core importing
+TensorFlow and Keras before it reads its first flag; the suite runs hundreds of
+commands. This server imports them once (and nothing of resnet_app, whose
+import reads the environment), then, for each request, forks a child that
+becomes the command: its own environment, working directory, argv, stdin from
+/dev/null, stdout and stderr to files, and `runpy` runs the module, script or
+`-c` code as `__main__`, so it exits as the command would (its exit status, an
+uncaught exception's traceback and status 1, atexit handlers). No TensorFlow op
+has run in the server, so each child starts TensorFlow's runtime afresh.
+
+What a forked child cannot reproduce is the import itself: variables that
+TensorFlow, Keras or Python read when they load. `tests/commands.py` sends a
+command here only when those match the server's, and runs a fresh interpreter
+otherwise (and for tests whose subject is the interpreter's start).
+
+Protocol: one JSON request a line on stdin ({argv, env, cwd, stdout, stderr}),
+answered on stdout first with {"pid"} and then with {"status"} (a waitpid
+status) when the child ends.
+"""
+
+import atexit
+import contextlib
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import runpy
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402, F401
+import numpy  # noqa: E402, F401
+import tensorflow  # noqa: E402
+
+# TensorFlow looks for GPUs once per process (without starting its runtime or a
+# thread) and prints "failed call to cuInit" where there is none: here, where
+# the line goes nowhere, not in each child before its stderr filter is on.
+tensorflow.config.list_physical_devices()
+
+# Packages the child finds already imported only when it imports them itself.
+PRELOADED = ("tensorflow", "keras", "tf_keras", "tensorboard", "tensorflow_datasets")
+
+
+class _Preloaded(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Keeps PRELOADED's modules out of sys.modules until the command imports one of them.
+
+    A fresh interpreter has not imported TensorFlow when a command starts, and
+    the app reads that (`"tensorflow" in sys.modules`); the child looks the
+    same. The first import of any of them puts them all back, as they were.
+    """
+
+    def __init__(self):
+        self._hidden = {
+            name: sys.modules.pop(name)
+            for name in list(sys.modules)
+            if name.split(".")[0] in PRELOADED
+        }
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self._hidden:
+            return None
+        return importlib.machinery.ModuleSpec(name, self)
+
+    def create_module(self, spec):
+        module = self._hidden[spec.name]
+        sys.modules.update(self._hidden)
+        sys.meta_path.remove(self)
+        return module
+
+    def exec_module(self, module):
+        module.__spec__ = self._specs[module.__name__]
+
+    def used(self):
+        return self not in sys.meta_path
+
+    def install(self):
+        self._specs = {name: module.__spec__ for name, module in self._hidden.items()}
+        sys.meta_path.insert(0, self)
+
+
+def _serve():
+    """Forks a child per request; returns the request in the child, never in the server."""
+    requests = os.fdopen(os.dup(0), "rb", buffering=0)
+    replies = os.fdopen(os.dup(1), "wb", buffering=0)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    for line in iter(requests.readline, b""):
+        request = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            requests.close()
+            replies.close()
+            return request
+        replies.write(json.dumps({"pid": pid}).encode() + b"\n")
+        _, status = os.waitpid(pid, 0)
+        replies.write(json.dumps({"status": status}).encode() + b"\n")
+    sys.exit(0)
+
+
+def _become(request):
+    """Turns the forked child into the command `request` describes, as `python ARGV` would."""
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+        opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(opened, fd)
+        os.close(opened)
+    preloaded = _Preloaded()
+    preloaded.install()
+    try:
+        _run(request["argv"])
+    except SystemExit as done:
+        status = done.code
+    else:
+        status = 0
+    if not preloaded.used():
+        # The command never loaded TensorFlow, as in a fresh interpreter: its
+        # libraries, loaded here by the server, must not run their exit code.
+        _exit_without_libraries(status)
+    sys.exit(status)
+
+
+def _run(argv):
+    if argv[0] == "-m":
+        sys.path[0] = os.getcwd()
+        sys.argv = argv[1:]  # run_module puts the module's file first, as -m does.
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    elif argv[0] == "-c":
+        sys.path[0] = ""
+        sys.argv = ["-c", *argv[2:]]
+        main = type(sys)("__main__")
+        sys.modules["__main__"] = main
+        exec(compile(argv[1], "<string>", "exec"), main.__dict__)
+    else:
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+        sys.argv = list(argv)
+        runpy.run_path(argv[0], run_name="__main__")
+
+
+def _exit_without_libraries(status):
+    """Python's exit (atexit handlers, flushed output, the status) without the C++ one."""
+    if status is None:
+        code = 0
+    elif isinstance(status, int):
+        code = status
+    else:
+        print(status, file=sys.stderr)
+        code = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code & 0xFF)
+
+
+if __name__ == "__main__":
+    _become(_serve())
