@@ -35,6 +35,9 @@ def test_unknown_class_names_are_one_line():
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])
 def test_the_weighted_loss_against_numpy(smoothing):
+    # Seeded: the guard below needs per-example losses that the weights move,
+    # which an unlucky initialization (the process's random state) did not give.
+    tf.keras.utils.set_random_seed(3)
     model = create_model("tiny", num_classes=5)
     model.build((None, 8, 8, 3))
     rng = np.random.default_rng(3)
