@@ -83,6 +83,7 @@ class _Forks:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
+            bufsize=0,  # Unbuffered: a reply read never takes the next one along (select).
         )
         atexit.register(self._server.kill)
 

@@ -1,0 +1,104 @@
+"""tests/tiers.py: a test's tier follows from what it uses, and the fast tier cannot lie.
+
+The toy tests here are compiled from source text, so that the analysis of
+these tests themselves does not follow them into the integration tier.
+"""
+
+import subprocess
+import textwrap
+import types
+
+import pytest
+
+from tests import tiers
+
+
+def _functions(source: str) -> dict:
+    """The functions `source` defines, in a module of the test suite (`tests.toy`)."""
+    module = types.ModuleType("tests.toy")
+    exec(compile(textwrap.dedent(source), "<toy>", "exec"), module.__dict__)
+    for value in vars(module).values():
+        if isinstance(value, types.FunctionType):
+            value.__module__ = "tests.toy"
+    return vars(module)
+
+
+TOYS = """
+from tests.commands import run_command
+
+def helper(path):
+    return run_command("resnet_app.evaluate", f"--model_dir={path}")
+
+def deeper(path):
+    return helper(path) or 1
+
+def test_through_helpers(tmp_path):
+    assert deeper(tmp_path)
+
+def test_imports_inside(tmp_path):
+    from resnet_app.engine import loop
+    loop.train_and_evaluate(None, str(tmp_path))
+
+def test_towers(tmp_path):
+    config(tmp_path, num_towers=2)
+
+def test_deep_setting(tmp_path):
+    run(tmp_path, "train.num_towers=3")
+
+def test_numbers():
+    import numpy as np
+    assert np.add(1, 2) == 3
+
+def config(*args, **kwargs):
+    return args, kwargs
+
+def run(*args):
+    return args
+"""
+
+
+@pytest.mark.parametrize(
+    "name, reason",
+    [
+        ("test_through_helpers", "tests.commands.run_command"),
+        ("test_imports_inside", "resnet_app.engine.loop.train_and_evaluate"),
+        ("test_towers", "train.num_towers"),
+        ("test_deep_setting", "train.num_towers"),
+        ("test_numbers", None),
+    ],
+)
+def test_a_test_is_integration_by_what_it_reaches(name, reason):
+    assert tiers.Analysis().function(_functions(TOYS)[name]) == reason
+
+
+def test_deep_presets_go_by_their_depth():
+    assert tiers._depth("resnet50") == 50 > tiers.DEEPEST_FAST
+    assert tiers._depth("resnet34") == 34 <= tiers.DEEPEST_FAST
+    assert tiers._depth("not a preset") == 0
+
+
+def test_the_guard_refuses_every_heavy_entry_point_and_puts_them_back():
+    from resnet_app.engine import loop
+    from resnet_app.export import savedmodel
+
+    originals = (loop.train_and_evaluate, savedmodel.save)
+    with tiers.guard("tests/x.py::test_y"):
+        with pytest.raises(tiers.FastTierError, match=r"test_y reached a subprocess"):
+            subprocess.run(["true"], check=True)
+        with pytest.raises(tiers.FastTierError, match="loop.train_and_evaluate"):
+            loop.train_and_evaluate(None, "nowhere")
+        with pytest.raises(tiers.FastTierError, match="savedmodel.save"):
+            savedmodel.save()
+    assert (loop.train_and_evaluate, savedmodel.save) == originals
+
+
+def test_no_test_is_marked_integration_by_hand(request):
+    """Every `integration` mark of the session carries the reason the analysis found."""
+    marks = [
+        (item.nodeid, mark)
+        for item in request.session.items
+        for mark in item.iter_markers("integration")
+    ]
+    assert all(mark.kwargs.get("reason") for _, mark in marks), [
+        nodeid for nodeid, mark in marks if not mark.kwargs.get("reason")
+    ]
