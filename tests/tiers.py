@@ -2,7 +2,9 @@
 
 A test is in the integration tier when its code, a fixture it requests, or a
 helper of the test suite that either calls (followed to any depth) uses one of
-`HEAVY`: a training run, an export, or a subprocess. The analysis reads code
+`HEAVY` (a training run, an export, a subprocess, several towers, a run's whole
+input pipeline), or when its parameter is a preset network deeper than
+`DEEPEST_FAST`. The analysis reads code
 objects (the names a function loads, its nested functions' too), so it sees a
 call however deep in `tests/` it is made.
 
@@ -54,7 +56,6 @@ def _heavy_objects() -> dict[int, str]:
     found = {}
     for module_name, names in HEAVY.items():
         module = importlib.import_module(module_name)
-        found[id(module)] = module_name  # `subprocess.run(...)`, `loop.train_and_evaluate(...)`
         for name in names:
             found[id(getattr(module, name))] = f"{module_name}.{name}"
     return found
@@ -147,7 +148,7 @@ class Analysis:
             if name not in scope:
                 continue
             value = scope[name]
-            if id(value) in self._heavy and not isinstance(value, types.ModuleType):
+            if id(value) in self._heavy:
                 return self._heavy[id(value)]
             if isinstance(value, types.ModuleType):
                 found = _module_attribute_is_heavy(value, names)
@@ -198,8 +199,9 @@ class Analysis:
                 found = self.function(value)
                 if found:
                     return found
-            if isinstance(value, str) and _depth(value) > DEEPEST_FAST:
-                return f"the {value} network ({_depth(value)} layers)"
+            depth = _depth(value) if isinstance(value, str) else 0
+            if depth > DEEPEST_FAST:
+                return f"the {value} network ({depth} layers)"
         return None
 
 

@@ -58,6 +58,7 @@ class _Preloaded(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             for name in list(sys.modules)
             if name.split(".")[0] in PRELOADED
         }
+        self._specs = {name: module.__spec__ for name, module in self._hidden.items()}
 
     def find_spec(self, name, path=None, target=None):
         if name not in self._hidden:
@@ -77,7 +78,6 @@ class _Preloaded(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return self not in sys.meta_path
 
     def install(self):
-        self._specs = {name: module.__spec__ for name, module in self._hidden.items()}
         sys.meta_path.insert(0, self)
 
 
