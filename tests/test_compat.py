@@ -3,8 +3,13 @@
 An upgrade that moves one fails here, by name, before it shows up as a wrong
 number somewhere else. References: the tiny network's layer names as the
 architecture defines them, NumPy for clipping and weight decay, and a traced
-graph with a known nested function.
+graph with a known nested function, AutoGraph's own conversion of the same
+code outside resnet_app.
 """
+
+import importlib.util
+import json
+import sys
 
 import keras
 import numpy as np
@@ -15,6 +20,7 @@ from resnet_app.common import compat
 from resnet_app.common.distribute import mirrored_strategy
 from resnet_app.engine import averaging
 from resnet_app.nets import resnet as model_lib
+from tests.commands import run_code
 
 
 def test_nested_layers_finds_every_layer_once_without_the_model():
@@ -148,3 +154,117 @@ def test_in_xla_context_is_true_only_while_an_xla_function_is_traced():
     tf.function(probe)(tf.constant(1.0))
     probe(tf.constant(1.0))  # Eagerly.
     assert seen == [True, False, False]
+
+
+# Python control flow on a tensor: AutoGraph turns it into a `tf.cond`; as written,
+# it cannot be traced.
+ABSOLUTE = """
+def absolute(x):
+    if x > 0:
+        return x
+    return -x
+"""
+
+
+def _module(name, directory, monkeypatch):
+    """ABSOLUTE and a marked copy in a file of `directory`, imported as module `name`.
+
+    A file, because AutoGraph reads the source of what it converts.
+    """
+    path = directory / f"{name.replace('.', '_')}.py"
+    path.write_text(
+        "import tensorflow as tf\nfrom resnet_app.common import compat\n"
+        + ABSOLUTE
+        + "\n\nmarked = compat.converted_by_autograph(absolute)\n"
+    )
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_trace_as_written_leaves_nested_resnet_app_code_as_written_unless_marked(
+    tmp_path, monkeypatch
+):
+    compat.trace_as_written()
+    compat.trace_as_written()  # Once is enough; again adds nothing.
+    from tensorflow.python.autograph.core import config as autograph_config
+
+    assert sum("resnet_app" in str(r) for r in autograph_config.CONVERSION_RULES) == 1
+    elsewhere = _module("autograph_probe", tmp_path, monkeypatch)
+    ours = _module("resnet_app.autograph_probe", tmp_path, monkeypatch)
+
+    def twice(function):  # The probe called from inside another traced function.
+        return tf.function(lambda x: 2.0 * function(x))(tf.constant(-2.0))
+
+    assert float(twice(elsewhere.absolute)) == 4.0  # Converted.
+    with pytest.raises(tf.errors.OperatorNotAllowedInGraphError):
+        twice(ours.absolute)  # As written.
+    assert float(twice(ours.marked)) == 4.0  # Marked: converted wherever it is called from.
+    assert float(tf.function(ours.absolute)(tf.constant(-3.0))) == 3.0  # tf.function's own.
+
+
+# A run with the augmentations, mixing, EMA and an evaluation, in a process that
+# records every resnet_app function AutoGraph converts, with the decorators in
+# its source; a user's function with Python control flow on a tensor (in its
+# own file) is the control that conversion still happens outside resnet_app.
+CONVERTED = """
+import inspect, json, runpy, sys
+import tensorflow as tf
+from tensorflow.python.autograph.impl import api
+
+converted = {}
+convert = api._convert_actual
+
+def recording(entity, program_ctx):
+    if entity.__module__.startswith("resnet_app"):
+        lines = inspect.getsourcelines(entity)[0]
+        decorators = [line.strip() for line in lines if line.strip().startswith("@")]
+        converted[entity.__qualname__] = decorators
+    return convert(entity, program_ctx)
+
+api._convert_actual = recording
+sys.path.insert(0, sys.argv.pop(1))
+import users_code
+
+absolute = float(tf.function(users_code.absolute)(tf.constant(-2.0)))
+sys.argv = ["train", *sys.argv[1:]]
+try:
+    runpy.run_module("resnet_app.train", run_name="__main__")
+except SystemExit as stop:
+    assert not stop.code, stop.code
+print(json.dumps({"absolute": absolute, "converted": converted}))
+"""
+# The only ways a resnet_app function is converted: `tf.function` wraps it, or it is marked.
+ENTRIES = ("@tf.function", "@compat.converted_by_autograph")
+
+
+def test_a_run_converts_only_the_functions_tf_function_wraps_and_the_marked_ones(tmp_path):
+    (tmp_path / "users_code.py").write_text("import tensorflow as tf\n" + ABSOLUTE)
+    result = run_code(
+        CONVERTED,
+        str(tmp_path),
+        "--dataset=shapes",
+        "--model=tiny",
+        "--batch_size=8",
+        "--train_steps=4",
+        "--eval_every=4",
+        "--set=data.train_examples=32",
+        "--set=data.eval_examples=12",
+        "--set=data.augment.randaugment_ops=2",
+        "--set=data.mix.mixup_alpha=0.2",
+        "--set=data.augment.erase_probability=0.5",
+        "--set=data.augment.cutout_size=4",
+        "--set=train.ema_decay=0.9",
+        f"--set=data.data_dir={tmp_path / 'data'}",
+        f"--model_dir={tmp_path / 'run'}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["absolute"] == 2.0  # The user's `if` on a tensor was converted.
+    converted = report["converted"]
+    # The step loop (marked) and the evaluation's step (a tf.function) at least.
+    assert "TrainStep._loop_fn" in converted and len(converted) < 10, converted
+    for name, decorators in converted.items():
+        assert any(d.startswith(ENTRIES) for d in decorators), (name, decorators)

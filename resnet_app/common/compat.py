@@ -10,8 +10,9 @@ Checked on TensorFlow 2.21.0 and Keras 3.15.1 (`CHECKED_ON`).
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
@@ -26,6 +27,52 @@ CHECKED_ON = {"tensorflow": "2.21.0", "keras": "3.15.1"}
 # How far `advance_collective_key_base` moves the base: more group keys than
 # one strategy uses.
 COLLECTIVE_KEY_STEP = 100_000
+
+
+def trace_as_written(package: str = "resnet_app") -> None:
+    """Tells AutoGraph to trace `package`'s functions as written, unconverted.
+
+    AutoGraph rewrites every Python function a `tf.function` or a `tf.data`
+    transformation traces (`if`/`for` on tensors into `tf.cond`/`tf.while_loop`).
+    resnet_app's traced code writes its control flow with TensorFlow ops, so
+    the rewrite changes nothing in the graphs but costs time: about 2 s of CPU,
+    nearly half of a tiny run's time after TensorFlow's import, at every start,
+    resume, evaluation and export. Code outside `package` (a user's schedule
+    script, a test's helper) is still converted. `tf.function(autograph=False)`
+    at each site would do the same publicly, but misses `tf.data` lambdas and
+    every site added later; tests/test_compat.py checks that no resnet_app
+    function is converted.
+    Checked on TensorFlow 2.21.0: `autograph.core.config.CONVERSION_RULES`,
+    read at each conversion.
+
+    Args:
+      package: the top-level module whose functions are left as written.
+    """
+    from tensorflow.python.autograph.core import config as autograph_config
+
+    rule = autograph_config.DoNotConvert(package)
+    rules = autograph_config.CONVERSION_RULES
+    if not any(isinstance(r, type(rule)) and r._prefix == package for r in rules):
+        autograph_config.CONVERSION_RULES = (rule, *rules)
+
+
+def converted_by_autograph(function: Callable) -> Callable:
+    """Marks a function whose Python `for`/`if` on tensors needs AutoGraph (a step loop).
+
+    `trace_as_written` leaves resnet_app's functions unconverted when another
+    traced function calls them (a `tf.function` still converts the function
+    it wraps itself); a function so marked is converted wherever it is called
+    from: directly by `tf.function`, or from inside another traced function
+    (a subclass's or a test's wrapper). Public API: `tf.autograph.to_graph`.
+    """
+    graph_version = functools.cache(lambda: tf.autograph.to_graph(function))
+
+    @tf.autograph.experimental.do_not_convert
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        return graph_version()(*args, **kwargs)
+
+    return call
 
 
 def nested_layers(layer: keras.layers.Layer) -> list[keras.layers.Layer]:
@@ -152,3 +199,8 @@ def keras_resnet_weights() -> tuple[str, dict[str, tuple[str, str]]]:
     from keras.src.applications import resnet
 
     return resnet.BASE_WEIGHTS_PATH, dict(resnet.WEIGHTS_HASHES)
+
+
+# Every module that traces resnet_app code imports this one (through the data
+# sources, the layers or the step), before it traces anything.
+trace_as_written()

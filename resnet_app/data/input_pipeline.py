@@ -40,11 +40,14 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from resnet_app.common import compat
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import class_balance, mixing, options, preprocessing, recipes, seeds, sources
 from resnet_app.data.image_size import choose_image_size, choose_recipe, describe_choice
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.data.settings import DataConfig
+
+compat.trace_as_written()  # The maps below trace resnet_app code as written.
 
 __all__ = ["DataConfig", "InputPipeline", "create_pipeline"]
 

@@ -284,6 +284,7 @@ class TrainStep:
         gradients = _dense(tape.gradient(scaled, variables), variables)
         return gradients, loss_sum, correct, regularization
 
+    @compat.converted_by_autograph
     def _accumulated(self, batch: dict, count: tf.Tensor):
         """`_forward_backward` over `accumulate_steps` consecutive slices of the tower's batch.
 
@@ -352,6 +353,7 @@ class TrainStep:
             [tf.reduce_sum(batch["mask"]), loss_sum, correct, regularization / replicas]
         )
 
+    @compat.converted_by_autograph
     def _loop_fn(
         self, iterator, learning_rates: tf.Tensor, count: tf.Tensor, stop: tf.Variable | None
     ):
