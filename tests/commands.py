@@ -4,10 +4,12 @@ import atexit
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,11 +35,34 @@ def run_code(code, *args, env=None, unset=(), timeout=300, fresh=False):
     return _run_python(["-c", code, *args], env, unset, timeout, fresh)
 
 
-def _run_python(argv, env, unset, timeout, fresh=False):
+def start_command(command, *args, env=None, merged=False):
+    """Starts `run_command`'s command without waiting: the workers of one job, side by side.
+
+    Returns:
+      A process with `pid`, `communicate(timeout)` -> (stdout, stderr) and
+      `returncode`, as `subprocess.Popen(..., text=True)` (stderr None when
+      `merged` puts it in stdout, as `2>&1`).
+    """
+    target = [os.path.join(REPO, command)] if command.endswith(".py") else ["-m", command]
+    return _start_python([*target, *args], env, merged)
+
+
+def start_code(code, *args, env=None, merged=False):
+    """`start_command` for `python -c CODE ARGS`."""
+    return _start_python(["-c", code, *args], env, merged)
+
+
+def _environment(env, unset):
     inherited = {k: v for k, v in os.environ.items() if k not in unset}
-    environment = {**inherited, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": REPO, **(env or {})}
+    return {**inherited, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": REPO, **(env or {})}
+
+
+def _run_python(argv, env, unset, timeout, fresh=False):
+    environment = _environment(env, unset)
     if not fresh and _forks.matches(environment):
-        return _forks.run(argv, environment, REPO, timeout)
+        process = _forks.start(argv, environment, REPO)
+        stdout, stderr = process.communicate(timeout)
+        return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     return subprocess.run(
         [sys.executable, *argv],
         cwd=REPO,
@@ -45,6 +70,20 @@ def _run_python(argv, env, unset, timeout, fresh=False):
         text=True,
         timeout=timeout,
         env=environment,
+    )
+
+
+def _start_python(argv, env, merged):
+    environment = _environment(env, ())
+    if _forks.matches(environment):
+        return _forks.start(argv, environment, REPO, merged)
+    return subprocess.Popen(
+        [sys.executable, *argv],
+        cwd=REPO,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merged else subprocess.PIPE,
+        text=True,
     )
 
 
@@ -70,6 +109,7 @@ class _Forks:
     def __init__(self):
         self._server = None
         self._settings = None
+        self._ended = {}  # pid -> waitpid status, of children nobody waited for yet.
 
     def matches(self, environment):
         return self._settings is None or _import_settings(environment) == self._settings
@@ -87,28 +127,29 @@ class _Forks:
         )
         atexit.register(self._server.kill)
 
-    def run(self, argv, environment, cwd, timeout):
+    def start(self, argv, environment, cwd, merged=False):
         if self._server is None or self._server.poll() is not None:
             self._start(environment)
-        with tempfile.TemporaryDirectory() as folder:
-            outputs = {name: os.path.join(folder, name) for name in ("stdout", "stderr")}
-            request = {"argv": argv, "env": environment, "cwd": cwd, **outputs}
-            self._server.stdin.write(json.dumps(request).encode() + b"\n")
-            self._server.stdin.flush()
-            pid = self._reply(timeout)["pid"]
-            try:
-                status = self._reply(timeout)["status"]
-            except subprocess.TimeoutExpired:
-                os.kill(pid, signal.SIGKILL)
-                self._reply(10)
-                raise subprocess.TimeoutExpired(argv, timeout) from None
-            texts = {}
-            for name, path in outputs.items():
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    texts[name] = f.read()
-        return subprocess.CompletedProcess(
-            [sys.executable, *argv], os.waitstatus_to_exitcode(status), **texts
-        )
+        folder = tempfile.mkdtemp(prefix="forked_")
+        stdout = os.path.join(folder, "stdout")
+        stderr = stdout if merged else os.path.join(folder, "stderr")
+        request = {"argv": argv, "env": environment, "cwd": cwd, "stdout": stdout, "stderr": stderr}
+        self._server.stdin.write(json.dumps(request).encode() + b"\n")
+        self._server.stdin.flush()
+        while True:  # Another child's end may come first.
+            reply = self._reply(60)
+            if "status" not in reply:
+                return _Forked(self, [sys.executable, *argv], reply["pid"], folder, merged)
+            self._ended[reply["pid"]] = reply["status"]
+
+    def status(self, pid, timeout):
+        """The waitpid status of child `pid`, once it has ended."""
+        deadline = time.monotonic() + timeout
+        while pid not in self._ended:
+            reply = self._reply(max(0.0, deadline - time.monotonic()))
+            if "status" in reply:
+                self._ended[reply["pid"]] = reply["status"]
+        return self._ended.pop(pid)
 
     def _reply(self, timeout):
         ready, _, _ = select.select([self._server.stdout], [], [], timeout)
@@ -118,6 +159,36 @@ class _Forks:
         if not line:
             raise RuntimeError("tests/zygote.py ended without answering")
         return json.loads(line)
+
+
+class _Forked:
+    """A command forked by tests/zygote.py, read as a `subprocess.Popen(text=True)`."""
+
+    def __init__(self, forks, args, pid, folder, merged):
+        self._forks, self.args, self.pid = forks, args, pid
+        self._folder, self._merged = folder, merged
+        self.returncode = None
+
+    def wait(self, timeout=None):
+        if self.returncode is None:
+            try:
+                status = self._forks.status(self.pid, 1e9 if timeout is None else timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(self.pid, signal.SIGKILL)
+                self._forks.status(self.pid, 10)
+                raise subprocess.TimeoutExpired(self.args, timeout) from None
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def communicate(self, timeout=None):
+        self.wait(timeout)
+        names = ("stdout",) if self._merged else ("stdout", "stderr")
+        texts = []
+        for name in names:
+            with open(os.path.join(self._folder, name), encoding="utf-8", errors="replace") as f:
+                texts.append(f.read())
+        shutil.rmtree(self._folder, ignore_errors=True)
+        return texts[0], (None if self._merged else texts[1])
 
 
 _forks = _Forks()

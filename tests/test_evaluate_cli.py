@@ -8,8 +8,6 @@ import dataclasses
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -20,7 +18,7 @@ from matplotlib import image as mpimg
 from resnet_app.data import input_pipeline
 from resnet_app.data.shapes import CLASS_NAMES
 from resnet_app.nets import factory
-from tests.commands import REPO, error_line, run_command
+from tests.commands import REPO, error_line, run_command, start_command
 from tests.conftest import EVAL_EXAMPLES
 from tests.test_multiworker import _free_ports
 
@@ -305,15 +303,12 @@ def evaluate_on_two_workers(model_dir, *args):
     processes = []
     for index in range(2):
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        env = {**os.environ, "TF_CONFIG": json.dumps(tf_config), "TF_CPP_MIN_LOG_LEVEL": "2"}
         processes.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "resnet_app.evaluate", f"--model_dir={model_dir}", *args],
-                cwd=REPO,
-                env={**env, "PYTHONPATH": REPO},
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
+            start_command(
+                "resnet_app.evaluate",
+                f"--model_dir={model_dir}",
+                *args,
+                env={"TF_CONFIG": json.dumps(tf_config)},
             )
         )
     results = []

@@ -13,7 +13,7 @@ import numpy as np
 
 from resnet_app import config
 from resnet_app.engine import loop
-from tests.commands import error_line
+from tests.commands import error_line, start_code
 from tests.runs import read_records, saved_tensors
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,28 +68,16 @@ def run_workers(tmp_path, steps, *sets):
     processes = []
     for index in range(2):
         tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-        env = {
-            **os.environ,
-            "TF_CONFIG": json.dumps(tf_config),
-            "TF_CPP_MIN_LOG_LEVEL": "2",
-            "PYTHONPATH": REPO,
-        }
         processes.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    WORKER,
-                    str(tmp_path / "run"),
-                    str(tmp_path / "data"),
-                    str(tmp_path / f"weights{index}.npz"),
-                    str(steps),
-                    *sets,
-                ],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
+            start_code(
+                WORKER,
+                str(tmp_path / "run"),
+                str(tmp_path / "data"),
+                str(tmp_path / f"weights{index}.npz"),
+                str(steps),
+                *sets,
+                env={"TF_CONFIG": json.dumps(tf_config)},
+                merged=True,
             )
         )
     for process in processes:

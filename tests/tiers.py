@@ -31,7 +31,7 @@ HEAVY = {
     "resnet_app.export.savedmodel": ("save",),
     "resnet_app.export.tflite": ("convert",),
     "resnet_app.export.onnx_export": ("convert",),
-    "tests.commands": ("run_command", "run_code"),
+    "tests.commands": ("run_command", "run_code", "start_command", "start_code"),
     # The whole input pipeline of a run: a dataset read, decoded, augmented, batched.
     "resnet_app.data.input_pipeline": ("create_pipeline",),
     # Several towers: replicas that train in step, each with its own threads.

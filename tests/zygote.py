@@ -16,8 +16,9 @@ command here only when those match the server's, and runs a fresh interpreter
 otherwise (and for tests whose subject is the interpreter's start).
 
 Protocol: one JSON request a line on stdin ({argv, env, cwd, stdout, stderr}),
-answered on stdout first with {"pid"} and then with {"status"} (a waitpid
-status) when the child ends.
+answered on stdout at once with {"pid"}, and with {"pid", "status"} (a waitpid
+status) when that child ends. Children run side by side (the workers of a
+job), so status lines come in the order the children end.
 """
 
 import atexit
@@ -27,7 +28,9 @@ import importlib.machinery
 import json
 import os
 import runpy
+import select
 import sys
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -82,24 +85,45 @@ class _Preloaded(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def _serve():
-    """Forks a child per request; returns the request in the child, never in the server."""
+    """Forks a child per request; returns the request in the child, never in the server.
+
+    Children run side by side (the workers of one job): each request is
+    answered with the child's pid at once, and each child's end with its
+    status when it comes, in whatever order they end.
+    """
     requests = os.fdopen(os.dup(0), "rb", buffering=0)
     replies = os.fdopen(os.dup(1), "wb", buffering=0)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
-    for line in iter(requests.readline, b""):
-        request = json.loads(line)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            requests.close()
-            replies.close()
-            return request
-        replies.write(json.dumps({"pid": pid}).encode() + b"\n")
-        _, status = os.waitpid(pid, 0)
-        replies.write(json.dumps({"status": status}).encode() + b"\n")
+    children = set()
+    open_requests = True
+    while open_requests or children:
+        ready = []
+        if open_requests:
+            ready, _, _ = select.select([requests], [], [], 0.02 if children else None)
+        else:
+            time.sleep(0.02)
+        if ready:
+            line = requests.readline()
+            if not line:
+                open_requests = False  # The tests are done; wait for the last children.
+                continue
+            request = json.loads(line)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                requests.close()
+                replies.close()
+                return request
+            children.add(pid)
+            replies.write(json.dumps({"pid": pid}).encode() + b"\n")
+        for pid in list(children):
+            ended, status = os.waitpid(pid, os.WNOHANG)
+            if ended:
+                children.discard(pid)
+                replies.write(json.dumps({"pid": pid, "status": status}).encode() + b"\n")
     sys.exit(0)
 
 
@@ -109,6 +133,9 @@ def _become(request):
     os.environ.clear()
     os.environ.update(request["env"])
     for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+        if fd == 2 and path == request["stdout"]:
+            os.dup2(1, 2)  # stderr into stdout's file, as `2>&1`.
+            continue
         opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(opened, fd)
         os.close(opened)
