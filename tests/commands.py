@@ -59,8 +59,10 @@ def _environment(env, unset):
 
 def _run_python(argv, env, unset, timeout, fresh=False):
     environment = _environment(env, unset)
-    if not fresh and _forks.matches(environment):
-        process = _forks.start(argv, environment, REPO)
+    process = (
+        None if fresh or not _forks.matches(environment) else _forks.start(argv, environment, REPO)
+    )
+    if process is not None:
         stdout, stderr = process.communicate(timeout)
         return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     return subprocess.run(
@@ -75,8 +77,9 @@ def _run_python(argv, env, unset, timeout, fresh=False):
 
 def _start_python(argv, env, merged):
     environment = _environment(env, ())
-    if _forks.matches(environment):
-        return _forks.start(argv, environment, REPO, merged)
+    process = _forks.start(argv, environment, REPO, merged) if _forks.matches(environment) else None
+    if process is not None:
+        return process
     return subprocess.Popen(
         [sys.executable, *argv],
         cwd=REPO,
@@ -115,6 +118,8 @@ class _Forks:
         return self._settings is None or _import_settings(environment) == self._settings
 
     def _start(self, environment):
+        """Whether a server runs; one that cannot import TensorFlow (the first
+        command blocked it) is not kept, and that command runs on its own."""
         self._settings = _import_settings(environment)
         self._server = subprocess.Popen(
             [sys.executable, "-m", "tests.zygote"],
@@ -126,10 +131,19 @@ class _Forks:
             bufsize=0,  # Unbuffered: a reply read never takes the next one along (select).
         )
         atexit.register(self._server.kill)
+        try:
+            if "ready" in self._reply(300):
+                return True
+        except RuntimeError:  # It ended without answering.
+            pass
+        self._server, self._settings = None, None
+        return False
 
     def start(self, argv, environment, cwd, merged=False):
-        if self._server is None or self._server.poll() is not None:
-            self._start(environment)
+        """The command forked by the server, or None where no server can run it."""
+        running = self._server is not None and self._server.poll() is None
+        if not running and not self._start(environment):
+            return None
         folder = tempfile.mkdtemp(prefix="forked_")
         stdout = os.path.join(folder, "stdout")
         stderr = stdout if merged else os.path.join(folder, "stderr")

@@ -15,10 +15,11 @@ TensorFlow, Keras or Python read when they load. `tests/commands.py` sends a
 command here only when those match the server's, and runs a fresh interpreter
 otherwise (and for tests whose subject is the interpreter's start).
 
-Protocol: one JSON request a line on stdin ({argv, env, cwd, stdout, stderr}),
-answered on stdout at once with {"pid"}, and with {"pid", "status"} (a waitpid
-status) when that child ends. Children run side by side (the workers of a
-job), so status lines come in the order the children end.
+Protocol: {"ready"} on stdout once the imports are done; then one JSON
+request a line on stdin ({argv, env, cwd, stdout, stderr}), answered on stdout
+at once with {"pid"}, and with {"pid", "status"} (a waitpid status) when that
+child ends. Children run side by side (the workers of a job), so status lines
+come in the order the children end.
 """
 
 import atexit
@@ -96,6 +97,7 @@ def _serve():
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
+    replies.write(b'{"ready": true}\n')  # TensorFlow imported: requests are welcome.
     children = set()
     open_requests = True
     while open_requests or children:
