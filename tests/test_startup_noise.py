@@ -12,6 +12,7 @@ import pytest
 
 from resnet_app.common import startup_noise
 from tests.commands import REPO, error_line, run_command
+from tests.runs import read_records
 
 NOISE = [
     "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
@@ -64,36 +65,167 @@ def test_the_filter_keeps_bytes_and_order_across_chunks():
     assert out.decode() == f"{MUST_PASS[0]}\n{MUST_PASS[3]}\nlast, unfinished"
 
 
+# A stand-in for TensorFlow, first on PYTHONPATH: while it loads it writes
+# $NOISE_TEXT to fd 2, as TF's C++ code does, then what $LOADING says.
+SHIM = """
+import ctypes, os
+os.write(2, os.environ.get("NOISE_TEXT", "").encode())
+loading = os.environ.get("LOADING", "")
+if loading == "abort":  # A C++ `Check failed` and abort.
+    os.write(2, b"F0000 check.cc:1] Check failed: the shim's own\\n")
+    os.abort()
+if loading == "large":  # 1 MiB from C code that holds the GIL (PyDLL keeps it).
+    line = b"x" * 1023 + b"\\n"
+    ctypes.PyDLL(None).write(2, line * 1024, 1024 * len(line))
+"""
+
 WRITER = """
 import os, sys
 from resnet_app.common import startup_noise
 startup_noise.install()
-os.write(2, sys.argv[1].encode())   # As TensorFlow's C++ writes: to the descriptor.
+import tensorflow
 sys.stderr.write("error: the one line\\n")
 """
 
 
-def _fd_run(env):
-    text = "\n".join([*NOISE, MUST_PASS[1], CUINIT, ""])
+@pytest.fixture(scope="module")
+def shim(tmp_path_factory):
+    """A folder for PYTHONPATH whose `tensorflow` is SHIM."""
+    folder = tmp_path_factory.mktemp("shim")
+    (folder / "tensorflow").mkdir()
+    (folder / "tensorflow" / "__init__.py").write_text(SHIM)
+    return folder
+
+
+def _python(code, shim, *args, **env):
     return subprocess.run(
-        [sys.executable, "-c", WRITER, text],
+        [sys.executable, "-c", code, *args],
         capture_output=True,
-        text=True,
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": REPO, **env},
+        env={**os.environ, "PYTHONPATH": f"{shim}{os.pathsep}{REPO}", **env},
+        timeout=120,  # A hang fails the test.
     )
 
 
-def test_at_the_descriptor_the_noise_goes_and_the_rest_stays():
-    result = _fd_run({})
+def _fd_run(shim, **env):
+    text = "\n".join([*NOISE, MUST_PASS[1], CUINIT, ""])
+    result = _python(WRITER, shim, NOISE_TEXT=text, **env)
+    return result.returncode, result.stderr.decode()
+
+
+def test_at_the_descriptor_the_noise_goes_and_the_rest_stays(shim):
+    status, stderr = _fd_run(shim)
     gpu = startup_noise.has_nvidia_device()
     expected = [MUST_PASS[1], *([CUINIT] if gpu else []), "error: the one line"]
-    assert result.stderr.splitlines() == expected
+    assert status == 0 and stderr.splitlines() == expected
 
 
-def test_the_environment_variable_shows_everything():
-    result = _fd_run({startup_noise.SHOW_ENV: "show"})
-    assert result.stderr.splitlines() == [*NOISE, MUST_PASS[1], CUINIT, "error: the one line"]
+def test_the_environment_variable_shows_everything(shim):
+    _, stderr = _fd_run(shim, **{startup_noise.SHOW_ENV: "show"})
+    assert stderr.splitlines() == [*NOISE, MUST_PASS[1], CUINIT, "error: the one line"]
+
+
+def test_what_comes_before_a_crash_while_tensorflow_loads_reaches_the_output(shim):
+    text = "\n".join([NOISE[0], MUST_PASS[1], ""])
+    result = _python(WRITER, shim, NOISE_TEXT=text, LOADING="abort")
+    assert result.returncode < 0  # Aborted.
+    lines = result.stderr.decode().splitlines()
+    assert lines == [MUST_PASS[1], "F0000 check.cc:1] Check failed: the shim's own"]
+
+
+def test_a_large_write_while_holding_the_gil_passes_whole(shim):
+    """The old filter's reader was a thread: it needed the GIL the writer held."""
+    result = _python(WRITER, shim, LOADING="large")
+    assert result.returncode == 0, result.stderr[-500:]
+    lines = result.stderr.decode().splitlines()
+    assert lines == ["x" * 1023] * 1024 + ["error: the one line"]
+
+
+# After the window: stdout and stderr alternate, a `\r` progress line, and
+# whether stderr is still the terminal.
+AFTER = """
+import os, sys
+from resnet_app.common import startup_noise
+startup_noise.install()
+import tensorflow
+print(os.isatty(2), sys.stderr.isatty(), flush=True)
+for i in range(50):
+    print("out", i, flush=True)
+    sys.stderr.write(f"err {i}\\n")
+    sys.stderr.flush()
+sys.stderr.write("10%\\r20%\\r")
+"""
+
+
+def test_after_tensorflow_loads_stderr_is_the_process_own(shim):
+    result = subprocess.run(
+        [sys.executable, "-c", AFTER],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # One pipe, as `>f 2>&1`: the order is the writes'.
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": f"{shim}{os.pathsep}{REPO}"},
+        timeout=120,
+    )
+    lines = result.stdout.decode().split("\n")
+    assert lines[0] == "False False"  # A pipe here; the pty test below sees a terminal.
+    expected = [f"{kind} {i}" for i in range(50) for kind in ("out", "err")]
+    assert lines[1:-1] == expected and lines[-1] == "10%\r20%\r"
+
+
+def test_a_terminal_stays_a_terminal(shim):
+    import pty
+
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-c", AFTER],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": f"{shim}{os.pathsep}{REPO}"},
+    )
+    os.close(follower)
+    first = process.stdout.readline()
+    os.set_blocking(leader, False)
+    process.communicate(timeout=120)
+    os.close(leader)
+    assert first == b"True True\n"
+
+
+def test_a_closed_output_pipe_never_stops_training(tmp_path):
+    """`resnet-app train ... 2>&1 | head -1`: the reader goes away after one line.
+
+    The run logs every step (more than a pipe holds), and must end as without
+    the pipe: every step trained, the last checkpoint saved.
+    """
+    steps = 600
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "resnet_app.train",
+            "--dataset=shapes",
+            "--model=tiny",
+            "--batch_size=4",
+            f"--train_steps={steps}",
+            "--log_every=1",
+            f"--eval_every={steps}",
+            "--set=data.train_examples=32",
+            "--set=data.eval_examples=8",
+            "--set=data.image_size=16",
+            f"--set=data.data_dir={tmp_path / 'data'}",
+            f"--model_dir={tmp_path / 'run'}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO},
+    )
+    process.stderr.readline()
+    process.stderr.close()  # As `head -1` exits.
+    process.wait(timeout=600)  # The old filter blocked here for good.
+    records = read_records(tmp_path / "run")
+    assert max(r["step"] for r in records if "loss" in r) == steps
+    assert (tmp_path / "run" / f"ckpt-{steps}.index").exists()
 
 
 def test_an_error_after_tensorflow_loads_shows_no_startup_lines(tiny_run):
@@ -111,22 +243,16 @@ def test_an_error_after_tensorflow_loads_shows_no_startup_lines(tiny_run):
     assert shown, loud.stderr
 
 
-def test_what_the_filter_holds_is_written_before_a_hard_exit():
+def test_what_the_filter_holds_is_written_before_a_hard_exit(shim):
     code = (
         "import os, sys\n"
         "from resnet_app.common import startup_noise\n"
         "startup_noise.install()\n"
-        f"os.write(2, {NOISE[0]!r}.encode() + b'\\n')\n"
+        "import tensorflow\n"
         "sys.stderr.write('Second SIGINT: exiting now\\n')\n"
         "startup_noise.restore()\n"
         "os._exit(130)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": REPO},
-    )
+    result = _python(code, shim, NOISE_TEXT=NOISE[0] + "\n")
     assert result.returncode == 130
-    assert result.stderr.splitlines() == ["Second SIGINT: exiting now"]
+    assert result.stderr.decode().splitlines() == ["Second SIGINT: exiting now"]

@@ -7,21 +7,33 @@ the CPU-instructions notice, and on a machine without a GPU "Could not find
 cuda drivers" and "failed call to cuInit". A user who made a mistake should
 see the one `error:` line, not these.
 
-`install()` puts a filter on the process's stderr at the file-descriptor
-level, where the C++ code writes: a pipe whose reader drops exactly those
-lines and passes every other byte through unchanged, in order. The cuInit
-line passes on a machine that has an NVIDIA device, where it means a broken
-driver. `--verbosity=1` (or more), or RESNET_APP_TF_STARTUP=show, shows them all.
+`install()` filters them at the file-descriptor level, where the C++ code
+writes, and only while TensorFlow loads: the first `import tensorflow`, and
+its first look for devices (where the cuInit line comes from), run with fd 2
+on a pipe to a small forked reader process that drops exactly those lines and
+passes every other byte through, in order; then fd 2 is the process's own
+stderr again, and the reader ends once it has written everything. Before and
+after that window nothing stands between the process and its stderr, so a
+closed pipe, a crash, a large write, `\r` progress lines, the order against
+stdout and `isatty()` are all what they are without the filter. Inside the
+window, the reader is a process: it outlives a crash of the trainer (it
+writes what it got, then sees the pipe end), it needs no lock of the
+trainer's, and if its own output is gone it still empties the pipe.
+The cuInit line passes on a machine that has an NVIDIA device, where it means
+a broken driver. `--verbosity=1` (or more), or RESNET_APP_TF_STARTUP=show,
+shows them all.
 """
 
 from __future__ import annotations
 
-import atexit
 import glob
+import importlib.abc
+import importlib.util
 import os
 import re
+import signal
 import sys
-import threading
+import time
 
 SHOW_ENV = "RESNET_APP_TF_STARTUP"
 # A C++ log line's prefix: severity, date, time, thread id.
@@ -42,7 +54,6 @@ HARMLESS = tuple(
 )
 # Harmless only where there is no GPU to initialize.
 WITHOUT_GPU = (re.compile(_PREFIX + r"cuda_platform\.cc:\d+\] failed call to cuInit: "),)
-_DRAIN_SECONDS = 2.0
 
 
 def has_nvidia_device() -> bool:
@@ -79,55 +90,134 @@ class LineFilter:
 
 
 _installed = False
-_drain = None  # Set by install(): ends the filter, writing what it holds.
+_window = None  # Set while TensorFlow loads: (the saved stderr, the reader's pid).
+_READER_WAIT_SECONDS = 2.0
 
 
 def install(show_all: bool = False) -> None:
     """Filters TensorFlow's harmless start-up lines out of this process's stderr.
 
-    Call it before TensorFlow is imported. Does nothing when `show_all`, when
-    RESNET_APP_TF_STARTUP=show, or when it is already installed.
+    Call it before TensorFlow is imported: the filter is on while the first
+    `import tensorflow` runs, and off after it. Does nothing when `show_all`,
+    when RESNET_APP_TF_STARTUP=show, when it is already installed, or when
+    TensorFlow is already loaded.
 
     Args:
       show_all: let every line through (`--verbosity=1` or more).
     """
-    global _installed, _drain
+    global _installed
     if _installed or show_all or os.environ.get(SHOW_ENV) == "show":
         return
+    if "tensorflow" in sys.modules:
+        return
     _installed = True
+    sys.meta_path.insert(0, _TensorFlowImport())
+
+
+class _TensorFlowImport(importlib.abc.MetaPathFinder):
+    """Finds the first `import tensorflow` and loads it with the filter on."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "tensorflow":
+            return None
+        sys.meta_path.remove(self)  # Once; and the real finders below answer.
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        spec.loader = _FilteredLoader(spec.loader)
+        return spec
+
+
+class _FilteredLoader(importlib.abc.Loader):
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        _open_window()
+        try:
+            self._loader.exec_module(module)
+            config = getattr(module, "config", None)
+            if hasattr(config, "list_physical_devices"):
+                config.list_physical_devices()  # TensorFlow's look for GPUs: the cuInit line.
+        finally:
+            restore()
+            # The module names its real loader, as if imported without the filter.
+            if getattr(module, "__loader__", None) is self:
+                module.__loader__ = self._loader
+            spec = getattr(module, "__spec__", None)
+            if spec is not None and spec.loader is self:
+                spec.loader = self._loader
+
+
+def _open_window() -> None:
+    """fd 2 into a pipe read by a forked filter process, until `restore()`."""
+    global _window
     sys.stderr.flush()
     terminal = os.dup(2)
     read_end, write_end = os.pipe()
+    gpu = has_nvidia_device()
+    pid = os.fork()
+    if pid == 0:  # The reader: only reads and writes, then leaves without cleanup.
+        try:
+            # A Ctrl-C or SIGTERM to the group is the trainer's; the reader ends
+            # when the pipe does, after writing what it holds.
+            for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(number, signal.SIG_IGN)
+            os.close(write_end)
+            _filter(read_end, terminal, LineFilter(gpu))
+        finally:
+            os._exit(0)
+    os.close(read_end)
     os.dup2(write_end, 2)
     os.close(write_end)
-    line_filter = LineFilter(has_nvidia_device())
+    _window = (terminal, pid)
 
-    def pump() -> None:
-        while data := os.read(read_end, 65536):
-            _write_all(terminal, line_filter.feed(data))
+
+def _filter(read_end: int, terminal: int, line_filter: LineFilter) -> None:
+    """Until the pipe ends: every byte read, the kept ones written while the output takes them."""
+    writable = True
+    while True:
+        try:
+            data = os.read(read_end, 65536)
+        except InterruptedError:
+            continue
+        if not data:
+            break
+        if writable:
+            writable = _write_all(terminal, line_filter.feed(data))
+    if writable:
         _write_all(terminal, line_filter.finish())
-        os.close(read_end)
-
-    reader = threading.Thread(target=pump, name="startup_noise", daemon=True)
-    reader.start()
-
-    def drain() -> None:
-        # Ends the pipe (a child process still holding it keeps it open: then
-        # the reader is left after a short wait) and lets the reader write the rest.
-        sys.stderr.flush()
-        os.dup2(terminal, 2)
-        reader.join(_DRAIN_SECONDS)
-
-    _drain = drain
-    atexit.register(drain)
 
 
 def restore() -> None:
-    """Ends the filter now, every line it holds written: call it before `os._exit`."""
-    if _drain is not None:
-        _drain()
+    """Ends the filter's window (if open): stderr is the process's own again, and
+    what the reader holds is written before this returns (or 2 s have passed)."""
+    global _window
+    if _window is None:
+        return
+    terminal, pid = _window
+    _window = None
+    sys.stderr.flush()
+    os.dup2(terminal, 2)  # The pipe's last writer is gone: the reader sees its end.
+    os.close(terminal)
+    deadline = time.monotonic() + _READER_WAIT_SECONDS
+    while time.monotonic() < deadline:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return
+        time.sleep(0.005)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes) -> bool:
+    """Whether all of `data` was written (False once the output is closed or broken)."""
     while data:
-        data = data[os.write(fd, data) :]
+        try:
+            data = data[os.write(fd, data) :]
+        except InterruptedError:
+            continue
+        except OSError:
+            return False
+    return True
