@@ -1,5 +1,6 @@
 """The built-in `shapes` dataset: deterministic, cached, balanced and not linear."""
 
+import logging
 import os
 
 import numpy as np
@@ -84,3 +85,28 @@ def test_cache_round_trip_and_corrupt_cache(tmp_path):
     again = shapes.load("test", 30, cache_dir=str(tmp_path))
     np.testing.assert_array_equal(images, again[0])
     np.testing.assert_array_equal(labels, again[1])
+
+
+def _damage(path, how):
+    """The .npz at `path` cut in half, or one byte of its images flipped (a bad CRC)."""
+    data = bytearray(path.read_bytes())
+    if how == "truncated":
+        path.write_bytes(bytes(data[: len(data) // 2]))
+    else:
+        data[len(data) // 3] ^= 0xFF
+        path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["truncated", "bad checksum"])
+def test_a_damaged_cache_is_one_warning_and_rebuilt(tmp_path, caplog, how):
+    images, labels = shapes.load("test", 30, seed=4, cache_dir=str(tmp_path))
+    (path,) = tmp_path.glob("*.npz")
+    good = path.read_bytes()
+    _damage(path, how)
+    with caplog.at_level(logging.WARNING):
+        again = shapes.load("test", 30, seed=4, cache_dir=str(tmp_path))
+    (warning,) = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+    assert warning.startswith(f"The cache file {path} is damaged (") and "rebuilding" in warning
+    np.testing.assert_array_equal(again[0], images)
+    np.testing.assert_array_equal(again[1], labels)
+    assert path.read_bytes() == good  # Rebuilt: the next run reads it without a word.

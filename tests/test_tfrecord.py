@@ -1,5 +1,6 @@
 """`--dataset=tfrecord:DIR` against a plain tf.data read: streamed exactly, one-line errors."""
 
+import logging
 import os
 
 import numpy as np
@@ -225,3 +226,21 @@ def test_a_mid_epoch_kill_resumes_bitwise(root, tmp_path):
     # Epoch 2 of 64 examples, mid-epoch.
     stderr, _ = kill_and_resume(tmp_path, args, runs.fault_rng().randint(6, 9))
     assert "Resumed from step 5 (epoch 1, example 16 of 64)" in stderr
+
+
+def test_a_damaged_index_cache_is_one_warning_and_scanned_again(tmp_path, caplog):
+    images, labels = shapes.generate("train", 20, seed=2)
+    root = str(tmp_path / "r")
+    own_data.write_shards(root, "train", images, labels, [10, 10])
+    settings = data_config(data_dir=str(tmp_path / "cache"), records={"label_offset": 1})
+    first = tfrecord.load(root, settings).split("train").labels
+    (path,) = (tmp_path / "cache").rglob("*.npz")
+    path.write_bytes(path.read_bytes()[:100])  # Cut short, as by a full disk.
+    with caplog.at_level(logging.WARNING):
+        again = tfrecord.load(root, settings).split("train").labels
+    (warning,) = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+    assert warning.startswith(f"The cache file {path} is damaged (")
+    np.testing.assert_array_equal(again, first)
+    caplog.clear()
+    tfrecord.load(root, settings)  # Rebuilt: read again without a word.
+    assert not [r for r in caplog.records if "damaged" in r.getMessage()]

@@ -195,8 +195,8 @@ def load(
     """Like `generate`, but kept in an .npz cache file between runs.
 
     The cache is written atomically (a temporary file, then a rename), so an
-    interrupted run never leaves a half-written file behind. An unreadable cache
-    file is regenerated.
+    interrupted run never leaves a half-written file behind. A damaged cache
+    file is reported in one warning line and regenerated.
 
     Args:
       split: "train" or "test".
@@ -210,12 +210,10 @@ def load(
     count = SPLIT_SIZES[split] if count is None else count
     cache_dir = cache_dir or default_cache_dir()
     path = os.path.join(cache_dir, f"shapes-v{CACHE_VERSION}-seed{seed}-{split}-{count}.npz")
-    try:
-        with np.load(path) as cached:
-            return cached["images"], cached["labels"]
-    except (OSError, ValueError, KeyError, EOFError):
-        pass  # Missing or unreadable: draw it again.
-    images, labels = generate(split, count, seed)
+    cached = files.read_cache(path, lambda npz: (npz["images"], npz["labels"]))
+    if cached is not None:
+        return cached
+    images, labels = generate(split, count, seed)  # Missing or damaged: draw it again.
     try:
         os.makedirs(cache_dir, exist_ok=True)
 

@@ -159,18 +159,21 @@ def load(
     keys = {"label": label_key, "text": text_key}
     fingerprint = json.dumps(_fingerprint(paths, keys), sort_keys=True)
     cache = _cache_path(cache_dir or shapes.default_cache_dir(), paths, keys)
-    try:
-        with np.load(cache, allow_pickle=False) as cached:
-            if str(cached["fingerprint"]) == fingerprint:
-                texts = json.loads(str(cached["texts"]))
-                return ShardIndex(
-                    tuple(paths),
-                    cached["counts"],
-                    cached["labels"],
-                    {int(label): text for label, text in texts.items()},
-                )
-    except (OSError, ValueError, KeyError, EOFError):
-        pass  # Missing, stale or unreadable: scan again.
+
+    def read(cached) -> ShardIndex | None:
+        if str(cached["fingerprint"]) != fingerprint:
+            return None  # Stale: the shards changed.
+        texts = json.loads(str(cached["texts"]))
+        return ShardIndex(
+            tuple(paths),
+            cached["counts"],
+            cached["labels"],
+            {int(label): text for label, text in texts.items()},
+        )
+
+    index = files.read_cache(cache, read)
+    if index is not None:
+        return index  # Else missing, stale or damaged: scan again.
     logging.info(
         "Scanning %d TFRecord shards from %s (once; cached in %s)", len(paths), paths[0], cache
     )
