@@ -449,3 +449,22 @@ def test_configs_is_the_packaged_recipe_folder():
         f for f in os.listdir(os.path.join(REPO, "configs")) if f.endswith(".yaml")
     )
     assert "shapes_quickstart" in recipes.names() and len(recipes.names()) == len(packaged)
+
+
+def test_an_empty_run_config_is_an_error_not_every_default(tmp_path):
+    """A config.yaml cut to nothing (a save lost in a power cut) must not read as defaults."""
+    (tmp_path / "config.yaml").write_text("")
+    with pytest.raises(ConfigError, match=r"config.yaml is empty; it was not written whole"):
+        config.read_run_config(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"run/config.yaml is empty; it was not written whole"):
+        config.from_yaml("\n", "run/config.yaml")
+
+
+def test_a_section_or_key_given_twice_is_an_error(tmp_path):
+    path = tmp_path / "twice.yaml"
+    path.write_text("data:\n  image_size: 24\n  image_size: 32\n")
+    with pytest.raises(ConfigError, match=r"'image_size' appears twice \(lines 2 and 3\)"):
+        config.read_yaml(str(path))
+    # YAML's merge key is not a repetition: the explicit key overrides the merged one.
+    path.write_text("base: &b {epochs: 2, batch_size: 8}\ntrain:\n  <<: *b\n  epochs: 3\n")
+    assert config.read_yaml(str(path))["train"] == {"epochs": 3, "batch_size": 8}

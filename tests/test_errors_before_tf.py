@@ -30,6 +30,8 @@ MISTAKES = [
     (["--init_from={tmp}/weights.h5"], "train.init_from={tmp}/weights.h5: no such file"),
     (["--init_from=keras:resnet51"], "unknown Keras applications model"),
     (["--init_from={tmp}/nowhere"], "no such file or directory"),
+    (["--config={tmp}/empty.yaml"], "config file {tmp}/empty.yaml is empty; give it sections"),
+    (["--config={tmp}/twice.yaml"], "'train' appears twice (lines 1 and 3); keep one and merge"),
 ]
 
 
@@ -50,6 +52,10 @@ def test_train_mistakes_before_tensorflow(args, message, tmp_path, no_tensorflow
         "TFDS_DATA_DIR": str(tfds),
     }
     args = [a.format(tmp=work) for a in args]
+    (work / "empty.yaml").write_text("# Nothing yet.\n")
+    (work / "twice.yaml").write_text(
+        "train: {epochs: 3}\nmodel: {name: tiny}\ntrain: {batch_size: 8}\n"
+    )
     line = error_line(run_command("resnet_app.train", *args, env=env))
     assert message.format(tmp=work, tfds=tfds) in line
 

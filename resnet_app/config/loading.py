@@ -17,8 +17,36 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.config.sections import SECTIONS
 
 
+class DuplicateKey(yaml.YAMLError):
+    """A mapping that names one key twice; YAML would keep only the last silently."""
+
+    def __init__(self, key: Any, first: int, second: int):
+        super().__init__(f"{key!r} appears twice (lines {first} and {second})")
+        self.key, self.first, self.second = key, first, second
+
+
 class _Loader(yaml.SafeLoader):
-    """YAML as people write numbers: `1e-4` is a float (YAML 1.1 wants `1.0e-4`)."""
+    """YAML as people write numbers: `1e-4` is a float (YAML 1.1 wants `1.0e-4`).
+
+    A key given twice in one mapping (`train:` ... `train:`) is an error, not
+    the second silently replacing the first; `<<` merge keys are as YAML says.
+    """
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    if key in seen:
+                        raise DuplicateKey(key, seen[key], line)
+                    seen[key] = line
+                except TypeError:  # An unhashable key: YAML's own error follows.
+                    break
+        return super().construct_mapping(node, deep=deep)
 
 
 class _Dumper(yaml.SafeDumper):
@@ -50,14 +78,18 @@ def read_yaml(path: str) -> dict[str, Any]:
     try:
         with open(path) as f:
             content = load_yaml(f)
+    except DuplicateKey as error:
+        raise ConfigError(f"config file {path}: {error}; keep one and merge them") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise ConfigError(f"config file {path} is not valid YAML{where}; fix the syntax") from None
+    sections = ", ".join(SECTIONS)
     if content is None:
-        return {}
+        raise ConfigError(
+            f"config file {path} is empty; give it sections ({sections}) or leave it out"
+        )
     if not isinstance(content, dict):
-        sections = ", ".join(SECTIONS)
         raise ConfigError(f"config file {path} must be a mapping of sections ({sections})")
     return content
 

@@ -19,6 +19,8 @@ from resnet_app.config.loading import dump_yaml, load_yaml, read_yaml
 from resnet_app.config.sections import SECTIONS, Config
 
 CONFIG_FILE = run_dir.CONFIG_FILE  # The resolved config, in every run directory.
+# The way out when a run's config.yaml is empty: never "every setting at its default".
+EMPTY_RUN_CONFIG = "restore it from a copy, or train into a new --model_dir"
 
 
 def to_yaml(config: Config) -> str:
@@ -32,6 +34,8 @@ def from_yaml(text: str, where: str) -> Config:
         tree = load_yaml(text)
     except yaml.YAMLError:
         raise ConfigError(f"{where} is not valid YAML; it was not written by resnet_app") from None
+    if tree is None:
+        raise ConfigError(f"{where} is empty; it was not written whole ({EMPTY_RUN_CONFIG})")
     if not isinstance(tree, dict):
         raise ConfigError(f"{where} must be a mapping of sections ({', '.join(SECTIONS)})")
     return from_dict(tree)
@@ -55,6 +59,9 @@ def read_run_config(model_dir: str | None) -> Config:
         raise ConfigError(
             f"--model_dir must be a run directory written by `python -m resnet_app.train` ({found})"
         )
+    with open(path, "rb") as f:
+        if not f.read().strip():
+            raise ConfigError(f"{path} is empty; it was not written whole ({EMPTY_RUN_CONFIG})")
     try:
         return from_dict(read_yaml(path))
     except ConfigError as error:
