@@ -112,7 +112,7 @@ class Group:
                 text=True,
                 bufsize=1,
             )
-            log = open(os.path.join(log_dir, f"worker{index}.log"), "a")  # noqa: SIM115
+            log = run_dir.open_append(os.path.join(log_dir, f"worker{index}.log"))
             pump = threading.Thread(target=_pump, args=(process, log, index), daemon=True)
             pump.start()
             self.processes.append(process)

@@ -3,6 +3,7 @@
 import io
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -78,3 +79,14 @@ def test_non_finite_numbers_are_written_as_strict_json_null(tmp_path):
     )
     parsed = strict(reports.to_json(report))
     assert parsed["loss"] is None and parsed["classes"][0]["accuracy"] == 0.0
+
+
+def test_a_symlinked_metrics_file_is_refused_and_its_target_untouched(tmp_path):
+    from resnet_app.common.errors import ConfigError
+
+    target = tmp_path / "notes.txt"
+    target.write_text("mine\n")
+    os.symlink(target, tmp_path / "metrics.jsonl")
+    with pytest.raises(ConfigError, match=r"metrics.jsonl is a symbolic link"):
+        metrics.MetricsWriter(str(tmp_path))
+    assert target.read_text() == "mine\n"

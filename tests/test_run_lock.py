@@ -114,3 +114,28 @@ def test_readers_work_on_a_run_that_is_training(tiny_run, tmp_path):
         result = run_command("resnet_app.evaluate", f"--model_dir={copy}")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[0])["num_examples"] == 37
+
+
+def test_a_symlinked_lock_file_is_refused_and_its_target_untouched(tmp_path):
+    """A run directory from elsewhere whose trainer.lock points at a user's file."""
+    target = tmp_path / "bashrc"
+    target.write_text("export PATH=precious\n")
+    (tmp_path / "run").mkdir()
+    os.symlink(target, tmp_path / "run" / run_dir.LOCK_FILE)
+    with pytest.raises(ConfigError, match=r"trainer.lock is a symbolic link; .* remove the link"):
+        run_lock.RunLock(str(tmp_path / "run")).acquire()
+    assert target.read_text() == "export PATH=precious\n"
+
+
+def test_run_files_open_in_place_only_as_files_of_their_own(tmp_path):
+    target = tmp_path / "elsewhere.log"
+    target.write_text("theirs\n")
+    os.symlink(target, tmp_path / "worker0.log")
+    with pytest.raises(ConfigError, match=r"worker0.log is a symbolic link"):
+        run_dir.open_append(str(tmp_path / "worker0.log"))
+    assert target.read_text() == "theirs\n"
+    with run_dir.open_append(str(tmp_path / "worker1.log")) as log:  # A plain file appends.
+        log.write("one\n")
+    with run_dir.open_append(str(tmp_path / "worker1.log")) as log:
+        log.write("two\n")
+    assert (tmp_path / "worker1.log").read_text() == "one\ntwo\n"

@@ -87,7 +87,7 @@ class MetricsWriter:
     def __init__(self, model_dir: str, enabled: bool = True):
         self.enabled = enabled
         self.path = run_dir.metrics_path(model_dir)
-        self._file = open(self.path, "a") if enabled else None  # noqa: SIM115
+        self._file = run_dir.open_append(self.path) if enabled else None
         if enabled and not _ends_a_line(self.path):
             # A run killed mid-write left half a record: end it, so the next
             # record starts a line of its own (readers skip the broken one).

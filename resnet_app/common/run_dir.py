@@ -27,6 +27,8 @@ A run directory holds:
   (`engine/lost_worker.py`);
 - `trainer.lock`: locked by the trainer while it runs, holding its pid, host
   and start time (`run_lock.py`); it stays put on `--restart`.
+Files written in place are opened with `open_file`/`open_append`, never
+through a symbolic link.
 
 Every other module takes these names from here. No TensorFlow: scripts that
 only read files (`resnet-app plot`) import this module too.
@@ -35,6 +37,7 @@ only read files (`resnet-app plot`) import this module too.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -77,6 +80,34 @@ _CHECKPOINT_NAME = re.compile(rf"^{CHECKPOINT_PREFIX}-\d+(\..*)?$")
 _CHECKPOINT_CHOICE = re.compile(rf"(?:{CHECKPOINT_PREFIX}-)?(\d+)")
 
 T = TypeVar("T")
+
+
+def open_file(path: str, flags: int, mode: int = 0o644) -> int:
+    """`os.open` of a file of the run directory, never through a symbolic link.
+
+    The files resnet_app opens in place (the lock, metrics.jsonl, the worker
+    logs) are created or written without following a link at `path`: a run
+    directory received from someone else cannot make a resume write over
+    another file (`trainer.lock` -> ~/.bashrc). Files replaced whole
+    (`files.write_atomically`) are renamed over a link, never through it.
+
+    Raises:
+      ConfigError: `path` is a symbolic link (one line, how to fix it).
+    """
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise ConfigError(
+                f"{path} is a symbolic link; resnet_app writes a run's files only as files "
+                "of their own: remove the link (or use another --model_dir)"
+            ) from None
+        raise
+
+
+def open_append(path: str):
+    """`open(path, "a")` for a file of the run directory, never through a symbolic link."""
+    return os.fdopen(open_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "a")
 
 
 def config_path(model_dir: str) -> str:

@@ -67,7 +67,7 @@ class RunLock:
         """
         run_dir.create(self.model_dir)
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = run_dir.open_file(self.path, os.O_RDWR | os.O_CREAT)
         except OSError as error:
             raise ConfigError(
                 f"cannot open the run's lock file {self.path} ({error.strerror}); pick a "

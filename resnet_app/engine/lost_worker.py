@@ -121,7 +121,7 @@ def _save(run, step: int) -> str:
         return (
             f"its weights are not finite, so nothing was saved after the checkpoints in {directory}"
         )
-    with open(os.path.join(directory, run_dir.SURVIVOR_LOCK_FILE), "a") as lock:
+    with run_dir.open_append(os.path.join(directory, run_dir.SURVIVOR_LOCK_FILE)) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         steps = [saved for saved, _ in checkpoint.list_checkpoints(directory)]
         if steps and max(steps) >= step:
