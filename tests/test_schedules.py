@@ -669,3 +669,35 @@ def test_example_step_decay():
     for step, lr in expected.items():
         assert schedule(step, 100) == approx(lr), step
     schedules.check_schedule(schedule, steps_per_epoch=100, total_steps=9000)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "x0.5".encode("utf-16"),  # Notepad's "Unicode": UTF-16 with its BOM.
+        "\ufeffx0.5\r\n".encode(),  # UTF-8 with a BOM, Windows line end.
+        b"x0.5\n",
+    ],
+)
+def test_an_lr_override_in_any_common_encoding_applies(tmp_path, content):
+    from resnet_app.engine.learning_rate import LearningRate
+
+    rate = LearningRate(schedules.constant(0.1), steps_per_epoch=10)
+    (tmp_path / "lr_override").write_bytes(content)
+    assert rate.apply_override(str(tmp_path)) == "multiplier 0.5 (now x0.5)"
+    assert rate.rates(0, 2) == pytest.approx([0.05, 0.05])
+    assert (tmp_path / "lr_override.applied").exists()
+
+
+def test_an_unreadable_lr_override_is_one_error_line_and_training_goes_on(tmp_path, caplog):
+    from resnet_app.engine.learning_rate import LearningRate
+
+    rate = LearningRate(schedules.constant(0.1), steps_per_epoch=10)
+    (tmp_path / "lr_override").write_bytes(b"\xfd\xfc not text")  # Neither UTF-8 nor a BOM.
+    assert rate.apply_override(str(tmp_path)) is None
+    (error,) = [r.getMessage() for r in caplog.records if "lr_override" in r.getMessage()]
+    assert "cannot be read as text (UnicodeDecodeError" in error and "x0.1" in error
+    assert rate.rates(0, 1) == pytest.approx([0.1])  # The schedule's, untouched.
+    assert rate.apply_override(str(tmp_path)) is None  # Consumed: reported once.
+    (tmp_path / "lr_override").mkdir()  # Unreadable: a directory.
+    assert rate.apply_override(str(tmp_path)) is None

@@ -16,6 +16,8 @@ every checkpoint, so a resumed run keeps it.
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import math
 import os
 
@@ -23,6 +25,7 @@ import tensorflow as tf
 from absl import logging
 
 from resnet_app.common import run_dir
+from resnet_app.common.errors import first_line
 from resnet_app.engine import schedules
 
 OVERRIDE_FILE = run_dir.LR_OVERRIDE_FILE  # The name callers and tests know it by.
@@ -68,11 +71,24 @@ class LearningRate:
         path = run_dir.lr_override_path(model_dir)
         if not os.path.exists(path):
             return None
-        with open(path) as f:
-            text = f.read().strip()
-        if not text:
+        try:
+            text = _read_text(path).strip()
+        except (OSError, UnicodeDecodeError) as error:
+            text = None
+            reason = first_line(error, with_type=True)
+        if text == "":
             return None
-        os.replace(path, os.path.join(model_dir, run_dir.LR_OVERRIDE_APPLIED))
+        # Consumed whatever it holds, so that a bad file is reported once.
+        with contextlib.suppress(OSError):
+            os.replace(path, os.path.join(model_dir, run_dir.LR_OVERRIDE_APPLIED))
+        if text is None:
+            logging.error(
+                "Ignored %s: it cannot be read as text (%s); write a rate (0.01) or a "
+                "multiplier (x0.1) as plain text",
+                path,
+                reason,
+            )
+            return None
         value, scale = self.state()
         try:
             if text.lower().startswith("x"):
@@ -93,3 +109,12 @@ class LearningRate:
                 text,
             )
             return None
+
+
+def _read_text(path: str) -> str:
+    """The file's text: UTF-8 (with or without a BOM), or UTF-16 with its BOM (Notepad's)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data.decode("utf-16")
+    return data.decode("utf-8-sig")
