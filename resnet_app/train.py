@@ -58,6 +58,13 @@ _LR_SCHEDULE = flags.DEFINE_string(
     "A schedule script, PATH.py:FUNCTION, with FUNCTION(step, "
     "steps_per_epoch) -> learning rate; see scripts/schedules/.",
 )
+_ALLOW_SCRIPTS = flags.DEFINE_bool(
+    "allow_scripts",
+    False,
+    "Run a schedule script that the config (--config, or a resumed run's "
+    "config.yaml) names. Without it only --lr_schedule's script runs, or one "
+    "this run already ran with the same content.",
+)
 # Flags for the most used config keys; --set reaches every other one.
 SHORTCUTS = {
     "dataset": "data.dataset",
@@ -119,9 +126,15 @@ def config_from_flags() -> config.Config:
         overrides["schedule"] = {"name": "script", "path": os.path.abspath(_LR_SCHEDULE.value)}
     resolved = config.resolve(config_file, _SET.value, overrides)
     if resolved.schedule.kind == "script":
+        from resnet_app.config import script_permission
         from resnet_app.engine import schedules  # Pure Python: no TensorFlow.
 
-        schedules.load_script(resolved.schedule.path)  # A bad script is answered now.
+        spec = resolved.schedule.path
+        named = any(item.partition("=")[0].strip() == "schedule.path" for item in _SET.value)
+        if _LR_SCHEDULE.value:
+            named = spec == os.path.abspath(_LR_SCHEDULE.value)
+        script_permission.check_allowed(spec, named, _ALLOW_SCRIPTS.value, _MODEL_DIR.value)
+        schedules.load_script(spec)  # A bad script is answered now.
     return resolved
 
 

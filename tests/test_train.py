@@ -124,6 +124,7 @@ def test_logged_learning_rate_follows_the_schedule_and_the_override(tmp_path):
 def test_schedule_script(tmp_path):
     script = tmp_path / "my_schedule.py"
     script.write_text("def lr(step, steps_per_epoch):\n    return 0.01 * (step + 1)\n")
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "home_config")}  # This user's key.
     result = train_cli(
         *SMALL,
         f"--data_dir={tmp_path / 'data'}",
@@ -131,10 +132,22 @@ def test_schedule_script(tmp_path):
         "--log_every=1",
         f"--lr_schedule={script}:lr",
         f"--model_dir={tmp_path / 'run'}",
+        env=env,
     )
     assert result.returncode == 0, result.stderr
     rates = [r["learning_rate"] for r in read_records(tmp_path / "run") if "accuracy" in r]
     np.testing.assert_allclose(rates, [0.01, 0.02, 0.03], rtol=1e-6)
+    # Resumed with the same command minus the script: the run recorded it, so it runs...
+    resume = [*SMALL, f"--data_dir={tmp_path / 'data'}", "--log_every=1"]
+    result = train_cli(*resume, "--train_steps=4", f"--model_dir={tmp_path / 'run'}", env=env)
+    assert result.returncode == 0, result.stderr
+    rates = [r["learning_rate"] for r in read_records(tmp_path / "run") if "accuracy" in r]
+    np.testing.assert_allclose(rates, [0.01, 0.02, 0.03, 0.04], rtol=1e-6)
+    # ...until its content changes: then the resume names it and how to allow it.
+    script.write_text("def lr(step, steps_per_epoch):\n    return 0.5\n")
+    result = train_cli(*resume, "--train_steps=5", f"--model_dir={tmp_path / 'run'}", env=env)
+    assert result.returncode == 2
+    assert re.search(f"{script}:lr.*content changed.*--allow_scripts", error_line(result))
 
 
 @pytest.mark.parametrize(

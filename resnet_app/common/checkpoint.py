@@ -42,7 +42,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from resnet_app.common import disk_space, run_dir
+from resnet_app.common import disk_space, files, run_dir
 from resnet_app.common.errors import ConfigError, first_line
 from resnet_app.common.run_dir import CONFIG_FILE
 
@@ -196,7 +196,9 @@ def keep_best(model_dir: str, step: int, record: dict[str, Any]) -> str:
         if os.path.isdir(best):
             shutil.rmtree(aside, ignore_errors=True)
             os.replace(best, aside)
+        files.sync_directory(staged)
         os.replace(staged, best)
+        files.sync_directory(model_dir)
         shutil.rmtree(aside, ignore_errors=True)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
@@ -217,6 +219,42 @@ def recover_best(model_dir: str) -> None:
     staged, aside = run_dir.best_leftovers(model_dir)
     for path in staged + aside:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def make_durable(prefix: str) -> None:
+    """Syncs the files of the checkpoint at `prefix`, then its directory, to disk.
+
+    TensorFlow's own "sync" of a checkpoint is a flush to the kernel; until
+    this returns, a power cut can leave its files empty or gone. The trainer
+    calls it after every save and before the older checkpoints are deleted.
+    """
+    for path in _checkpoint_files(prefix):
+        files.sync_file(path)
+    files.sync_directory(os.path.dirname(prefix) or ".")
+
+
+def remove_leftovers(directory: str) -> list[str]:
+    """Removes what killed saves left in the run directory `directory`; returns it.
+
+    TensorFlow writes a checkpoint's shards to `ckpt-<step>_temp/` and each
+    index or pointer file to a temporary name (`*.tempstate*`, `checkpoint.tmp*`)
+    before renaming it; a kill in between leaves them forever. Only the
+    trainer (which holds the run lock) writes these, so at its start any
+    found is a leftover.
+    """
+    patterns = (f"{PREFIX}-*_temp", "*.tempstate*", f"{run_dir.CHECKPOINT_INDEX_FILE}.tmp*")
+    removed = []
+    for pattern in patterns:
+        for path in glob.glob(os.path.join(glob.escape(directory), pattern)):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            removed.append(path)
+    if removed:
+        logging.info("Removed what interrupted saves left: %s", ", ".join(sorted(removed)))
+    return removed
 
 
 def _checkpoint_files(prefix: str) -> list[str]:
@@ -290,6 +328,9 @@ class RunCheckpoint:
             )
             shutil.rmtree(self.save_dir, ignore_errors=True)
             max_to_keep, keep_every_n_hours = 1, None
+        else:
+            remove_leftovers(directory)
+        self._durable = chief  # A scratch copy need not survive a power cut.
         self._objects = objects
         self.checkpoint = tf.train.Checkpoint(**objects)
         # The weights, their average and the optimizer state; other state may
@@ -325,7 +366,11 @@ class RunCheckpoint:
         """
         self._warn_if_space_is_low(step)
         with self._failed_save_cleaned(os.path.join(self.save_dir, run_dir.checkpoint_name(step))):
-            return self.manager.save(checkpoint_number=step)
+            # The manager runs our callback before its own, which deletes the older
+            # checkpoints. (It appends to the options' list: a new one per save.)
+            callbacks = [make_durable] if self._durable else None
+            options = tf.train.CheckpointOptions(experimental_write_callbacks=callbacks)
+            return self.manager.save(checkpoint_number=step, options=options)
 
     def write_now(self, prefix: str) -> str:
         """Writes a checkpoint at `prefix` outside the manager, then lists it in the
@@ -339,6 +384,7 @@ class RunCheckpoint:
             # Counted as `save` counts (and so saved), as every other checkpoint of the run.
             self.checkpoint.save_counter.assign_add(1)
             self.checkpoint.write(prefix)
+            make_durable(prefix)
         directory = os.path.dirname(prefix)
         tf.compat.v1.train.update_checkpoint_state(
             directory,

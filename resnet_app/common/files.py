@@ -1,18 +1,29 @@
-"""Files written whole: a reader sees the previous file or the new one, never half.
+"""Files written whole and durably: a reader sees the previous file or the new one,
+never half, and after a power cut the new one is there once the call returned.
 
 Also the reading of derived-data caches (`read_cache`): a damaged one is
 reported in one line and rebuilt, never a traceback in every later run.
 
 The content goes to a temporary file beside the destination (same directory,
-so the rename cannot cross filesystems), which is then renamed over it. The
-process id in the temporary name keeps concurrent writers apart; a plain
-open() (not mkstemp, which makes files private) keeps the usual permissions.
+so the rename cannot cross filesystems), which is synced to disk and then
+renamed over it; the directory is synced after the rename, so the new name is
+on disk too (`rename` alone orders nothing: after a power cut the file may be
+empty or the old name back). The process id in the temporary name keeps
+concurrent writers apart, and lets the next writer remove what a killed one
+left (`remove_leftovers`); a plain open() (not mkstemp, which makes files
+private) keeps the usual permissions.
+
+`sync_file`, `sync_directory` and `sync_tree` are the same guarantee for
+files written by others (TensorFlow's checkpoints and SavedModels).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import glob
 import os
+import re
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -28,18 +39,88 @@ DAMAGED_NPZ = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib
 
 
 def write_atomically(path: str, write: Callable[[str], None]) -> None:
-    """Calls `write(temporary_path)`, then renames the result to `path`.
+    """Calls `write(temporary_path)`, then syncs it and renames the result to `path`.
 
     On any failure the temporary file is removed and `path` is left as it was.
     """
-    temporary = f"{path}.{os.getpid()}.tmp"
+    remove_leftovers(path)
+    temporary = _temporary(path, os.getpid())
     try:
         write(temporary)
+        sync_file(temporary)
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+    sync_directory(os.path.dirname(path) or ".")
+
+
+def _temporary(path: str, pid: int) -> str:
+    return f"{path}.{pid}.tmp"
+
+
+def remove_leftovers(path: str) -> list[str]:
+    """Removes the temporary files of `path` that killed writers left; returns them.
+
+    A temporary file of a process that still runs is its write in progress,
+    and stays.
+    """
+    pattern = re.compile(re.escape(os.path.basename(path)) + r"\.(\d+)\.tmp")
+    removed = []
+    for leftover in glob.glob(glob.escape(path) + ".*.tmp"):
+        found = pattern.fullmatch(os.path.basename(leftover))
+        if found and not process_alive(int(found.group(1))):
+            with contextlib.suppress(OSError):
+                os.unlink(leftover)
+                removed.append(leftover)
+    return removed
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process `pid` runs on this machine (ours or another user's)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sync_file(path: str) -> None:
+    """Makes the content of the file at `path` durable (fsync)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sync_directory(path: str) -> None:
+    """Makes the names in the directory `path` durable: files created, renamed, removed.
+
+    A filesystem that cannot sync a directory (some network and FUSE
+    filesystems answer EINVAL) is left to its own guarantees.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    except OSError as error:
+        if error.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def sync_tree(path: str) -> None:
+    """Syncs every file under the directory `path`, then each directory, deepest first."""
+    for root, _, names in os.walk(path, topdown=False):
+        for name in names:
+            sync_file(os.path.join(root, name))
+        sync_directory(root)
 
 
 def write_text_atomically(path: str, text: str) -> None:

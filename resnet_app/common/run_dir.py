@@ -8,6 +8,9 @@ A run directory holds:
   export and predict need no dataset (`run_pipeline.write_data_info`);
 - `temperature.json`: the softmax temperature fitted on the holdout split by
   `python -m resnet_app.evaluate --fit_temperature` (`evaluation/calibration.py`);
+- `schedule_script.json`: the schedule script the user allowed this run to
+  run, with the SHA-256 of its content, so that a resume runs it again
+  unasked only while it is unchanged (`config/script_permission.py`);
 - `lr_override`: a learning rate the user writes while the run goes on; the
   trainer renames it `lr_override.applied` once read (`engine/learning_rate.py`);
 - `ckpt-<step>.index` and `.data-*`: the checkpoints, and `checkpoint`,
@@ -53,6 +56,7 @@ METRICS_FILE = "metrics.jsonl"
 DATA_INFO_FILE = "data_info.json"
 TEMPERATURE_FILE = "temperature.json"
 LR_OVERRIDE_FILE = "lr_override"
+SCHEDULE_SCRIPT_FILE = "schedule_script.json"
 LR_OVERRIDE_APPLIED = LR_OVERRIDE_FILE + ".applied"
 CHECKPOINT_PREFIX = "ckpt"
 CHECKPOINT_INDEX_FILE = "checkpoint"  # TensorFlow's list of the checkpoints.

@@ -295,7 +295,9 @@ class Exponential(RateSchedule, kind="exponential"):
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
 class Script(ScheduleSection, kind="script"):
-    """A user's function, used as is (no scaling, no warmup).
+    """A user's function, used as is (no scaling, no warmup). It runs only when the
+    command line names it (`--lr_schedule`) or allows it (`--allow_scripts`), or
+    on the resume of a run that ran it, while its content is unchanged.
 
     Attributes:
       path: "PATH.py:FUNCTION", FUNCTION(step, steps_per_epoch) -> learning rate.

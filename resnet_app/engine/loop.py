@@ -39,7 +39,7 @@ from resnet_app import config as config_lib
 from resnet_app.common import disk_space, distribute, run_dir
 from resnet_app.common.errors import ConfigError, first_line
 from resnet_app.common.metrics import MetricsWriter, format_duration, hparam_values
-from resnet_app.config import Config
+from resnet_app.config import Config, script_permission
 from resnet_app.data import run_pipeline
 from resnet_app.engine import divergence, lost_worker, preemption, setup, sync, timing
 from resnet_app.engine.actions import Action, Evaluator, create_actions
@@ -230,6 +230,8 @@ def _record_settings(run: setup.Run, writer: MetricsWriter, start: int) -> None:
     if run.chief:
         config_lib.write_yaml(run.config, run_dir.config_path(run.model_dir))
         run_pipeline.write_data_info(run.pipeline, run.model_dir)
+        if run.config.schedule.kind == "script":  # Allowed (train.py): a resume may run it.
+            script_permission.record(run.model_dir, run.config.schedule.path)
     if run.config_changes:
         changes = {key: list(values) for key, values in run.config_changes.items()}
         writer.write({"step": start, "event": "config_change", "changes": changes})

@@ -35,8 +35,10 @@ images rounded to the run's data dtype (bfloat16 for a bf16 run), exactly as
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 
@@ -44,7 +46,7 @@ import tensorflow as tf
 from absl import logging
 
 from resnet_app import config
-from resnet_app.common import checkpoint, checks, run_dir
+from resnet_app.common import checkpoint, checks, files, run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import recipes, run_pipeline
 from resnet_app.data.preprocessing import Preprocessing
@@ -266,6 +268,7 @@ def check_destination(export_dir: str, overwrite: bool, model_dir: str | None = 
     """
     # A link is followed: the export replaces what the link points to.
     export_dir = os.path.realpath(export_dir)
+    recover(export_dir)
     if model_dir is not None:
         run = os.path.realpath(model_dir)
         if run == export_dir or run.startswith(export_dir.rstrip(os.sep) + os.sep):
@@ -297,6 +300,35 @@ def check_destination(export_dir: str, overwrite: bool, model_dir: str | None = 
                     f"it, or name a new directory"
                 )
     return export_dir
+
+
+def _leftovers(export_dir: str, kind: str) -> list[str]:
+    """`export_dir.<kind>-<pid>` directories of exports that are no longer running."""
+    pattern = re.compile(re.escape(os.path.basename(export_dir)) + rf"\.{kind}-(\d+)")
+    found = []
+    for path in sorted(glob.glob(glob.escape(export_dir) + f".{kind}-*")):
+        match = pattern.fullmatch(os.path.basename(path))
+        if match and os.path.isdir(path) and not files.process_alive(int(match.group(1))):
+            found.append(path)
+    return found
+
+
+def recover(export_dir: str) -> None:
+    """Repairs what an interrupted export to `export_dir` left.
+
+    `save` writes `<export_dir>.partial-<pid>/`, renames the old export to
+    `<export_dir>.replaced-<pid>/`, the new one in, and removes the old one.
+    A kill between the renames leaves no `export_dir`: the old export is put
+    back. Unfinished copies and old exports already replaced are removed.
+    """
+    replaced = _leftovers(export_dir, "replaced")
+    if replaced and not os.path.lexists(export_dir) and is_export(replaced[-1]):
+        logging.warning("Putting back the export %s, set aside by a killed export", replaced[-1])
+        os.replace(replaced.pop(), export_dir)
+        files.sync_directory(os.path.dirname(export_dir))
+    for path in replaced + _leftovers(export_dir, "partial"):
+        logging.info("Removing %s, left by an interrupted export", path)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _write_extras(directory: str, served: ServingModel, source: dict) -> None:
@@ -349,11 +381,14 @@ def save(
         _write_extras(staged, served, source)
         if more is not None:
             more(staged)
+        files.sync_tree(staged)  # On disk before it replaces anything.
         # A non-empty directory cannot be renamed over: the old export steps
-        # aside first, and comes back if the rename fails.
+        # aside first, and comes back if the rename fails (or at the next
+        # export, after a kill: `recover`).
         if os.path.lexists(export_dir):
             os.replace(export_dir, replaced)
         os.replace(staged, export_dir)
+        files.sync_directory(os.path.dirname(export_dir))
     except BaseException:
         if os.path.lexists(replaced) and not os.path.lexists(export_dir):
             os.replace(replaced, export_dir)
