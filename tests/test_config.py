@@ -460,6 +460,22 @@ def test_an_empty_run_config_is_an_error_not_every_default(tmp_path):
         config.from_yaml("\n", "run/config.yaml")
 
 
+def test_an_unreadable_or_binary_config_is_one_line(tmp_path, monkeypatch):
+    path = tmp_path / "config.yaml"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")  # Not text: a picture.
+    with pytest.raises(ConfigError, match=r"config.yaml is not valid YAML"):
+        config.read_run_config(str(tmp_path))
+
+    def denied(*args, **kwargs):  # As for another user's file (root reads everything).
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr("builtins.open", denied)
+    with pytest.raises(ConfigError, match=r"cannot read .*config.yaml \(Permission denied\)"):
+        config.read_run_config(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"cannot read config file .* \(Permission denied\)"):
+        config.read_yaml(str(path))
+
+
 def test_a_section_or_key_given_twice_is_an_error(tmp_path):
     path = tmp_path / "twice.yaml"
     path.write_text("data:\n  image_size: 24\n  image_size: 32\n")

@@ -84,6 +84,14 @@ def read_yaml(path: str) -> dict[str, Any]:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise ConfigError(f"config file {path} is not valid YAML{where}; fix the syntax") from None
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"config file {path} is not valid YAML (not UTF-8 text); name the right file"
+        ) from None
+    except OSError as error:
+        raise ConfigError(
+            f"cannot read config file {path} ({error.strerror}); check its permissions"
+        ) from None
     sections = ", ".join(SECTIONS)
     if content is None:
         raise ConfigError(

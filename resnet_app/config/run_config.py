@@ -59,9 +59,13 @@ def read_run_config(model_dir: str | None) -> Config:
         raise ConfigError(
             f"--model_dir must be a run directory written by `python -m resnet_app.train` ({found})"
         )
-    with open(path, "rb") as f:
-        if not f.read().strip():
-            raise ConfigError(f"{path} is empty; it was not written whole ({EMPTY_RUN_CONFIG})")
+    try:
+        with open(path, "rb") as f:
+            empty = not f.read().strip()
+    except OSError as error:
+        raise ConfigError(f"cannot read {path} ({error.strerror}); check its permissions") from None
+    if empty:
+        raise ConfigError(f"{path} is empty; it was not written whole ({EMPTY_RUN_CONFIG})")
     try:
         return from_dict(read_yaml(path))
     except ConfigError as error:
