@@ -7,6 +7,7 @@ update) or replica gives different numbers.
 """
 
 import contextlib
+import glob
 import os
 
 import keras
@@ -326,3 +327,29 @@ def test_keep_best_ranks_by_the_average_by_default(tmp_path):
     assert (resolved.train.best_by, resolved.train.best_direction) == ("ema_top1", "max")
     with pytest.raises(ConfigError, match="train.ema_warmup needs train.ema_decay"):
         runs.small_config(tmp_path, "train.ema_warmup=true")
+
+
+def test_evaluate_all_skips_a_checkpoint_rotated_out_while_it_runs(ema_run, tmp_path, monkeypatch):
+    """A trainer still running rotates checkpoints out under `evaluate --checkpoint=all`:
+    the one gone is skipped with a warning; the others are evaluated as they are."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(ema_run, run)
+    for step in range(1, 6):
+        for path in glob.glob(str(run / f"ckpt-{step}.*")):
+            os.remove(path)
+    restore = checkpoint.restore_model
+
+    def rotating(model, prefix, weights="raw"):
+        for path in glob.glob(str(run / "ckpt-7.*")):  # Rotated out after the choice.
+            os.remove(path)
+        return restore(model, prefix, weights)
+
+    monkeypatch.setattr(checkpoint, "restore_model", rotating)
+    records = checkpoint_eval.evaluate_checkpoints(
+        str(run), "all", weights="raw", report_dir=str(tmp_path / "reports")
+    )
+    assert [record["step"] for record in records] == [6, 8]
+    trained = {r["step"]: r for r in runs.read_records(ema_run) if "top1" in r}
+    assert records[1]["top1"] == trained[8]["top1"]

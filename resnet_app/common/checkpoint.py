@@ -523,14 +523,53 @@ def restore_model(model, prefix: str, weights: str = "raw") -> str:
       ConfigError: when the checkpoint holds another model, or no average
         when "ema" is asked for.
     """
-    chosen = chosen_weights(prefix, weights)
-    name = EMA if chosen == "ema" else "model"
     try:
+        chosen = chosen_weights(prefix, weights)
+        name = EMA if chosen == "ema" else "model"
         status = tf.train.Checkpoint(**{name: model}).restore(prefix).expect_partial()
         status.assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as error:
+        if not os.path.exists(prefix + ".index"):
+            raise CheckpointGoneError(
+                f"checkpoint {prefix} was removed before it could be read (a running trainer "
+                "rotated it out, or replaced its best)"
+            ) from None
         raise ConfigError(
             f"checkpoint {prefix} does not match the model of the run's {CONFIG_FILE} "
             f"({first_line(error)})"
         ) from None
     return chosen
+
+
+class CheckpointGoneError(ConfigError):
+    """A checkpoint removed between its choice and its restore (rotation, a new best)."""
+
+
+def restore_selected(
+    model, directory: str, which: str, step: int, prefix: str, weights: str = "raw"
+) -> tuple[int, str, str]:
+    """`restore_model` of the checkpoint `select(directory, which)` chose as (step, prefix).
+
+    A run still training rotates its checkpoints out and replaces its best:
+    one chosen as "latest" or "best" that is gone by now is chosen again;
+    one chosen by its name is answered as `select` answers a name it does
+    not find (with the names there are now).
+
+    Returns:
+      (step, prefix, "ema" or "raw") of the checkpoint restored.
+    """
+    for _ in range(_RECHOOSE_ATTEMPTS):
+        try:
+            return step, prefix, restore_model(model, prefix, weights)
+        except CheckpointGoneError as gone:
+            if which not in ("latest", run_dir.BEST_CHOICE):
+                select(directory, which)  # Raises: the name is gone; lists the others.
+                raise
+            logging.warning("%s; choosing the %s checkpoint again", gone, which)
+            [(step, prefix)] = select(directory, which)
+    return step, prefix, restore_model(model, prefix, weights)
+
+
+# How often a checkpoint removed under a reader is chosen again before giving up
+# (each time, a trainer would have to save and rotate within one restore).
+_RECHOOSE_ATTEMPTS = 3

@@ -25,6 +25,8 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from absl import logging
+
 from resnet_app import config
 from resnet_app.common import checks, run_dir
 from resnet_app.common.errors import ConfigError
@@ -103,7 +105,13 @@ def evaluate_checkpoints(
     threshold = run_config.train.threshold
     try:
         for step, prefix, kind in chosen:
-            checkpoint.restore_model(model, prefix, kind)
+            try:
+                step, prefix, kind = checkpoint.restore_selected(
+                    model, model_dir, which, step, prefix, kind
+                )
+            except checkpoint.CheckpointGoneError as gone:  # One of --checkpoint=all.
+                logging.warning("Skipping it: %s", gone)
+                continue
             result = _evaluate(
                 model, prefix, kind, pipeline, batch_size, strategy, split, tta, fitted, threshold
             )

@@ -76,7 +76,9 @@ def fit_run_temperature(
     data_config = dataclasses.replace(data_config, eval_examples=None)
     pipeline = run_pipeline.create_run_pipeline(run_config, data_config, model_dir)
     model = checkpoint_eval.create_model(run_config, pipeline, strategy)
-    chosen = checkpoint.restore_model(model, prefix, weights)
+    step, prefix, chosen = checkpoint.restore_selected(
+        model, model_dir, which, step, prefix, weights
+    )
     result = exact_eval.evaluate(
         model, pipeline, batch_size, strategy, HOLDOUT_SPLIT, collect_logits=True
     )

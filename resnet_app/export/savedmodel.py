@@ -215,7 +215,9 @@ def load(
             f"--tta={tta} averages softmax probabilities; this run's data is multi-label: drop it"
         )
     model = factory.create_run_model(run_config, len(class_names), preprocessing.image_size)
-    chosen = checkpoint.restore_model(model, prefix, weights)
+    step, prefix, chosen = checkpoint.restore_selected(
+        model, model_dir, which, step, prefix, weights
+    )
     logging.info(
         "Restored %s (step %d, %s weights) from %s", run_config.model_name, step, chosen, prefix
     )
