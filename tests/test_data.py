@@ -347,6 +347,40 @@ def test_folder_with_a_class_unknown_to_train(tmp_path):
         sources.load_folder(str(tmp_path))
 
 
+def test_folder_reads_the_subfolders_of_a_class_in_sorted_order(tmp_path):
+    png = tf.io.encode_png(image_files.few_colour_image(8, 8, 0)).numpy()
+    for path in [
+        "train/cat/b.png",
+        "train/cat/a.png",
+        "train/cat/2019/d.png",
+        "train/cat/2019/c.png",
+        "train/cat/2019/06/e.png",
+        "train/cat/2018/f.png",
+        "train/cat/.thumbnails/g.png",  # Hidden: ignored, as hidden files are.
+        "train/dog/h.png",
+        "val/cat/2019/i.png",
+    ]:
+        write(str(tmp_path / path), png)
+    # A link back up the tree is followed once, not forever.
+    os.symlink("..", tmp_path / "train/cat/2019/up")
+    source = sources.load_folder(str(tmp_path))
+    train = source.splits["train"]
+    relative = [os.path.relpath(path, tmp_path) for path in train.files]
+    assert relative == [
+        "train/cat/a.png",
+        "train/cat/b.png",
+        "train/cat/2018/f.png",
+        "train/cat/2019/c.png",
+        "train/cat/2019/d.png",
+        "train/cat/2019/06/e.png",
+        "train/dog/h.png",
+    ]
+    assert train.labels.tolist() == [0] * 6 + [1]
+    assert [os.path.relpath(p, tmp_path) for p in source.splits["val"].files] == [
+        "val/cat/2019/i.png"
+    ]
+
+
 # -- tfds ------------------------------------------------------------------------
 
 

@@ -244,3 +244,26 @@ def test_a_damaged_index_cache_is_one_warning_and_scanned_again(tmp_path, caplog
     caplog.clear()
     tfrecord.load(root, settings)  # Rebuilt: read again without a word.
     assert not [r for r in caplog.records if "damaged" in r.getMessage()]
+
+
+@pytest.mark.parametrize("damage", ["flipped byte", "cut short"])
+def test_a_corrupt_shard_is_named_not_the_first(tmp_path, damage):
+    images, labels = shapes.generate("train", 25, seed=3)
+    root = str(tmp_path / "r")
+    paths = own_data.write_shards(root, "train", images, labels, [5] * 5)
+    bad = paths[3]  # Not the first: that one's keys are read before the scan.
+    with open(bad, "rb") as file:
+        data = bytearray(file.read())
+    if damage == "flipped byte":
+        data[len(data) // 2] ^= 0xFF  # Inside a record's bytes: its checksum fails.
+    else:
+        data = data[: len(data) - 7]  # The last record ends early.
+    with open(bad, "wb") as file:
+        file.write(data)
+    settings = data_config(data_dir=str(tmp_path / "cache"), records={"label_offset": 1})
+    with pytest.raises(ConfigError) as raised:
+        tfrecord.load(root, settings)
+    message = str(raised.value)
+    assert bad in message and "remove it or write it again" in message
+    assert not any(path in message for path in paths if path != bad)
+    assert "\n" not in message

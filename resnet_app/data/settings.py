@@ -322,12 +322,15 @@ class DataConfig:
       dtype: the images' dtype: float32, bfloat16 or float16. In a training
         config it defaults to None, meaning train.precision's (see
         `config.Config`); the pipeline needs it set.
-      num_classes: `synthetic` only: the number of labels.
+      num_classes: `synthetic`: the number of labels. `csv:`: confirms integer
+        ids far sparser than the classes they imply (ids 0 to num_classes - 1).
       class_names: `csv:` and `tfrecord:` sources: the classes, in label order,
         when the labels are integer ids (default: the class texts of TFRecords;
         a table's label names, sorted; else the ids themselves).
       multi_label: `csv:` sources: several labels per image (default: when a
-        label cell holds several space-separated names); true or false forces it.
+        label cell holds several names); true or false forces it.
+      label_separator: `csv:` sources: what separates a cell's labels; the
+        default, a space, is any run of whitespace (Kaggle's convention).
       records: how `tfrecord:` shards are read (`RecordSettings`).
       progressive: the training size by epoch (`ProgressiveSettings`).
       sampling: "natural" (each epoch visits every example once) or
@@ -356,6 +359,7 @@ class DataConfig:
     num_classes: int = 10
     class_names: tuple[str, ...] | None = None
     multi_label: bool | None = None
+    label_separator: str = " "
     records: RecordSettings = RecordSettings()
     sampling: str = "natural"
     progressive: ProgressiveSettings = ProgressiveSettings()
@@ -369,6 +373,11 @@ class DataConfig:
         _check(
             self.class_names is None or len(set(self.class_names)) == len(self.class_names) > 0,
             f"class_names={list(self.class_names or ())} must be distinct names, at least one",
+        )
+        _check(
+            self.label_separator != "",
+            "label_separator is empty; YAML reads a bare | as empty: quote it, "
+            'label_separator: "|" in a file, --set \'data.label_separator="|"\'',
         )
         _check(
             self.preprocessing in FAMILIES,

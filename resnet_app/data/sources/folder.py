@@ -1,4 +1,9 @@
-"""`--dataset=folder:PATH`: an image folder in the ImageNet layout, PATH/<split>/<class>/<file>."""
+"""`--dataset=folder:PATH`: an image folder in the ImageNet layout, PATH/<split>/<class>/<file>.
+
+A class's images may sit in subfolders of its folder (`train/cat/2019/x.jpg`):
+they are read too, as torchvision's `ImageFolder` and Keras's
+`image_dataset_from_directory` read them, in a fixed order (`_class_files`).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,28 @@ PREFIX = "folder:"
 EVAL_SPLITS = ("val", "validation", "test")
 
 
+def _class_files(class_dir: str) -> list[str]:
+    """The files in `class_dir` and its subfolders, at any depth; hidden ones are skipped.
+
+    The order is fixed: a folder's files by name, then its subfolders by name.
+    Linked folders are followed, each real folder once (a link to a parent
+    would otherwise never end).
+    """
+    paths, seen = [], set()
+    for directory, subdirectories, names in os.walk(class_dir, followlinks=True):
+        real = os.path.realpath(directory)
+        if real in seen:
+            subdirectories[:] = []
+            continue
+        seen.add(real)
+        subdirectories[:] = sorted(name for name in subdirectories if not name.startswith("."))
+        for name in sorted(names):
+            path = os.path.join(directory, name)
+            if not name.startswith(".") and os.path.isfile(path):
+                paths.append(path)
+    return paths
+
+
 def _list_split(root: str, split: str, class_names: list[str]) -> tuple[list, list]:
     paths, labels = [], []
     split_dir = os.path.join(root, split)
@@ -27,12 +54,9 @@ def _list_split(root: str, split: str, class_names: list[str]) -> tuple[list, li
                 f"{class_dir} is a class that train/ does not have; every split of "
                 f"folder:{root} must use the classes of train/"
             )
-        label = class_names.index(entry)
-        for name in sorted(os.listdir(class_dir)):
-            path = os.path.join(class_dir, name)
-            if not name.startswith(".") and os.path.isfile(path):
-                paths.append(path)
-                labels.append(label)
+        files = _class_files(class_dir)
+        paths.extend(files)
+        labels.extend([class_names.index(entry)] * len(files))
     return paths, labels
 
 
@@ -70,8 +94,9 @@ def check(root: str, config=None) -> tuple[list[str], list[str]]:
 def load(root: str, config=None) -> Source:
     """An image folder: `root/train/<class>/<image>`, optionally val/, validation/, test/.
 
-    Class names are the sorted directory names of `root/train`. Unreadable
-    files are skipped and counted (`image_files.FileSplits`).
+    Class names are the sorted directory names of `root/train`; a class's
+    images may be in subfolders of its directory. Unreadable files are
+    skipped and counted (`image_files.FileSplits`).
 
     Args:
       root: the folder.

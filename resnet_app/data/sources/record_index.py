@@ -96,6 +96,8 @@ def first_example_keys(path: str) -> dict[str, str]:
 def _scan(paths: list[str], label_key: str, text_key: str | None) -> ShardIndex:
     import tensorflow as tf
 
+    from resnet_app.data import options
+
     spec = {label_key: tf.io.FixedLenFeature([], tf.int64)}
     if text_key:
         spec[text_key] = tf.io.FixedLenFeature([], tf.string, default_value="")
@@ -104,23 +106,31 @@ def _scan(paths: list[str], label_key: str, text_key: str | None) -> ShardIndex:
         def parse(batch):
             features = tf.io.parse_example(batch, spec)
             text = features[text_key] if text_key else tf.fill(tf.shape(batch), "")
-            return index, features[label_key], text
+            return index, features[label_key], text, False
 
-        return tf.data.TFRecordDataset(path, buffer_size=8 << 20).batch(SCAN_BATCH).map(parse)
+        batches = tf.data.TFRecordDataset(path, buffer_size=8 << 20).batch(SCAN_BATCH)
+        # A last element says the shard was read to its end, so that a failure
+        # can be traced to a shard that was not (see the `except` below).
+        end = tf.data.Dataset.from_tensors(
+            (index, tf.zeros([0], tf.int64), tf.zeros([0], tf.string), True)
+        )
+        return batches.map(parse).concatenate(end)
 
-    from resnet_app.data import options
+    def interleaved(indices):
+        names = tf.data.Dataset.from_tensor_slices((indices, [paths[i] for i in indices]))
+        return names.interleave(
+            read, cycle_length=cycle, num_parallel_calls=cycle, deterministic=True
+        )
 
-    names = tf.data.Dataset.from_tensor_slices((np.arange(len(paths)), paths))
-    batches = names.interleave(
-        read,
-        cycle_length=options.parallel_calls() * 2,
-        num_parallel_calls=options.parallel_calls() * 2,
-        deterministic=True,
-    )
+    cycle = options.parallel_calls() * 2
     labels = [[] for _ in paths]
     texts: dict[int, str] = {}
+    finished = set()
     try:
-        for index, label, text in batches.as_numpy_iterator():
+        for index, label, text, end in interleaved(np.arange(len(paths))).as_numpy_iterator():
+            if end:
+                finished.add(int(index))
+                continue
             labels[index].append(label)
             if text_key:
                 pairs = np.unique(np.stack([label.astype(str), text.astype(str)], 1), axis=0)
@@ -132,9 +142,20 @@ def _scan(paths: list[str], label_key: str, text_key: str | None) -> ShardIndex:
                             f"{text_key!r}, {previous!r} and {name!r}; one label, one class"
                         )
     except tf.errors.OpError as error:
+        # Interleaved, the error does not say whose it is: it is one of the
+        # shards still open, the first `cycle` unfinished ones. Each is read
+        # again alone, until one fails.
+        suspects = [i for i in range(len(paths)) if i not in finished][:cycle]
+        where = f"one of the TFRecord shards {', '.join(paths[i] for i in suspects)}"
+        cause: Exception = error
+        for i in suspects:
+            failure = _read_error(interleaved(np.array([i])))
+            if failure is not None:
+                where, cause = f"the TFRecord shard {paths[i]}", failure
+                break
         raise ConfigError(
-            f"reading the TFRecord shards {paths[0]}... failed ({first_line(error)}); "
-            "a shard is corrupt or its label feature is not one int64 per record"
+            f"{where} cannot be read ({first_line(cause)}): it is corrupt, or its label "
+            "feature is not one int64 per record; remove it or write it again"
         ) from None
     per_file = [np.concatenate(chunks) if chunks else np.zeros(0, np.int64) for chunks in labels]
     return ShardIndex(
@@ -143,6 +164,18 @@ def _scan(paths: list[str], label_key: str, text_key: str | None) -> ShardIndex:
         np.concatenate(per_file).astype(np.int64),
         {label: text for label, text in texts.items() if text},
     )
+
+
+def _read_error(dataset) -> Exception | None:
+    """The error that reading `dataset` to its end raises, or None."""
+    import tensorflow as tf
+
+    try:
+        for _ in dataset.as_numpy_iterator():
+            pass
+    except tf.errors.OpError as error:
+        return error
+    return None
 
 
 def load(

@@ -3,15 +3,21 @@
 Columns (or JSON keys): `path`, `label` and optionally `split` (train,
 validation or val, test). Paths are relative to the table's directory, or
 absolute. A label is a class name, or an integer id: with `data.class_names`
-the ids index that list, and without it ids 0..max name themselves. A label
-cell of several space-separated names (Kaggle's convention, e.g. Planet's
-`tags`) makes the table multi-label; `data.multi_label` forces either way.
-Without a split column every row trains, and `data.validation_split` holds
-some out.
+the ids index that list, and without it ids 0..max name themselves, while
+that many classes is plausible (`_class_names`; `data.num_classes` confirms
+sparser ids). A label cell of several names separated by
+`data.label_separator` (by default whitespace, Kaggle's convention, e.g.
+Planet's `tags`) makes the table multi-label; `data.multi_label` forces
+either way. Cells whose labels are joined by another separator (`a|b`,
+`a,b`) are refused in one line, rather than each combination becoming a
+class (`_other_separator`). Without a split column every row trains, and
+`data.validation_split` holds some out.
 
 Rows naming a file that does not exist are skipped, with one warning line
-that counts them and names the first few; unreadable images are skipped and
-counted like a folder's (`image_files.FileSplits`).
+that counts them and names the first few; the check lists each directory
+once (`_existing`), so a table of ImageNet's 1.28M rows takes seconds.
+Unreadable images are skipped and counted like a folder's
+(`image_files.FileSplits`).
 """
 
 from __future__ import annotations
@@ -31,6 +37,19 @@ from resnet_app.data.sources.registry import register_check, register_source
 PREFIX = "csv:"
 SPLIT_NAMES = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
 SHOWN_MISSING = 3
+# Integer labels are class ids 0..max when that many classes is plausible: up
+# to IDS_ALWAYS_CLASSES of them (ImageNet's 1,000 ids, of which a sample of the
+# data may hold only a few), or, beyond, while at least 1 in SPARSE_IDS of
+# 0..max occurs (1-based ids, or classes without an example in this table).
+# Sparser ids (product or database ids, such as 100234 for a handful of
+# classes) are most likely names: as ids they would make a classifier 100,235
+# classes wide, and a 10-digit id one that does not fit in memory.
+IDS_ALWAYS_CLASSES = 1000
+SPARSE_IDS = 2
+# Separators people join several labels with, besides `data.label_separator`
+# (whitespace is left out: names with spaces are common, "golden retriever").
+LIKELY_SEPARATORS = ("|", ",", ";")
+SHOWN_LABELS = 3
 
 
 def _rows(path: str) -> list[dict]:
@@ -66,16 +85,24 @@ def _rows(path: str) -> list[dict]:
     return rows
 
 
-def _tokens(value, multi: bool) -> list[str]:
+def _split(text: str, separator: str) -> list[str]:
+    """The labels of a cell: a space separates by any run of whitespace, as `str.split()`."""
+    if separator == " ":
+        return text.split()
+    return [part.strip() for part in text.split(separator) if part.strip()]
+
+
+def _tokens(value, multi: bool, separator: str) -> list[str]:
     if isinstance(value, list):
         return [str(item) for item in value]
     text = "" if value is None else str(value).strip()
-    return text.split() if multi else ([text] if text else [])
+    return _split(text, separator) if multi else ([text] if text else [])
 
 
-def _is_multi_label(rows: list[dict], forced: bool | None) -> bool:
+def _is_multi_label(rows: list[dict], forced: bool | None, separator: str) -> bool:
     several = next(
-        (i for i, row in enumerate(rows) if len(_tokens(row["label"], multi=True)) > 1), None
+        (i for i, row in enumerate(rows) if len(_tokens(row["label"], True, separator)) > 1),
+        None,
     )
     if forced is False and several is not None:
         raise ConfigError(
@@ -85,13 +112,66 @@ def _is_multi_label(rows: list[dict], forced: bool | None) -> bool:
     return forced if forced is not None else several is not None
 
 
-def _class_names(tokens: list[list[str]], given: tuple[str, ...] | None) -> list[str]:
+def _is_id(token: str) -> bool:
+    """Whether a label is an integer (which `int` reads: "-1" is, "--1" and "²" are not)."""
+    return (token[1:] if token.startswith("-") else token).isdecimal()
+
+
+def _other_separator(labels: set[str], separator: str) -> str | None:
+    """A separator, not `separator`, that joins several labels in `labels`' cells, or None.
+
+    A candidate joins labels when every part of every label it splits occurs
+    in at least two of the labels, alone or joined: "cat|dog" next to "cat"
+    and "dog", or Planet's few tags in many combinations. A name that holds
+    one ("Paris,France", "tench, Tinca tinca") has parts found nowhere else.
+
+    Args:
+      labels: the distinct labels, as read with `separator`.
+      separator: `data.label_separator`.
+    """
+    found, most = None, 0
+    for candidate in LIKELY_SEPARATORS:
+        if candidate == separator:
+            continue
+        joined = [label for label in labels if candidate in label]
+        if not joined:
+            continue
+        occurrences: dict[str, int] = {}
+        for label in labels:
+            for part in set(_split(label, candidate)):
+                occurrences[part] = occurrences.get(part, 0) + 1
+        parts = {part for label in joined for part in _split(label, candidate)}
+        if all(occurrences[part] >= 2 for part in parts) and len(joined) > most:
+            found, most = candidate, len(joined)
+    return found
+
+
+def _class_names(
+    tokens: list[list[str]], given: tuple[str, ...] | None, num_classes: int, dataset: str
+) -> list[str]:
+    """The classes: `data.class_names`, else the integer ids 0..max, else the sorted names.
+
+    Raises:
+      ConfigError: when integer ids are too sparse to be class ids (see
+        `IDS_ALWAYS_CLASSES`) and `data.num_classes` does not confirm them.
+    """
     values = sorted({token for row in tokens for token in row})
     if given:
         return list(given)
-    if values and all(token.lstrip("-").isdigit() for token in values):
-        return [str(i) for i in range(max(int(token) for token in values) + 1)]
-    return values
+    if not values or not all(_is_id(token) for token in values):
+        return values
+    largest = max(int(token) for token in values)
+    count = largest + 1
+    if count > max(IDS_ALWAYS_CLASSES, SPARSE_IDS * len(values)):
+        if num_classes < count:
+            raise ConfigError(
+                f"--dataset={dataset}: column 'label' holds integer ids up to {largest}, which "
+                f"as class ids make {count} classes for its {len(values)} distinct labels: if "
+                f"they are class ids, set data.num_classes={count}; if they are names, list "
+                "them in data.class_names or write them as names (e.g. with a letter before)"
+            )
+        count = num_classes
+    return [str(i) for i in range(count)]
 
 
 def _label_ids(tokens: list[list[str]], class_names: list[str], dataset: str) -> list[list[int]]:
@@ -101,7 +181,7 @@ def _label_ids(tokens: list[list[str]], class_names: list[str], dataset: str) ->
         row_ids = []
         for token in names:
             label = index.get(token)
-            if label is None and token.lstrip("-").isdigit():
+            if label is None and _is_id(token):
                 label = int(token) if 0 <= int(token) < len(class_names) else None
             if label is None:
                 raise ConfigError(
@@ -113,6 +193,30 @@ def _label_ids(tokens: list[list[str]], class_names: list[str], dataset: str) ->
             row_ids.append(label)
         ids.append(row_ids)
     return ids
+
+
+def _existing(paths: list[str]) -> list[bool]:
+    """Whether each of `paths` is a file, from one listing of each directory.
+
+    A call per path costs a file-system round trip each (1.28M for ImageNet,
+    slow on a network file system); a table's files sit in few directories.
+    A directory that can be entered but not listed is asked path by path.
+    """
+    listings: dict[str, set[str] | None] = {}
+    found = []
+    for path in paths:
+        directory, name = os.path.split(path)
+        if directory not in listings:
+            try:
+                with os.scandir(directory) as entries:
+                    listings[directory] = {entry.name for entry in entries if entry.is_file()}
+            except (FileNotFoundError, NotADirectoryError):
+                listings[directory] = set()
+            except OSError:
+                listings[directory] = None
+        files = listings[directory]
+        found.append(name in files if files is not None else os.path.isfile(path))
+    return found
 
 
 @register_check("csv")
@@ -135,12 +239,26 @@ def load(path: str, config) -> Source:
     """
     name = PREFIX + path
     rows = _rows(path)
-    multi = _is_multi_label(rows, config.multi_label)
-    tokens = [_tokens(row["label"], multi) for row in rows]
+    separator = config.label_separator
+    multi = _is_multi_label(rows, config.multi_label, separator)
+    tokens = [_tokens(row["label"], multi, separator) for row in rows]
     empty = next((i for i, names in enumerate(tokens) if not names), None)
     if empty is not None and not multi:
         raise ConfigError(f"--dataset={name}: row {empty + 1} has no label")
-    class_names = _class_names(tokens, config.class_names)
+    distinct = {token for names in tokens for token in names}
+    other = None if config.multi_label is False else _other_separator(distinct, separator)
+    if other is not None:
+        joined = sorted(label for label in distinct if other in label)
+        raise ConfigError(
+            f"--dataset={name}: labels joined by {other!r} "
+            f"({', '.join(repr(label) for label in joined[:SHOWN_LABELS])}"
+            f"{', ...' if len(joined) > SHOWN_LABELS else ''}: {len(joined)} of "
+            f"{len(distinct)}) would each be a class of its own: to read several labels per "
+            f"image, set data.label_separator: {json.dumps(other)} (--set "
+            f"'data.label_separator={json.dumps(other)}'); to keep the combinations as "
+            "classes, data.multi_label=false"
+        )
+    class_names = _class_names(tokens, config.class_names, config.num_classes, name)
     ids = _label_ids(tokens, class_names, name)
     root = os.path.dirname(os.path.abspath(path))
     by_split: dict[str, list[int]] = {}
@@ -155,7 +273,8 @@ def load(path: str, config) -> Source:
     if "train" not in by_split:
         raise ConfigError(f"--dataset={name}: no row has split 'train'")
     paths = [os.path.join(root, str(row["path"]).strip()) for row in rows]
-    missing = [p for p in paths if not os.path.isfile(p)]
+    exists = _existing(paths)
+    missing = [p for p, found in zip(paths, exists, strict=True) if not found]
     if len(missing) == len(paths):
         raise ConfigError(
             f"--dataset={name}: none of the {len(paths)} files it names exists (the first: "
@@ -170,10 +289,9 @@ def load(path: str, config) -> Source:
             ", ".join(missing[:SHOWN_MISSING]),
             ", ..." if len(missing) > SHOWN_MISSING else "",
         )
-    present = {p for p in paths if p not in set(missing)}
     builder, splits = FileSplits(name), {}
     for split, rows_of_split in by_split.items():
-        members = [i for i in rows_of_split if paths[i] in present]
+        members = [i for i in rows_of_split if exists[i]]
         if multi:
             labels = np.zeros((len(members), len(class_names)), np.uint8)
             for row, i in enumerate(members):
