@@ -361,3 +361,73 @@ def test_a_shared_report_dir_never_overwrites_another_runs_report(run, tmp_path)
     assert read_metrics(model_dir) == records_before  # Refused before evaluating.
     assert (reports / "ckpt-4-test" / "eval_results.json").read_text() == written
     assert len(json_lines(evaluate_cli(other, f"--report_dir={reports}"))) == 1  # Its own: fine.
+
+
+def read_only(monkeypatch, directory):
+    """Every write under `directory` fails as on a read-only mount (EROFS), in this process.
+
+    (A real read-only directory cannot be made here: root ignores the mode bits.)
+    """
+    import builtins
+    import errno
+
+    root = os.path.realpath(directory)
+
+    def inside(path) -> bool:
+        path = os.path.realpath(os.fspath(path))
+        return path == root or path.startswith(root + os.sep)
+
+    def refuse(path):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(path))
+
+    writes = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+    real_os_open, real_open = os.open, builtins.open
+
+    def os_open(path, flags, *args, **kwargs):
+        if flags & writes and inside(path):
+            refuse(path)
+        return real_os_open(path, flags, *args, **kwargs)
+
+    def open_(file, mode="r", *args, **kwargs):
+        if isinstance(file, (str, bytes, os.PathLike)) and set(mode) & set("wax+") and inside(file):
+            refuse(file)
+        return real_open(file, mode, *args, **kwargs)
+
+    def refusing(real):
+        def call(path, *args, **kwargs):
+            if inside(path):
+                refuse(path)
+            return real(path, *args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(os, "open", os_open)
+    monkeypatch.setattr(builtins, "open", open_)
+    for name in ("mkdir", "unlink", "remove", "rename", "replace", "rmdir"):
+        monkeypatch.setattr(os, name, refusing(getattr(os, name)))
+
+
+def test_a_read_only_run_is_evaluated_with_its_reports_elsewhere(run, tmp_path, monkeypatch):
+    from resnet_app.common.errors import ConfigError
+    from resnet_app.evaluation import checkpoint_eval, temperature
+
+    _, model_dir = run
+    metrics_before = (model_dir / "metrics.jsonl").read_bytes()
+    read_only(monkeypatch, model_dir)
+    [record] = checkpoint_eval.evaluate_checkpoints(
+        str(model_dir), "latest", report_dir=str(tmp_path / "reports")
+    )
+    # The trainer's own evaluation at step 4 (not a record `evaluate` appended).
+    [trained] = [
+        r
+        for r in read_metrics(model_dir)
+        if r["step"] == 4 and "checkpoint" not in r and "top1" in r
+    ]
+    assert record["top1"] == trained["top1"]
+    assert os.path.isfile(os.path.join(record["report"], "eval_results.json"))
+    assert (model_dir / "metrics.jsonl").read_bytes() == metrics_before
+    # Reports into the run directory, or a temperature fitted into it: one line, before any work.
+    with pytest.raises(ConfigError, match="pass --report_dir=DIR to write them elsewhere"):
+        checkpoint_eval.evaluate_checkpoints(str(model_dir), "latest")
+    with pytest.raises(ConfigError, match="temperature.json into the run directory .* cannot be"):
+        temperature.fit_run_temperature(str(model_dir), "latest")

@@ -109,6 +109,21 @@ def open_file(path: str, flags: int, mode: int = 0o644) -> int:
         raise
 
 
+def unwritable(directory: str) -> str | None:
+    """Why no file can be created in `directory` (e.g. "Read-only file system"), or None.
+
+    Tried, not guessed from the mode bits: root ignores them, and a read-only
+    mount or a full quota answers only to a write.
+    """
+    probe = os.path.join(directory, f".write-test-{os.getpid()}")
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        os.unlink(probe)
+    except OSError as error:
+        return error.strerror or str(error)
+    return None
+
+
 def open_append(path: str):
     """`open(path, "a")` for a file of the run directory, never through a symbolic link."""
     return os.fdopen(open_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "a")

@@ -91,7 +91,7 @@ def evaluate_checkpoints(
     _check_tta(tta)
     fitted = calibration.read_temperature_record(model_dir)  # A damaged file: now, not later.
     # TensorFlow is imported only once the run directory is known to be one.
-    from resnet_app.common import checkpoint, distribute, metrics
+    from resnet_app.common import checkpoint, distribute
     from resnet_app.data import run_pipeline
 
     strategy = distribute.create_strategy(num_towers)  # Before TF runs any op.
@@ -101,7 +101,8 @@ def evaluate_checkpoints(
     split = pipeline.eval_split_name
     report_root = _prepare_report_root(model_dir, report_dir, chosen, split, tta, strategy)
     model = create_model(run_config, pipeline, strategy)  # At the run's train.precision.
-    records, writer = [], metrics.MetricsWriter(model_dir, enabled=distribute.is_chief(strategy))
+    chief = distribute.is_chief(strategy)
+    records, writer = [], _metrics_writer(model_dir, chief)
     threshold = run_config.train.threshold
     try:
         for step, prefix, kind in chosen:
@@ -120,11 +121,26 @@ def evaluate_checkpoints(
             )
             if on_record is not None:  # The numbers first, as soon as they are known.
                 on_record(record)
-            _save(writer, model_dir, record, result, pipeline.class_names, reliability)
+            _save(writer, chief, model_dir, record, result, pipeline.class_names, reliability)
             records.append(record)
     finally:
         writer.close()
     return records
+
+
+def _metrics_writer(model_dir: str, chief: bool):
+    """The run's metrics.jsonl, appended to by the chief unless the run is read-only."""
+    from resnet_app.common import metrics
+
+    why = run_dir.unwritable(model_dir) if chief else None
+    if why:
+        logging.warning(
+            "The run directory %s is read-only (%s): the records go to stdout and the "
+            "reports only, not to its metrics.jsonl",
+            model_dir,
+            why,
+        )
+    return metrics.MetricsWriter(model_dir, enabled=chief and not why)
 
 
 def _chosen(model_dir: str, which: str, weights: str) -> list[tuple[int, str, str]]:
@@ -242,8 +258,14 @@ def make_report_root(model_dir: str, report_dir: str | None) -> str:
             pass
         os.remove(probe)
     except OSError as error:
-        which = f"--report_dir={report_dir}" if report_dir else f"the report directory {root}"
-        raise ConfigError(f"{which}: cannot create it ({error.strerror}); pick another") from None
+        if not report_dir:
+            raise ConfigError(
+                f"cannot write the reports into the run directory {model_dir} "
+                f"({error.strerror}): pass --report_dir=DIR to write them elsewhere"
+            ) from None
+        raise ConfigError(
+            f"--report_dir={report_dir}: cannot create it ({error.strerror}); pick another"
+        ) from None
     return root
 
 
@@ -376,6 +398,7 @@ def _calibration(result: EvalResult) -> tuple[Record, dict[str, Any] | None]:
 
 def _save(
     writer: MetricsWriter,
+    chief: bool,
     model_dir: str,
     record: Record,
     result: EvalResult,
@@ -386,7 +409,7 @@ def _save(
 
     The numbers go first, whatever happens to the report. Every worker holds
     the whole confusion matrix (it is all-reduced) and every example's logits
-    (gathered); only the chief, whose writer is enabled, writes.
+    (gathered); only the chief writes (metrics.jsonl, unless the run is read-only).
 
     Raises:
       ConfigError: when the report cannot be written.
@@ -394,7 +417,7 @@ def _save(
     from resnet_app.evaluation import reports
 
     writer.write({**record, "event": "evaluation"})
-    if not writer.enabled:
+    if not chief:
         return
     report_dir = record["report"]
     details = {key: value for key, value in record.items() if key != "report"}

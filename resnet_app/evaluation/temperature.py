@@ -64,6 +64,12 @@ def fit_run_temperature(
     run_config, data_config, batch_size = checkpoint_eval.run_settings(
         model_dir, None, batch_size, data_dir
     )
+    why = run_dir.unwritable(model_dir)
+    if why:
+        raise ConfigError(
+            f"--fit_temperature writes {run_dir.TEMPERATURE_FILE} into the run directory "
+            f"{model_dir}, which cannot be written ({why}); copy the run somewhere writable"
+        )
     _check_fit(model_dir, which, run_config)
     # TensorFlow is imported only once the command is known to be sound.
     from resnet_app.common import checkpoint, distribute
