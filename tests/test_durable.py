@@ -225,3 +225,12 @@ def test_sync_tree_reaches_every_file_and_directory(tmp_path, monkeypatch):
     assert events.index("fsync", str(tmp_path / "a" / "b" / "x.bin")) < events.index(
         "fsync", str(tmp_path / "a" / "b")
     )
+
+
+def test_reading_a_cache_removes_what_a_killed_rebuild_left(tmp_path):
+    path = tmp_path / "shapes_train.npz"
+    np.savez(path, x=np.arange(3))
+    killed = tmp_path / f"shapes_train.npz.{dead_pid()}.tmp"
+    killed.write_bytes(b"\0" * 4096)  # Half a rebuild (150 MB for shapes' training split).
+    assert files.read_cache(str(path), lambda cached: cached["x"].tolist()) == [0, 1, 2]
+    assert not killed.exists()

@@ -143,6 +143,7 @@ def read_cache(path: str, read: Callable[[Any], T | None]) -> T | None:
     """
     import numpy as np
 
+    remove_leftovers(path)  # A killed rebuild's temporary file, however large.
     try:
         with np.load(path, allow_pickle=False) as cached:
             return read(cached)
