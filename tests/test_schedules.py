@@ -701,3 +701,27 @@ def test_an_unreadable_lr_override_is_one_error_line_and_training_goes_on(tmp_pa
     assert rate.apply_override(str(tmp_path)) is None  # Consumed: reported once.
     (tmp_path / "lr_override").mkdir()  # Unreadable: a directory.
     assert rate.apply_override(str(tmp_path)) is None
+
+
+def test_an_lr_override_that_cannot_be_consumed_is_not_applied_again_and_again(
+    tmp_path, caplog, monkeypatch
+):
+    """A multiplier read at every interval would compound: one that cannot be renamed
+    away is not applied, and reported once."""
+    import os
+
+    from resnet_app.engine.learning_rate import LearningRate
+
+    def refused(source, destination):
+        raise PermissionError(13, "Permission denied", destination)
+
+    rate = LearningRate(schedules.constant(0.1), steps_per_epoch=10)
+    (tmp_path / "lr_override").write_text("x0.5")
+    monkeypatch.setattr(os, "replace", refused)
+    for _ in range(3):
+        assert rate.apply_override(str(tmp_path)) is None
+    assert rate.rates(0, 1) == pytest.approx([0.1])
+    errors = [r.getMessage() for r in caplog.records if "lr_override" in r.getMessage()]
+    assert len(errors) == 1 and "cannot be renamed to lr_override.applied" in errors[0]
+    monkeypatch.undo()
+    assert rate.apply_override(str(tmp_path)) == "multiplier 0.5 (now x0.5)"

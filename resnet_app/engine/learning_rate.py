@@ -17,7 +17,6 @@ every checkpoint, so a resumed run keeps it.
 from __future__ import annotations
 
 import codecs
-import contextlib
 import math
 import os
 
@@ -45,6 +44,7 @@ class LearningRate:
         # NaN: no fixed rate, follow the schedule. Either way, times `scale`.
         self.value = tf.Variable(math.nan, dtype=tf.float64, trainable=False, name="lr_value")
         self.scale = tf.Variable(1.0, dtype=tf.float64, trainable=False, name="lr_scale")
+        self._stuck: tuple | None = None  # An override that could not be consumed.
 
     def state(self) -> tuple[float, float]:
         """(fixed value or NaN, scale)."""
@@ -78,9 +78,24 @@ class LearningRate:
             reason = first_line(error, with_type=True)
         if text == "":
             return None
-        # Consumed whatever it holds, so that a bad file is reported once.
-        with contextlib.suppress(OSError):
+        # Consumed whatever it holds, so that a bad file is reported once. One
+        # that cannot be consumed is not applied: read again at every interval,
+        # a multiplier would compound.
+        try:
             os.replace(path, os.path.join(model_dir, run_dir.LR_OVERRIDE_APPLIED))
+        except OSError as error:
+            seen = _identity(path)
+            if seen == self._stuck:
+                return None  # Reported already; reported again once it changes.
+            self._stuck = seen
+            logging.error(
+                "Ignored %s: it cannot be renamed to %s once read (%s), so it would apply "
+                "again at every interval; remove it and write it again",
+                path,
+                run_dir.LR_OVERRIDE_APPLIED,
+                first_line(error, with_type=True),
+            )
+            return None
         if text is None:
             logging.error(
                 "Ignored %s: it cannot be read as text (%s); write a rate (0.01) or a "
@@ -109,6 +124,15 @@ class LearningRate:
                 text,
             )
             return None
+
+
+def _identity(path: str) -> tuple | None:
+    """The file at `path` as (inode, size, mtime): another write makes another identity."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_ino, found.st_size, found.st_mtime_ns
 
 
 def _read_text(path: str) -> str:
