@@ -14,18 +14,24 @@ extension, recursively, in sorted order). For each image one line goes to stdout
     cat.jpg: cat 0.9123, dog 0.0520, deer 0.0134, frog 0.0101, bird 0.0050
 
 or, with `--json`, one object: {"image": ..., "top_k": [{"id", "name",
-"probability"}, ...]}. A file that cannot be read or decoded gets one
-`error: FILE: ...` line on stderr and the others are still classified; the
-exit status is then 1. A mistake in the command gets one line and status 2.
+"probability"}, ...]}. A file that cannot be read or decoded, or whose
+header gives more than `--max_image_pixels` (PIL's decompression-bomb limit,
+89,478,485, by default), gets one `error: FILE: ...` line on stderr and the
+others are still classified; the exit status is then 1. A mistake in the
+command gets one line and status 2. File names are written as the stream's
+encoding can carry them (`classify.printable`): a byte that is not valid in
+the file system's encoding as `\\xNN`, a character the stream lacks (on an
+ASCII stdout, say) as Python's escape (`\\xe9`, `\\u20ac`); `--json` output
+is ASCII, names escaped as JSON strings (`\\udce9` for such a byte).
 The work is done by `resnet_app/export/classify.py` (`load_classifier`,
-`expand`, `classify_files`), which tests can call directly.
+`expand`, `classify_files`, `write_results`), which tests can call directly.
 """
 
 from __future__ import annotations
 
 import sys
 
-from absl import flags, logging
+from absl import flags
 
 from resnet_app.common import checks, cli
 from resnet_app.common.errors import ConfigError
@@ -51,10 +57,18 @@ _TOP_K = flags.DEFINE_integer(
 )
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "Images classified per call.")
 _JSON = flags.DEFINE_boolean("json", False, "One JSON object per image instead of text.")
+_MAX_IMAGE_PIXELS = flags.DEFINE_integer(
+    "max_image_pixels",
+    classify.MAX_IMAGE_PIXELS,
+    "Refuse image files whose header gives more pixels than this (a guard against "
+    "decompression bombs: a small file that decodes to gigabytes).",
+)
 
 
 def _unreadable_folder(error: OSError) -> None:
-    sys.stderr.write(f"error: {error.filename}: {error.strerror}; its images are skipped\n")
+    classify.write_line(
+        sys.stderr, f"error: {error.filename}: {error.strerror}; its images are skipped"
+    )
 
 
 def main(argv: list[str]) -> None:
@@ -62,25 +76,15 @@ def main(argv: list[str]) -> None:
         raise ConfigError("no images given; name the image files after the flags")
     checks.at_least("--batch_size", _BATCH_SIZE.value)
     checks.at_least("--top_k", _TOP_K.value)
+    checks.at_least("--max_image_pixels", _MAX_IMAGE_PIXELS.value)
     paths = classify.expand(argv[1:], on_unreadable=_unreadable_folder)
     classifier = classify.load_classifier(
         _EXPORT_DIR.value, _MODEL_DIR.value, _CHECKPOINT.value, _TOP_K.value, _WEIGHTS.value
     )
-    warned = failed = False
-    for batch in classify.classify_files(classifier, paths, _BATCH_SIZE.value):
-        for path, result in batch:  # In the order given.
-            if isinstance(result, str):
-                failed = True
-                sys.stderr.write(f"error: {path}: {result}\n")
-                continue
-            given = len(result["top_k_ids"])
-            if _TOP_K.value and _TOP_K.value > given and not warned:
-                logging.warning("--top_k=%d: the model gives its top %d", _TOP_K.value, given)
-                warned = True
-            sys.stdout.write(classify.format_result(path, result, _TOP_K.value, _JSON.value) + "\n")
-        sys.stdout.flush()
-        sys.stderr.flush()
-    if failed:
+    batches = classify.classify_files(
+        classifier, paths, _BATCH_SIZE.value, max_pixels=_MAX_IMAGE_PIXELS.value
+    )
+    if classify.write_results(batches, _TOP_K.value, _JSON.value):
         sys.exit(1)
 
 

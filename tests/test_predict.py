@@ -119,3 +119,41 @@ def test_mistakes_are_one_line(tiny_run, images, tmp_path, args, message):
     (broken / "saved_model.pb").write_bytes(b"\x08\x01 not a protocol buffer")
     args = [a.format(tmp=tmp_path, run=model_dir, image=image, broken=broken) for a in args]
     assert message in error_line(predict_cli(*args))
+
+
+def test_odd_names_and_bombs_on_an_ascii_stdout(tiny_export, images, tmp_path):
+    """Issue 38: a file named with a non-ASCII character and a byte that is no UTF-8,
+    on an ASCII stdout, is classified and named; a PNG whose header gives
+    10000 x 10000 pixels is refused by its header, in one line."""
+    _, paths, expected = images
+    folder = os.fsencode(tmp_path)
+    with open(paths[0], "rb") as source, open(folder + b"/caf\xc3\xa9-\xe9.png", "wb") as f:
+        f.write(source.read())  # Image 0, renamed.
+    named = os.fsdecode(folder + b"/caf\xc3\xa9-\xe9.png")  # As the shell passes it.
+    bomb = tmp_path / "bomb.png"
+    bomb.write_bytes(  # The header only: nothing that a decoder could read.
+        b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x27\x10\x00\x00\x27\x10\x08\x02"
+    )
+    result = run_command(
+        "resnet_app.predict",
+        f"--export_dir={tiny_export}",
+        "--top_k=2",
+        named,
+        str(bomb),
+        env={"PYTHONIOENCODING": "ascii"},
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 1, result.stderr  # The bomb failed.
+    [line] = result.stdout.splitlines()
+    name_shown, classes = line.split(": ", 1)
+    assert name_shown == f"{tmp_path}/caf\\xe9-\\xe9.png"  # Both escaped, on ASCII.
+    shown = [item.rsplit(" ", 1) for item in classes.split(", ")]
+    _, probabilities, names = expected[0]
+    assert [name for name, _ in shown] == names[:2]
+    np.testing.assert_allclose([float(p) for _, p in shown], probabilities[:2], atol=6e-5)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [
+        f"error: {bomb}: 10000x10000 pixels (100,000,000), more than the limit of 89,478,485 "
+        "(a guard against decompression bombs); pass a larger --max_image_pixels if the "
+        "image is meant to be this large"
+    ]

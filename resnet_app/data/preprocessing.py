@@ -17,7 +17,10 @@ Two families:
   size S, the shorter side goes to S / 0.875). JPEG bytes are decoded only
   inside the crop window (`decode_and_crop_jpeg`), which is much cheaper.
   Multi-crop evaluation (`evaluate --tta=crops`) takes the centre and the four
-  corners of the same resized image (`imagenet_eval_crops`).
+  corners of the same resized image (`imagenet_eval_crops`). An image longer
+  than 4:1 is not resized whole: only its crops' pixels are computed, by the
+  same arithmetic (`resized_crops`), so a 1x4000 strip costs what a square
+  image does instead of gigabytes.
 
 Optional, for training only, both off by default (`data/randaugment.py`):
 RandAugment on the uint8 pixels (CIFAR: on the whole image, before the
@@ -44,6 +47,10 @@ from resnet_app.data.settings import AugmentSettings
 # ImageNet's per-channel statistics on the 0-255 scale, the usual constants.
 IMAGENET_MEAN = (123.675, 116.28, 103.53)
 IMAGENET_STD = (58.395, 57.12, 57.375)
+# Evaluation resizes an image whole, as it always has, up to this aspect ratio
+# (longer side over shorter: 256 x 1024 floats, 3 MB, for the usual 256);
+# beyond it, only the crops' windows of the resized image are computed.
+MAX_WHOLE_RESIZE_ASPECT = 4
 # The per-example draws of RandAugment and random erasing (`augment_choices`).
 AUGMENT_FEATURES = (
     "op_indices",
@@ -370,18 +377,116 @@ def imagenet_train(
     return _finish(image, config)
 
 
-def _resize_shorter_side(image: tf.Tensor, config: Preprocessing, encoded: bool):
-    """Decodes if needed and resizes the shorter side to `eval_resize`: (image, height, width)."""
-    if encoded:
-        image = decode_image(image)
+def _resized_shape(image: tf.Tensor, shorter_side: int) -> list[tf.Tensor]:
+    """[height, width] (int32) of `image` resized so that its shorter side is `shorter_side`.
+
+    A longer side beyond 2**30 (an image over a million times longer than
+    wide, at 256) is capped there, where int32 sizes would overflow: that
+    image is squeezed, rather than the evaluation stopped.
+    """
     shape = tf.cast(tf.shape(image)[:2], tf.float32)
-    scale = config.eval_resize / tf.reduce_min(shape)
-    height, width = tf.unstack(tf.cast(tf.round(shape * scale), tf.int32))
-    return _resize(image, height, width), height, width
+    scale = shorter_side / tf.reduce_min(shape)
+    return tf.unstack(tf.cast(tf.minimum(tf.round(shape * scale), 2.0**30), tf.int32))
+
+
+def _interpolation(
+    out_indices: tf.Tensor, in_size: tf.Tensor, out_size: tf.Tensor
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Bilinear resizing's source pixels and weights along one axis, for some output pixels.
+
+    TensorFlow's own arithmetic (`ResizeBilinear` with half-pixel centres), op
+    for op in float32: source position (i + 0.5) * in/out - 0.5, its floor
+    and ceiling clamped to the image, and the fraction between them.
+
+    Returns:
+      (lower, upper, fraction): int32, int32, float32, shaped like `out_indices`.
+    """
+    scale = tf.cast(in_size, tf.float32) / tf.cast(out_size, tf.float32)
+    position = (tf.cast(out_indices, tf.float32) + 0.5) * scale - 0.5
+    floor = tf.floor(position)
+    # Clamped on both sides: float32 can round a position of a side longer
+    # than 2**24 up to the side itself.
+    lower = tf.clip_by_value(tf.cast(floor, tf.int32), 0, in_size - 1)
+    upper = tf.minimum(tf.cast(tf.math.ceil(position), tf.int32), in_size - 1)
+    return lower, upper, position - floor
+
+
+def _resized_window(
+    image: tf.Tensor,
+    height: tf.Tensor,
+    width: tf.Tensor,
+    top: tf.Tensor,
+    left: tf.Tensor,
+    size: int,
+) -> tf.Tensor:
+    """The `size` x `size` window at (top, left) of `image` resized to height x width.
+
+    The same pixels as `_resize(image, height, width)[top:top + size, left:left + size]`,
+    computed without the rest of the resized image: each output pixel reads
+    its 4 source pixels (`tf.gather_nd`), so memory is a few windows' worth
+    whatever the image's shape.
+    """
+    in_height, in_width = tf.unstack(tf.shape(image)[:2])
+    offsets = tf.range(size)
+    row_lower, row_upper, row_fraction = _interpolation(top + offsets, in_height, height)
+    column_lower, column_upper, column_fraction = _interpolation(left + offsets, in_width, width)
+
+    def pixels(rows: tf.Tensor, columns: tf.Tensor) -> tf.Tensor:
+        grid = tf.stack(tf.meshgrid(rows, columns, indexing="ij"), axis=-1)
+        return tf.cast(tf.gather_nd(image, grid), tf.float32)
+
+    top_left, top_right = pixels(row_lower, column_lower), pixels(row_lower, column_upper)
+    bottom_left = pixels(row_upper, column_lower)
+    bottom_right = pixels(row_upper, column_upper)
+    # ResizeBilinear's `compute_lerp`, in its order: rows first, then columns.
+    column_fraction = column_fraction[None, :, None]
+    upper_row = top_left + (top_right - top_left) * column_fraction
+    lower_row = bottom_left + (bottom_right - bottom_left) * column_fraction
+    return upper_row + (lower_row - upper_row) * row_fraction[:, None, None]
+
+
+def resized_crops(
+    image: tf.Tensor, shorter_side: int, size: int, corners: bool = False
+) -> tf.Tensor:
+    """Crops of `image` resized (bilinear) so that its shorter side is `shorter_side`.
+
+    An image up to `MAX_WHOLE_RESIZE_ASPECT` is resized whole and cropped,
+    as evaluation always did; a longer one (a 1x4000 strip resizes to
+    256x1,024,000: 3 GB of float32) has only its crops' windows computed,
+    pixel for pixel the same arithmetic (`_resized_window`), so its memory is
+    that of the crops.
+
+    Args:
+      image: uint8 [H, W, 3] pixels.
+      shorter_side: the resized image's shorter side (at least `size`).
+      size: the crops' height and width.
+      corners: also the four corners, after the centre.
+
+    Returns:
+      float32 [1, size, size, 3], the central crop; with `corners`, [5, size,
+      size, 3]: centre, top-left, top-right, bottom-left, bottom-right.
+    """
+    height, width = _resized_shape(image, shorter_side)
+    bottom, right = height - size, width - size
+    origins = [(bottom // 2, right // 2)]
+    if corners:
+        origins += [(0, 0), (0, right), (bottom, 0), (bottom, right)]
+
+    def whole() -> tf.Tensor:
+        resized = _resize(image, height, width)
+        crops = [resized[top : top + size, left : left + size] for top, left in origins]
+        return tf.ensure_shape(tf.stack(crops), [len(origins), size, size, 3])
+
+    def windows() -> tf.Tensor:
+        crops = [_resized_window(image, height, width, *origin, size) for origin in origins]
+        return tf.ensure_shape(tf.stack(crops), [len(origins), size, size, 3])
+
+    ordinary = tf.maximum(height, width) <= MAX_WHOLE_RESIZE_ASPECT * tf.minimum(height, width)
+    return tf.cond(ordinary, whole, windows)
 
 
 def imagenet_eval(image: tf.Tensor, config: Preprocessing, encoded: bool = False) -> tf.Tensor:
-    """Resize the shorter side to `eval_resize`, then crop the centre.
+    """Resize the shorter side to `eval_resize`, then crop the centre (`resized_crops`).
 
     Args:
       image: uint8 [H, W, 3] pixels, or encoded bytes when `encoded`.
@@ -391,10 +496,10 @@ def imagenet_eval(image: tf.Tensor, config: Preprocessing, encoded: bool = False
     Returns:
       [eval_size, eval_size, 3] in `config.dtype`.
     """
-    resized, height, width = _resize_shorter_side(image, config, encoded)
+    if encoded:
+        image = decode_image(image)
     size = config.eval_size
-    top, left = (height - size) // 2, (width - size) // 2
-    crop = resized[top : top + size, left : left + size]
+    crop = resized_crops(image, config.eval_resize, size)[0]
     return _finish(_normalize(crop, config), config, size)
 
 
@@ -416,12 +521,11 @@ def imagenet_eval_crops(
       [5, eval_size, eval_size, 3] in `config.dtype`: centre, top-left,
       top-right, bottom-left, bottom-right.
     """
-    resized, height, width = _resize_shorter_side(image, config, encoded)
+    if encoded:
+        image = decode_image(image)
     size = config.eval_size
-    bottom, right = height - size, width - size
-    corners = [(bottom // 2, right // 2), (0, 0), (0, right), (bottom, 0), (bottom, right)]
-    crops = [resized[top : top + size, left : left + size] for top, left in corners]
-    return tf.stack([_finish(_normalize(crop, config), config, size) for crop in crops])
+    crops = resized_crops(image, config.eval_resize, size, corners=True)
+    return tf.stack([_finish(_normalize(crop, config), config, size) for crop in tf.unstack(crops)])
 
 
 def resize_only(image: tf.Tensor, config: Preprocessing, encoded: bool = False) -> tf.Tensor:

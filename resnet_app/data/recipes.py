@@ -143,14 +143,11 @@ class Imagenet(Recipe):
     def served_image(self, image, config):
         import tensorflow as tf
 
+        from resnet_app.data import preprocessing
+
         size = self.served_size(config)
-        image = tf.convert_to_tensor(image)
-        shape = tf.shape(image)[:2]
-        scale = size / tf.cast(tf.reduce_min(shape), tf.float32)
-        height, width = tf.unstack(tf.cast(tf.round(tf.cast(shape, tf.float32) * scale), tf.int32))
-        resized = tf.image.resize(tf.cast(image, tf.float32), tf.stack([height, width]))
-        top, left = (height - size) // 2, (width - size) // 2
-        image = resized[top : top + size, left : left + size]
+        # The shorter side to `size`, the centre; a long strip costs only its crop.
+        image = preprocessing.resized_crops(tf.convert_to_tensor(image), size, size)[0]
         return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
 
     def crop_served(self, pixels, config):

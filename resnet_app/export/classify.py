@@ -7,7 +7,9 @@ run's own evaluation preprocessing (`export/savedmodel.py`). `expand` turns the
 paths given into the files to classify, `classify_files` classifies them in
 batches (a file that cannot be read or decoded gets the reason instead of the
 outputs, and the others are still classified), and `format_result` writes one
-file's line.
+file's line, which `write_results` writes in what the stream's encoding can
+carry (`printable`). A file whose header (`image_shape`) gives more than
+`MAX_IMAGE_PIXELS` is refused before it is decoded.
 
 The paths and the run directory are checked before TensorFlow is imported, so
 a mistake in the command is answered at once; the functions that need
@@ -17,8 +19,11 @@ TensorFlow import it themselves.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+import re
+import struct
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TextIO
 
 from absl import logging
 
@@ -28,6 +33,15 @@ from resnet_app.export import formats
 
 OUTPUTS = {"top_k_ids", "top_k_names", "top_k_probabilities"}  # What the lines show.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+# PIL's decompression-bomb limit (`Image.MAX_IMAGE_PIXELS`): 1 GiB as the
+# float32 RGB that resizing casts a decoded image to (12 bytes a pixel). A
+# 16383 x 16383 WebP or a 65535 x 65535 GIF of a few kilobytes is far above it.
+MAX_IMAGE_PIXELS = 1024**3 // 12
+# Surrogate escapes: how Python holds a file name's bytes that are not valid in
+# the file system's encoding (b"caf\xe9" read as UTF-8 is "caf\udce9").
+_UNDECODABLE = re.compile("[\udc80-\udcff]")
+# JPEG start-of-frame markers (they hold the size): C0-CF but DHT, JPG and DAC.
+_JPEG_FRAMES = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 # A batch of encoded images (`images=`, a string tensor) -> the serving outputs.
 Classifier = Callable[..., dict[str, Any]]
@@ -207,7 +221,10 @@ def expand(
 
 
 def classify_files(
-    classify: Classifier, paths: Sequence[str], batch_size: int
+    classify: Classifier,
+    paths: Sequence[str],
+    batch_size: int,
+    max_pixels: int | None = MAX_IMAGE_PIXELS,
 ) -> Iterator[list[tuple[str, Result]]]:
     """Classifies files in batches of `batch_size`.
 
@@ -215,6 +232,8 @@ def classify_files(
       classify: from `load_classifier`.
       paths: the files, e.g. from `expand`.
       batch_size: files classified per call.
+      max_pixels: a file whose header gives more pixels is refused, not
+        decoded (None: no limit).
 
     Yields:
       Per batch, in the order given, (path, result) pairs: the result is the
@@ -226,10 +245,16 @@ def classify_files(
         readable, contents = [], []
         for path in batch:
             try:
-                contents.append(_read(path))
-                readable.append(path)
+                content = _read(path)
             except OSError as error:
                 results[path] = error.strerror or str(error)
+                continue
+            too_large = _too_large(content, max_pixels)
+            if too_large:
+                results[path] = too_large
+                continue
+            contents.append(content)
+            readable.append(path)
         if contents:
             results.update(zip(readable, _classify(classify, contents)))
         yield [(path, results[path]) for path in batch]
@@ -244,6 +269,87 @@ def _read(path: str) -> bytes:
     if not content:
         raise OSError("is empty")
     return content
+
+
+def image_shape(content: bytes) -> tuple[int, int] | None:
+    """(height, width) from an encoded image's header, without decoding it.
+
+    What the decoder allocates: PNG's IHDR, a JPEG's start-of-frame, GIF's
+    logical screen, BMP's info header, WebP's VP8X, VP8 or VP8L header.
+
+    Returns:
+      The size, or None for another format or a header cut short (the
+      decoder then says what is wrong).
+    """
+    try:
+        if content.startswith(b"\x89PNG\r\n\x1a\n") and content[12:16] == b"IHDR":
+            width, height = struct.unpack(">II", content[16:24])
+            return height, width
+        if content.startswith((b"GIF87a", b"GIF89a")):
+            width, height = struct.unpack("<HH", content[6:10])
+            return height, width
+        if content.startswith(b"BM"):
+            (header_size,) = struct.unpack("<I", content[14:18])
+            if header_size == 12:  # OS/2 1.x: 16-bit sizes.
+                width, height = struct.unpack("<HH", content[18:22])
+            else:  # A negative height means rows stored top-down.
+                width, height = struct.unpack("<ii", content[18:26])
+            return abs(height), abs(width)
+        if content.startswith(b"RIFF") and content[8:12] == b"WEBP":
+            return _webp_shape(content)
+        if content.startswith(b"\xff\xd8"):
+            return _jpeg_shape(content)
+    except struct.error:
+        return None
+    return None
+
+
+def _webp_shape(content: bytes) -> tuple[int, int] | None:
+    chunk = content[12:16]
+    if chunk == b"VP8X":  # The canvas, 24-bit sizes minus one.
+        width = int.from_bytes(content[24:27], "little") + 1
+        return int.from_bytes(content[27:30], "little") + 1, width
+    if chunk == b"VP8 " and content[23:26] == b"\x9d\x01\x2a":  # Lossy: 14-bit sizes.
+        width, height = struct.unpack("<HH", content[26:30])
+        return height & 0x3FFF, width & 0x3FFF
+    if chunk == b"VP8L" and content[20:21] == b"\x2f":  # Lossless: 14-bit sizes minus one.
+        bits = int.from_bytes(content[21:25], "little")
+        return ((bits >> 14) & 0x3FFF) + 1, (bits & 0x3FFF) + 1
+    return None
+
+
+def _jpeg_shape(content: bytes) -> tuple[int, int] | None:
+    position = 2
+    while position + 4 <= len(content):
+        if content[position] != 0xFF:
+            return None
+        marker = content[position + 1]
+        if marker == 0xFF:  # A fill byte.
+            position += 1
+        elif marker in (0x01, 0xD8) or 0xD0 <= marker <= 0xD7:  # No length.
+            position += 2
+        elif marker in _JPEG_FRAMES:
+            height, width = struct.unpack(">HH", content[position + 5 : position + 9])
+            return (height, width) if height else None  # 0: given later (DNL).
+        elif marker in (0xD9, 0xDA):  # The end, or the scan: no frame before it.
+            return None
+        else:
+            (length,) = struct.unpack(">H", content[position + 2 : position + 4])
+            position += 2 + length
+    return None
+
+
+def _too_large(content: bytes, max_pixels: int | None) -> str | None:
+    """Why an image is refused before it is decoded, or None."""
+    shape = image_shape(content) if max_pixels else None
+    if shape is None or shape[0] * shape[1] <= max_pixels:
+        return None
+    height, width = shape
+    return (
+        f"{width}x{height} pixels ({height * width:,}), more than the limit of "
+        f"{max_pixels:,} (a guard against decompression bombs); pass a larger "
+        "--max_image_pixels if the image is meant to be this large"
+    )
 
 
 def _reason(message: str) -> str:
@@ -314,3 +420,65 @@ def format_result(path: str, result: dict[str, Any], top_k: int | None, as_json:
         ]
         return json_text({"image": path, "top_k": top})
     return f"{path}: " + ", ".join(f"{n} {p:.4f}" for n, p in zip(names, probabilities))
+
+
+def printable(text: str, encoding: str | None) -> str:
+    """`text` as a stream in `encoding` can carry it, escaped where it cannot.
+
+    A file name's undecodable byte becomes `\\xNN` (the byte), a character the
+    encoding lacks Python's backslash escape (`\\xe9`, `\\u20ac`), so a line
+    names its file recognisably on any stdout (PYTHONIOENCODING=ascii, a
+    strict UTF-8 one) instead of ending the command in UnicodeEncodeError,
+    and the output is valid text in its encoding. JSON lines are ASCII
+    already (`json_text`) and pass unchanged.
+
+    Args:
+      text: a line, e.g. with a path from the command line or `os.walk`.
+      encoding: the stream's encoding; None for any (a StringIO).
+    """
+    text = _UNDECODABLE.sub(lambda match: f"\\x{ord(match.group()) - 0xDC00:02x}", text)
+    if encoding:
+        text = text.encode(encoding, "backslashreplace").decode(encoding)
+    return text
+
+
+def write_line(stream: TextIO, line: str) -> None:
+    """Writes `line` and a newline to `stream`, `printable` in its encoding."""
+    stream.write(printable(line, getattr(stream, "encoding", None)) + "\n")
+
+
+def write_results(
+    batches: Iterable[list[tuple[str, Result]]],
+    top_k: int | None,
+    as_json: bool,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> bool:
+    """Writes each file's line to stdout, or its `error: FILE: reason` line to stderr.
+
+    Args:
+      batches: from `classify_files`.
+      top_k: the classes to show (None: all the model gives).
+      as_json: JSON objects instead of text lines.
+      stdout: where results go (default: sys.stdout).
+      stderr: where errors go (default: sys.stderr).
+
+    Returns:
+      Whether some file failed.
+    """
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    warned = failed = False
+    for batch in batches:
+        for path, result in batch:  # In the order given.
+            if isinstance(result, str):
+                failed = True
+                write_line(stderr, f"error: {path}: {result}")
+                continue
+            given = len(result["top_k_ids"])
+            if top_k and top_k > given and not warned:
+                logging.warning("--top_k=%d: the model gives its top %d", top_k, given)
+                warned = True
+            write_line(stdout, format_result(path, result, top_k, as_json))
+        stdout.flush()
+        stderr.flush()
+    return failed
