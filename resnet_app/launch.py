@@ -14,10 +14,26 @@ elastic agent, minus the elasticity (the group keeps its size). It gives up
 after `--max_restarts` restarts, and never restarts a group whose worker
 failed on a usage error (exit status 2: the same command would fail again).
 
-Worker 0's output is this command's; every worker's goes to
-`model_dir/logs/worker<i>.log`, and their `error:` lines are echoed here.
-SIGTERM or Ctrl-C is passed on to the workers, which save and stop; there is
-no restart then.
+Ports: TensorFlow's server listens on 0.0.0.0 whatever TF_CONFIG says (gRPC
+opens it as [::], IPv4 included), without authentication, so the ports are
+open on every interface of the machine while the run lasts; the start line
+says so (docs/distributed.md). They are chosen free on every interface and
+held until the group ends (`_reserve_ports`). A worker whose server still
+cannot listen starts again at once, with its group, on new ports: no grace
+is waited and no restart used up (nobody trains before every worker listens).
+
+Worker 0's output is this command's (on stderr); every worker's goes to
+`model_dir/logs/worker<i>.log`, and their `error:` lines are echoed here. It
+is copied as bytes, whatever they are, and a console that goes away (a closed
+pipe) only ends the echo: the workers never block on their output.
+
+Each worker runs in a process group of its own and dies with the launcher,
+`kill -9` included (`common/parent_death.py`); the launcher kills any it
+leaves on its way out. A terminal's Ctrl-C therefore reaches the launcher
+alone, which passes SIGTERM and SIGINT on to the workers as it gets them
+(the workers save and stop; a second Ctrl-C stops them at once, as it stops
+a trainer). There is no restart then, even for a signal that comes while a
+group is being started again.
 
 Several machines: run `python -m resnet_app.train` on each with its own
 TF_CONFIG (BUILD.md, "Several machines"); there a scheduler restarts it.
@@ -25,6 +41,8 @@ TF_CONFIG (BUILD.md, "Several machines"); there a scheduler restarts it.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import signal
@@ -33,10 +51,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from typing import BinaryIO
 
 from absl import flags, logging
 
-from resnet_app.common import cli, run_dir
+from resnet_app.common import cli, parent_death, run_dir
 from resnet_app.common.errors import RESTART_STATUS, ConfigError
 
 _WORKERS = flags.DEFINE_integer("workers", 2, "Local workers (processes) in the group.")
@@ -46,18 +66,64 @@ _MAX_RESTARTS = flags.DEFINE_integer(
 _GRACE = flags.DEFINE_float(
     "grace", 60.0, "Seconds the survivors get to save and exit before they are killed."
 )
-_HOST = flags.DEFINE_string("host", "127.0.0.1", "The address the workers listen on.")
+_HOST = flags.DEFINE_string(
+    "host",
+    "127.0.0.1",
+    "The address in TF_CONFIG by which the workers reach each other (TensorFlow listens on "
+    "every interface whatever it is).",
+)
+
+# Group starts after a worker's server could not listen on its port, before
+# such a failure counts as any other.
+_PORT_RETRIES = 3
+# What a worker prints, then fails, when its server cannot listen (TensorFlow 2.21;
+# gRPC's "Address already in use" is not shown).
+_PORT_TAKEN = b"Could not start gRPC server"
+# Worker output is copied in pieces of at most this many bytes: a line need not end.
+_CHUNK = 65536
 
 
-def _free_ports(host: str, count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind((host, 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+def worker_command(train_args: list[str]) -> list[str]:
+    """The program of one worker: `python -m resnet_app.train` with the training flags.
+
+    Tests put a fake worker here.
+    """
+    return [sys.executable, "-m", "resnet_app.train", *train_args]
+
+
+def _reserve_ports(count: int, held: contextlib.ExitStack) -> list[int]:
+    """`count` distinct ports free on every interface, each held by a socket entered in `held`.
+
+    TensorFlow's server binds the wildcard address whatever TF_CONFIG says, so
+    a port is chosen by binding the wildcard too: one in use on any interface
+    is never chosen. The socket keeps the port until `held` is closed (the
+    group's end): bound, not listening, with SO_REUSEADDR, it lets the worker's
+    server (gRPC sets SO_REUSEADDR too) bind and listen there, and keeps out any
+    other bind without SO_REUSEADDR and the kernel's choice of a port for an
+    outgoing connection, in the seconds a worker takes to import TensorFlow.
+    """
+    return [held.enter_context(_wildcard_socket()).getsockname()[1] for _ in range(count)]
+
+
+def _wildcard_socket() -> socket.socket:
+    """A TCP socket bound to a free port of [::] (IPv4 included), or 0.0.0.0 without IPv6."""
+    error = None
+    for family, address in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError as failure:
+            error = failure
+            continue
+        try:
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((address, 0))
+            return sock
+        except OSError as failure:
+            sock.close()
+            error = failure
+    raise error
 
 
 def model_dir_of(train_args: list[str]) -> str:
@@ -85,38 +151,63 @@ def describe_exit(status: int) -> str:
 
 
 class Group:
-    """One attempt: N worker processes of `python -m resnet_app.train`.
+    """One attempt: N worker processes of `worker_command`, on ports held until it ends.
 
     Args:
       count: the workers.
       train_args: the training flags.
       log_dir: where each worker's output goes (`worker<i>.log`).
-      host: the address they listen on.
+      host: the address in TF_CONFIG.
     """
 
     def __init__(self, count: int, train_args: list[str], log_dir: str, host: str):
-        ports = _free_ports(host, count)
-        cluster = {"worker": [f"{host}:{port}" for port in ports]}
-        self.addresses = cluster["worker"]
+        self._count, self._train_args, self._log_dir = count, train_args, log_dir
+        self._held = contextlib.ExitStack()  # The ports' sockets.
+        self.addresses = [f"{host}:{port}" for port in _reserve_ports(count, self._held)]
         self.processes: list[subprocess.Popen] = []
-        self._pumps = []
-        os.makedirs(log_dir, exist_ok=True)
-        for index in range(count):
+        self.port_taken: int | None = None  # The first worker whose server could not listen.
+        self._pumps: list[threading.Thread] = []
+        # Each signal passed on, with the number of workers started when it came.
+        self._signals: list[tuple[int, int]] = []
+
+    def start(self, stopping: list[int]) -> None:
+        """Starts the workers in order; none once `stopping` holds a signal."""
+        cluster = {"worker": self.addresses}
+        os.makedirs(self._log_dir, exist_ok=True)
+        for index in range(self._count):
+            command = worker_command(self._train_args)
+            if stopping:
+                return
+            log = _open_log(os.path.join(self._log_dir, f"worker{index}.log"))
             tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
             process = subprocess.Popen(
-                [sys.executable, "-m", "resnet_app.train", *train_args],
+                # Not preexec_fn (unsafe with the pumps' threads): parent_death sets
+                # the parent-death signal, then execs the worker.
+                [sys.executable, "-m", parent_death.__name__, str(os.getpid()), *command],
                 env={**os.environ, "TF_CONFIG": json.dumps(tf_config)},
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                text=True,
-                bufsize=1,
+                # Its own group: only the signals the launcher passes on reach it (a
+                # terminal's Ctrl-C goes to the foreground group), and it dies whole.
+                process_group=0,
             )
-            log = run_dir.open_append(os.path.join(log_dir, f"worker{index}.log"))
-            pump = threading.Thread(target=_pump, args=(process, log, index), daemon=True)
-            pump.start()
             self.processes.append(process)
+            # A signal handled between Popen and the line above missed this worker.
+            for number, started in list(self._signals):
+                if started <= index:
+                    process.send_signal(number)
+            pump = threading.Thread(
+                target=_pump,
+                args=(process.stdout, log, index, self._port_is_taken),
+                daemon=True,
+            )
+            pump.start()
             self._pumps.append(pump)
+
+    def _port_is_taken(self, index: int) -> None:
+        if self.port_taken is None:
+            self.port_taken = index
 
     def wait_for_first_failure(self) -> int | None:
         """Blocks until every worker succeeded (None) or one failed (its index)."""
@@ -124,13 +215,15 @@ class Group:
             statuses = [p.poll() for p in self.processes]
             failed = [i for i, s in enumerate(statuses) if s not in (None, 0)]
             if failed:
+                # Its last lines may still be in the pipe: whether its port was taken.
+                self._pumps[failed[0]].join(timeout=5)
                 return failed[0]
             if all(s == 0 for s in statuses):
                 return None
             time.sleep(0.2)
 
     def finish(self, grace: float) -> tuple[list[int], set[int]]:
-        """Waits up to `grace` seconds for the others, kills the rest.
+        """Waits up to `grace` seconds for the others, kills the rest, frees the ports.
 
         Returns:
           Every worker's exit status, and the indices of those killed here.
@@ -141,29 +234,94 @@ class Group:
             try:
                 process.wait(timeout=max(deadline - time.monotonic(), 0.0))
             except subprocess.TimeoutExpired:
-                process.kill()
+                _kill(process)
                 process.wait()
                 killed.add(index)
         for pump in self._pumps:
             pump.join(timeout=5)
+        self._held.close()
         return [p.returncode for p in self.processes], killed
 
+    def kill(self) -> None:
+        """Kills every worker still running and frees the ports: the launcher is leaving."""
+        for process in self.processes:
+            if process.poll() is None:
+                _kill(process)
+                process.wait()
+        self._held.close()
+
     def signal(self, number: int) -> None:
+        """Passes signal `number` on to every worker started (from the signal handler)."""
+        self._signals.append((number, len(self.processes)))
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(number)
 
 
-def _pump(process: subprocess.Popen, log, index: int) -> None:
-    """Copies a worker's output to its log; worker 0's to the console, others' errors too."""
-    with log:
-        for line in process.stdout:
-            log.write(line)
-            log.flush()
-            if index == 0:
-                sys.stderr.write(line)
-            elif line.startswith("error: "):
-                sys.stderr.write(f"[worker {index}] {line}")
+def _kill(process: subprocess.Popen) -> None:
+    """SIGKILL to a worker not yet waited for, and to anything in its process group."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def _open_log(path: str) -> BinaryIO:
+    """A worker's log, appended to as bytes (never through a symbolic link)."""
+    return os.fdopen(run_dir.open_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab")
+
+
+class _Sink:
+    """A destination of worker output, dropped at its first failure: the copy goes on."""
+
+    def __init__(self, write: Callable[[bytes], object]):
+        self._write = write
+        self.error: Exception | None = None
+
+    def write(self, data: bytes) -> None:
+        if self.error is None:
+            try:
+                self._write(data)
+            except (OSError, ValueError) as error:  # EPIPE, ENOSPC; a closed file.
+                self.error = error
+
+
+def _write_flushed(stream: BinaryIO, data: bytes) -> None:
+    stream.write(data)
+    stream.flush()
+
+
+def _write_console(data: bytes) -> None:
+    """Worker output to the launcher's stderr: as bytes, unless it was replaced by text."""
+    buffer = getattr(sys.stderr, "buffer", None)
+    if buffer is None:
+        sys.stderr.write(data.decode("utf-8", "backslashreplace"))
+        sys.stderr.flush()
+    else:
+        _write_flushed(buffer, data)
+
+
+def _pump(stream: BinaryIO, log: BinaryIO, index: int, port_taken: Callable[[int], None]) -> None:
+    """Copies a worker's output to its log; worker 0's to the console, others' errors too.
+
+    Bytes, whatever they are (a file name that is not UTF-8, a library's junk),
+    in pieces of at most _CHUNK bytes. A destination that fails (a console
+    whose reader went away, a full disk) is dropped and the reading goes on to
+    the end: a worker whose pipe is not read blocks once it holds 64 KiB.
+    """
+    to_log, to_console = _Sink(functools.partial(_write_flushed, log)), _Sink(_write_console)
+    prefix = b"" if index == 0 else f"[worker {index}] ".encode()
+    echo, line_start = False, True
+    with log, stream:
+        for chunk in iter(functools.partial(stream.readline, _CHUNK), b""):
+            to_log.write(chunk)
+            if _PORT_TAKEN in chunk:
+                port_taken(index)
+            if line_start:
+                echo = index == 0 or chunk.startswith(b"error: ")
+            if echo:
+                to_console.write(prefix + chunk if line_start else chunk)
+            line_start = chunk.endswith(b"\n")
+    if to_log.error is not None:
+        logging.warning("launch: worker %d's output is not all in its log: %s", index, to_log.error)
 
 
 def _what_failed(
@@ -180,33 +338,71 @@ def _what_failed(
     return f"{what} {describe_exit(statuses[index])}"
 
 
+def _log_start(group: Group, host: str, first: bool) -> None:
+    """One line per group; the first says who else can reach the workers' ports."""
+    if not first:
+        logging.info("launch: %d workers on %s", len(group.addresses), ", ".join(group.addresses))
+        return
+    logging.warning(
+        "launch: %d workers on %s; TensorFlow's servers listen on these ports on every network "
+        "interface, not only %s, without authentication: where this machine is reachable from "
+        "a network you do not trust, close them there with a firewall (docs/distributed.md)",
+        len(group.addresses),
+        ", ".join(group.addresses),
+        host,
+    )
+
+
 def launch(count: int, train_args: list[str], max_restarts: int, grace: float, host: str) -> int:
-    """Runs the group until it succeeds, restarting it after failures; returns the exit status."""
+    """Runs the group until it succeeds, restarting it after failures; returns the exit status.
+
+    Call it from the main thread: it handles SIGTERM and SIGINT, and the
+    workers die with the thread that started them (`common/parent_death.py`).
+    """
     model_dir = model_dir_of(train_args)
     log_dir = os.path.join(model_dir, run_dir.LOGS_DIR)
     stopping: list[int] = []
     group: Group | None = None
+    statuses: list[int] = []  # Of the last group that started a worker.
 
     def forward(number, frame):
         stopping.append(number)
         if group is not None:
-            group.signal(signal.SIGTERM)  # The workers save and stop.
+            group.signal(number)  # The workers save and stop (a second SIGINT: at once).
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    restarts = port_retries = 0
     try:
-        for attempt in range(max_restarts + 1):
+        while not stopping:
             group = Group(count, train_args, log_dir, host)
-            # A restart resumes: it must not start over again.
-            train_args = [a for a in train_args if a not in ("--restart", "--restart=true")]
+            _log_start(group, host, first=restarts + port_retries == 0)
+            group.start(stopping)
             failed = group.wait_for_first_failure()
-            statuses, killed = group.finish(0 if failed is None else grace)
+            taken = None if failed is None else group.port_taken
+            if taken is not None and not stopping and port_retries < _PORT_RETRIES:
+                group.finish(0.0)  # Nobody trained: the strategy waits for every server.
+                port_retries += 1
+                logging.warning(
+                    "launch: worker %d (%s) could not listen on its port (most likely "
+                    "another program's now); starting the %d workers again at once on new "
+                    "ports (port retry %d of %d)",
+                    taken,
+                    group.addresses[taken],
+                    count,
+                    port_retries,
+                    _PORT_RETRIES,
+                )
+                continue
+            finished, killed = group.finish(0 if failed is None else grace)
+            if group.processes:
+                statuses = finished
             if failed is None or stopping:
-                return next((s for s in statuses if s), 0) if stopping else 0
+                break
             what = _what_failed(group, failed, statuses, killed, grace)
             if any(s == cli.USAGE_ERROR for s in statuses) and RESTART_STATUS not in statuses:
                 logging.error("launch: %s on a usage error; not restarting", what)
                 return cli.USAGE_ERROR
-            if attempt == max_restarts:
+            if restarts == max_restarts:
                 logging.error(
                     "launch: %s and the %d restart(s) of --max_restarts are used up; rerun the "
                     "same command to resume from the last checkpoint",
@@ -214,15 +410,21 @@ def launch(count: int, train_args: list[str], max_restarts: int, grace: float, h
                     max_restarts,
                 )
                 return 1
+            restarts += 1
             logging.warning(
                 "launch: %s; restarting the %d workers from the last checkpoint (restart %d of %d)",
                 what,
                 count,
-                attempt + 1,
+                restarts,
                 max_restarts,
             )
-        return 1
+            # A restart resumes: it must not start over again.
+            train_args = [a for a in train_args if a not in ("--restart", "--restart=true")]
+        # Done, or stopped by a signal (no restart then): how the last workers ended.
+        return next((s for s in statuses if s), 0) if stopping else 0
     finally:
+        if group is not None:
+            group.kill()
         for number, handler in previous.items():
             signal.signal(number, handler)
 
