@@ -20,7 +20,7 @@ import time
 from absl import flags, logging
 
 from resnet_app import config
-from resnet_app.common import cli, run_dir, run_lock
+from resnet_app.common import cli, run_dir, run_lock, slurm
 from resnet_app.common.fields import field_types
 from resnet_app.data.settings import DataConfig
 
@@ -168,7 +168,8 @@ def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
     resolved = config_from_flags()
     check_before_tensorflow(resolved, _MODEL_DIR.value, _RESTART.value)
-    if _MODEL_DIR.value and "TF_CONFIG" not in os.environ:
+    slurm_worker = slurm.check_before_tensorflow()  # A partial SLURM environment: one line.
+    if _MODEL_DIR.value and "TF_CONFIG" not in os.environ and not slurm_worker:
         # A second trainer on a run directory in use: answered before TensorFlow loads
         # (a worker of a multi-worker job shares the directory with its chief).
         run_lock.refuse_if_held(_MODEL_DIR.value)

@@ -1,6 +1,7 @@
 """Towers: the `tf.distribute` strategy a run uses, picked from the machine.
 
-- `TF_CONFIG` set: `MultiWorkerMirroredStrategy`, one replica per local GPU
+- `TF_CONFIG` set (or made from a SLURM step of several tasks, see
+  `common/slurm.py`): `MultiWorkerMirroredStrategy`, one replica per local GPU
   (or the first `num_towers` GPUs; or the CPU) on every worker, gradients
   all-reduced across machines (or, with model averaging, the weights every K
   steps: see `engine/averaging.py`). A CPU-only worker runs one replica: TF's
@@ -29,7 +30,7 @@ from collections.abc import Callable
 import tensorflow as tf
 from absl import logging
 
-from resnet_app.common import checks, compat
+from resnet_app.common import checks, compat, slurm
 from resnet_app.common.errors import ConfigError
 
 # What a worker's TF_CONFIG looks like, for the errors.
@@ -200,6 +201,7 @@ def create_strategy(
       ConfigError: for a `TF_CONFIG` that cannot be used, or a `num_towers`
         this machine cannot run (see `configure_towers`, `worker_resolver`).
     """
+    slurm.export_tf_config()  # Under srun: the step's TF_CONFIG, unless one is set.
     tf_config = read_tf_config()
     if tf_config is not None and _workers_in(tf_config) > 1:
         num_gpus = len(tf.config.list_physical_devices("GPU"))

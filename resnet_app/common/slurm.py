@@ -1,0 +1,394 @@
+"""SLURM: `srun resnet-app train ...` runs one worker per task, as `TF_CONFIG` would.
+
+Under `srun` with more than one task and no `TF_CONFIG`, each task builds the
+job's cluster with TensorFlow's `SlurmClusterResolver` and writes the
+equivalent `TF_CONFIG` into its own environment before the strategy is
+created, so every `TF_CONFIG` code path (the chief, the worker index, a lost
+worker's save) runs unchanged:
+
+    {"cluster": {"worker": ["node1:20040", "node1:20041", "node2:20040", ...]},
+     "task": {"type": "worker", "index": SLURM_PROCID}}
+
+`check_before_tensorflow` reads SLURM's task variables (pure Python, before
+TensorFlow loads): a partial set is one line naming the missing variable. It
+also gives each task its share of the node's GPUs when SLURM has not bound
+them already. `export_tf_config` (called by `distribute.create_strategy`)
+asks the resolver for the cluster and sets `TF_CONFIG`.
+
+Ports: the step's reserved ports (`srun --resv-ports`, SLURM_STEP_RESV_PORTS),
+else a block derived from SLURM_JOB_ID, so two jobs sharing a node do not
+pick the same ports. A `TF_CONFIG` set by hand always wins; one task trains on
+its own, as without SLURM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+
+from absl import logging
+
+from resnet_app.common.errors import ConfigError, first_line
+
+# Job-id ports: blocks of PORT_STRIDE ports from PORT_FLOOR, below Linux's
+# default ephemeral range (32768-60999), where outgoing connections could
+# already hold a port. Consecutive job ids get disjoint blocks; ids that
+# differ by a multiple of 1596 (the blocks that fit) share one: --resv-ports
+# rules that out.
+PORT_FLOOR = 20000
+PORT_CEILING = 32768
+PORT_STRIDE = 8
+TASK_COUNT_VARIABLES = ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
+SRUN_HINT = "run it as `srun resnet-app train ...` inside the allocation, or set TF_CONFIG"
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One task's view of a SLURM job step with several tasks.
+
+    Attributes:
+      rank: SLURM_PROCID, this task's rank in the step.
+      num_tasks: the step's tasks.
+      hosts: the step's nodes, in SLURM's order (`scontrol show hostnames`).
+      tasks_per_node: the tasks on each of `hosts`.
+      port_base: the first port on every node; a node's i-th task listens on
+        port_base + i.
+      ports_from: where the ports came from, for the start line.
+      local_id: SLURM_LOCALID, this task's index on its node (None: not set).
+      node_name: SLURMD_NODENAME, this task's node (None: not set).
+    """
+
+    rank: int
+    num_tasks: int
+    hosts: tuple[str, ...]
+    tasks_per_node: tuple[int, ...]
+    port_base: int
+    ports_from: str
+    local_id: int | None = None
+    node_name: str | None = None
+
+
+def _integer(name: str, minimum: int = 0) -> int:
+    text = os.environ[name]
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        raise ConfigError(f"{name}={text!r} is not a whole number of {minimum} or more")
+    return value
+
+
+def _task_count() -> int:
+    """The step's tasks (SLURM_STEP_NUM_TASKS, else SLURM_NTASKS; 1 when neither is set)."""
+    for name in TASK_COUNT_VARIABLES:
+        if os.environ.get(name):
+            return _integer(name, minimum=1)
+    return 1
+
+
+def _require(name: str, num_tasks: int) -> str:
+    value = os.environ.get(name)
+    if not value:
+        raise ConfigError(
+            f"SLURM runs {num_tasks} tasks but {name} is not set, so this task cannot tell "
+            f"the job's workers; {SRUN_HINT}"
+        )
+    return value
+
+
+def expand_tasks_per_node(text: str) -> list[int]:
+    """SLURM's tasks-per-node list, expanded: "2(x3),1" -> [2, 2, 2, 1].
+
+    Raises:
+      ConfigError: naming SLURM_STEP_TASKS_PER_NODE when it is not such a list.
+    """
+    counts = []
+    for part in text.split(","):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if match is None:
+            raise ConfigError(
+                f"SLURM_STEP_TASKS_PER_NODE={text!r} is not a list like '2(x3),1'; {SRUN_HINT}"
+            )
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    return counts
+
+
+def expand_hostnames(nodelist: str) -> list[str]:
+    """The node names of a SLURM node list, as `scontrol show hostnames` prints them.
+
+    Raises:
+      ConfigError: when scontrol is not on PATH or fails.
+    """
+    scontrol = shutil.which("scontrol")
+    if scontrol is None:
+        raise ConfigError(
+            f"scontrol is not on PATH, and it is needed to expand SLURM_STEP_NODELIST={nodelist!r} "
+            f"into the workers' host names; {SRUN_HINT} on a node with SLURM's commands"
+        )
+    try:
+        output = subprocess.run(
+            [scontrol, "show", "hostnames", nodelist],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as error:
+        detail = getattr(error, "stderr", None) or str(error) or type(error).__name__
+        raise ConfigError(
+            f"`scontrol show hostnames {nodelist}` failed ({first_line(RuntimeError(detail))}); "
+            f"{SRUN_HINT}"
+        ) from None
+    return output.split()
+
+
+def reserved_ports(text: str) -> list[int]:
+    """The ports of SLURM_STEP_RESV_PORTS: "12000-12003" or "12000,12005" (or both mixed).
+
+    Raises:
+      ConfigError: naming the variable when it is not such a list.
+    """
+    ports: list[int] = []
+    for part in text.split(","):
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
+        if match is None or int(match.group(2) or match.group(1)) < int(match.group(1)):
+            raise ConfigError(
+                f"SLURM_STEP_RESV_PORTS={text!r} is not a port list like '12000-12003'; "
+                "drop --resv-ports, or set TF_CONFIG"
+            )
+        ports += range(int(match.group(1)), int(match.group(2) or match.group(1)) + 1)
+    return ports
+
+
+def choose_ports(tasks_on_busiest_node: int) -> tuple[int, str]:
+    """The first port of every node's block and where it came from.
+
+    A node's tasks listen on `base, base + 1, ...`: the reserved ports when
+    srun reserved some (all of them needed), else a block chosen by the job id.
+
+    Args:
+      tasks_on_busiest_node: the most tasks any node runs.
+
+    Returns:
+      (base, a description for the start line).
+
+    Raises:
+      ConfigError: too few reserved ports, or neither variable set.
+    """
+    reserved = os.environ.get("SLURM_STEP_RESV_PORTS")
+    if reserved:
+        ports = reserved_ports(reserved)
+        base = ports[0]
+        needed = range(base, base + tasks_on_busiest_node)
+        if not set(needed) <= set(ports):
+            raise ConfigError(
+                f"SLURM_STEP_RESV_PORTS={reserved} does not hold {tasks_on_busiest_node} "
+                f"consecutive ports from {base} for the {tasks_on_busiest_node} tasks of a node; "
+                f"reserve at least {tasks_on_busiest_node} (srun --resv-ports)"
+            )
+        return base, f"SLURM_STEP_RESV_PORTS={reserved}"
+    _require("SLURM_JOB_ID", _task_count())
+    job_id = _integer("SLURM_JOB_ID")
+    # A block of whole strides: a node with more tasks than PORT_STRIDE takes several.
+    stride = -(-max(tasks_on_busiest_node, 1) // PORT_STRIDE) * PORT_STRIDE
+    slots = (PORT_CEILING - PORT_FLOOR) // stride
+    if slots < 1:
+        raise ConfigError(
+            f"{tasks_on_busiest_node} tasks on one node need more ports than "
+            f"{PORT_FLOOR}-{PORT_CEILING - 1} holds; reserve them (srun --resv-ports)"
+        )
+    base = PORT_FLOOR + (job_id % slots) * stride
+    return base, f"SLURM_JOB_ID={job_id} (ports {base}-{base + tasks_on_busiest_node - 1})"
+
+
+def read_step() -> Step | None:
+    """This task's SLURM step, or None when it trains as without SLURM.
+
+    None when TF_CONFIG is set (it wins) or the step runs one task. Pure
+    Python (runs `scontrol`), so it can answer before TensorFlow loads.
+
+    Raises:
+      ConfigError: one line naming a missing or malformed SLURM variable,
+        a missing `scontrol`, or too few ports.
+    """
+    if "TF_CONFIG" in os.environ:
+        return None
+    num_tasks = _task_count()
+    if num_tasks == 1:
+        return None
+    _require("SLURM_PROCID", num_tasks)
+    rank = _integer("SLURM_PROCID")
+    if rank >= num_tasks:
+        raise ConfigError(
+            f"SLURM_PROCID={rank} but the step has {num_tasks} tasks (0 to {num_tasks - 1})"
+        )
+    nodelist = _require("SLURM_STEP_NODELIST", num_tasks)
+    counts = expand_tasks_per_node(_require("SLURM_STEP_TASKS_PER_NODE", num_tasks))
+    base, ports_from = choose_ports(max(counts))
+    local_id = _integer("SLURM_LOCALID") if os.environ.get("SLURM_LOCALID") else None
+    hosts = expand_hostnames(nodelist)  # Last: every variable is checked without scontrol.
+    if len(hosts) != len(counts) or sum(counts) != num_tasks:
+        raise ConfigError(
+            f"SLURM_STEP_NODELIST={nodelist} ({len(hosts)} node(s)) and "
+            f"SLURM_STEP_TASKS_PER_NODE={os.environ['SLURM_STEP_TASKS_PER_NODE']} "
+            f"({sum(counts)} task(s) on {len(counts)} node(s)) do not describe the "
+            f"{num_tasks} tasks of the step; {SRUN_HINT}"
+        )
+    return Step(
+        rank=rank,
+        num_tasks=num_tasks,
+        hosts=tuple(hosts),
+        tasks_per_node=tuple(counts),
+        port_base=base,
+        ports_from=ports_from,
+        local_id=local_id,
+        node_name=os.environ.get("SLURMD_NODENAME") or None,
+    )
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this task sees, without TensorFlow: CUDA_VISIBLE_DEVICES, else nvidia-smi."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = [gpu.strip() for gpu in visible.split(",") if gpu.strip()]
+        return [] if ids in (["-1"], ["NoDevFiles"]) else ids
+    nvidia_smi = shutil.which("nvidia-smi")
+    if nvidia_smi is None:
+        return []
+    try:
+        output = subprocess.run(
+            [nvidia_smi, "--list-gpus"], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(output.splitlines()) if line.startswith("GPU ")]
+
+
+def share_gpus(step: Step) -> str | None:
+    """Gives this task its share of the node's GPUs; returns the CUDA_VISIBLE_DEVICES set.
+
+    With `--gpus-per-task` (SLURM_GPUS_PER_TASK), SLURM binds each task's
+    GPUs itself, and with one task per node the task takes all of them: both
+    are left alone (None). Otherwise the node's tasks all see every GPU, and
+    the task with local index i takes the i-th equal slice of them, as
+    `SlurmClusterResolver` would; its own allocation is not used because it
+    numbers GPUs from 0, ignoring a CUDA_VISIBLE_DEVICES already set, and
+    sets it after TensorFlow may have looked at the devices.
+
+    Raises:
+      ConfigError: more tasks on the node than GPUs to share.
+    """
+    gpus = visible_gpus()
+    if not gpus or os.environ.get("SLURM_GPUS_PER_TASK") or step.local_id is None:
+        return None
+    if step.node_name in step.hosts:
+        on_node = step.tasks_per_node[step.hosts.index(step.node_name)]
+    else:
+        on_node = max(step.tasks_per_node)
+    if on_node == 1:
+        return None
+    share = len(gpus) // on_node
+    if share == 0:
+        raise ConfigError(
+            f"{on_node} tasks on this node share {len(gpus)} GPU(s); run at most {len(gpus)} "
+            "tasks per node (--ntasks-per-node), or give each its own (--gpus-per-task)"
+        )
+    mine = ",".join(gpus[step.local_id * share : (step.local_id + 1) * share])
+    os.environ["CUDA_VISIBLE_DEVICES"] = mine
+    return mine
+
+
+def check_before_tensorflow() -> bool:
+    """Reads SLURM's task variables before TensorFlow loads; shares the node's GPUs.
+
+    Returns:
+      Whether this process is one worker of a SLURM step (TF_CONFIG will be
+      made for it when the strategy is created).
+
+    Raises:
+      ConfigError: see `read_step` and `share_gpus`.
+    """
+    step = read_step()
+    if step is None:
+        return False
+    share_gpus(step)
+    return True
+
+
+def cluster_tf_config(step: Step) -> dict:
+    """The TF_CONFIG of this task, from `SlurmClusterResolver`.
+
+    The resolver packs each node's tasks on consecutive ports from the base,
+    nodes in sorted order, and gives rank r the r-th address, which is this
+    task's own address under SLURM's default (block) distribution over a
+    sorted node list. Where SLURM placed the task elsewhere (a cyclic
+    distribution, "node9" before "node10"), every task takes the index of
+    its own address (SLURMD_NODENAME, base + SLURM_LOCALID) instead, so the
+    list and the indices stay consistent; rank 0 may then not be the chief.
+
+    Raises:
+      ConfigError: when the resolver refuses the step, or this task's own
+        address is not in the cluster.
+    """
+    from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver
+
+    slots = max(step.tasks_per_node)
+    try:
+        # GPUs are shared out before TensorFlow loads (`share_gpus`); the resolver
+        # packs as many tasks on a node as it has GPU slots (none on a CPU-only node),
+        # so it is given one slot per task and told to leave CUDA_VISIBLE_DEVICES alone.
+        resolver = slurm_cluster_resolver.SlurmClusterResolver(
+            jobs={"worker": step.num_tasks},
+            port_base=step.port_base,
+            gpus_per_node=slots,
+            gpus_per_task=1,
+            tasks_per_node=dict(zip(step.hosts, step.tasks_per_node)),
+            auto_set_gpu=False,
+        )
+        workers = list(resolver.cluster_spec().as_dict()["worker"])
+    except (RuntimeError, ValueError, KeyError) as error:
+        raise ConfigError(
+            f"SlurmClusterResolver refused this step ({first_line(error)}); {SRUN_HINT}"
+        ) from None
+    index = resolver.task_id
+    if step.node_name is not None and step.local_id is not None:
+        own = f"{step.node_name}:{step.port_base + step.local_id}"
+        if own not in workers:
+            raise ConfigError(
+                f"this task's address {own} (SLURMD_NODENAME, SLURM_LOCALID) is not among the "
+                f"workers SlurmClusterResolver made from SLURM_STEP_NODELIST ({', '.join(workers)})"
+            )
+        index = workers.index(own)
+    return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+
+
+def export_tf_config() -> dict | None:
+    """Sets TF_CONFIG from the SLURM step, if there is one of several tasks and no TF_CONFIG.
+
+    Returns:
+      The TF_CONFIG set (None: nothing to do).
+
+    Raises:
+      ConfigError: see `read_step` and `cluster_tf_config`.
+    """
+    step = read_step()
+    if step is None:
+        return None
+    tf_config = cluster_tf_config(step)
+    os.environ["TF_CONFIG"] = json.dumps(tf_config)
+    logging.info(
+        "SLURM: SlurmClusterResolver made this task (rank %d) worker %d of %d on %d node(s), "
+        "chief %s; ports from %s",
+        step.rank,
+        tf_config["task"]["index"],
+        step.num_tasks,
+        len(step.hosts),
+        tf_config["cluster"]["worker"][0],
+        step.ports_from,
+    )
+    return tf_config
