@@ -30,7 +30,7 @@ pipe) only ends the echo: the workers never block on their output.
 Each worker runs in a process group of its own and dies with the launcher,
 `kill -9` included (`common/parent_death.py`); the launcher kills any it
 leaves on its way out. A terminal's Ctrl-C therefore reaches the launcher
-alone, which passes SIGTERM and SIGINT on to the workers as it gets them
+alone, which passes SIGTERM, SIGINT and SIGUSR1 on to the workers as it gets them
 (the workers save and stop; a second Ctrl-C stops them at once, as it stops
 a trainer). There is no restart then, even for a signal that comes while a
 group is being started again.
@@ -73,6 +73,9 @@ _HOST = flags.DEFINE_string(
     "every interface whatever it is).",
 )
 
+# Passed on to the workers: a stop (SIGTERM, Ctrl-C), or a scheduler's preemption
+# notice (SIGUSR1: the workers save and exit 3, and so does the launcher).
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
 # Group starts after a worker's server could not listen on its port, before
 # such a failure counts as any other.
 _PORT_RETRIES = 3
@@ -356,7 +359,7 @@ def _log_start(group: Group, host: str, first: bool) -> None:
 def launch(count: int, train_args: list[str], max_restarts: int, grace: float, host: str) -> int:
     """Runs the group until it succeeds, restarting it after failures; returns the exit status.
 
-    Call it from the main thread: it handles SIGTERM and SIGINT, and the
+    Call it from the main thread: it handles `FORWARDED_SIGNALS`, and the
     workers die with the thread that started them (`common/parent_death.py`).
     """
     model_dir = model_dir_of(train_args)
@@ -370,7 +373,7 @@ def launch(count: int, train_args: list[str], max_restarts: int, grace: float, h
         if group is not None:
             group.signal(number)  # The workers save and stop (a second SIGINT: at once).
 
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous = {s: signal.signal(s, forward) for s in FORWARDED_SIGNALS}
     restarts = port_retries = 0
     try:
         while not stopping:

@@ -50,10 +50,10 @@ if mode == "say":  # What the test put in the run directory, as it is.
 
 def stop(number, frame):
     print(f"worker {index} stopped by {signal.Signals(number).name}", flush=True)
-    sys.exit(0)
+    sys.exit(3 if number == signal.SIGUSR1 else 0)  # A preemption notice: requeue me.
 
 
-for number in (signal.SIGTERM, signal.SIGINT):
+for number in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
     signal.signal(number, stop)
 with open(os.path.join(model_dir, f"ready{index}.tmp"), "w") as f:
     f.write(str(os.getpid()))
@@ -349,3 +349,16 @@ def test_a_port_another_program_took_is_given_up_at_once(model_dir, tmp_path):
     assert "starting the 2 workers again at once on new ports (port retry 1 of 3)" in retry
     assert not [line for line in lines if "restarting the" in line or "stopped answering" in line]
     assert (model_dir / "ckpt-2.index").exists()
+
+
+def test_a_preemption_notice_reaches_every_worker_and_the_launcher_asks_for_a_requeue(
+    model_dir,
+):
+    launcher = start(model_dir, "wait")
+    ready_workers(model_dir, launcher)
+    os.kill(launcher.pid, signal.SIGUSR1)
+    _, errors = launcher.communicate(timeout=120)
+    logs = [(model_dir / "logs" / f"worker{i}.log").read_text() for i in range(2)]
+    assert logs == [f"worker {i} stopped by SIGUSR1\n" for i in range(2)]
+    assert launcher.returncode == 3, errors[-3000:]  # As the workers: requeue the job.
+    assert "restarting" not in errors

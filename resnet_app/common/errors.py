@@ -26,6 +26,16 @@ class WorkerLostError(ConfigError):
     exit_status = RESTART_STATUS
 
 
+class PreemptedError(ConfigError):
+    """The scheduler's preemption notice (SIGUSR1) came; the run saved its step.
+
+    One line and exit status `RESTART_STATUS`, as for a lost worker: the job's
+    requeue runs the same command, which resumes from the checkpoint.
+    """
+
+    exit_status = RESTART_STATUS
+
+
 def first_line(error: BaseException, limit: int = FIRST_LINE_LIMIT, with_type: bool = False) -> str:
     """The first non-blank line of `error`'s message (its type's name if it has none).
 

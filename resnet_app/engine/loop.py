@@ -17,7 +17,9 @@ end, and saves a checkpoint every `checkpoint_every` steps, at every
 evaluation, after a learning-rate override, when stopped and at the end.
 
 Stopping: SIGTERM or SIGINT stops the run after the step in progress; it saves
-a checkpoint and returns (see `preemption.py`). A non-finite loss stops the
+a checkpoint and returns (see `preemption.py`). SIGUSR1, a scheduler's
+preemption notice, stops and saves the same way, then raises `PreemptedError`
+(exit status 3: requeue the job). A non-finite loss stops the
 run with an error naming the step, or with `train.on_nan=rollback` restores the
 last good checkpoint, lowers the learning rate and goes on. A checkpoint with
 non-finite weights is never written.
@@ -179,7 +181,10 @@ def _train(
                 ) from None
             raise _out_of_memory(run, error) from None
     if stopped:
-        return _stopped(run, writer, step, stopped)
+        result = _stopped(run, writer, step, stopped)
+        if preemption.preempted(stop, run.strategy):  # Exit status 3: requeue the job.
+            raise preemption.preempted_error(step, run.model_dir)
+        return result
     return _finish(run, writer, controller, evaluator, step)
 
 

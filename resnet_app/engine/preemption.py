@@ -1,11 +1,20 @@
-"""SIGTERM and SIGINT: stop after the step in progress, save, exit cleanly.
+"""SIGTERM, SIGINT and SIGUSR1: stop after the step in progress, save, exit.
 
 A cluster preempts a job with SIGTERM; a person stops one with Ctrl-C. Either
 asks `StopRequest` to stop: the compiled training loop reads its flag before
 every step (`step.TrainStep.loop`), so the run stops after the step in
-progress, and the trainer saves a checkpoint and returns. A second Ctrl-C
-(SIGINT) exits at once, without a checkpoint; a repeated SIGTERM changes
-nothing.
+progress, and the trainer saves a checkpoint and returns (exit status 0). A
+second Ctrl-C (SIGINT) exits at once, without a checkpoint; a repeated SIGTERM
+changes nothing.
+
+SIGUSR1 is a scheduler's notice that the job is about to end (SLURM's
+`--signal=B:USR1@120`, forwarded to the tasks by `scripts/slurm/train.sbatch`,
+or `--signal=USR1@120`): the run stops and saves the same way, then the
+trainer raises `PreemptedError`, one line and exit status 3
+(`errors.RESTART_STATUS`), so the batch script requeues the job and the same
+command resumes from the checkpoint. On several workers the stop's step is
+agreed as for SIGTERM (`controller.Controller`), and so is the exit status
+(`preempted`): a worker whose notice came late still exits with 3.
 
 Python runs signal handlers only in the main thread and only between
 bytecodes, which never happens while the main thread is inside a long
@@ -23,24 +32,31 @@ import threading
 import tensorflow as tf
 from absl import logging
 
-from resnet_app.common import startup_noise
+from resnet_app.common import distribute, run_dir, startup_noise
+from resnet_app.common.errors import PreemptedError
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
-SIGNAL_NAMES = frozenset(s.name for s in SIGNALS)
+# The scheduler's notice that the job is about to end: save, exit to be requeued.
+PREEMPTION_SIGNAL = signal.SIGUSR1
+SIGNALS = (signal.SIGTERM, signal.SIGINT, PREEMPTION_SIGNAL)
+# Signals that stop the run for good (exit status 0); a second SIGINT exits at once.
+SIGNAL_NAMES = frozenset(s.name for s in (signal.SIGTERM, signal.SIGINT))
 
 
 class StopRequest:
-    """A stop flag set by SIGTERM or SIGINT while installed (a context manager).
+    """A stop flag set by SIGTERM, SIGINT or SIGUSR1 while installed (a context manager).
 
     Attributes:
       flag: a boolean `tf.Variable` (on the host, outside any strategy).
       signal_name: the first signal received ("SIGTERM"), or the reason given
         to `request` by the loop (an action's), or None.
+      preempted: a preemption notice (SIGUSR1) came, before or after another
+        stop: the run exits to be requeued.
     """
 
     def __init__(self):
         self.flag = tf.Variable(False, trainable=False, name="stop_requested")
         self.signal_name: str | None = None
+        self.preempted = False
         self._previous: dict = {}
         self._pipe: tuple[int, int] | None = None
         self._previous_fd = -1
@@ -54,9 +70,15 @@ class StopRequest:
         """
         if self.signal_name is None:
             self.signal_name = name
-            again = " (send it again to exit at once, without one)" if name in SIGNAL_NAMES else ""
+            if name in SIGNAL_NAMES:
+                after = " (send it again to exit at once, without one)"
+            elif name == PREEMPTION_SIGNAL.name:
+                status = PreemptedError.exit_status
+                after = f" (a preemption notice), then exiting with status {status} to be requeued"
+            else:
+                after = ""
             logging.warning(
-                "%s: stopping after the step in progress, then saving a checkpoint%s", name, again
+                "%s: stopping after the step in progress, then saving a checkpoint%s", name, after
             )
             self.flag.assign(True)
 
@@ -86,6 +108,16 @@ class StopRequest:
                     startup_noise.restore()  # os._exit skips atexit: write what it holds.
                     os._exit(128 + number)
                 self._signalled = True
+                if number == PREEMPTION_SIGNAL and not self.preempted:
+                    self.preempted = True  # Even after another stop: the job must come back.
+                    if self.signal_name is not None:
+                        logging.warning(
+                            "%s after %s: a preemption notice; exiting with status %d to be "
+                            "requeued",
+                            name,
+                            self.signal_name,
+                            PreemptedError.exit_status,
+                        )
                 self.request(name)
         except OSError:
             pass
@@ -101,6 +133,32 @@ class StopRequest:
         os.close(self._pipe[1])  # The watcher reads end-of-file and returns.
         self._watcher.join(timeout=5)
         self._pipe = None
+
+
+def preempted(stop: StopRequest, strategy: tf.distribute.Strategy) -> bool:
+    """Whether a stopped run was preempted on any worker (every worker calls it, once).
+
+    The workers agree on the step to stop at, not on why: one whose SIGUSR1
+    came after the agreement stopped for "a signal on another worker". So they
+    agree here, after the save, and all exit alike.
+
+    Args:
+      stop: this worker's stop request.
+      strategy: the run's strategy (one machine: no collective).
+
+    Returns:
+      True when a preemption notice came to any worker.
+    """
+    return distribute.any_worker(strategy, stop.preempted)
+
+
+def preempted_error(step: int, model_dir: str) -> PreemptedError:
+    """The one line of a preempted run that saved `step` in `model_dir`."""
+    return PreemptedError(
+        f"preempted ({PREEMPTION_SIGNAL.name}, the scheduler's notice): saved "
+        f"{run_dir.checkpoint_name(step)} in {model_dir}; the job resumes from it when "
+        "requeued (the same command)"
+    )
 
 
 def _noop(signum, frame) -> None:
