@@ -3,12 +3,15 @@
 import json
 import statistics
 
+import pytest
+
 import resnet_app
 from resnet_app.nets import presets
 from tests.commands import error_line, run_command
 from tests.reference import closed_form_macs
 
 
+@pytest.mark.slow  # the benchmark end to end: 4 and 2 measuring processes
 def test_json_report_of_one_trainer_variant(tmp_path):
     result = run_command(
         "scripts/benchmark.py",
@@ -59,6 +62,7 @@ def test_unknown_variant_is_one_line():
     assert "unknown turbo" in line
 
 
+@pytest.mark.slow  # the benchmark end to end: 4 and 2 measuring processes
 def test_keras_variants_measure_the_layers_they_name(tmp_path):
     """keras_fit builds Keras's stock BatchNormalization, keras_fit_our_layers ours.
 

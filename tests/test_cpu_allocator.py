@@ -6,6 +6,8 @@ every training step mapped its buffers afresh: counted as the process's minor
 page faults per step, a count, not a time.
 """
 
+import pytest
+
 import resnet_app
 from tests.commands import run_code
 
@@ -44,6 +46,7 @@ def test_importing_resnet_app_picks_bfc_unless_the_environment_says():
     assert _python(show, **{VARIABLE: "false"}) == "false"
 
 
+@pytest.mark.slow  # 13 steps of ResNet-20 at batch 128 in a fresh process
 def test_a_step_without_onednn_reuses_its_memory():
     """Measured here, three runs each: 1,580 to 1,670 faults per step with the
     BFC allocator, 17,700 to 51,800 with TF's default (the count depends on

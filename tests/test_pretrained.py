@@ -73,7 +73,7 @@ def relative(ours, theirs):
     return float(np.abs(ours - theirs).max() / np.abs(theirs).max())
 
 
-@pytest.mark.parametrize("name", ["resnet50", "resnet101"])
+@pytest.mark.parametrize("name", ["resnet50", pytest.param("resnet101", marks=pytest.mark.slow)])
 def test_keras_applications_file_reproduces_keras_logits(name, tmp_path):
     theirs = random_keras_model(name, num_classes=7)
     save_like_keras_applications(theirs, tmp_path / "weights.h5")

@@ -110,6 +110,7 @@ def test_bad_flags_are_one_line_errors():
     assert "the fit run does not reproduce" in line and "--runs=trainer,fast" in line
 
 
+@pytest.mark.slow  # the benchmark script end to end
 def test_the_script_times_fit_and_the_trainer_to_a_target(tmp_path):
     recipe = tmp_path / "tiny.yaml"
     recipe.write_text(
@@ -150,6 +151,7 @@ def test_the_script_times_fit_and_the_trainer_to_a_target(tmp_path):
     assert row["row"].startswith("1: trainer / fit") and row["ratio"] > 0
 
 
+@pytest.mark.slow  # the benchmark script end to end
 def test_fit_reads_the_trainers_images_prepared_alike():
     import numpy as np
 
