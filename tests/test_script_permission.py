@@ -12,6 +12,7 @@ import re
 
 import pytest
 from absl import flags
+from absl import logging as absl_logging
 from absl.testing import flagsaver
 
 from resnet_app import train
@@ -39,11 +40,19 @@ def ran(tmp_path) -> bool:
 
 
 def config_from(*args):
-    """`train.config_from_flags()` for the command line `resnet-app train ARGS`."""
-    with flagsaver.flagsaver():
-        flags.FLAGS.unparse_flags()
-        flags.FLAGS(["train", *args])
-        return train.config_from_flags()
+    """`train.config_from_flags()` for the command line `resnet-app train ARGS`.
+
+    Parsing sets absl's verbosity (its --verbosity default): put back after,
+    so that later tests in this process see the log lines they expect.
+    """
+    verbosity = absl_logging.get_verbosity()
+    try:
+        with flagsaver.flagsaver():
+            flags.FLAGS.unparse_flags()
+            flags.FLAGS(["train", *args])
+            return train.config_from_flags()
+    finally:
+        absl_logging.set_verbosity(verbosity)
 
 
 def recipe(tmp_path, script) -> str:

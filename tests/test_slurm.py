@@ -109,7 +109,7 @@ def test_two_nodes_two_tasks_each_job_id_ports(slurm_env, scontrol, caplog):
     # 20000 + (777 % 1596) * 8: the job's block of 8 ports.
     base = 26216
     expected = [f"node1:{base}", f"node1:{base + 1}", f"node2:{base}", f"node2:{base + 1}"]
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO, logger="absl"):
         tf_config = exported()
     assert tf_config == {"cluster": {"worker": expected}, "task": {"type": "worker", "index": 2}}
     line = "\n".join(r.getMessage() for r in caplog.records if "SLURM" in r.getMessage())
@@ -134,7 +134,7 @@ def test_one_node_four_tasks_reserved_ports(slurm_env, scontrol, caplog):
         SLURM_STEP_RESV_PORTS="12000-12003",
         SLURM_JOB_ID=5,
     )
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO, logger="absl"):
         tf_config = exported()
     assert tf_config == {
         "cluster": {"worker": ["gpu07:12000", "gpu07:12001", "gpu07:12002", "gpu07:12003"]},
