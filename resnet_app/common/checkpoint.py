@@ -267,8 +267,7 @@ def _checkpoint_files(prefix: str) -> list[str]:
 
 def _copy_synced(source: str, destination: str) -> None:
     shutil.copyfile(source, destination)
-    with open(destination, "rb+") as f:
-        os.fsync(f.fileno())
+    files.sync_file(destination)
 
 
 def _write_synced(path: str, text: str) -> None:

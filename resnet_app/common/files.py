@@ -38,13 +38,17 @@ T = TypeVar("T")
 DAMAGED_NPZ = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error)
 
 
+# A writer's temporary file beside its destination: `path + TEMPORARY.format(pid=...)`.
+TEMPORARY = ".{pid}.tmp"
+
+
 def write_atomically(path: str, write: Callable[[str], None]) -> None:
     """Calls `write(temporary_path)`, then syncs it and renames the result to `path`.
 
     On any failure the temporary file is removed and `path` is left as it was.
     """
     remove_leftovers(path)
-    temporary = _temporary(path, os.getpid())
+    temporary = path + TEMPORARY.format(pid=os.getpid())
     try:
         write(temporary)
         sync_file(temporary)
@@ -56,25 +60,36 @@ def write_atomically(path: str, write: Callable[[str], None]) -> None:
     sync_directory(os.path.dirname(path) or ".")
 
 
-def _temporary(path: str, pid: int) -> str:
-    return f"{path}.{pid}.tmp"
-
-
 def remove_leftovers(path: str) -> list[str]:
     """Removes the temporary files of `path` that killed writers left; returns them.
 
     A temporary file of a process that still runs is its write in progress,
     and stays.
     """
-    pattern = re.compile(re.escape(os.path.basename(path)) + r"\.(\d+)\.tmp")
     removed = []
-    for leftover in glob.glob(glob.escape(path) + ".*.tmp"):
-        found = pattern.fullmatch(os.path.basename(leftover))
-        if found and not process_alive(int(found.group(1))):
-            with contextlib.suppress(OSError):
-                os.unlink(leftover)
-                removed.append(leftover)
+    for leftover in left_by_dead_writers(path, TEMPORARY):
+        with contextlib.suppress(OSError):
+            os.unlink(leftover)
+            removed.append(leftover)
     return removed
+
+
+def left_by_dead_writers(path: str, suffix: str) -> list[str]:
+    """The siblings `path + suffix.format(pid=N)` whose process N no longer runs, sorted.
+
+    Args:
+      path: what the writers were writing.
+      suffix: how a writer names its work beside `path`, with `{pid}` in it
+        (`TEMPORARY`; an export's ".partial-{pid}").
+    """
+    before, _, after = suffix.partition("{pid}")
+    name = re.compile(re.escape(os.path.basename(path) + before) + r"(\d+)" + re.escape(after))
+    found = []
+    for candidate in sorted(glob.glob(glob.escape(path + before) + "*" + glob.escape(after))):
+        match = name.fullmatch(os.path.basename(candidate))
+        if match and not process_alive(int(match.group(1))):
+            found.append(candidate)
+    return found
 
 
 def process_alive(pid: int) -> bool:

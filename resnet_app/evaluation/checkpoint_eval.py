@@ -91,7 +91,7 @@ def evaluate_checkpoints(
     _check_tta(tta)
     fitted = calibration.read_temperature_record(model_dir)  # A damaged file: now, not later.
     # TensorFlow is imported only once the run directory is known to be one.
-    from resnet_app.common import checkpoint, distribute
+    from resnet_app.common import distribute
     from resnet_app.data import run_pipeline
 
     strategy = distribute.create_strategy(num_towers)  # Before TF runs any op.
@@ -105,14 +105,11 @@ def evaluate_checkpoints(
     records, writer = [], _metrics_writer(model_dir, chief)
     threshold = run_config.train.threshold
     try:
-        for step, prefix, kind in chosen:
-            try:
-                step, prefix, kind = checkpoint.restore_selected(
-                    model, model_dir, which, step, prefix, kind
-                )
-            except checkpoint.CheckpointGoneError as gone:  # One of --checkpoint=all.
-                logging.warning("Skipping it: %s", gone)
+        for choice in chosen:
+            restored = _restored(model, model_dir, which, *choice)
+            if restored is None:
                 continue
+            step, prefix, kind = restored
             result = _evaluate(
                 model, prefix, kind, pipeline, batch_size, strategy, split, tta, fitted, threshold
             )
@@ -126,6 +123,18 @@ def evaluate_checkpoints(
     finally:
         writer.close()
     return records
+
+
+def _restored(model, model_dir: str, which: str, step: int, prefix: str, kind: str):
+    """`checkpoint.restore_selected`'s (step, prefix, kind); None for one of
+    --checkpoint=all that rotation removed meanwhile (skipped, one warning)."""
+    from resnet_app.common import checkpoint
+
+    try:
+        return checkpoint.restore_selected(model, model_dir, which, step, prefix, kind)
+    except checkpoint.CheckpointGoneError as gone:
+        logging.warning("Skipping it: %s", gone)
+        return None
 
 
 def _metrics_writer(model_dir: str, chief: bool):

@@ -35,10 +35,8 @@ images rounded to the run's data dtype (bfloat16 for a bf16 run), exactly as
 
 from __future__ import annotations
 
-import glob
 import json
 import os
-import re
 import shutil
 from collections.abc import Callable
 
@@ -306,13 +304,8 @@ def check_destination(export_dir: str, overwrite: bool, model_dir: str | None = 
 
 def _leftovers(export_dir: str, kind: str) -> list[str]:
     """`export_dir.<kind>-<pid>` directories of exports that are no longer running."""
-    pattern = re.compile(re.escape(os.path.basename(export_dir)) + rf"\.{kind}-(\d+)")
-    found = []
-    for path in sorted(glob.glob(glob.escape(export_dir) + f".{kind}-*")):
-        match = pattern.fullmatch(os.path.basename(path))
-        if match and os.path.isdir(path) and not files.process_alive(int(match.group(1))):
-            found.append(path)
-    return found
+    found = files.left_by_dead_writers(export_dir, f".{kind}-{{pid}}")
+    return [path for path in found if os.path.isdir(path)]
 
 
 def recover(export_dir: str) -> None:
