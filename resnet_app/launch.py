@@ -302,6 +302,43 @@ def _write_console(data: bytes) -> None:
         _write_flushed(buffer, data)
 
 
+class _Console:
+    """The launcher's stderr, shared by the pumps a line at a time.
+
+    A pump that wrote part of a line holds the console until it writes the end
+    of that line, so another worker's error line never lands inside worker 0's
+    long line. A line left unfinished for more than `patience` seconds (a
+    progress line, a worker that stopped mid-line) is ended with a newline and
+    the console passes on: no pump waits longer than that.
+    """
+
+    def __init__(self, patience: float = 1.0, write: Callable[[bytes], object] = _write_console):
+        self._patience = patience
+        self._changed = threading.Condition()
+        self._holder: int | None = None
+        self._sink = _Sink(write)
+
+    def write(self, index: int, data: bytes) -> None:
+        with self._changed:
+            if not self._changed.wait_for(
+                lambda: self._holder in (None, index), timeout=self._patience
+            ):
+                self._sink.write(b"\n")
+            self._sink.write(data)
+            self._holder = None if data.endswith(b"\n") else index
+            self._changed.notify_all()
+
+    def release(self, index: int) -> None:
+        """A worker's output ended (perhaps mid-line): the others may write."""
+        with self._changed:
+            if self._holder == index:
+                self._holder = None
+                self._changed.notify_all()
+
+
+_CONSOLE = _Console()
+
+
 def _pump(stream: BinaryIO, log: BinaryIO, index: int, port_taken: Callable[[int], None]) -> None:
     """Copies a worker's output to its log; worker 0's to the console, others' errors too.
 
@@ -310,7 +347,7 @@ def _pump(stream: BinaryIO, log: BinaryIO, index: int, port_taken: Callable[[int
     whose reader went away, a full disk) is dropped and the reading goes on to
     the end: a worker whose pipe is not read blocks once it holds 64 KiB.
     """
-    to_log, to_console = _Sink(functools.partial(_write_flushed, log)), _Sink(_write_console)
+    to_log = _Sink(functools.partial(_write_flushed, log))
     prefix = b"" if index == 0 else f"[worker {index}] ".encode()
     echo, line_start = False, True
     with log, stream:
@@ -321,8 +358,9 @@ def _pump(stream: BinaryIO, log: BinaryIO, index: int, port_taken: Callable[[int
             if line_start:
                 echo = index == 0 or chunk.startswith(b"error: ")
             if echo:
-                to_console.write(prefix + chunk if line_start else chunk)
+                _CONSOLE.write(index, prefix + chunk if line_start else chunk)
             line_start = chunk.endswith(b"\n")
+    _CONSOLE.release(index)
     if to_log.error is not None:
         logging.warning("launch: worker %d's output is not all in its log: %s", index, to_log.error)
 

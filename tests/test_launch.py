@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -205,6 +206,34 @@ def test_output_of_any_bytes_passes_whole_and_never_blocks_a_worker(model_dir):
     assert "\ufffd\ufffd not UTF-8: \ufffd\ufffd(\n" in errors
     assert errors.count("error: the last line, \ufffd\n") == 2
     assert "[worker 1] error: the last line, \ufffd\n" in errors
+
+
+def test_another_workers_error_line_waits_for_the_end_of_the_line_being_shown():
+    shown = []
+    console = launch._Console(patience=60, write=shown.append)
+    console.write(0, b"y" * 10)  # Worker 0 is in the middle of a line.
+    other = threading.Thread(target=console.write, args=(1, b"[worker 1] error: x\n"))
+    other.start()
+    console.write(0, b"y" * 10 + b"\n")
+    other.join(60)
+    assert shown == [b"y" * 10, b"y" * 10 + b"\n", b"[worker 1] error: x\n"]
+
+
+def test_a_line_left_unfinished_is_ended_and_the_console_passes_on():
+    shown = []
+    console = launch._Console(patience=0.05, write=shown.append)
+    console.write(0, b"step 10/100\r")  # A progress line, no newline to come.
+    console.write(1, b"[worker 1] error: x\n")
+    console.write(0, b"step 20/100\r")
+    console.release(0)  # Its output ended mid-line.
+    console.write(1, b"[worker 1] error: y\n")
+    assert shown == [
+        b"step 10/100\r",
+        b"\n",
+        b"[worker 1] error: x\n",
+        b"step 20/100\r",
+        b"[worker 1] error: y\n",
+    ]
 
 
 def test_a_console_that_went_away_never_blocks_a_worker(model_dir):
