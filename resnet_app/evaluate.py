@@ -8,6 +8,7 @@
     python -m resnet_app.evaluate --model_dir=runs/imagenet_resnet50 --tta=crops
     python -m resnet_app.evaluate --model_dir=runs/try --checkpoint=ckpt-4000 --fit_temperature
     python -m resnet_app.evaluate --model_dir=runs/try --weights=raw
+    python -m resnet_app.evaluate --model_dir=runs/try --watch   # beside a running trainer
 
 The model and data come from the run's `config.yaml`, as the trainer wrote it;
 `--data_dir` says where the data is now, and `--split` picks another split.
@@ -60,6 +61,11 @@ the most-confused pairs and the reliability bins), `confusion_matrix.png` and
 `reliability.png` (with matplotlib, an optional extra); see
 `resnet_app/evaluation/reports.py`. A rerun replaces them.
 
+`--watch` follows a run that is training: it evaluates each checkpoint once
+as it appears, exactly as `--checkpoint=ckpt-N` would, writes the records
+also to TensorBoard (`MODEL_DIR/evaluator`) and exits when the run ends
+(`resnet_app/evaluation/watch.py`; `--watch_every`, `--watch_timeout`).
+
 The same record, with "event": "evaluation", is appended to the run's
 `metrics.jsonl`. A mistake (no such run, no such checkpoint, a checkpoint of
 another model, a report directory that cannot be made, --tta=crops for a
@@ -77,7 +83,7 @@ from absl import flags
 
 from resnet_app.common import cli
 from resnet_app.common.errors import ConfigError
-from resnet_app.evaluation import checkpoint_eval, temperature
+from resnet_app.evaluation import checkpoint_eval, temperature, watch
 from resnet_app.evaluation.tta import MODES
 
 _MODEL_DIR = flags.DEFINE_string(
@@ -127,6 +133,23 @@ _FIT_TEMPERATURE = flags.DEFINE_boolean(
 )
 
 
+_WATCH = flags.DEFINE_boolean(
+    "watch",
+    False,
+    "Follow a run that is training: evaluate each new checkpoint once, as it appears, until "
+    "the run ends (an evaluator beside the trainer; see resnet_app/evaluation/watch.py).",
+)
+_WATCH_EVERY = flags.DEFINE_float(
+    "watch_every", 10.0, "With --watch: seconds between looks at the run directory."
+)
+_WATCH_TIMEOUT = flags.DEFINE_float(
+    "watch_timeout",
+    None,
+    "With --watch: stop after this many seconds without a new checkpoint (default: wait for "
+    "the run's end).",
+)
+
+
 def _print_record(record: dict) -> None:
     """One line of JSON per checkpoint on stdout, as soon as its numbers are known."""
     from resnet_app.common.metrics import json_text  # TensorFlow is loaded by now.
@@ -155,14 +178,27 @@ def _fit_temperature() -> None:
     )
 
 
-def main(argv: list[str]) -> None:
-    cli.reject_positional(argv)
-    if _FIT_TEMPERATURE.value:
-        _fit_temperature()
-        return
-    checkpoint_eval.evaluate_checkpoints(
+def _watch() -> None:
+    """--watch: every checkpoint as it appears; --checkpoint and --fit_temperature refused."""
+    given = [flag.name for flag in (_CHECKPOINT, _FIT_TEMPERATURE) if flag.present]
+    if given:
+        raise ConfigError(
+            f"--watch evaluates every checkpoint as the run saves it: drop --{given[0]}"
+        )
+    for flag in (_WATCH_EVERY, _WATCH_TIMEOUT):
+        if flag.value is not None and not flag.value > 0:
+            raise ConfigError(f"--{flag.name}={flag.value:g}: give seconds above 0")
+    watch.watch_run(
         _MODEL_DIR.value,
-        _CHECKPOINT.value,
+        poll_seconds=_WATCH_EVERY.value,
+        timeout=_WATCH_TIMEOUT.value,
+        **_evaluation_options(),
+    )
+
+
+def _evaluation_options() -> dict:
+    """The flags `evaluate_checkpoints` and `watch_run` share, as their keyword arguments."""
+    return dict(
         split=_SPLIT.value,
         batch_size=_BATCH_SIZE.value,
         num_towers=_NUM_TOWERS.value,
@@ -171,6 +207,19 @@ def main(argv: list[str]) -> None:
         tta=_TTA.value,
         weights=_WEIGHTS.value,
         on_record=_print_record,
+    )
+
+
+def main(argv: list[str]) -> None:
+    cli.reject_positional(argv)
+    if _WATCH.value:
+        _watch()
+        return
+    if _FIT_TEMPERATURE.value:
+        _fit_temperature()
+        return
+    checkpoint_eval.evaluate_checkpoints(
+        _MODEL_DIR.value, _CHECKPOINT.value, **_evaluation_options()
     )
 
 

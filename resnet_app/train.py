@@ -20,7 +20,7 @@ import time
 from absl import flags, logging
 
 from resnet_app import config
-from resnet_app.common import cli, run_dir, run_lock, slurm
+from resnet_app.common import cli, run_dir, run_lock, slurm, tf_config
 from resnet_app.common.fields import field_types
 from resnet_app.data.settings import DataConfig
 
@@ -169,6 +169,7 @@ def main(argv: list[str]) -> None:
     resolved = config_from_flags()
     check_before_tensorflow(resolved, _MODEL_DIR.value, _RESTART.value)
     slurm_worker = slurm.check_before_tensorflow()  # A partial SLURM environment: one line.
+    tf_config.check(tf_config.read(), "train")  # Kubernetes' evaluator task, a ps job: one line.
     if _MODEL_DIR.value and "TF_CONFIG" not in os.environ and not slurm_worker:
         # A second trainer on a run directory in use: answered before TensorFlow loads
         # (a worker of a multi-worker job shares the directory with its chief).

@@ -88,3 +88,21 @@ def test_keras_variants_measure_the_layers_they_name(tmp_path):
 def test_repeats_below_one_is_one_line():
     line = error_line(run_command("scripts/benchmark.py", "--repeats=0"))
     assert "--repeats=0" in line
+
+
+@pytest.mark.slow  # 2 training runs and a watcher
+def test_the_evaluator_benchmark_prints_the_ratio_and_the_watcher_sees_every_checkpoint():
+    result = run_command(
+        "scripts/evaluator_benchmark.py",
+        "--config=shapes_quickstart",
+        "--train_steps=20",
+        "--checkpoint_every=10",
+        "--rounds=1",
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("CPU: ")
+    assert "watcher reported 2 of 2+ checkpoints" in result.stdout, result.stdout
+    ratio = float(lines[-1].split(": ")[1].split()[0])
+    assert ratio > 0

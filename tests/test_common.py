@@ -9,7 +9,7 @@ import typing
 
 import pytest
 
-from resnet_app.common import checks, cli, distribute, run_dir
+from resnet_app.common import checks, cli, distribute, run_dir, tf_config
 from resnet_app.common.errors import ConfigError, first_line
 from tests.commands import REPO, error_line, run_command
 
@@ -137,16 +137,16 @@ TWO_WORKERS = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
 def test_tf_config_that_is_not_a_cluster_is_one_clear_error(monkeypatch, text, message):
     monkeypatch.setenv("TF_CONFIG", text)
     with pytest.raises(ConfigError) as raised:
-        distribute.read_tf_config()
+        tf_config.read()
     assert message in str(raised.value)
     assert "\n" not in str(raised.value)
 
 
 def test_tf_config_is_read(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    assert distribute.read_tf_config() is None
+    assert tf_config.read() is None
     monkeypatch.setenv("TF_CONFIG", json.dumps(worker_config(1)))
-    assert distribute.read_tf_config() == worker_config(1)
+    assert tf_config.read() == worker_config(1)
 
 
 def test_tf_config_json_but_not_an_object_from_the_command_line(tmp_path):

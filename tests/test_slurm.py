@@ -119,7 +119,7 @@ def test_two_nodes_two_tasks_each_job_id_ports(slurm_env, scontrol, caplog):
     # The app's own TF_CONFIG reading, and TensorFlow's, take it as written by hand.
     from resnet_app.common import distribute
 
-    resolver = distribute.worker_resolver(distribute.read_tf_config(), None, 0)
+    resolver = distribute.worker_resolver(tf_config.read(), None, 0)
     assert resolver.cluster_spec().as_dict() == {"worker": expected}
     assert (resolver.task_type, resolver.task_id) == ("worker", 2)
 
@@ -391,16 +391,56 @@ def test_partial_environment_is_answered_before_tensorflow(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_two_tasks_under_srun_train_as_two_workers(tmp_path):
-    """Two `resnet-app train` processes with SLURM's variables only: one job of 2 workers."""
+# Deterministic, synchronized BatchNorm: two pairs of workers can agree bitwise.
+PAIR_ARGS = (
+    "--model=tiny",
+    "--set=data.train_examples=64",
+    "--set=data.eval_examples=16",
+    "--batch_size=16",
+    "--train_steps=2",
+    "--log_every=1",
+    "--deterministic",
+    "--set=model.bn_synchronized=true",
+)
+
+
+def start_pair(tmp_path, run, environments):
+    """Two `resnet-app train` processes of one run, one per environment."""
+    return [
+        start_command(
+            "resnet_app.train",
+            *PAIR_ARGS,
+            f"--data_dir={tmp_path / 'data'}",
+            f"--model_dir={run}",
+            env=env,
+            merged=True,
+        )
+        for env in environments
+    ]
+
+
+def finish(processes, timeout=300):
+    outputs = []
+    for process in processes:
+        output, _ = process.communicate(timeout=timeout)
+        outputs.append(output)
+        assert process.returncode == 0, output[-3000:]
+    return outputs
+
+
+def test_two_tasks_under_srun_train_as_two_workers_as_a_tfjob_does(tmp_path):
+    """Two `resnet-app train` processes with SLURM's variables only: one job of 2 workers.
+
+    The same run as a TFJob writes it (a chief, a worker and an evaluator
+    entry; the evaluator task watching) ends bitwise equal.
+    """
     bin_dir = write_fake_scontrol(tmp_path / "bin", {"localhost": ["127.0.0.1"]})
     first, _ = _free_ports(2)
     # Two consecutive ports reserved, as srun --resv-ports gives them (free ones here).
     reserved = f"{first}-{first + 1}"
     run = tmp_path / "run"
-    processes = []
-    for rank in range(2):
-        env = {
+    environments = [
+        {
             "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
             "SLURM_PROCID": str(rank),
             "SLURM_LOCALID": str(rank),
@@ -410,35 +450,52 @@ def test_two_tasks_under_srun_train_as_two_workers(tmp_path):
             "SLURM_STEP_RESV_PORTS": reserved,
             "SLURM_JOB_ID": "4242",
         }
-        processes.append(
-            start_command(
-                "resnet_app.train",
-                "--model=tiny",
-                f"--data_dir={tmp_path / 'data'}",
-                f"--model_dir={run}",
-                "--set=data.train_examples=64",
-                "--set=data.eval_examples=16",
-                "--batch_size=16",
-                "--train_steps=2",
-                "--log_every=1",
-                env=env,
-                merged=True,
-            )
-        )
-    outputs = []
-    for process in processes:
-        output, _ = process.communicate(timeout=300)
-        outputs.append(output)
-        assert process.returncode == 0, output[-3000:]
+        for rank in range(2)
+    ]
+    outputs = finish(start_pair(tmp_path, run, environments))
     chief = outputs[0]
     assert "SlurmClusterResolver made this task (rank 0) worker 0 of 2" in chief, chief[-3000:]
     assert f"ports from SLURM_STEP_RESV_PORTS={reserved}" in chief
     assert "Multi-worker: 2 replicas over 2 workers" in chief
     assert "SlurmClusterResolver made this task (rank 1) worker 1 of 2" in outputs[1]
     assert (run / "ckpt-2.index").exists()
-    assert int(saved_tensors(run / "ckpt-2")["num_replicas/.ATTRIBUTES/VARIABLE_VALUE"]) == 2
+    srun = saved_tensors(run / "ckpt-2")
+    assert int(srun["num_replicas/.ATTRIBUTES/VARIABLE_VALUE"]) == 2
     records = read_records(run)
     # Only the chief wrote the metrics: one start, one evaluation.
     assert [r["step"] for r in records if r.get("event") == "start"] == [0]
     assert sum("top1" in r for r in records) == 1
     assert np.isfinite([r["loss"] for r in records if "loss" in r]).all()
+
+    # TFJob's shape: chief, worker and evaluator replicas, "environment": "cloud".
+    chief_port, worker_port, evaluator_port = _free_ports(3)
+    cluster = {
+        "chief": [f"127.0.0.1:{chief_port}"],
+        "worker": [f"127.0.0.1:{worker_port}"],
+        "evaluator": [f"127.0.0.1:{evaluator_port}"],
+    }
+
+    def task(kind):
+        config = {"cluster": cluster, "task": {"type": kind, "index": 0}, "environment": "cloud"}
+        return {"TF_CONFIG": json.dumps(config)}
+
+    tfjob = tmp_path / "tfjob"
+    evaluator = start_command(
+        "resnet_app.evaluate",
+        f"--model_dir={tfjob}",
+        "--watch",
+        "--watch_every=0.2",
+        env=task("evaluator"),
+    )
+    outputs = finish(start_pair(tmp_path, tfjob, [task("chief"), task("worker")]))
+    assert "Multi-worker: 2 replicas over 2 workers (this one: chief 0)" in outputs[0]
+    tensors = saved_tensors(tfjob / "ckpt-2")
+    assert sorted(tensors) == sorted(srun)
+    for name, value in srun.items():
+        np.testing.assert_array_equal(tensors[name], value, err_msg=name)
+    watched, errors = evaluator.communicate(timeout=300)
+    assert evaluator.returncode == 0, errors[-3000:]
+    assert "TF_CONFIG makes this task the evaluator" in errors
+    [record] = [json.loads(line) for line in watched.splitlines()]
+    [trainers] = [r for r in read_records(tfjob) if "top1" in r and "event" not in r]
+    assert (record["checkpoint"], record["top1"]) == ("ckpt-2", trainers["top1"])

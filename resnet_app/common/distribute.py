@@ -23,58 +23,13 @@ save, so what is evaluated and saved does not depend on which tower is read.
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from collections.abc import Callable
 
 import tensorflow as tf
 from absl import logging
 
-from resnet_app.common import checks, compat, slurm
+from resnet_app.common import checks, compat, slurm, tf_config
 from resnet_app.common.errors import ConfigError
-
-# What a worker's TF_CONFIG looks like, for the errors.
-TF_CONFIG_EXAMPLE = (
-    '{"cluster": {"worker": ["host0:12345", "host1:12345"]}, "task": {"type": "worker", '
-    '"index": 0}}'
-)
-
-
-def read_tf_config() -> dict | None:
-    """The `TF_CONFIG` environment variable, parsed; None when it is not set.
-
-    Raises:
-      ConfigError: when it is not JSON, or JSON but not an object whose
-        "cluster" is an object of job lists.
-    """
-    text = os.environ.get("TF_CONFIG")
-    if text is None:
-        return None
-    try:
-        tf_config = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"TF_CONFIG is not valid JSON ({error}); unset it or fix it") from None
-    shown = text if len(text) <= 40 else text[:37] + "..."
-    if not isinstance(tf_config, dict):
-        raise ConfigError(
-            f"TF_CONFIG is JSON but not an object ({shown}); set it like {TF_CONFIG_EXAMPLE}, "
-            "or unset it"
-        )
-    cluster = tf_config.get("cluster", {})
-    # A job lists its tasks' addresses (or maps task indices to them).
-    if not isinstance(cluster, dict) or not all(
-        isinstance(tasks, (list, dict)) for tasks in cluster.values()
-    ):
-        raise ConfigError(
-            f'TF_CONFIG\'s "cluster" is not an object of address lists ({shown}); set it like '
-            f"{TF_CONFIG_EXAMPLE}, or unset it"
-        )
-    return tf_config
-
-
-def _workers_in(tf_config: dict) -> int:
-    cluster = tf_config.get("cluster", {})
-    return len(cluster.get("worker", [])) + len(cluster.get("chief", []))
 
 
 def _check_gpu_count(num_towers: int, num_gpus: int) -> None:
@@ -87,7 +42,7 @@ def _check_gpu_count(num_towers: int, num_gpus: int) -> None:
 
 
 def worker_resolver(
-    tf_config: dict, num_towers: int | None, num_gpus: int
+    cluster: dict, num_towers: int | None, num_gpus: int
 ) -> tf.distribute.cluster_resolver.ClusterResolver:
     """The cluster resolver that makes `MultiWorkerMirroredStrategy` use `num_towers` GPUs.
 
@@ -97,7 +52,7 @@ def worker_resolver(
     with a `SimpleClusterResolver` of the same cluster and task.
 
     Args:
-      tf_config: `read_tf_config()`'s value.
+      cluster: `tf_config.read()`'s value.
       num_towers: the GPUs this worker uses (None: every GPU, or the CPU).
       num_gpus: the GPUs this machine has.
 
@@ -108,11 +63,12 @@ def worker_resolver(
       ConfigError: when TF_CONFIG has no task, for a number below 1, more
         towers than GPUs, or more than 1 tower on a CPU-only worker.
     """
-    task = tf_config.get("task")
+    task = cluster.get("task")
     if not isinstance(task, dict) or "type" not in task or "index" not in task:
         raise ConfigError(
-            f'TF_CONFIG names {_workers_in(tf_config)} workers but not this one\'s "task"; '
-            'add e.g. "task": {"type": "worker", "index": 0}, a different index on each worker'
+            f"TF_CONFIG names {tf_config.training_tasks(cluster)} workers but not this one's "
+            '"task"; add e.g. "task": {"type": "worker", "index": 0}, a different index on '
+            "each worker"
         )
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     if num_towers is None:
@@ -202,18 +158,26 @@ def create_strategy(
         this machine cannot run (see `configure_towers`, `worker_resolver`).
     """
     slurm.export_tf_config()  # Under srun: the step's TF_CONFIG, unless one is set.
-    tf_config = read_tf_config()
-    if tf_config is not None and _workers_in(tf_config) > 1:
+    cluster = tf_config.read()
+    tf_config.check(cluster, "evaluate")  # train.py refused the evaluator's before TensorFlow.
+    if tf_config.is_evaluator(cluster):
+        logging.info(
+            "TF_CONFIG makes this task the evaluator: it evaluates on this machine alone, "
+            "outside the training cluster"
+        )
+    elif cluster is not None and tf_config.training_tasks(cluster) > 1:
         num_gpus = len(tf.config.list_physical_devices("GPU"))
-        resolver = worker_resolver(tf_config, num_towers, num_gpus)
+        resolver = worker_resolver(cluster, num_towers, num_gpus)
         options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout)
         strategy = tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=resolver, communication_options=options
         )
         logging.info(
-            "Multi-worker: %d replicas over %d workers",
+            "Multi-worker: %d replicas over %d workers (this one: %s %d)",
             strategy.num_replicas_in_sync,
-            strategy.cluster_resolver.cluster_spec().num_tasks("worker"),
+            tf_config.training_tasks(cluster),
+            resolver.task_type,
+            resolver.task_id,
         )
         return strategy
     configure_towers(num_towers)

@@ -25,7 +25,9 @@ The run's settings go to TensorBoard's HParams plugin in `model_dir` itself
 The trainer's scalars also go to TensorBoard under `model_dir/train` and
 `model_dir/eval` (and the moving average's top1, top5 and loss under
 `model_dir/eval_ema`, so that the two curves share a chart); `evaluate` writes no
-TensorBoard events.
+TensorBoard events, but `evaluate --watch` writes its records' top1, top5 and loss
+under `model_dir/evaluator` (`evaluator_ema` for the moving average), and marks
+them "watch": true in metrics.jsonl.
 
 `read_records` reads the file back, robust to a run killed mid-line; tools and
 tests use it. Reading needs no TensorFlow: this module imports it only to write

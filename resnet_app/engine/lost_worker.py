@@ -32,7 +32,7 @@ import re
 import tensorflow as tf
 from absl import logging
 
-from resnet_app.common import checkpoint, distribute, run_dir
+from resnet_app.common import checkpoint, distribute, run_dir, tf_config
 from resnet_app.common.errors import WorkerLostError, first_line
 from resnet_app.engine.last_step import LastStep
 
@@ -90,7 +90,8 @@ def describe_lost(
     me = (resolver.task_type, int(resolver.task_id))
     text = str(error)
     named = sorted({(kind, int(index)) for kind, index in _TASK.findall(text)} - {me})
-    tasks = [(kind, index) for kind in spec for index in range(len(spec[kind]))]
+    # The training tasks only: an evaluator (a TFJob's) is not in the collectives.
+    tasks = [(kind, i) for kind in tf_config.TRAINING_JOBS for i in range(len(spec.get(kind, [])))]
     others = [task for task in tasks if task != me]
     if not named and len(others) == 1:
         named = others  # Two workers: the other one.

@@ -87,6 +87,117 @@ def evaluate_checkpoints(
         run's, an unknown `tta` or crops for a CIFAR-family run, a damaged
         temperature.json.
     """
+    session = open_session(
+        model_dir,
+        split=split,
+        batch_size=batch_size,
+        num_towers=num_towers,
+        data_dir=data_dir,
+        report_dir=report_dir,
+        tta=tta,
+        on_record=on_record,
+        chosen=lambda: _chosen(model_dir, which, weights),  # Before the data loads.
+    )
+    records = []
+    try:
+        for step, prefix, kind in session.chosen:
+            record = session.evaluate(which, step, prefix, kind)
+            if record is not None:
+                records.append(record)
+    finally:
+        session.close()
+    return records
+
+
+@dataclasses.dataclass
+class Session:
+    """A run's model, data, report directory and metrics, ready to evaluate checkpoints.
+
+    Made by `open_session`; `evaluate_checkpoints` and `evaluation/watch.py` use it.
+    """
+
+    model_dir: str
+    run_config: config.Config
+    strategy: tf.distribute.Strategy
+    pipeline: InputPipeline
+    model: tf.keras.Model
+    batch_size: int
+    split: str
+    tta: str | None
+    fitted: Record | None
+    report_root: str
+    writer: MetricsWriter
+    chief: bool
+    chosen: list[tuple[int, str, str]]
+    on_record: Callable[[Record], None] | None
+    # Set by evaluation/watch.py: TensorBoard's directory for "ema" or "raw"
+    # weights (None: no events), and fields added to each record in metrics.jsonl.
+    events: Callable[[str], str] | None = None
+    tags: Record = dataclasses.field(default_factory=dict)
+
+    def evaluate(self, which: str, step: int, prefix: str, kind: str) -> Record | None:
+        """Restores and evaluates one checkpoint, reports and saves its record; returns it.
+
+        Args:
+          which: how it was chosen (`checkpoint.restore_selected`'s `which`).
+          step, prefix, kind: the checkpoint and "ema" or "raw".
+
+        Returns:
+          Its record; None when rotation removed it meanwhile (skipped, one warning).
+        """
+        restored = _restored(self.model, self.model_dir, which, step, prefix, kind)
+        if restored is None:
+            return None
+        step, prefix, kind = restored
+        result = _evaluate(
+            self.model,
+            prefix,
+            kind,
+            self.pipeline,
+            self.batch_size,
+            self.strategy,
+            self.split,
+            self.tta,
+            self.fitted,
+            self.run_config.train.threshold,
+        )
+        record, reliability = _record(
+            prefix,
+            step,
+            kind,
+            self.split,
+            result,
+            self.run_config.train.precision,
+            self.report_root,
+        )
+        if self.on_record is not None:  # The numbers first, as soon as they are known.
+            self.on_record(record)
+        events = None if self.events is None else self.events(kind)
+        _save(self, record, result, reliability, events)
+        return record
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def open_session(
+    model_dir: str,
+    *,
+    chosen: Callable[[], list[tuple[int, str, str]]],
+    split: str | None = None,
+    batch_size: int | None = None,
+    num_towers: int | None = None,
+    data_dir: str | None = None,
+    report_dir: str | None = None,
+    tta: str | None = None,
+    on_record: Callable[[Record], None] | None = None,
+) -> Session:
+    """Reads the run, makes the strategy, data, model and report directory (`evaluate_checkpoints`'
+    arguments); `chosen()` picks the checkpoints once the strategy exists, before the data loads.
+
+    Raises:
+      ConfigError: as `evaluate_checkpoints`.
+    """
     run_config, data_config, batch_size = run_settings(model_dir, split, batch_size, data_dir)
     _check_tta(tta)
     fitted = calibration.read_temperature_record(model_dir)  # A damaged file: now, not later.
@@ -95,34 +206,29 @@ def evaluate_checkpoints(
     from resnet_app.data import run_pipeline
 
     strategy = distribute.create_strategy(num_towers)  # Before TF runs any op.
-    chosen = _chosen(model_dir, which, weights)  # Before the data loads.
+    picked = chosen()
     pipeline = run_pipeline.create_run_pipeline(run_config, data_config, model_dir)
     _check_tta(tta, pipeline.preprocessing.family, pipeline.multi_label)
     split = pipeline.eval_split_name
-    report_root = _prepare_report_root(model_dir, report_dir, chosen, split, tta, strategy)
+    report_root = _prepare_report_root(model_dir, report_dir, picked, split, tta, strategy)
     model = create_model(run_config, pipeline, strategy)  # At the run's train.precision.
     chief = distribute.is_chief(strategy)
-    records, writer = [], _metrics_writer(model_dir, chief)
-    threshold = run_config.train.threshold
-    try:
-        for choice in chosen:
-            restored = _restored(model, model_dir, which, *choice)
-            if restored is None:
-                continue
-            step, prefix, kind = restored
-            result = _evaluate(
-                model, prefix, kind, pipeline, batch_size, strategy, split, tta, fitted, threshold
-            )
-            record, reliability = _record(
-                prefix, step, kind, split, result, run_config.train.precision, report_root
-            )
-            if on_record is not None:  # The numbers first, as soon as they are known.
-                on_record(record)
-            _save(writer, chief, model_dir, record, result, pipeline.class_names, reliability)
-            records.append(record)
-    finally:
-        writer.close()
-    return records
+    return Session(
+        model_dir=model_dir,
+        run_config=run_config,
+        strategy=strategy,
+        pipeline=pipeline,
+        model=model,
+        batch_size=batch_size,
+        split=split,
+        tta=tta,
+        fitted=fitted,
+        report_root=report_root,
+        writer=_metrics_writer(model_dir, chief),
+        chief=chief,
+        chosen=picked,
+        on_record=on_record,
+    )
 
 
 def _restored(model, model_dir: str, which: str, step: int, prefix: str, kind: str):
@@ -406,26 +512,30 @@ def _calibration(result: EvalResult) -> tuple[Record, dict[str, Any] | None]:
 
 
 def _save(
-    writer: MetricsWriter,
-    chief: bool,
-    model_dir: str,
+    session: Session,
     record: Record,
     result: EvalResult,
-    class_names: list[str],
     reliability: dict[str, Any] | None,
+    events: str | None = None,
 ) -> None:
     """Appends a checkpoint's record to metrics.jsonl, then writes its report directory.
 
     The numbers go first, whatever happens to the report. Every worker holds
     the whole confusion matrix (it is all-reduced) and every example's logits
     (gathered); only the chief writes (metrics.jsonl, unless the run is read-only).
+    `events`: TensorBoard's directory for the record's scalars (None: none written).
 
     Raises:
       ConfigError: when the report cannot be written.
     """
     from resnet_app.evaluation import reports
 
-    writer.write({**record, "event": "evaluation"})
+    writer, chief, model_dir = session.writer, session.chief, session.model_dir
+    class_names = session.pipeline.class_names
+    writer.write({**record, **session.tags, "event": "evaluation"})
+    if events is not None:
+        writer.scalars(events, record["step"], _scalars(record))
+        writer.flush()
     if not chief:
         return
     report_dir = record["report"]
@@ -449,3 +559,10 @@ def _save(
             f"numbers above are in metrics.jsonl; free space or pick --report_dir"
         ) from None
     reports.log_summary(report)
+
+
+def _scalars(record: Record) -> dict[str, float]:
+    """The record's numbers TensorBoard shows, as the trainer's evaluation writes them."""
+    from resnet_app.engine.actions import EVAL_SCALARS, LABEL_SCALARS
+
+    return {k: record[k] for k in (*EVAL_SCALARS, *LABEL_SCALARS) if record.get(k) is not None}
