@@ -53,6 +53,10 @@ def make_datasets(root):
     multi = [(f"pngs/{n}", t, s) for n, t, s in zip(names, tags, splits)]
     own_data.write_table(root / "tags.csv", multi)
     own_data.shapes_shards(str(root / "shards"), train_sizes=(10, 14), eval_sizes=(6, 6))
+    grey, ids, arrays = images.mean(axis=-1).astype(np.uint8), labels.astype(np.uint8), {}
+    for split, part in (("train", slice(0, 36)), ("test", slice(36, 48))):
+        arrays[(split, "images")], arrays[(split, "labels")] = grey[part], ids[part]
+    own_data.write_idx(str(root / "idx"), arrays)  # Greyscale, as MNIST's.
     np.save(root / "one.npy", images[0])
     own_data.write_pngs(str(root / "photos"), images[:2], prefix="photo")
     return {
@@ -62,6 +66,7 @@ def make_datasets(root):
         "csv": f"csv:{root / 'table.csv'}",
         "multi-label csv": f"csv:{root / 'tags.csv'}",
         "tfrecord": f"tfrecord:{root / 'shards'}",
+        "idx": f"idx:{root / 'idx'}",
         "tfds (offline)": "cifar10",
     }
 

@@ -1,6 +1,7 @@
-"""Users' own data for tests: TFRecord shards in build_imagenet_data.py's layout, and tables."""
+"""Users' own data for tests: TFRecord shards (build_imagenet_data.py's layout), tables, IDX."""
 
 import csv
+import gzip
 import os
 
 import numpy as np
@@ -85,3 +86,27 @@ def write_pngs(root, images, prefix="img"):
         tf.io.write_file(os.path.join(root, name), tf.io.encode_png(image))
         names.append(name)
     return names
+
+
+IDX_NAMES = {
+    ("train", "images"): "train-images-idx3-ubyte",
+    ("train", "labels"): "train-labels-idx1-ubyte",
+    ("test", "images"): "t10k-images-idx3-ubyte",
+    ("test", "labels"): "t10k-labels-idx1-ubyte",
+}
+
+
+def idx_bytes(array):
+    """An IDX file's bytes: magic (0, 0, 0x08, rank), big-endian int32 sizes, the bytes."""
+    header = bytes([0, 0, 8, array.ndim]) + np.array(array.shape, ">i4").tobytes()
+    return header + np.ascontiguousarray(array, np.uint8).tobytes()
+
+
+def write_idx(directory, arrays, gzipped=True, prefix=""):
+    """{(split, "images" or "labels"): uint8 array} as MNIST's four files in `directory`."""
+    os.makedirs(directory, exist_ok=True)
+    for role, array in arrays.items():
+        path = os.path.join(directory, prefix + IDX_NAMES[role])
+        data = idx_bytes(array)
+        with gzip.open(f"{path}.gz", "wb") if gzipped else open(path, "wb") as file:
+            file.write(data)

@@ -27,6 +27,7 @@ MISTAKES = [
     (["--dataset=folder:{tmp}"], "no train/ in {tmp}"),
     (["--dataset=csv:{tmp}/table.csv"], "{tmp}/table.csv is not a file"),
     (["--dataset=tfrecord:{tmp}"], "no train-* shards in {tmp}"),
+    (["--dataset=idx:{tmp}"], "no train-images-idx3-ubyte (or .gz) in {tmp}"),
     (["--init_from={tmp}/weights.h5"], "train.init_from={tmp}/weights.h5: no such file"),
     (["--init_from=keras:resnet51"], "unknown Keras applications model"),
     (["--init_from={tmp}/nowhere"], "no such file or directory"),

@@ -1,4 +1,4 @@
-"""The no-traceback matrix (tests/matrix.py) on users' own images: a folder and CSV tables."""
+"""The no-traceback matrix (tests/matrix.py) on own data: a folder, CSV tables, IDX files."""
 
 import pytest
 
@@ -9,6 +9,7 @@ EXPECTED_REFUSALS = {
     "folder": {"schedule": UNKNOWN_SIZE},
     "csv": {"schedule": UNKNOWN_SIZE},
     "multi-label csv": {"schedule": UNKNOWN_SIZE},
+    "idx": {"schedule": UNKNOWN_SIZE},
 }
 
 

@@ -288,7 +288,7 @@ class DataConfig:
 
     Attributes:
       dataset: "shapes", "synthetic", "folder:PATH", "csv:FILE",
-        "tfrecord:DIR" or a tfds name (`data/sources/`).
+        "tfrecord:DIR", "idx:DIR" or a tfds name (`data/sources/`).
       data_dir: tfds data directory, and where `shapes` and the TFRecord
         indexes are cached (default: tfds's ~/tensorflow_datasets and
         ~/.cache/resnet_app).
@@ -324,9 +324,12 @@ class DataConfig:
         `config.Config`); the pipeline needs it set.
       num_classes: `synthetic`: the number of labels. `csv:`: confirms integer
         ids far sparser than the classes they imply (ids 0 to num_classes - 1).
-      class_names: `csv:` and `tfrecord:` sources: the classes, in label order,
-        when the labels are integer ids (default: the class texts of TFRecords;
-        a table's label names, sorted; else the ids themselves).
+        `idx:`: the classes, ids 0 to num_classes - 1 (EMNIST's sets have more
+        than 10).
+      class_names: `csv:`, `tfrecord:` and `idx:` sources: the classes, in label
+        order, when the labels are integer ids (default: the class texts of
+        TFRecords; a table's label names, sorted; Fashion-MNIST's names for IDX
+        files with "fashion" in their directory's name; else the ids themselves).
       multi_label: `csv:` sources: several labels per image (default: when a
         label cell holds several names); true or false forces it.
       label_separator: `csv:` sources: what separates a cell's labels; the

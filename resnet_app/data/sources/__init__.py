@@ -4,6 +4,7 @@
 - `folder:PATH`: an image folder in the ImageNet layout (`folder.py`);
 - `csv:FILE`: a table of image paths and labels, CSV, TSV or JSON lines (`table.py`);
 - `tfrecord:DIR`: ImageNet-style TFRecord shards (`tfrecord.py`);
+- `idx:DIR`: the MNIST family's IDX files (`idx.py`);
 - any other name: a tfds dataset (`tfds_source.py`);
 - `synthetic`: no source; the pipeline makes random batches.
 
@@ -13,7 +14,7 @@ says what to do. Nothing here imports TensorFlow at module level, so that
 command-line tools can check a `--dataset` before paying for the import.
 """
 
-from resnet_app.data.sources import folder, shapes_source, table, tfds_source, tfrecord
+from resnet_app.data.sources import folder, idx, shapes_source, table, tfds_source, tfrecord
 from resnet_app.data.sources.base import (
     EVAL_SPLITS,
     HOLDOUT_SEED,
@@ -47,6 +48,7 @@ __all__ = [
     "file_label",
     "folder",
     "hold_out",
+    "idx",
     "load_folder",
     "load_shapes",
     "load_source",

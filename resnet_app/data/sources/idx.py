@@ -1,0 +1,248 @@
+"""`--dataset=idx:DIR`: the MNIST family's IDX files (MNIST, Fashion-MNIST, KMNIST, EMNIST).
+
+DIR holds `train-images-idx3-ubyte`, `train-labels-idx1-ubyte`,
+`t10k-images-idx3-ubyte` and `t10k-labels-idx1-ubyte`, each gzipped (`.gz`)
+or not; any file whose name ends so counts (EMNIST's
+`emnist-balanced-train-images-idx3-ubyte.gz`, with `test` for `t10k`). A
+directory with several sets (EMNIST's six) is named with the set's prefix:
+`idx:DIR/emnist-balanced`. The files are read with NumPy: a 4-byte magic
+number (two zero bytes, type 0x08 for unsigned bytes, the number of
+dimensions), big-endian int32 sizes, then the bytes.
+
+Images are greyscale H x W, repeated to 3 channels as tfds's MNIST is (the
+pipeline and the models take RGB). Classes: `data.class_names` if given,
+else Fashion-MNIST's ten names when "fashion" is in the directory's or the
+files' names, else the ids 0 to `data.num_classes` - 1 (digits for MNIST).
+EMNIST's files hold their images transposed; they are read upright.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+import zlib
+
+import numpy as np
+from absl import logging
+
+from resnet_app.common.errors import ConfigError, first_line
+from resnet_app.data.sources.base import Source, Split
+from resnet_app.data.sources.registry import register_check, register_source
+
+PREFIX = "idx:"
+# (split, what) -> the endings a file's name may have, without ".gz".
+ROLES = {
+    ("train", "images"): ("train-images-idx3-ubyte",),
+    ("train", "labels"): ("train-labels-idx1-ubyte",),
+    ("test", "images"): ("t10k-images-idx3-ubyte", "test-images-idx3-ubyte"),
+    ("test", "labels"): ("t10k-labels-idx1-ubyte", "test-labels-idx1-ubyte"),
+}
+DIMENSIONS = {"images": 3, "labels": 1}
+UBYTE = 0x08
+FASHION_CLASSES = (
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+)
+
+
+def _listing(argument: str, directory: str) -> list[str]:
+    try:
+        return sorted(os.listdir(directory))
+    except OSError as error:
+        raise ConfigError(
+            f"--dataset={PREFIX}{argument}: {directory} cannot be listed ({first_line(error)})"
+        ) from None
+
+
+def _locate(argument: str) -> tuple[str, str]:
+    """(the directory, the files' name prefix) of `idx:DIR` or `idx:DIR/PREFIX`."""
+    if os.path.isdir(argument):
+        return argument, ""
+    directory, prefix = os.path.split(argument.rstrip("/"))
+    directory = directory or "."
+    if (
+        prefix
+        and os.path.isdir(directory)
+        and any(name.startswith(prefix) for name in _listing(argument, directory))
+    ):
+        return directory, prefix
+    raise ConfigError(
+        f"--dataset={PREFIX}{argument}: {argument} is not a directory (nor the name prefix "
+        "of IDX files in one); give the directory of the IDX files "
+        "(train-images-idx3-ubyte[.gz] and the others)"
+    )
+
+
+def _pick(argument: str, directory: str, names: list[str], endings: tuple[str, ...]) -> str:
+    """The one file among `names` for a role; a plain file is preferred to its `.gz`."""
+    stems = sorted(
+        {n.removesuffix(".gz") for n in names if n.removesuffix(".gz").endswith(endings)}
+    )
+    if len(stems) > 1:
+        sets = [stem[: -len(next(e for e in endings if stem.endswith(e)))] for stem in stems]
+        example = next((s.rstrip("-") for s in sets if s.rstrip("-")), "PREFIX")
+        raise ConfigError(
+            f"--dataset={PREFIX}{argument}: {directory} holds {len(stems)} sets of IDX files "
+            f"({', '.join(stems)}); pick one by its name's prefix, e.g. "
+            f"--dataset={PREFIX}{os.path.join(directory, example)}"
+        )
+    if not stems:
+        raise ConfigError(
+            f"--dataset={PREFIX}{argument}: no {endings[0]} (or .gz) in {directory}; "
+            "it needs train-images-idx3-ubyte, train-labels-idx1-ubyte, "
+            "t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte, gzipped or not"
+        )
+    return os.path.join(directory, stems[0] if stems[0] in names else stems[0] + ".gz")
+
+
+def _open(path: str):
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def _unreadable(argument: str, path: str, error: BaseException) -> ConfigError:
+    what = "a readable gzip file" if path.endswith(".gz") else "readable"
+    return ConfigError(
+        f"--dataset={PREFIX}{argument}: {path} is not {what} ({first_line(error)}); "
+        "download it again"
+    )
+
+
+def _check_header(argument: str, path: str, header: bytes, what: str) -> tuple[int, ...]:
+    """The sizes an IDX header gives; refuses a wrong magic number, type or rank."""
+    ndim = DIMENSIONS[what]
+    if len(header) < 4 or header[:2] != b"\0\0":
+        raise ConfigError(
+            f"--dataset={PREFIX}{argument}: {path} is not an IDX file (its first bytes are "
+            f"{header[:4].hex() or 'missing'}, not 0000080{ndim}); download it again"
+        )
+    if header[2] != UBYTE or header[3] != ndim:
+        raise ConfigError(
+            f"--dataset={PREFIX}{argument}: {path} holds type 0x{header[2]:02x} in "
+            f"{header[3]} dimensions; {what} need unsigned bytes (0x08) in {ndim}"
+        )
+    if len(header) < 4 + 4 * ndim:
+        raise ConfigError(f"--dataset={PREFIX}{argument}: {path} is cut short in its header")
+    # Big-endian 32-bit sizes, read unsigned: a damaged one is too large, never negative.
+    return tuple(int(n) for n in np.frombuffer(header, ">u4", ndim, 4))
+
+
+@register_check("idx")
+def check(argument: str, config=None) -> dict[tuple[str, str], str]:
+    """The four files by (split, "images" or "labels"), their headers checked.
+
+    Reads only each file's first bytes, without TensorFlow.
+
+    Raises:
+      ConfigError: when the directory or a file is missing, a role has files
+        of several sets, or a header is not an IDX header of the right kind.
+    """
+    directory, prefix = _locate(argument)
+    names = [name for name in _listing(argument, directory) if name.startswith(prefix)]
+    files = {role: _pick(argument, directory, names, ends) for role, ends in ROLES.items()}
+    for (_, what), path in files.items():
+        try:
+            with _open(path) as file:
+                header = file.read(4 + 4 * DIMENSIONS[what])
+        except (OSError, EOFError, zlib.error) as error:
+            raise _unreadable(argument, path, error) from None
+        _check_header(argument, path, header, what)
+    return files
+
+
+def read_idx(argument: str, path: str, what: str) -> np.ndarray:
+    """The array of one IDX file (gzipped or not), its size checked against its header.
+
+    Args:
+      argument: the `idx:` argument, for messages.
+      path: the file.
+      what: "images" (3-D, N x H x W) or "labels" (1-D, N).
+
+    Raises:
+      ConfigError: one line naming the file, when it cannot be read, is not an
+        IDX file of unsigned bytes of the right rank, or is cut short.
+    """
+    try:
+        with _open(path) as file:
+            data = file.read()
+    except (OSError, EOFError, zlib.error) as error:
+        raise _unreadable(argument, path, error) from None
+    shape = _check_header(argument, path, data, what)
+    start = 4 + 4 * len(shape)
+    expected = start + math.prod(shape)
+    if len(data) != expected:
+        short = len(data) < expected
+        raise ConfigError(
+            f"--dataset={PREFIX}{argument}: {path} is {'cut short' if short else 'too long'}: "
+            f"{len(data)} bytes where its header ({' x '.join(map(str, shape))}) needs "
+            f"{expected}; download it again"
+        )
+    return np.frombuffer(data, np.uint8, offset=start).reshape(shape)
+
+
+def _class_names(directory: str, files: dict, config) -> list[str]:
+    if config is not None and config.class_names:
+        return list(config.class_names)
+    named = [os.path.basename(os.path.abspath(directory))]
+    named += [os.path.basename(path) for path in files.values()]
+    if any("fashion" in name.lower() for name in named):
+        return list(FASHION_CLASSES)
+    return [str(i) for i in range(config.num_classes if config is not None else 10)]
+
+
+def _split(argument: str, name: str, files: dict, classes: list[str]) -> Split:
+    image_path, label_path = files[(name, "images")], files[(name, "labels")]
+    images = read_idx(argument, image_path, "images")
+    labels = read_idx(argument, label_path, "labels").astype(np.int64)
+    if len(images) != len(labels):
+        raise ConfigError(
+            f"--dataset={PREFIX}{argument}: {image_path} holds {len(images)} images but "
+            f"{label_path} {len(labels)} labels; the two must come from one download"
+        )
+    if len(labels) and labels.max() >= len(classes):
+        raise ConfigError(
+            f"--dataset={PREFIX}{argument}: {label_path} has label {labels.max()}, outside "
+            f"the {len(classes)} classes 0 to {len(classes) - 1}: set data.num_classes="
+            f"{labels.max() + 1} or list the names in data.class_names"
+        )
+    if os.path.basename(image_path).lower().startswith("emnist"):
+        images = images.transpose(0, 2, 1)  # EMNIST stores its images transposed.
+    # Greyscale to RGB, as tfds's MNIST: the pipeline and the models take 3 channels.
+    images = np.repeat(images[..., None], 3, axis=-1)
+    return Split(name, len(labels), labels=labels, images=images)
+
+
+@register_source("idx", usage="idx:DIR")
+def load(argument: str, config=None) -> Source:
+    """The IDX files of `argument` (`DIR` or `DIR/PREFIX`) as in-memory "train" and "test".
+
+    Args:
+      argument: the directory, or the directory and the files' name prefix.
+      config: the `DataConfig` (class names, number of classes).
+
+    Returns:
+      The source: uint8 [N, H, W, 3] images, int64 labels.
+    """
+    files = check(argument, config)
+    for path in files.values():
+        if not path.endswith(".gz") and os.path.exists(path + ".gz"):
+            logging.info("%s: reading %s, not its gzipped copy .gz", PREFIX + argument, path)
+    directory = _locate(argument)[0]
+    classes = _class_names(directory, files, config)
+    splits = {name: _split(argument, name, files, classes) for name in ("train", "test")}
+    sizes = {split.images.shape[1:3] for split in splits.values()}
+    if len(sizes) > 1:
+        raise ConfigError(
+            f"--dataset={PREFIX}{argument}: the train and test images differ in size "
+            f"({' and '.join('x'.join(map(str, s)) for s in sorted(sizes))})"
+        )
+    height, width = sizes.pop()
+    return Source(PREFIX + argument, classes, height if height == width else None, splits)
