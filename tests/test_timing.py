@@ -68,6 +68,19 @@ def test_a_run_visits_the_boundaries_worked_out_by_hand():
     assert [s for s, due in visited if due.checkpoint] == [5, 10]
 
 
+def test_every_epoch_of_a_run_whose_epoch_is_not_whole_evaluates_once_at_the_end():
+    """3 epochs of 60,000 images in batches of 128: 1,407 steps, an epoch is 468.75."""
+    intervals = timing.create_intervals(1407, steps_per_epoch=468, log_every=100)
+    due = [step for step in range(1, 1408) if timing.due_at(step, intervals).evaluate]
+    saved = [step for step in range(1, 1408) if timing.due_at(step, intervals).checkpoint]
+    assert due == [468, 936, 1407]  # Not 1,404 and then 1,407.
+    assert saved == [468, 936]  # The end's save is decided at the end.
+    # A quarter of an interval or more before the end, it stays.
+    intervals = timing.create_intervals(1521, steps_per_epoch=468, log_every=100)
+    due = [step for step in range(1, 1522) if timing.due_at(step, intervals).evaluate]
+    assert due == [468, 936, 1404, 1521]
+
+
 def test_defaults_and_alignment_of_the_intervals():
     # eval_every: an epoch; checkpoint_every: eval_every; steps_per_loop: log_every.
     assert timing.create_intervals(50, 7, log_every=5) == timing.Intervals(50, 5, 7, 7, 5)

@@ -80,7 +80,8 @@ class TrainSettings:
       epochs: train this many epochs (may be fractional); or set train_steps.
       train_steps: train this many steps; or set epochs.
       eval_every: evaluate every this many steps (default: once per epoch),
-        and always at the end.
+        and always at the end (which replaces one due less than a quarter
+        of the interval before it).
       log_every: log training metrics every this many steps.
       steps_per_loop: steps run per call of the compiled loop (default and
         at most: log_every; a call also stops at evaluation and checkpoint

@@ -7,7 +7,9 @@ that logs, evaluates or saves, whichever comes first. At that step it asks
 `due_at` which of the periodic jobs are due (big_vision's `itstime`): a
 training record (and with it a read of `model_dir/lr_override`) every
 `log_every` steps and at the end, an evaluation every `eval_every` steps and
-at the end, a checkpoint every `checkpoint_every` steps.
+at the end, a checkpoint every `checkpoint_every` steps (the last evaluation
+and checkpoint before the end are left out when the end is under a quarter of
+their interval later: the end's evaluation and save come instead).
 
 No TensorFlow here: these are unit-tested in milliseconds.
 """
@@ -30,6 +32,19 @@ def is_due(step: int, every: int, total: int | None = None) -> bool:
       True at every multiple of `every`, and at `total`.
     """
     return step % every == 0 or step == total
+
+
+# A periodic evaluation or checkpoint this close to the end (under a quarter of
+# its interval) is left to the end's: with an epoch of 468.75 steps, "every
+# epoch" of a 3-epoch run would evaluate at 1,404 and again at 1,407.
+NEAR_END_FRACTION = 4
+
+
+def is_due_before_the_end(step: int, every: int, total: int) -> bool:
+    """`is_due(step, every, total)`, but not at a multiple under every/4 steps from the end."""
+    if step == total:
+        return True
+    return step % every == 0 and total - step >= max(1, every // NEAR_END_FRACTION)
 
 
 def next_multiple(step: int, every: int) -> int:
@@ -127,12 +142,14 @@ def due_at(step: int, intervals: Intervals) -> Due:
     Returns:
       The `Due` jobs: records and evaluations every interval and at the end,
       checkpoints every `checkpoint_every` steps (and, decided elsewhere, at
-      evaluations and after an override).
+      evaluations and after an override); an evaluation or checkpoint under a
+      quarter of its interval before the end is left to the end's.
     """
     return Due(
         log=is_due(step, intervals.log_every, intervals.total),
-        evaluate=is_due(step, intervals.eval_every, intervals.total),
-        checkpoint=is_due(step, intervals.checkpoint_every),
+        evaluate=is_due_before_the_end(step, intervals.eval_every, intervals.total),
+        checkpoint=step % intervals.checkpoint_every == 0
+        and is_due_before_the_end(step, intervals.checkpoint_every, intervals.total),
     )
 
 
