@@ -95,14 +95,14 @@ def test_the_evaluator_benchmark_prints_the_ratio_and_the_watcher_sees_every_che
     result = run_command(
         "scripts/evaluator_benchmark.py",
         "--config=shapes_quickstart",
-        "--train_steps=20",
-        "--checkpoint_every=10",
+        "--epochs=0.5",  # 782 steps: checkpoints at 300, 600 and the end.
+        "--checkpoint_every=300",
         "--rounds=1",
         timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert lines[0].startswith("CPU: ")
-    assert "watcher reported 2 of 2+ checkpoints" in result.stdout, result.stdout
+    assert "the watcher reported 3 of 3 checkpoints" in result.stdout, result.stdout
     ratio = float(lines[-1].split(": ")[1].split()[0])
     assert ratio > 0
