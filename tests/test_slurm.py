@@ -15,6 +15,7 @@ import pytest
 
 from resnet_app.common import slurm
 from resnet_app.common.errors import ConfigError
+from resnet_app.common.tf_config import read as read_tf_config
 from tests.commands import REPO, blocked_packages, error_line, run_command, start_command
 from tests.runs import read_records, saved_tensors
 from tests.test_multiworker import _free_ports
@@ -119,7 +120,7 @@ def test_two_nodes_two_tasks_each_job_id_ports(slurm_env, scontrol, caplog):
     # The app's own TF_CONFIG reading, and TensorFlow's, take it as written by hand.
     from resnet_app.common import distribute
 
-    resolver = distribute.worker_resolver(tf_config.read(), None, 0)
+    resolver = distribute.worker_resolver(read_tf_config(), None, 0)
     assert resolver.cluster_spec().as_dict() == {"worker": expected}
     assert (resolver.task_type, resolver.task_id) == ("worker", 2)
 
