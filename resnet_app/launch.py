@@ -283,7 +283,7 @@ class _Sink:
         if self.error is None:
             try:
                 self._write(data)
-            except (OSError, ValueError) as error:  # EPIPE, ENOSPC; a closed file.
+            except (OSError, ValueError, AttributeError) as error:  # EPIPE, ENOSPC; closed.
                 self.error = error
 
 
@@ -332,6 +332,7 @@ class _Console:
         """A worker's output ended (perhaps mid-line): the others may write."""
         with self._changed:
             if self._holder == index:
+                self._sink.write(b"\n")  # Its last line, cut short, ends here.
                 self._holder = None
                 self._changed.notify_all()
 

@@ -57,31 +57,36 @@ def train(model_dir: str, watched: bool) -> tuple[float, int, int]:
             stderr=subprocess.DEVNULL,
             text=True,
         )
-    trained = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "resnet_app.train",
-            f"--config={_CONFIG.value}",
-            f"--model_dir={model_dir}",
-            f"--epochs={_EPOCHS.value}",
-            "--set=train.eval_every=1000000000",
-            f"--set=train.checkpoint_every={_CHECKPOINT_EVERY.value}",
-            "--set=train.keep_checkpoints=1000",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    if trained.returncode != 0:
-        raise RuntimeError(f"training failed: {trained.stderr.strip().splitlines()[-1:]}")
-    reported = 0
-    if watcher is not None:
-        output, _ = watcher.communicate(timeout=3600)
-        if watcher.returncode != 0:
-            raise RuntimeError(f"the watcher failed with status {watcher.returncode}")
-        reported = len(output.splitlines())
+    try:
+        trained = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "resnet_app.train",
+                f"--config={_CONFIG.value}",
+                f"--model_dir={model_dir}",
+                f"--epochs={_EPOCHS.value}",
+                "--set=train.eval_every=1000000000",
+                f"--set=train.checkpoint_every={_CHECKPOINT_EVERY.value}",
+                "--set=train.keep_checkpoints=1000",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        if trained.returncode != 0:
+            raise RuntimeError(f"training failed: {trained.stderr.strip().splitlines()[-1:]}")
+        reported = 0
+        if watcher is not None:
+            output, _ = watcher.communicate(timeout=3600)
+            if watcher.returncode != 0:
+                raise RuntimeError(f"the watcher failed with status {watcher.returncode}")
+            reported = len(output.splitlines())
+    finally:
+        if watcher is not None and watcher.poll() is None:
+            watcher.kill()  # Training failed, or the watcher hung: leave no process behind.
+            watcher.wait()
     with open(os.path.join(model_dir, run_dir.METRICS_FILE)) as lines:
         records = [json.loads(line) for line in lines if line.strip()]
     rates = [r["examples_per_sec"] for r in records if "examples_per_sec" in r][1:]

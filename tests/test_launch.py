@@ -225,13 +225,14 @@ def test_a_line_left_unfinished_is_ended_and_the_console_passes_on():
     console.write(0, b"step 10/100\r")  # A progress line, no newline to come.
     console.write(1, b"[worker 1] error: x\n")
     console.write(0, b"step 20/100\r")
-    console.release(0)  # Its output ended mid-line.
+    console.release(0)  # Its output ended mid-line: the line is ended.
     console.write(1, b"[worker 1] error: y\n")
     assert shown == [
         b"step 10/100\r",
         b"\n",
         b"[worker 1] error: x\n",
         b"step 20/100\r",
+        b"\n",
         b"[worker 1] error: y\n",
     ]
 

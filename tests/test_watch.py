@@ -94,6 +94,28 @@ def test_a_run_that_has_not_ended_is_followed_until_the_timeout(run_copy, caplog
     assert not any("damaged" in r.getMessage() for r in caplog.records)
 
 
+def test_an_end_whose_checkpoint_is_not_listed_yet_is_waited_for(run_copy, caplog):
+    # A network filesystem's listing lags: "end" at step 6 is read, ckpt-6 not listed yet.
+    with open(run_copy / run_dir.METRICS_FILE, "a") as f:
+        f.write(json.dumps({"step": 4, "event": "start", "total_steps": 6}) + "\n")
+        f.write(json.dumps({"step": 6, "event": "end", "seconds": 1.0}) + "\n")
+    with caplog.at_level(logging.INFO, logger="absl"):
+        records = watch.watch_run(str(run_copy), poll_seconds=0.01, timeout=0.5)
+    assert [r["checkpoint"] for r in records] == ["ckpt-2", "ckpt-4"]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("--watch_timeout" in m for m in messages)
+    assert not any("The run ended" in m for m in messages)
+
+
+def test_a_metrics_file_replaced_under_the_watcher_is_one_line(tmp_path):
+    log = watch.RunLog(str(tmp_path))
+    (tmp_path / run_dir.METRICS_FILE).write_text('{"step": 0, "event": "start"}\n' * 3)
+    log.read()
+    (tmp_path / run_dir.METRICS_FILE).write_text('{"step": 0, "event": "start"}\n')  # --restart
+    with pytest.raises(ConfigError, match="was replaced while being watched .*--restart"):
+        log.read()
+
+
 def test_a_run_that_never_appears_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match="no run appeared in .* within --watch_timeout=0.1 s"):
         watch.watch_run(str(tmp_path / "nothing"), poll_seconds=0.01, timeout=0.1)

@@ -145,6 +145,11 @@ class Session:
         Returns:
           Its record; None when rotation removed it meanwhile (skipped, one warning).
         """
+        # A shared --report_dir: not over another run's report (checked again: the
+        # watcher picks its checkpoints after the session opened).
+        _check_report_owners(
+            self.model_dir, self.report_root, [(step, prefix, kind)], self.split, self.tta
+        )
         restored = _restored(self.model, self.model_dir, which, step, prefix, kind)
         if restored is None:
             return None

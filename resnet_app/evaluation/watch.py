@@ -11,15 +11,22 @@ TensorBoard under its step, in `MODEL_DIR/evaluator` (or `evaluator_ema` for
 the moving average of the weights), beside the trainer's `train` and `eval`.
 Each checkpoint also gets its report directory, as with `evaluate`.
 
+A run that had ended when the watcher started counts as ended until the
+trainer's next "start": to follow a finished run you extend, start the
+watcher after the trainer. The run's metrics.jsonl is appended to by both
+(one line per write, O_APPEND): atomic on a local filesystem, not promised
+across NFS clients.
+
 It reads and never writes what the trainer reads: it takes no lock, and a
 save is never delayed by it. A checkpoint that rotation removed before the
 watcher reached it is skipped with one line. It exits once the run has
 ended (the trainer's "end" record, after its last "start") and every
-checkpoint up to that step is evaluated. Started before the trainer (a TFJob's
-evaluator pod may be), it waits for the run's `config.yaml`. Restarted, it
-goes on where it stopped: a checkpoint whose record a watcher with the same
-split, test-time augmentation and weights already wrote is not evaluated
-again. `--watch_timeout=S` gives up after S seconds with nothing new.
+checkpoint up to that step, the end's own included, is evaluated. Started
+before the trainer (a TFJob's evaluator pod may be), it waits for the run's
+`config.yaml`. Restarted, it goes on where it stopped: a checkpoint whose
+record a watcher with the same split, test-time augmentation and weights
+already wrote is not evaluated again. `--watch_timeout=S` gives up after S
+seconds with nothing new.
 
 The watcher runs on one machine. Under a TFJob it is the `evaluator`
 replica (its TF_CONFIG says so, and it stays out of the training cluster);
@@ -67,8 +74,19 @@ class RunLog:
         self.records: list[Record] = []
 
     def read(self) -> None:
+        """Reads what was appended since the last call.
+
+        Raises:
+          ConfigError: when the file is shorter than what was read (replaced:
+            the run was started over with --restart).
+        """
         try:
             with open(self._path, "rb") as file:
+                if os.fstat(file.fileno()).st_size < self._offset:
+                    raise ConfigError(
+                        f"{self._path} was replaced while being watched (the run was started "
+                        "over with --restart?); start the watcher again for the new run"
+                    )
                 file.seek(self._offset)
                 data = file.read()
         except FileNotFoundError:
@@ -145,16 +163,14 @@ def _follow(
     model_dir, log = session.model_dir, RunLog(session.model_dir)
     done: set[str] = set()
     records: list[Record] = []
-    last_news = time.monotonic()
+    last_news, newest = time.monotonic(), 0
     logging.info("Watching %s for new checkpoints (every %g s)", model_dir, poll_seconds)
     while True:
         log.read()
         done.update(_already_evaluated(log.records, session, weights))
-        new = [
-            (s, p)
-            for s, p in checkpoint.list_checkpoints(model_dir)
-            if os.path.basename(p) not in done
-        ]
+        listed = checkpoint.list_checkpoints(model_dir)
+        newest = max([newest, *(step for step, _ in listed)])
+        new = [(s, p) for s, p in listed if os.path.basename(p) not in done]
         for step, prefix in new:
             done.add(os.path.basename(prefix))
             record = _evaluate(session, step, prefix, weights)
@@ -163,7 +179,9 @@ def _follow(
         if new:
             last_news = time.monotonic()
             continue  # Look again at once: the trainer may have saved meanwhile.
-        if log.ended_at is not None:
+        # The end always saves: until its checkpoint is listed (a network
+        # filesystem's listing may lag), the run's last evaluation is to come.
+        if log.ended_at is not None and newest >= log.ended_at:
             logging.info("The run ended at step %d: every checkpoint is evaluated", log.ended_at)
             return records
         if timeout is not None and time.monotonic() - last_news > timeout:
