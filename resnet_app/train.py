@@ -111,12 +111,12 @@ def config_from_flags() -> config.Config:
     Without --config, an existing run directory's config.yaml takes its place:
     `--model_dir=DIR` resumes a run with its own settings, plus any flag given.
     """
-    config_file = _CONFIG.value
+    config_file, resumed = _CONFIG.value, False
     if not config_file and _MODEL_DIR.value:
         saved = run_dir.config_path(_MODEL_DIR.value)
         if os.path.isfile(saved):
             logging.info("Settings from %s, then the command line", saved)
-            config_file = saved
+            config_file, resumed = saved, True
     overrides: dict[str, dict] = {}
     for name, key in SHORTCUTS.items():
         if FLAGS[name].present:
@@ -124,7 +124,7 @@ def config_from_flags() -> config.Config:
             overrides.setdefault(section, {})[field] = FLAGS[name].value
     if _LR_SCHEDULE.value:
         overrides["schedule"] = {"name": "script", "path": os.path.abspath(_LR_SCHEDULE.value)}
-    resolved = config.resolve(config_file, _SET.value, overrides)
+    resolved = config.resolve(config_file, _SET.value, overrides, resumed=resumed)
     if resolved.schedule.kind == "script":
         from resnet_app.config import script_permission
         from resnet_app.engine import schedules  # Pure Python: no TensorFlow.

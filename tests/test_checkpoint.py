@@ -318,7 +318,12 @@ def test_resume_guard_refuses_a_changed_batch_and_records_harmless_changes(tmp_p
     )
     changes = [r["changes"] for r in read_records(model_dir) if r.get("event") == "config_change"]
     assert changes == [
-        {"train.batch_size": [16, 32], "train.train_steps": [2, 3]},
+        # The default's drops stay at 1/2 and 3/4 of the 2 steps the run had.
+        {
+            "schedule.total_steps": [None, 2],
+            "train.batch_size": [16, 32],
+            "train.train_steps": [2, 3],
+        },
         {"train.log_every": [100, 2], "train.train_steps": [3, 5]},
     ]
 

@@ -227,7 +227,7 @@ def test_the_defaults_are_the_dataclasses():
     default = config.Config()
     assert isinstance(default.optimizer, optimizer_kinds.Momentum)
     assert isinstance(default.schedule, schedule_kinds.Piecewise)
-    assert default.schedule.boundaries == (32_000, 48_000)
+    assert (default.schedule.boundaries, default.schedule.unit) == ((0.5, 0.75), "fraction")
     assert default.schedule.multipliers == (1.0, 0.1, 0.01)
     assert (default.optimizer.learning_rate, default.optimizer.momentum) == (0.1, 0.9)
 
@@ -366,7 +366,9 @@ def test_an_old_run_config_reads_and_round_trips():
     assert old.train.train_steps == 6 and old.train.batch_size == 16
     assert old.data.train_examples == 64 and old.data.eval_examples == 37
     assert old.optimizer == optimizer_kinds.Momentum()
-    assert old.schedule == config.Config().schedule
+    # Written when the default's boundaries were in steps: read as written.
+    he = {"boundaries": [32000, 48000], "multipliers": [1.0, 0.1, 0.01]}
+    assert old.schedule == schedule_kinds.ScheduleSection.from_mapping({"name": "piecewise", **he})
     assert config.from_yaml(config.to_yaml(old), "the fixture") == old
     assert old == config.read_run_config(FIXTURE_RUN)
     # It recorded float32, so it keeps float32 whatever the precision.

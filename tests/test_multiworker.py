@@ -87,6 +87,9 @@ def run_workers(tmp_path, steps, *sets):
 
 
 EMA = "train.ema_decay=0.5"  # The moving average of the weights is carried along.
+# 0.1 throughout, whatever the length: the runs lengthened on resume compare
+# with uninterrupted ones of the final length.
+CONSTANT = "schedule.name=constant"
 
 
 def _assert_same_average(workers_checkpoint, towers_checkpoint):
@@ -102,7 +105,7 @@ def test_two_workers_end_with_identical_weights_and_resume(tmp_path):
     os.makedirs(tmp_path / "run")
     # Read by the chief at step 2; every worker must follow it.
     (tmp_path / "run" / "lr_override").write_text("x0.5")
-    chief, other = run_workers(tmp_path, 4, EMA)
+    chief, other = run_workers(tmp_path, 4, EMA, CONSTANT)
     assert len(chief.files) > 2
     for name in chief.files:
         np.testing.assert_array_equal(chief[name], other[name], err_msg=name)
@@ -125,6 +128,7 @@ def test_two_workers_end_with_identical_weights_and_resume(tmp_path):
             "train.log_every=2",
             "model.bn_synchronized=true",
             EMA,
+            CONSTANT,
         ],
         overrides={"train": {"train_steps": 4, "num_towers": 2}},
     )
@@ -138,7 +142,7 @@ def test_two_workers_end_with_identical_weights_and_resume(tmp_path):
 
     # Both workers resume from the chief's checkpoint of step 4 and go on to 6,
     # as the one-process run does.
-    chief, other = run_workers(tmp_path, 6, EMA)
+    chief, other = run_workers(tmp_path, 6, EMA, CONSTANT)
     for name in chief.files:
         np.testing.assert_array_equal(chief[name], other[name], err_msg=name)
     starts = [r["step"] for r in read_records(tmp_path / "run") if r.get("event") == "start"]

@@ -12,7 +12,8 @@ import pytest
 from resnet_app import config
 from resnet_app.common.errors import ConfigError
 from resnet_app.data.settings import DataConfig
-from resnet_app.engine.resume import check_resume
+from resnet_app.engine.plan import plan_run
+from resnet_app.engine.resume import check_resume, keep_drops
 
 TINY = ["model.name=tiny", "train.batch_size=16"]
 EXAMPLES = 64  # 4 steps an epoch.
@@ -32,10 +33,65 @@ def test_a_changed_batch_is_refused_and_a_longer_run_is_not():
     check = check_resume(saved, resolve(train_steps=2, batch_size=32), 2, 1, 1, EXAMPLES)
     assert check.changes == {"train.batch_size": (16, 32)}
     assert check.refused == ["train.batch_size 16 -> 32"]
-    # Steps in the schedule (piecewise by default): a longer run keeps every rate.
-    check = check_resume(saved, resolve(train_steps=8, log_every=2), 2, 1, 1, EXAMPLES)
+    # Boundaries in steps: a longer run keeps every rate.
+    steps = ["schedule.boundaries=[3, 6]", "schedule.unit=steps"]
+    saved = resolve(*steps, train_steps=2)
+    check = check_resume(saved, resolve(*steps, train_steps=8, log_every=2), 2, 1, 1, EXAMPLES)
     assert check.changes == {"train.train_steps": (2, 8), "train.log_every": (100, 2)}
     assert check.refused == []
+
+
+def test_a_longer_run_keeps_the_default_s_drops_where_they_were():
+    # By default the rate drops at 1/2 and 3/4 of the run: at steps 4 and 6 of 8.
+    saved = resolve(train_steps=8)
+    longer = resolve(train_steps=16)
+    # As given, the drops would move to 8 and 12, under steps already trained.
+    assert check_resume(saved, longer, 6, 1, 1, EXAMPLES).refused == [
+        "the learning rate at step 4 0.01 -> 0.1 (the schedule depends on the run's length)"
+    ]
+    kept = keep_drops(saved, longer, EXAMPLES)
+    assert kept.schedule.total_steps == 8 and kept.train.train_steps == 16
+    check = check_resume(saved, kept, 6, 1, 1, EXAMPLES)
+    assert check.refused == []
+    plan = plan_run(kept, EXAMPLES)
+    assert [plan.schedule(s, 4) for s in range(16)] == pytest.approx(
+        [0.1] * 4 + [0.01] * 2 + [0.001] * 10
+    )
+    # Lengthened again from the run it became: the drops stay of its first 8 steps.
+    again = keep_drops(kept, resolve(train_steps=24), EXAMPLES)
+    assert again.schedule.total_steps == 8
+    # Pinned in steps by hand: the same rates for the steps trained, so it may resume.
+    pinned = resolve("schedule.unit=steps", "schedule.boundaries=[4, 6]", train_steps=16)
+    check = check_resume(saved, pinned, 6, 1, 1, EXAMPLES)
+    assert set(check.changes) == {"schedule.boundaries", "schedule.unit", "train.train_steps"}
+    assert check.refused == []
+
+
+def test_only_the_same_schedule_in_fractions_is_kept():
+    saved = resolve(train_steps=8)
+    for new in (
+        resolve(train_steps=8),  # Not lengthened.
+        resolve("schedule.boundaries=[0.25, 0.5]", train_steps=16),  # Other fractions.
+        resolve("schedule.name=cosine", train_steps=16),
+        resolve("schedule.total_steps=16", train_steps=16),  # Says what they are of.
+    ):
+        assert keep_drops(saved, new, EXAMPLES) is new
+
+
+def test_a_schedule_written_otherwise_with_the_same_rates_resumes():
+    # The default before fractions: He et al.'s boundaries in steps of a 64k-step run.
+    he = ["schedule.boundaries=[32000, 48000]", "schedule.unit=steps"]
+    saved = resolve(*he, train_steps=64_000)
+    check = check_resume(saved, resolve(train_steps=64_000), 40_000, 1, 1, EXAMPLES)
+    assert set(check.changes) == {"schedule.boundaries", "schedule.unit"}
+    assert check.refused == []
+    # One step apart is another schedule.
+    moved = resolve("schedule.boundaries=[32000, 48001]", "schedule.unit=steps", train_steps=64_000)
+    check = check_resume(moved, resolve(train_steps=64_000), 40_000, 1, 1, EXAMPLES)
+    assert check.refused == [
+        "schedule.boundaries [32000, 48001] -> [0.5, 0.75]",
+        "schedule.unit 'steps' -> 'fraction'",
+    ]
 
 
 def test_a_length_that_moves_a_cosine_schedule_is_refused_at_the_first_step_it_moves():

@@ -333,8 +333,8 @@ def test_script_from_a_spec(tmp_path):
 
 PIECEWISE = {"name": "piecewise", "boundaries": [10, 20], "multipliers": [1, 0.1, 0.01]}
 PIECEWISE_KEYS = (
-    "batch_scaling, boundaries, multipliers, name, unit, values, warmup_epochs, "
-    "warmup_start, warmup_steps"
+    "batch_scaling, boundaries, multipliers, name, total_steps, unit, values, "
+    "warmup_epochs, warmup_start, warmup_steps"
 )
 
 
@@ -418,7 +418,14 @@ PIECEWISE_KEYS = (
             dict(PIECEWISE, multipliers=[1, "0.1", 0.01]),
             "schedule key 'multipliers' needs numbers >= 0, got '0.1'",
         ),
-        (dict(PIECEWISE, unit="iterations"), "schedule key 'unit' must be steps or epochs"),
+        (
+            dict(PIECEWISE, unit="iterations"),
+            "schedule key 'unit' must be steps, epochs or fraction",
+        ),
+        (
+            dict(PIECEWISE, total_steps=100),
+            "schedule key 'total_steps' is for boundaries in fractions",
+        ),
         (
             {"name": "exponential", "decay_rate": 0, "decay_steps": 10},
             "schedule key 'decay_rate' must be a number > 0, got 0",

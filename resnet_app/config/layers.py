@@ -15,6 +15,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from absl import logging
+
 from resnet_app.common.errors import ConfigError
 from resnet_app.common.fields import field_types, replace_from
 from resnet_app.config.loading import parse_set, read_yaml
@@ -26,14 +28,24 @@ from resnet_app.nets.presets import model_names
 
 Tree = dict[str, dict[str, Any]]
 
+LENGTH_KEYS = ("epochs", "train_steps")
+
+# Keys that come with another: boundaries given without a unit are in the
+# kind's own unit (steps), not in the default schedule's fractions of the run.
+TIED_KEYS = {"boundaries": ("unit",)}
+
 # Each section's default, as `Config` declares it (data.dtype still unset).
 _DEFAULTS = {field.name: field.default for field in dataclasses.fields(Config)}
+# The run's length when nothing sets it.
+DEFAULT_STEPS = _DEFAULTS["train"].train_steps
 
 
 def resolve(
     config_file: str | None = None,
     sets: Iterable[str] = (),
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    resumed: bool = False,
 ) -> Config:
     """Builds the config: defaults, then the file, then `--set`s, then `overrides`.
 
@@ -43,6 +55,9 @@ def resolve(
       overrides: {section: {key: value}} from dedicated flags (--batch_size...),
         applied last. See the module docstring for how a layer replaces what
         came before.
+      resumed: `config_file` is a run's own config.yaml, whose schedule stays
+        as it was trained when a flag changes the length (else a recipe's
+        piecewise boundaries follow a length given after it: `follow_length`).
 
     Returns:
       The validated `Config`.
@@ -53,9 +68,67 @@ def resolve(
     tree: Tree = {}
     if config_file:
         merge(tree, read_yaml(find_recipe(config_file)), f" in {config_file}")
-    merge(tree, set_layer(sets), " in --set")
-    merge(tree, overrides or {}, "")
+    recipe = {section: dict(values) for section, values in tree.items()}
+    later = [set_layer(sets), overrides or {}]
+    for layer, where in zip(later, (" in --set", "")):
+        merge(tree, layer, where)
+    if config_file and not resumed and _sets_length_only(later):
+        follow_length(tree, recipe, config_file)
     return build(tree)
+
+
+def _sets_length_only(layers: Iterable[Mapping[str, Mapping[str, Any]]]) -> bool:
+    """Whether the layers set the run's length and leave the schedule as it was."""
+    length = any(
+        (layer.get("train") or {}).get(key) is not None for layer in layers for key in LENGTH_KEYS
+    )
+    return length and not any(layer.get("schedule") for layer in layers)
+
+
+def follow_length(tree: Tree, recipe: Tree, where: str) -> None:
+    """Makes a recipe's piecewise boundaries fractions of its length, when a flag changed it.
+
+    `--config=R --set train.epochs=3` asks for R's recipe over 3 epochs: R's
+    boundaries, written for R's length, would fall past the end and leave the
+    whole run at the first rate. Kept as the same fractions of R's length,
+    they fall at the same points of this run (He et al.'s 1/2 and 3/4).
+    Boundaries in steps under a length in epochs (or the reverse) cannot be
+    compared before the dataset is read: they are kept, and `plan.py` warns.
+
+    Args:
+      tree: the merged settings; its schedule is rewritten in place.
+      recipe: the settings of the recipe file alone.
+      where: the recipe's name, for the log line.
+    """
+    schedule = tree.get("schedule", {})
+    if schedule.get("name", "piecewise") != "piecewise" or "boundaries" not in schedule:
+        return
+    unit = schedule.get("unit") or "steps"
+    train = recipe.get("train", {})
+    if train.get("epochs") is not None:
+        length, length_unit = train["epochs"], "epochs"
+    else:
+        length, length_unit = train.get("train_steps") or DEFAULT_STEPS, "steps"
+    boundaries = schedule["boundaries"]
+    if unit != length_unit or not isinstance(boundaries, list | tuple):
+        return
+    try:
+        fractions = [float(boundary) / float(length) for boundary in boundaries]
+    except (TypeError, ValueError, ZeroDivisionError):
+        return  # The checks of `build` name the bad value.
+    if not all(0 < fraction < 1 for fraction in fractions):
+        return
+    schedule.update(boundaries=fractions, unit="fraction")
+    logging.info(
+        "schedule.boundaries %s %s of %s's %g %s follow the run's length given after it: at "
+        "%s of this run (set schedule.boundaries to choose others)",
+        list(boundaries),
+        unit,
+        where,
+        length,
+        unit,
+        ", ".join(f"{fraction:.4g}" for fraction in fractions),
+    )
 
 
 def from_dict(tree: Mapping[str, Any]) -> Config:
@@ -176,4 +249,9 @@ def _build_one_of(default: OneOfSection, given: Mapping[str, Any]) -> OneOfSecti
     family = default.family()
     if family.KEY in given and given[family.KEY] != default.kind:
         return family.from_mapping(given)
-    return family.from_mapping({family.KEY: default.kind, **default.field_values(), **given})
+    inherited = default.field_values()
+    for key, tied in TIED_KEYS.items():
+        if key in given:
+            for other in set(tied) - set(given):
+                inherited.pop(other, None)
+    return family.from_mapping({family.KEY: default.kind, **inherited, **given})

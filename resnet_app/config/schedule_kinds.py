@@ -21,7 +21,7 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.common.fields import is_number
 from resnet_app.config.oneof import OneOfSection, alternative
 
-UNITS = ("steps", "epochs")
+UNITS = ("steps", "epochs", "fraction")  # fraction: of the run's steps, in (0, 1)
 
 
 def key(name: str) -> str:
@@ -66,13 +66,20 @@ def check_one_of(names: tuple[str, str], first: Any, second: Any, required: bool
 def check_boundaries(boundaries: Any, unit: Any) -> list[float]:
     """Checks a piecewise schedule's unit and boundaries; returns the boundaries as floats."""
     if unit not in UNITS:
-        raise ConfigError(f"schedule key 'unit' must be steps or epochs, got {unit!r}")
+        raise ConfigError(
+            f"schedule key 'unit' must be steps, epochs or fraction (of the run), got {unit!r}"
+        )
     if not isinstance(boundaries, Sequence) or isinstance(boundaries, str):
         raise ConfigError(
             f"schedule key 'boundaries' needs a list of {unit}, e.g. [30, 60, 80]; "
             f"got {boundaries!r}"
         )
     bounds = [check_number(key("boundaries"), boundary) for boundary in boundaries]
+    if unit == "fraction" and not all(0 < bound < 1 for bound in bounds):
+        raise ConfigError(
+            "schedule key 'boundaries' in fractions of the run must lie strictly between 0 "
+            f"and 1, e.g. [0.5, 0.75]; got {list(boundaries)}"
+        )
     if any(current <= previous for previous, current in zip(bounds, bounds[1:])):
         raise ConfigError(
             f"schedule key 'boundaries' must be strictly increasing, got {list(boundaries)}"
@@ -207,19 +214,31 @@ class Piecewise(RateSchedule, kind="piecewise"):
 
     Attributes:
       boundaries: strictly increasing, in `unit`s.
-      unit: "steps" or "epochs".
+      unit: "steps", "epochs" or "fraction" (of the run's steps: 0.5 is
+        its middle, whatever its length).
       values: absolute learning rates, one more than the boundaries.
       multipliers: or factors of the optimizer's learning rate.
+      total_steps: with unit "fraction", the steps the fractions are of
+        (null: the run's length). A run lengthened on resume sets it to the
+        length it had, so that its drops stay where they were.
     """
 
     boundaries: tuple[float, ...]
     unit: str = "steps"
     values: tuple[float, ...] | None = alternative("multipliers", required=True)
     multipliers: tuple[float, ...] | None = alternative("values", required=True)
+    total_steps: int | None = None
 
     def check_kind(self) -> None:
         length = len(check_boundaries(self.boundaries, self.unit)) + 1
         self._set("boundaries", tuple(self.boundaries))
+        if self.total_steps is not None:
+            self._set("total_steps", check_positive_int(key("total_steps"), self.total_steps))
+            if self.unit != "fraction":
+                raise ConfigError(
+                    "schedule key 'total_steps' is for boundaries in fractions "
+                    f"(schedule.unit=fraction), not in {self.unit}"
+                )
         check_one_of(("values", "multipliers"), self.values, self.multipliers)
         for name in ("values", "multipliers"):
             if getattr(self, name) is not None:

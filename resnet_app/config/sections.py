@@ -10,7 +10,9 @@ A config has six sections, each a YAML mapping:
 
 The defaults are He et al.'s CIFAR recipe for ResNet-20 (batch 128, momentum
 0.9, LR 0.1 divided by 10 at 32k and 48k steps, 64k steps, weight decay 1e-4):
-the field defaults below and those of the optimizer and schedule kinds.
+the field defaults below and those of the optimizer and schedule kinds. The
+LR boundaries are kept as He et al.'s fractions of the run (1/2 and 3/4), so
+a run of another length decays at the same points of its own.
 
 A default derived from another setting stays derived: `data.dtype` left unset
 follows `train.precision`; `Config.derived` names such keys, and `config.yaml`
@@ -414,7 +416,8 @@ class Config:
     data: DataConfig = DataConfig(dtype=None)
     optimizer: OptimizerSection = Momentum()
     schedule: ScheduleSection = Piecewise(
-        boundaries=(32_000, 48_000),  # steps
+        boundaries=(0.5, 0.75),  # of the run: 32k and 48k of the default 64k steps
+        unit="fraction",
         multipliers=(1.0, 0.1, 0.01),
     )
     train: TrainSettings = TrainSettings()

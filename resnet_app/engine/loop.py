@@ -47,6 +47,7 @@ from resnet_app.engine import divergence, lost_worker, preemption, setup, sync, 
 from resnet_app.engine.actions import Action, Evaluator, create_actions
 from resnet_app.engine.controller import Controller
 from resnet_app.engine.last_step import LastStep
+from resnet_app.engine.plan import describe_schedule
 from resnet_app.engine.step import TrainStep
 
 
@@ -260,6 +261,11 @@ def _announce(
         run.pipeline.eval_split_name,
         intervals.eval_every,
         run.model_dir,
+    )
+    logging.info(
+        "Learning rate (schedule.%s): %s",
+        run.config.schedule.kind,
+        describe_schedule(run.config, run.plan),
     )
     sizes = run.plan.sizes
     if sizes.progressive:

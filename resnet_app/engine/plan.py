@@ -70,13 +70,15 @@ def plan_run(config: Config, examples_per_epoch: int, image_size: int | None = N
             "warmup longer than the run?); lengthen the run or shorten schedule.warmup_*"
         )
     if config.schedule.kind == "piecewise":
-        unit = steps_per_epoch if config.schedule.unit == "epochs" else 1
-        late = [b for b in config.schedule.boundaries if round(b * unit) >= total_steps]
+        steps = boundary_steps(config.schedule, steps_per_epoch, total_steps)
+        late = [b for b, at in zip(config.schedule.boundaries, steps) if at >= total_steps]
         if late:
             logging.warning(
-                "Schedule boundaries %s fall at or after the end of the run (%d steps) and "
-                "never apply; set schedule.boundaries for this length",
+                "Schedule boundaries %s (%s) fall at or after the end of the run (%d steps) "
+                "and never apply; set schedule.boundaries for this length, or give them as "
+                "fractions of the run (schedule.unit=fraction)",
                 late,
+                config.schedule.unit,
                 total_steps,
             )
     size = image_size or config.data.image_size or 32
@@ -84,3 +86,41 @@ def plan_run(config: Config, examples_per_epoch: int, image_size: int | None = N
         config.data.progressive, size, train.batch_size, examples_per_epoch, total_steps
     )
     return RunPlan(steps_per_epoch, total_steps, schedule, sizes)
+
+
+def boundary_steps(spec, steps_per_epoch: int, total_steps: int) -> list[int]:
+    """The steps a piecewise schedule's boundaries fall at (as `schedules.piecewise`)."""
+    of = spec.total_steps or total_steps
+    scale = {"steps": 1, "epochs": steps_per_epoch, "fraction": of}[spec.unit]
+    return [round(boundary * scale) for boundary in spec.boundaries]
+
+
+def describe_schedule(config: Config, plan: RunPlan) -> str:
+    """The learning rate over the run, for the start line.
+
+    E.g. "0.1, then 0.01 from step 704 (50%), 0.001 from step 1,055 (75%)",
+    or "cosine from 0.1 to 0 after a warmup of 390 steps".
+    """
+    spec, total = config.schedule, plan.total_steps
+
+    def rate(step: int) -> str:
+        return f"{plan.schedule(step, plan.steps_per_epoch):.4g}"
+
+    if spec.kind == "script":
+        return f"from {spec.path}"
+    warmup = 0
+    if spec.has_warmup:
+        warmup = spec.warmup_steps or round(spec.warmup_epochs * plan.steps_per_epoch)
+    start = min(warmup, total - 1)
+    if spec.kind == "piecewise":
+        changes = [
+            f"{rate(step)} from step {step:,} ({step / total:.0%})"
+            for step in boundary_steps(spec, plan.steps_per_epoch, total)
+            if start < step < total
+        ]
+        text = ", then ".join([rate(start), *changes[:1]]) + "".join(
+            f", {change}" for change in changes[1:]
+        )
+    else:
+        text = f"{spec.kind} from {rate(start)} to {rate(total - 1)}"
+    return text + (f" after a warmup of {warmup:,} steps" if warmup else "")

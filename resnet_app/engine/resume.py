@@ -18,7 +18,10 @@ import dataclasses
 import math
 from typing import Any
 
+from absl import logging
+
 from resnet_app import config as config_lib
+from resnet_app.common.errors import ConfigError
 from resnet_app.config import Config
 from resnet_app.engine.plan import RunPlan, plan_run
 from resnet_app.nets.presets import get_config
@@ -73,6 +76,57 @@ def schedule_change(
     return None
 
 
+def keep_drops(saved: Config, new: Config, examples_per_epoch: int) -> Config:
+    """`new`, with the drops of a schedule in fractions kept where they were.
+
+    A run lengthened on resume (the same command with a larger --train_steps
+    or --epochs) would move the drops of its fractions of the run (the
+    default's 1/2 and 3/4) under steps already trained, which the guard
+    refuses. It keeps them instead: the fractions stay of the length the run
+    had (`schedule.total_steps`), and the steps added train at the last rate,
+    as He et al.'s schedule in steps always did.
+
+    Returns:
+      `new`, or a copy whose schedule's `total_steps` is the saved run's length.
+    """
+    kept, given = saved.schedule, new.schedule
+    if kept.kind != "piecewise" or kept.unit != "fraction" or given.kind != "piecewise":
+        return new
+    if given.total_steps is not None or given != dataclasses.replace(kept, total_steps=None):
+        return new  # Another schedule, or one that says what its fractions are of.
+    length = kept.total_steps or plan_run(saved, examples_per_epoch).total_steps
+    if length == plan_run(new, examples_per_epoch).total_steps:
+        return new
+    logging.info(
+        "The run's length changed on resume: its learning rate drops stay at %s of the %d "
+        "steps it had (schedule.total_steps=%d)",
+        ", ".join(f"{b:g}" for b in kept.boundaries),
+        length,
+        length,
+    )
+    return dataclasses.replace(new, schedule=dataclasses.replace(given, total_steps=length))
+
+
+def same_rates(saved: Config, new: Config, examples_per_epoch: int) -> bool:
+    """Whether the new `schedule:` gives the saved run the rate it had at every step.
+
+    Both are planned over the saved run (its length, batch and optimizer):
+    the same schedule written otherwise (fractions for steps) passes, and so
+    does one that pins a fraction schedule's drops in steps to lengthen the
+    run. What the new length then changes is `schedule_change`'s to judge.
+    """
+    before = plan_run(saved, examples_per_epoch)
+    try:
+        after = plan_run(dataclasses.replace(saved, schedule=new.schedule), examples_per_epoch)
+    except ConfigError:
+        return False
+    spe = before.steps_per_epoch
+    return all(
+        math.isclose(before.schedule(s, spe), after.schedule(s, spe), rel_tol=1e-9, abs_tol=1e-15)
+        for s in range(before.total_steps + 1)
+    )
+
+
 def replicas_change(new: Config, saved_replicas: int, replicas: int) -> str | None:
     """Why a change of the number of replicas changes what the run computes, or None."""
     batch = new.train.batch_size
@@ -118,6 +172,10 @@ def check_resume(
     """
     changes = config_lib.changes(saved, new)
     refused_keys = [key for key in changes if key not in config_lib.RESUMABLE_CHANGES]
+    rewritten = [key for key in refused_keys if key.startswith("schedule.")]
+    if rewritten and same_rates(saved, new, examples_per_epoch):
+        # The same schedule written otherwise (fractions for steps, say).
+        refused_keys = [key for key in refused_keys if key not in rewritten]
     refused = [f"{key} {changes[key][0]!r} -> {changes[key][1]!r}" for key in refused_keys]
     if not refused_keys:
         moved = schedule_change(saved, new, step, examples_per_epoch, plan)

@@ -82,6 +82,7 @@ def piecewise(
     multipliers: Sequence[float] | None = None,
     base: float | None = None,
     unit: str = "steps",
+    total_steps: int | None = None,
 ) -> Schedule:
     """A piecewise-constant schedule: one learning rate between two boundaries.
 
@@ -94,7 +95,10 @@ def piecewise(
       values: absolute learning rates, one more than `boundaries`.
       multipliers: or, factors of `base`, one more than `boundaries`.
       base: the learning rate the multipliers multiply; only with `multipliers`.
-      unit: "steps" or "epochs".
+      unit: "steps", "epochs" or "fraction": of `total_steps`, compared as
+        `round(b * total_steps)` steps (He et al.'s [0.5, 0.75] for a run of
+        any length).
+      total_steps: the run's length; only for the unit "fraction".
 
     Returns:
       The schedule.
@@ -119,7 +123,10 @@ def piecewise(
         rates = check_rates("values", values, len(bounds) + 1)
 
     # bisect_right counts the boundaries b <= step: the index of the interval.
-    if unit == "steps":
+    if unit == "fraction":
+        total = check_positive_int("the run's total_steps", total_steps)
+        bounds = [round(boundary * total) for boundary in bounds]
+    if unit in ("steps", "fraction"):
 
         def piecewise_schedule(step: int, steps_per_epoch: int) -> float:
             return rates[bisect.bisect_right(bounds, step)]
@@ -351,8 +358,9 @@ def create_schedule(
     - `warmup_steps` or `warmup_epochs`: a linear warmup (see `warmup`), from
       `warmup_start` (default 0, not scaled) to the schedule's (scaled) value
       at the end of the warmup. Not for scripts.
-    - piecewise: `boundaries`, `unit` (steps, the default, or epochs), and
-      `values` (absolute rates) or `multipliers` (of `base_lr`).
+    - piecewise: `boundaries`, `unit` (steps, the default, epochs, or
+      fraction of the run), and `values` (absolute rates) or `multipliers`
+      (of `base_lr`).
     - cosine: `final` (default 0); it decays over the run's `total_steps`
       unless `total_steps` or `total_epochs` is given.
     - linear: `final` (default 0), reached at the run's end, from the end of
@@ -360,10 +368,10 @@ def create_schedule(
     - exponential: `decay_rate`, `decay_steps` or `decay_epochs`, `staircase`.
     - script: `path`, "PATH.py:FUNCTION"; the function's value is used as is.
 
-    He et al. (2015), CIFAR (64k steps at batch 128), and Goyal et al. (2017),
-    ImageNet (90 epochs):
+    He et al. (2015), CIFAR (64k steps at batch 128: the default, at half and
+    three quarters of any run), and Goyal et al. (2017), ImageNet (90 epochs):
 
-        {"name": "piecewise", "boundaries": [32000, 48000],
+        {"name": "piecewise", "boundaries": [0.5, 0.75], "unit": "fraction",
          "multipliers": [1, 0.1, 0.01]}
         {"name": "piecewise", "boundaries": [30, 60, 80], "unit": "epochs",
          "multipliers": [1, 0.1, 0.01, 0.001], "warmup_epochs": 5,
@@ -410,6 +418,7 @@ def _create_kind(spec: schedule_kinds.RateSchedule, base_lr: float, total_steps:
             multipliers=spec.multipliers,
             base=base_lr if spec.multipliers is not None else None,
             unit=spec.unit,
+            total_steps=spec.total_steps or total_steps,
         )
     if isinstance(spec, schedule_kinds.Cosine):
         run_length = total_steps if spec.total_epochs is None else None

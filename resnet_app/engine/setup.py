@@ -246,8 +246,13 @@ def _build(
     resume_from = _prepare_directory(model_dir, restart, chief)
     changes: dict[str, tuple[Any, Any]] = {}
     if resume_from:
+        saved = _checkpoint_config(resume_from[1])
+        kept = resume.keep_drops(saved, config, pipeline.num_train_examples)
+        if kept is not config:
+            config = kept
+            plan = plan_run(config, pipeline.num_train_examples, pipeline.preprocessing.image_size)
         replicas = strategy.num_replicas_in_sync
-        check = _check_resume(config, resume_from, replicas, pipeline, plan)
+        check = _check_resume(saved, config, resume_from, replicas, pipeline, plan)
         _refuse_or_log(check, model_dir, resume_from[0], allow_config_change)
         changes = check.changes
     state = _create_state(config, model_dir, strategy, chief, pipeline, plan, optimizer_config)
@@ -457,7 +462,15 @@ def _prepare_directory(model_dir: str, restart: bool, chief: bool) -> tuple[int,
     return None if restart else checkpoint.find_latest(model_dir)
 
 
+def _checkpoint_config(prefix: str) -> Config:
+    """The config checkpoint `prefix` was trained with."""
+    return config_lib.from_yaml(
+        checkpoint.read_value(prefix, "config").decode(), f"the config saved in {prefix}"
+    )
+
+
 def _check_resume(
+    saved: Config,
     config: Config,
     resume_from: tuple[int, str],
     replicas: int,
@@ -466,9 +479,6 @@ def _check_resume(
 ) -> resume.ResumeCheck:
     """Compares the settings with those the checkpoint was trained with (`resume.py`)."""
     step, prefix = resume_from
-    saved = config_lib.from_yaml(
-        checkpoint.read_value(prefix, "config").decode(), f"the config saved in {prefix}"
-    )
     saved_replicas = checkpoint.read_value(prefix, "num_replicas")
     return resume.check_resume(
         saved,
