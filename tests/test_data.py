@@ -572,13 +572,17 @@ def test_resnet18_on_cifar10_trains_at_the_datasets_32_px_with_the_cifar_recipe(
 
 def test_data_without_a_size_takes_the_model_presets(folder):
     root = folder[0]
+    # Its images are all 32 x 32: measured, that is the dataset's size (images
+    # of several sizes take the preset's: test_image_facts.py).
     resolved = run_config(root, "model.name=resnet18", f"data.dataset=folder:{root}")
     pipeline = run_pipeline.create_run_pipeline(resolved)
-    assert (pipeline.preprocessing.image_size, pipeline.preprocessing.family) == (224, "imagenet")
+    assert (pipeline.preprocessing.image_size, pipeline.preprocessing.family) == (32, "cifar")
     assert pipeline.describe() == (
-        "224 px, the resnet18 preset's input size (images vary); ImageNet recipe "
-        "(auto: above 64 px)"
+        "32 px, the dataset's size, in all 8 images measured; CIFAR recipe (auto: up to 64 px)"
     )
+    resolved = run_config(root, "model.name=resnet18", "data.dataset=synthetic")
+    pipeline = run_pipeline.create_run_pipeline(resolved)
+    assert (pipeline.preprocessing.image_size, pipeline.preprocessing.family) == (224, "imagenet")
     resolved = run_config(root, "model.name=resnet20", f"data.dataset=folder:{root}")
     assert run_pipeline.create_run_pipeline(resolved).preprocessing.image_size == 32
 

@@ -42,8 +42,17 @@ from absl import logging
 
 from resnet_app.common import compat
 from resnet_app.common.errors import ConfigError
-from resnet_app.data import class_balance, mixing, options, preprocessing, recipes, seeds, sources
-from resnet_app.data.image_size import choose_image_size, choose_recipe, describe_choice
+from resnet_app.data import (
+    class_balance,
+    image_facts,
+    mixing,
+    options,
+    preprocessing,
+    recipes,
+    seeds,
+    sources,
+)
+from resnet_app.data.image_size import ImageSize, choose_image_size, choose_recipe, describe_choice
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.data.settings import DataConfig
 
@@ -60,19 +69,34 @@ def _limit(split: sources.Split, count: int | None) -> sources.Split:
     return split.slice(None, count)
 
 
-def _channel_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    # Two passes in float64 over chunks: exact enough and memory-bounded.
-    pixels = images.reshape(-1, images.shape[-1])
-    count = len(pixels)
-    total = np.zeros(3)
-    for start in range(0, count, 1 << 22):
-        total += pixels[start : start + (1 << 22)].sum(axis=0, dtype=np.float64)
-    mean = total / count
-    squares = np.zeros(3)
-    for start in range(0, len(pixels), 1 << 22):
-        centred = pixels[start : start + (1 << 22)].astype(np.float64) - mean
-        squares += (centred * centred).sum(axis=0)
-    return tuple(mean.tolist()), tuple(np.sqrt(squares / count).tolist())
+@dataclasses.dataclass(frozen=True)
+class Recorded:
+    """What a run directory's data_info.json says about the data it trained on.
+
+    Attributes:
+      image_size: the size it trained at (None: nothing recorded).
+      stats: the (mean, std) it normalized with (None: measure them).
+    """
+
+    image_size: int | None = None
+    stats: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+
+
+def _stats(config: DataConfig, facts, recorded: Recorded) -> tuple[tuple, tuple, str]:
+    """(mean, std, where they come from): set, recorded, measured, or ImageNet's."""
+    if config.mean is not None and config.std is not None:
+        return config.mean, config.std, "set by data.mean and data.std"
+    if recorded.stats is not None:
+        found, origin = recorded.stats, "as this run recorded them (data_info.json)"
+    elif facts is not None:
+        found, origin = (facts.mean, facts.std), facts.describe()
+    else:
+        found = (preprocessing.IMAGENET_MEAN, preprocessing.IMAGENET_STD)
+        origin = "ImageNet's (no training images to measure)"
+    mean, std = config.mean or found[0], config.std or found[1]
+    if config.mean is not None or config.std is not None:
+        origin += ", one of them set by data." + ("mean" if config.mean is not None else "std")
+    return tuple(mean), tuple(std), origin
 
 
 class InputPipeline:
@@ -83,7 +107,8 @@ class InputPipeline:
       default_image_size: the model preset's input size, for data without a
         size of its own (see `image_size.choose_image_size`).
       model_name: the preset's name, for `describe`.
-      recorded_image_size: the size the run's data_info.json records.
+      recorded: what the run's data_info.json records: its image size, and
+        its measured (mean, std) when it has them (`run_pipeline`).
 
     Attributes:
       config: the `DataConfig`.
@@ -100,7 +125,7 @@ class InputPipeline:
         config: DataConfig,
         default_image_size: int | None = None,
         model_name: str | None = None,
-        recorded_image_size: int | None = None,
+        recorded: Recorded | None = None,
     ):
         self.config = config
         source = sources.load_source(config)
@@ -125,21 +150,30 @@ class InputPipeline:
         # Several labels per image: "label" is a float32 [classes] multi-hot row.
         self.multi_label = bool(source is not None and source.multi_label)
 
+        recorded = recorded or Recorded()
+        self.facts = None
+        if self.train_split is not None and recorded.stats is None:
+            self.facts = image_facts.measure(self.train_split, preprocessing.decode_image)
+        dataset_size = source.image_size if source is not None else None
         self.image_size = choose_image_size(
             config,
-            source.image_size if source is not None else None,
+            dataset_size or (self.facts.size if self.facts else None),
             default_image_size,
             model_name,
-            recorded_image_size,
+            recorded.image_size,
         )
+        if not dataset_size and recorded.stats and recorded.image_size and not config.image_size:
+            self.image_size = ImageSize(
+                recorded.image_size, "as this run was trained (data_info.json)"
+            )
+        elif not dataset_size and self.facts and self.image_size.reason == "the dataset's size":
+            self.image_size = ImageSize(
+                self.image_size.size,
+                f"the dataset's size, in all {self.facts.measured:,} images measured",
+            )
         size = self.image_size.size
         family = choose_recipe(config.preprocessing, size)
-        mean, std = config.mean, config.std
-        if mean is None or std is None:
-            measured = (preprocessing.IMAGENET_MEAN, preprocessing.IMAGENET_STD)
-            if self.train_split is not None and not self.train_split.encoded:
-                measured = _channel_stats(self.train_split.images)
-            mean, std = mean or measured[0], std or measured[1]
+        mean, std, self.stats_origin = _stats(config, self.facts, recorded)
         eval_resize = recipes.named(family).eval_resize(
             config.eval_resize, config.eval_image_size, size
         )
@@ -154,7 +188,7 @@ class InputPipeline:
             augment=config.augment,
         )
         logging.info(
-            "Dataset %s: %s training examples%s, splits %s; %s; mean %s, std %s",
+            "Dataset %s: %s training examples%s, splits %s; %s; mean %s, std %s, %s",
             config.dataset,
             self.num_train_examples,
             f", multi-label over {self.num_classes} classes" if self.multi_label else "",
@@ -162,6 +196,7 @@ class InputPipeline:
             self.describe(),
             [round(m, 2) for m in mean],
             [round(s, 2) for s in std],
+            self.stats_origin,
         )
 
     def describe(self) -> str:

@@ -5,7 +5,8 @@ call: the run's model preset gives its input size to data without a size of its
 own, and a run directory whose `data_info.json` records another size keeps it
 (see `image_size.choose_image_size`). `write_data_info` records the class names
 and the resolved preprocessing in `data_info.json`, so that export and predict
-need neither the dataset nor a re-measurement; `read_data_info` reads them back.
+need neither the dataset nor a re-measurement, and a resumed run normalizes
+with the statistics it started with; `read_data_info` reads them back.
 The file's name and its atomic write belong to `common/run_dir.py`.
 """
 
@@ -17,7 +18,7 @@ from absl import logging
 
 from resnet_app.common import run_dir
 from resnet_app.common.errors import ConfigError
-from resnet_app.data.input_pipeline import InputPipeline
+from resnet_app.data.input_pipeline import InputPipeline, Recorded
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.data.settings import AugmentSettings, DataConfig
 
@@ -84,31 +85,38 @@ def read_data_info(model_dir: str) -> tuple[list[str], Preprocessing] | None:
     return run_dir.read_data_info(model_dir, parse_data_info)
 
 
-def _recorded_image_size(model_dir: str, dataset: str, preset_size: int) -> int | None:
-    """The image size `model_dir`'s run was trained at, as far as the directory tells.
+def _recorded(model_dir: str, dataset: str, preset_size: int) -> Recorded:
+    """What `model_dir`'s run was trained on, as far as the directory tells.
 
-    Its data_info.json records the size. A run directory with checkpoints but
-    without that file predates it (every run since writes it before its first
-    checkpoint): such runs were trained at the model preset's size when
-    data.image_size was unset, so that is their size. A damaged file, or one
-    of another dataset (changed on resume), records nothing: the rule applies,
-    and training writes the file anew.
+    Its data_info.json records the image size and the mean and std it
+    normalized with. A run directory with checkpoints but without that file
+    predates it (every run since writes it before its first checkpoint):
+    such runs were trained at the model preset's size when data.image_size
+    was unset, so that is their size. A damaged file, or one of another
+    dataset (changed on resume), records nothing: the rules apply, and
+    training writes the file anew.
 
     Args:
       model_dir: the run directory.
       dataset: the run's `data.dataset`.
       preset_size: the model preset's input size.
     """
+
+    def read(info: dict) -> tuple[str, Recorded]:
+        kept = info["preprocessing"]
+        stats = None  # Files from before the statistics were recorded: measure them.
+        if "mean" in kept and "std" in kept:
+            stats = (tuple(map(float, kept["mean"])), tuple(map(float, kept["std"])))
+        return info["dataset"], Recorded(int(kept["image_size"]), stats)
+
     try:
-        recorded = run_dir.read_data_info(
-            model_dir, lambda info: (info["dataset"], int(info["preprocessing"]["image_size"]))
-        )
+        recorded = run_dir.read_data_info(model_dir, read)
     except ConfigError as error:
-        logging.warning("Ignoring the recorded image size: %s", error)
-        return None
+        logging.warning("Ignoring the recorded image size and statistics: %s", error)
+        return Recorded()
     if recorded is None:
-        return preset_size if run_dir.has_checkpoints(model_dir) else None
-    return recorded[1] if recorded[0] == dataset else None
+        return Recorded(preset_size if run_dir.has_checkpoints(model_dir) else None)
+    return recorded[1] if recorded[0] == dataset else Recorded()
 
 
 def create_run_pipeline(
@@ -133,7 +141,9 @@ def create_run_pipeline(
 
     data = data_config or config.data
     preset = get_config(config.model_name, **config.model_overrides)
-    recorded = None
-    if model_dir and not data.image_size:
-        recorded = _recorded_image_size(model_dir, data.dataset, preset.default_image_size)
+    recorded = Recorded()
+    if model_dir:
+        recorded = _recorded(model_dir, data.dataset, preset.default_image_size)
+        if data.image_size:
+            recorded = dataclasses.replace(recorded, image_size=None)
     return InputPipeline(data, preset.default_image_size, config.model_name, recorded)
