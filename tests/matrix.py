@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 from resnet_app.data import shapes
-from tests import own_data
+from tests import cifar_files, own_data
 from tests.commands import run_command
 from tests.tfds_mock import closed_port
 
@@ -57,6 +57,7 @@ def make_datasets(root):
     for split, part in (("train", slice(0, 36)), ("test", slice(36, 48))):
         arrays[(split, "images")], arrays[(split, "labels")] = grey[part], ids[part]
     own_data.write_idx(str(root / "idx"), arrays)  # Greyscale, as MNIST's.
+    cifar = cifar_files.write_archive(str(root / "cifar"), "cifar10", "binary", tarball=True)
     np.save(root / "one.npy", images[0])
     own_data.write_pngs(str(root / "photos"), images[:2], prefix="photo")
     return {
@@ -67,6 +68,7 @@ def make_datasets(root):
         "multi-label csv": f"csv:{root / 'tags.csv'}",
         "tfrecord": f"tfrecord:{root / 'shards'}",
         "idx": f"idx:{root / 'idx'}",
+        "cifar": f"cifar:{cifar}",
         "tfds (offline)": "cifar10",
     }
 

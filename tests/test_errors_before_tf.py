@@ -86,8 +86,10 @@ def test_a_prepared_or_manual_dataset_is_left_to_tfds(tmp_path, monkeypatch):
 
     class Data:
         data_dir = str(tmp_path)
+        coarse_labels = False
 
     (tmp_path / "cifar10" / "3.0.2").mkdir(parents=True)
+    (tmp_path / "cifar10" / "3.0.2" / "dataset_info.json").write_text("{}")  # As tfds leaves it.
     tfds_source.check("cifar10", Data)
     tfds_source.check("cifar10:3.0.2", Data)
     tfds_source.check("huggingface:mnist", Data)  # A community name: tfds decides.

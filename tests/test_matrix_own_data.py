@@ -1,4 +1,4 @@
-"""The no-traceback matrix (tests/matrix.py) on own data: a folder, CSV tables, IDX files."""
+"""The no-traceback matrix (tests/matrix.py) on own data: a folder, CSV tables, IDX files, CIFAR."""
 
 import pytest
 
@@ -10,6 +10,7 @@ EXPECTED_REFUSALS = {
     "csv": {"schedule": UNKNOWN_SIZE},
     "multi-label csv": {"schedule": UNKNOWN_SIZE},
     "idx": {"schedule": UNKNOWN_SIZE},
+    "cifar": {"schedule": UNKNOWN_SIZE},
 }
 
 

@@ -288,7 +288,7 @@ class DataConfig:
 
     Attributes:
       dataset: "shapes", "synthetic", "folder:PATH", "csv:FILE",
-        "tfrecord:DIR", "idx:DIR" or a tfds name (`data/sources/`).
+        "tfrecord:DIR", "idx:DIR", "cifar:PATH" or a tfds name (`data/sources/`).
       data_dir: tfds data directory, and where `shapes` and the TFRecord
         indexes are cached (default: tfds's ~/tensorflow_datasets and
         ~/.cache/resnet_app).
@@ -330,6 +330,9 @@ class DataConfig:
         order, when the labels are integer ids (default: the class texts of
         TFRecords; a table's label names, sorted; Fashion-MNIST's names for IDX
         files with "fashion" in their directory's name; else the ids themselves).
+      coarse_labels: CIFAR-100 (`cifar:PATH` of its archive, or `cifar100`
+        read from it): the 20 coarse classes (superclasses) instead of the 100
+        fine ones.
       multi_label: `csv:` sources: several labels per image (default: when a
         label cell holds several names); true or false forces it.
       label_separator: `csv:` sources: what separates a cell's labels; the
@@ -361,6 +364,7 @@ class DataConfig:
     dtype: str | None = "float32"
     num_classes: int = 10
     class_names: tuple[str, ...] | None = None
+    coarse_labels: bool = False
     multi_label: bool | None = None
     label_separator: str = " "
     records: RecordSettings = RecordSettings()
@@ -376,6 +380,11 @@ class DataConfig:
         _check(
             self.class_names is None or len(set(self.class_names)) == len(self.class_names) > 0,
             f"class_names={list(self.class_names or ())} must be distinct names, at least one",
+        )
+        _check(
+            not self.coarse_labels or self.dataset.startswith(("cifar:", "cifar100")),
+            f"data.coarse_labels is for CIFAR-100 (--dataset=cifar:PATH of its archive, or "
+            f"cifar100); --dataset={self.dataset} has no coarse labels: drop it",
         )
         _check(
             self.label_separator != "",

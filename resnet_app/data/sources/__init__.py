@@ -5,6 +5,7 @@
 - `csv:FILE`: a table of image paths and labels, CSV, TSV or JSON lines (`table.py`);
 - `tfrecord:DIR`: ImageNet-style TFRecord shards (`tfrecord.py`);
 - `idx:DIR`: the MNIST family's IDX files (`idx.py`);
+- `cifar:PATH`: the CIFAR-10 and CIFAR-100 archives as distributed (`cifar.py`);
 - any other name: a tfds dataset (`tfds_source.py`);
 - `synthetic`: no source; the pipeline makes random batches.
 
@@ -14,7 +15,15 @@ says what to do. Nothing here imports TensorFlow at module level, so that
 command-line tools can check a `--dataset` before paying for the import.
 """
 
-from resnet_app.data.sources import folder, idx, shapes_source, table, tfds_source, tfrecord
+from resnet_app.data.sources import (
+    cifar,
+    folder,
+    idx,
+    shapes_source,
+    table,
+    tfds_source,
+    tfrecord,
+)
 from resnet_app.data.sources.base import (
     EVAL_SPLITS,
     HOLDOUT_SEED,
@@ -44,6 +53,7 @@ __all__ = [
     "RecordStream",
     "Source",
     "Split",
+    "cifar",
     "eval_batches",
     "file_label",
     "folder",

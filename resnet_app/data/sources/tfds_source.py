@@ -19,6 +19,7 @@ import socket
 import numpy as np
 from absl import logging
 
+import resnet_app.data.sources.cifar as cifar
 from resnet_app.common.errors import ConfigError, first_line
 from resnet_app.data.sources.base import Source, Split
 from resnet_app.data.sources.registry import (
@@ -53,13 +54,19 @@ def tfds_data_dir(data_dir: str | None) -> str:
     return data_dir or os.environ.get("TFDS_DATA_DIR") or default
 
 
-def _offline(name: str, data_dir: str, manual: str | None = None) -> ConfigError:
-    """The offline refusal; `manual` also names where a manual download's files go."""
-    where = (
-        f"; for a manual download (imagenet2012), put its files in {manual}; or"
-        if manual
-        else ", or"
-    )
+def _offline(
+    name: str, data_dir: str, manual: str | None = None, places: list[str] | None = None
+) -> ConfigError:
+    """The offline refusal; `manual` also names where a manual download's files go,
+    `places` where CIFAR's archive would be read from (`cifar.usual_places`)."""
+    if places:
+        classes = cifar.TFDS_NAMES[name]
+        tarballs = f"cifar-{classes}-python.tar.gz or cifar-{classes}-binary.tar.gz"
+        where = f"; or put its archive ({tarballs}) in {' or '.join(places)}; or"
+    elif manual:
+        where = f"; for a manual download (imagenet2012), put its files in {manual}; or"
+    else:
+        where = ", or"
     return ConfigError(
         f"dataset {name!r} is not prepared in {data_dir} and there is no network to "
         f"download it: prepare it on a machine online (tfds build {name} "
@@ -117,6 +124,11 @@ def check(name: str, config) -> None:
     base, colon, version = name.partition(":")
     if colon and not _VERSION.fullmatch(version):
         return
+    if name in cifar.TFDS_NAMES:
+        archive = cifar_archive(name, config)
+        if archive is not None:
+            cifar.check(archive.path, config)
+        return
     dataset = base.split("/")[0]
     data_dir = tfds_data_dir(config.data_dir)
     if os.path.isdir(os.path.join(data_dir, dataset)):
@@ -131,6 +143,46 @@ def check(name: str, config) -> None:
         return  # A config or version, or manual files: tfds checks those.
     if not network_available():
         raise _offline(name, data_dir, manual)
+
+
+def _prepared(name: str, data_dir: str) -> bool:
+    """Whether tfds has prepared `name` (a version's dataset_info.json), read without tfds."""
+    folder = os.path.join(data_dir, name)
+    return os.path.isdir(folder) and any(
+        os.path.isfile(os.path.join(folder, version, "dataset_info.json"))
+        for version in os.listdir(folder)
+    )
+
+
+def cifar_archive(name: str, config) -> cifar.Archive | None:
+    """CIFAR's own archive to read for tfds's `cifar10` or `cifar100`, when tfds cannot give it.
+
+    When tfds has not prepared the dataset and there is no network (or
+    `data.coarse_labels` asks for labels read from the archive), the archive
+    is looked for where a user copies it (`cifar.archive_places`). The same
+    answer serves the check before TensorFlow and the load.
+
+    Returns:
+      The archive, or None: tfds prepares or has the dataset.
+
+    Raises:
+      ConfigError: offline with no archive there, naming where to put one.
+    """
+    data_dir = tfds_data_dir(config.data_dir)
+    if not config.coarse_labels and (_prepared(name, data_dir) or network_available()):
+        return None
+    places = cifar.archive_places(config.data_dir, data_dir)
+    found = cifar.find_archive(cifar.TFDS_NAMES[name], places)
+    usual = cifar.usual_places(config.data_dir, data_dir)
+    if found is None and config.coarse_labels:
+        raise ConfigError(
+            f"data.coarse_labels reads CIFAR-100's archive, and there is none in "
+            f"{' or '.join(usual)}: put cifar-100-python.tar.gz or cifar-100-binary.tar.gz "
+            "there, or pass --dataset=cifar:PATH"
+        )
+    if found is None:
+        raise _offline(name, data_dir, places=usual)
+    return found
 
 
 def _prepare(builder, name: str, data_dir: str) -> None:
@@ -285,6 +337,17 @@ def _image_and_label_keys(info) -> tuple[str | None, str | None]:
 
 @register_source(TFDS_SCHEME, usage="a tfds name (cifar10, imagenet2012, ...)")
 def load(name: str, config) -> Source:
+    archive = cifar_archive(name, config) if name in cifar.TFDS_NAMES else None
+    if archive is not None:
+        logging.info(
+            "%s: reading CIFAR's own archive %s (%s)",
+            name,
+            archive.path,
+            "data.coarse_labels"
+            if config.coarse_labels
+            else f"not prepared in {tfds_data_dir(config.data_dir)}, and no network",
+        )
+        return cifar.load_archive(archive.path, archive, config, name=name)
     return load_tfds(name, config.data_dir)
 
 

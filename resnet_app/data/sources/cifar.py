@@ -1,0 +1,536 @@
+"""`--dataset=cifar:PATH`: the CIFAR-10 and CIFAR-100 archives as their authors distribute them.
+
+PATH is a tarball as downloaded (`cifar-10-binary.tar.gz`,
+`cifar-10-python.tar.gz`, `cifar-100-binary.tar.gz`,
+`cifar-100-python.tar.gz`), its extracted directory (`cifar-10-batches-bin`,
+`cifar-10-batches-py`, `cifar-100-binary`, `cifar-100-python`) or a directory
+that holds one of these. Which of the four it is comes from the files inside.
+A tarball is read in memory, without extracting it.
+
+- binary: records of 1 label byte (CIFAR-100: coarse then fine, 2 bytes) and
+  3072 pixel bytes, the red, green and blue 32x32 planes row by row;
+- python: dicts pickled by Python 2 (`data`, a uint8 [N, 3072] array with
+  the same layout, and `labels`, or `fine_labels` and `coarse_labels`). They
+  are read by an unpickler that admits only the globals a NumPy array needs,
+  so a file that asks for anything else (`os.system`) is refused, never run.
+
+Images come out uint8 [N, 32, 32, 3], in splits "train" (50,000) and "test"
+(10,000); class names from the archive's meta files. CIFAR-100 has its 100
+fine labels, or with `data.coarse_labels` its 20 superclasses.
+
+`find_archive` also serves tfds's `cifar10` and `cifar100` when tfds cannot
+(`tfds_source.py`): it looks in the places a user copies an archive to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tarfile
+import zlib
+
+import numpy as np
+
+import resnet_app.data.sources.array_pickle as array_pickle
+from resnet_app.common.errors import ConfigError, first_line
+from resnet_app.data.sources.base import Source, Split
+from resnet_app.data.sources.registry import register_check, register_source
+
+PREFIX = "cifar:"
+PIXELS = 3 * 32 * 32
+COARSE_CLASSES = 20
+# The tfds names this source stands in for, and their number of classes.
+TFDS_NAMES = {"cifar10": 10, "cifar100": 100}
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """One of the four archives.
+
+    Attributes:
+      title: its name in messages.
+      classes: 10 or 100 (fine) classes.
+      directory: the directory its tarball extracts to.
+      tarball: the tarball's name as downloaded.
+      train: the training files, in order.
+      test: the test file.
+      meta: the class-name files (CIFAR-100 binary: fine, then coarse).
+      label_bytes: binary: label bytes before each record's pixels (0: pickles).
+    """
+
+    title: str
+    classes: int
+    directory: str
+    tarball: str
+    train: tuple[str, ...]
+    test: str
+    meta: tuple[str, ...]
+    label_bytes: int
+
+    @property
+    def binary(self) -> bool:
+        return self.label_bytes > 0
+
+    @property
+    def record_bytes(self) -> int:
+        return self.label_bytes + PIXELS
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return (*self.train, self.test, *self.meta)
+
+
+_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
+LAYOUTS = (
+    Layout(
+        "CIFAR-10 binary",
+        10,
+        "cifar-10-batches-bin",
+        "cifar-10-binary.tar.gz",
+        tuple(f"{name}.bin" for name in _BATCHES),
+        "test_batch.bin",
+        ("batches.meta.txt",),
+        1,
+    ),
+    Layout(
+        "CIFAR-10 python",
+        10,
+        "cifar-10-batches-py",
+        "cifar-10-python.tar.gz",
+        _BATCHES,
+        "test_batch",
+        ("batches.meta",),
+        0,
+    ),
+    Layout(
+        "CIFAR-100 binary",
+        100,
+        "cifar-100-binary",
+        "cifar-100-binary.tar.gz",
+        ("train.bin",),
+        "test.bin",
+        ("fine_label_names.txt", "coarse_label_names.txt"),
+        2,
+    ),
+    Layout(
+        "CIFAR-100 python",
+        100,
+        "cifar-100-python",
+        "cifar-100-python.tar.gz",
+        ("train",),
+        "test",
+        ("meta",),
+        0,
+    ),
+)
+EXPECTED = (
+    f"expected a CIFAR tarball ({', '.join(layout.tarball for layout in LAYOUTS)}), "
+    f"its extracted directory ({', '.join(layout.directory for layout in LAYOUTS)}) "
+    "or a directory holding one"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Archive:
+    """A located archive: its layout, and a tarball or a directory of its files."""
+
+    layout: Layout
+    path: str
+    tarball: bool
+
+
+def _refuse(argument: str, text: str) -> ConfigError:
+    return ConfigError(f"--dataset={PREFIX}{argument}: {text}")
+
+
+def _unreadable(argument: str, path: str, error: BaseException) -> ConfigError:
+    return _refuse(
+        argument, f"{path} is not a readable tar archive ({first_line(error)}); download it again"
+    )
+
+
+_TAR_ERRORS = (tarfile.TarError, OSError, EOFError, zlib.error)
+
+
+def _layout_of_member(name: str) -> Layout | None:
+    """The layout a tarball member's name shows: its directory's, or a file only it has."""
+    parts = [part for part in name.split("/") if part not in ("", ".")]
+    for layout in LAYOUTS:
+        if layout.directory in parts[:-1] or (parts and parts[-1] == layout.directory):
+            return layout
+    for layout in LAYOUTS:
+        if parts and parts[-1] in (layout.train[0], *layout.meta) and parts[-1] != "train":
+            return layout
+    return None
+
+
+def _tarball_layout(argument: str, path: str) -> Layout:
+    """The layout of a tarball, from its first members (the real ones start with the directory)."""
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            for member in tar:
+                layout = _layout_of_member(member.name)
+                if layout is not None:
+                    return layout
+    except _TAR_ERRORS as error:
+        raise _unreadable(argument, path, error) from None
+    raise _refuse(argument, f"{path} holds no CIFAR files; {EXPECTED}")
+
+
+def _directory_layout(directory: str) -> Layout | None:
+    """The layout of an extracted directory: its first training and its test file are there."""
+    for layout in LAYOUTS:
+        if all(
+            os.path.isfile(os.path.join(directory, name)) for name in (layout.train[0], layout.test)
+        ):
+            return layout
+    return None
+
+
+def _candidates(directory: str) -> list[Archive]:
+    """The archives a directory holds by their distributed names: extracted first, binary first."""
+    found = []
+    for layout in sorted(LAYOUTS, key=lambda layout: not layout.binary):
+        inner = os.path.join(directory, layout.directory)
+        if os.path.isdir(inner) and _directory_layout(inner) is layout:
+            found.append(Archive(layout, inner, tarball=False))
+    for layout in sorted(LAYOUTS, key=lambda layout: not layout.binary):
+        tarball = os.path.join(directory, layout.tarball)
+        if os.path.isfile(tarball):
+            found.append(Archive(layout, tarball, tarball=True))
+    return found
+
+
+def locate(argument: str, classes: int | None = None) -> Archive:
+    """The archive `cifar:PATH` names: a tarball, an extracted directory, or a directory of one.
+
+    Args:
+      argument: PATH.
+      classes: 10 or 100 to take only that archive from a directory holding both.
+
+    Raises:
+      ConfigError: one line, when PATH is missing or holds no CIFAR archive,
+        or holds both CIFAR-10 and CIFAR-100.
+    """
+    path = argument
+    if os.path.isfile(path):
+        return Archive(_tarball_layout(argument, path), path, tarball=True)
+    if not os.path.isdir(path):
+        raise _refuse(argument, f"{path} does not exist; {EXPECTED}")
+    layout = _directory_layout(path)
+    if layout is not None:
+        return Archive(layout, path, tarball=False)
+    found = [a for a in _candidates(path) if classes in (None, a.layout.classes)]
+    if not found:
+        raise _refuse(argument, f"{path} holds no CIFAR archive; {EXPECTED}")
+    if len({archive.layout.classes for archive in found}) > 1:
+        raise _refuse(
+            argument,
+            f"{path} holds both CIFAR-10 and CIFAR-100; name one, e.g. "
+            f"--dataset={PREFIX}{found[0].path}",
+        )
+    if found[0].tarball:
+        found[0] = Archive(_tarball_layout(argument, found[0].path), found[0].path, True)
+    return found[0]
+
+
+def _check_coarse(argument: str, layout: Layout, config) -> None:
+    if config is not None and config.coarse_labels and layout.classes != 100:
+        raise _refuse(
+            argument,
+            f"data.coarse_labels needs CIFAR-100, and this is {layout.title}; drop it",
+        )
+
+
+@register_check("cifar")
+def check(argument: str, config=None) -> Archive:
+    """The archive, its files checked as far as it takes no reading of them, without TensorFlow.
+
+    An extracted directory's files are checked to be there and, binary ones,
+    to be whole records; a tarball's first member is read for its layout (the
+    rest is checked as it is loaded).
+
+    Raises:
+      ConfigError: one line: a missing path, no CIFAR archive there (with the
+        names expected), a missing file, a binary file cut short, or
+        `data.coarse_labels` on CIFAR-10.
+    """
+    archive = locate(argument)
+    layout = archive.layout
+    _check_coarse(argument, layout, config)
+    if archive.tarball:
+        return archive
+    for name in layout.files:
+        path = os.path.join(archive.path, name)
+        if not os.path.isfile(path):
+            raise _refuse(
+                argument,
+                f"{archive.path} has no {name}: {layout.title} holds "
+                f"{', '.join(layout.files)}; download it again",
+            )
+        if layout.binary and name not in layout.meta:
+            _check_size(argument, path, os.path.getsize(path), layout)
+    return archive
+
+
+def _check_size(argument: str, path: str, size: int, layout: Layout) -> None:
+    if size == 0 or size % layout.record_bytes:
+        raise _refuse(
+            argument,
+            f"{path} is cut short: {size} bytes is not a whole number of "
+            f"{layout.record_bytes}-byte records; download it again",
+        )
+
+
+def _read_files(argument: str, archive: Archive) -> dict[str, bytes]:
+    """{file name: bytes} of every file of the layout, from the directory or the tarball."""
+    names = archive.layout.files
+    if not archive.tarball:
+        contents = {}
+        for name in names:
+            with open(os.path.join(archive.path, name), "rb") as file:
+                contents[name] = file.read()
+        return contents
+    contents = {}
+    try:
+        with tarfile.open(archive.path, "r:*") as tar:
+            for member in tar:
+                name = os.path.basename(member.name)
+                if member.isfile() and name in names and name not in contents:
+                    contents[name] = tar.extractfile(member).read()
+    except _TAR_ERRORS as error:
+        raise _unreadable(argument, archive.path, error) from None
+    missing = [name for name in names if name not in contents]
+    if missing:
+        raise _refuse(
+            argument,
+            f"{archive.path} has no {missing[0]}: {archive.layout.title} holds "
+            f"{', '.join(names)}; download it again",
+        )
+    return contents
+
+
+# -- pickles ------------------------------------------------------------------------
+
+
+def read_pickle(argument: str, name: str, data: bytes) -> dict:
+    """The dict a CIFAR pickle holds, keys as str, loaded without running code.
+
+    Raises:
+      ConfigError: one line naming the file, when it asks for another global
+        than an array's, or is not a readable pickle of a dict.
+    """
+    try:
+        loaded = array_pickle.load_arrays(data)
+    except array_pickle.RefusedGlobalError as refused:
+        raise _refuse(
+            argument,
+            f"{name} is not a CIFAR archive's pickle: it asks for {refused}, and CIFAR "
+            "files are read without running code; download the archive again",
+        ) from None
+    except Exception as error:  # A damaged pickle raises anything from its opcodes.
+        raise _refuse(
+            argument, f"{name} is not a readable pickle ({first_line(error)}); download it again"
+        ) from None
+    if not isinstance(loaded, dict):
+        raise _refuse(argument, f"{name} holds a {type(loaded).__name__}, not a CIFAR dict")
+    return {(k.decode("latin1") if isinstance(k, bytes) else k): v for k, v in loaded.items()}
+
+
+def _labels(argument: str, name: str, values, count: int, classes: int) -> np.ndarray:
+    """Checked int64 labels: a list of ints (or an integer array), `count` of them, in range."""
+    if isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype.kind in "iu":
+        labels = values.astype(np.int64)
+    elif isinstance(values, list) and all(type(value) is int for value in values):
+        labels = np.array(values, np.int64).reshape(-1)
+    else:
+        raise _refuse(argument, f"{name}'s labels are not a list of integers")
+    if len(labels) != count:
+        raise _refuse(argument, f"{name} holds {count} images but {len(labels)} labels")
+    _check_range(argument, name, labels, classes)
+    return labels
+
+
+def _check_range(argument: str, name: str, labels: np.ndarray, classes: int) -> None:
+    if len(labels) and (labels.min() < 0 or labels.max() >= classes):
+        bad = labels.max() if labels.max() >= classes else labels.min()
+        raise _refuse(
+            argument,
+            f"{name} has label {bad}, outside the {classes} classes 0 to {classes - 1}; "
+            "download it again",
+        )
+
+
+def _pickled_batch(argument: str, name: str, data: bytes, label_key: str, classes: int):
+    batch = read_pickle(argument, name, data)
+    pixels = batch.get("data")
+    if (
+        not isinstance(pixels, np.ndarray)
+        or pixels.dtype != np.uint8
+        or pixels.ndim != 2
+        or pixels.shape[1] != PIXELS
+    ):
+        what = (
+            f"a {pixels.dtype} array of shape {pixels.shape}"
+            if isinstance(pixels, np.ndarray)
+            else type(pixels).__name__
+        )
+        raise _refuse(argument, f"{name}'s data is {what}, not uint8 images of {PIXELS} bytes")
+    if label_key not in batch:
+        raise _refuse(argument, f"{name} has no {label_key}; keys: {', '.join(map(str, batch))}")
+    return pixels, _labels(argument, name, batch[label_key], len(pixels), classes)
+
+
+def _binary_batch(argument: str, name: str, data: bytes, layout: Layout, coarse: bool):
+    _check_size(argument, name, len(data), layout)
+    records = np.frombuffer(data, np.uint8).reshape(-1, layout.record_bytes)
+    # CIFAR-100's records start with the coarse label, then the fine one.
+    column, classes = (0, COARSE_CLASSES) if coarse else (layout.label_bytes - 1, layout.classes)
+    labels = records[:, column].astype(np.int64)
+    _check_range(argument, name, labels, classes)
+    return records[:, layout.label_bytes :], labels
+
+
+def _names(argument: str, name: str, values, count: int) -> list[str]:
+    if isinstance(values, (bytes, str)):
+        values = values.decode("utf-8", "replace") if isinstance(values, bytes) else values
+        values = [line.strip() for line in values.splitlines() if line.strip()]
+    if not isinstance(values, list) or not all(isinstance(v, (bytes, str)) for v in values):
+        raise _refuse(argument, f"{name}'s class names are not a list of names")
+    names = [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in values]
+    if len(names) != count:
+        raise _refuse(argument, f"{name} names {len(names)} classes, not {count}")
+    return names
+
+
+def _class_names(argument: str, layout: Layout, contents: dict, coarse: bool) -> list[str]:
+    count = COARSE_CLASSES if coarse else layout.classes
+    if layout.binary:
+        name = layout.meta[1 if coarse else 0]
+        return _names(argument, name, contents[name], count)
+    meta = read_pickle(argument, layout.meta[0], contents[layout.meta[0]])
+    if layout.classes == 10:
+        key = "label_names"
+    else:
+        key = "coarse_label_names" if coarse else "fine_label_names"
+    if key not in meta:
+        raise _refuse(argument, f"{layout.meta[0]} has no {key}")
+    return _names(argument, layout.meta[0], meta[key], count)
+
+
+def _images(pixels: np.ndarray) -> np.ndarray:
+    """[N, 3072] channel planes to uint8 [N, 32, 32, 3]."""
+    return np.ascontiguousarray(pixels.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+
+
+def _split(argument: str, layout: Layout, name: str, files, contents, coarse: bool) -> Split:
+    key = "coarse_labels" if coarse else "fine_labels" if layout.classes == 100 else "labels"
+    classes = COARSE_CLASSES if coarse else layout.classes
+    parts = []
+    for file in files:
+        if layout.binary:
+            parts.append(_binary_batch(argument, file, contents[file], layout, coarse))
+        else:
+            parts.append(_pickled_batch(argument, file, contents[file], key, classes))
+    pixels = np.concatenate([p for p, _ in parts])
+    labels = np.concatenate([y for _, y in parts])
+    return Split(name, len(labels), labels=labels, images=_images(pixels))
+
+
+def load_archive(argument: str, archive: Archive, config=None, name: str | None = None) -> Source:
+    """The source of a located archive: "train" and "test", uint8 [N, 32, 32, 3], int64 labels.
+
+    Args:
+      argument: the `cifar:` argument, for messages.
+      archive: from `check` or `find_archive`.
+      config: the `DataConfig` (`coarse_labels`, `class_names`).
+      name: the source's name (default: `cifar:PATH`).
+    """
+    layout = archive.layout
+    _check_coarse(argument, layout, config)
+    coarse = bool(config is not None and config.coarse_labels)
+    contents = _read_files(argument, archive)
+    classes = _class_names(argument, layout, contents, coarse)
+    if config is not None and config.class_names:
+        if len(config.class_names) != len(classes):
+            raise _refuse(
+                argument,
+                f"data.class_names lists {len(config.class_names)} names, and "
+                f"{layout.title} has {len(classes)} classes"
+                + ("" if coarse or layout.classes == 10 else " (data.coarse_labels: 20)"),
+            )
+        classes = list(config.class_names)
+    splits = {
+        "train": _split(argument, layout, "train", layout.train, contents, coarse),
+        "test": _split(argument, layout, "test", (layout.test,), contents, coarse),
+    }
+    return Source(name or PREFIX + argument, classes, 32, splits)
+
+
+@register_source("cifar", usage="cifar:PATH")
+def load(argument: str, config=None) -> Source:
+    """The CIFAR-10 or CIFAR-100 archive at `argument` (a tarball or a directory) in memory.
+
+    Args:
+      argument: the tarball, its extracted directory, or a directory holding one.
+      config: the `DataConfig` (`coarse_labels`, `class_names`).
+
+    Returns:
+      The source: splits "train" and "test", uint8 [N, 32, 32, 3] images,
+      int64 labels.
+    """
+    return load_archive(argument, check(argument, config), config)
+
+
+def _keras_datasets() -> str:
+    """Keras's download cache, as `keras.utils.get_file` finds it ($KERAS_HOME, else ~/.keras)."""
+    home = os.environ.get("KERAS_HOME") or os.path.join("~", ".keras")
+    return os.path.join(os.path.expanduser(home), "datasets")
+
+
+def usual_places(data_dir: str | None, tfds_dir: str) -> list[str]:
+    """Where a user copies a CIFAR archive for tfds's name: --data_dir, tfds's manual
+    directory (`tfds_dir`/downloads/manual) and Keras's cache, ~/.keras/datasets."""
+    places = [data_dir] if data_dir else []
+    return [*places, os.path.join(tfds_dir, "downloads", "manual"), _keras_datasets()]
+
+
+def archive_places(data_dir: str | None, tfds_dir: str) -> list[str]:
+    """`usual_places`, then where Keras 3's `keras.datasets.cifar10` leaves the archive:
+    `cifar-10-batches-py-target/` (extracted) beside its tarball
+    `cifar-10-batches-py-target_archive` (Keras 2: `cifar-10-batches-py/` and
+    `cifar-10-batches-py.tar.gz`, which `usual_places` covers)."""
+    keras = _keras_datasets()
+    places = usual_places(data_dir, tfds_dir)
+    for layout in LAYOUTS:
+        if not layout.binary:  # What Keras downloads: the python archives.
+            places.append(os.path.join(keras, f"{layout.directory}-target"))
+            places.append(os.path.join(keras, f"{layout.directory}-target_archive"))
+    return places
+
+
+def find_archive(classes: int, places: list[str]) -> Archive | None:
+    """The first CIFAR-`classes` archive in `places` (directories, or tarballs), without TensorFlow.
+
+    A damaged tarball found there is one line (ConfigError) rather than skipped.
+    """
+    for place in places:
+        if os.path.isfile(place):
+            layout = _tarball_layout(place, place)
+            if layout.classes == classes:
+                return Archive(layout, place, tarball=True)
+        elif os.path.isdir(place):
+            layout = _directory_layout(place)
+            if layout is not None:
+                if layout.classes == classes:
+                    return Archive(layout, place, tarball=False)
+                continue
+            for archive in _candidates(place):
+                if archive.layout.classes == classes:
+                    if archive.tarball:
+                        layout = _tarball_layout(archive.path, archive.path)
+                        if layout.classes != classes:
+                            continue
+                        archive = Archive(layout, archive.path, tarball=True)
+                    return archive
+    return None
