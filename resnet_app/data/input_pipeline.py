@@ -151,10 +151,13 @@ class InputPipeline:
         self.multi_label = bool(source is not None and source.multi_label)
 
         recorded = recorded or Recorded()
-        self.facts = None
-        if self.train_split is not None and recorded.stats is None:
-            self.facts = image_facts.measure(self.train_split, preprocessing.decode_image)
         dataset_size = source.image_size if source is not None else None
+        # Measured only for what neither the config, the source nor the run directory says.
+        needs_stats = (config.mean is None or config.std is None) and recorded.stats is None
+        needs_size = not (dataset_size or config.image_size or recorded.image_size)
+        self.facts = None
+        if self.train_split is not None and (needs_stats or needs_size):
+            self.facts = image_facts.measure(self.train_split, preprocessing.decode_image)
         self.image_size = choose_image_size(
             config,
             dataset_size or (self.facts.size if self.facts else None),

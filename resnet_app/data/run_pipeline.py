@@ -142,8 +142,6 @@ def create_run_pipeline(
     data = data_config or config.data
     preset = get_config(config.model_name, **config.model_overrides)
     recorded = Recorded()
-    if model_dir:
+    if model_dir:  # data.image_size, when set, wins over a recorded size.
         recorded = _recorded(model_dir, data.dataset, preset.default_image_size)
-        if data.image_size:
-            recorded = dataclasses.replace(recorded, image_size=None)
     return InputPipeline(data, preset.default_image_size, config.model_name, recorded)

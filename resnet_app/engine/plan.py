@@ -89,10 +89,10 @@ def plan_run(config: Config, examples_per_epoch: int, image_size: int | None = N
 
 
 def boundary_steps(spec, steps_per_epoch: int, total_steps: int) -> list[int]:
-    """The steps a piecewise schedule's boundaries fall at (as `schedules.piecewise`)."""
+    """The steps a piecewise schedule's boundaries fall at in a run of `total_steps`."""
     of = spec.total_steps or total_steps
-    scale = {"steps": 1, "epochs": steps_per_epoch, "fraction": of}[spec.unit]
-    return [round(boundary * scale) for boundary in spec.boundaries]
+    steps = schedules.boundary_steps(spec.boundaries, spec.unit, steps_per_epoch, of)
+    return [round(step) for step in steps]
 
 
 def describe_schedule(config: Config, plan: RunPlan) -> str:
@@ -118,9 +118,7 @@ def describe_schedule(config: Config, plan: RunPlan) -> str:
             for step in boundary_steps(spec, plan.steps_per_epoch, total)
             if start < step < total
         ]
-        text = ", then ".join([rate(start), *changes[:1]]) + "".join(
-            f", {change}" for change in changes[1:]
-        )
+        text = rate(start) + (", then " + ", ".join(changes) if changes else "")
     else:
         text = f"{spec.kind} from {rate(start)} to {rate(total - 1)}"
     return text + (f" after a warmup of {warmup:,} steps" if warmup else "")

@@ -65,14 +65,26 @@ def schedule_change(
     """
     before_plan = plan_run(saved, examples_per_epoch)
     after_plan = plan or plan_run(new, examples_per_epoch)
-    for s in range(0, step + 1, max(1, step // SCHEDULE_SAMPLES)):
-        before = before_plan.schedule(s, before_plan.steps_per_epoch)
-        after = after_plan.schedule(s, after_plan.steps_per_epoch)
-        if not math.isclose(before, after, rel_tol=1e-9, abs_tol=1e-15):
-            return (
-                f"the learning rate at step {s} {before:.6g} -> {after:.6g} (the schedule "
-                "depends on the run's length)"
-            )
+    steps = range(0, step + 1, max(1, step // SCHEDULE_SAMPLES))
+    moved = _first_difference(before_plan, after_plan, steps)
+    if moved is None:
+        return None
+    s, before, after = moved
+    return (
+        f"the learning rate at step {s} {before:.6g} -> {after:.6g} (the schedule "
+        "depends on the run's length)"
+    )
+
+
+def _first_difference(
+    before: RunPlan, after: RunPlan, steps: range
+) -> tuple[int, float, float] | None:
+    """(step, rate before, rate after) at the first of `steps` whose rate differs, or None."""
+    for s in steps:
+        rate_before = before.schedule(s, before.steps_per_epoch)
+        rate_after = after.schedule(s, after.steps_per_epoch)
+        if not math.isclose(rate_before, rate_after, rel_tol=1e-9, abs_tol=1e-15):
+            return s, rate_before, rate_after
     return None
 
 
@@ -120,11 +132,7 @@ def same_rates(saved: Config, new: Config, examples_per_epoch: int) -> bool:
         after = plan_run(dataclasses.replace(saved, schedule=new.schedule), examples_per_epoch)
     except ConfigError:
         return False
-    spe = before.steps_per_epoch
-    return all(
-        math.isclose(before.schedule(s, spe), after.schedule(s, spe), rel_tol=1e-9, abs_tol=1e-15)
-        for s in range(before.total_steps + 1)
-    )
+    return _first_difference(before, after, range(before.total_steps + 1)) is None
 
 
 def replicas_change(new: Config, saved_replicas: int, replicas: int) -> str | None:

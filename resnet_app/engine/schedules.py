@@ -124,9 +124,9 @@ def piecewise(
 
     # bisect_right counts the boundaries b <= step: the index of the interval.
     if unit == "fraction":
-        total = check_positive_int("the run's total_steps", total_steps)
-        bounds = [round(boundary * total) for boundary in bounds]
-    if unit in ("steps", "fraction"):
+        check_positive_int("the run's total_steps", total_steps)
+    if unit != "epochs":  # Steps known now; epochs' depend on the call's steps_per_epoch.
+        bounds = boundary_steps(bounds, unit, 1, total_steps)
 
         def piecewise_schedule(step: int, steps_per_epoch: int) -> float:
             return rates[bisect.bisect_right(bounds, step)]
@@ -134,10 +134,21 @@ def piecewise(
     else:
 
         def piecewise_schedule(step: int, steps_per_epoch: int) -> float:
-            steps = [round(boundary * steps_per_epoch) for boundary in bounds]
+            steps = boundary_steps(bounds, unit, steps_per_epoch, total_steps)
             return rates[bisect.bisect_right(steps, step)]
 
     return piecewise_schedule
+
+
+def boundary_steps(
+    boundaries: Sequence[float], unit: str, steps_per_epoch: int, total_steps: int | None
+) -> list[float]:
+    """The steps piecewise boundaries in `unit` fall at: `round(b * steps_per_epoch)` for
+    epochs, `round(b * total_steps)` for fractions, the boundaries themselves for steps."""
+    if unit == "steps":
+        return list(boundaries)
+    scale = steps_per_epoch if unit == "epochs" else total_steps
+    return [round(boundary * scale) for boundary in boundaries]
 
 
 def warmup(
