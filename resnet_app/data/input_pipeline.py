@@ -99,6 +99,23 @@ def _stats(config: DataConfig, facts, recorded: Recorded) -> tuple[tuple, tuple,
     return tuple(mean), tuple(std), origin
 
 
+def _image_size(config, dataset_size, facts, recorded: Recorded, preset_size, model_name):
+    """`choose_image_size` with what was measured or recorded, and why, in its reason."""
+    chosen = choose_image_size(
+        config,
+        dataset_size or (facts.size if facts else None),
+        preset_size,
+        model_name,
+        recorded.image_size,
+    )
+    if not dataset_size and recorded.stats and recorded.image_size and not config.image_size:
+        return ImageSize(recorded.image_size, "as this run was trained (data_info.json)")
+    if not dataset_size and facts and chosen.reason == "the dataset's size":
+        reason = f"the dataset's size, in all {facts.measured:,} images measured"
+        return ImageSize(chosen.size, reason)
+    return chosen
+
+
 class InputPipeline:
     """A loaded dataset and the preprocessing to apply; builds tf.data pipelines.
 
@@ -158,22 +175,9 @@ class InputPipeline:
         self.facts = None
         if self.train_split is not None and (needs_stats or needs_size):
             self.facts = image_facts.measure(self.train_split, preprocessing.decode_image)
-        self.image_size = choose_image_size(
-            config,
-            dataset_size or (self.facts.size if self.facts else None),
-            default_image_size,
-            model_name,
-            recorded.image_size,
+        self.image_size = _image_size(
+            config, dataset_size, self.facts, recorded, default_image_size, model_name
         )
-        if not dataset_size and recorded.stats and recorded.image_size and not config.image_size:
-            self.image_size = ImageSize(
-                recorded.image_size, "as this run was trained (data_info.json)"
-            )
-        elif not dataset_size and self.facts and self.image_size.reason == "the dataset's size":
-            self.image_size = ImageSize(
-                self.image_size.size,
-                f"the dataset's size, in all {self.facts.measured:,} images measured",
-            )
         size = self.image_size.size
         family = choose_recipe(config.preprocessing, size)
         mean, std, self.stats_origin = _stats(config, self.facts, recorded)
