@@ -524,7 +524,7 @@ def test_tfds_dataset_that_is_not_image_classification(tmp_path):
         ("area_range", (0.5, 0.1), "area_range"),
         ("area_range", (0.1, 1.5), "at most 1"),
         ("std", (1.0, 0.0, 1.0), "positive"),
-        ("mean", (1.0, 2.0), "3 values"),
+        ("mean", (1.0, 2.0), "mean has 2 values; give one per channel: 1 or 3"),
         ("validation_split", -1, "validation_split=-1"),
         ("image_size", 4, "image_size=4"),
         ("area_range", (0.1,), "area_range needs 2 values"),

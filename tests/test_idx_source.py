@@ -53,9 +53,8 @@ def test_images_and_labels_are_the_files_bytes(tmp_path, gzipped):
         assert part.num_examples == count
         assert part.labels.dtype == np.int64
         np.testing.assert_array_equal(part.labels, arrays[(split, "labels")])
-        assert part.images.shape == (count, 28, 28, 3) and part.images.dtype == np.uint8
-        for channel in range(3):  # Greyscale, repeated to RGB.
-            np.testing.assert_array_equal(part.images[..., channel], arrays[(split, "images")])
+        assert part.images.shape == (count, 28, 28, 1) and part.images.dtype == np.uint8
+        np.testing.assert_array_equal(part.images[..., 0], arrays[(split, "images")])
 
 
 def test_class_names_fashion_setting_and_number(tmp_path):
@@ -183,3 +182,9 @@ def test_a_missing_file_is_one_line_from_the_command_line(tmp_path):
         run_command("resnet_app.train", f"--dataset=idx:{tmp_path / 'mnist'}", "--model=tiny")
     )
     assert "no train-images-idx3-ubyte (or .gz) in" in line
+
+
+def test_a_missing_debian_directory_names_the_package():
+    message = refusal("/usr/share/datasets/no-such-set")
+    assert "is not a directory" in message
+    assert "apt-get install dataset-fashion-mnist for Fashion-MNIST" in message

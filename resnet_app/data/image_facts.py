@@ -1,4 +1,4 @@
-"""What a training split's images are: their size and per-channel statistics, measured.
+"""What a training split's images are: their size, kind and channel statistics, measured.
 
 Data held as pixels (cifar10, idx, shapes) is measured whole. Data held as
 encoded images (folders, CSV tables, TFRecords) is measured on a fixed
@@ -8,7 +8,10 @@ run's), decoded as the pipeline decodes them. That takes about a second for
 small images and a few for ImageNet's, however many files the split holds.
 A split whose sampled images all have one square size has that size: the
 pipeline still resizes any other image it meets, so a sample's claim cannot
-break a run.
+break a run. Likewise a split whose sampled images are all greyscale is
+greyscale (`data/channels.py`): a colour image met later is converted.
+The statistics are those of the images as the run's channels give them
+(grey repeated to RGB, or RGB as its luma).
 
 `Facts.describe` says what was measured and on how many images, for the
 start line; `run_pipeline` records the result in data_info.json, and a
@@ -22,6 +25,7 @@ import dataclasses
 import numpy as np
 
 from resnet_app.common.errors import ConfigError
+from resnet_app.data import channels as image_channels
 
 SAMPLE_IMAGES = 1000
 SAMPLE_SEED = 0
@@ -36,7 +40,9 @@ class Facts:
     Attributes:
       size: the images' one square size, or None when they differ (or are
         not square).
-      mean: per-channel mean of the pixel values (0-255).
+      channels: the images' own kind: 1 when all are greyscale, else 3.
+      mean: per-channel mean of the pixel values (0-255), at the channels
+        asked for (default: `channels`).
       std: per-channel standard deviation over all pixels.
       measured: how many images were measured.
       total: how many the split holds.
@@ -44,6 +50,7 @@ class Facts:
     """
 
     size: int | None
+    channels: int
     mean: tuple[float, ...]
     std: tuple[float, ...]
     measured: int
@@ -57,27 +64,40 @@ class Facts:
         return f"measured on {self.measured:,} of {self.total:,} training images (a fixed sample)"
 
 
-def channel_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(mean, std) per channel of uint8 [N, H, W, C] pixels, in float64."""
+def channel_stats(
+    images: np.ndarray, channels: int | None = None
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(mean, std) per channel of uint8 [N, H, W, C] pixels, in float64.
+
+    With `channels` (1 or 3), of the pixels converted to that many
+    (`data/channels.py`), a chunk at a time: no converted copy of the whole.
+    """
     pixels = images.reshape(-1, images.shape[-1])
-    count, channels = pixels.shape
+    channels = channels or pixels.shape[1]
+
+    def chunks():
+        for start in range(0, len(pixels), _CHUNK):
+            yield image_channels.convert_array(pixels[start : start + _CHUNK], channels)
+
     total = np.zeros(channels)
-    for start in range(0, count, _CHUNK):
-        total += pixels[start : start + _CHUNK].sum(axis=0, dtype=np.float64)
-    mean = total / count
+    for chunk in chunks():
+        total += chunk.sum(axis=0, dtype=np.float64)
+    mean = total / len(pixels)
     squares = np.zeros(channels)
-    for start in range(0, count, _CHUNK):
-        centred = pixels[start : start + _CHUNK].astype(np.float64) - mean
+    for chunk in chunks():
+        centred = chunk.astype(np.float64) - mean
         squares += (centred * centred).sum(axis=0)
-    return tuple(mean.tolist()), tuple(np.sqrt(squares / count).tolist())
+    return tuple(mean.tolist()), tuple(np.sqrt(squares / len(pixels)).tolist())
 
 
-def measure(split, decode) -> Facts:
+def measure(split, decode, channels: int | None = None) -> Facts:
     """The facts of a training split: whole when in memory, else on a fixed sample.
 
     Args:
       split: a `sources.Split`.
-      decode: encoded bytes -> uint8 [H, W, C] tensor (the pipeline's decoder).
+      decode: (encoded bytes, channels) -> uint8 [H, W, C] tensor (the
+        pipeline's decoder); channels None keeps the file's own.
+      channels: the statistics' channels, 1 or 3 (None: the images' own).
 
     Returns:
       The `Facts`.
@@ -85,19 +105,23 @@ def measure(split, decode) -> Facts:
     if not split.encoded:
         images = split.images
         height, width = images.shape[1:3]
-        mean, std = channel_stats(images)
+        kind = image_channels.native(images.shape[-1])
+        mean, std = channel_stats(images, channels or kind)
         size = height if height == width else None
-        return Facts(size, mean, std, len(images), len(images), (min(height, width),) * 2)
-    images = list(_sampled_images(split, decode))
+        return Facts(size, kind, mean, std, len(images), len(images), (min(height, width),) * 2)
+    images = list(_sampled_images(split, lambda encoded: decode(encoded, None)))
     if not images:
         raise ConfigError(
             f"none of the sampled training images of split {split.name!r} decodes; check "
             "the files (JPEG, PNG, BMP or GIF)"
         )
-    return _summarize(images, split.num_examples)
+    kinds = {image_channels.native(image.shape[-1]) for image in images}
+    kind = image_channels.RGB if image_channels.RGB in kinds else image_channels.GREY
+    converted = [image_channels.convert_array(image, channels or kind) for image in images]
+    return _summarize(converted, kind, split.num_examples)
 
 
-def _summarize(images: list[np.ndarray], total: int) -> Facts:
+def _summarize(images: list[np.ndarray], kind: int, total: int) -> Facts:
     """The facts of decoded images of any sizes: statistics over all their pixels."""
     channels = images[0].shape[-1]
     sums, squares, count = np.zeros(channels), np.zeros(channels), 0
@@ -114,6 +138,7 @@ def _summarize(images: list[np.ndarray], total: int) -> Facts:
     size = height if not others and height == width else None
     return Facts(
         size,
+        kind,
         tuple(mean.tolist()),
         tuple(std.tolist()),
         len(images),

@@ -4,7 +4,8 @@
 `InputPipeline`, whose `train_dataset` and `eval_dataset` build tf.data
 pipelines. A run's pipeline (training, evaluate and export) comes from
 `run_pipeline.create_run_pipeline`. Every batch is a dict:
-- "image": [batch, size, size, 3] in the configured dtype, normalized;
+- "image": [batch, size, size, channels] in the configured dtype, normalized
+  (channels: 1 for greyscale data, else 3; `data/channels.py`);
 - "label": int32 [batch];
 - "id": int64 [batch], the example's index in its split (-1 for padding);
 - "mask": float32 [batch], 1 for a real example and 0 for padding.
@@ -43,8 +44,9 @@ from absl import logging
 from resnet_app.common import compat
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import (
+    channels,
     class_balance,
-    image_facts,
+    image_choices,
     mixing,
     options,
     preprocessing,
@@ -52,7 +54,8 @@ from resnet_app.data import (
     seeds,
     sources,
 )
-from resnet_app.data.image_size import ImageSize, choose_image_size, choose_recipe, describe_choice
+from resnet_app.data.image_choices import Recorded
+from resnet_app.data.image_size import choose_recipe, describe_choice
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.data.settings import DataConfig
 
@@ -67,53 +70,6 @@ def _limit(split: sources.Split, count: int | None) -> sources.Split:
     if count is None or count >= split.num_examples:
         return split
     return split.slice(None, count)
-
-
-@dataclasses.dataclass(frozen=True)
-class Recorded:
-    """What a run directory's data_info.json says about the data it trained on.
-
-    Attributes:
-      image_size: the size it trained at (None: nothing recorded).
-      stats: the (mean, std) it normalized with (None: measure them).
-    """
-
-    image_size: int | None = None
-    stats: tuple[tuple[float, ...], tuple[float, ...]] | None = None
-
-
-def _stats(config: DataConfig, facts, recorded: Recorded) -> tuple[tuple, tuple, str]:
-    """(mean, std, where they come from): set, recorded, measured, or ImageNet's."""
-    if config.mean is not None and config.std is not None:
-        return config.mean, config.std, "set by data.mean and data.std"
-    if recorded.stats is not None:
-        found, origin = recorded.stats, "as this run recorded them (data_info.json)"
-    elif facts is not None:
-        found, origin = (facts.mean, facts.std), facts.describe()
-    else:
-        found = (preprocessing.IMAGENET_MEAN, preprocessing.IMAGENET_STD)
-        origin = "ImageNet's (no training images to measure)"
-    mean, std = config.mean or found[0], config.std or found[1]
-    if config.mean is not None or config.std is not None:
-        origin += ", one of them set by data." + ("mean" if config.mean is not None else "std")
-    return tuple(mean), tuple(std), origin
-
-
-def _image_size(config, dataset_size, facts, recorded: Recorded, preset_size, model_name):
-    """`choose_image_size` with what was measured or recorded, and why, in its reason."""
-    chosen = choose_image_size(
-        config,
-        dataset_size or (facts.size if facts else None),
-        preset_size,
-        model_name,
-        recorded.image_size,
-    )
-    if not dataset_size and recorded.stats and recorded.image_size and not config.image_size:
-        return ImageSize(recorded.image_size, "as this run was trained (data_info.json)")
-    if not dataset_size and facts and chosen.reason == "the dataset's size":
-        reason = f"the dataset's size, in all {facts.measured:,} images measured"
-        return ImageSize(chosen.size, reason)
-    return chosen
 
 
 class InputPipeline:
@@ -167,20 +123,14 @@ class InputPipeline:
         # Several labels per image: "label" is a float32 [classes] multi-hot row.
         self.multi_label = bool(source is not None and source.multi_label)
 
-        recorded = recorded or Recorded()
-        dataset_size = source.image_size if source is not None else None
-        # Measured only for what neither the config, the source nor the run directory says.
-        needs_stats = (config.mean is None or config.std is None) and recorded.stats is None
-        needs_size = not (dataset_size or config.image_size or recorded.image_size)
-        self.facts = None
-        if self.train_split is not None and (needs_stats or needs_size):
-            self.facts = image_facts.measure(self.train_split, preprocessing.decode_image)
-        self.image_size = _image_size(
-            config, dataset_size, self.facts, recorded, default_image_size, model_name
+        chosen = image_choices.choose(
+            config, source, self.train_split, recorded or Recorded(), default_image_size, model_name
         )
-        size = self.image_size.size
+        self.facts, self.image_size = chosen.facts, chosen.image_size
+        self.channels, self.channels_origin = chosen.channels, chosen.channels_origin
+        self.stats_origin = chosen.stats_origin
+        mean, std, size = chosen.mean, chosen.std, chosen.image_size.size
         family = choose_recipe(config.preprocessing, size)
-        mean, std, self.stats_origin = _stats(config, self.facts, recorded)
         eval_resize = recipes.named(family).eval_resize(
             config.eval_resize, config.eval_image_size, size
         )
@@ -195,12 +145,13 @@ class InputPipeline:
             augment=config.augment,
         )
         logging.info(
-            "Dataset %s: %s training examples%s, splits %s; %s; mean %s, std %s, %s",
+            "Dataset %s: %s training examples%s, splits %s; %s; %s; mean %s, std %s, %s",
             config.dataset,
             self.num_train_examples,
             f", multi-label over {self.num_classes} classes" if self.multi_label else "",
             ", ".join(source.splits) if source else "synthetic",
             self.describe(),
+            self.channels_origin,
             [round(m, 2) for m in mean],
             [round(s, 2) for s in std],
             self.stats_origin,
@@ -356,7 +307,7 @@ class InputPipeline:
                 num_parallel_calls=options.parallel_calls(),
             )
         else:
-            lookup = split.lookup()
+            lookup = self._lookup(split)
             first_epoch, offset = divmod(start_example, size)
 
             def epoch_indices(epoch):
@@ -443,7 +394,7 @@ class InputPipeline:
             stream = data.stream.evaluation(num_shards, shard_index)
             stream = stream.map(lambda x: (x["id"], x["image"], x["label"]))
         else:
-            lookup = data.lookup()
+            lookup = self._lookup(data)
             stream = tf.data.Dataset.from_tensor_slices(
                 np.arange(shard_index, total, num_shards, dtype=np.int64)
             )
@@ -461,11 +412,24 @@ class InputPipeline:
         stream = stream.batch(batch_size, drop_remainder=True)
         return stream.prefetch(tf.data.AUTOTUNE).with_options(options.dataset_options())
 
+    def _lookup(self, split: sources.Split):
+        """`split.lookup()` with pixels held in memory brought to the run's channels."""
+        lookup = split.lookup()
+        if split.encoded:  # Decoded to the run's channels.
+            return lookup
+
+        def converted(index):
+            image, label = lookup(index)
+            return channels.convert(image, self.channels), label
+
+        return converted
+
     def _padding(self, crops: bool) -> dict:
         """The masked example that pads evaluation batches; its image has the real ones' shape."""
         size, dtype = self.preprocessing.eval_size, self.preprocessing.dtype
+        shape = [size, size, self.channels]
         return {
-            "image": tf.zeros([5, size, size, 3] if crops else [size, size, 3], dtype),
+            "image": tf.zeros([5, *shape] if crops else shape, dtype),
             "label": tf.zeros([self.num_classes], tf.float32)
             if self.multi_label
             else tf.constant(0, tf.int32),
@@ -492,7 +456,7 @@ class InputPipeline:
         if not size:
             size = preprocessing.image_size if num_batches is None else preprocessing.eval_size
         generator = tf.random.Generator.from_seed(self.config.seed)
-        images = generator.normal([batch_size, size, size, 3])
+        images = generator.normal([batch_size, size, size, self.channels])
         labels = generator.uniform([batch_size], 0, self.num_classes, dtype=tf.int32)
         batch = {
             "image": tf.cast(images, self.config.dtype),

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from resnet_app.data import channels as image_channels
 from resnet_app.data import randaugment, randaugment_magnitudes
 from resnet_app.data.settings import AugmentSettings
 
@@ -88,6 +89,11 @@ class Preprocessing:
     augment: AugmentSettings = AugmentSettings()
 
     @property
+    def channels(self) -> int:
+        """The images' channels: 1 (greyscale) or 3 (RGB), one statistic each."""
+        return len(self.mean)
+
+    @property
     def eval_size(self) -> int:
         """The height and width of evaluation images (and of served ones)."""
         return self.eval_image_size or self.image_size
@@ -103,18 +109,25 @@ def _normalize(image: tf.Tensor, config: Preprocessing) -> tf.Tensor:
 def _finish(image: tf.Tensor, config: Preprocessing, size: int | None = None) -> tf.Tensor:
     """The image checked to be `size` (default: the training size) square, in the output dtype."""
     size = size or config.image_size
-    image = tf.ensure_shape(image, [size, size, 3])
+    image = tf.ensure_shape(image, [size, size, config.channels])
     return tf.cast(image, config.dtype)
 
 
-def decode_image(encoded: tf.Tensor) -> tf.Tensor:
-    """Decodes JPEG, PNG, BMP or GIF (its first frame) bytes to uint8 RGB.
+def decode_image(encoded: tf.Tensor, channels: int | None = image_channels.RGB) -> tf.Tensor:
+    """Decodes JPEG, PNG, BMP or GIF (its first frame) bytes to uint8 pixels.
 
     The format is read from the bytes, never from a file name, so a PNG saved
-    as `.jpg` decodes. Grayscale and RGBA images are converted to RGB.
+    as `.jpg` decodes. Images of the other kind are converted to `channels`
+    (`data/channels.py`: grey to RGB, RGB to luma, alpha dropped); None
+    keeps the file's own channels (1 to 4).
     """
-    image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
-    return tf.ensure_shape(image, [None, None, 3])
+    if channels == image_channels.RGB:
+        image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+        return tf.ensure_shape(image, [None, None, 3])
+    image = tf.io.decode_image(encoded, channels=0, expand_animations=False)
+    if channels is None:
+        return tf.ensure_shape(image, [None, None, None])
+    return image_channels.convert(tf.ensure_shape(image, [None, None, None]), channels)
 
 
 def _resize(image: tf.Tensor, height: tf.Tensor, width: tf.Tensor) -> tf.Tensor:
@@ -174,7 +187,7 @@ def augment_choices(seed: tf.Tensor, config: Preprocessing) -> dict[str, tf.Tens
     if config.augment.erase_probability:
         erase_seed = randaugment.sub_seed(seed, randaugment.ERASE_STREAM)
         draws = randaugment.erase_draws(erase_seed)
-        shape = [config.image_size, config.image_size, 3]
+        shape = [config.image_size, config.image_size, config.channels]
         noise = randaugment.erase_noise(erase_seed, draws, config.augment.erase_probability, shape)
         features.update(erase_draws=draws, erase_noise=noise)
     if config.augment.cutout_size:
@@ -197,6 +210,25 @@ def cutout(images: tf.Tensor, corners: tf.Tensor, config: Preprocessing) -> tf.T
     side = tf.fill(tf.shape(corners[:, :1]), min(config.augment.cutout_size, config.image_size))
     boxes = tf.concat([corners, side, side], axis=1)
     return randaugment.erase_batch(images, boxes, tf.zeros_like(images))
+
+
+def _in_rgb(augment):
+    """`augment` (RandAugment, on RGB pixels [..., 3]) for images of either kind.
+
+    A greyscale image goes through as RGB, its grey in all three channels,
+    and comes back as its first channel: every op treats the three alike
+    (Color's blend with the luma is the identity on grey), so that is the op
+    on the grey image itself.
+    """
+
+    def on_pixels(images, *args):
+        if images.shape[-1] == image_channels.RGB:
+            return augment(images, *args)
+        *rest, fill = args
+        rgb = augment(image_channels.convert(images, image_channels.RGB), *rest, fill * 3)
+        return rgb[..., :1]
+
+    return on_pixels
 
 
 def _fill(config: Preprocessing) -> tuple[int, ...]:
@@ -250,7 +282,7 @@ def cifar_train_batch(
     """
     size, pad = config.image_size, config.augment.crop_padding
     if config.augment.randaugment_ops:
-        images = randaugment.randaugment_batch(
+        images = _in_rgb(randaugment.randaugment_batch)(
             images,
             augment["op_indices"],
             augment["op_signs"],
@@ -268,7 +300,7 @@ def cifar_train_batch(
     columns = tf.where(flip[:, None] > 0, tf.reverse(columns, axis=[1]), columns)
     crops = tf.gather(padded, rows, axis=1, batch_dims=1)
     crops = tf.gather(crops, columns, axis=2, batch_dims=1)
-    crops = tf.ensure_shape(crops, [None, size, size, 3])
+    crops = tf.ensure_shape(crops, [None, size, size, config.channels])
     if config.augment.cutout_size:
         crops = cutout(crops, augment["cutout_corner"], config)
     if config.augment.erase_probability:
@@ -342,10 +374,11 @@ def imagenet_train(
 
         def fused_jpeg() -> tf.Tensor:
             window = _crop_window(tf.image.extract_jpeg_shape(image), crop_seed, config)
-            return tf.image.decode_and_crop_jpeg(image, window, channels=3)
+            crop = tf.image.decode_and_crop_jpeg(image, window, channels=3)
+            return image_channels.convert(crop, config.channels)
 
         def other_formats() -> tf.Tensor:
-            return _random_crop_pixels(decode_image(image), crop_seed, config)
+            return _random_crop_pixels(decode_image(image, config.channels), crop_seed, config)
 
         crop = tf.cond(tf.io.is_jpeg(image), fused_jpeg, other_formats)
     else:
@@ -359,7 +392,7 @@ def imagenet_train(
         pixels = tf.cast(tf.clip_by_value(tf.round(crop), 0, 255), tf.uint8)
         magnitude = augment.get("op_magnitudes", config.augment.randaugment_magnitude)
         fill = _fill(config)
-        pixels = randaugment.randaugment(
+        pixels = _in_rgb(randaugment.randaugment)(
             pixels, augment["op_indices"], augment["op_signs"], magnitude, fill
         )
         crop = tf.cast(pixels, tf.float32)
@@ -475,11 +508,11 @@ def resized_crops(
     def whole() -> tf.Tensor:
         resized = _resize(image, height, width)
         crops = [resized[top : top + size, left : left + size] for top, left in origins]
-        return tf.ensure_shape(tf.stack(crops), [len(origins), size, size, 3])
+        return tf.ensure_shape(tf.stack(crops), [len(origins), size, size, image.shape[-1]])
 
     def windows() -> tf.Tensor:
         crops = [_resized_window(image, height, width, *origin, size) for origin in origins]
-        return tf.ensure_shape(tf.stack(crops), [len(origins), size, size, 3])
+        return tf.ensure_shape(tf.stack(crops), [len(origins), size, size, image.shape[-1]])
 
     ordinary = tf.maximum(height, width) <= MAX_WHOLE_RESIZE_ASPECT * tf.minimum(height, width)
     return tf.cond(ordinary, whole, windows)
@@ -497,7 +530,7 @@ def imagenet_eval(image: tf.Tensor, config: Preprocessing, encoded: bool = False
       [eval_size, eval_size, 3] in `config.dtype`.
     """
     if encoded:
-        image = decode_image(image)
+        image = decode_image(image, config.channels)
     size = config.eval_size
     crop = resized_crops(image, config.eval_resize, size)[0]
     return _finish(_normalize(crop, config), config, size)
@@ -522,7 +555,7 @@ def imagenet_eval_crops(
       top-right, bottom-left, bottom-right.
     """
     if encoded:
-        image = decode_image(image)
+        image = decode_image(image, config.channels)
     size = config.eval_size
     crops = resized_crops(image, config.eval_resize, size, corners=True)
     return tf.stack([_finish(_normalize(crop, config), config, size) for crop in tf.unstack(crops)])
@@ -535,7 +568,7 @@ def resize_only(image: tf.Tensor, config: Preprocessing, encoded: bool = False) 
     the configured size; they are resized, then treated as decoded pixels.
     """
     if encoded:
-        image = decode_image(image)
+        image = decode_image(image, config.channels)
     size = config.image_size
     shape = tf.shape(image)
     same = tf.logical_and(tf.equal(shape[0], size), tf.equal(shape[1], size))

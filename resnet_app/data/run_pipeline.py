@@ -18,6 +18,7 @@ from absl import logging
 
 from resnet_app.common import run_dir
 from resnet_app.common.errors import ConfigError
+from resnet_app.data.channels import RGB
 from resnet_app.data.input_pipeline import InputPipeline, Recorded
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.data.settings import AugmentSettings, DataConfig
@@ -89,12 +90,13 @@ def _recorded(model_dir: str, dataset: str, preset_size: int) -> Recorded:
     """What `model_dir`'s run was trained on, as far as the directory tells.
 
     Its data_info.json records the image size and the mean and std it
-    normalized with. A run directory with checkpoints but without that file
-    predates it (every run since writes it before its first checkpoint):
-    such runs were trained at the model preset's size when data.image_size
-    was unset, so that is their size. A damaged file, or one of another
-    dataset (changed on resume), records nothing: the rules apply, and
-    training writes the file anew.
+    normalized with, one per input channel (files from before the statistics
+    were recorded: RGB, as every run then was). A run directory with
+    checkpoints but without that file predates it (every run since writes it
+    before its first checkpoint): such runs were trained in RGB at the model
+    preset's size when data.image_size was unset, so that is their size. A
+    damaged file, or one of another dataset (changed on resume), records
+    nothing: the rules apply, and training writes the file anew.
 
     Args:
       model_dir: the run directory.
@@ -107,7 +109,8 @@ def _recorded(model_dir: str, dataset: str, preset_size: int) -> Recorded:
         stats = None  # Files from before the statistics were recorded: measure them.
         if "mean" in kept and "std" in kept:
             stats = (tuple(map(float, kept["mean"])), tuple(map(float, kept["std"])))
-        return info["dataset"], Recorded(int(kept["image_size"]), stats)
+        channels = None if stats else RGB  # With statistics, their length.
+        return info["dataset"], Recorded(int(kept["image_size"]), stats, channels)
 
     try:
         recorded = run_dir.read_data_info(model_dir, read)
@@ -115,7 +118,9 @@ def _recorded(model_dir: str, dataset: str, preset_size: int) -> Recorded:
         logging.warning("Ignoring the recorded image size and statistics: %s", error)
         return Recorded()
     if recorded is None:
-        return Recorded(preset_size if run_dir.has_checkpoints(model_dir) else None)
+        if run_dir.has_checkpoints(model_dir):
+            return Recorded(preset_size, channels=RGB)
+        return Recorded()
     return recorded[1] if recorded[0] == dataset else Recorded()
 
 

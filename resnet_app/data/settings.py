@@ -28,6 +28,8 @@ from resnet_app.data.class_balance import SAMPLINGS
 
 FAMILIES = ("auto", "cifar", "imagenet")
 DTYPES = ("float32", "bfloat16", "float16")
+# data.channels: unset (the data's own), greyscale or RGB.
+CHANNELS = (None, 1, 3)
 # RandAugment's op list has 14 ops (data/randaugment.py); magnitudes above the
 # 0-10 scale extrapolate, up to 30.
 MAX_RANDAUGMENT_OPS = 14
@@ -297,8 +299,14 @@ class DataConfig:
         preset's input size, 224 for the ImageNet-stem presets and 32 for
         the CIFAR ones; a run trained with another size keeps it).
       preprocessing: "cifar", "imagenet" or "auto" (CIFAR up to 64 pixels).
-      mean: per-channel mean, 0-255 scale (default: measured on the training
-        split of in-memory data, else ImageNet's).
+      channels: the network's input channels: 1 (greyscale) or 3 (RGB)
+        (default: the data's own: 1 when every training image is greyscale,
+        as IDX files, MNIST and most Fashion-MNIST folders are; else 3).
+        Images of the other kind are converted (grey repeated to RGB; RGB to
+        luma, 0.299 R + 0.587 G + 0.114 B). Export and predict take the
+        trained number.
+      mean: per-channel mean, 0-255 scale, one value per channel (default:
+        measured on the training split, or a fixed sample of it).
       std: per-channel standard deviation, 0-255 scale (default: as `mean`).
       eval_resize: ImageNet recipe: shorter side before the central crop
         (default: the evaluation size / 0.875, so 256 for 224).
@@ -348,8 +356,9 @@ class DataConfig:
     data_dir: str | None = resumable(None)
     image_size: int | None = None
     preprocessing: str = "auto"
-    mean: tuple[float, float, float] | None = None
-    std: tuple[float, float, float] | None = None
+    channels: int | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
     eval_resize: int | None = resumable(None)
     eval_image_size: int | None = resumable(None)
     augment: AugmentSettings = AugmentSettings()
@@ -409,9 +418,23 @@ class DataConfig:
         checks.at_least("validation_split", self.validation_split, 0)
         for name in ("shuffle_buffer", "num_classes", "train_examples", "eval_examples"):
             checks.at_least(name, getattr(self, name))
+        _check(
+            self.channels in CHANNELS,
+            f"channels={self.channels}; use 1 (greyscale), 3 (RGB) or leave it unset (the data's)",
+        )
         for name in ("mean", "std"):
             value = getattr(self, name)
-            _check(value is None or len(value) == 3, f"{name} needs 3 values, one per channel")
+            counts = (self.channels,) if self.channels else CHANNELS[1:]
+            _check(
+                value is None or len(value) in counts,
+                f"{name} has {len(value or ())} values; give one per channel: "
+                + " or ".join(str(c) for c in counts),
+            )
+        _check(
+            self.mean is None or self.std is None or len(self.mean) == len(self.std),
+            f"mean has {len(self.mean or ())} values and std {len(self.std or ())}; "
+            "give both one per channel",
+        )
         _check(self.std is None or min(self.std) > 0, f"std={self.std}; must be positive")
 
 

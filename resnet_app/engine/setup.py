@@ -342,7 +342,11 @@ def _create_model(
     keras.utils.set_random_seed(train.seed)
     with strategy.scope(), averaging.local_variables() if average else contextlib.nullcontext():
         model = factory.create_run_model(
-            config, pipeline.num_classes, pipeline.preprocessing.image_size, train.precision
+            config,
+            pipeline.num_classes,
+            pipeline.preprocessing.image_size,
+            train.precision,
+            pipeline.channels,
         )
         parts.freeze(model, train.freeze, train.freeze_batch_norm)
         optimizer = optim.create_optimizer(
@@ -373,7 +377,11 @@ def _create_ema(
         return None
     with strategy.scope():  # Mirrored, also under model averaging (`ema.py`).
         average_model = factory.create_run_model(
-            config, pipeline.num_classes, pipeline.preprocessing.image_size, train.precision
+            config,
+            pipeline.num_classes,
+            pipeline.preprocessing.image_size,
+            train.precision,
+            pipeline.channels,
         )
     every = 1 if averager is None else averager.interval
     return WeightEMA(model, average_model, train.ema_decay, train.ema_warmup, every)

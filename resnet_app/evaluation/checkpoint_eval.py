@@ -468,6 +468,7 @@ def create_model(
             pipeline.num_classes,
             pipeline.preprocessing.image_size,
             run_config.train.precision,
+            pipeline.channels,
         )
 
 

@@ -130,9 +130,8 @@ def _load_portable(path: str) -> Classifier:
     top_k = len(names) if multi_label else min(5, len(names))
 
     def classify(images):
-        pixels = np.stack(
-            [portable.fixed_size_image(decode_image(image), preprocessing) for image in images]
-        )
+        decoded = [decode_image(image, preprocessing.channels) for image in images]
+        pixels = np.stack([portable.fixed_size_image(image, preprocessing) for image in decoded])
         probabilities = runner(pixels)
         ids = np.argsort(-probabilities, axis=1, kind="stable")[:, :top_k]
         outputs = {

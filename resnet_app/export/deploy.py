@@ -24,6 +24,7 @@ import os
 from absl import logging
 
 from resnet_app.common.errors import ConfigError
+from resnet_app.data import channels as image_channels
 from resnet_app.data import recipes
 from resnet_app.export import formats
 
@@ -169,7 +170,9 @@ def _model_info(served, preprocessing, source: dict) -> dict:
 
     return {
         "class_names": served.class_names,
-        "input": "images: uint8 [batch, input_size, input_size, 3], RGB",
+        "input": f"images: uint8 [batch, input_size, input_size, {preprocessing.channels}], "
+        + image_channels.name(preprocessing.channels),
+        "channels": preprocessing.channels,
         "output": "probabilities: float32 [batch, classes], in class_names order"
         + (
             f" (multi-label: each class's sigmoid; predicted from {served.threshold:g})"

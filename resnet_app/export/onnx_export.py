@@ -1,7 +1,7 @@
 """ONNX files of a run's classifier, through tf2onnx, run with onnxruntime.
 
 `convert(classifier)` turns a `portable.PortableClassifier` into the bytes of
-an `.onnx` file: input `images`, uint8 [batch, S, S, 3]; output
+an `.onnx` file: input `images`, uint8 [batch, S, S, C]; output
 `probabilities`, float32 [batch, classes] (opset 17). The converter and the
 runtime are optional dependencies (requirements-export.txt); without them the
 export refuses in one line. tf2onnx 1.17 is the converter checked with

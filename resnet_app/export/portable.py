@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from resnet_app.data import channels as image_channels
 from resnet_app.data import recipes
 from resnet_app.data.preprocessing import Preprocessing, decode_image
 from resnet_app.evaluation import tta
@@ -45,7 +46,9 @@ def fixed_size_image(image: tf.Tensor, preprocessing: Preprocessing) -> tf.Tenso
 
 
 def split_images(split, preprocessing: Preprocessing, count: int | None = None):
-    """(uint8 [N, S, S, 3] images at `input_size`, int64 [N] labels) of a split's first examples.
+    """(uint8 [N, S, S, C] images at `input_size`, int64 [N] labels) of a split's first examples.
+
+    C is the run's channels: images of the other kind are converted.
 
     Args:
       split: a `data.sources.Split` (arrays, files or records).
@@ -53,19 +56,22 @@ def split_images(split, preprocessing: Preprocessing, count: int | None = None):
       count: at most this many examples (None: all).
     """
     total = split.num_examples if count is None else min(count, split.num_examples)
+    channels = preprocessing.channels
     images, labels = [], []
     if not split.indexed:
         for example in split.stream.evaluation(1, 0).take(total):
-            images.append(fixed_size_image(decode_image(example["image"]), preprocessing))
+            image = decode_image(example["image"], channels)
+            images.append(fixed_size_image(image, preprocessing))
             labels.append(np.asarray(example["label"]))
     else:
         for i in range(total):
             if split.images is not None:
-                image = split.images[i]
+                image = image_channels.convert(split.images[i], channels)
             else:
                 content = split.contents[i] if split.contents is not None else None
                 image = decode_image(
-                    content if content is not None else tf.io.read_file(split.files[i])
+                    content if content is not None else tf.io.read_file(split.files[i]),
+                    channels,
                 )
             images.append(fixed_size_image(image, preprocessing))
             labels.append(split.labels[i])
@@ -73,7 +79,7 @@ def split_images(split, preprocessing: Preprocessing, count: int | None = None):
     stacked = (
         np.stack([np.asarray(image) for image in images])
         if images
-        else np.zeros((0, size, size, 3), np.uint8)
+        else np.zeros((0, size, size, channels), np.uint8)
     )
     # Class ids, or multi-hot rows for multi-label data.
     return stacked, np.stack(labels).astype(np.int64) if labels else np.zeros(0, np.int64)
@@ -82,7 +88,8 @@ def split_images(split, preprocessing: Preprocessing, count: int | None = None):
 class PortableClassifier(tf.Module):
     """A run's network with its preprocessing, as one function for converters.
 
-    `classify(images)`: uint8 [batch, S, S, 3] with S = `input_size` ->
+    `classify(images)`: uint8 [batch, S, S, C] with S = `input_size` and C
+    the run's channels (1: greyscale, 3: RGB) ->
     {"probabilities": float32 [batch, classes]}.
     """
 
@@ -106,7 +113,7 @@ class PortableClassifier(tf.Module):
         self.temperature = float(temperature)
         self.tta = tta
         size = input_size(preprocessing)
-        spec = tf.TensorSpec([batch, size, size, 3], tf.uint8, name="images")
+        spec = tf.TensorSpec([batch, size, size, preprocessing.channels], tf.uint8, name="images")
         self.classify = tf.function(self._classify, input_signature=[spec])
 
     def _classify(self, images: tf.Tensor) -> dict[str, tf.Tensor]:

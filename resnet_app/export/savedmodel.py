@@ -6,8 +6,11 @@ preprocessing and class names, so a caller gives raw images and gets names.
 calls it in process for `python -m resnet_app.predict --model_dir`. Its
 functions, which are the SavedModel's signatures:
 
-- `serving_default(images)`: uint8 [batch, height, width, 3], any height and
-  width (the images of one batch share a size). Each image gets exactly the
+- `serving_default(images)`: uint8 [batch, height, width, channels], any
+  height and width (the images of one batch share a size), greyscale (1
+  channel) or RGB (3; 4 with alpha): they are brought to the run's channels
+  (`data/channels.py`: a greyscale run takes RGB images as their luma, an
+  RGB run greyscale ones in all three channels). Each image gets exactly the
   evaluation preprocessing of training (for the CIFAR family, resized to the
   training size if it differs, then normalized; for the ImageNet family, the
   shorter side resized and the centre cropped). Returns
@@ -46,6 +49,7 @@ from absl import logging
 from resnet_app import config
 from resnet_app.common import checkpoint, checks, files, run_dir
 from resnet_app.common.errors import ConfigError
+from resnet_app.data import channels as image_channels
 from resnet_app.data import recipes, run_pipeline
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.evaluation import calibration, tta
@@ -95,12 +99,14 @@ class ServingModel(tf.Module):
         return self._preprocessing
 
     def _preprocess(self, images: tf.Tensor, encoded: bool) -> tf.Tensor:
-        size = self._preprocessing.eval_size
+        size, channels = self._preprocessing.eval_size, self._preprocessing.channels
         recipe = recipes.of(self._preprocessing)
+        if not encoded:  # Files are decoded to the run's channels.
+            images = image_channels.convert(images, channels)
         return tf.map_fn(
             lambda image: recipe.evaluate(image, self._preprocessing, encoded),
             images,
-            fn_output_signature=tf.TensorSpec([size, size, 3], self._preprocessing.dtype),
+            fn_output_signature=tf.TensorSpec([size, size, channels], self._preprocessing.dtype),
         )
 
     def _classify(self, pixels: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -135,7 +141,7 @@ class ServingModel(tf.Module):
             "top_k_names": tf.gather(self._names, top_ids),
         }
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.uint8, name="images")])
+    @tf.function(input_signature=[tf.TensorSpec([None, None, None, None], tf.uint8, name="images")])
     def serve_images(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         """`serving_default`: decoded uint8 images of any size."""
         return self._classify(self._preprocess(images, encoded=False))
@@ -145,7 +151,7 @@ class ServingModel(tf.Module):
         """`serving_bytes`: encoded image files."""
         return self._classify(self._preprocess(images, encoded=True))
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None, None, 3], tf.uint8, name="images")])
+    @tf.function(input_signature=[tf.TensorSpec([None, None, None, None], tf.uint8, name="images")])
     def features(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         """`features`: the pooled features of decoded uint8 images."""
         pixels = self._preprocess(images, encoded=False)
@@ -212,7 +218,9 @@ def load(
         raise ConfigError(
             f"--tta={tta} averages softmax probabilities; this run's data is multi-label: drop it"
         )
-    model = factory.create_run_model(run_config, len(class_names), preprocessing.image_size)
+    model = factory.create_run_model(
+        run_config, len(class_names), preprocessing.image_size, channels=preprocessing.channels
+    )
     step, prefix, chosen = checkpoint.restore_selected(
         model, model_dir, which, step, prefix, weights
     )

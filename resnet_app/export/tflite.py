@@ -2,8 +2,8 @@
 
 `convert(classifier, quantize, representative)` turns a `portable.PortableClassifier`
 into the bytes of a `.tflite` file with one signature, `serving_default`:
-uint8 `images` [batch, S, S, 3] -> float32 `probabilities` [batch, classes]
-(S = `portable.input_size`, the batch may vary). Quantizations (TFLite's
+uint8 `images` [batch, S, S, C] -> float32 `probabilities` [batch, classes]
+(S = `portable.input_size`, C the run's channels, the batch may vary). Quantizations (TFLite's
 post-training options):
 
 - `none`: float32 weights and compute;

@@ -45,7 +45,7 @@ def _check_num_classes(config, num_classes: int) -> None:
 
 
 def create_run_model(
-    config, num_classes: int, image_size: int, precision: str = "fp32"
+    config, num_classes: int, image_size: int, precision: str = "fp32", channels: int = 3
 ) -> keras.Model:
     """The config's model with `num_classes` outputs, built for `image_size` inputs.
 
@@ -56,6 +56,7 @@ def create_run_model(
       num_classes: width of the logits (the dataset's classes).
       image_size: input height and width.
       precision: a `train.precision` value: the layers compute in its dtype.
+      channels: input channels: 3 (RGB) or 1 (greyscale).
 
     Raises:
       ConfigError: when `model.num_classes` contradicts `num_classes`.
@@ -64,5 +65,5 @@ def create_run_model(
     overrides = {**config.model_overrides, "num_classes": num_classes}
     with dtype_policy(POLICIES[precision]):
         model = create_model(config.model_name, **overrides)
-        model.build((None, image_size, image_size, 3))
+        model.build((None, image_size, image_size, channels))
     return model

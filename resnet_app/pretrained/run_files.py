@@ -22,6 +22,16 @@ from resnet_app.nets.presets import get_config
 from resnet_app.pretrained.weights import SourceWeights
 
 _LOGITS_KEY = "model/logits/_kernel/.ATTRIBUTES/VARIABLE_VALUE"
+# The stem's first convolution: "stem_conv1" of a deep stem, else "stem_conv".
+_STEM_KEYS = [
+    f"model/{name}/_kernel/.ATTRIBUTES/VARIABLE_VALUE" for name in ("stem_conv1", "stem_conv")
+]
+
+
+def _input_channels(shapes: dict) -> int:
+    """The source network's input channels (1 or 3): its first kernel's input depth."""
+    first = next((shapes[key] for key in _STEM_KEYS if key in shapes), None)
+    return int(first[2]) if first is not None and len(first) == 4 else 3
 
 
 def read(prefix: str) -> SourceWeights:
@@ -39,7 +49,7 @@ def read(prefix: str) -> SourceWeights:
     config = config_lib.from_yaml(saved.decode(), f"the config saved in {prefix}")
     num_classes = int(shapes[_LOGITS_KEY][-1])
     size = get_config(config.model_name, **config.model_overrides).default_image_size
-    model = factory.create_run_model(config, num_classes, size)
+    model = factory.create_run_model(config, num_classes, size, channels=_input_channels(shapes))
     if checkpoint.restore_model(model, prefix, "auto") == "ema":
         logging.info("train.init_from: taking the moving average of the weights from %s", prefix)
     return SourceWeights(layers=parts.get_weights(model), skipped={})

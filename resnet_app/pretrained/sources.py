@@ -28,6 +28,7 @@ from absl import logging
 from resnet_app.common import run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.config import Config
+from resnet_app.data import channels as image_channels
 
 KERAS, TORCHVISION, RUN = "keras", "torchvision", "run"
 KERAS_PRESETS = ("resnet50", "resnet101", "resnet152")
@@ -230,7 +231,11 @@ def adopt(config: Config, source: Source) -> Config:
     data = config.data
     if source.mean is not None:
         if data.mean is None and data.std is None:
-            data = dataclasses.replace(data, mean=source.mean, std=source.std)
+            mean, std = (
+                _in_channels(source.mean, data.channels),
+                _in_channels(source.std, data.channels),
+            )
+            data = dataclasses.replace(data, mean=mean, std=std)
         elif (data.mean, data.std) != (source.mean, source.std):
             logging.warning(
                 "data.mean=%s, data.std=%s as set, but the weights of %s expect mean %s and "
@@ -242,6 +247,21 @@ def adopt(config: Config, source: Source) -> Config:
                 _rounded(source.std),
             )
     return dataclasses.replace(config, model=model, data=data)
+
+
+def _in_channels(values: tuple[float, ...], channels: int | None) -> tuple[float, ...]:
+    """The weights' statistics for data.channels when it asks for the other kind.
+
+    RGB statistics for greyscale inputs: their luma-weighted mean (the grey
+    images' mean when they are RGB ones' luma; their std approximately). A
+    grey statistic for RGB inputs: the same in all three channels.
+    """
+    if not channels or channels == len(values):
+        return values
+    if channels == image_channels.GREY:
+        weights = image_channels.LUMA_WEIGHTS
+        return (sum(w * v for w, v in zip(weights, values, strict=True)) / sum(weights),)
+    return tuple(values) * image_channels.RGB
 
 
 def _rounded(values) -> tuple[float, ...]:

@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable
 
 import numpy as np
+from absl import logging
 
 from resnet_app.common.errors import ConfigError
 from resnet_app.nets import parts
@@ -129,6 +130,48 @@ def check_compatible(weights: SourceWeights, model, label: str, model_name: str)
         )
 
 
+def adapt_input_channels(weights: SourceWeights, model, label: str) -> SourceWeights:
+    """Weights of an RGB network for a greyscale one, or the reverse (timm's rule).
+
+    The first convolution is the only layer that sees the images' channels.
+    RGB weights for a greyscale input: its kernel summed over the three input
+    channels, which is the RGB network on the grey image in all three
+    channels (`data/channels.py` converts so). Greyscale weights for RGB
+    inputs: the kernel repeated over the three, divided by three. Any other
+    difference is left to `check_compatible`.
+    """
+    ours = parts.get_weights(model)
+    layer, name, kernel = next(
+        (layer, name, value)
+        for layer, variables in ours.items()
+        for name, value in variables.items()
+        if value.ndim == 4
+    )
+    theirs = weights.layers.get(layer, {}).get(name)
+    if theirs is None or theirs.ndim != 4 or theirs.shape == kernel.shape:
+        return weights
+    if theirs.shape[:2] != kernel.shape[:2] or theirs.shape[3] != kernel.shape[3]:
+        return weights
+    have, want = theirs.shape[2], kernel.shape[2]
+    if (have, want) == (3, 1):
+        adapted = theirs.sum(axis=2, keepdims=True)
+    elif (have, want) == (1, 3):
+        adapted = np.repeat(theirs, 3, axis=2) / 3
+    else:
+        return weights
+    logging.info(
+        "%s: %s/%s takes %d input channels there and %d here: %s",
+        label,
+        layer,
+        name,
+        have,
+        want,
+        "summed over them" if want == 1 else "repeated over them, divided by 3",
+    )
+    layers = {**weights.layers, layer: {**weights.layers[layer], name: adapted}}
+    return dataclasses.replace(weights, layers=layers)
+
+
 def assign(
     model, weights: SourceWeights, label: str, model_name: str, init_head: str = "auto"
 ) -> Report:
@@ -147,6 +190,7 @@ def assign(
     Raises:
       ConfigError: for weights of another network (`check_compatible`).
     """
+    weights = adapt_input_channels(weights, model, label)
     check_compatible(weights, model, label, model_name)
     part_of = parts.part_of_layer(model)
     report = Report(loaded={}, new={}, skipped=dict(weights.skipped))

@@ -81,7 +81,10 @@ def main(argv: list[str]) -> None:
     for axis in axes.flat:
         axis.axis("off")
     for axis, image, label in zip(axes.flat, pixels, labels):
-        axis.imshow(image, interpolation="nearest")
+        if image.shape[-1] == 1:  # Greyscale: drawn in grey, not a colour map.
+            axis.imshow(image[..., 0], cmap="gray", vmin=0, vmax=1, interpolation="nearest")
+        else:
+            axis.imshow(image, interpolation="nearest")
         axis.set_title(label_text(label, pipeline.class_names), fontsize=8)
     figure.suptitle(f"{config.dataset}: {pipeline.preprocessing.family} preprocessing", fontsize=9)
     figure.tight_layout()

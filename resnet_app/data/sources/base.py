@@ -67,7 +67,7 @@ class Split:
       labels: int64 [num_examples] class ids, or uint8 [num_examples, classes]
         multi-hot rows for multi-label data; None when a stream does not know
         them.
-      images: decoded uint8 [num_examples, H, W, 3] pixels.
+      images: decoded uint8 [num_examples, H, W, C] pixels, C = 1 (greyscale) or 3.
       files: the image paths.
       contents: with `files`, small sets: the files' bytes, read once.
       stream: a streamed split's `RecordStream`.

@@ -9,8 +9,8 @@ directory with several sets (EMNIST's six) is named with the set's prefix:
 number (two zero bytes, type 0x08 for unsigned bytes, the number of
 dimensions), big-endian int32 sizes, then the bytes.
 
-Images are greyscale H x W, repeated to 3 channels as tfds's MNIST is (the
-pipeline and the models take RGB). Classes: `data.class_names` if given,
+Images are greyscale, uint8 [N, H, W, 1]: the run takes one input channel
+unless data.channels=3 asks for RGB (`data/channels.py`). Classes: `data.class_names` if given,
 else Fashion-MNIST's ten names when "fashion" is in the directory's or the
 files' names, else the ids 0 to `data.num_classes` - 1 (digits for MNIST).
 EMNIST's files hold their images transposed; they are read upright.
@@ -30,6 +30,8 @@ from resnet_app.common.errors import ConfigError, first_line
 from resnet_app.data.sources.base import Source, Split
 from resnet_app.data.sources.registry import register_check, register_source
 
+# Where Debian's dataset packages (dataset-fashion-mnist, ...) put their files.
+DEBIAN_DATASETS = "/usr/share/datasets/"
 PREFIX = "idx:"
 # (split, what) -> the endings a file's name may have, without ".gz".
 ROLES = {
@@ -75,10 +77,15 @@ def _locate(argument: str) -> tuple[str, str]:
         and any(name.startswith(prefix) for name in _listing(argument, directory))
     ):
         return directory, prefix
+    hint = ""
+    if os.path.abspath(argument).startswith(DEBIAN_DATASETS):
+        hint = f"; Debian's packages put them in {DEBIAN_DATASETS}: apt-get install " + (
+            "dataset-fashion-mnist for Fashion-MNIST"
+        )
     raise ConfigError(
         f"--dataset={PREFIX}{argument}: {argument} is not a directory (nor the name prefix "
         "of IDX files in one); give the directory of the IDX files "
-        "(train-images-idx3-ubyte[.gz] and the others)"
+        f"(train-images-idx3-ubyte[.gz] and the others){hint}"
     )
 
 
@@ -215,8 +222,7 @@ def _split(argument: str, name: str, files: dict, classes: list[str]) -> Split:
         )
     if os.path.basename(image_path).lower().startswith("emnist"):
         images = images.transpose(0, 2, 1)  # EMNIST stores its images transposed.
-    # Greyscale to RGB, as tfds's MNIST: the pipeline and the models take 3 channels.
-    images = np.repeat(images[..., None], 3, axis=-1)
+    images = images[..., None]  # One channel: greyscale.
     return Split(name, len(labels), labels=labels, images=images)
 
 
@@ -229,7 +235,7 @@ def load(argument: str, config=None) -> Source:
       config: the `DataConfig` (class names, number of classes).
 
     Returns:
-      The source: uint8 [N, H, W, 3] images, int64 labels.
+      The source: uint8 [N, H, W, 1] images, int64 labels.
     """
     files = check(argument, config)
     for path in files.values():

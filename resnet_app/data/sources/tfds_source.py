@@ -394,8 +394,6 @@ def load_tfds(name: str, data_dir: str | None = None) -> Source:
         if static and split_info.num_examples * int(np.prod(shape)) <= IN_MEMORY_LIMIT_BYTES:
             data = tfds.as_numpy(builder.as_dataset(split=split_name, batch_size=-1))
             images, labels = data[image_key], data[label_key]
-            if images.shape[-1] == 1:  # Grayscale (MNIST and friends): to RGB.
-                images = np.repeat(images, 3, axis=-1)
             splits[split_name] = Split(
                 split_name, len(labels), labels=labels.astype(np.int64), images=images
             )
