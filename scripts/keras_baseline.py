@@ -12,10 +12,15 @@ user would: Keras's `SGD(momentum, nesterov)`, the L2 penalty as the layers'
 kernel regularizers, from-logits cross-entropy (label smoothing through one-hot
 targets), the images through `tf.data` (shuffle, `map` with resize,
 normalize, pad and random crop, flip and Cutout as the recipe asks, batch,
-prefetch), the test split as `validation_data`, and Keras's default
-`jit_compile="auto"`. The learning rate is the recipe's, step by step, as a
-`LearningRateSchedule`: Keras's `LearningRateScheduler` callback sets it once
-per epoch, which would turn a per-step warmup and decay into a staircase.
+prefetch), the split the trainer evaluates as `validation_data`, and Keras's
+default `jit_compile="auto"`. The images are the recipe's dataset held in
+memory as NumPy arrays: the source's own arrays (`idx:`, `cifar:`, `shapes`,
+small tfds sets), or an image folder or table decoded once into arrays, as a
+Keras user who loads a folder into memory would; streamed sources are refused.
+The learning rate is the recipe's, step by step, as a `LearningRateSchedule`:
+Keras's `LearningRateScheduler` callback sets it once per epoch, which would
+turn a per-step warmup and decay into a staircase. The model computes in the
+trainer's precision (`fit_precision`) and takes the run's channels.
 Recipes with parts it does not reproduce are refused (`unmirrored`).
 `scripts/time_to_accuracy.py` times it to a target accuracy.
 """
@@ -58,11 +63,21 @@ def baseline_model(create: Callable, stock_layers: bool = True):
 
 # What `fit_recipe` reproduces of a recipe: settings outside these, changed from
 # their defaults, are refused (`unmirrored`). Model keys go to the same model
-# builder; the schedule becomes a table of per-step rates.
+# builder; the schedule becomes a table of per-step rates; the data keys are
+# mirrored by reading the trainer's pipeline (its splits after train_examples
+# and validation_split, its classes, channels, size and normalization).
 MIRRORED = (
     "model.",
     "schedule.",
     "data.dataset",
+    "data.data_dir",
+    "data.num_classes",
+    "data.class_names",
+    "data.coarse_labels",
+    "data.validation_split",
+    "data.eval_split",
+    "data.channels",
+    "data.preprocessing",
     "data.image_size",
     "data.mean",
     "data.std",
@@ -92,24 +107,72 @@ MIRRORED = (
 )
 
 
-def unmirrored(resolved) -> list[str]:
-    """The recipe's settings that `fit_recipe` does not reproduce (empty: all are)."""
+def unmirrored(resolved, pipeline=None) -> list[str]:
+    """The recipe's settings that `fit_recipe` does not reproduce (empty: all are).
+
+    The config alone tells most of them, before any data loads. What only the
+    loaded data tells (a tfds set too large to hold in memory is streamed; an
+    "auto" recipe picks the ImageNet recipe for large images) is checked when
+    `pipeline`, the recipe's `InputPipeline`, is given.
+    """
     from resnet_app import config
     from resnet_app.config.differences import changes
+    from resnet_app.data import sources
 
     found = [
         key
         for key in changes(config.resolve(), resolved)
         if not any(key == m or (m.endswith(".") and key.startswith(m)) for m in MIRRORED)
     ]
-    if resolved.data.dataset != "shapes":
-        found.append(f"data.dataset={resolved.data.dataset} (fit here reads shapes)")
+    dataset = resolved.data.dataset
+    kind, _ = sources.parse(dataset)
+    if kind is None:
+        found.append(f"data.dataset={dataset} (fit reads a dataset's images)")
+    elif kind.scheme == "tfrecord":
+        found.append(f"data.dataset={dataset} (streamed: fit holds the images in memory)")
+    if resolved.data.preprocessing == "imagenet":
+        found.append("data.preprocessing=imagenet (fit does the CIFAR recipe)")
     kind = resolved.optimizer.to_dict().get("class")
     if kind not in ("momentum", "sgd"):
         found.append(f"optimizer.class={kind}")
     if resolved.train.precision == "fp16":
         found.append("train.precision=fp16")
+    if pipeline is not None:
+        found += _unmirrored_data(pipeline)
     return found
+
+
+def _unmirrored_data(pipeline) -> list[str]:
+    """What of the loaded data `fit_datasets` cannot read as the trainer does."""
+    dataset = pipeline.config.dataset
+    found = []
+    splits = (pipeline.train_split, pipeline.eval_split())
+    if any(split is not None and not split.indexed for split in splits):
+        found.append(f"data.dataset={dataset} (streamed: fit holds the images in memory)")
+    if pipeline.multi_label:
+        found.append(f"data.dataset={dataset} (multi-label: fit takes one class per image)")
+    if pipeline.preprocessing.family != "cifar":
+        size = pipeline.preprocessing.image_size
+        found.append(
+            f"data.preprocessing={pipeline.preprocessing.family} (chosen for {size} px; "
+            "fit does the CIFAR recipe)"
+        )
+    return found
+
+
+def fit_precision(resolved) -> str:
+    """The precision the trainer computes in for this recipe on this machine.
+
+    A resolved config already holds "auto"'s choice (`Config` asks
+    `auto_precision.auto_choice`, as the trainer's does); a config built
+    another way may still say "auto", which is resolved here the same way.
+    """
+    from resnet_app.common import auto_precision
+
+    precision = resolved.train.precision
+    if precision == auto_precision.AUTO:
+        return auto_precision.auto_choice().precision
+    return precision
 
 
 def fit_recipe(
@@ -118,8 +181,9 @@ def fit_recipe(
     """Trains the recipe with `model.fit`, as a Keras user would write it; returns the model.
 
     The events go to `write` (see `run_timing.py`): the start, the first step
-    and the end of every `eval_every` steps, and an evaluation of the test
-    split after each (Keras's validation: `steps_per_epoch=eval_every`).
+    and the end of every `eval_every` steps, and an evaluation of the split
+    the trainer evaluates after each (Keras's validation:
+    `steps_per_epoch=eval_every`).
 
     Args:
       resolved: the recipe's config (`unmirrored` must find nothing).
@@ -128,8 +192,6 @@ def fit_recipe(
       eval_every: steps between evaluations.
       write: takes each event.
     """
-    import time
-
     import keras
     import tensorflow as tf
 
@@ -154,8 +216,9 @@ def fit_recipe(
             return tf.gather(self.values, tf.minimum(tf.cast(step, tf.int32), last))
 
     options = resolved.optimizer.to_dict()
+    precision, depth = fit_precision(resolved), pipeline.channels
     model = baseline_model(
-        lambda: factory.create_run_model(resolved, classes, size, resolved.train.precision)
+        lambda: factory.create_run_model(resolved, classes, size, precision, depth)
     )
     model.compile(
         optimizer=keras.optimizers.SGD(
@@ -170,6 +233,23 @@ def fit_recipe(
         ),
         metrics=["accuracy"],
     )
+
+    model.fit(
+        train,
+        epochs=train_steps // eval_every,
+        steps_per_epoch=eval_every,
+        validation_data=test,
+        callbacks=[_clock(write, eval_every)],
+        verbose=0,
+    )
+    return model
+
+
+def _clock(write: Callable[[dict], None], eval_every: int):
+    """The Keras callback that writes `fit_recipe`'s events to `write`."""
+    import time
+
+    import keras
 
     class Clock(keras.callbacks.Callback):
         """The events: the start, the first step, each interval's end, each evaluation."""
@@ -199,35 +279,27 @@ def fit_recipe(
                 }
             )
 
-    model.fit(
-        train,
-        epochs=train_steps // eval_every,
-        steps_per_epoch=eval_every,
-        validation_data=test,
-        callbacks=[Clock()],
-        verbose=0,
-    )
-    return model
+    return Clock()
 
 
 def fit_datasets(resolved, pipeline):
-    """The `tf.data` pipelines a Keras user would write for the recipe: (train, test).
+    """The `tf.data` pipelines a Keras user would write for the recipe: (train, evaluation).
 
-    The images are the trainer's (the dataset's own, a prefix when the recipe
-    limits them), resized and normalized as its pipeline does; training's are
-    shuffled, augmented as the recipe asks, batched and prefetched.
+    The images are the trainer's: its training split (after the recipe's
+    `train_examples` limit and `validation_split` hold-out) and the split it
+    evaluates (the holdout when one is held out), as NumPy arrays in memory
+    (`split_arrays`), resized and normalized as its pipeline does; training's
+    are shuffled, augmented as the recipe asks, batched and prefetched.
 
     Args:
       resolved: the recipe's config.
-      pipeline: its `InputPipeline` (the sizes, normalization and counts).
+      pipeline: its `InputPipeline` (the splits, sizes, channels and normalization).
     """
     import numpy as np
     import tensorflow as tf
 
-    from resnet_app.data import shapes
-
     prep = pipeline.preprocessing
-    size, augment = prep.image_size, prep.augment
+    size, augment, depth = prep.image_size, prep.augment, pipeline.channels
     mean, std = np.asarray(prep.mean, np.float32), np.asarray(prep.std, np.float32)
     batch, classes = resolved.train.batch_size, pipeline.num_classes
     smoothing, seed = resolved.train.label_smoothing, resolved.train.seed
@@ -241,33 +313,98 @@ def fit_datasets(resolved, pipeline):
         if augment.crop_padding:  # Pad with zeros after normalizing: the mean colour.
             pad = augment.crop_padding
             image = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]])
-            image = tf.image.random_crop(image, [size, size, 3])
+            image = tf.image.random_crop(image, [size, size, depth])
         if augment.flip:
             image = tf.image.random_flip_left_right(image)
         if augment.cutout_size:
             side = augment.cutout_size
             top, left = tf.unstack(tf.random.uniform([2], 0, size - side + 1, tf.int32))
             square = [[top, size - side - top], [left, size - side - left], [0, 0]]
-            image = image * (1 - tf.pad(tf.ones([side, side, 1]), square))
+            image = image * (1 - tf.pad(tf.ones([side, side, depth]), square))
         return image, label
 
-    def split(name, count):  # The trainer's images: the dataset's own, a prefix of `count`.
-        images, labels = shapes.load(name)
-        return images[:count], labels[:count].astype(np.int32)
-
+    examples = split_arrays(pipeline.train_split, pipeline)
     train = (
-        tf.data.Dataset.from_tensor_slices(split("train", pipeline.num_train_examples))
-        .shuffle(pipeline.num_train_examples, seed=seed)
+        tf.data.Dataset.from_tensor_slices(examples)
+        .shuffle(len(examples[1]), seed=seed)
         .repeat()
         .map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
         .map(random_augment, num_parallel_calls=tf.data.AUTOTUNE)
         .batch(batch)
         .prefetch(tf.data.AUTOTUNE)
     )
-    test = (
-        tf.data.Dataset.from_tensor_slices(split("test", pipeline.num_eval_examples()))
+    evaluation = (
+        tf.data.Dataset.from_tensor_slices(split_arrays(pipeline.eval_split(), pipeline))
         .map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
         .batch(resolved.train.eval_batch_size or batch)
         .prefetch(tf.data.AUTOTUNE)
     )
-    return train, test
+    return train, evaluation
+
+
+def split_arrays(split, pipeline):
+    """A split's (uint8 [N, H, W, channels] images, int32 [N] labels) held in memory.
+
+    Pixels the source holds are brought to the run's channels; encoded files
+    are decoded once, as the trainer decodes them, and dropped (with their
+    labels) when they do not decode, as the trainer skips them. Decoded images
+    that do not all have one size are resized to the training size the way
+    `fit_datasets` resizes, so that they stack into one array.
+
+    Raises:
+      ValueError: for a streamed split (`unmirrored` names it first).
+    """
+    import numpy as np
+
+    from resnet_app.data import channels
+
+    if split is None or not split.indexed:
+        kind = "synthetic" if split is None else "streamed"
+        raise ValueError(
+            f"data.dataset={pipeline.config.dataset} is {kind}: fit reads images held in "
+            "memory; give an in-memory source (idx:, cifar:, folder:, csv:, shapes)"
+        )
+    if split.images is not None:
+        images = channels.convert_array(split.images, pipeline.channels)
+        return images, split.labels.astype(np.int32)
+    decoded, labels = _decode_files(split, pipeline.channels)
+    if len({image.shape for image in decoded}) > 1:
+        size = pipeline.preprocessing.image_size
+        decoded = [_resized(image, size) for image in decoded]
+    shape = (0, 1, 1, pipeline.channels)
+    images = np.stack(decoded) if decoded else np.zeros(shape, np.uint8)
+    return images, np.asarray(labels, np.int32)
+
+
+def _decode_files(split, depth: int) -> tuple[list, list]:
+    """Each file of an encoded split decoded to uint8 pixels with `depth` channels."""
+    import tensorflow as tf
+
+    from resnet_app.data import preprocessing
+
+    read = split.lookup()
+    stream = (
+        tf.data.Dataset.range(split.num_examples)
+        .map(read, num_parallel_calls=tf.data.AUTOTUNE)
+        .map(
+            lambda content, label: (preprocessing.decode_image(content, depth), label),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+        .ignore_errors(log_warning=True)
+    )
+    decoded, labels = [], []
+    for image, label in stream.as_numpy_iterator():
+        decoded.append(image)
+        labels.append(label)
+    return decoded, labels
+
+
+def _resized(image, size: int):
+    """One image at `size` x `size`, rounded back onto uint8 pixels as `fit_datasets` rounds."""
+    import numpy as np
+    import tensorflow as tf
+
+    if image.shape[:2] == (size, size):
+        return image
+    resized = tf.image.resize(tf.cast(image, tf.float32), [size, size])
+    return np.clip(np.round(resized.numpy()), 0, 255).astype(np.uint8)
