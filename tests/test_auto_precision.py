@@ -93,3 +93,17 @@ def test_a_config_resolves_auto_and_records_auto(monkeypatch, chosen):
 def test_an_unknown_precision_names_auto():
     with pytest.raises(ConfigError, match="use one of: fp32, bf16, fp16, auto"):
         config.resolve(sets=["train.precision=fp8"])
+
+
+@pytest.mark.parametrize("name", ["fp32", "bf16", "fp16"])
+def test_each_precision_builds_its_model_in_its_dtype_with_float32_weights(name):
+    import keras
+
+    from resnet_app.common import precision
+    from resnet_app.nets import factory
+
+    with factory.dtype_policy(factory.POLICIES[name]):
+        layer = keras.layers.Dense(2)
+        layer.build((None, 3))
+    assert layer.compute_dtype == precision.COMPUTE_DTYPES[name] == config.PRECISIONS[name]
+    assert layer.kernel.dtype == "float32"

@@ -27,6 +27,7 @@ import typing
 from typing import Any
 
 from resnet_app.common import auto_precision
+from resnet_app.common import precision as precision_names
 from resnet_app.common.checks import at_least
 from resnet_app.common.errors import ConfigError
 from resnet_app.common.fields import config_keys, replace_from, resumable
@@ -58,7 +59,7 @@ BEST_METRICS = {
 }
 BEST_MODES = ("max", "min")
 # train.precision -> the images' dtype (data.dtype, unless set).
-PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+PRECISIONS = precision_names.COMPUTE_DTYPES
 MAX_ROLLBACKS = 3
 SYNC_MODES = ("allreduce", "model_average")
 DERIVED_DTYPE = "data.dtype"  # Follows train.precision when unset.

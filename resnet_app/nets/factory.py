@@ -12,11 +12,12 @@ from collections.abc import Iterator
 
 import keras
 
+from resnet_app.common import precision as precision_names
 from resnet_app.common.errors import ConfigError
 from resnet_app.nets.resnet import create_model
 
 # Keras dtype policies of train.precision.
-POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+POLICIES = precision_names.KERAS_POLICIES
 
 
 @contextlib.contextmanager
