@@ -1,4 +1,4 @@
-"""Schedule scripts run only when asked (`config/script_permission.py`, `train.config_from_flags`).
+"""Schedule scripts run only when asked (`config/script_permission.py`, `command_line.py`).
 
 The command line is parsed in this process, as the trainer parses it; the
 script under test writes a marker file when it is imported, so each test sees
@@ -15,10 +15,10 @@ from absl import flags
 from absl import logging as absl_logging
 from absl.testing import flagsaver
 
-from resnet_app import train
 from resnet_app.common import run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.config import script_permission
+from resnet_app.engine import command_line
 
 
 @pytest.fixture
@@ -40,7 +40,7 @@ def ran(tmp_path) -> bool:
 
 
 def config_from(*args):
-    """`train.config_from_flags()` for the command line `resnet-app train ARGS`.
+    """`command_line.config_from_flags()` for the command line `resnet-app train ARGS`.
 
     Parsing sets absl's verbosity (its --verbosity default): put back after,
     so that later tests in this process see the log lines they expect.
@@ -50,7 +50,7 @@ def config_from(*args):
         with flagsaver.flagsaver():
             flags.FLAGS.unparse_flags()
             flags.FLAGS(["train", *args])
-            return train.config_from_flags()
+            return command_line.config_from_flags()
     finally:
         absl_logging.set_verbosity(verbosity)
 

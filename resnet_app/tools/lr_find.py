@@ -49,9 +49,10 @@ from typing import Any
 
 from absl import flags, logging
 
-from resnet_app import config, train
+from resnet_app import config
 from resnet_app.common import cli, run_dir
 from resnet_app.common.errors import ConfigError
+from resnet_app.engine import command_line
 
 _START_LR = flags.DEFINE_float("start_lr", 1e-5, "The learning rate of the first step.")
 _END_LR = flags.DEFINE_float("end_lr", 10.0, "The learning rate of the last step.")
@@ -369,8 +370,8 @@ def plot(
 def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
     check_flags()
-    resolved = train.config_from_flags()
-    train.check_before_tensorflow(resolved, None, restart=True)
+    resolved = command_line.config_from_flags()
+    command_line.check_before_tensorflow(resolved, None, restart=True)
     logging.info(
         "The range test replaces schedule %s and optimizer.learning_rate %g",
         dict(resolved.schedule),

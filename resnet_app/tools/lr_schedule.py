@@ -21,9 +21,9 @@ import sys
 
 from absl import flags, logging
 
-from resnet_app import train
 from resnet_app.common import cli
 from resnet_app.common.errors import ConfigError
+from resnet_app.engine import command_line
 from resnet_app.engine.plan import plan_run
 
 # Training split sizes of the datasets people schedule most often.
@@ -86,7 +86,7 @@ def final_image_size(resolved) -> int:
 
 def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
-    resolved = train.config_from_flags()
+    resolved = command_line.config_from_flags()
     examples = examples_per_epoch(resolved)
     plan = plan_run(resolved, examples, final_image_size(resolved))
     rates = [plan.schedule(step, plan.steps_per_epoch) for step in range(plan.total_steps)]
