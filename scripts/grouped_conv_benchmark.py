@@ -38,7 +38,9 @@ import time
 from absl import app, flags
 
 _FORMULATIONS = flags.DEFINE_list(
-    "formulations", None, "Formulations to run (default: all of grouped_conv.FORMULATIONS)."
+    "formulations",
+    None,
+    "Formulations to run (default: every one in grouped_conv_alternatives.py).",
 )
 _SHAPES = flags.DEFINE_list("shapes", None, "Shapes to run, e.g. s1,s2/2 (default: all).")
 _BATCH = flags.DEFINE_integer("batch", 16, "Batch of the timed steps.")
@@ -167,6 +169,7 @@ def rel_errors(results, reference) -> tuple[float, float, float]:
 
 
 def run_shape(name: str, names: list[str]) -> dict:
+    import grouped_conv_alternatives  # Next to this script.
     import numpy as np
     import tensorflow as tf
 
@@ -191,7 +194,7 @@ def run_shape(name: str, names: list[str]) -> dict:
 
     def get_step(formulation):
         if formulation not in steps:
-            conv = grouped_conv.FORMULATIONS[formulation]
+            conv = grouped_conv_alternatives.FORMULATIONS[formulation]
             steps[formulation] = make_step(conv, _GROUPS, stride, dtype)
         return steps[formulation]
 
@@ -200,7 +203,9 @@ def run_shape(name: str, names: list[str]) -> dict:
             if dtype == tf.float32:
                 step = get_step(ref_name)
             else:
-                step = make_step(grouped_conv.FORMULATIONS[ref_name], _GROUPS, stride, tf.float32)
+                step = make_step(
+                    grouped_conv_alternatives.FORMULATIONS[ref_name], _GROUPS, stride, tf.float32
+                )
             native_ref = [t.numpy().astype(np.float64) for t in step(x32, kernel, upstream)]
             row["reference"] = ref_name
             float32_results[ref_name] = native_ref
@@ -245,15 +250,14 @@ def run_shape(name: str, names: list[str]) -> dict:
 
 def main(argv: list[str]) -> None:
     del argv
+    import grouped_conv_alternatives  # Next to this script.
     import tensorflow as tf
 
-    from resnet_app.nets import grouped_conv
-
     tf.get_logger().setLevel("ERROR")  # one tf.function per formulation: retracing warnings
-    names = _FORMULATIONS.value or list(grouped_conv.FORMULATIONS)
+    names = _FORMULATIONS.value or list(grouped_conv_alternatives.FORMULATIONS)
     shapes = _SHAPES.value or list(SHAPES)
     for name in names:
-        if name not in grouped_conv.FORMULATIONS:
+        if name not in grouped_conv_alternatives.FORMULATIONS:
             raise app.UsageError(f"unknown formulation {name!r}")
     for name in shapes:
         if name not in SHAPES:

@@ -6,6 +6,9 @@ block-diagonal kernel built in NumPy for the gradients (a dense conv's
 gradient is TF's own, the one every other layer here trains with).
 """
 
+import os
+import sys
+
 import keras
 import numpy as np
 import pytest
@@ -13,10 +16,17 @@ import tensorflow as tf
 
 from resnet_app.nets import grouped_conv, layers
 from resnet_app.nets.resnet import create_model
+from tests.commands import REPO
 from tests.torchvision_reference import conv2d as numpy_conv2d
 
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+import grouped_conv_alternatives  # noqa: E402  The formulations production does not pick.
+
+# Production's formulations and the benchmark's others: each must be exact.
+EVERY = grouped_conv_alternatives.FORMULATIONS
+
 # native needs oneDNN for its gradient; native_xla is the slow one Keras runs.
-TRAINABLE = [name for name in grouped_conv.FORMULATIONS if name not in ("native", "native_xla")]
+TRAINABLE = [name for name in EVERY if name not in ("native", "native_xla")]
 
 
 # 16 groups: every fixed chunk count of FORMULATIONS (4, 8, 16) divides them.
@@ -51,12 +61,12 @@ def _block_diagonal(kernel, groups):
     return dense
 
 
-@pytest.mark.parametrize("name", list(grouped_conv.FORMULATIONS))
+@pytest.mark.parametrize("name", list(EVERY))
 @pytest.mark.parametrize("stride,padding", [(1, "SAME"), (2, "SAME"), (2, "VALID")])
 def test_every_formulation_computes_the_grouped_convolution(name, stride, padding):
     x, kernel = _case()
     expected = _numpy_grouped(x, kernel, 16, stride, padding)
-    ours = grouped_conv.FORMULATIONS[name](tf.constant(x), tf.constant(kernel), 16, stride, padding)
+    ours = EVERY[name](tf.constant(x), tf.constant(kernel), 16, stride, padding)
     np.testing.assert_allclose(ours.numpy(), expected, rtol=1e-5, atol=1e-4)
 
 
@@ -75,7 +85,7 @@ def test_every_trainable_formulation_has_the_gradients_of_the_block_diagonal_den
     ).reshape(kernel.shape)
     x_var, k_var = tf.Variable(x), tf.Variable(kernel)
     with tf.GradientTape() as tape:
-        out = grouped_conv.FORMULATIONS[name](x_var, k_var, 16, 2, "SAME")
+        out = EVERY[name](x_var, k_var, 16, 2, "SAME")
         loss = tf.reduce_sum(out * upstream)
     dx, dk = tape.gradient(loss, [x_var, k_var])
     np.testing.assert_allclose(dx.numpy(), dx_ref.numpy(), rtol=1e-5, atol=1e-4)
