@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 # The metrics a call of the compiled step sums over its steps, in the order
-# `step.TrainStep` packs them (`step.METRICS` is this tuple).
+# `step.TrainStep` packs them.
 SUMS = ("examples", "loss", "correct", "regularization")
 
 

@@ -50,9 +50,6 @@ from resnet_app.engine.last_step import LastStep
 from resnet_app.nets import drop_path
 
 SUM = tf.distribute.ReduceOp.SUM
-# The sums a step returns, in the order it packs them (defined with the
-# interval metrics that add them up, which import no TensorFlow).
-METRICS = SUMS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +58,7 @@ class LoopResult:
 
     Attributes:
       steps: the steps run (fewer than asked when stopped or diverged).
-      sums: METRICS summed over those steps: "examples", "loss" (summed
+      sums: `interval.SUMS` summed over those steps: "examples", "loss" (summed
         cross-entropy), "correct", "regularization" (summed over steps).
       input_wait: seconds the steps waited for their batches.
     """
@@ -311,7 +308,7 @@ class TrainStep:
         return gradients, loss_sum, correct, regularization
 
     def replica_step(self, batch: dict) -> tf.Tensor:
-        """One tower's part of a step: gradients applied, its METRICS sums returned."""
+        """One tower's part of a step: gradients applied, its `interval.SUMS` returned."""
         context = tf.distribute.get_replica_context()
         replicas = context.num_replicas_in_sync
         variables = self.model.trainable_variables
@@ -347,7 +344,7 @@ class TrainStep:
             self.optimizer.apply_gradients(zip(gradients, variables))
         else:
             self.averaging.apply_locally(gradients, variables)
-        # In METRICS order, reduced as one vector. The regularization is the
+        # In SUMS order, reduced as one vector. The regularization is the
         # same on every replica: its share here sums back to one copy.
         return tf.stack(
             [tf.reduce_sum(batch["mask"]), loss_sum, correct, regularization / replicas]
@@ -357,7 +354,7 @@ class TrainStep:
     def _loop_fn(
         self, iterator, learning_rates: tf.Tensor, count: tf.Tensor, stop: tf.Variable | None
     ):
-        totals = tf.zeros([len(METRICS)])
+        totals = tf.zeros([len(SUMS)])
         done = tf.constant(0)
         waited = tf.constant(0.0, tf.float64)
         for i in tf.range(count):
@@ -436,5 +433,5 @@ class TrainStep:
         totals, done, waited = compiled(
             iterator, tf.constant(rates, tf.float32), tf.constant(count), stop
         )
-        sums = {name: float(value) for name, value in zip(METRICS, totals.numpy())}
+        sums = {name: float(value) for name, value in zip(SUMS, totals.numpy())}
         return LoopResult(steps=int(done), sums=sums, input_wait=float(waited))
