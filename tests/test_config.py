@@ -486,3 +486,21 @@ def test_a_section_or_key_given_twice_is_an_error(tmp_path):
     # YAML's merge key is not a repetition: the explicit key overrides the merged one.
     path.write_text("base: &b {epochs: 2, batch_size: 8}\ntrain:\n  <<: *b\n  epochs: 3\n")
     assert config.read_yaml(str(path))["train"] == {"epochs": 3, "batch_size": 8}
+
+
+@pytest.mark.parametrize(
+    "section, decays",
+    [
+        ({"class": "momentum"}, False),
+        ({"class": "adam"}, False),
+        ({"class": "adamw", "weight_decay": 0.0}, True),  # Decoupled: the class decays.
+        ({"class": "lamb"}, False),
+        ({"class": "lamb", "weight_decay": 0.01}, True),
+        ({"class": "lars", "weight_decay": 1e-4}, True),
+        ({"class": "lars"}, False),
+    ],
+)
+def test_an_optimizer_kind_says_whether_it_decays_the_weights_itself(section, decays):
+    """The trainer warns when such an optimizer meets a preset's L2 penalty (a second decay)."""
+    kind = optimizer_kinds.OptimizerSection.from_mapping(section)
+    assert kind.decays_weights is decays

@@ -57,6 +57,11 @@ class OptimizerSection(OneOfSection):
         """The optimizer class's keyword arguments: every field, None included."""
         return self.field_values()
 
+    @property
+    def decays_weights(self) -> bool:
+        """Whether the optimizer decays the weights itself (a preset's L2 would decay twice)."""
+        return False
+
     @classmethod
     def not_a_mapping_error(cls, value: Any) -> ConfigError:
         return ConfigError(
@@ -221,6 +226,10 @@ class AdamW(OptimizerSection, kind="adamw"):
     clipnorm: float | None = clipping("global_clipnorm")
     global_clipnorm: float | None = clipping("clipnorm")
 
+    @property
+    def decays_weights(self) -> bool:
+        return True
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Lamb(OptimizerSection, kind="lamb"):
@@ -246,6 +255,10 @@ class Lamb(OptimizerSection, kind="lamb"):
     exclude_from_adaptation: bool = True
     clipnorm: float | None = clipping("global_clipnorm")
     global_clipnorm: float | None = clipping("clipnorm")
+
+    @property
+    def decays_weights(self) -> bool:
+        return self.weight_decay > 0
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -275,3 +288,7 @@ class Lars(OptimizerSection, kind="lars"):
     exclude_from_adaptation: bool = True
     clipnorm: float | None = clipping("global_clipnorm")
     global_clipnorm: float | None = clipping("clipnorm")
+
+    @property
+    def decays_weights(self) -> bool:
+        return self.weight_decay > 0

@@ -232,10 +232,7 @@ def _build(
     counts = train.class_counts(pipeline.num_classes) if train is not None else None
     weights = class_balance.class_weights(config.train.class_weights, pipeline.class_names, counts)
     kind = optimizer_config["class"]
-    own_decay = kind == "adamw" or (
-        kind in ("lamb", "lars") and optimizer_config["weight_decay"] > 0
-    )
-    if own_decay and (decay := _preset(config).weight_decay):
+    if config.optimizer.decays_weights and (decay := _preset(config).weight_decay):
         logging.warning(
             "%s decays the weights itself, and model.weight_decay=%g adds an L2 "
             "penalty on top; set model.weight_decay=0 unless both are meant",
