@@ -383,7 +383,7 @@ def _model_fields() -> list[tuple[str, Any, Any]]:
 
 # The `model:` section: a preset `name` plus any `ResNetConfig` field, each None
 # (the preset's value) unless set. Generated, so a new ResNetConfig field is a
-# config key at once; `nets/presets.py` documents the fields.
+# config key at once; `nets/spec.py` documents the fields.
 ModelSection = dataclasses.make_dataclass(
     "ModelSection",
     _model_fields(),

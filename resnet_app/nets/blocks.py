@@ -10,9 +10,11 @@ last conv, stochastic depth on the whole branch, and a shortcut that is the
 identity, option A zero padding, option B projection or ResNet-D's average
 pool and projection (He et al. 2015, 2016, 2019; Xie et al. 2017; Hu et al.
 2018; Zagoruyko & Komodakis 2016). A block kind only declares its
-convolutions (`conv_specs`); `ResidualBlock` does the rest, so a new kind is
-one subclass and one `BLOCK_CLASSES` line, and a new option one field read
-here.
+convolutions (`conv_specs`); `ResidualBlock` does the rest. A new kind is one
+subclass and one `BLOCK_CLASSES` line here, plus its facts in `nets/spec.py`:
+its expansion (`BLOCK_EXPANSION`, which is also the list of kinds a config
+may name), its convs per unit (`ResNetConfig.depth`) and its inner width
+(`ResNetConfig.inner_width`). A new option is one field read here.
 
 Checkpoints name variables by the attribute that holds each layer (`conv1`,
 `bn1`, `preact_norm`, `projection`, `projection_norm`, `attention`), and

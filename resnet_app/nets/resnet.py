@@ -3,8 +3,8 @@
 One parameterized network covers every depth of He et al. 2015 ("Deep Residual
 Learning", v1, post-activation) and He et al. 2016 ("Identity Mappings", v2,
 pre-activation). A preset is one line of data in `presets.PRESETS`; `create_model`
-turns a preset name plus overrides into a Keras 3 model. The stage tables and the
-`ResNetConfig` they fill are in `nets/presets.py`; the residual blocks the table
+turns a preset name plus overrides into a Keras 3 model. The stage tables are in
+`nets/presets.py`, the `ResNetConfig` they fill in `nets/spec.py`; the residual blocks the table
 picks (basic or bottleneck, post- or pre-activation) are in `nets/blocks.py`.
 
 Architecture only: no loss, optimizer, schedule, logging or printing lives here.
