@@ -55,6 +55,8 @@ def build(interval: int | None):
     from resnet_app.common import distribute
     from resnet_app.engine import averaging, optim
     from resnet_app.engine.step import TrainStep
+    from resnet_app.engine.sync import ModelAverage
+    from resnet_app.engine.tower import Tower
     from resnet_app.nets.resnet import create_model
 
     devices = [d.name for d in tf.config.list_logical_devices("CPU")[: _TOWERS.value]]
@@ -65,7 +67,9 @@ def build(interval: int | None):
         model.build((None, 32, 32, 3))
         optimizer = optim.create_optimizer({"class": "momentum", "learning_rate": 0.01})
         optimizer.build(model.trainable_variables)
-    averager = averaging.ModelAveraging(model, optimizer, strategy, interval) if interval else None
+    policy = None
+    if interval:
+        policy = ModelAverage(averaging.ModelAveraging(model, optimizer, strategy, interval))
     rng = np.random.default_rng(0)
     batch = {
         "image": rng.normal(size=(_BATCH.value, 32, 32, 3)).astype(np.float32),
@@ -74,7 +78,7 @@ def build(interval: int | None):
     }
     dataset = tf.data.Dataset.from_tensors(batch).repeat()
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
-    return TrainStep(model, optimizer, strategy, averaging=averager), iterator
+    return TrainStep(Tower(model, optimizer), strategy, policy), iterator
 
 
 def executed_collectives(step, iterator, rates) -> collections.Counter:

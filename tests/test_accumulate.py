@@ -12,6 +12,7 @@ import tensorflow as tf
 from resnet_app.common.distribute import mirrored_strategy
 from resnet_app.engine import optim
 from resnet_app.engine.step import TrainStep
+from resnet_app.engine.tower import Tower
 from tests.reference import momentum_steps
 from tests.small_models import SIZE, initial_weights, no_bn, tiny_bn
 
@@ -38,7 +39,7 @@ def trained(make_model, weights, batch, towers, accumulate_steps):
         optimizer.build(model.trainable_variables)
     dataset = tf.data.Dataset.from_tensors(batch).repeat()
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
-    step = TrainStep(model, optimizer, strategy, accumulate_steps=accumulate_steps)
+    step = TrainStep(Tower(model, optimizer, accumulate_steps=accumulate_steps), strategy)
     result = step.loop(iterator, list(LEARNING_RATES))
     assert result.steps == len(LEARNING_RATES)
     return model, result.sums

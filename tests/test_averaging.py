@@ -20,6 +20,8 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.engine import averaging, loop, optim, setup
 from resnet_app.engine.actions import Action
 from resnet_app.engine.step import TrainStep
+from resnet_app.engine.sync import ModelAverage
+from resnet_app.engine.tower import Tower
 from tests import runs
 from tests.commands import error_line, run_command
 from tests.reference import momentum_steps
@@ -51,8 +53,10 @@ def _training(make_model, weights, optimizer_config, interval, towers=2):
         model.set_weights(weights)
         optimizer = optim.create_optimizer(optimizer_config)
         optimizer.build(model.trainable_variables)
-    averager = averaging.ModelAveraging(model, optimizer, strategy, interval) if interval else None
-    return strategy, model, optimizer, TrainStep(model, optimizer, strategy, averaging=averager)
+    policy = None
+    if interval:
+        policy = ModelAverage(averaging.ModelAveraging(model, optimizer, strategy, interval))
+    return strategy, model, optimizer, TrainStep(Tower(model, optimizer), strategy, policy)
 
 
 def _iterator(strategy, batches):
@@ -135,7 +139,7 @@ def test_copies_drift_between_averages_and_become_their_mean(towers):
 
     drifting[3].loop(iterators[0], [0.1])  # Step 4 without averaging.
     step.loop(iterators[1], [0.1])  # Step 4, then the average.
-    averaged_names = {v.path for v in step.averaging.averaged}
+    averaged_names = {v.path for v in step.policy.averaging.averaged}
     not_averaged = {optimizer.iterations.path, optimizer.learning_rate.path}
     assert averaged_names == {v.path for v in variables} - not_averaged
     for variable, before in zip(variables, [*drifting[1].variables, *drifting[2].variables]):

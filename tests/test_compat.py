@@ -265,6 +265,6 @@ def test_a_run_converts_only_the_functions_tf_function_wraps_and_the_marked_ones
     assert report["absolute"] == 2.0  # The user's `if` on a tensor was converted.
     converted = report["converted"]
     # The step loop (marked) and the evaluation's step (a tf.function) at least.
-    assert "TrainStep._loop_fn" in converted and len(converted) < 10, converted
+    assert "TrainStep.run_steps" in converted and len(converted) < 10, converted
     for name, decorators in converted.items():
         assert any(d.startswith(ENTRIES) for d in decorators), (name, decorators)

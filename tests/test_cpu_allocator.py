@@ -19,12 +19,13 @@ import resource, tempfile
 from resnet_app import config
 from resnet_app.engine import setup
 from resnet_app.engine.step import TrainStep
+from resnet_app.engine.tower import Tower
 resolved = config.resolve(sets=["model.name=resnet20", "data.dataset=synthetic",
     "train.batch_size=128", "train.train_steps=100", "schedule.name=constant",
     "data.eval_examples=128"])
 run = setup.build_run(resolved, tempfile.mkdtemp())
 run.restore(None)
-step = TrainStep(run.model, run.optimizer, run.strategy)
+step = TrainStep(Tower(run.model, run.optimizer), run.strategy)
 iterator = iter(run.train_dataset())
 step.loop(iterator, [0.1] * 3)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

@@ -8,6 +8,7 @@ from resnet_app.common.distribute import mirrored_strategy
 from resnet_app.common.errors import ConfigError
 from resnet_app.engine import optim
 from resnet_app.engine.step import TrainStep
+from resnet_app.engine.tower import Tower
 from resnet_app.nets import drop_path
 from resnet_app.nets.resnet import create_model
 
@@ -93,7 +94,7 @@ def train(towers, seed=0, steps=(0.1, 0.1), calls=1, **fields):
     }
     dataset = tf.data.Dataset.from_tensors(batch).repeat()
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
-    step = TrainStep(model, optimizer, strategy, seed=seed)
+    step = TrainStep(Tower(model, optimizer, seed=seed), strategy)
     per_call = len(steps) // calls
     for call in range(calls):
         step.loop(iterator, list(steps[call * per_call : (call + 1) * per_call]))

@@ -21,6 +21,8 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.engine import averaging, loop, optim
 from resnet_app.engine.ema import WeightEMA
 from resnet_app.engine.step import TrainStep
+from resnet_app.engine.sync import ModelAverage
+from resnet_app.engine.tower import Tower
 from resnet_app.evaluation import calibration, checkpoint_eval
 from resnet_app.export import savedmodel
 from tests import runs
@@ -104,7 +106,8 @@ def test_training_average_follows_every_replicas_weights(towers, interval, warmu
     averager = averaging.ModelAveraging(model, optimizer, strategy, interval) if interval else None
     ema = WeightEMA(model, average, DECAY, warmup, interval or 1)
     ema.reset()
-    step = TrainStep(model, optimizer, strategy, averaging=averager, ema=ema)
+    policy = ModelAverage(averager) if averager else None
+    step = TrainStep(Tower(model, optimizer), strategy, policy, ema)
     rng = np.random.default_rng(0)
     batches = {
         "image": rng.normal(size=(4, 8, SIZE, SIZE, 3)).astype(np.float32),

@@ -5,8 +5,9 @@ import pytest
 import tensorflow as tf
 
 from resnet_app.common.errors import ConfigError
+from resnet_app.config.sections import LOSSES
 from resnet_app.engine import controller, loop
-from resnet_app.engine.step import TrainStep
+from resnet_app.engine.losses import PER_EXAMPLE, Loss
 from resnet_app.nets.resnet import create_model
 from tests import runs
 
@@ -34,12 +35,10 @@ def test_the_loss_of_a_batch_against_numpy(loss, smoothing):
     images = rng.normal(size=(6, 8, 8, 3)).astype(np.float32)
     labels = np.array([0, 1, 2, 3, 4, 1], np.int32)
     mask = np.array([1, 1, 1, 1, 1, 0], np.float32)  # The last example is padding.
-    step = TrainStep(
-        model, tf.keras.optimizers.SGD(), tf.distribute.get_strategy(), smoothing, loss=loss
-    )
-    batch = {"image": tf.constant(images), "label": tf.constant(labels), "mask": tf.constant(mask)}
-    loss_sum, _, _ = step._losses(batch)
-    logits = model(images, training=True).numpy()
+    batch = {"label": tf.constant(labels), "mask": tf.constant(mask)}
+    logits = model(images, training=True)
+    loss_sum, _ = Loss(loss, smoothing)(logits, batch)
+    logits = logits.numpy()
     targets = np.eye(5)[labels] * (1 - smoothing) + smoothing / 5
     reference = numpy_bce if loss == "bce" else numpy_cross_entropy
     expected = float(np.sum(mask * reference(logits, targets)))
@@ -65,23 +64,21 @@ def test_out_of_memory_in_training_is_one_line(tmp_path, monkeypatch):
 LABELS, PARTNERS = np.array([0, 1, 2], np.int32), np.array([3, 3, 0], np.int32)
 
 
-def mixed_loss(weights, seed, **step_options):
+def mixed_loss(weights, seed, loss, **options):
     """A mixed batch of 3 through the tiny 4-class network with smoothing 0.1:
-    (the step's loss sum, the logits, the NumPy soft targets before smoothing)."""
+    (the loss sum, the logits, the NumPy soft targets before smoothing)."""
     model = create_model("tiny", num_classes=4)
     model.build((None, 8, 8, 3))
     images = np.random.default_rng(seed).normal(size=(3, 8, 8, 3)).astype(np.float32)
-    strategy = tf.distribute.get_strategy()
-    step = TrainStep(model, tf.keras.optimizers.SGD(), strategy, 0.1, **step_options)
     batch = {
-        "image": tf.constant(images),
         "label": tf.constant(LABELS),
         "mix_label": tf.constant(PARTNERS),
         "mix_weight": tf.constant(weights),
         "mask": tf.ones(3),
     }
-    loss_sum, _, _ = step._losses(batch)
-    logits = model(images, training=True).numpy()
+    logits = model(images, training=True)
+    loss_sum, _ = Loss(loss, 0.1, **options)(logits, batch)
+    logits = logits.numpy()
     eye = np.eye(4)
     soft = weights[:, None] * eye[LABELS] + (1 - weights[:, None]) * eye[PARTNERS]
     return float(loss_sum), logits, soft
@@ -90,7 +87,7 @@ def mixed_loss(weights, seed, **step_options):
 @pytest.mark.parametrize("loss", ["cross_entropy", "bce"])
 def test_mixed_labels_are_soft_targets_and_smoothing_composes(loss):
     weights = np.array([0.9, 0.6, 0.5], np.float32)
-    loss_sum, logits, soft = mixed_loss(weights, 1, loss=loss)
+    loss_sum, logits, soft = mixed_loss(weights, 1, loss)
     targets = soft * 0.9 + 0.1 / 4
     reference = numpy_bce if loss == "bce" else numpy_cross_entropy
     assert loss_sum == pytest.approx(float(reference(logits, targets).sum()), rel=1e-5)
@@ -100,7 +97,7 @@ def test_bce_target_threshold_binarizes_mixed_smoothed_targets_as_numpy():
     """timm's target_threshold: targets above 0.2 count as 1, the rest 0 (after
     Mixup's shares and smoothing), against NumPy; a partner's share of 0.15 drops out."""
     weights = np.array([0.85, 0.6, 0.5], np.float32)
-    loss_sum, logits, soft = mixed_loss(weights, 2, loss="bce", bce_target_threshold=0.2)
+    loss_sum, logits, soft = mixed_loss(weights, 2, "bce", bce_target_threshold=0.2)
     targets = (soft * 0.9 + 0.1 / 4 > 0.2).astype(np.float64)
     assert targets.sum(axis=1).tolist() == [1, 2, 2]  # 0.15 * 0.9 + 0.025 is below 0.2.
     assert loss_sum == pytest.approx(float(np.sum(numpy_bce(logits, targets))), rel=1e-5)
@@ -109,3 +106,30 @@ def test_bce_target_threshold_binarizes_mixed_smoothed_targets_as_numpy():
 def test_bce_target_threshold_needs_bce(tmp_path):
     with pytest.raises(ConfigError, match="train.bce_target_threshold=0.2 needs train.loss=bce"):
         runs.small_config(tmp_path, "train.bce_target_threshold=0.2")
+
+
+def test_the_config_accepts_exactly_the_registered_loss_kinds():
+    assert set(LOSSES) == set(PER_EXAMPLE)
+
+
+def test_a_registered_loss_kind_is_all_a_new_loss_needs(monkeypatch):
+    """A toy kind (squared error of the softmax against the soft targets),
+    registered from here, is the loss `Loss` computes: against NumPy."""
+
+    def squared_error(loss, batch, logits):
+        return tf.reduce_sum((tf.nn.softmax(logits) - loss.targets(batch, logits)) ** 2, -1)
+
+    monkeypatch.setitem(PER_EXAMPLE, "squared_error", squared_error)
+    logits = np.random.default_rng(4).normal(size=(4, 3)).astype(np.float32)
+    labels, mask = np.array([0, 2, 1, 2], np.int32), np.array([1, 1, 0, 1], np.float32)
+    batch = {"label": tf.constant(labels), "mask": tf.constant(mask)}
+    loss_sum, correct = Loss("squared_error", 0.3)(tf.constant(logits), batch)
+    x = logits.astype(np.float64)
+    softmax = np.exp(x - x.max(-1, keepdims=True))
+    softmax /= softmax.sum(-1, keepdims=True)
+    targets = np.eye(3)[labels] * 0.7 + 0.1
+    expected = np.sum(mask * ((softmax - targets) ** 2).sum(-1))
+    assert float(loss_sum) == pytest.approx(expected, rel=1e-5)
+    assert float(correct) == np.sum(mask * (x.argmax(-1) == labels))
+    with pytest.raises(ValueError, match="unknown loss 'hinge'"):
+        Loss("hinge")

@@ -169,13 +169,13 @@ def test_each_size_is_traced_once_and_a_resumed_run_traces_only_those_ahead(tmp_
     from tests import runs
 
     traced = []
-    original = step.TrainStep._loop_fn
+    original = step.TrainStep.run_steps
 
     def recording(self, iterator, *args):
         traced.append(int(iterator.element_spec["image"].shape[1]))  # Runs once per trace.
         return original(self, iterator, *args)
 
-    monkeypatch.setattr(step.TrainStep, "_loop_fn", recording)
+    monkeypatch.setattr(step.TrainStep, "run_steps", recording)
     # Calls of 3, then 1 step (size change at step 4), 2, ... steps: one trace a size.
     sets = [*PROGRESSIVE, "train.log_every=3", "train.eval_every=100", "train.checkpoint_every=7"]
     model_dir = str(tmp_path / "run")

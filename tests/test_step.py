@@ -18,6 +18,7 @@ from resnet_app.common.distribute import (
 )
 from resnet_app.engine import optim
 from resnet_app.engine.step import TrainStep
+from resnet_app.engine.tower import Tower, skips_empty_towers
 from tests.commands import run_command
 from tests.reference import momentum_steps
 from tests.small_models import SIZE, initial_weights, no_bn, tiny_bn
@@ -69,9 +70,8 @@ def _distributed(
     dataset = tf.data.Dataset.from_tensors(batch).repeat()
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
     # The cond that guards empty towers only when one can occur, as the trainer.
-    step = TrainStep(
-        model, optimizer, strategy, partial_batches=len(batch["label"]) < towers, jit=jit
-    )
+    skip_empty = skips_empty_towers(model, strategy, len(batch["label"]) < towers)
+    step = TrainStep(Tower(model, optimizer, jit=jit, skip_empty=skip_empty), strategy)
     result = step.loop(iterator, list(learning_rates), stop)
     assert result.steps == len(learning_rates) or stop is not None or not result.finite
     return model, strategy, result.sums
@@ -137,7 +137,7 @@ def test_one_cpu_device_is_fed_by_the_dataset_itself():
         else:
             feed = distribute_datasets(strategy, lambda _: dataset)
             assert isinstance(feed, tf.data.Dataset)
-        TrainStep(model, optimizer, strategy).loop(iter(feed), list(LEARNING_RATES))
+        TrainStep(Tower(model, optimizer), strategy).loop(iter(feed), list(LEARNING_RATES))
         trained.append([v.numpy() for v in model.trainable_variables])
     expected, _ = _reference(make_model, weights, batch)
     for value, reference in zip(trained[0], expected, strict=True):
@@ -212,7 +212,8 @@ def test_loop_ends_after_the_first_step_with_a_nonfinite_loss():
         optimizer.build(model.trainable_variables)
     dataset = tf.data.Dataset.from_tensors(_batch(4)).repeat()
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
-    result = TrainStep(model, optimizer, strategy).loop(iterator, [0.1, np.nan, 0.1, 0.1])
+    step = TrainStep(Tower(model, optimizer), strategy)
+    result = step.loop(iterator, [0.1, np.nan, 0.1, 0.1])
     assert result.steps == 3
     assert not result.finite
     assert int(optimizer.iterations.numpy()) == 3

@@ -47,8 +47,10 @@ from resnet_app.engine import divergence, lost_worker, preemption, setup, sync, 
 from resnet_app.engine.actions import Action, Evaluator, create_actions
 from resnet_app.engine.controller import Controller
 from resnet_app.engine.last_step import LastStep
+from resnet_app.engine.losses import Loss
 from resnet_app.engine.plan import describe_schedule
 from resnet_app.engine.step import TrainStep
+from resnet_app.engine.tower import Tower
 
 
 @dataclasses.dataclass
@@ -142,21 +144,10 @@ def _train(
     last = _last_step(run)
     global_model = sync.GlobalModel(policy, run.checkpoints, run.strategy)
     actions, evaluator = create_actions(run, writer, policy, global_model, start, extra)
+    loss = Loss(train.loss, train.label_smoothing, train.bce_target_threshold, run.class_weights)
+    tower = Tower(run.model, run.optimizer, loss, train.seed, train.accumulate_steps, train.jit)
     train_step = TrainStep(
-        run.model,
-        run.optimizer,
-        run.strategy,
-        train.label_smoothing,
-        jit=train.jit,
-        time_input=not train.deterministic,
-        averaging=run.averaging,
-        loss=train.loss,
-        accumulate_steps=train.accumulate_steps,
-        seed=train.seed,
-        ema=run.ema,
-        bce_target_threshold=train.bce_target_threshold,
-        last_step=last,
-        class_weights=run.class_weights,
+        tower, run.strategy, policy, run.ema, last, time_input=not train.deterministic
     )
     controller = Controller(run, train_step, policy, global_model, intervals, actions, stop)
     _announce(run, writer, start, intervals)

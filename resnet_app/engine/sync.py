@@ -20,6 +20,13 @@ would hold. What that takes depends on how the replicas synchronize:
   interval goes on from that last average, which a longer uninterrupted run
   would not have made.)
 
+The step (`step.TrainStep`) is given the same policy and asks it how a
+tower's update is made: `denominator` (the loss's: the global batch's example
+count, or the tower's own), `shares` (the towers that share the
+regularization), `apply` (all-reduced, or to the tower's own copy), and after
+each step `after_step` (an average when due), `global_now` (whether the EMA
+may follow) and `may_stop` (a stop waits for an average).
+
 `GlobalModel.ready(step)` makes the model global and checks that it is finite
 once per step, whatever asks first (the evaluator or the checkpointer): one
 BatchNorm all-reduce and one finite check per evaluated and saved step.
@@ -27,6 +34,7 @@ BatchNorm all-reduce and one finite check per evaluated and saved step.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Protocol
 
 import keras
@@ -37,6 +45,8 @@ from resnet_app.common import checkpoint, distribute
 from resnet_app.engine import averaging as averaging_lib
 from resnet_app.engine.divergence import DivergedError
 from resnet_app.engine.timing import next_multiple, round_up
+
+SUM = tf.distribute.ReduceOp.SUM
 
 if TYPE_CHECKING:
     from resnet_app.engine.ema import WeightEMA
@@ -58,6 +68,26 @@ class SyncPolicy(Protocol):
     def make_global(self, step: int) -> None:
         """Makes every replica hold the global model at `step`, before an evaluation or save."""
 
+    # The step's side: in replica context ...
+    def denominator(self, mask: tf.Tensor) -> tf.Tensor:
+        """The tower's loss denominator, from its examples' mask."""
+
+    def shares(self) -> int:
+        """How many towers share the regularization (each counts 1 / shares of it)."""
+
+    def apply(self, optimizer, gradients: list[tf.Tensor], variables: list) -> None:
+        """Applies a tower's gradients."""
+
+    # ... and in cross-replica context, inside the compiled loop.
+    def after_step(self) -> None:
+        """Runs after each step's update."""
+
+    def global_now(self) -> tf.Tensor | None:
+        """Whether the replicas hold the global model after this step (None: always)."""
+
+    def may_stop(self, stop: tf.Variable) -> tf.Tensor:
+        """Whether a requested stop may happen before the next step."""
+
 
 class AllReduce:
     """Gradients all-reduced every step: only BatchNorm moving statistics differ.
@@ -75,8 +105,12 @@ class AllReduce:
         strategy: tf.distribute.Strategy,
         average_model: keras.Model | None = None,
     ):
-        models = [model] if average_model is None else [model, average_model]
-        self._syncs = [distribute.moving_statistics_sync(m, strategy) for m in models]
+        self._models = [model] if average_model is None else [model, average_model]
+        self._strategy = strategy
+
+    @functools.cached_property
+    def _syncs(self) -> list:
+        return [distribute.moving_statistics_sync(m, self._strategy) for m in self._models]
 
     def align(self, name: str, every: int) -> int:
         return every
@@ -91,13 +125,33 @@ class AllReduce:
         for sync in self._syncs:
             sync()  # Per-tower statistics differ until averaged.
 
+    def denominator(self, mask: tf.Tensor) -> tf.Tensor:
+        # The whole global batch's: the towers' gradients are summed when applied.
+        return tf.distribute.get_replica_context().all_reduce(SUM, tf.reduce_sum(mask))
+
+    def shares(self) -> int:
+        return tf.distribute.get_replica_context().num_replicas_in_sync
+
+    def apply(self, optimizer, gradients: list[tf.Tensor], variables: list) -> None:
+        optimizer.apply_gradients(zip(gradients, variables))  # All-reduced (summed).
+
+    def after_step(self) -> None:
+        pass
+
+    def global_now(self) -> None:
+        return None
+
+    def may_stop(self, stop: tf.Variable) -> tf.Variable:
+        return stop
+
 
 class ModelAverage:
     """Replicas that train alone and average every `averaging.interval` steps.
 
     Args:
       averaging: the `ModelAveraging` the step uses.
-      total: the run's last step, where the run averages once more.
+      total: the run's last step, where the run averages once more (None: no
+        last average, for a step used alone).
       ema: the moving average of the weights, or None: it follows that last
         average too.
     """
@@ -105,7 +159,7 @@ class ModelAverage:
     def __init__(
         self,
         averaging: averaging_lib.ModelAveraging,
-        total: int,
+        total: int | None = None,
         ema: WeightEMA | None = None,
     ):
         self.averaging = averaging
@@ -140,6 +194,27 @@ class ModelAverage:
             self.averaging.average()  # The run ends with the global model.
             if self.ema is not None:  # The steps since the last average, at once.
                 self.ema.update_now(self.averaging.strategy, self.averaging.optimizer.iterations)
+
+    def denominator(self, mask: tf.Tensor) -> tf.Tensor:
+        # The tower steps alone, on the mean loss of its own examples. With
+        # equal shares, the mean of the towers' steps is the all-reduce step.
+        return tf.reduce_sum(mask)
+
+    def shares(self) -> int:
+        return 1  # Each tower steps alone: it counts the whole regularization.
+
+    def apply(self, optimizer, gradients: list[tf.Tensor], variables: list) -> None:
+        self.averaging.apply_locally(gradients, variables)  # Its own copy, not all-reduced.
+
+    def after_step(self) -> None:
+        self.averaging.average_if_due()
+
+    def global_now(self) -> tf.Tensor | None:
+        return None if self.interval == 1 else self.averaging.at_average()
+
+    def may_stop(self, stop: tf.Variable) -> tf.Tensor:
+        # A checkpoint must hold the averaged model: a stop waits for the next average.
+        return tf.logical_and(tf.convert_to_tensor(stop), self.averaging.at_average())
 
 
 def create_policy(run: Run) -> AllReduce | ModelAverage:

@@ -1,0 +1,110 @@
+"""The training losses: pure functions of (logits, batch), one entry per kind.
+
+`Loss(...)(logits, batch)` returns the batch's summed loss over its real
+examples (mask 1) and its count of correct examples; the step divides the sum
+by the global example count. A kind is one function from (soft or hard
+targets, logits) to per-example losses, registered in `PER_EXAMPLE` under
+the name `train.loss` takes (`config.sections.LOSSES` lists the same names
+for the TensorFlow-free check; a test keeps the two equal).
+
+- "cross_entropy": softmax cross-entropy; against integer labels when nothing
+  softens them, else against the soft targets (label smoothing, Mixup/CutMix).
+- "bce": binary cross-entropy of each class's sigmoid against the (smoothed)
+  one-hot target, averaged over the classes (the loss of Wightman et al.
+  2021's ResNet recipes, as timm's BinaryCrossEntropy computes it), with
+  `bce_target_threshold` binarizing the targets (timm's `target_threshold`).
+
+Multi-label batches (a float32 [batch, classes] multi-hot "label") train with
+"bce" whatever `kind` says, and count as correct the examples whose top class
+is one of theirs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import numpy as np
+import tensorflow as tf
+
+
+def _softmax_cross_entropy(loss: Loss, batch: dict, logits: tf.Tensor) -> tf.Tensor:
+    if not loss.label_smoothing and "mix_label" not in batch:
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(batch["label"], logits)
+    return tf.nn.softmax_cross_entropy_with_logits(loss.targets(batch, logits), logits)
+
+
+def _binary_cross_entropy(loss: Loss, batch: dict, logits: tf.Tensor) -> tf.Tensor:
+    targets = loss.targets(batch, logits)
+    return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(targets, logits), axis=-1)
+
+
+PER_EXAMPLE: dict[str, Callable[[Loss, dict, tf.Tensor], tf.Tensor]] = {
+    "cross_entropy": _softmax_cross_entropy,
+    "bce": _binary_cross_entropy,
+}
+"""Each kind's per-example losses from (the loss's settings, the batch, float32 logits)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Loss:
+    """A training loss: `loss(logits, batch) -> (loss sum, correct count)`.
+
+    Attributes:
+      kind: a key of `PER_EXAMPLE`.
+      label_smoothing: s gives each class s / classes and the targets the rest.
+      bce_target_threshold: with "bce", targets above this become 1 and the
+        rest 0, after smoothing and mixing (the A3 recipe's 0.2); None keeps
+        the soft targets.
+      class_weights: float32 [classes] weights (`data/class_balance.py`): each
+        example counts by its class's weight (with Mixup, the dominant
+        label's), or None.
+    """
+
+    kind: str = "cross_entropy"
+    label_smoothing: float = 0.0
+    bce_target_threshold: float | None = None
+    class_weights: np.ndarray | None = dataclasses.field(default=None, compare=False)
+
+    def __post_init__(self):
+        if self.kind not in PER_EXAMPLE:
+            raise ValueError(f"unknown loss {self.kind!r}; known: {', '.join(PER_EXAMPLE)}")
+
+    def __call__(self, logits: tf.Tensor, batch: dict) -> tuple[tf.Tensor, tf.Tensor]:
+        logits = tf.cast(logits, tf.float32)
+        labels, mask = batch["label"], batch["mask"]
+        multi_label = labels.shape.rank == 2
+        per_example = PER_EXAMPLE["bce" if multi_label else self.kind](self, batch, logits)
+        weight = mask
+        if self.class_weights is not None:
+            # The sum is still divided by the real example count, not by the
+            # weights' sum: the loss stays on the scale the learning rate was
+            # tuned for when the weights average 1 over the data, as balanced
+            # weights do exactly.
+            weight = mask * tf.gather(tf.constant(self.class_weights, tf.float32), labels)
+        top = tf.argmax(logits, -1, output_type=tf.int32)
+        hit = tf.gather(labels, top, batch_dims=1) > 0.5 if multi_label else tf.equal(top, labels)
+        correct = tf.reduce_sum(mask * tf.cast(hit, tf.float32))
+        return tf.reduce_sum(weight * per_example), correct
+
+    def targets(self, batch: dict, logits: tf.Tensor) -> tf.Tensor:
+        """Soft targets: one-hot, or Mixup/CutMix's two labels by their shares; then smoothed.
+
+        Multi-label rows are their own targets, mixed and smoothed alike.
+        """
+        classes = tf.shape(logits)[-1]
+
+        def hot(labels):
+            if labels.shape.rank == 2:
+                return tf.cast(labels, tf.float32)
+            return tf.one_hot(labels, classes)
+
+        targets = hot(batch["label"])
+        if "mix_label" in batch:  # `data/mixing.py`: the dominant label's share, the other's.
+            weight = batch["mix_weight"][:, None]
+            targets = weight * targets + (1 - weight) * hot(batch["mix_label"])
+        smoothing = self.label_smoothing
+        targets = targets * (1 - smoothing) + smoothing / tf.cast(classes, tf.float32)
+        if self.bce_target_threshold is not None:
+            targets = tf.cast(targets > self.bce_target_threshold, tf.float32)
+        return targets
