@@ -1,4 +1,5 @@
-"""Tests for `resnet_app.schedules`: learning rates against hand-computed values.
+"""Tests for the learning-rate schedules (`common/lr_curves.py`, `config/schedule_kinds.py`,
+`engine/schedules.py`): learning rates against hand-computed values.
 
 Every expected number is written out by hand or from a closed form computed
 here independently (e.g. `math.sqrt(2) / 2` for cos(pi / 4)), never from the
@@ -14,6 +15,7 @@ import sys
 
 import pytest
 
+from resnet_app.common import lr_curves
 from resnet_app.common.errors import ConfigError
 from resnet_app.engine import schedules
 
@@ -100,7 +102,7 @@ def test_imagenet_recipe_goyal_2017():
 
 
 def test_constant():
-    schedule = schedules.constant(0.25)
+    schedule = lr_curves.constant(0.25)
     assert schedule(0, 10) == 0.25
     assert schedule(10**9, 10) == 0.25
     assert type(schedule(3, 10)) is float
@@ -110,18 +112,18 @@ def test_constant():
     "step, expected", [(0, 1.0), (9, 1.0), (10, 0.5), (19, 0.5), (20, 0.25), (10**6, 0.25)]
 )
 def test_piecewise_values_in_steps(step, expected):
-    schedule = schedules.piecewise([10, 20], values=[1.0, 0.5, 0.25])
+    schedule = lr_curves.piecewise([10, 20], values=[1.0, 0.5, 0.25])
     assert schedule(step, 7) == expected
 
 
 def test_piecewise_multipliers_of_base():
-    schedule = schedules.piecewise([10], multipliers=[1, 0.1], base=0.5)
+    schedule = lr_curves.piecewise([10], multipliers=[1, 0.1], base=0.5)
     assert schedule(9, 7) == approx(0.5)
     assert schedule(10, 7) == approx(0.05)
 
 
 def test_piecewise_epochs_use_steps_per_epoch_at_call_time():
-    schedule = schedules.piecewise([2, 3.5], values=[3.0, 2.0, 1.0], unit="epochs")
+    schedule = lr_curves.piecewise([2, 3.5], values=[3.0, 2.0, 1.0], unit="epochs")
     # 10 steps per epoch: boundaries at steps 20 and 35.
     assert [schedule(step, 10) for step in (19, 20, 34, 35)] == [3.0, 2.0, 2.0, 1.0]
     # 100 steps per epoch: boundaries at steps 200 and 350.
@@ -130,22 +132,22 @@ def test_piecewise_epochs_use_steps_per_epoch_at_call_time():
 
 def test_piecewise_fractional_epoch_boundary_is_rounded():
     # 1/3 epoch of 10 steps is 3.33 steps: rounded, step 3.
-    schedule = schedules.piecewise([1 / 3], values=[1.0, 0.5], unit="epochs")
+    schedule = lr_curves.piecewise([1 / 3], values=[1.0, 0.5], unit="epochs")
     assert schedule(2, 10) == 1.0
     assert schedule(3, 10) == 0.5
     # 0.26 epoch of 10 steps is 2.6 steps: rounded, step 3 (truncating would give 2).
-    schedule = schedules.piecewise([0.26], values=[1.0, 0.5], unit="epochs")
+    schedule = lr_curves.piecewise([0.26], values=[1.0, 0.5], unit="epochs")
     assert schedule(2, 10) == 1.0
     assert schedule(3, 10) == 0.5
 
 
 def test_warmup_ramps_linearly_to_the_target():
-    schedule = schedules.warmup(schedules.constant(1.0), steps=4)
+    schedule = lr_curves.warmup(lr_curves.constant(1.0), steps=4)
     assert [schedule(step, 100) for step in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
 
 
 def test_warmup_from_a_start_value():
-    schedule = schedules.warmup(schedules.constant(1.0), steps=4, start=0.2)
+    schedule = lr_curves.warmup(lr_curves.constant(1.0), steps=4, start=0.2)
     # 0.2 + 0.8 * (step + 1) / 4
     expected = [0.4, 0.6, 0.8, 1.0, 1.0]
     assert [schedule(step, 100) for step in range(5)] == pytest.approx(expected)
@@ -153,28 +155,28 @@ def test_warmup_from_a_start_value():
 
 def test_warmup_in_epochs():
     # Half an epoch of 8 steps: 4 warmup steps.
-    schedule = schedules.warmup(schedules.constant(2.0), epochs=0.5)
+    schedule = lr_curves.warmup(lr_curves.constant(2.0), epochs=0.5)
     assert [schedule(step, 8) for step in range(5)] == [0.5, 1.0, 1.5, 2.0, 2.0]
 
 
 def test_warmup_epochs_round_to_whole_steps():
     # 0.3 epoch of 9 steps is 2.7 steps: rounded, 3 (truncating would give 2).
-    schedule = schedules.warmup(schedules.constant(3.0), epochs=0.3)
+    schedule = lr_curves.warmup(lr_curves.constant(3.0), epochs=0.3)
     assert [schedule(step, 9) for step in range(4)] == [1.0, 2.0, 3.0, 3.0]
     # 0.01 epoch of 10 steps rounds to 0 steps: a warmup lasts at least 1 step.
-    schedule = schedules.warmup(schedules.constant(3.0), epochs=0.01)
+    schedule = lr_curves.warmup(lr_curves.constant(3.0), epochs=0.01)
     assert schedule(0, 10) == 3.0
 
 
 def test_warmup_targets_the_value_at_the_end_of_the_warmup():
     # The wrapped schedule is 1.0 before step 4 and 3.0 from step 4 on, where
     # the 4-step warmup ends: the ramp climbs to 3.0, not to 1.0.
-    schedule = schedules.warmup(schedules.piecewise([4], values=[1.0, 3.0]), steps=4)
+    schedule = lr_curves.warmup(lr_curves.piecewise([4], values=[1.0, 3.0]), steps=4)
     assert [schedule(step, 100) for step in range(6)] == [0.75, 1.5, 2.25, 3.0, 3.0, 3.0]
 
 
 def test_cosine_against_closed_form():
-    schedule = schedules.cosine(0.1, total_steps=100, final=0.001)
+    schedule = lr_curves.cosine(0.1, total_steps=100, final=0.001)
     for step in (0, 1, 17, 50, 99, 100):
         expected = 0.001 + 0.5 * (0.1 - 0.001) * (1 + math.cos(math.pi * step / 100))
         assert schedule(step, 10) == approx(expected), step
@@ -200,12 +202,12 @@ def test_linear_after_a_warmup_is_pages_one_cycle_triangle():
         epoch = (step + 1) / steps_per_epoch if step < 500 else step / steps_per_epoch
         expected = np.interp(epoch, [0, 5, 24], [0, 0.4, 0])
         assert schedule(step, steps_per_epoch) == pytest.approx(expected, abs=1e-12), step
-    plain = schedules.linear(0.1, total_steps=10, final=0.02)
+    plain = lr_curves.linear(0.1, total_steps=10, final=0.02)
     assert [plain(s, 5) for s in (0, 5, 10, 20)] == approx([0.1, 0.06, 0.02, 0.02])
 
 
 def test_cosine_in_epochs():
-    schedule = schedules.cosine(0.1, total_epochs=2)
+    schedule = lr_curves.cosine(0.1, total_epochs=2)
     # 2 epochs of 50 steps: the middle is step 50, the end step 100.
     assert schedule(50, 50) == approx(0.05)
     assert schedule(100, 50) == approx(0.0)
@@ -223,22 +225,22 @@ def test_cosine_in_epochs():
     ],
 )
 def test_exponential_smooth_and_staircase(step, smooth, staircase):
-    assert schedules.exponential(1.0, decay_rate=0.5, decay_steps=10)(step, 3) == approx(smooth)
-    assert schedules.exponential(1.0, decay_rate=0.5, decay_steps=10, staircase=True)(
+    assert lr_curves.exponential(1.0, decay_rate=0.5, decay_steps=10)(step, 3) == approx(smooth)
+    assert lr_curves.exponential(1.0, decay_rate=0.5, decay_steps=10, staircase=True)(
         step, 3
     ) == approx(staircase)
     # 2 epochs of 5 steps: the same period of 10 steps.
-    assert schedules.exponential(2.0, decay_rate=0.5, decay_epochs=2)(step, 5) == approx(2 * smooth)
+    assert lr_curves.exponential(2.0, decay_rate=0.5, decay_epochs=2)(step, 5) == approx(2 * smooth)
 
 
 def test_scaled():
-    assert schedules.scaled(schedules.constant(0.1), 4)(0, 1) == approx(0.4)
+    assert lr_curves.scaled(lr_curves.constant(0.1), 4)(0, 1) == approx(0.4)
 
 
 def test_linear_scaling():
-    assert schedules.linear_scaling(0.1, 1024) == approx(0.4)
-    assert schedules.linear_scaling(0.1, 128) == approx(0.05)
-    assert schedules.linear_scaling(0.1, 1024, reference=512) == approx(0.2)
+    assert lr_curves.linear_scaling(0.1, 1024) == approx(0.4)
+    assert lr_curves.linear_scaling(0.1, 128) == approx(0.05)
+    assert lr_curves.linear_scaling(0.1, 1024, reference=512) == approx(0.2)
 
 
 def test_numpy_like_steps_give_python_floats():
@@ -246,9 +248,9 @@ def test_numpy_like_steps_give_python_floats():
         """An int subclass standing in for a numpy integer."""
 
     for schedule in (
-        schedules.warmup(schedules.constant(1.0), steps=4),
-        schedules.exponential(1.0, decay_rate=0.5, decay_steps=10),
-        schedules.cosine(1.0, total_steps=10),
+        lr_curves.warmup(lr_curves.constant(1.0), steps=4),
+        lr_curves.exponential(1.0, decay_rate=0.5, decay_steps=10),
+        lr_curves.cosine(1.0, total_steps=10),
     ):
         assert type(schedule(Step(2), 5)) is float
 
@@ -448,6 +450,8 @@ PIECEWISE_KEYS = (
         ({"name": "cosine", "final": -0.1}, "schedule key 'final' must be a number >= 0"),
         ({"name": "cosine", "total_steps": 0}, "schedule key 'total_steps' must be a whole"),
         ({"name": "cosine", "total_epochs": 0}, "schedule key 'total_epochs' must be a number"),
+        ({"warmup_steps": 2, "warmup_start": -1}, "the warmup start must be a number >= 0"),
+        ({"warmup_start": 0.01}, "schedule key 'warmup_start' needs warmup_steps or warmup_epochs"),
         ({"batch_scaling": 0}, "schedule key 'batch_scaling' must be the batch size"),
         ({"batch_scaling": True}, "schedule key 'batch_scaling' must be the batch size"),
     ],
@@ -475,45 +479,110 @@ def test_create_schedule_rejects_arguments(arguments, message):
 @pytest.mark.parametrize(
     "build, message",
     [
-        (lambda: schedules.constant(-1.0), "a constant learning rate must be a number >= 0"),
+        (lambda: lr_curves.piecewise([10], multipliers=[1, 0.1]), "a base with multipliers"),
+        (lambda: lr_curves.piecewise([10], values=[1, 0.1], base=0.1), "and none with values"),
         (
-            lambda: schedules.piecewise([10], multipliers=[1, 0.1]),
-            "piecewise 'multipliers' need the base learning rate",
+            lambda: lr_curves.piecewise([10], values=[1, 0.1], multipliers=[1, 0.1], base=0.1),
+            "give exactly one of values and multipliers",
+        ),
+        (lambda: lr_curves.piecewise([10], values=[1.0]), "one rate more than its 1 boundaries"),
+        (
+            lambda: lr_curves.piecewise([10], values=[1.0, 0.1], unit="iterations"),
+            "piecewise unit must be one of steps, epochs, fraction, got 'iterations'",
         ),
         (
-            lambda: schedules.piecewise([10], values=[1, 0.1], base=0.1),
-            "piecewise 'values' are absolute learning rates",
-        ),
-        (
-            lambda: schedules.piecewise([1 / 3, 0.26], values=[3.0, 2.0, 1.0], unit="epochs"),
+            lambda: lr_curves.piecewise([1 / 3, 0.26], values=[3.0, 2.0, 1.0], unit="epochs"),
             "strictly increasing",
         ),
+        (lambda: lr_curves.warmup(lr_curves.constant(1.0)), "exactly one of steps and epochs"),
         (
-            lambda: schedules.warmup(schedules.constant(1.0)),
-            "schedule needs 'warmup_steps' or 'warmup_epochs'",
+            lambda: lr_curves.warmup(lr_curves.constant(1.0), steps=2, epochs=1.0),
+            "exactly one of steps and epochs",
+        ),
+        (lambda: lr_curves.cosine(0.1), "exactly one of total_steps and total_epochs"),
+        (
+            lambda: lr_curves.exponential(0.1, decay_rate=0.5),
+            "exactly one of decay_steps and decay_epochs",
         ),
         (
-            lambda: schedules.warmup(schedules.constant(1.0), steps=2, start=-1),
-            "the warmup start must be a number >= 0",
-        ),
-        (lambda: schedules.cosine(0.1), "schedule needs 'total_steps' or 'total_epochs'"),
-        (
-            lambda: schedules.cosine(-0.1, total_steps=10),
-            "the base learning rate must be a number >= 0",
-        ),
-        (
-            lambda: schedules.exponential(0.1, decay_rate=0.5),
-            "schedule needs 'decay_steps' or 'decay_epochs'",
-        ),
-        (
-            lambda: schedules.scaled(schedules.constant(0.1), -2),
-            "a schedule scale factor must be a number >= 0",
+            lambda: lr_curves.linear(0.1, total_steps=10, begin_steps=1, begin_epochs=1.0),
+            "at most one of begin_steps and begin_epochs",
         ),
     ],
 )
-def test_factories_reject(build, message):
-    with pytest.raises(ConfigError, match=re.escape(message)):
+def test_curves_refuse_what_they_would_get_silently_wrong(build, message):
+    # A Python caller's mistake (a ValueError), not a config's: the config's own
+    # kinds never call a curve so (test_create_schedule_rejects has their messages).
+    with pytest.raises(ValueError, match=re.escape(message)) as raised:
         build()
+    assert not isinstance(raised.value, ConfigError)
+
+
+def test_curves_leave_ranges_to_the_config_and_check_schedule():
+    # Ranges are checked once, by the config's dataclasses; a curve computes what
+    # it is given, and check_schedule refuses a negative rate before training.
+    schedule = lr_curves.scaled(lr_curves.constant(0.1), -2)
+    assert schedule(0, 1) == approx(-0.2)
+    with pytest.raises(ConfigError, match=re.escape("returned -0.2 at step 0")):
+        schedules.check_schedule(schedule, 10, 100)
+
+
+# --- A new kind: its dataclass and its registration, nothing else ----------------------
+
+
+def test_a_new_kind_takes_its_dataclass_and_registration_only(monkeypatch):
+    """A kind declared here (keys, checks and curve in one dataclass, registered by its
+    `kind=`) is read, checked, built and documented from a config, with no other edit."""
+    import dataclasses
+
+    from resnet_app.common.fields import check_positive_int
+    from resnet_app.config import reference, schedule_kinds
+
+    # A copy of the registry, restored after the test: no other test sees the toy kind.
+    family = schedule_kinds.ScheduleSection
+    monkeypatch.setattr(family, "KINDS", dict(family.KINDS))
+
+    @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
+    class InverseTime(schedule_kinds.RateSchedule, kind="inverse_time"):
+        """Inverse-time decay: the learning rate over 1 + step / half_life.
+
+        Attributes:
+          half_life: the step the rate halves at.
+        """
+
+        half_life: int
+
+        def check_kind(self) -> None:
+            what = schedule_kinds.key("half_life")
+            self._set("half_life", check_positive_int(what, self.half_life))
+
+        def build(self, base_lr, total_steps):
+            def inverse_time(step, steps_per_epoch):
+                return base_lr / (1 + step / self.half_life)
+
+            return inverse_time
+
+    with pytest.raises(ConfigError, match=re.escape("schedule inverse_time needs key 'half_life'")):
+        create({"name": "inverse_time"})
+    message = "schedule key 'half_life' must be a whole number >= 1, got 0"
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        create({"name": "inverse_time", "half_life": 0})
+    with pytest.raises(ConfigError, match=re.escape("schedule key 'warmup_steps' must be")):
+        create({"name": "inverse_time", "half_life": 10, "warmup_steps": -1})
+
+    # The shared keys apply as to every kind: batch 256 over 128 doubles the rate,
+    # and the 10-step warmup climbs to the curve's value at step 10, 0.2 / 1.1.
+    spec = {"name": "inverse_time", "half_life": 100, "batch_scaling": 128, "warmup_steps": 10}
+    schedule = create(spec, base_lr=0.1, global_batch_size=256)
+    for step in (10, 11, 100, 300, 999):
+        assert schedule(step, 7) == approx(0.2 / (1 + step / 100)), step
+    assert schedule(0, 7) == approx(0.2 / 1.1 / 10)
+    assert schedule(9, 7) == approx(0.2 / 1.1)
+    assert schedules.check_schedule(schedule, 7, 1000)[999] == approx(0.2 / 10.99)
+
+    assert "inverse_time" in str(pytest.raises(ConfigError, create, {"name": "nope"}).value)
+    documented = reference.markdown()  # docs/config.md's text, from the registry.
+    assert "### `name: inverse_time`" in documented and "| `schedule.half_life` |" in documented
 
 
 # --- User scripts ----------------------------------------------------------------------
@@ -636,7 +705,7 @@ def test_check_schedule_on_a_plain_callable():
     with pytest.raises(ConfigError, match="raised at step 1: ZeroDivisionError"):
         schedules.check_schedule(lambda step, steps_per_epoch: 1 / (1 - step), 10, 100)
     with pytest.raises(ConfigError, match="steps_per_epoch must be a whole number >= 1"):
-        schedules.check_schedule(schedules.constant(0.1), 0, 100)
+        schedules.check_schedule(lr_curves.constant(0.1), 0, 100)
 
 
 def test_check_schedule_tries_the_first_and_last_steps():
@@ -689,7 +758,7 @@ def test_example_step_decay():
 def test_an_lr_override_in_any_common_encoding_applies(tmp_path, content):
     from resnet_app.engine.learning_rate import LearningRate
 
-    rate = LearningRate(schedules.constant(0.1), steps_per_epoch=10)
+    rate = LearningRate(lr_curves.constant(0.1), steps_per_epoch=10)
     (tmp_path / "lr_override").write_bytes(content)
     assert rate.apply_override(str(tmp_path)) == "multiplier 0.5 (now x0.5)"
     assert rate.rates(0, 2) == pytest.approx([0.05, 0.05])
@@ -699,7 +768,7 @@ def test_an_lr_override_in_any_common_encoding_applies(tmp_path, content):
 def test_an_unreadable_lr_override_is_one_error_line_and_training_goes_on(tmp_path, caplog):
     from resnet_app.engine.learning_rate import LearningRate
 
-    rate = LearningRate(schedules.constant(0.1), steps_per_epoch=10)
+    rate = LearningRate(lr_curves.constant(0.1), steps_per_epoch=10)
     (tmp_path / "lr_override").write_bytes(b"\xfd\xfc not text")  # Neither UTF-8 nor a BOM.
     assert rate.apply_override(str(tmp_path)) is None
     (error,) = [r.getMessage() for r in caplog.records if "lr_override" in r.getMessage()]
@@ -722,7 +791,7 @@ def test_an_lr_override_that_cannot_be_consumed_is_not_applied_again_and_again(
     def refused(source, destination):
         raise PermissionError(13, "Permission denied", destination)
 
-    rate = LearningRate(schedules.constant(0.1), steps_per_epoch=10)
+    rate = LearningRate(lr_curves.constant(0.1), steps_per_epoch=10)
     (tmp_path / "lr_override").write_text("x0.5")
     monkeypatch.setattr(os, "replace", refused)
     for _ in range(3):

@@ -8,6 +8,11 @@ of these `| None`; or a nested group of such fields (a dataclass, e.g.
 `data.augment`); `field_types` refuses anything
 else when the class is first read, so a new field of an unsupported type fails
 in the tests, not for a user.
+
+The `check_*` functions check a value's range, for the dataclasses that check
+their own fields (`nets/spec.py`, `config/schedule_kinds.py`): one test and
+one message per mistake, "WHAT must be a number >= 0, got VALUE", wherever it
+is made.
 """
 
 from __future__ import annotations
@@ -128,6 +133,59 @@ def config_keys(cls: type) -> dict[str, FieldType]:
 def is_number(value: Any) -> bool:
     """Whether `value` is a finite real number (a bool is not a number here)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def is_whole(value: Any) -> bool:
+    """Whether `value` is an integer (Python's or NumPy's; a bool is not one here)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_number(what: str, value: Any, *, positive: bool = False) -> float:
+    """Returns `value` as a float if it is a finite number >= 0 (> 0 if `positive`).
+
+    Args:
+      what: names the value in the message, e.g. "schedule key 'final'".
+      value: the value to check.
+      positive: refuse 0 as well.
+
+    Raises:
+      ConfigError: "WHAT must be a number >= 0, got VALUE" (or "> 0").
+    """
+    if not is_number(value) or value < 0 or (positive and value == 0):
+        bound = "> 0" if positive else ">= 0"
+        raise ConfigError(f"{what} must be a number {bound}, got {value!r}")
+    return float(value)
+
+
+def check_fraction(what: str, value: Any, *, zero: bool = True, one: bool = False) -> float:
+    """Returns `value` as a float if it lies in [0, 1) (`zero`, `one` close either end).
+
+    Raises:
+      ConfigError: "WHAT must be in [0, 1), got VALUE" (the interval as asked).
+    """
+    inside = is_number(value) and (value >= 0 if zero else value > 0)
+    if not (inside and (value <= 1 if one else value < 1)):
+        interval = ("[" if zero else "(") + "0, 1" + ("]" if one else ")")
+        raise ConfigError(f"{what} must be in {interval}, got {value!r}")
+    return float(value)
+
+
+def check_positive_int(what: str, value: Any) -> int:
+    """Returns `value` as an int if it is a whole number >= 1 (not a bool).
+
+    Raises:
+      ConfigError: "WHAT must be a whole number >= 1, got VALUE".
+    """
+    if not is_whole(value) or value < 1:
+        raise ConfigError(f"{what} must be a whole number >= 1, got {value!r}")
+    return int(value)
+
+
+def check_flag(what: str, value: Any) -> bool:
+    """Returns `value` if it is a bool: "WHAT must be true or false, got VALUE"."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{what} must be true or false, got {value!r}")
+    return value
 
 
 def coerce(key: str, value: Any, kind: FieldType) -> Any:

@@ -1,56 +1,42 @@
-"""The `schedule:` section: one kind per learning-rate schedule, with its keys and defaults.
+"""The `schedule:` section: one kind per learning-rate schedule, with its keys, checks and curve.
 
-`engine/schedules.py` builds the schedule function a section describes (see
-`create_schedule` there for what each key does); this module is pure data and
-the checks of its values, which the schedule factories share, so a bad key is
-answered before TensorFlow loads and reads the same wherever it is caught.
+Each kind is one dataclass: its fields are its keys and defaults (the
+"Attributes:" of its docstring are their help in docs/config.md), its
+`check_kind` the one place its values are checked, and its `build` the curve
+of `common/lr_curves.py` it describes. `class Name(RateSchedule, kind="name")`
+registers it: `schedule.name: name` then reads, checks and builds it, with no
+other edit. All of this is pure Python, so a bad key is answered before
+TensorFlow loads.
 
-A key set to null counts as absent. `constant`, `piecewise`, `cosine` and
-`exponential` also take `batch_scaling` and a linear warmup; a `script`
-returns the learning rate as is.
+A key set to null counts as absent. Every kind but `script` is a
+`RateSchedule`: it also takes `batch_scaling` and a linear warmup, which
+`engine/schedules.create_schedule` applies around what `build` returns; a
+`script` (a user's code, which the engine loads) returns the learning rate as
+is.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from collections.abc import Sequence
 from typing import Any
 
+from resnet_app.common import lr_curves
 from resnet_app.common.errors import ConfigError
-from resnet_app.common.fields import is_number
+from resnet_app.common.fields import (
+    check_flag,
+    check_number,
+    check_positive_int,
+    is_number,
+    is_whole,
+)
+from resnet_app.common.lr_curves import UNITS, Schedule
 from resnet_app.config.oneof import OneOfSection, alternative
-
-UNITS = ("steps", "epochs", "fraction")  # fraction: of the run's steps, in (0, 1)
 
 
 def key(name: str) -> str:
     """How messages name a schedule key: "schedule key 'final'"."""
     return f"schedule key '{name}'"
-
-
-def check_number(what: str, value: Any, *, positive: bool = False) -> float:
-    """Returns `value` as a float if it is a finite number >= 0 (> 0 if `positive`).
-
-    Args:
-      what: names the value in the message, e.g. "schedule key 'final'".
-      value: the value to check.
-      positive: refuse 0 as well.
-
-    Raises:
-      ConfigError: "WHAT must be a number >= 0, got VALUE".
-    """
-    if not is_number(value) or value < 0 or (positive and value == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise ConfigError(f"{what} must be a number {bound}, got {value!r}")
-    return float(value)
-
-
-def check_positive_int(what: str, value: Any) -> int:
-    """Returns `value` if it is a whole number >= 1, else raises ConfigError naming `what`."""
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"{what} must be a whole number >= 1, got {value!r}")
-    return int(value)
 
 
 def check_one_of(names: tuple[str, str], first: Any, second: Any, required: bool = True) -> None:
@@ -102,13 +88,6 @@ def check_rates(name: str, rates: Any, length: int) -> list[float]:
                 f"schedule key '{name}' needs numbers >= 0, got {rate!r} in {list(rates)}"
             )
     return [float(rate) for rate in rates]
-
-
-def check_flag(name: str, value: Any) -> bool:
-    """Returns `value` if it is a bool, else raises ConfigError naming schedule key `name`."""
-    if not isinstance(value, bool):
-        raise ConfigError(f"schedule key '{name}' must be true or false, got {value!r}")
-    return value
 
 
 class ScheduleSection(OneOfSection):
@@ -170,8 +149,7 @@ class RateSchedule(ScheduleSection):
 
     def check(self) -> None:
         reference = self.batch_scaling
-        whole = isinstance(reference, numbers.Integral) and not isinstance(reference, bool)
-        if reference is not None and (not whole or reference < 1):
+        if reference is not None and not (is_whole(reference) and reference >= 1):
             raise ConfigError(
                 "schedule key 'batch_scaling' must be the batch size the learning rates are meant "
                 f"for, such as 256 (or null for none), got {reference!r}"
@@ -190,6 +168,18 @@ class RateSchedule(ScheduleSection):
     def check_kind(self) -> None:
         """The checks of the kind's own keys."""
 
+    def build(self, base_lr: float, total_steps: int) -> Schedule:
+        """The kind's curve, before `batch_scaling` and the warmup (`create_schedule`'s).
+
+        Args:
+          base_lr: the optimizer's learning rate, a float >= 0.
+          total_steps: the run's length in steps, >= 1.
+
+        Returns:
+          `schedule(step, steps_per_epoch) -> learning rate`.
+        """
+        raise NotImplementedError(f"schedule {self.KIND} has no build()")
+
     def field_values(self) -> dict[str, Any]:
         """Every field, the kind's own first, then the keys every schedule has."""
         values = super().field_values()
@@ -206,6 +196,9 @@ class RateSchedule(ScheduleSection):
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
 class Constant(RateSchedule, kind="constant"):
     """The optimizer's learning rate at every step."""
+
+    def build(self, base_lr: float, total_steps: int) -> Schedule:
+        return lr_curves.constant(base_lr)
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
@@ -244,6 +237,16 @@ class Piecewise(RateSchedule, kind="piecewise"):
             if getattr(self, name) is not None:
                 self._set(name, tuple(check_rates(name, getattr(self, name), length)))
 
+    def build(self, base_lr: float, total_steps: int) -> Schedule:
+        return lr_curves.piecewise(
+            self.boundaries,
+            values=self.values,
+            multipliers=self.multipliers,
+            base=base_lr if self.multipliers is not None else None,
+            unit=self.unit,
+            total_steps=self.total_steps or total_steps,
+        )
+
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
 class Cosine(RateSchedule, kind="cosine"):
@@ -268,6 +271,12 @@ class Cosine(RateSchedule, kind="cosine"):
             epochs = check_number(key("total_epochs"), self.total_epochs, positive=True)
             self._set("total_epochs", epochs)
 
+    def build(self, base_lr: float, total_steps: int) -> Schedule:
+        if self.total_epochs is not None:
+            return lr_curves.cosine(base_lr, total_epochs=self.total_epochs, final=self.final)
+        length = self.total_steps or total_steps
+        return lr_curves.cosine(base_lr, total_steps=length, final=self.final)
+
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
 class Linear(RateSchedule, kind="linear"):
@@ -285,6 +294,15 @@ class Linear(RateSchedule, kind="linear"):
 
     def check_kind(self) -> None:
         self._set("final", check_number(key("final"), self.final))
+
+    def build(self, base_lr: float, total_steps: int) -> Schedule:
+        return lr_curves.linear(
+            base_lr,
+            total_steps=total_steps,
+            final=self.final,
+            begin_steps=self.warmup_steps,
+            begin_epochs=self.warmup_epochs,
+        )
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
@@ -309,7 +327,16 @@ class Exponential(RateSchedule, kind="exponential"):
         for name in ("decay_steps", "decay_epochs"):
             if getattr(self, name) is not None:
                 self._set(name, check_number(key(name), getattr(self, name), positive=True))
-        check_flag("staircase", self.staircase)
+        check_flag(key("staircase"), self.staircase)
+
+    def build(self, base_lr: float, total_steps: int) -> Schedule:
+        return lr_curves.exponential(
+            base_lr,
+            decay_rate=self.decay_rate,
+            decay_steps=self.decay_steps,
+            decay_epochs=self.decay_epochs,
+            staircase=self.staircase,
+        )
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)

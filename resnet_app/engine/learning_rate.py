@@ -25,7 +25,7 @@ from absl import logging
 
 from resnet_app.common import run_dir
 from resnet_app.common.errors import first_line
-from resnet_app.engine import schedules
+from resnet_app.common.lr_curves import Schedule
 
 OVERRIDE_FILE = run_dir.LR_OVERRIDE_FILE  # The name callers and tests know it by.
 
@@ -38,7 +38,7 @@ class LearningRate:
       steps_per_epoch: passed to the schedule.
     """
 
-    def __init__(self, schedule: schedules.Schedule, steps_per_epoch: int):
+    def __init__(self, schedule: Schedule, steps_per_epoch: int):
         self.schedule = schedule
         self.steps_per_epoch = steps_per_epoch
         # NaN: no fixed rate, follow the schedule. Either way, times `scale`.

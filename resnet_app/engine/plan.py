@@ -12,6 +12,7 @@ import math
 
 from absl import logging
 
+from resnet_app.common import lr_curves
 from resnet_app.common.errors import ConfigError
 from resnet_app.config import Config
 from resnet_app.data import progressive
@@ -32,7 +33,7 @@ class RunPlan:
 
     steps_per_epoch: int
     total_steps: int
-    schedule: schedules.Schedule
+    schedule: lr_curves.Schedule
     sizes: progressive.SizeSchedule
 
 
@@ -91,7 +92,7 @@ def plan_run(config: Config, examples_per_epoch: int, image_size: int | None = N
 def boundary_steps(spec, steps_per_epoch: int, total_steps: int) -> list[int]:
     """The steps a piecewise schedule's boundaries fall at in a run of `total_steps`."""
     of = spec.total_steps or total_steps
-    steps = schedules.boundary_steps(spec.boundaries, spec.unit, steps_per_epoch, of)
+    steps = lr_curves.boundary_steps(spec.boundaries, spec.unit, steps_per_epoch, of)
     return [round(step) for step in steps]
 
 

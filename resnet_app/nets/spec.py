@@ -28,6 +28,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from resnet_app.common.errors import ConfigError
+from resnet_app.common.fields import (
+    check_flag,
+    check_fraction,
+    check_number,
+    check_positive_int,
+)
 
 # Each block kind's output width, as a multiple of its stage width: the one
 # place this is stated (the builder, the summary and the weight readers ask).
@@ -184,8 +190,9 @@ class ResNetConfig:
                 "have one entry per stage"
             )
         for name in ("units", "widths", "strides", "stem_widths"):
-            for value in getattr(self, name):
-                _check_positive_int(name, value)
+            what = f"an entry of model field '{name}'"
+            whole = tuple(check_positive_int(what, value) for value in getattr(self, name))
+            object.__setattr__(self, name, whole)  # Python ints, also from NumPy's.
         for name in (
             "stem_filters",
             "init_filter",
@@ -194,7 +201,8 @@ class ResNetConfig:
             "groups",
             "base_width",
         ):
-            _check_positive_int(name, getattr(self, name))
+            whole = check_positive_int(f"model field '{name}'", getattr(self, name))
+            object.__setattr__(self, name, whole)
         for name in (
             "init_max_pool",
             "activate_before_residual",
@@ -204,24 +212,13 @@ class ResNetConfig:
             "replace_stem_pool",
             "head_bias",
         ):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(
-                    f"model field '{name}' must be true or false, got {getattr(self, name)!r}"
-                )
+            check_flag(f"model field '{name}'", getattr(self, name))
         for name in ("weight_decay", "bn_epsilon"):
-            value = getattr(self, name)
-            if not _is_number(value) or value < 0:
-                raise ConfigError(f"model field '{name}' must be a number >= 0, got {value!r}")
+            check_number(f"model field '{name}'", getattr(self, name))
         for name in ("drop_path_rate", "dropout", "bn_momentum"):
-            value = getattr(self, name)
-            if not _is_number(value) or not 0 <= value < 1:
-                raise ConfigError(f"model field '{name}' must be in [0, 1), got {value!r}")
-        if not _is_number(self.logit_scale) or not self.logit_scale > 0:
-            raise ConfigError(
-                f"model field 'logit_scale' must be a number > 0, got {self.logit_scale!r}"
-            )
-        if not _is_number(self.se_ratio) or not 0 < self.se_ratio <= 1:
-            raise ConfigError(f"model field 'se_ratio' must be in (0, 1], got {self.se_ratio!r}")
+            check_fraction(f"model field '{name}'", getattr(self, name))
+        check_number("model field 'logit_scale'", self.logit_scale, positive=True)
+        check_fraction("model field 'se_ratio'", self.se_ratio, zero=False, one=True)
         self._check_family()
 
     def _check_family(self) -> None:
@@ -316,17 +313,8 @@ class ResNetConfig:
         return tuple(width * self.expansion for width in self.widths)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
     if value not in choices:
         raise ConfigError(
             f"model field '{name}' must be one of {', '.join(choices)}; got {value!r}"
         )
-
-
-def _check_positive_int(name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"model field '{name}' needs positive integers, got {value!r}")
