@@ -1,7 +1,9 @@
 """The training config: defaults, recipes, --set, and one-line errors naming the key."""
 
 import contextlib
+import dataclasses
 import glob
+import json
 import os
 import re
 
@@ -417,6 +419,29 @@ def test_old_flat_data_keys_read_as_their_nested_groups(tmp_path):
     assert config.from_dict(layered.to_dict()).data == layered.data
     assert "flip" in layered.to_dict()["data"]["augment"]
     assert "flip" not in layered.to_dict()["data"]
+
+
+def test_old_layouts_are_history_moved_at_load_time():
+    """The migration step: the old flat data keys move into their groups; a
+    key added since (cutout_size) never had a flat name; data_info.json's old
+    preprocessing record reads as today's."""
+    from resnet_app.common import migration
+    from resnet_app.data import run_pipeline
+    from resnet_app.data.preprocessing import Preprocessing
+
+    moved = migration.config_section("data", {"flip": False, "mix_mode": "example", "augment": {}})
+    assert moved == {"augment": {"flip": False}, "mix": {"mode": "example"}}
+    assert migration.config_section("train", {"flip": 1}) == {"flip": 1}
+    with pytest.raises(ConfigError, match="cutout_size"):
+        config.resolve(sets=["data.cutout_size=4"])
+    assert config.resolve(sets=["data.augment.cutout_size=4"]).data.augment.cutout_size == 4
+    # data_info.json written before the augmentation nested: its keys beside the others.
+    augment = AugmentSettings(flip=False, crop_padding=2, erase_probability=0.25)
+    today = Preprocessing("cifar", 28, (73.0,), (90.0,), augment=augment)
+    old = {k: v for k, v in dataclasses.asdict(today).items() if k != "augment"}
+    old.update({k: v for k, v in dataclasses.asdict(augment).items() if k != "cutout_size"})
+    info = json.loads(json.dumps({"class_names": ["a"], "preprocessing": old}))
+    assert run_pipeline.parse_data_info(info) == (["a"], today)
 
 
 def test_a_bad_nested_key_is_one_line():

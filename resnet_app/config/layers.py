@@ -17,13 +17,13 @@ from typing import Any
 
 from absl import logging
 
+from resnet_app.common import migration
 from resnet_app.common.errors import ConfigError
 from resnet_app.common.fields import field_types, replace_from
 from resnet_app.config.loading import parse_set, read_yaml
 from resnet_app.config.oneof import OneOfSection, alternatives
 from resnet_app.config.recipes import find as find_recipe
 from resnet_app.config.sections import SECTIONS, Config
-from resnet_app.data import settings
 from resnet_app.nets.presets import model_names
 
 Tree = dict[str, dict[str, Any]]
@@ -160,8 +160,7 @@ def merge(tree: Tree, layer: Mapping[str, Any], where: str) -> None:
         for key in values:
             if not isinstance(key, str):
                 raise ConfigError(f"{section} key {key!r} must be a name")
-        if section == "data":  # The flat keys of old configs, moved to their groups.
-            values = settings.nest(values)
+        values = migration.config_section(section, values)  # Old keys in today's places.
         given = tree.setdefault(section, {})
         if _names_new_kind(section, given, values):
             given.clear()  # A new kind starts its section afresh.

@@ -16,14 +16,12 @@ import dataclasses
 
 from absl import logging
 
-from resnet_app.common import run_dir
+from resnet_app.common import migration, run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.data.channels import RGB
 from resnet_app.data.input_pipeline import InputPipeline, Recorded
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.data.settings import AugmentSettings, DataConfig
-
-_AUGMENT_KEYS = {field.name for field in dataclasses.fields(AugmentSettings)}
 
 __all__ = [
     "create_run_pipeline",
@@ -59,15 +57,14 @@ def parse_data_info(info: dict) -> tuple[list[str], Preprocessing]:
     `write_data_info` writes them (and the export's model_info.json holds them).
 
     Files written before the augmentation nested (its keys beside the others)
-    read the same: the keys move into `augment`.
+    read the same (`common/migration.py`).
     """
 
     def typed(values: dict) -> dict:
         return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
 
-    fields = typed(info["preprocessing"])
-    old = {k: fields.pop(k) for k in list(fields) if k in _AUGMENT_KEYS}
-    augment = AugmentSettings(**{**old, **typed(fields.pop("augment", {}))})
+    fields = typed(migration.preprocessing(info["preprocessing"]))
+    augment = AugmentSettings(**typed(fields.pop("augment", {})))
     return [str(name) for name in info["class_names"]], Preprocessing(**fields, augment=augment)
 
 

@@ -10,18 +10,17 @@ its groups, each stated once:
 - `data.progressive` (`ProgressiveSettings`): the training size by epoch.
 
 Config files and `--set` keys of the flat layout before (`data.flip`,
-`data.mixup_alpha`, `data.mix_mode`, ...) keep working: `ALIASES` maps each
-to its nested key, the one place that knows them (`nest`).
+`data.mixup_alpha`, `data.mix_mode`, ...) keep working: `common/migration.py`
+moves them into their groups when they are read.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
 from typing import Any
 
-from resnet_app.common import checks
+from resnet_app.common import checks, migration
 from resnet_app.common.errors import ConfigError
 from resnet_app.common.fields import SET_BY, resumable
 from resnet_app.data.class_balance import SAMPLINGS
@@ -246,44 +245,6 @@ class ProgressiveSettings:
             )
 
 
-# Keys of the flat data section before it nested: old name -> nested key.
-ALIASES = {
-    **{
-        name: f"augment.{name}"
-        for name in (field.name for field in dataclasses.fields(AugmentSettings))
-    },
-    "mixup_alpha": "mix.mixup_alpha",
-    "cutmix_alpha": "mix.cutmix_alpha",
-    "mix_switch_prob": "mix.switch_prob",
-    "mix_mode": "mix.mode",
-}
-
-
-def nest(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A data section's keys with the old flat names (`ALIASES`) moved into their groups.
-
-    Args:
-      values: {key: value} as a config file or `--set` gives the data section.
-
-    Returns:
-      The same settings, nested: {"flip": False} -> {"augment": {"flip": False}}.
-      A nested key given too wins over its old name.
-    """
-    nested: dict[str, Any] = {}
-    for key, value in values.items():
-        if key in ALIASES:
-            group, name = ALIASES[key].split(".")
-            nested.setdefault(group, {}).setdefault(name, value)
-    for key, value in values.items():
-        if key in ALIASES:
-            continue
-        if isinstance(value, Mapping) and isinstance(nested.get(key), Mapping):
-            nested[key] = {**nested[key], **value}
-        else:
-            nested[key] = value
-    return nested
-
-
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     """Everything about the input; every field is a config key.
@@ -442,11 +403,13 @@ def data_config(**keys: Any) -> DataConfig:
     """A `DataConfig` from keys as a config file's data section gives them.
 
     Groups may be mappings (`augment={"flip": False}`) and the old flat names
-    are accepted (`flip=False`), through `nest`; every value is checked as a
+    are accepted (`flip=False`, `common/migration.py`); every value is checked as a
     config's would be. `seed`, which a training config sets as train.seed,
     may be given too.
     """
     from resnet_app.common.fields import replace_from
 
     seed = keys.pop("seed", 0)
-    return dataclasses.replace(replace_from(DataConfig(), "data", nest(keys)), seed=seed)
+    return dataclasses.replace(
+        replace_from(DataConfig(), "data", migration.config_section("data", keys)), seed=seed
+    )

@@ -1,0 +1,76 @@
+"""Old configs and run files read in today's shapes: the one migration step.
+
+Config files, `--set` keys and run directories written before a layout
+changed keep working. Each change of layout is written down here once, as
+history, and applied where a file or a layer of settings is read:
+`config/layers.py` for config files and `--set`, `data/settings.data_config`
+for keys given in code, `data/run_pipeline.py` for data_info.json. Nothing
+after loading knows an old name: the dataclasses hold today's keys only, and
+a key added since a change has no old name.
+
+The changes so far:
+- 2026-12-02, the data section nested its groups: the augmentation's keys
+  (`data.flip`, `data.crop_padding`, ...) moved under `data.augment`, and
+  Mixup/CutMix's under `data.mix` (`data.mix_switch_prob` is now
+  `data.mix.switch_prob`, `data.mix_mode` `data.mix.mode`); data_info.json's
+  "preprocessing" moved the augmentation's keys under "augment" alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# The augmentation's keys when the data section nested (2026-12-02).
+_AUGMENT_KEYS = (
+    "crop_padding",
+    "flip",
+    "area_range",
+    "aspect_ratio_range",
+    "randaugment_ops",
+    "randaugment_magnitude",
+    "randaugment_prob",
+    "randaugment_magnitude_std",
+    "erase_probability",
+    "erase_area_range",
+    "erase_aspect_range",
+)
+
+DATA_KEYS: dict[str, tuple[str, str]] = {
+    **{name: ("augment", name) for name in _AUGMENT_KEYS},
+    "mixup_alpha": ("mix", "mixup_alpha"),
+    "cutmix_alpha": ("mix", "cutmix_alpha"),
+    "mix_switch_prob": ("mix", "switch_prob"),
+    "mix_mode": ("mix", "mode"),
+}
+"""The data section's flat keys before it nested: old name -> (group, key)."""
+
+
+def _moved(values: Mapping[str, Any], keys: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
+    """`values` with each old key moved into its group; a key given in its group wins."""
+    nested: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in keys:
+            group, name = keys[key]
+            nested.setdefault(group, {}).setdefault(name, value)
+    for key, value in values.items():
+        if key in keys:
+            continue
+        if isinstance(value, Mapping) and isinstance(nested.get(key), Mapping):
+            nested[key] = {**nested[key], **value}
+        else:
+            nested[key] = value
+    return nested
+
+
+def config_section(section: str, values: Mapping[str, Any]) -> Mapping[str, Any]:
+    """One config section's keys, as a file, `--set` or code gives them, in today's shape.
+
+    Example: ("data", {"flip": False}) -> {"augment": {"flip": False}}.
+    """
+    return _moved(values, DATA_KEYS) if section == "data" else values
+
+
+def preprocessing(values: Mapping[str, Any]) -> dict[str, Any]:
+    """data_info.json's "preprocessing" record in today's shape (the augmentation nested)."""
+    return _moved(values, {name: ("augment", name) for name in _AUGMENT_KEYS})
