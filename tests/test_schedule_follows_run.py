@@ -7,6 +7,7 @@ import pytest
 from resnet_app import config
 from resnet_app.common import lr_curves
 from resnet_app.common.errors import ConfigError
+from resnet_app.config import schedule_kinds
 from resnet_app.engine import schedules
 from resnet_app.engine.plan import describe_schedule, plan_run
 
@@ -125,3 +126,23 @@ def test_a_run_lengthened_on_resume_keeps_its_drops_and_records_why(tmp_path):
     assert change == {"schedule.total_steps": [None, 4], "train.train_steps": [4, 8]}
     saved = config.read_run_config(model_dir)
     assert saved.schedule.total_steps == 4
+
+
+def test_boundaries_past_the_run_are_named_by_the_kind_itself():
+    spec = schedule_kinds.ScheduleSection.from_mapping(
+        {
+            "name": "piecewise",
+            "boundaries": [500, 32000, 48000],
+            "multipliers": [1, 0.1, 0.01, 0.001],
+        }
+    )
+    (warning,) = spec.warnings(469, 1407)
+    assert warning.startswith("Schedule boundaries [32000, 48000] (steps) fall at or after")
+    fractions = schedule_kinds.ScheduleSection.from_mapping(
+        {"name": "piecewise", "boundaries": [0.5, 0.75], "unit": "fraction", "values": [1, 2, 3]}
+    )
+    assert fractions.warnings(469, 1407) == [] and fractions.boundary_steps(469, 1407) == [
+        704,
+        1055,
+    ]
+    assert schedule_kinds.ScheduleSection.from_mapping({"name": "cosine"}).warnings(469, 10) == []

@@ -18,7 +18,7 @@ is.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from resnet_app.common import lr_curves
@@ -104,6 +104,25 @@ class ScheduleSection(OneOfSection):
 
     def check(self) -> None:
         """Checks the values and stores numbers as floats; each kind adds its own."""
+
+    def warmup_length(self, steps_per_epoch: int) -> int:
+        """The steps of the linear warmup the schedule starts with (0: none)."""
+        return 0
+
+    def describe(self, rate: Callable[[int], str], start: int, total: int, per_epoch: int) -> str:
+        """The rate over a run of `total` steps, for the start line.
+
+        Args:
+          rate: step -> the rate there, formatted.
+          start: the first step after the warmup.
+          total: the run's steps.
+          per_epoch: steps per epoch.
+        """
+        return f"{self.kind} from {rate(start)} to {rate(total - 1)}"
+
+    def warnings(self, per_epoch: int, total: int) -> list[str]:
+        """What in the section never applies in a run of `total` steps."""
+        return []
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
@@ -192,6 +211,11 @@ class RateSchedule(ScheduleSection):
         """Whether the schedule starts with a linear warmup."""
         return self.warmup_steps is not None or self.warmup_epochs is not None
 
+    def warmup_length(self, steps_per_epoch: int) -> int:
+        if not self.has_warmup:
+            return 0
+        return self.warmup_steps or round(self.warmup_epochs * steps_per_epoch)
+
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
 class Constant(RateSchedule, kind="constant"):
@@ -236,6 +260,32 @@ class Piecewise(RateSchedule, kind="piecewise"):
         for name in ("values", "multipliers"):
             if getattr(self, name) is not None:
                 self._set(name, tuple(check_rates(name, getattr(self, name), length)))
+
+    def boundary_steps(self, per_epoch: int, total: int) -> list[int]:
+        """The steps the boundaries fall at in a run of `total` steps."""
+        of = self.total_steps or total
+        return [
+            round(s) for s in lr_curves.boundary_steps(self.boundaries, self.unit, per_epoch, of)
+        ]
+
+    def describe(self, rate: Callable[[int], str], start: int, total: int, per_epoch: int) -> str:
+        changes = [
+            f"{rate(step)} from step {step:,} ({step / total:.0%})"
+            for step in self.boundary_steps(per_epoch, total)
+            if start < step < total
+        ]
+        return rate(start) + (", then " + ", ".join(changes) if changes else "")
+
+    def warnings(self, per_epoch: int, total: int) -> list[str]:
+        steps = self.boundary_steps(per_epoch, total)
+        late = [b for b, at in zip(self.boundaries, steps) if at >= total]
+        if not late:
+            return []
+        return [
+            f"Schedule boundaries {late} ({self.unit}) fall at or after the end of the run "
+            f"({total} steps) and never apply; set schedule.boundaries for this length, or "
+            "give them as fractions of the run (schedule.unit=fraction)"
+        ]
 
     def build(self, base_lr: float, total_steps: int) -> Schedule:
         return lr_curves.piecewise(
@@ -350,6 +400,9 @@ class Script(ScheduleSection, kind="script"):
     """
 
     path: str
+
+    def describe(self, rate: Callable[[int], str], start: int, total: int, per_epoch: int) -> str:
+        return f"from {self.path}"
 
     def check(self) -> None:
         if not isinstance(self.path, str):

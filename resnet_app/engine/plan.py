@@ -70,30 +70,13 @@ def plan_run(config: Config, examples_per_epoch: int, image_size: int | None = N
             f"the learning rate is 0 at every step tried over the {total_steps} steps (is a "
             "warmup longer than the run?); lengthen the run or shorten schedule.warmup_*"
         )
-    if config.schedule.kind == "piecewise":
-        steps = boundary_steps(config.schedule, steps_per_epoch, total_steps)
-        late = [b for b, at in zip(config.schedule.boundaries, steps) if at >= total_steps]
-        if late:
-            logging.warning(
-                "Schedule boundaries %s (%s) fall at or after the end of the run (%d steps) "
-                "and never apply; set schedule.boundaries for this length, or give them as "
-                "fractions of the run (schedule.unit=fraction)",
-                late,
-                config.schedule.unit,
-                total_steps,
-            )
+    for warning in config.schedule.warnings(steps_per_epoch, total_steps):
+        logging.warning("%s", warning)
     size = image_size or config.data.image_size or 32
     sizes = progressive.size_schedule(
         config.data.progressive, size, train.batch_size, examples_per_epoch, total_steps
     )
     return RunPlan(steps_per_epoch, total_steps, schedule, sizes)
-
-
-def boundary_steps(spec, steps_per_epoch: int, total_steps: int) -> list[int]:
-    """The steps a piecewise schedule's boundaries fall at in a run of `total_steps`."""
-    of = spec.total_steps or total_steps
-    steps = lr_curves.boundary_steps(spec.boundaries, spec.unit, steps_per_epoch, of)
-    return [round(step) for step in steps]
 
 
 def describe_schedule(config: Config, plan: RunPlan) -> str:
@@ -107,19 +90,6 @@ def describe_schedule(config: Config, plan: RunPlan) -> str:
     def rate(step: int) -> str:
         return f"{plan.schedule(step, plan.steps_per_epoch):.4g}"
 
-    if spec.kind == "script":
-        return f"from {spec.path}"
-    warmup = 0
-    if spec.has_warmup:
-        warmup = spec.warmup_steps or round(spec.warmup_epochs * plan.steps_per_epoch)
-    start = min(warmup, total - 1)
-    if spec.kind == "piecewise":
-        changes = [
-            f"{rate(step)} from step {step:,} ({step / total:.0%})"
-            for step in boundary_steps(spec, plan.steps_per_epoch, total)
-            if start < step < total
-        ]
-        text = rate(start) + (", then " + ", ".join(changes) if changes else "")
-    else:
-        text = f"{spec.kind} from {rate(start)} to {rate(total - 1)}"
+    warmup = spec.warmup_length(plan.steps_per_epoch)
+    text = spec.describe(rate, min(warmup, total - 1), total, plan.steps_per_epoch)
     return text + (f" after a warmup of {warmup:,} steps" if warmup else "")
