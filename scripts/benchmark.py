@@ -191,7 +191,7 @@ def measure_trainer(
     sets: list[str], dataset: str = "synthetic", keep_last_step: bool = False
 ) -> dict:
     from resnet_app import config
-    from resnet_app.engine import loop
+    from resnet_app.engine import loop, setup
 
     steps = _STEPS.value
     model_dir = tempfile.mkdtemp(prefix="benchmark_")
@@ -210,10 +210,8 @@ def measure_trainer(
             *sets,
         ]
     )
-    if keep_last_step:
-        loop.keeps_last_step = lambda run: True
     started = time.time()
-    loop.train_and_evaluate(resolved, model_dir)
+    loop.train(setup.build_run(resolved, model_dir), keep_last_step=keep_last_step or None)
     records = metrics.read_records(run_dir.metrics_path(model_dir))
     training = [r for r in records if "accuracy" in r]
     # The first window starts when the run does: it holds the tracing (warm-up).

@@ -4,6 +4,12 @@ Closed-form parameter and MAC counts, written from the papers' description of
 the architecture (He et al. 2015, 2016), not from model.py, so that a mistake in
 the builder shows up as a mismatch instead of being copied. And training steps
 on one device written out by hand, without step.py or optim.py.
+
+The block and attention kinds' formulas are tables by kind name
+(`UNIT_CONVS`, `ATTENTION_PARAMS`, `ATTENTION_MACS`), deliberately not read
+from `nets/kinds.py`: a kind's own facts cannot check themselves. A kind
+without an entry raises a KeyError saying so; a test of a new kind adds its
+closed form with `monkeypatch.setitem` (tests/test_toy_kinds.py).
 """
 
 import numpy as np
@@ -57,30 +63,62 @@ def _se_width(config: presets.ResNetConfig, channels: int) -> int:
     return max(8, int(channels * config.se_ratio + 4) // 8 * 8)
 
 
+def _eca_kernel(channels: int) -> int:
+    t = int((np.log2(channels) + 1) / 2)
+    return max(t if t % 2 else t + 1, 3)
+
+
+# Parameters of an attention kind on a branch of C channels. SE (Hu et al.
+# 2018): two biased 1x1 convs through C * ratio rounded to a multiple of 8;
+# ECA (Wang et al. 2020): one bias-free 1-D conv of k = odd(int((log2 C + 1) / 2)), >= 3.
+ATTENTION_PARAMS = {
+    "none": lambda config, c: 0,
+    "se": lambda config, c: 2 * c * _se_width(config, c) + _se_width(config, c) + c,
+    "eca": lambda config, c: _eca_kernel(c),
+}
+# Their multiply-accumulates: SE's two matrix products on the pooled vector,
+# ECA's k-tap filter at every channel.
+ATTENTION_MACS = {
+    "none": lambda config, c: 0,
+    "se": lambda config, c: 2 * c * _se_width(config, c),
+    "eca": lambda config, c: c * _eca_kernel(c),
+}
+
+
+def _basic(config, channels: int, width: int) -> list[tuple[int, int, int, int]]:
+    return [(3, channels, width, 1), (3, width, width, 1)]
+
+
+def _bottleneck(config, channels: int, width: int) -> list[tuple[int, int, int, int]]:
+    # Xie et al. 2017 / torchvision: the 3x3 conv has `groups` groups of
+    # width * base_width / 64 channels; the output is 4x the stage width.
+    inner = width * config.base_width // 64 * config.groups
+    return [(1, channels, inner, 1), (3, inner, inner, config.groups), (1, inner, 4 * width, 1)]
+
+
+def _conv_pool(config, channels: int, width: int) -> list[tuple[int, int, int, int]]:
+    # Page 2018: a stage's conv-pool is its unit with another input width;
+    # each residual is two 3x3 convs of the stage width.
+    return [(3, channels, width, 1)] if channels != width else [(3, width, width, 1)] * 2
+
+
+# (kernel, in, out, groups) of a unit's branch convolutions, by block kind.
+UNIT_CONVS = {"basic": _basic, "bottleneck": _bottleneck, "conv_pool": _conv_pool}
+
+
+def _formula(table: dict, kind: str, name: str):
+    if kind not in table:
+        raise KeyError(f"tests/reference.py has no closed form for {kind!r}: add it to {name}")
+    return table[kind]
+
+
 def _attention_params(config: presets.ResNetConfig, channels: int) -> int:
-    """SE (Hu et al. 2018): two biased 1x1 convs through C * ratio rounded to a multiple of 8;
-    ECA (Wang et al. 2020): one bias-free 1-D conv of k = odd(int((log2 C + 1) / 2)), >= 3."""
-    if config.attention == "se":
-        reduced = _se_width(config, channels)
-        return 2 * channels * reduced + reduced + channels
-    if config.attention == "eca":
-        t = int((np.log2(channels) + 1) / 2)
-        return max(t if t % 2 else t + 1, 3)
-    return 0
+    return _formula(ATTENTION_PARAMS, config.attention, "ATTENTION_PARAMS")(config, channels)
 
 
 def _unit_convs(config, channels: int, width: int) -> list[tuple[int, int, int, int]]:
     """(kernel, in, out, groups) of a unit's branch convolutions."""
-    out = width * (4 if config.block == "bottleneck" else 1)
-    if config.block == "conv_pool":  # Page 2018: a stage's conv-pool is its unit with
-        # another input width; each residual is two 3x3 convs of the stage width.
-        return [(3, channels, width, 1)] if channels != width else [(3, width, width, 1)] * 2
-    if config.block == "basic":
-        return [(3, channels, width, 1), (3, width, out, 1)]
-    # Xie et al. 2017 / torchvision: the 3x3 conv has `groups` groups of
-    # width * base_width / 64 channels.
-    inner = width * config.base_width // 64 * config.groups
-    return [(1, channels, inner, 1), (3, inner, inner, config.groups), (1, inner, out, 1)]
+    return _formula(UNIT_CONVS, config.block, "UNIT_CONVS")(config, channels, width)
 
 
 def closed_form_params(config: presets.ResNetConfig) -> tuple[int, int]:
@@ -143,17 +181,14 @@ def closed_form_macs(config: presets.ResNetConfig, size: int) -> int:
                 macs += size**2 * sum(9 * cin * cout for _, cin, cout, _ in convs)
                 size, channels = (size // unit_stride if unit == 0 else size), out
                 continue
-            if config.block == "basic":
-                macs += new_size**2 * 9 * (channels * width + width * out)
-            else:
-                (_, _, inner, _), (_, _, _, groups) = convs[0], convs[1]
-                first = new_size if config.stride_in_1x1 else size  # First 1x1 output.
-                macs += first**2 * channels * inner
-                macs += new_size**2 * 9 * inner // groups * inner + new_size**2 * inner * out
-            if config.attention == "se":  # Two matrix products on the pooled vector.
-                macs += 2 * out * _se_width(config, out)
-            elif config.attention == "eca":  # A k-tap filter at every channel.
-                macs += out * _attention_params(config, out)
+            # Every conv at the unit's output size, but a bottleneck's first
+            # 1x1 when the stride sits on its 3x3.
+            sizes = [new_size] * len(convs)
+            if config.block == "bottleneck" and not config.stride_in_1x1:
+                sizes[0] = size
+            for conv_size, (k, cin, cout, groups) in zip(sizes, convs):
+                macs += conv_size**2 * k * k * cin // groups * cout
+            macs += _formula(ATTENTION_MACS, config.attention, "ATTENTION_MACS")(config, out)
             if (unit_stride != 1 or channels != out) and config.shortcut != "pad":
                 macs += new_size**2 * channels * out
             size, channels = new_size, out

@@ -20,7 +20,7 @@ def test_json_report_of_one_trainer_variant(tmp_path):
         "--steps=2",
         "--windows=2",
         "--repeats=2",
-        "--variants=keras_fit_our_layers,fp32",
+        "--variants=keras_fit_our_layers,fp32,last_step",
         f"--data_dir={tmp_path}",
         "--json",
         unset=[resnet_app.CPU_ALLOCATOR_VARIABLE],  # As a user starts it.
@@ -42,6 +42,7 @@ def test_json_report_of_one_trainer_variant(tmp_path):
     peak = report["peak_gflops"]["float32"]
     assert fp32["peak_fraction"] == fp32["gflops"] / peak and fp32["peak_rss_mb"] > 100
     assert fp32["vs_keras_fit"] is None  # keras_fit was not asked for.
+    assert report["variants"]["last_step"]["images_per_sec"] > 0  # A copy kept in one process.
     # The trainer on resnet_app's allocator, Keras on TensorFlow's default.
     assert fp32["bfc_allocator"] and not report["variants"]["keras_fit_our_layers"]["bfc_allocator"]
     assert report["allocator"] == "BFC for resnet_app, TF's default for Keras"

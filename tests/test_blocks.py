@@ -159,10 +159,13 @@ def test_every_kind_keeps_the_variable_order_of_the_old_code(kind):
 def test_the_config_picks_the_block_class_and_its_expansion(block, version, cls):
     config = presets.ResNetConfig(block=block, version=version, shortcut="projection")
     assert blocks.block_class(config) is cls
-    assert cls.expansion == config.expansion == (4 if block == "bottleneck" else 1)
+    assert config.expansion == (4 if block == "bottleneck" else 1)
     model = model_lib.create_model("tiny", block=block, version=version, shortcut="projection")
     assert all(type(unit) is cls for stage in model.stages for unit in stage)
     assert all(unit.preact == (version == "v2") for stage in model.stages for unit in stage)
+    assert [unit.out_channels for stage in model.stages for unit in stage] == [
+        width * config.expansion for width in model.config.widths
+    ]
 
 
 # A reference forward pass of each block, written from the papers with tf.nn.conv2d and NumPy.
@@ -237,7 +240,7 @@ def test_each_block_computes_its_formula(block, version, shortcut, stride_in_1x1
             else rng.uniform(0.5, 1.5, variable.shape)
         )
         variable.assign(values.astype("float32"))
-    in_channels = model.config.widths[0] * model.stages[0][0].expansion
+    in_channels = model.stages[0][0].out_channels
     x = rng.normal(size=(2, 12, 12, in_channels)).astype("float32")
     # stage2_unit0 downsamples and widens; stage2_unit1 keeps the shape.
     for unit, first_in_stage, channels in [

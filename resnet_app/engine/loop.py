@@ -99,7 +99,9 @@ def train_and_evaluate(
     return train(setup.build_run(config, model_dir, restart, allow_config_change), actions)
 
 
-def train(run: setup.Run, actions: Sequence[Action] = ()) -> RunResult:
+def train(
+    run: setup.Run, actions: Sequence[Action] = (), keep_last_step: bool | None = None
+) -> RunResult:
     """Trains a run built by `setup.build_run` to its end (or a stop), evaluating and saving.
 
     Args:
@@ -109,6 +111,9 @@ def train(run: setup.Run, actions: Sequence[Action] = ()) -> RunResult:
         (`Boundary.evaluation`) and may ask for a save (`Boundary.request_save`)
         or a stop (`Boundary.request_stop`); their `after` hook sees
         `Boundary.saved`.
+      keep_last_step: keep a copy of the last step (`last_step.py`); None:
+        when `keeps_last_step` says (multi-worker runs). True in a single
+        process measures what the copy costs (`scripts/benchmark.py`).
 
     Returns:
       The `RunResult`.
@@ -119,14 +124,18 @@ def train(run: setup.Run, actions: Sequence[Action] = ()) -> RunResult:
     writer = MetricsWriter(run.model_dir, enabled=run.chief)
     with preemption.StopRequest() as stop:
         try:
-            return _train(run, writer, stop, actions)
+            return _train(run, writer, stop, actions, keep_last_step)
         finally:
             writer.close()
             run.close()
 
 
 def _train(
-    run: setup.Run, writer: MetricsWriter, stop: preemption.StopRequest, extra: Sequence[Action]
+    run: setup.Run,
+    writer: MetricsWriter,
+    stop: preemption.StopRequest,
+    extra: Sequence[Action],
+    keep_last_step: bool | None,
 ) -> RunResult:
     train = run.config.train
     policy = sync.create_policy(run)
@@ -141,7 +150,7 @@ def _train(
     )
     start = run.restore(run.resume_from[1] if run.resume_from else None)
     _record_settings(run, writer, start)
-    last = _last_step(run)
+    last = _last_step(run, keep_last_step)
     global_model = sync.GlobalModel(policy, run.checkpoints, run.strategy)
     actions, evaluator = create_actions(run, writer, policy, global_model, start, extra)
     loss = Loss(train.loss, train.label_smoothing, train.bce_target_threshold, run.class_weights)
@@ -181,17 +190,13 @@ def _train(
 
 
 def keeps_last_step(run: setup.Run) -> bool:
-    """Whether the run keeps a copy of its last step: multi-worker, `sync.keep_last_step`.
-
-    (`scripts/benchmark.py --variants=last_step` makes a one-process run keep
-    one, to measure what it costs.)
-    """
+    """Whether the run keeps a copy of its last step: multi-worker, `sync.keep_last_step`."""
     return distribute.is_multi_worker(run.strategy) and run.config.sync.keep_last_step
 
 
-def _last_step(run: setup.Run) -> LastStep | None:
+def _last_step(run: setup.Run, keep: bool | None) -> LastStep | None:
     """The copy of the last completed step (`last_step.py`), when the run keeps one."""
-    if not keeps_last_step(run):
+    if not (keeps_last_step(run) if keep is None else keep):
         return None
     variables = [*run.model.variables, *run.optimizer.variables]
     if run.ema is not None:

@@ -1,4 +1,4 @@
-"""Channel attention on a residual branch: squeeze-excitation and ECA, a registry by name.
+"""Channel attention on a residual branch: squeeze-excitation and ECA.
 
     se   x * sigmoid(fc2(relu(fc1(mean_hw(x)))))      Hu et al. 2018
     eca  x * sigmoid(conv1d_k(mean_hw(x)))             Wang et al. 2020
@@ -9,6 +9,12 @@ widths meet exactly); its two 1x1 convolutions are dense layers on the pooled
 vector (the same function, the same weights transposed). ECA's kernel size
 follows from the channel count: t = int(|log2(C) + 1| / 2), made odd, at
 least 3 (5 for 256 to 1024 channels, 7 for 2048). Model code only.
+
+The kinds a config may name are registered in `nets/kinds.py` (no
+TensorFlow, so configs are checked before it loads), each naming its layer
+class here or in any other module: a new attention is its class and one
+`register(AttentionKind(...))` line there. Every block names its attention
+layer `<unit>_se`, whatever the kind (checkpoints key on it).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import math
 
 import keras
 
+from resnet_app.nets import kinds
 from resnet_app.nets.layers import LayerFactory, l2_penalty
 from resnet_app.nets.spec import SE_DIVISOR
 
@@ -80,15 +87,7 @@ class EfficientChannelAttention(keras.layers.Layer):
         return input_shape
 
 
-ATTENTIONS: dict[str, type[keras.layers.Layer]] = {
-    "se": SqueezeExcite,
-    "eca": EfficientChannelAttention,
-}
-
-
 def make_attention(make: LayerFactory, channels: int, name: str) -> keras.layers.Layer | None:
     """The config's attention layer for a branch of `channels`, or None ("none")."""
-    kind = make.config.attention
-    if kind == "none":
-        return None
-    return ATTENTIONS[kind](make, channels, name=name)
+    layer = kinds.layer_class(kinds.ATTENTIONS[make.config.attention])
+    return None if layer is None else layer(make, channels, name=name)

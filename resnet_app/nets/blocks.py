@@ -11,10 +11,11 @@ identity, option A zero padding, option B projection or ResNet-D's average
 pool and projection (He et al. 2015, 2016, 2019; Xie et al. 2017; Hu et al.
 2018; Zagoruyko & Komodakis 2016). A block kind only declares its
 convolutions (`conv_specs`); `ResidualBlock` does the rest. A new kind is one
-subclass and one `BLOCK_CLASSES` line here, plus its facts in `nets/spec.py`:
-its expansion (`BLOCK_EXPANSION`, which is also the list of kinds a config
-may name), its convs per unit (`ResNetConfig.depth`) and its inner width
-(`ResNetConfig.inner_width`). A new option is one field read here.
+subclass (here or in its own module) and one `register(BlockKind(...))` line
+in `nets/kinds.py`, which states its facts once, without TensorFlow: its
+name, expansion (`config.expansion`, read here), convolutions per unit
+(`ResNetConfig.depth`), inner width (`config.inner_width`) and the fields
+it has no place for. A new option is one field read here.
 
 Checkpoints name variables by the attribute that holds each layer (`conv1`,
 `bn1`, `preact_norm`, `projection`, `projection_norm`, `attention`), and
@@ -31,16 +32,15 @@ layers), so that weight readers map by name, never by position.
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple
+from typing import NamedTuple
 
 import keras
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.nets import drop_path
+from resnet_app.nets import drop_path, kinds
 from resnet_app.nets.attention import make_attention
-from resnet_app.nets.conv_pool import ConvPoolUnit
 from resnet_app.nets.layers import LayerFactory, Shape, build_layer
-from resnet_app.nets.spec import BLOCK_EXPANSION, ResNetConfig
+from resnet_app.nets.spec import ResNetConfig
 
 TORCH, KERAS = "torch", "keras"  # The layouts of `source_names`.
 
@@ -83,7 +83,7 @@ class ResidualBlock(keras.layers.Layer):
     Args:
       config: the network's config.
       in_channels: channels of the block's input.
-      width: the stage width; the block outputs `width * expansion` channels.
+      width: the stage width; the block outputs `width * config.expansion` channels.
       stride: the stride of the block (of its first unit's downsampling conv).
       first_in_network: the network's first block (its input is the stem's
         output, already normalized and activated).
@@ -91,8 +91,6 @@ class ResidualBlock(keras.layers.Layer):
       drop_rate: its stochastic depth rate.
       block_index: its position in the network, which keys its random draws.
     """
-
-    expansion: ClassVar[int] = 1
 
     def __init__(
         self,
@@ -112,7 +110,7 @@ class ResidualBlock(keras.layers.Layer):
         self.block_index = block_index
         self.in_channels = in_channels
         self.stride = stride
-        self.out_channels = width * self.expansion
+        self.out_channels = width * config.expansion
         self.preact = config.version == "v2"
         self.projection = self.projection_norm = self.pad = self.pool = None
         self.shortcut_kind = config.shortcut
@@ -317,12 +315,10 @@ class ResidualBlock(keras.layers.Layer):
 class BasicBlock(ResidualBlock):
     """Two 3x3 convs, the first carrying the stride."""
 
-    expansion = BLOCK_EXPANSION["basic"]
-
     @classmethod
     def conv_specs(cls, config, in_channels, width, stride):
-        del config, in_channels
-        return [ConvSpec(width, 3, stride), ConvSpec(width * cls.expansion, 3, 1)]
+        del in_channels
+        return [ConvSpec(width, 3, stride), ConvSpec(width * config.expansion, 3, 1)]
 
 
 class BottleneckBlock(ResidualBlock):
@@ -334,8 +330,6 @@ class BottleneckBlock(ResidualBlock):
     channels per group; the wide ResNets' doubled width).
     """
 
-    expansion = BLOCK_EXPANSION["bottleneck"]
-
     @classmethod
     def conv_specs(cls, config, in_channels, width, stride):
         del in_channels
@@ -344,17 +338,10 @@ class BottleneckBlock(ResidualBlock):
         return [
             ConvSpec(inner, 1, stride_1x1),
             ConvSpec(inner, 3, stride_3x3, config.groups),
-            ConvSpec(width * cls.expansion, 1, 1),
+            ConvSpec(width * config.expansion, 1, 1),
         ]
 
 
-BLOCK_CLASSES: dict[str, type[keras.layers.Layer]] = {
-    "basic": BasicBlock,
-    "bottleneck": BottleneckBlock,
-    "conv_pool": ConvPoolUnit,  # ResNet-9's (`nets/conv_pool.py`).
-}
-
-
 def block_class(config: ResNetConfig) -> type[keras.layers.Layer]:
-    """The block class of a config's `block` ("basic", "bottleneck" or "conv_pool")."""
-    return BLOCK_CLASSES[config.block]
+    """The layer class of a config's `block`, as registered in `nets/kinds.py`."""
+    return kinds.layer_class(config.block_kind)

@@ -31,8 +31,6 @@ class ConvPoolUnit(keras.layers.Layer):
     Takes the arguments of `blocks.ResidualBlock`; the stride is the max-pool's.
     """
 
-    expansion = 1
-
     def __init__(
         self,
         config: ResNetConfig,

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from resnet_app.common.errors import ConfigError
+from resnet_app.nets import kinds
 from resnet_app.nets.spec import ResNetConfig
 
 __all__ = ["ResNetConfig", "PRESETS", "get_config", "model_names", "part_names"]
@@ -188,21 +189,32 @@ TEST_ONLY = ("tiny",)
 
 # Fields that only shape another kind of network: set on this one, they
 # would do nothing, so a preset that does not have that kind refuses them.
+# {field: (the field that picks the kind, the kinds that read it, what it sets)};
+# the attention kinds' own fields join from their registry (`_only_with`).
 _ONLY_WITH = {
-    "init_filter": ("stem", "plain", "a plain stem's kernel"),
-    "stem_widths": ("stem", "deep", "a deep stem's widths"),
-    "se_ratio": ("attention", "se", "squeeze-excitation's reduction"),
-    "activate_before_residual": ("version", "v2", "a pre-activation shortcut's input"),
+    "init_filter": ("stem", ("plain",), "a plain stem's kernel"),
+    "stem_widths": ("stem", ("deep",), "a deep stem's widths"),
+    "activate_before_residual": ("version", ("v2",), "a pre-activation shortcut's input"),
 }
+
+
+def _only_with() -> dict[str, tuple[str, tuple[str, ...], str]]:
+    """`_ONLY_WITH` and the fields each registered attention kind reads (`nets/kinds.py`)."""
+    rules = dict(_ONLY_WITH)
+    for kind in kinds.ATTENTIONS.values():
+        for field, what in kind.fields.items():
+            _, needed, what = rules.get(field, ("attention", (), what))
+            rules[field] = ("attention", (*needed, kind.name), what)
+    return rules
 
 
 def _check_family(name: str, config: ResNetConfig, overrides: dict[str, Any]) -> None:
     """Refuses an override that the network `name` resolves to would ignore."""
-    for field, (key, needed, what) in _ONLY_WITH.items():
-        if field in overrides and getattr(config, key) != needed:
+    for field, (key, needed, what) in _only_with().items():
+        if field in overrides and getattr(config, key) not in needed:
             raise ConfigError(
                 f"model field '{field}' sets {what}, but {name} has {key}={getattr(config, key)}; "
-                f"drop it, or also set model.{key}={needed}"
+                f"drop it, or also set model.{key}={' or '.join(needed)}"
             )
 
 

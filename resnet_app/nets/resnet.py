@@ -110,7 +110,7 @@ class ResNet(keras.Model):
                 index += 1
                 setattr(self, name, layer)
                 names.append(name)
-                in_channels = width * block.expansion
+                in_channels = width * config.expansion
             stage_names.append(tuple(names))
         self.stage_names = tuple(stage_names)
 

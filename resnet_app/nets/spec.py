@@ -8,8 +8,7 @@ specified by fields here and read in one place of the builder:
   `stem_widths` then `stem_filters`: ResNet-C, He et al. 2019), then with
   `init_max_pool` a 3x3/2 max-pool, or with `replace_stem_pool` a 3x3/2 conv
   (ResNet-RS, Bello et al. 2021);
-- the unit (`nets/blocks.py`): `block` "basic", "bottleneck" (its
-  expansion is `BLOCK_EXPANSION`, the one place it is stated) or
+- the unit (`nets/blocks.py`): `block` "basic", "bottleneck" or
   "conv_pool" (Page 2018's ResNet-9, `nets/conv_pool.py`), `version` v1
   (post-activation) or v2 (pre-activation), `groups` and `base_width`
   (ResNeXt, Xie et al. 2017; wide ResNets), `attention` (squeeze-excitation,
@@ -19,6 +18,12 @@ specified by fields here and read in one place of the builder:
   (option B) or "avg_projection" (ResNet-D: a 2x2 average pool, then a 1x1
   conv at stride 1);
 - the head: `head_pool` (global average or max), `head_bias`, `logit_scale`.
+
+The block and attention kinds are not listed here but registered in
+`nets/kinds.py`: the names this accepts, the fields a kind refuses, its
+depth, expansion and inner width, and the help of `block` and `attention`
+(below, and so docs/config.md) are read from there, so that a new kind is
+one class and one registration line.
 """
 
 from __future__ import annotations
@@ -34,16 +39,12 @@ from resnet_app.common.fields import (
     check_number,
     check_positive_int,
 )
+from resnet_app.nets import kinds
 
-# Each block kind's output width, as a multiple of its stage width: the one
-# place this is stated (the builder, the summary and the weight readers ask).
-BLOCK_EXPANSION = {"basic": 1, "bottleneck": 4, "conv_pool": 1}
-BLOCKS = tuple(BLOCK_EXPANSION)
 VERSIONS = ("v1", "v2")
 SHORTCUTS = ("pad", "projection", "avg_projection")
 PADDINGS = ("same", "symmetric")
 STEMS = ("plain", "deep")
-ATTENTIONS = ("none", "se", "eca")
 HEAD_POOLS = ("avg", "max")
 # Squeeze-excitation rounds its reduced width to a multiple of this (timm's
 # make_divisible with round_limit 0; torchvision's and the paper's widths
@@ -56,11 +57,7 @@ class ResNetConfig:
     """Everything that defines a ResNet.
 
     Attributes:
-      block: "basic" (two 3x3 convs), "bottleneck" (1x1, 3x3, 1x1 with the
-        output width multiplied by 4) or "conv_pool" (Page 2018: a stage's
-        first unit is a 3x3 conv, BatchNorm, ReLU and a max-pool of the
-        stage's stride; each later one a residual of two 3x3 conv-BN-ReLU
-        added to its input; v1 only, no attention, shortcut or dropout).
+      block: {block_kinds}.
       version: "v1" (post-activation, He et al. 2015) or "v2" (pre-activation,
         He et al. 2016).
       units: residual units per stage.
@@ -115,10 +112,7 @@ class ResNetConfig:
         rule): 64 with groups 1 is ResNet, 128 the wide ResNet-50-2, 4 with
         groups 32 ResNeXt-50 32x4d.
       attention: on each residual branch, after its last BatchNorm and before
-        the addition: "none", "se" (squeeze-excitation: global average, 1x1
-        reduce by `se_ratio`, ReLU, 1x1 expand, sigmoid gate) or "eca"
-        (efficient channel attention: a 1-D convolution across the channels
-        of the global average, its kernel size from the channel count).
+        the addition: {attention_kinds}.
       se_ratio: squeeze-excitation's reduced width over its channels (1/16
         in Hu et al.; 1/4 in ResNet-RS), rounded to a multiple of 8.
       dropout: the rate of dropout before each unit's last convolution (wide
@@ -172,12 +166,12 @@ class ResNetConfig:
                 )
             object.__setattr__(self, name, tuple(value))
         for name, choices in (
-            ("block", BLOCKS),
+            ("block", tuple(kinds.BLOCKS)),
             ("version", VERSIONS),
             ("shortcut", SHORTCUTS),
             ("padding", PADDINGS),
             ("stem", STEMS),
-            ("attention", ATTENTIONS),
+            ("attention", tuple(kinds.ATTENTIONS)),
             ("head_pool", HEAD_POOLS),
         ):
             _check_choice(name, getattr(self, name), choices)
@@ -228,27 +222,7 @@ class ResNetConfig:
                 "model field 'zero_init_residual' needs version v1: a v2 residual "
                 "branch ends in a convolution, not a BatchNorm"
             )
-        if self.block == "conv_pool":
-            extras = {
-                "version": self.version != "v1",
-                "attention": self.attention != "none",
-                "dropout": self.dropout > 0,
-                "drop_path_rate": self.drop_path_rate > 0,
-                "groups": self.groups != 1 or self.base_width != 64,
-                "zero_init_residual": self.zero_init_residual,
-            }
-            if any(extras.values()):
-                field = next(name for name, given in extras.items() if given)
-                raise ConfigError(
-                    f"model field '{field}' does not apply to block=conv_pool (ResNet-9's "
-                    "plain conv-BN-ReLU units); drop it"
-                )
-        if self.block == "basic" and (self.groups != 1 or self.base_width != 64):
-            raise ConfigError(
-                "model fields 'groups' and 'base_width' shape a bottleneck's 3x3 conv; this "
-                "model has basic blocks: widen a basic block with 'widths', or use "
-                "block=bottleneck"
-            )
+        self._check_kinds()
         if self.stem == "deep" and self.stem_widths and len(self.stem_widths) != 2:
             raise ConfigError(
                 f"model field 'stem_widths' needs the deep stem's first two widths, got "
@@ -266,7 +240,7 @@ class ResNetConfig:
         if self.stem == "deep" and self.stem_filters < 2:
             raise ConfigError("model field 'stem_filters' must be at least 2 for stem=deep")
         for stage, width in enumerate(self.widths, start=1):
-            if self.block == "bottleneck" and width * self.base_width % 64:
+            if self.block_kind.grouped and width * self.base_width % 64:
                 raise ConfigError(
                     f"model.groups={self.groups}, base_width={self.base_width}: stage{stage}'s "
                     f"width {width} gives {width * self.base_width / 64:g} channels per group "
@@ -274,10 +248,43 @@ class ResNetConfig:
                     "base_width whose product is a multiple of 64"
                 )
 
+    def _check_kinds(self) -> None:
+        """Refuses fields the block kind has no place for, and attention it does not take.
+
+        Every rule is a fact of the kinds in `nets/kinds.py`.
+        """
+        unit = self.block_kind
+        defaults = {field.name: field.default for field in dataclasses.fields(self)}
+        for field in unit.fixed:
+            if getattr(self, field) != defaults[field]:
+                raise ConfigError(
+                    f"model field '{field}' does not apply to block={unit.name} "
+                    f"({unit.about}); drop it"
+                )
+        if not unit.grouped and (self.groups != 1 or self.base_width != 64):
+            grouped = " or ".join(name for name, kind in kinds.BLOCKS.items() if kind.grouped)
+            raise ConfigError(
+                f"model fields 'groups' and 'base_width' shape a {grouped}'s 3x3 conv; this "
+                f"model has {unit.name} blocks: widen a {unit.name} block with 'widths', or "
+                f"use block={grouped}"
+            )
+        attention = kinds.ATTENTIONS[self.attention]
+        if attention.blocks is not None and unit.name not in attention.blocks:
+            raise ConfigError(
+                f"model field 'attention' {attention.name} works with block "
+                f"{', '.join(attention.blocks)}; this model has block={unit.name}: use one of "
+                f"those, or another attention ({', '.join(_taking(unit.name))})"
+            )
+
+    @property
+    def block_kind(self) -> kinds.BlockKind:
+        """The registered facts of `block` (`nets/kinds.py`)."""
+        return kinds.BLOCKS[self.block]
+
     @property
     def expansion(self) -> int:
         """How much wider a unit's output is than its stage width."""
-        return BLOCK_EXPANSION[self.block]
+        return self.block_kind.expansion
 
     @property
     def depth(self) -> int:
@@ -285,10 +292,7 @@ class ResNetConfig:
 
         The stem counts once whatever its form: ResNet-50-D is a ResNet-50.
         """
-        if self.block == "conv_pool":  # One conv per stage's first unit, two per later one.
-            return 1 + 2 * sum(self.units) - len(self.units) + 1
-        convs = 3 if self.block == "bottleneck" else 2
-        return 1 + sum(self.units) * convs + 1
+        return 1 + self.block_kind.depth(self.units) + 1
 
     @property
     def default_image_size(self) -> int:
@@ -304,13 +308,28 @@ class ResNetConfig:
 
     def inner_width(self, width: int) -> int:
         """A unit's inner width (its 3x3 conv's) at stage width `width`."""
-        if self.block in ("basic", "conv_pool"):
-            return width
-        return width * self.base_width // 64 * self.groups
+        return self.block_kind.inner_width(width, self.groups, self.base_width)
 
     def stage_channels(self) -> tuple[int, ...]:
         """The number of channels each stage outputs."""
         return tuple(width * self.expansion for width in self.widths)
+
+
+# The help of `block` and `attention` lists the registered kinds (docs/config.md
+# is generated from this docstring). Python -OO drops docstrings.
+if ResNetConfig.__doc__:
+    ResNetConfig.__doc__ = ResNetConfig.__doc__.replace(
+        "{block_kinds}", kinds.choices_help(kinds.BLOCKS)
+    ).replace("{attention_kinds}", kinds.choices_help(kinds.ATTENTIONS))
+
+
+def _taking(block: str) -> list[str]:
+    """The attention kinds that work with block kind `block`."""
+    return [
+        name
+        for name, kind in kinds.ATTENTIONS.items()
+        if kind.blocks is None or block in kind.blocks
+    ]
 
 
 def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
