@@ -23,3 +23,17 @@ EXPECTED_REFUSALS = {
 def test_every_command_works_or_refuses_in_one_line(kind, matrix_datasets):
     root, names = matrix_datasets
     matrix.check(matrix.run_kind(kind, names[kind], root), EXPECTED_REFUSALS[kind])
+
+
+def test_every_registered_source_kind_has_its_cells(matrix_datasets):
+    """The registry is the gate: a source kind registered without a row in the
+    matrix (here or in test_matrix_own_data.py) fails here."""
+    from resnet_app.data.sources import registry
+    from tests import test_matrix_own_data
+
+    _, names = matrix_datasets
+    schemes = set()
+    for kind in {*EXPECTED_REFUSALS, *test_matrix_own_data.EXPECTED_REFUSALS}:
+        source, _ = registry.parse(names[kind])
+        schemes.add(names[kind] if source is None else source.scheme)
+    assert schemes == {*registry.scheme_names(), registry.TFDS_SCHEME}
