@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from resnet_app.common.distribute import mirrored_strategy
 from resnet_app.common.errors import ConfigError
-from resnet_app.engine import averaging, optim
+from resnet_app.engine import averaging, large_batch, optim
 
 RTOL = 1e-5
 STEPS = 6
@@ -304,7 +304,10 @@ def test_a_restored_checkpoint_continues_the_same_steps(config, tmp_path):
 
 @pytest.mark.parametrize(
     "kind, cls, slots",
-    [("lamb", optim.Lamb, ["momentum", "velocity"]), ("lars", optim.Lars, ["momentum"])],
+    [
+        ("lamb", large_batch.Lamb, ["momentum", "velocity"]),
+        ("lars", large_batch.Lars, ["momentum"]),
+    ],
 )
 def test_slots_and_config_round_trip(kind, cls, slots):
     model, optimizer = build({"class": kind, "weight_decay": 0.02})

@@ -104,12 +104,14 @@ def define_weights_flag() -> flags.FlagHolder:
 def attribute_help(cls: type) -> dict[str, str]:
     """The "Attributes:" section of a class docstring, as {name: one-line help}."""
     lines = (cls.__doc__ or "").split("Attributes:", 1)[-1].splitlines()
+    # Names sit at the section's least indentation, wherever the class is defined.
+    indent = min((len(line) - len(line.lstrip()) for line in lines if line.strip()), default=0)
     help_text: dict[str, list[str]] = {}
     current = None
     for line in lines:
         stripped = line.strip()
         name, colon, rest = stripped.partition(":")
-        if colon and name.isidentifier() and len(line) - len(line.lstrip()) <= 6:
+        if colon and name.isidentifier() and len(line) - len(line.lstrip()) == indent:
             current = name
             help_text[current] = [rest.strip()]
         elif current and stripped:

@@ -1,14 +1,18 @@
 """The `optimizer:` section: one kind per optimizer class, with its arguments and defaults.
 
-`engine/optim.py` builds the Keras optimizer a section describes; this module is
-pure data and checks, importable without TensorFlow, so that a bad argument is
-answered before TensorFlow loads. Each argument's type comes from its
-annotation; its range from the field's `check` metadata.
+Each kind is one dataclass: its fields are the class's arguments (type from the
+annotation, range from the field's `check` metadata), `OPTIMIZER` names the Keras
+class it builds ("module:Class", imported only by `build`), and `build` makes the
+optimizer, with any set-up of the kind's own. The module imports no TensorFlow,
+so a bad argument is answered before TensorFlow loads; `engine/optim.py`'s
+`create_optimizer` calls `build`. A new optimizer is its Keras class and one
+dataclass here.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import numbers
 from collections.abc import Callable
@@ -19,10 +23,18 @@ from resnet_app.common.fields import FieldType, field_types
 from resnet_app.config.oneof import ALTERNATIVE, OneOfSection
 
 CHECK = "check"  # Field metadata: (test, what a valid value is).
-_AT_LEAST_0 = (lambda x: x >= 0, "a number >= 0")
-_MORE_THAN_0 = (lambda x: x > 0, "a number > 0")
-_FRACTION = (lambda x: 0 <= x < 1, "a number in [0, 1)")
+AT_LEAST_0 = (lambda x: x >= 0, "a number >= 0")
+MORE_THAN_0 = (lambda x: x > 0, "a number > 0")
+FRACTION = (lambda x: 0 <= x < 1, "a number in [0, 1)")
 _NORM = (lambda x: x > 0, "a number > 0 or null")
+
+# The variables no optimizer decays: BatchNorm gamma and beta and every bias.
+# Matched by Keras against the TensorFlow variable name, which is the whole path
+# ("stage1_unit0_bn1/gamma:0", and ".../gamma/replica_1:0" for a mirrored copy),
+# not the short name. A bare substring would also exclude the kernel of a layer
+# whose name contains "beta", so the pattern is anchored to the last component.
+# Keras joins these strings into one regular expression; a test checks that.
+NO_WEIGHT_DECAY = (r"(?:^|/)(?:gamma|beta|bias)(?:/replica_\d+)?(?::\d+)?$",)
 
 
 def argument(default: Any, check: tuple[Callable[[float], bool], str]) -> Any:
@@ -41,6 +53,7 @@ class OptimizerSection(OneOfSection):
     SECTION = "optimizer"
     KEY = "class"
     KINDS: dict[str, type[OptimizerSection]] = {}
+    OPTIMIZER = ""  # "module:Class": the Keras optimizer class the kind builds.
 
     def __post_init__(self):
         types = field_types(type(self))
@@ -61,6 +74,16 @@ class OptimizerSection(OneOfSection):
     def decays_weights(self) -> bool:
         """Whether the optimizer decays the weights itself (a preset's L2 would decay twice)."""
         return False
+
+    def optimizer_class(self) -> type:
+        """The Keras optimizer class `OPTIMIZER` names (imports Keras)."""
+        module, name = self.OPTIMIZER.split(":")
+        return getattr(importlib.import_module(module), name)
+
+    def build(self, cls: type | None = None) -> Any:
+        """The unbuilt Keras optimizer: `cls` (by default `optimizer_class()`, which
+        a caller may subclass first) called with the arguments."""
+        return (cls or self.optimizer_class())(**self.arguments())
 
     @classmethod
     def not_a_mapping_error(cls, value: Any) -> ConfigError:
@@ -130,8 +153,10 @@ class Momentum(OptimizerSection, kind="momentum"):
       global_clipnorm: or clip all gradients together to this norm (or null).
     """
 
-    learning_rate: float = argument(0.1, _AT_LEAST_0)
-    momentum: float = argument(0.9, _FRACTION)
+    OPTIMIZER = "resnet_app.engine.optim:Momentum"
+
+    learning_rate: float = argument(0.1, AT_LEAST_0)
+    momentum: float = argument(0.9, FRACTION)
     nesterov: bool = False
     clipnorm: float | None = clipping("global_clipnorm")
     global_clipnorm: float | None = clipping("clipnorm")
@@ -149,8 +174,10 @@ class SGD(OptimizerSection, kind="sgd"):
       global_clipnorm: or clip all gradients together to this norm (or null).
     """
 
-    learning_rate: float = argument(0.1, _AT_LEAST_0)
-    momentum: float = argument(0.0, _FRACTION)
+    OPTIMIZER = "keras.optimizers:SGD"
+
+    learning_rate: float = argument(0.1, AT_LEAST_0)
+    momentum: float = argument(0.0, FRACTION)
     nesterov: bool = False
     clipnorm: float | None = clipping("global_clipnorm")
     global_clipnorm: float | None = clipping("clipnorm")
@@ -170,10 +197,12 @@ class RMSprop(OptimizerSection, kind="rmsprop"):
       global_clipnorm: or clip all gradients together to this norm (or null).
     """
 
-    learning_rate: float = argument(0.001, _AT_LEAST_0)
-    rho: float = argument(0.9, _FRACTION)
-    momentum: float = argument(0.0, _FRACTION)
-    epsilon: float = argument(1e-7, _MORE_THAN_0)
+    OPTIMIZER = "keras.optimizers:RMSprop"
+
+    learning_rate: float = argument(0.001, AT_LEAST_0)
+    rho: float = argument(0.9, FRACTION)
+    momentum: float = argument(0.0, FRACTION)
+    epsilon: float = argument(1e-7, MORE_THAN_0)
     centered: bool = False
     clipnorm: float | None = clipping("global_clipnorm")
     global_clipnorm: float | None = clipping("clipnorm")
@@ -193,10 +222,12 @@ class Adam(OptimizerSection, kind="adam"):
       global_clipnorm: or clip all gradients together to this norm (or null).
     """
 
-    learning_rate: float = argument(0.001, _AT_LEAST_0)
-    beta_1: float = argument(0.9, _FRACTION)
-    beta_2: float = argument(0.999, _FRACTION)
-    epsilon: float = argument(1e-7, _MORE_THAN_0)
+    OPTIMIZER = "keras.optimizers:Adam"
+
+    learning_rate: float = argument(0.001, AT_LEAST_0)
+    beta_1: float = argument(0.9, FRACTION)
+    beta_2: float = argument(0.999, FRACTION)
+    epsilon: float = argument(1e-7, MORE_THAN_0)
     amsgrad: bool = False
     clipnorm: float | None = clipping("global_clipnorm")
     global_clipnorm: float | None = clipping("clipnorm")
@@ -217,11 +248,13 @@ class AdamW(OptimizerSection, kind="adamw"):
       global_clipnorm: or clip all gradients together to this norm (or null).
     """
 
-    learning_rate: float = argument(0.001, _AT_LEAST_0)
-    weight_decay: float = argument(0.004, _AT_LEAST_0)
-    beta_1: float = argument(0.9, _FRACTION)
-    beta_2: float = argument(0.999, _FRACTION)
-    epsilon: float = argument(1e-7, _MORE_THAN_0)
+    OPTIMIZER = "keras.optimizers:AdamW"
+
+    learning_rate: float = argument(0.001, AT_LEAST_0)
+    weight_decay: float = argument(0.004, AT_LEAST_0)
+    beta_1: float = argument(0.9, FRACTION)
+    beta_2: float = argument(0.999, FRACTION)
+    epsilon: float = argument(1e-7, MORE_THAN_0)
     amsgrad: bool = False
     clipnorm: float | None = clipping("global_clipnorm")
     global_clipnorm: float | None = clipping("clipnorm")
@@ -230,10 +263,16 @@ class AdamW(OptimizerSection, kind="adamw"):
     def decays_weights(self) -> bool:
         return True
 
+    def build(self, cls: type | None = None) -> Any:
+        # Keras decays every variable it updates; BatchNorm and biases are spared.
+        optimizer = super().build(cls)
+        optimizer.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY))
+        return optimizer
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Lamb(OptimizerSection, kind="lamb"):
-    """LAMB (You et al. 2020), `optim.Lamb`: Adam's step, decayed, scaled per variable.
+    """LAMB (You et al. 2020), `large_batch.Lamb`: Adam's step, decayed, scaled per variable.
 
     Attributes:
       learning_rate: the base learning rate (the schedule scales it).
@@ -247,11 +286,13 @@ class Lamb(OptimizerSection, kind="lamb"):
       global_clipnorm: or clip all gradients together to this norm (or null).
     """
 
-    learning_rate: float = argument(0.001, _AT_LEAST_0)
-    beta_1: float = argument(0.9, _FRACTION)
-    beta_2: float = argument(0.999, _FRACTION)
-    epsilon: float = argument(1e-6, _MORE_THAN_0)
-    weight_decay: float = argument(0.0, _AT_LEAST_0)
+    OPTIMIZER = "resnet_app.engine.large_batch:Lamb"
+
+    learning_rate: float = argument(0.001, AT_LEAST_0)
+    beta_1: float = argument(0.9, FRACTION)
+    beta_2: float = argument(0.999, FRACTION)
+    epsilon: float = argument(1e-6, MORE_THAN_0)
+    weight_decay: float = argument(0.0, AT_LEAST_0)
     exclude_from_adaptation: bool = True
     clipnorm: float | None = clipping("global_clipnorm")
     global_clipnorm: float | None = clipping("clipnorm")
@@ -263,7 +304,7 @@ class Lamb(OptimizerSection, kind="lamb"):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Lars(OptimizerSection, kind="lars"):
-    """LARS (You, Gitman, Ginsburg 2017), `optim.Lars`: momentum with a per-layer rate.
+    """LARS (You, Gitman, Ginsburg 2017), `large_batch.Lars`: momentum with a per-layer rate.
 
     Attributes:
       learning_rate: the base learning rate (the schedule scales it); the
@@ -279,11 +320,13 @@ class Lars(OptimizerSection, kind="lars"):
       global_clipnorm: or clip all gradients together to this norm (or null).
     """
 
-    learning_rate: float = argument(0.1, _AT_LEAST_0)
-    momentum: float = argument(0.9, _FRACTION)
-    eeta: float = argument(0.001, _MORE_THAN_0)
-    weight_decay: float = argument(0.0, _AT_LEAST_0)
-    epsilon: float = argument(0.0, _AT_LEAST_0)
+    OPTIMIZER = "resnet_app.engine.large_batch:Lars"
+
+    learning_rate: float = argument(0.1, AT_LEAST_0)
+    momentum: float = argument(0.9, FRACTION)
+    eeta: float = argument(0.001, MORE_THAN_0)
+    weight_decay: float = argument(0.0, AT_LEAST_0)
+    epsilon: float = argument(0.0, AT_LEAST_0)
     nesterov: bool = False
     exclude_from_adaptation: bool = True
     clipnorm: float | None = clipping("global_clipnorm")

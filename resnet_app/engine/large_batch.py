@@ -17,12 +17,7 @@ import keras
 from absl import logging
 from keras import ops
 
-# Matched by Keras against the TensorFlow variable name, which is the whole path
-# ("stage1_unit0_bn1/gamma:0", and ".../gamma/replica_1:0" for a mirrored copy),
-# not the short name. A bare substring would also exclude the kernel of a layer
-# whose name contains "beta", so the pattern is anchored to the last component.
-# Keras joins these strings into one regular expression; a test checks that.
-NO_WEIGHT_DECAY = (r"(?:^|/)(?:gamma|beta|bias)(?:/replica_\d+)?(?::\d+)?$",)
+from resnet_app.config.optimizer_kinds import NO_WEIGHT_DECAY
 
 _EXCLUDED = re.compile("|".join(NO_WEIGHT_DECAY))
 

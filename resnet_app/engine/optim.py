@@ -12,7 +12,7 @@ Classes:
     rate drop it applies the new rate to the whole accumulated velocity at once;
     Keras `SGD` keeps the velocity it accumulated at the old rate.
   * `sgd`, `rmsprop`, `adam`, `adamw`: the Keras 3 optimizers.
-  * `lamb`, `lars`: `Lamb` and `Lars` below, the large-batch rules with a
+  * `lamb`, `lars`: `large_batch.Lamb` and `.Lars`, the large-batch rules with a
     trust ratio per variable; their weight decay is inside the rule.
   * Every class also takes `clipnorm` (per variable) or `global_clipnorm`.
 
@@ -47,8 +47,8 @@ from typing import Any
 import keras
 from keras import ops
 
+from resnet_app.config.optimizer_kinds import NO_WEIGHT_DECAY as NO_WEIGHT_DECAY
 from resnet_app.config.optimizer_kinds import OptimizerSection
-from resnet_app.engine.large_batch import NO_WEIGHT_DECAY, Lamb, Lars
 
 # Class name -> argument -> default, read from the dataclasses of `optimizer_kinds`.
 OPTIMIZERS: dict[str, dict[str, Any]] = {
@@ -126,17 +126,6 @@ class Momentum(keras.optimizers.Optimizer):
         return config
 
 
-_KERAS_CLASSES = {
-    "momentum": Momentum,
-    "sgd": keras.optimizers.SGD,
-    "rmsprop": keras.optimizers.RMSprop,
-    "adam": keras.optimizers.Adam,
-    "adamw": keras.optimizers.AdamW,
-    "lamb": Lamb,
-    "lars": Lars,
-}
-
-
 def check_optimizer_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """Validates an optimizer config without building anything.
 
@@ -203,16 +192,13 @@ def create_optimizer(
     Raises:
       ConfigError: for a bad config, see `check_optimizer_config`.
     """
-    args = check_optimizer_config(config)
-    name = args.pop("class")
-    cls = _KERAS_CLASSES[name]
+    if not isinstance(config, OptimizerSection):
+        config = OptimizerSection.from_mapping(config)
+    cls = None
     if lr_multipliers and any(factor != 1.0 for factor in lr_multipliers.values()):
-        cls = _with_lr_multipliers(cls)
+        cls = _with_lr_multipliers(config.optimizer_class())
         cls.lr_multipliers = dict(lr_multipliers)
-    optimizer = cls(**args)
-    if name == "adamw":
-        optimizer.exclude_from_weight_decay(var_names=list(NO_WEIGHT_DECAY))
-    return optimizer
+    return config.build(cls)
 
 
 def set_learning_rate(optimizer: keras.optimizers.Optimizer, value: Any) -> None:
