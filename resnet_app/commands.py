@@ -29,7 +29,7 @@ COMMANDS = {
     "evaluate": Command("resnet_app.evaluate", "evaluate a run's checkpoints: reports, TTA"),
     "export": Command("resnet_app.export", "export a run: SavedModel, TFLite, ONNX, parity"),
     "predict": Command("resnet_app.predict", "classify image files with a run or an export"),
-    "model": Command("resnet_app.model", "a model's layers, parameters and MACs"),
+    "model": Command("resnet_app.tools.model_summary", "a model's layers, parameters and MACs"),
     "launch": Command("resnet_app.launch", "N local workers of one run, restarted on failure"),
     "lr-find": Command("resnet_app.tools.lr_find", "the learning-rate range test"),
     "schedule": Command("resnet_app.tools.lr_schedule", "print a config's LR schedule"),

@@ -3,7 +3,7 @@
   python scripts/model_table.py [--models=resnet20,resnet50]
 
 MACs are per image at the preset's native size (32 or 224 pixels), counted from
-the traced graph as `python -m resnet_app.model` does. The two deepest presets
+the traced graph as `resnet-app model` does. The two deepest presets
 take about a minute each to trace.
 """
 

@@ -46,7 +46,7 @@ def _stem_convs(config: presets.ResNetConfig) -> list[tuple[int, int, int, int]]
     3x3 (He et al. 2019's ResNet-C, widths w/2, w/2, w unless given), and the 3x3/2 conv
     that replaces the max-pool (Bello et al. 2021)."""
     if config.stem == "plain":
-        convs = [(config.init_filter, 3, config.stem_filters, config.init_stride)]
+        convs = [(config.stem_kernel, 3, config.stem_filters, config.init_stride)]
     else:
         first, second = config.stem_widths or (config.stem_filters // 2,) * 2
         convs = [

@@ -529,3 +529,25 @@ def test_an_optimizer_kind_says_whether_it_decays_the_weights_itself(section, de
     """The trainer warns when such an optimizer meets a preset's L2 penalty (a second decay)."""
     kind = optimizer_kinds.OptimizerSection.from_mapping(section)
     assert kind.decays_weights is decays
+
+
+def test_the_old_init_filter_reads_as_stem_kernel(tmp_path):
+    """2026-12-04's rename: a config file, `--set`, a run's saved section and a saved
+    model's Keras config that say `init_filter` build the network `stem_kernel` does."""
+    from resnet_app.config.sections import ModelSection
+    from resnet_app.nets import resnet
+
+    old = tmp_path / "old.yaml"
+    old.write_text("model:\n  name: resnet18\n  init_filter: 5\n")
+    assert config.resolve(str(old)).model.stem_kernel == 5
+    sets = ["model.name=resnet18", "model.init_filter=5"]
+    assert config.resolve(sets=sets).model.stem_kernel == 5
+    assert "init_filter" not in config.resolve(str(old)).to_dict()["model"]
+    assert ModelSection.from_mapping({"name": "resnet18", "init_filter": 5}).stem_kernel == 5
+    # Today's name wins over the old one given beside it.
+    both = {"name": "resnet18", "init_filter": 5, "stem_kernel": 3}
+    assert ModelSection.from_mapping(both).stem_kernel == 3
+    model = resnet.create_model("tiny", stem_kernel=5)
+    saved = model.get_config()
+    saved["config"]["init_filter"] = saved["config"].pop("stem_kernel")
+    assert resnet.ResNet.from_config(saved).config == model.config

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.data import input_pipeline, preprocessing, recipes
+from resnet_app.data import families, input_pipeline, preprocessing
 from resnet_app.data.settings import data_config
 from tests import runs
 
@@ -39,7 +39,7 @@ def test_evaluation_at_another_size_is_that_sizes_evaluation():
     crops = preprocessing.imagenet_eval_crops(image, mixed.preprocessing)
     expected = preprocessing.imagenet_eval_crops(image, reference.preprocessing)
     np.testing.assert_array_equal(crops.numpy(), expected.numpy())
-    served = recipes.of(mixed.preprocessing).evaluate(image, mixed.preprocessing, encoded=False)
+    served = families.of(mixed.preprocessing).evaluate(image, mixed.preprocessing, encoded=False)
     assert served.shape == (48, 48, 3)
 
 
@@ -87,7 +87,7 @@ def test_a_run_trained_at_32_is_evaluated_and_served_at_48(tmp_path):
     images = np.random.default_rng(1).integers(0, 256, (3, 40, 60, 3), np.uint8)
     pixels = tf.stack(
         [
-            recipes.of(reference.preprocessing).evaluate(x, reference.preprocessing, encoded=False)
+            families.of(reference.preprocessing).evaluate(x, reference.preprocessing, encoded=False)
             for x in images
         ]
     )

@@ -247,7 +247,7 @@ CUSTOM = {
         strides=(1, 2, 2),
     ),
     "stem_7x7_maxpool": dict(
-        init_filter=7,
+        stem_kernel=7,
         init_stride=2,
         init_max_pool=True,
         units=(1, 1),
@@ -512,7 +512,7 @@ def test_create_model_overrides_any_field():
         ("resnet18", {"groups": 32}, "shape a bottleneck's 3x3 conv; this model has basic"),
         (
             "resnet50d",
-            {"init_filter": 7},
+            {"stem_kernel": 7},
             "sets a plain stem's kernel, but resnet50d has stem=deep",
         ),
         ("resnet50", {"se_ratio": 0.25}, "but resnet50 has attention=none; drop it"),

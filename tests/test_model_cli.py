@@ -1,4 +1,4 @@
-"""The `python -m resnet_app.model` summary CLI, run as a user would."""
+"""The `resnet-app model` summary CLI, run as a user would."""
 
 import json
 
@@ -10,7 +10,7 @@ from tests.reference import closed_form_macs, closed_form_params
 
 
 def run_cli(*args):
-    return run_command("resnet_app.model", *args)
+    return run_command("resnet_app.tools.model_summary", *args)
 
 
 def test_json_summary_of_resnet20():
@@ -78,7 +78,7 @@ def test_help_lists_the_flags_and_the_user_facing_presets():
     [
         (["model.name=resnet18", "model.groups=32"], "this model has basic blocks"),
         (["model.name=seresnet50", "model.attention=cbam"], "must be one of none, se, eca"),
-        (["model.name=resnet50d", "model.init_filter=7"], "but resnet50d has stem=deep"),
+        (["model.name=resnet50d", "model.stem_kernel=7"], "but resnet50d has stem=deep"),
         (["model.name=resnet50", "model.stem=tiered"], "'stem' must be one of plain, deep"),
     ],
 )

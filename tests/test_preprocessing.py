@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app.data import preprocessing, recipes
+from resnet_app.data import families, preprocessing
 from resnet_app.data.preprocessing import Preprocessing
 
 MEAN, STD = (120.0, 110.0, 100.0), (60.0, 50.0, 40.0)
@@ -169,7 +169,7 @@ def bilinear(image, height, width):
 def test_cifar_eval_of_another_size_is_bilinear_resize_rounded_then_normalized(size):
     """What serving and folder evaluation give an image of another size."""
     image = random_image(*size, seed=3)
-    out = recipes.of(CIFAR).evaluate(tf.constant(image), CIFAR, encoded=False).numpy()
+    out = families.of(CIFAR).evaluate(tf.constant(image), CIFAR, encoded=False).numpy()
     pixels = np.clip(np.round(bilinear(image, 32, 32)), 0, 255)
     expected = (pixels - np.array(MEAN)) / np.array(STD)
     # Rounding may differ at exact halves in float32: at most one grey level, rarely.

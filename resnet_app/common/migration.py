@@ -14,6 +14,9 @@ The changes so far:
   Mixup/CutMix's under `data.mix` (`data.mix_switch_prob` is now
   `data.mix.switch_prob`, `data.mix_mode` `data.mix.mode`); data_info.json's
   "preprocessing" moved the augmentation's keys under "augment" alike.
+- 2026-12-04, the model's `init_filter` (a kernel size, not a number of
+  filters) is `stem_kernel`, beside `stem`, `stem_filters` and `stem_widths`:
+  in config files, `--set`, and the Keras config of a saved model.
 """
 
 from __future__ import annotations
@@ -46,6 +49,18 @@ DATA_KEYS: dict[str, tuple[str, str]] = {
 """The data section's flat keys before it nested: old name -> (group, key)."""
 
 
+MODEL_KEYS: dict[str, str] = {"init_filter": "stem_kernel"}
+"""The model section's renamed keys (2026-12-04): old name -> today's."""
+
+
+def model_fields(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A model section or `ResNetConfig` mapping with today's names; a key given
+    by today's name wins over its old name."""
+    renamed = {MODEL_KEYS.get(key, key): value for key, value in values.items()}
+    renamed.update({key: value for key, value in values.items() if key not in MODEL_KEYS})
+    return renamed
+
+
 def _moved(values: Mapping[str, Any], keys: Mapping[str, tuple[str, str]]) -> dict[str, Any]:
     """`values` with each old key moved into its group; a key given in its group wins."""
     nested: dict[str, Any] = {}
@@ -68,7 +83,9 @@ def config_section(section: str, values: Mapping[str, Any]) -> Mapping[str, Any]
 
     Example: ("data", {"flip": False}) -> {"augment": {"flip": False}}.
     """
-    return _moved(values, DATA_KEYS) if section == "data" else values
+    if section == "data":
+        return _moved(values, DATA_KEYS)
+    return model_fields(values) if section == "model" else values
 
 
 def preprocessing(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,9 +24,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
+from collections.abc import Mapping
 from typing import Any
 
-from resnet_app.common import auto_precision
+from resnet_app.common import auto_precision, migration
 from resnet_app.common import precision as precision_names
 from resnet_app.common.checks import at_least
 from resnet_app.common.errors import ConfigError
@@ -369,6 +370,8 @@ class _ModelBase(Section):
     @classmethod
     def from_mapping(cls, mapping: Any) -> ModelSection:
         """Reads `{name: preset, field: value, ...}`; a missing name is the default preset."""
+        if isinstance(mapping, Mapping):
+            mapping = migration.model_fields(mapping)  # Keys renamed since, too.
         return replace_from(cls(), "model", mapping)
 
 

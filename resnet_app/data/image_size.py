@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from resnet_app.data.recipes import RECIPES  # The titles; no TensorFlow.
+from resnet_app.data.families import FAMILIES  # The titles; no TensorFlow.
 from resnet_app.data.settings import DataConfig
 
 # Images up to this size use the CIFAR recipe when the family is "auto".
@@ -116,4 +116,4 @@ def describe_choice(image_size: ImageSize, requested: str, family: str) -> str:
         why = f"auto: {bound} {CIFAR_MAX_SIZE} px"
     else:
         why = "set by data.preprocessing"
-    return f"{image_size.size} px, {image_size.reason}; {RECIPES[family].title} ({why})"
+    return f"{image_size.size} px, {image_size.reason}; {FAMILIES[family].title} ({why})"

@@ -46,11 +46,11 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.data import (
     channels,
     class_balance,
+    families,
     image_choices,
     mixing,
     options,
     preprocessing,
-    recipes,
     seeds,
     sources,
 )
@@ -131,7 +131,7 @@ class InputPipeline:
         self.stats_origin = chosen.stats_origin
         mean, std, size = chosen.mean, chosen.std, chosen.image_size.size
         family = choose_recipe(config.preprocessing, size)
-        eval_resize = recipes.named(family).eval_resize(
+        eval_resize = families.named(family).eval_resize(
             config.eval_resize, config.eval_image_size, size
         )
         self.preprocessing = Preprocessing(
@@ -220,7 +220,7 @@ class InputPipeline:
         choices here; `_augment_batch` applies them to the whole batch at once.
         """
         resize = self.source.image_size != config.image_size
-        return recipes.of(config).augment(image, seed, config, encoded, resize)
+        return families.of(config).augment(image, seed, config, encoded, resize)
 
     @staticmethod
     def _augment_batch(batch: dict, config: Preprocessing) -> dict:
@@ -235,7 +235,7 @@ class InputPipeline:
     def _evaluate_transform(self, image: tf.Tensor, encoded: bool, crops: bool) -> tf.Tensor:
         config = self.preprocessing
         resize = self.source.image_size != config.image_size
-        return recipes.of(config).evaluate(image, config, encoded, resize, crops)
+        return families.of(config).evaluate(image, config, encoded, resize, crops)
 
     # -- training ----------------------------------------------------------------
 

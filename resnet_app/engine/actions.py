@@ -1,6 +1,6 @@
 """The loop's periodic work, as actions the controller calls at every boundary.
 
-A boundary is the step a compiled call ended at (see `timing.next_boundary`),
+A boundary is the step a compiled call ended at (see `cadence.next_boundary`),
 or the step a stop request ends the run at. The controller builds a
 `Boundary` (the step, what is `Due` there, the learning rates of the call's
 steps, the training record when one is due) and calls each action in order;
@@ -42,8 +42,8 @@ from absl import logging
 
 from resnet_app.common import checkpoint, distribute, run_dir
 from resnet_app.common.metrics import MetricsWriter, Progress, format_duration
+from resnet_app.engine.cadence import Due
 from resnet_app.engine.sync import GlobalModel, SyncPolicy
-from resnet_app.engine.timing import Due
 from resnet_app.evaluation import exact_eval
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class Boundary:
 
     Attributes:
       step: the step the call ended at (the global step now).
-      due: what is due at the step (`timing.due_at`); at a stop, only a
+      due: what is due at the step (`cadence.due_at`); at a stop, only a
         checkpoint.
       rates: the learning rate of each step the call ran (the last is `step`'s).
       record: the training record, when one was made here (due, or at a stop

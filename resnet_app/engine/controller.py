@@ -4,10 +4,10 @@ Before each call of the compiled multi-step function (`step.TrainStep.loop`)
 the controller asks `LearningRate` for the rate of every step of the call, so
 the optimizer's learning-rate variable is set before every step and the rate
 logged is the one used. A call runs to the next boundary
-(`timing.next_boundary`): it never crosses a training record, an evaluation
+(`cadence.next_boundary`): it never crosses a training record, an evaluation
 or a checkpoint, and a save or stop waiting for the replicas to agree (model
 averaging, see `sync.py`) ends it at the next average. At the boundary the
-controller makes the training record when one is due (`interval.Interval`)
+controller makes the training record when one is due (`train_metrics.Interval`)
 and calls its actions in order (`actions.py`): they log, evaluate and save.
 
 Image sizes. With progressive resizing (`data.progressive`) the plan gives
@@ -36,13 +36,13 @@ from collections.abc import Sequence
 from absl import logging
 
 from resnet_app.common import distribute
-from resnet_app.engine import preemption, timing
+from resnet_app.engine import cadence, preemption
 from resnet_app.engine.actions import Action, Boundary
 from resnet_app.engine.divergence import DivergedError
-from resnet_app.engine.interval import Interval
 from resnet_app.engine.setup import Run
 from resnet_app.engine.step import LoopResult, TrainStep
 from resnet_app.engine.sync import GlobalModel, SyncPolicy
+from resnet_app.engine.train_metrics import Interval
 
 
 class Controller:
@@ -69,7 +69,7 @@ class Controller:
         train_step: TrainStep,
         policy: SyncPolicy,
         global_model: GlobalModel,
-        intervals: timing.Intervals,
+        intervals: cadence.Intervals,
         actions: Sequence[Action],
         stop: preemption.StopRequest,
     ):
@@ -111,7 +111,7 @@ class Controller:
             waiting = self.policy.next_sync(step) if reason else None
             dues = (action.next_due(step) for action in self.actions)
             resize = self.run.plan.sizes.next_change(step)
-            stop_at = timing.next_boundary(step, self.intervals, waiting, resize, *dues)
+            stop_at = cadence.next_boundary(step, self.intervals, waiting, resize, *dues)
             self._enter_stream(step)
             rates = self.run.learning_rate.rates(step, stop_at)
             result = self._call(rates)
@@ -190,13 +190,13 @@ class Controller:
         return record
 
     def _boundary(self, step: int, rates: list[float]) -> Boundary:
-        due = timing.due_at(step, self.intervals)
+        due = cadence.due_at(step, self.intervals)
         return Boundary(step, due, rates, self._record(step) if due.log else None)
 
     def _stop_boundary(self, step: int, reason: str) -> Boundary:
         """The last boundary of a stopped run: the steps since the last record, and a save."""
         record = self._record(step) if self.interval.steps else None
-        return Boundary(step, timing.Due(checkpoint=True), record=record, stopping=reason)
+        return Boundary(step, cadence.Due(checkpoint=True), record=record, stopping=reason)
 
     def _call_actions(self, boundary: Boundary) -> None:
         for action in self.actions:

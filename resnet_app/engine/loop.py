@@ -4,7 +4,7 @@ The pieces, each in its module:
 - `setup.build_run`: the strategy, data, plan, model, optimizer, counters,
   learning rate and checkpoint (the resume guard in `resume.py`);
 - `controller.Controller`: compiled calls up to the next boundary
-  (`timing.py`), then the actions (`actions.py`) that log, evaluate and save;
+  (`cadence.py`), then the actions (`actions.py`) that log, evaluate and save;
 - `sync.py`: how the replicas stay one model (all-reduce, model averaging);
 - `divergence.py`: a non-finite loss or weights, an error or a rollback.
 
@@ -43,7 +43,7 @@ from resnet_app.common.errors import ConfigError, first_line
 from resnet_app.common.metrics import MetricsWriter, format_duration, hparam_values
 from resnet_app.config import Config, script_permission
 from resnet_app.data import run_pipeline
-from resnet_app.engine import divergence, lost_worker, preemption, setup, sync, timing
+from resnet_app.engine import cadence, divergence, lost_worker, preemption, setup, sync
 from resnet_app.engine.actions import Action, Evaluator, create_actions
 from resnet_app.engine.controller import Controller
 from resnet_app.engine.last_step import LastStep
@@ -139,7 +139,7 @@ def _train(
 ) -> RunResult:
     train = run.config.train
     policy = sync.create_policy(run)
-    intervals = timing.create_intervals(
+    intervals = cadence.create_intervals(
         run.plan.total_steps,
         run.plan.steps_per_epoch,
         train.log_every,
@@ -240,7 +240,7 @@ def _record_settings(run: setup.Run, writer: MetricsWriter, start: int) -> None:
 
 
 def _announce(
-    run: setup.Run, writer: MetricsWriter, start: int, intervals: timing.Intervals
+    run: setup.Run, writer: MetricsWriter, start: int, intervals: cadence.Intervals
 ) -> None:
     total, train = intervals.total, run.config.train
     logging.info(

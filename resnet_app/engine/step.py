@@ -26,9 +26,9 @@ import tensorflow as tf
 from resnet_app.common import compat
 from resnet_app.engine import ema as ema_lib
 from resnet_app.engine import optim, sync
-from resnet_app.engine.interval import SUMS
 from resnet_app.engine.last_step import LastStep
 from resnet_app.engine.tower import Tower
+from resnet_app.engine.train_metrics import SUMS
 
 SUM = tf.distribute.ReduceOp.SUM
 
@@ -39,7 +39,7 @@ class LoopResult:
 
     Attributes:
       steps: the steps run (fewer than asked when stopped or diverged).
-      sums: `interval.SUMS` summed over those steps: "examples", "loss" (summed
+      sums: `train_metrics.SUMS` summed over those steps: "examples", "loss" (summed
         cross-entropy), "correct", "regularization" (summed over steps).
       input_wait: seconds the steps waited for their batches.
     """
@@ -104,7 +104,7 @@ class TrainStep:
         return self._loops[key]
 
     def replica_step(self, batch: dict) -> tf.Tensor:
-        """One tower's part of a step: gradients applied, its `interval.SUMS` returned."""
+        """One tower's part of a step: gradients applied, its `train_metrics.SUMS` returned."""
         policy = self.policy
         count = policy.denominator(batch["mask"])
         gradients, loss_sum, correct, regularization = self.tower(batch, count, policy.shares())

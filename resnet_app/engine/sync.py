@@ -43,8 +43,8 @@ from absl import logging
 
 from resnet_app.common import checkpoint, distribute
 from resnet_app.engine import averaging as averaging_lib
+from resnet_app.engine.cadence import next_multiple, round_up
 from resnet_app.engine.divergence import DivergedError
-from resnet_app.engine.timing import next_multiple, round_up
 
 SUM = tf.distribute.ReduceOp.SUM
 

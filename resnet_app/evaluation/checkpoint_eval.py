@@ -30,7 +30,7 @@ from absl import logging
 from resnet_app import config
 from resnet_app.common import checks, run_dir
 from resnet_app.common.errors import ConfigError
-from resnet_app.data import recipes
+from resnet_app.data import families
 from resnet_app.evaluation import calibration
 from resnet_app.evaluation.tta import CROPS, MODES
 
@@ -286,7 +286,7 @@ def _check_tta(tta: str | None, family: str | None = None, multi_label: bool = F
         raise ConfigError(
             f"--tta={tta} averages softmax predictions; this run's data is multi-label: drop --tta"
         )
-    if tta == CROPS and family is not None and not recipes.named(family).crops:
+    if tta == CROPS and family is not None and not families.named(family).crops:
         raise ConfigError(
             f"--tta=crops takes corner crops of ImageNet-style evaluation images; this run "
             f"uses the {family} recipe, whose images are not cropped: use --tta=flip"

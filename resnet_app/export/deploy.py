@@ -25,7 +25,7 @@ from absl import logging
 
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import channels as image_channels
-from resnet_app.data import recipes
+from resnet_app.data import families
 from resnet_app.export import formats
 
 TTA_CHOICES = ("none", "flip")
@@ -183,7 +183,7 @@ def _model_info(served, preprocessing, source: dict) -> dict:
         "threshold": served.threshold if served.multi_label else None,
         "input_size": portable.input_size(preprocessing),
         "preprocessing": dataclasses.asdict(preprocessing),
-        "resize": recipes.of(preprocessing).resize_text,
+        "resize": families.of(preprocessing).resize_text,
         "temperature": served.temperature,
         "tta": served.tta,
         "source": {key: source[key] for key in ("model", "dataset", "checkpoint", "step")},

@@ -24,15 +24,15 @@ import numpy as np
 import tensorflow as tf
 
 from resnet_app.data import channels as image_channels
-from resnet_app.data import recipes
+from resnet_app.data import families
 from resnet_app.data.preprocessing import Preprocessing, decode_image
 from resnet_app.evaluation import tta
 from resnet_app.nets import grouped_conv
 
 
 def input_size(preprocessing: Preprocessing) -> int:
-    """The height and width of the portable classifier's input (`Recipe.served_size`)."""
-    return recipes.of(preprocessing).served_size(preprocessing)
+    """The height and width of the portable classifier's input (`Family.served_size`)."""
+    return families.of(preprocessing).served_size(preprocessing)
 
 
 def fixed_size_image(image: tf.Tensor, preprocessing: Preprocessing) -> tf.Tensor:
@@ -40,9 +40,9 @@ def fixed_size_image(image: tf.Tensor, preprocessing: Preprocessing) -> tf.Tenso
 
     CIFAR family: resized to `image_size` when it differs (as evaluation does
     for files). ImageNet family: the shorter side resized to `eval_resize`,
-    then the centre square cropped (`Recipe.served_image`).
+    then the centre square cropped (`Family.served_image`).
     """
-    return recipes.of(preprocessing).served_image(image, preprocessing)
+    return families.of(preprocessing).served_image(image, preprocessing)
 
 
 def split_images(split, preprocessing: Preprocessing, count: int | None = None):
@@ -124,7 +124,7 @@ class PortableClassifier(tf.Module):
 
     def _classify_images(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         config = self.preprocessing
-        pixels = recipes.of(config).crop_served(tf.cast(images, tf.float32), config)
+        pixels = families.of(config).crop_served(tf.cast(images, tf.float32), config)
         # Constants made in the graph: some converters drop captured tensors.
         mean = tf.constant(np.asarray(config.mean, np.float32))
         std = tf.constant(np.asarray(config.std, np.float32))

@@ -50,7 +50,7 @@ from resnet_app import config
 from resnet_app.common import checkpoint, checks, files, run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import channels as image_channels
-from resnet_app.data import recipes, run_pipeline
+from resnet_app.data import families, run_pipeline
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.evaluation import calibration, tta
 from resnet_app.nets import factory
@@ -100,7 +100,7 @@ class ServingModel(tf.Module):
 
     def _preprocess(self, images: tf.Tensor, encoded: bool) -> tf.Tensor:
         size, channels = self._preprocessing.eval_size, self._preprocessing.channels
-        recipe = recipes.of(self._preprocessing)
+        recipe = families.of(self._preprocessing)
         if not encoded:  # Files are decoded to the run's channels.
             images = image_channels.convert(images, channels)
         return tf.map_fn(

@@ -39,7 +39,7 @@ _IMAGENET = dict(
     widths=(64, 128, 256, 512),
     strides=(1, 2, 2, 2),
     stem_filters=64,
-    init_filter=7,
+    stem_kernel=7,
     init_stride=2,
     init_max_pool=True,
     shortcut="projection",
@@ -192,7 +192,7 @@ TEST_ONLY = ("tiny",)
 # {field: (the field that picks the kind, the kinds that read it, what it sets)};
 # the attention kinds' own fields join from their registry (`_only_with`).
 _ONLY_WITH = {
-    "init_filter": ("stem", ("plain",), "a plain stem's kernel"),
+    "stem_kernel": ("stem", ("plain",), "a plain stem's kernel"),
     "stem_widths": ("stem", ("deep",), "a deep stem's widths"),
     "activate_before_residual": ("version", ("v2",), "a pre-activation shortcut's input"),
 }

@@ -8,7 +8,7 @@ turns a preset name plus overrides into a Keras 3 model. The stage tables are in
 picks (basic or bottleneck, post- or pre-activation) are in `nets/blocks.py`.
 
 Architecture only: no loss, optimizer, schedule, logging or printing lives here.
-The command-line summary is `python -m resnet_app.model` (`resnet_app/model.py`,
+The command-line summary is `resnet-app model` (`resnet_app/tools/model_summary.py`,
 with the counting in `nets/summary.py`).
 
 Conventions:
@@ -33,6 +33,7 @@ from typing import Any
 
 import keras
 
+from resnet_app.common import migration
 from resnet_app.nets import drop_path
 from resnet_app.nets import stem as stem_lib
 from resnet_app.nets.blocks import block_class
@@ -150,7 +151,8 @@ class ResNet(keras.Model):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> ResNet:
-        return cls(ResNetConfig(**config["config"]), name=config["name"])
+        fields = migration.model_fields(config["config"])  # Saved before a rename, too.
+        return cls(ResNetConfig(**fields), name=config["name"])
 
     def build(self, input_shape: Shape) -> None:
         # Shapes are walked through the table instead of traced: a symbolic

@@ -3,7 +3,7 @@
 A ResNet is a stem, stages of residual units and a head. Each of the three is
 specified by fields here and read in one place of the builder:
 
-- the stem (`nets/stem.py`): `stem` "plain" (one conv of `init_filter`, e.g.
+- the stem (`nets/stem.py`): `stem` "plain" (one conv of `stem_kernel`, e.g.
   7x7/2 for ImageNet or 3x3/1 for CIFAR) or "deep" (three 3x3 convs, widths
   `stem_widths` then `stem_filters`: ResNet-C, He et al. 2019), then with
   `init_max_pool` a 3x3/2 max-pool, or with `replace_stem_pool` a 3x3/2 conv
@@ -64,7 +64,7 @@ class ResNetConfig:
       widths: stage widths; a bottleneck stage outputs 4x this many channels.
       strides: the stride of each stage's first unit.
       stem_filters: output channels of the stem (of its last convolution).
-      init_filter: kernel size of a "plain" stem's convolution.
+      stem_kernel: kernel size of a "plain" stem's convolution.
       init_stride: stride of the stem's first convolution.
       init_max_pool: the stem downsamples by 2 after its convolutions (a 3x3,
         stride-2 max-pool; ImageNet).
@@ -96,7 +96,7 @@ class ResNetConfig:
         residual branch is dropped per example, block b of B at rate
         drop_path_rate * (b + 1) / B, and scaled by 1 / (1 - rate) when kept;
         evaluation uses every branch. 0 for none.
-      stem: "plain" (one convolution of `init_filter`) or "deep" (three 3x3
+      stem: "plain" (one convolution of `stem_kernel`) or "deep" (three 3x3
         convolutions, the first at `init_stride`: ResNet-C).
       stem_widths: a deep stem's first two widths (its last is
         `stem_filters`); empty: half of `stem_filters` each, as timm's
@@ -131,7 +131,7 @@ class ResNetConfig:
     widths: tuple[int, ...] = (16, 32, 64)
     strides: tuple[int, ...] = (1, 2, 2)
     stem_filters: int = 16
-    init_filter: int = 3
+    stem_kernel: int = 3
     init_stride: int = 1
     init_max_pool: bool = False
     shortcut: str = "pad"
@@ -189,7 +189,7 @@ class ResNetConfig:
             object.__setattr__(self, name, whole)  # Python ints, also from NumPy's.
         for name in (
             "stem_filters",
-            "init_filter",
+            "stem_kernel",
             "init_stride",
             "num_classes",
             "groups",

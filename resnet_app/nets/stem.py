@@ -1,6 +1,6 @@
 """A ResNet's stem: plain or deep convolutions, then a max-pool or a strided conv, from the config.
 
-    plain  conv(init_filter, init_stride) - BN - ReLU                He et al. 2015
+    plain  conv(stem_kernel, init_stride) - BN - ReLU                He et al. 2015
     deep   [conv3x3 - BN - ReLU] x 3, the first at init_stride       He et al. 2019 (ResNet-C)
     then, with init_max_pool, a 3x3/2 max-pool, or with
     replace_stem_pool a 3x3/2 conv - BN - ReLU                       Bello et al. 2021
@@ -39,7 +39,7 @@ def make_layers(config: ResNetConfig) -> dict[str, keras.layers.Layer]:
     for index, ((conv, norm), width) in enumerate(
         zip(conv_names(config), config.stem_channels(), strict=True)
     ):
-        kernel = config.init_filter if plain else 3
+        kernel = config.stem_kernel if plain else 3
         stride = config.init_stride if index == 0 else 1
         layers[conv] = make.conv(width, kernel, stride, conv)
         # Both versions normalize and activate the stem: v1 as every conv, v2

@@ -1,6 +1,6 @@
 """What a ResNet costs: stage shapes, parameter counts and multiply-accumulates.
 
-`python -m resnet_app.model` prints it (see `resnet_app/model.py`).
+`resnet-app model` prints it (see `resnet_app/tools/model_summary.py`).
 
 MACs are counted from the TensorFlow graph of one forward pass on one image,
 not from the stage table: every Conv2D, depthwise conv and MatMul op in the

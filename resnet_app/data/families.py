@@ -1,7 +1,8 @@
-"""The two preprocessing recipes as objects: what each does in training, evaluation and serving.
+"""The two preprocessing families as objects: what each does in training, evaluation and serving.
 
-`Preprocessing.family` names one ("cifar" or "imagenet"); `of(preprocessing)`
-gives its `Recipe`, which answers what the pipeline and the exports ask of it:
+`Preprocessing.family` names one ("cifar" or "imagenet"; the start line calls
+them the CIFAR and ImageNet recipes); `of(preprocessing)` gives its `Family`,
+which answers what the pipeline and the exports ask of it:
 - `augment`: one training example's part of the augmentation;
 - `evaluate`: one evaluation image;
 - `crops`: whether multi-crop evaluation (`--tta=crops`) applies;
@@ -24,8 +25,8 @@ from resnet_app.common.errors import ConfigError
 EVAL_CROP_FRACTION = 0.875  # 224 / 256
 
 
-class Recipe:
-    """One recipe; subclasses are the CIFAR and ImageNet ones."""
+class Family:
+    """One family; subclasses are the CIFAR and ImageNet ones."""
 
     name: ClassVar[str]
     title: ClassVar[str]
@@ -71,7 +72,7 @@ class Recipe:
         return pixels
 
 
-class Cifar(Recipe):
+class Cifar(Family):
     """He et al. 2015: pad, random crop, flip; whole images, normalized, in evaluation."""
 
     name, title, crops = "cifar", "CIFAR recipe", False
@@ -109,7 +110,7 @@ class Cifar(Recipe):
         return config.image_size
 
 
-class Imagenet(Recipe):
+class Imagenet(Family):
     """Szegedy et al. 2015 crops in training; the shorter side resized and the centre kept."""
 
     name, title, crops = "imagenet", "ImageNet recipe", True
@@ -156,14 +157,14 @@ class Imagenet(Recipe):
         return pixels[:, offset : offset + size, offset : offset + size, :]
 
 
-RECIPES: dict[str, Recipe] = {recipe.name: recipe for recipe in (Cifar(), Imagenet())}
+FAMILIES: dict[str, Family] = {family.name: family for family in (Cifar(), Imagenet())}
 
 
-def named(name: str) -> Recipe:
-    """The recipe called `name` ("cifar" or "imagenet")."""
-    return RECIPES[name]
+def named(name: str) -> Family:
+    """The family called `name` ("cifar" or "imagenet")."""
+    return FAMILIES[name]
 
 
-def of(config) -> Recipe:
-    """The recipe of a `Preprocessing`."""
-    return RECIPES[config.family]
+def of(config) -> Family:
+    """The family of a `Preprocessing`."""
+    return FAMILIES[config.family]

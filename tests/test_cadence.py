@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from resnet_app.engine import timing
-from resnet_app.engine.interval import Interval
+from resnet_app.engine import cadence
+from resnet_app.engine.train_metrics import Interval
 from tests.commands import REPO
 
 
@@ -42,25 +42,25 @@ def walk(step, intervals, limit=None):
 def test_next_boundary_is_the_first_step_that_ends_a_call(
     total, log_every, eval_every, checkpoint_every, steps_per_loop
 ):
-    intervals = timing.Intervals(total, log_every, eval_every, checkpoint_every, steps_per_loop)
+    intervals = cadence.Intervals(total, log_every, eval_every, checkpoint_every, steps_per_loop)
     for step in range(total):
-        assert timing.next_boundary(step, intervals) == walk(step, intervals), step
+        assert cadence.next_boundary(step, intervals) == walk(step, intervals), step
         for limit in range(step + 1, total + 1):
-            assert timing.next_boundary(step, intervals, None, limit) == walk(
+            assert cadence.next_boundary(step, intervals, None, limit) == walk(
                 step, intervals, limit
             )
 
 
 def test_a_run_visits_the_boundaries_worked_out_by_hand():
     """10 steps, records every 3, evaluations every 4, checkpoints every 5, 3 steps a call."""
-    intervals = timing.create_intervals(
+    intervals = cadence.create_intervals(
         10, steps_per_epoch=4, log_every=3, checkpoint_every=5, steps_per_loop=None
     )
-    assert intervals == timing.Intervals(10, 3, 4, 5, 3)
+    assert intervals == cadence.Intervals(10, 3, 4, 5, 3)
     step, visited = 0, []
     while step < intervals.total:
-        step = timing.next_boundary(step, intervals)
-        visited.append((step, timing.due_at(step, intervals)))
+        step = cadence.next_boundary(step, intervals)
+        visited.append((step, cadence.due_at(step, intervals)))
     assert [s for s, _ in visited] == [3, 4, 5, 6, 8, 9, 10]
     assert [s for s, due in visited if due.log] == [3, 6, 9, 10]  # And at the end.
     assert [s for s, due in visited if due.read_override] == [3, 6, 9, 10]
@@ -70,40 +70,40 @@ def test_a_run_visits_the_boundaries_worked_out_by_hand():
 
 def test_every_epoch_of_a_run_whose_epoch_is_not_whole_evaluates_once_at_the_end():
     """3 epochs of 60,000 images in batches of 128: 1,407 steps, an epoch is 468.75."""
-    intervals = timing.create_intervals(1407, steps_per_epoch=468, log_every=100)
-    due = [step for step in range(1, 1408) if timing.due_at(step, intervals).evaluate]
-    saved = [step for step in range(1, 1408) if timing.due_at(step, intervals).checkpoint]
+    intervals = cadence.create_intervals(1407, steps_per_epoch=468, log_every=100)
+    due = [step for step in range(1, 1408) if cadence.due_at(step, intervals).evaluate]
+    saved = [step for step in range(1, 1408) if cadence.due_at(step, intervals).checkpoint]
     assert due == [468, 936, 1407]  # Not 1,404 and then 1,407.
     assert saved == [468, 936]  # The end's save is decided at the end.
     # A quarter of an interval or more before the end, it stays.
-    intervals = timing.create_intervals(1521, steps_per_epoch=468, log_every=100)
-    due = [step for step in range(1, 1522) if timing.due_at(step, intervals).evaluate]
+    intervals = cadence.create_intervals(1521, steps_per_epoch=468, log_every=100)
+    due = [step for step in range(1, 1522) if cadence.due_at(step, intervals).evaluate]
     assert due == [468, 936, 1404, 1521]
 
 
 def test_defaults_and_alignment_of_the_intervals():
     # eval_every: an epoch; checkpoint_every: eval_every; steps_per_loop: log_every.
-    assert timing.create_intervals(50, 7, log_every=5) == timing.Intervals(50, 5, 7, 7, 5)
-    assert timing.create_intervals(
+    assert cadence.create_intervals(50, 7, log_every=5) == cadence.Intervals(50, 5, 7, 7, 5)
+    assert cadence.create_intervals(
         50, 7, log_every=5, eval_every=4, checkpoint_every=6, steps_per_loop=2
-    ) == timing.Intervals(50, 5, 4, 6, 2)
+    ) == cadence.Intervals(50, 5, 4, 6, 2)
     # Model averaging every 3 steps rounds evaluations and checkpoints up, not records.
     asked = []
 
     def align(name, every):
         asked.append(name)
-        return timing.round_up(every, 3)
+        return cadence.round_up(every, 3)
 
-    aligned = timing.create_intervals(50, 7, log_every=5, checkpoint_every=2, align=align)
-    assert aligned == timing.Intervals(50, 5, 9, 3, 5)
+    aligned = cadence.create_intervals(50, 7, log_every=5, checkpoint_every=2, align=align)
+    assert aligned == cadence.Intervals(50, 5, 9, 3, 5)
     assert asked == ["eval_every", "checkpoint_every"]
 
 
 def test_small_helpers():
-    assert [timing.next_multiple(s, 4) for s in (0, 3, 4, 5)] == [4, 4, 8, 8]
-    assert [timing.round_up(e, 3) for e in (1, 3, 4, 6)] == [3, 3, 6, 6]
-    assert timing.is_due(6, 3) and not timing.is_due(7, 3) and timing.is_due(7, 3, total=7)
-    assert timing.due_at(7, timing.Intervals(8, 2, 4, 4, 2)) == timing.Due()
+    assert [cadence.next_multiple(s, 4) for s in (0, 3, 4, 5)] == [4, 4, 8, 8]
+    assert [cadence.round_up(e, 3) for e in (1, 3, 4, 6)] == [3, 3, 6, 6]
+    assert cadence.is_due(6, 3) and not cadence.is_due(7, 3) and cadence.is_due(7, 3, total=7)
+    assert cadence.due_at(7, cadence.Intervals(8, 2, 4, 4, 2)) == cadence.Due()
 
 
 class Result:
@@ -150,10 +150,10 @@ def test_input_wait_is_a_fraction():
 
 
 def test_the_pure_loop_modules_need_no_tensorflow():
-    """timing, interval, plan and the resume guard import without TensorFlow or Keras."""
+    """cadence, train_metrics, plan and the resume guard import without TensorFlow or Keras."""
     code = (
         "import sys\n"
-        "from resnet_app.engine import interval, plan, resume, timing\n"
+        "from resnet_app.engine import cadence, plan, resume, train_metrics\n"
         "heavy = sorted(m for m in ('tensorflow', 'keras') if m in sys.modules)\n"
         "assert not heavy, heavy\n"
     )

@@ -1,7 +1,7 @@
-"""`python -m resnet_app.model`: what a ResNet costs, stage by stage.
+"""`resnet-app model`: what a ResNet costs, stage by stage.
 
-    python -m resnet_app.model --model=resnet50
-    python -m resnet_app.model --model=resnet20 --num_classes=100 --json
+    resnet-app model --model=resnet50
+    resnet-app model --model=resnet20 --num_classes=100 --json
 
 Prints each stage's output shape, the parameter counts and the
 multiply-accumulates per image (see `resnet_app/nets/summary.py`).
@@ -51,7 +51,7 @@ def main(argv: list[str]) -> None:
 
 
 def run() -> NoReturn:
-    """The `python -m resnet_app.model` entry point; exits when done."""
+    """The `resnet-app model` entry point; exits when done."""
     _define_flags()
     cli.run(main)
 
