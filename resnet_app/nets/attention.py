@@ -14,7 +14,10 @@ The kinds a config may name are registered in `nets/kinds.py` (no
 TensorFlow, so configs are checked before it loads), each naming its layer
 class here or in any other module: a new attention is its class and one
 `register(AttentionKind(...))` line there. Every block names its attention
-layer `<unit>_se`, whatever the kind (checkpoints key on it).
+layer `<unit>_se`, whatever the kind: timm does the same (a block's `se`
+attribute holds SE, ECA or any other), so timm's weight names map one to one
+(`pretrained/torch_files.py`), and the runs and weight files saved so far
+keep their variable paths (fine-tuning's per-part rates select by path).
 """
 
 from __future__ import annotations
