@@ -85,14 +85,15 @@ def outcome(result):
     return f"exit {result.returncode}, {len(errors)} error lines:\n{result.stderr[-3000:]}"
 
 
-def run_kind(kind, dataset, root):
-    """{cell: outcome} of every command on one kind of dataset."""
+def run_kind(kind, dataset, root, env=None):
+    """{cell: outcome} of every command on one kind of dataset (`env`: variables added)."""
     work = root / ("cells_" + kind.replace(" ", "_").replace("(", "").replace(")", ""))
     work.mkdir()
     env = {
         "RESNET_APP_NETWORK_PROBE": closed_port(),
         "TFDS_DATA_DIR": str(root / "tfds"),
         "MPLBACKEND": "Agg",
+        **(env or {}),
     }
     data = [f"--dataset={dataset}", f"--set=data.data_dir={root / 'cache'}"]
     if dataset == "shapes":

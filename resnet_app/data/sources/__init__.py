@@ -7,7 +7,8 @@
 - `idx:DIR`: the MNIST family's IDX files (`idx.py`);
 - `cifar:PATH`: the CIFAR-10 and CIFAR-100 archives as distributed (`cifar.py`);
 - any other name: a tfds dataset (`tfds_source.py`);
-- `synthetic`: no source; the pipeline makes random batches.
+- `synthetic`: no source; the pipeline makes random batches;
+- a scheme of the user's own: a plugin module (`registry.py`, docs/data.md).
 
 Every source gives class names and `Split`s (`base.py`), read by index or
 streamed. Every failure a user can fix raises `ConfigError` with one line that

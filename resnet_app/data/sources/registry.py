@@ -7,16 +7,30 @@ Each source module registers its loader:
 
 A name without a registered scheme ("cifar10", "imagenette/320px-v2",
 "cifar10:3.0.2") is a tfds name.
+
+A source of the user's own is a module that registers itself the same way,
+outside the package: an installed distribution names it under the entry-point
+group `resnet_app.sources`, or `RESNET_APP_PLUGINS=module[,module...]` names
+it for one shell. They are imported the first time a `--dataset` is read, by
+every command alike, and only when installed or named so: a config or a run
+directory never imports code. A kind that gives `example` (a function writing
+a few images in its format) is run through every command by the test suite's
+no-traceback matrix with no other edit.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.metadata
+import os
 from collections.abc import Callable
 
-from resnet_app.common.errors import ConfigError
+from resnet_app.common.errors import ConfigError, first_line
 
 TFDS_SCHEME = "tfds"
+PLUGIN_GROUP = "resnet_app.sources"  # Entry points of installed distributions.
+PLUGIN_VARIABLE = "RESNET_APP_PLUGINS"  # Modules named for one shell, comma-separated.
 # Names that need no loader: the pipeline makes their batches itself.
 BUILTIN_NAMES = ("synthetic",)
 
@@ -30,25 +44,68 @@ class SourceKind:
       load: `load(argument, data_config)` -> `Source`.
       usage: how it is written, for messages ("folder:PATH").
       needs_argument: whether it takes `scheme:argument` (else it stands alone).
+      example: `example(directory, images, labels, splits)` writes uint8 images
+        [N, H, W, C] with int labels, each in its split ("train" or "test"), in
+        the kind's format under `directory` and returns the `--dataset` value
+        that reads them; or None.
     """
 
     scheme: str
     load: Callable
     usage: str
     needs_argument: bool
+    example: Callable | None = None
 
 
 _KINDS: dict[str, SourceKind] = {}
 
 
-def register_source(scheme: str, usage: str, needs_argument: bool = True) -> Callable:
-    """Registers the decorated `load(argument, config)` for `scheme`."""
+def register_source(
+    scheme: str, usage: str, needs_argument: bool = True, example: Callable | None = None
+) -> Callable:
+    """Registers the decorated `load(argument, config)` for `scheme` (see `SourceKind`)."""
 
     def decorate(load: Callable) -> Callable:
-        _KINDS[scheme] = SourceKind(scheme, load, usage, needs_argument)
+        _KINDS[scheme] = SourceKind(scheme, load, usage, needs_argument, example)
         return load
 
     return decorate
+
+
+_plugins_read: set[str] = set()
+_entry_points: list[tuple[str, str]] = []  # Scanned once per process.
+
+
+def _plugin_modules() -> list[tuple[str, str]]:
+    """(module, where it was named) of every plugin: entry points, then the variable."""
+    if not _entry_points:
+        points = importlib.metadata.entry_points(group=PLUGIN_GROUP)
+        where = f"entry point of {PLUGIN_GROUP}"
+        _entry_points.extend((point.value.partition(":")[0], where) for point in points)
+        _entry_points.append(("", ""))  # Scanned, even when there are none.
+    variable = os.environ.get(PLUGIN_VARIABLE, "")
+    named = [(name.strip(), PLUGIN_VARIABLE) for name in variable.split(",") if name.strip()]
+    return [entry for entry in _entry_points if entry[0]] + named
+
+
+def kinds() -> dict[str, SourceKind]:
+    """Every registered kind by scheme, the plugins' included (imported once each).
+
+    Raises:
+      ConfigError: a plugin that cannot be imported, named with where it was named.
+    """
+    for module, where in _plugin_modules():
+        if module in _plugins_read:
+            continue
+        try:
+            importlib.import_module(module)
+        except Exception as error:  # Whatever the plugin raised: one line, not a traceback.
+            raise ConfigError(
+                f"data source plugin {module!r} ({where}) cannot be imported: "
+                f"{first_line(error, with_type=True)}; fix it or unset {PLUGIN_VARIABLE}"
+            ) from error
+        _plugins_read.add(module)
+    return _KINDS
 
 
 _CHECKS: dict[str, Callable] = {}
@@ -85,12 +142,12 @@ def check_source(config) -> None:
 
 def scheme_names() -> list[str]:
     """The names of the built-in and registered kinds (not tfds's datasets)."""
-    return [*BUILTIN_NAMES, *(scheme for scheme in _KINDS if scheme != TFDS_SCHEME)]
+    return [*BUILTIN_NAMES, *(scheme for scheme in kinds() if scheme != TFDS_SCHEME)]
 
 
 def usages() -> str:
     """Every way to name a dataset, for messages."""
-    return ", ".join([*BUILTIN_NAMES, *(kind.usage for kind in _KINDS.values())])
+    return ", ".join([*BUILTIN_NAMES, *(kind.usage for kind in kinds().values())])
 
 
 def parse(dataset: str) -> tuple[SourceKind | None, str]:
@@ -102,7 +159,7 @@ def parse(dataset: str) -> tuple[SourceKind | None, str]:
     if dataset in BUILTIN_NAMES:
         return None, dataset
     scheme, colon, argument = dataset.partition(":")
-    kind = _KINDS.get(scheme)
+    kind = kinds().get(scheme)
     if kind is not None and kind.needs_argument and colon:
         if not argument:
             raise ConfigError(f"--dataset={dataset} needs an argument: {kind.usage}")
