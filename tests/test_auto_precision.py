@@ -79,7 +79,7 @@ def test_a_config_resolves_auto_and_records_auto(monkeypatch, chosen):
     )
     resolved = config.resolve(sets=["train.precision=auto"])
     assert resolved.train.precision == chosen
-    assert resolved.data.dtype == config.PRECISIONS[chosen]
+    assert resolved.data.dtype == config.PRECISIONS[chosen].compute_dtype
     tree = resolved.to_dict()
     assert tree["train"]["precision"] == "auto" and tree["data"]["dtype"] is None
     again = config.from_yaml(config.to_yaml(resolved), "config.yaml")
@@ -102,8 +102,39 @@ def test_each_precision_builds_its_model_in_its_dtype_with_float32_weights(name)
     from resnet_app.common import precision
     from resnet_app.nets import factory
 
-    with factory.dtype_policy(factory.POLICIES[name]):
+    with factory.dtype_policy(precision.get(name).keras_policy):
         layer = keras.layers.Dense(2)
         layer.build((None, 3))
-    assert layer.compute_dtype == precision.COMPUTE_DTYPES[name] == config.PRECISIONS[name]
+    assert layer.compute_dtype == {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[name]
+    assert config.PRECISIONS[name] is precision.get(name)
     assert layer.kernel.dtype == "float32"
+
+
+def test_a_new_precision_is_one_registration(monkeypatch):
+    """A precision registered here (float64; and a loss-scaled one) is checked, sets
+    the images' dtype, builds its model in its dtype and meets the same refusals,
+    with no other edit."""
+    import numpy as np
+
+    from resnet_app.common import precision
+    from resnet_app.nets import factory
+
+    fp64 = precision.Precision("fp64", "float64")
+    scaled = precision.Precision("fp16_scaled", "float16", loss_scaling=True)
+    for toy in (fp64, scaled):  # Restored after the test.
+        monkeypatch.setitem(precision.PRECISIONS, toy.name, toy)
+
+    resolved = config.resolve(sets=["model.name=tiny", "train.precision=fp64"])
+    assert resolved.data.dtype == "float64"
+    with pytest.raises(ConfigError, match="use one of: fp32, bf16, fp16, fp64, fp16_scaled"):
+        config.resolve(sets=["train.precision=fp8"])
+    model = factory.create_run_model(resolved, 3, 8, "fp64")
+    logits = model(np.ones((2, 8, 8, 3)), training=False)
+    assert model.compute_dtype == "float64"
+    # The head computes in float32 in every precision; the rest in float64, weights too.
+    assert logits.dtype == "float32"
+    body = [variable.dtype for variable in model.weights if "/logits/" not in variable.path]
+    assert body and set(body) == {"float64"}
+    with pytest.raises(ConfigError, match="train.precision=fp16_scaled: its loss scale"):
+        config.resolve(sets=["train.precision=fp16_scaled", "sync.mode=model_average"])
+    assert config.resolve(sets=["train.precision=fp64", "sync.mode=model_average"])

@@ -361,13 +361,12 @@ def test_fit_mirrors_an_idx_recipe_and_names_what_it_cannot(tmp_path):
 def test_fit_computes_in_the_trainers_precision():
     from types import SimpleNamespace
 
-    from resnet_app.common import auto_precision
-    from resnet_app.nets import factory
+    from resnet_app.common import auto_precision, precision
 
     chosen = auto_precision.auto_choice().precision
     recipe = config.resolve("configs/cifar10_resnet9_fast.yaml")  # train.precision: auto
     assert recipe.train.precision == chosen  # What the trainer computes in here.
-    assert keras_baseline.fit_precision(recipe) == chosen and chosen in factory.POLICIES
+    assert keras_baseline.fit_precision(recipe) == chosen and chosen in precision.PRECISIONS
     unresolved = SimpleNamespace(train=SimpleNamespace(precision="auto"))
     assert keras_baseline.fit_precision(unresolved) == chosen
     bf16 = config.resolve(sets=["train.precision=bf16"])

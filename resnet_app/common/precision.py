@@ -1,15 +1,51 @@
 """The names `train.precision` takes and what each computes in (no TensorFlow).
 
-One table for the config's check, the images' dtype and the model's Keras
-dtype policy; `auto` (`auto_precision.py`) resolves to one of these names.
+One registry for the config's check, the images' dtype, the model's Keras
+dtype policy and the loss scaling; `auto` (`auto_precision.py`) resolves to
+one of these names. A new precision is one `register(Precision(...))` line.
 """
 
-# train.precision -> the dtype the layers compute in (and the images' dtype,
-# `data.dtype`, unless set). Weights stay float32 in every mixed precision.
-COMPUTE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+from __future__ import annotations
 
-# train.precision -> the Keras dtype policy its model is built under.
-KERAS_POLICIES = {
-    name: dtype if dtype == "float32" else f"mixed_{dtype}"
-    for name, dtype in COMPUTE_DTYPES.items()
-}
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Precision:
+    """One `train.precision`.
+
+    Attributes:
+      name: the config's name ("bf16").
+      compute_dtype: the dtype the layers compute in, and the images' dtype
+        (`data.dtype`, unless set). Weights stay float32 in every mixed precision.
+      loss_scaling: the loss is scaled dynamically (float16's narrow range), so
+        the optimizer is wrapped in Keras's `LossScaleOptimizer`.
+    """
+
+    name: str
+    compute_dtype: str
+    loss_scaling: bool = False
+
+    @property
+    def keras_policy(self) -> str:
+        """The Keras dtype policy its model is built under."""
+        dtype = self.compute_dtype
+        return dtype if dtype in ("float32", "float64") else f"mixed_{dtype}"
+
+
+PRECISIONS: dict[str, Precision] = {}
+
+
+def register(precision: Precision) -> None:
+    """Makes `precision.name` a value of `train.precision`."""
+    PRECISIONS[precision.name] = precision
+
+
+def get(name: str) -> Precision:
+    """The registered precision `name` (a resolved one, not "auto")."""
+    return PRECISIONS[name]
+
+
+register(Precision("fp32", "float32"))
+register(Precision("bf16", "bfloat16"))
+register(Precision("fp16", "float16", loss_scaling=True))

@@ -59,8 +59,8 @@ BEST_METRICS = {
     "ema_map": "max",
 }
 BEST_MODES = ("max", "min")
-# train.precision -> the images' dtype (data.dtype, unless set).
-PRECISIONS = precision_names.COMPUTE_DTYPES
+# train.precision's names -> their `Precision` (the images' dtype, data.dtype, unless set).
+PRECISIONS = precision_names.PRECISIONS
 MAX_ROLLBACKS = 3
 SYNC_MODES = ("allreduce", "model_average")
 DERIVED_DTYPE = "data.dtype"  # Follows train.precision when unset.
@@ -434,17 +434,21 @@ class Config:
             object.__setattr__(self, "train", dataclasses.replace(self.train, precision=chosen))
             object.__setattr__(self, "derived", self.derived | {DERIVED_PRECISION})
         if self.data.dtype is None or DERIVED_DTYPE in self.derived:
-            dtype = PRECISIONS[self.train.precision]
+            dtype = PRECISIONS[self.train.precision].compute_dtype
             object.__setattr__(self, "data", dataclasses.replace(self.data, dtype=dtype))
             object.__setattr__(self, "derived", self.derived | {DERIVED_DTYPE})
         if self.data.seed != self.train.seed:  # `data.seed` is set by train.seed.
             object.__setattr__(self, "data", dataclasses.replace(self.data, seed=self.train.seed))
         self._check_parts()
         _require(
-            not (self.sync.mode == "model_average" and self.train.precision == "fp16"),
-            "sync.mode=model_average cannot use train.precision=fp16: its loss scale is not "
-            "kept per replica; use bf16 or fp32",
+            not (self.sync.mode == "model_average" and self._loss_scaling()),
+            f"sync.mode=model_average cannot use train.precision={self.train.precision}: its "
+            "loss scale is not kept per replica; use bf16 or fp32",
         )
+
+    def _loss_scaling(self) -> bool:
+        precision = PRECISIONS.get(self.train.precision)
+        return precision is not None and precision.loss_scaling
 
     def _check_parts(self) -> None:
         """Refuses part names (train.freeze, train.lr_multipliers) the model does not have."""

@@ -20,13 +20,12 @@ import dataclasses
 import math
 from typing import Any
 
-from resnet_app.common import checks, migration
+from resnet_app.common import checks, migration, precision
 from resnet_app.common.errors import ConfigError
 from resnet_app.common.fields import SET_BY, resumable
 from resnet_app.data.class_balance import SAMPLINGS
 
 FAMILIES = ("auto", "cifar", "imagenet")
-DTYPES = ("float32", "bfloat16", "float16")
 # data.channels: unset (the data's own), greyscale or RGB.
 CHANNELS = (None, 1, 3)
 # RandAugment's op list has 14 ops (data/randaugment.py); magnitudes above the
@@ -34,6 +33,11 @@ CHANNELS = (None, 1, 3)
 MAX_RANDAUGMENT_OPS = 14
 MAX_RANDAUGMENT_MAGNITUDE = 30.0
 MIX_MODES = ("batch", "example")
+
+
+def dtypes() -> list[str]:
+    """The images' dtypes: those the precisions compute in (`common/precision.py`)."""
+    return list(dict.fromkeys(p.compute_dtype for p in precision.PRECISIONS.values()))
 
 
 def _check(ok: bool, message: str) -> None:
@@ -366,8 +370,8 @@ class DataConfig:
             f"preprocessing={self.preprocessing!r}; use one of {', '.join(FAMILIES)}",
         )
         _check(
-            self.dtype is None or self.dtype in DTYPES,
-            f"dtype={self.dtype!r}; use one of {', '.join(DTYPES)}",
+            self.dtype is None or self.dtype in dtypes(),
+            f"dtype={self.dtype!r}; use one of {', '.join(dtypes())}",
         )
         for name in ("image_size", "eval_image_size"):
             value = getattr(self, name)

@@ -35,7 +35,15 @@ from absl import logging
 
 from resnet_app import config as config_lib
 from resnet_app import pretrained
-from resnet_app.common import auto_precision, checkpoint, distribute, hardware, run_dir, run_lock
+from resnet_app.common import (
+    auto_precision,
+    checkpoint,
+    distribute,
+    hardware,
+    precision,
+    run_dir,
+    run_lock,
+)
 from resnet_app.common.errors import ConfigError
 from resnet_app.config import Config
 from resnet_app.data import class_balance, input_pipeline, run_pipeline
@@ -349,7 +357,7 @@ def _create_model(
         optimizer = optim.create_optimizer(
             optimizer_config, parts.lr_multipliers(model, train.lr_multipliers or {})
         )
-        if train.precision == "fp16":
+        if precision.get(train.precision).loss_scaling:
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         optimizer.build(model.trainable_variables)
     if not average:
@@ -413,7 +421,9 @@ def _check_machine(config: Config, strategy: tf.distribute.Strategy) -> None:
         )
     if config_lib.DERIVED_PRECISION in config.derived:
         _log_auto_precision(train.precision)
-    elif train.precision == "bf16" and not tf.config.list_logical_devices("GPU"):
+    elif precision.get(train.precision).compute_dtype == "bfloat16" and not (
+        tf.config.list_logical_devices("GPU")
+    ):
         warn_if_bf16_is_emulated(hardware.read_cpu_info())
     if (
         train.jit

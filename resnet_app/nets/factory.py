@@ -16,9 +16,6 @@ from resnet_app.common import precision as precision_names
 from resnet_app.common.errors import ConfigError
 from resnet_app.nets.resnet import create_model
 
-# Keras dtype policies of train.precision.
-POLICIES = precision_names.KERAS_POLICIES
-
 
 @contextlib.contextmanager
 def dtype_policy(name: str) -> Iterator[None]:
@@ -64,7 +61,7 @@ def create_run_model(
     """
     _check_num_classes(config, num_classes)
     overrides = {**config.model_overrides, "num_classes": num_classes}
-    with dtype_policy(POLICIES[precision]):
+    with dtype_policy(precision_names.get(precision).keras_policy):
         model = create_model(config.model_name, **overrides)
         model.build((None, image_size, image_size, channels))
     return model
