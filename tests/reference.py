@@ -5,8 +5,8 @@ the architecture (He et al. 2015, 2016), not from model.py, so that a mistake in
 the builder shows up as a mismatch instead of being copied. And training steps
 on one device written out by hand, without step.py or optim.py.
 
-The block and attention kinds' formulas are tables by kind name
-(`UNIT_CONVS`, `ATTENTION_PARAMS`, `ATTENTION_MACS`), deliberately not read
+The stem, block and attention kinds' formulas are tables by kind name
+(`STEM_CONVS`, `UNIT_CONVS`, `ATTENTION_PARAMS`, `ATTENTION_MACS`), deliberately not read
 from `nets/kinds.py`: a kind's own facts cannot check themselves. A kind
 without an entry raises a KeyError saying so; a test of a new kind adds its
 closed form with `monkeypatch.setitem` (tests/test_toy_kinds.py).
@@ -41,19 +41,28 @@ def momentum_steps(model, batches, learning_rates, momentum: float) -> None:
             variable.assign(variable.numpy() - learning_rate * accumulator)
 
 
+def _plain_stem(config: presets.ResNetConfig) -> list[tuple[int, int, int, int]]:
+    """One convolution (He et al. 2015)."""
+    return [(config.stem_kernel, 3, config.stem_filters, config.init_stride)]
+
+
+def _deep_stem(config: presets.ResNetConfig) -> list[tuple[int, int, int, int]]:
+    """Three 3x3 (He et al. 2019's ResNet-C, widths w/2, w/2, w unless given)."""
+    first, second = config.stem_widths or (config.stem_filters // 2,) * 2
+    return [
+        (3, 3, first, config.init_stride),
+        (3, first, second, 1),
+        (3, second, config.stem_filters, 1),
+    ]
+
+
+STEM_CONVS = {"plain": _plain_stem, "deep": _deep_stem}
+
+
 def _stem_convs(config: presets.ResNetConfig) -> list[tuple[int, int, int, int]]:
-    """(kernel, in, out, stride) of the stem's convolutions: one (He et al. 2015), or three
-    3x3 (He et al. 2019's ResNet-C, widths w/2, w/2, w unless given), and the 3x3/2 conv
-    that replaces the max-pool (Bello et al. 2021)."""
-    if config.stem == "plain":
-        convs = [(config.stem_kernel, 3, config.stem_filters, config.init_stride)]
-    else:
-        first, second = config.stem_widths or (config.stem_filters // 2,) * 2
-        convs = [
-            (3, 3, first, config.init_stride),
-            (3, first, second, 1),
-            (3, second, config.stem_filters, 1),
-        ]
+    """(kernel, in, out, stride) of the stem's convolutions, and the 3x3/2 conv that
+    replaces the max-pool (Bello et al. 2021)."""
+    convs = list(_formula(STEM_CONVS, config.stem, "STEM_CONVS")(config))
     if config.replace_stem_pool:
         convs.append((3, config.stem_filters, config.stem_filters, 2))
     return convs

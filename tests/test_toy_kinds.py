@@ -1,7 +1,9 @@
-"""A new block or attention kind is one class and one registration line (`nets/kinds.py`).
+"""A new stem, block or attention kind is one registration line (`nets/kinds.py`).
 
-The toy kinds here are registered from inside the tests, with monkeypatch so
-that no other test sees them, and with no other edit: the config accepts,
+A block or attention kind also has its Keras class; a stem is its
+convolutions' kernels and widths. The toy kinds here are registered from
+inside the tests, with monkeypatch so that no other test sees them, and with
+no other edit: the config accepts,
 refuses and lists them, the network builds and runs them, and the depth,
 widths and parameter count agree with closed forms written here. Every
 registered kind's facts are also checked against the layers it builds.
@@ -236,3 +238,62 @@ def test_the_kinds_are_checked_before_tensorflow_loads(tmp_path):
     result = run_command("resnet_app.train", "--set", "model.attention=cbam", env=env)
     line = error_line(result)
     assert "model field 'attention' must be one of none, se, eca; got 'cbam'" in line
+
+
+# --- A new stem: one registration line --------------------------------------------------
+
+# Toy stem: a 5x5 conv to twice the stem's width, then a 1x1 down to it.
+WIDE = kinds.StemKind(
+    "wide_then_narrow",
+    "a 5x5 conv to twice `stem_filters`, then a 1x1 to it",
+    lambda config: ((5, 2 * config.stem_filters), (1, config.stem_filters)),
+)
+
+
+@pytest.fixture
+def toy_stem(monkeypatch):
+    monkeypatch.setitem(kinds.STEMS, WIDE.name, WIDE)
+    monkeypatch.setitem(
+        reference.STEM_CONVS,
+        WIDE.name,
+        lambda c: [
+            (5, 3, 2 * c.stem_filters, c.init_stride),
+            (1, 2 * c.stem_filters, c.stem_filters, 1),
+        ],
+    )
+
+
+def test_a_toy_stem_is_checked_listed_and_refuses_the_others_fields(toy_stem):
+    with pytest.raises(ConfigError) as error:
+        presets.get_config("resnet20", stem="patchify")
+    assert "must be one of plain, deep, wide_then_narrow; got 'patchify'" in str(error.value)
+    assert kinds.choices_help(kinds.STEMS).endswith(
+        '"wide_then_narrow" (a 5x5 conv to twice `stem_filters`, then a 1x1 to it)'
+    )
+    with pytest.raises(
+        ConfigError,
+        match="but resnet20 has stem=wide_then_narrow; drop it, or also set model.stem=plain",
+    ):
+        presets.get_config("resnet20", stem="wide_then_narrow", stem_kernel=7)
+    with pytest.raises(
+        ConfigError, match="belongs to stem=deep; this model's stem is wide_then_narrow"
+    ):
+        presets.get_config("resnet20", stem="wide_then_narrow", stem_widths=(8, 8))
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_the_toy_stem_builds_runs_and_matches_the_closed_form(toy_stem, version):
+    from resnet_app.nets import stem
+
+    model = model_lib.create_model("tiny", stem="wide_then_narrow", version=version, stem_filters=3)
+    images = np.random.default_rng(4).normal(size=(2, 12, 12, 3)).astype("float32")
+    logits = model(images, training=False)
+    assert logits.shape == (2, 10) and np.all(np.isfinite(logits))
+    kernels = [tuple(conv.kernel.shape) for conv, _ in model.stem_pairs]
+    assert kernels == [(5, 5, 3, 6), (1, 1, 6, 3)]
+    assert model.config.stem_channels() == (6, 3)
+    trainable, non_trainable = reference.closed_form_params(model.config)
+    assert count_params(model.trainable_variables) == trainable
+    assert count_params(model.non_trainable_variables) == non_trainable
+    with pytest.raises(ConfigError, match="hold no stem=wide_then_narrow"):
+        stem.source_names(model.config, stem.TORCH)

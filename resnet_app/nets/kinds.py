@@ -1,14 +1,16 @@
-"""The residual-unit and attention kinds a config may name: the one registry (no TensorFlow).
+"""The stem, residual-unit and attention kinds a config may name: the one registry (no TF).
 
-`model.block` and `model.attention` name a kind. Everything that needs to
+`model.stem`, `model.block` and `model.attention` name a kind. Everything that needs to
 know the kinds reads this registry, never a list of its own:
 `ResNetConfig` (`nets/spec.py`) checks the names and the combinations and
 derives depth, expansion and inner width from a kind's facts;
-`presets` refuses the fields an attention kind reads when another kind is
-chosen; the help of `model.block` and `model.attention` (docs/config.md)
-is the kinds' `help`; the builder (`nets/blocks.py`, `nets/attention.py`)
-builds the Keras layer a kind names. So a new kind is its Keras class (in
-any module) and one `register(...)` line below; the tests in
+`presets` refuses the fields a stem or attention kind reads when another
+kind is chosen; the help of `model.stem`, `model.block` and
+`model.attention` (docs/config.md) is the kinds' `help`; the builders
+(`nets/stem.py`, `nets/blocks.py`, `nets/attention.py`) build what a kind
+names. So a new block or attention kind is its Keras class (in any module)
+and one `register(...)` line below, and a new stem one line (its
+convolutions, as kernel sizes and widths); the tests in
 tests/test_toy_kinds.py check every registered kind's facts against the
 network it builds.
 
@@ -27,6 +29,8 @@ import dataclasses
 import importlib
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from resnet_app.common.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +73,34 @@ class BlockKind:
 
 
 @dataclasses.dataclass(frozen=True)
+class StemKind:
+    """A kind of stem (`model.stem`): conv-BN-ReLU layers before the first stage.
+
+    Attributes:
+      name: the `model.stem` value.
+      help: what it is, for the field's help (docs/config.md).
+      convs: `convs(config)` -> ((kernel, output width), ...) of its
+        convolutions, input to output; the first has stride `init_stride`, the
+        others 1, and the last outputs `stem_filters`.
+      fields: the `ResNetConfig` fields it reads, {field: what it sets}; set
+        with a stem that reads none of them, they are refused.
+      check: `check(config)` raises ConfigError for settings it cannot take.
+      torch_names: `torch_names(count)` -> {our conv/BN attribute: its name in
+        torchvision and timm state dicts}, for `count` convolutions; None:
+        such files have no stem of this kind.
+      keras_applications: Keras applications' ResNet files hold this stem.
+    """
+
+    name: str
+    help: str
+    convs: Callable
+    fields: dict[str, str] = dataclasses.field(default_factory=dict)
+    check: Callable | None = None
+    torch_names: Callable | None = None
+    keras_applications: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class AttentionKind:
     """A kind of channel attention on a residual branch (`model.attention`).
 
@@ -90,13 +122,15 @@ class AttentionKind:
     blocks: tuple[str, ...] | None = None
 
 
+STEMS: dict[str, StemKind] = {}
 BLOCKS: dict[str, BlockKind] = {}
 ATTENTIONS: dict[str, AttentionKind] = {}
 
 
-def register(kind: BlockKind | AttentionKind) -> None:
+def register(kind: StemKind | BlockKind | AttentionKind) -> None:
     """Adds `kind` to its registry; a name is registered once."""
-    registry: dict[str, Any] = BLOCKS if isinstance(kind, BlockKind) else ATTENTIONS
+    registries = {StemKind: STEMS, BlockKind: BLOCKS, AttentionKind: ATTENTIONS}
+    registry: dict[str, Any] = registries[type(kind)]
     if kind.name in registry:
         raise ValueError(f"{type(kind).__name__} {kind.name!r} is registered twice")
     registry[kind.name] = kind
@@ -110,13 +144,65 @@ def layer_class(kind: BlockKind | AttentionKind) -> Callable | None:
     return getattr(importlib.import_module(module), name)
 
 
-def choices_help(registry: dict[str, BlockKind] | dict[str, AttentionKind]) -> str:
+def choices_help(registry: dict[str, Any]) -> str:
     """'"a" (its help), "b" or "c" (its help)': a field's help, from its kinds."""
     named = [f'"{k.name}" ({k.help})' if k.help else f'"{k.name}"' for k in registry.values()]
     return ", ".join(named[:-1]) + " or " + named[-1] if len(named) > 1 else "".join(named)
 
 
+def _plain_convs(config) -> tuple[tuple[int, int], ...]:
+    return ((config.stem_kernel, config.stem_filters),)
+
+
+def _deep_convs(config) -> tuple[tuple[int, int], ...]:
+    widths = config.stem_widths or (config.stem_filters // 2,) * 2
+    return tuple((3, width) for width in (*widths, config.stem_filters))
+
+
+def _check_deep(config) -> None:
+    if config.stem_widths and len(config.stem_widths) != 2:
+        raise ConfigError(
+            f"model field 'stem_widths' needs the deep stem's first two widths, got "
+            f"{list(config.stem_widths)}"
+        )
+    if config.stem_filters < 2:
+        raise ConfigError("model field 'stem_filters' must be at least 2 for stem=deep")
+
+
+def _torch_plain(count: int) -> dict[str, str]:
+    return {"stem_conv": "conv1", "stem_bn": "bn1"}
+
+
+def _torch_deep(count: int) -> dict[str, str]:
+    """timm's deep stem: a Sequential of conv, BN, ReLU, ..., its last BN outside it."""
+    names = {}
+    for index in range(1, count):
+        names[f"stem_conv{index}"] = f"conv1.{3 * (index - 1)}"
+        names[f"stem_bn{index}"] = f"conv1.{3 * (index - 1) + 1}"
+    return {**names, "stem_conv": f"conv1.{3 * (count - 1)}", "stem_bn": "bn1"}
+
+
 # The kinds. A new one is one line here; its class may live in any module.
+register(
+    StemKind(
+        "plain",
+        "one convolution of `stem_kernel`",
+        _plain_convs,
+        fields={"stem_kernel": "a plain stem's kernel"},
+        torch_names=_torch_plain,
+        keras_applications=True,
+    )
+)
+register(
+    StemKind(
+        "deep",
+        "three 3x3 convolutions, the first at `init_stride`: ResNet-C",
+        _deep_convs,
+        fields={"stem_widths": "a deep stem's widths"},
+        check=_check_deep,
+        torch_names=_torch_deep,
+    )
+)
 register(BlockKind("basic", "resnet_app.nets.blocks:BasicBlock", "two 3x3 convs"))
 register(
     BlockKind(

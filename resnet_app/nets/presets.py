@@ -192,19 +192,19 @@ TEST_ONLY = ("tiny",)
 # {field: (the field that picks the kind, the kinds that read it, what it sets)};
 # the attention kinds' own fields join from their registry (`_only_with`).
 _ONLY_WITH = {
-    "stem_kernel": ("stem", ("plain",), "a plain stem's kernel"),
-    "stem_widths": ("stem", ("deep",), "a deep stem's widths"),
     "activate_before_residual": ("version", ("v2",), "a pre-activation shortcut's input"),
 }
 
 
 def _only_with() -> dict[str, tuple[str, tuple[str, ...], str]]:
-    """`_ONLY_WITH` and the fields each registered attention kind reads (`nets/kinds.py`)."""
+    """`_ONLY_WITH` and the fields each registered stem and attention kind reads
+    (`nets/kinds.py`)."""
     rules = dict(_ONLY_WITH)
-    for kind in kinds.ATTENTIONS.values():
-        for field, what in kind.fields.items():
-            _, needed, what = rules.get(field, ("attention", (), what))
-            rules[field] = ("attention", (*needed, kind.name), what)
+    for key, registry in (("stem", kinds.STEMS), ("attention", kinds.ATTENTIONS)):
+        for kind in registry.values():
+            for field, what in kind.fields.items():
+                _, needed, what = rules.get(field, (key, (), what))
+                rules[field] = (key, (*needed, kind.name), what)
     return rules
 
 

@@ -44,7 +44,6 @@ from resnet_app.nets import kinds
 VERSIONS = ("v1", "v2")
 SHORTCUTS = ("pad", "projection", "avg_projection")
 PADDINGS = ("same", "symmetric")
-STEMS = ("plain", "deep")
 HEAD_POOLS = ("avg", "max")
 # Squeeze-excitation rounds its reduced width to a multiple of this (timm's
 # make_divisible with round_limit 0; torchvision's and the paper's widths
@@ -96,8 +95,7 @@ class ResNetConfig:
         residual branch is dropped per example, block b of B at rate
         drop_path_rate * (b + 1) / B, and scaled by 1 / (1 - rate) when kept;
         evaluation uses every branch. 0 for none.
-      stem: "plain" (one convolution of `stem_kernel`) or "deep" (three 3x3
-        convolutions, the first at `init_stride`: ResNet-C).
+      stem: {stem_kinds}.
       stem_widths: a deep stem's first two widths (its last is
         `stem_filters`); empty: half of `stem_filters` each, as timm's
         ResNet-C/D (32, 32, 64).
@@ -170,7 +168,7 @@ class ResNetConfig:
             ("version", VERSIONS),
             ("shortcut", SHORTCUTS),
             ("padding", PADDINGS),
-            ("stem", STEMS),
+            ("stem", tuple(kinds.STEMS)),
             ("attention", tuple(kinds.ATTENTIONS)),
             ("head_pool", HEAD_POOLS),
         ):
@@ -223,22 +221,19 @@ class ResNetConfig:
                 "branch ends in a convolution, not a BatchNorm"
             )
         self._check_kinds()
-        if self.stem == "deep" and self.stem_widths and len(self.stem_widths) != 2:
+        if self.stem_kind.check is not None:
+            self.stem_kind.check(self)
+        if self.stem_widths and "stem_widths" not in self.stem_kind.fields:
+            readers = " or ".join(k.name for k in kinds.STEMS.values() if "stem_widths" in k.fields)
             raise ConfigError(
-                f"model field 'stem_widths' needs the deep stem's first two widths, got "
-                f"{list(self.stem_widths)}"
-            )
-        if self.stem == "plain" and self.stem_widths:
-            raise ConfigError(
-                "model field 'stem_widths' belongs to stem=deep; this model's stem is plain"
+                f"model field 'stem_widths' belongs to stem={readers}; this model's stem is "
+                f"{self.stem}"
             )
         if self.replace_stem_pool and not self.init_max_pool:
             raise ConfigError(
                 "model field 'replace_stem_pool' replaces the stem's max-pool, and this "
                 "model has none (init_max_pool is false)"
             )
-        if self.stem == "deep" and self.stem_filters < 2:
-            raise ConfigError("model field 'stem_filters' must be at least 2 for stem=deep")
         for stage, width in enumerate(self.widths, start=1):
             if self.block_kind.grouped and width * self.base_width % 64:
                 raise ConfigError(
@@ -277,6 +272,11 @@ class ResNetConfig:
             )
 
     @property
+    def stem_kind(self) -> kinds.StemKind:
+        """The registered facts of `stem` (`nets/kinds.py`)."""
+        return kinds.STEMS[self.stem]
+
+    @property
     def block_kind(self) -> kinds.BlockKind:
         """The registered facts of `block` (`nets/kinds.py`)."""
         return kinds.BLOCKS[self.block]
@@ -301,10 +301,7 @@ class ResNetConfig:
 
     def stem_channels(self) -> tuple[int, ...]:
         """The output widths of the stem's convolutions, in order."""
-        if self.stem == "plain":
-            return (self.stem_filters,)
-        widths = self.stem_widths or (self.stem_filters // 2,) * 2
-        return (*widths, self.stem_filters)
+        return tuple(width for _, width in self.stem_kind.convs(self))
 
     def inner_width(self, width: int) -> int:
         """A unit's inner width (its 3x3 conv's) at stage width `width`."""
@@ -318,9 +315,11 @@ class ResNetConfig:
 # The help of `block` and `attention` lists the registered kinds (docs/config.md
 # is generated from this docstring). Python -OO drops docstrings.
 if ResNetConfig.__doc__:
-    ResNetConfig.__doc__ = ResNetConfig.__doc__.replace(
-        "{block_kinds}", kinds.choices_help(kinds.BLOCKS)
-    ).replace("{attention_kinds}", kinds.choices_help(kinds.ATTENTIONS))
+    ResNetConfig.__doc__ = (
+        ResNetConfig.__doc__.replace("{block_kinds}", kinds.choices_help(kinds.BLOCKS))
+        .replace("{attention_kinds}", kinds.choices_help(kinds.ATTENTIONS))
+        .replace("{stem_kinds}", kinds.choices_help(kinds.STEMS))
+    )
 
 
 def _taking(block: str) -> list[str]:

@@ -35,11 +35,9 @@ def make_layers(config: ResNetConfig) -> dict[str, keras.layers.Layer]:
     """{attribute name: layer} of the stem, in the order the network assigns them."""
     make = LayerFactory(config)
     layers: dict[str, keras.layers.Layer] = {}
-    plain = config.stem == "plain"
-    for index, ((conv, norm), width) in enumerate(
-        zip(conv_names(config), config.stem_channels(), strict=True)
+    for index, ((conv, norm), (kernel, width)) in enumerate(
+        zip(conv_names(config), config.stem_kind.convs(config), strict=True)
     ):
-        kernel = config.stem_kernel if plain else 3
         stride = config.init_stride if index == 0 else 1
         layers[conv] = make.conv(width, kernel, stride, conv)
         # Both versions normalize and activate the stem: v1 as every conv, v2
@@ -78,22 +76,17 @@ def source_names(config: ResNetConfig, layout: str) -> dict[str, str]:
       ConfigError: for a stem that `layout` has no names for.
     """
     if layout == KERAS:
-        if config.stem != "plain" or config.replace_stem_pool:
+        if not config.stem_kind.keras_applications or config.replace_stem_pool:
             raise ConfigError(
                 "Keras applications' ResNets have a plain 7x7 stem; this model's stem differs: "
                 "use a torchvision or timm file"
             )
         return {"stem_conv": "conv1_conv", "stem_bn": "conv1_bn"}
-    pairs = conv_names(config)
-    if config.stem == "plain":
-        names = {"stem_conv": "conv1", "stem_bn": "bn1"}
-    else:
-        names = {}
-        for index, (conv, norm) in enumerate(pairs[:-1]):
-            names[conv] = f"conv1.{3 * index}"
-            names[norm] = f"conv1.{3 * index + 1}"
-        names["stem_conv"] = f"conv1.{3 * (len(pairs) - 1)}"
-        names["stem_bn"] = "bn1"
+    if config.stem_kind.torch_names is None:
+        raise ConfigError(
+            f"torchvision and timm files hold no stem={config.stem}; train it from scratch"
+        )
+    names = config.stem_kind.torch_names(len(conv_names(config)))
     if config.replace_stem_pool:
         names.update({"stem_pool_conv": "maxpool.0", "stem_pool_bn": "maxpool.1"})
     return names
