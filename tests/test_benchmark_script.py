@@ -107,3 +107,53 @@ def test_the_evaluator_benchmark_prints_the_ratio_and_the_watcher_sees_every_che
     assert "the watcher reported 3 of 3 checkpoints" in result.stdout, result.stdout
     ratio = float(lines[-1].split(": ")[1].split()[0])
     assert ratio > 0
+
+
+@pytest.mark.slow  # two benchmark runs of two revisions, 2 measuring processes each
+def test_compare_revisions_runs_both_trees_and_divides_their_ratios():
+    result = run_command(
+        "scripts/compare_revisions.py",
+        "--before=HEAD",
+        "--model=tiny",
+        "--batch_size=8",
+        "--steps=2",
+        "--windows=1",
+        "--rounds=1",
+        "--variants=fp32",
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("round 1 before: {'fp32': ")
+    assert lines[1].startswith("round 1 after: {'fp32': ")
+    assert lines[2].startswith("CPU: ") and lines[-1].startswith("fp32 ")
+
+
+def test_compare_revisions_table_is_the_ratio_of_the_medians():
+    import sys
+
+    sys.path.insert(0, "scripts")
+    import compare_revisions
+
+    report = {
+        "variants": {"keras_fit": {"images_per_sec": 200.0}, "fp32": {"images_per_sec": 300.0}}
+    }
+    assert compare_revisions.ratios(report, ["fp32"]) == {"fp32": 1.5}
+    before = [{"fp32": 1.5}, {"fp32": 1.4}, {"fp32": 1.6}]
+    after = [{"fp32": 1.5}, {"fp32": 1.65}, {"fp32": 1.8}]
+    row = compare_revisions.table(before, after, ["fp32"])[1]
+    assert row.split()[0] == "fp32" and row.endswith(f"{1.65 / 1.5:.3f}")
+    assert "(1.50 1.40 1.60)" in row and "(1.50 1.65 1.80)" in row
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "--before: name the git revision"),
+        (["--before=no_such_revision_here"], "--before=no_such_revision_here: git cannot export"),
+        (["--before=HEAD", "--rounds=0"], "--rounds=0: use 1 or more"),
+    ],
+)
+def test_compare_revisions_bad_flags_are_one_line(args, message):
+    result = run_command("scripts/compare_revisions.py", *args)
+    assert result.returncode == 2 and message in error_line(result)
