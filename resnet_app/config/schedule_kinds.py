@@ -97,6 +97,7 @@ class ScheduleSection(OneOfSection):
     KEY = "name"
     KINDS: dict[str, type[ScheduleSection]] = {}
     DEFAULT_KIND = "constant"
+    RUNS_CODE = False  # The kind imports and runs a user's file (`path`): it needs consent.
     NULL_IS_ABSENT = True
 
     def __post_init__(self):
@@ -398,6 +399,8 @@ class Script(ScheduleSection, kind="script"):
     Attributes:
       path: "PATH.py:FUNCTION", FUNCTION(step, steps_per_epoch) -> learning rate.
     """
+
+    RUNS_CODE = True
 
     path: str
 

@@ -120,7 +120,7 @@ def config_from_flags() -> config.Config:
     if LR_SCHEDULE.value:
         overrides["schedule"] = {"name": "script", "path": os.path.abspath(LR_SCHEDULE.value)}
     resolved = config.resolve(config_file, SET.value, overrides, resumed=resumed)
-    if resolved.schedule.kind == "script":
+    if resolved.schedule.RUNS_CODE:
         from resnet_app.config import script_permission
         from resnet_app.engine import schedules  # Pure Python: no TensorFlow.
 

@@ -232,7 +232,7 @@ def _record_settings(run: setup.Run, writer: MetricsWriter, start: int) -> None:
     if run.chief:
         config_lib.write_yaml(run.config, run_dir.config_path(run.model_dir))
         run_pipeline.write_data_info(run.pipeline, run.model_dir)
-        if run.config.schedule.kind == "script":  # Allowed (train.py): a resume may run it.
+        if run.config.schedule.RUNS_CODE:  # Allowed (train.py): a resume may run it.
             script_permission.record(run.model_dir, run.config.schedule.path)
     if run.config_changes:
         changes = {key: list(values) for key, values in run.config_changes.items()}
