@@ -23,9 +23,10 @@ Two families:
   image does instead of gigabytes.
 
 Optional, for training only, both off by default (`data/randaugment.py`):
-RandAugment on the uint8 pixels (CIFAR: on the whole image, before the
-pad-crop-flip, AutoAugment's CIFAR order; ImageNet: on the resized crop after
-the flip, rounded to the 0-255 grid, timm's order), and random erasing after
+RandAugment or TrivialAugment (`data/trivialaugment.py`, the same ops) on the
+uint8 pixels (CIFAR: on the whole image, before the pad-crop-flip,
+AutoAugment's CIFAR order; ImageNet: on the resized crop after the flip,
+rounded to the 0-255 grid, timm's order), and random erasing after
 normalization (both: on the final image). Their random choices come from their
 own seeds, folded from the example's seed, so the crop and flip draws are the
 same with or without them.
@@ -37,12 +38,13 @@ and leave normalized, in the requested dtype.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 import tensorflow as tf
 
 from resnet_app.data import channels as image_channels
-from resnet_app.data import randaugment, randaugment_magnitudes
+from resnet_app.data import randaugment, randaugment_magnitudes, trivialaugment
 from resnet_app.data.settings import AugmentSettings
 
 # ImageNet's per-channel statistics on the 0-255 scale, the usual constants.
@@ -52,7 +54,8 @@ IMAGENET_STD = (58.395, 57.12, 57.375)
 # (longer side over shorter: 256 x 1024 floats, 3 MB, for the usual 256);
 # beyond it, only the crops' windows of the resized image are computed.
 MAX_WHOLE_RESIZE_ASPECT = 4
-# The per-example draws of RandAugment and random erasing (`augment_choices`).
+# The per-example draws of RandAugment or TrivialAugment, random erasing and
+# Cutout (`augment_choices`).
 AUGMENT_FEATURES = (
     "op_indices",
     "op_signs",
@@ -162,12 +165,16 @@ def augment_choices(seed: tf.Tensor, config: Preprocessing) -> dict[str, tf.Tens
       Some of `AUGMENT_FEATURES`: "op_indices" int32 and "op_signs" float32
       [randaugment_ops] (`randaugment.choose_ops`; a skipped op is the
       Identity); with a magnitude std, "op_magnitudes" float32
-      [randaugment_ops]; "erase_draws" float32 [ERASE_DRAWS] and
+      [randaugment_ops]; with TrivialAugment, the three of its one op
+      (`trivialaugment.choose`, the magnitude a bin); "erase_draws" float32 [ERASE_DRAWS] and
       "erase_noise" float32 [image_size, image_size, 3]; with Cutout,
       "cutout_corner" int32 [2], its square's top and left.
     """
     features = {}
     num_ops = config.augment.randaugment_ops
+    if config.augment.trivial_augment:
+        indices, signs, bins = trivialaugment.choose(seed)
+        features.update(op_indices=indices, op_signs=signs, op_magnitudes=bins)
     if num_ops:
         ra_seed = randaugment.sub_seed(seed, randaugment.RANDAUGMENT_STREAM)
         indices, signs = randaugment.choose_ops(ra_seed, num_ops)
@@ -231,6 +238,13 @@ def _in_rgb(augment):
     return on_pixels
 
 
+def _op_ranges(config: Preprocessing) -> randaugment.OpRanges | None:
+    """The ranges of the op policy that is on, TrivialAugment's or RandAugment's; or None."""
+    if config.augment.trivial_augment:
+        return trivialaugment.WIDE_RANGES
+    return randaugment.RANDAUGMENT_RANGES if config.augment.randaugment_ops else None
+
+
 def _fill(config: Preprocessing) -> tuple[int, ...]:
     # Geometric ops fill with the mean colour: about 0 once normalized.
     return tuple(min(255, max(0, round(value))) for value in config.mean)
@@ -281,8 +295,8 @@ def cifar_train_batch(
       [batch, size, size, 3] in `config.dtype`.
     """
     size, pad = config.image_size, config.augment.crop_padding
-    if config.augment.randaugment_ops:
-        images = _in_rgb(randaugment.randaugment_batch)(
+    if (ranges := _op_ranges(config)) is not None:
+        images = _in_rgb(functools.partial(randaugment.randaugment_batch, ranges=ranges))(
             images,
             augment["op_indices"],
             augment["op_signs"],
@@ -388,11 +402,11 @@ def imagenet_train(
     if config.augment.flip:
         crop = tf.image.stateless_random_flip_left_right(crop, seed=flip_seed)
     augment = augment_choices(seed, config)
-    if config.augment.randaugment_ops:
+    if (ranges := _op_ranges(config)) is not None:
         pixels = tf.cast(tf.clip_by_value(tf.round(crop), 0, 255), tf.uint8)
         magnitude = augment.get("op_magnitudes", config.augment.randaugment_magnitude)
         fill = _fill(config)
-        pixels = _in_rgb(randaugment.randaugment)(
+        pixels = _in_rgb(functools.partial(randaugment.randaugment, ranges=ranges))(
             pixels, augment["op_indices"], augment["op_signs"], magnitude, fill
         )
         crop = tf.cast(pixels, tf.float32)

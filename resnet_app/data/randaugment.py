@@ -41,7 +41,9 @@ is about 0, the colour of the CIFAR recipe's padding).
 
 `randaugment` runs one image's ops (a switch per op); `randaugment_batch` runs
 a batch's, each op once on the images that drew it, which on 32-pixel images
-costs a fraction of per-image ops. Both give the same images.
+costs a fraction of per-image ops. Both give the same images. The op set is
+shared with TrivialAugment (`data/trivialaugment.py`): an `OpRanges` says how a
+policy's magnitude becomes the ops' arguments and how its ops sample.
 
 Random erasing picks, with probability p, a box of area fraction in
 `area_range` and aspect ratio (height / width, log-uniform) in `aspect_range`,
@@ -52,9 +54,10 @@ normalized space (timm's default "pixel" mode; zeros would be the mean colour).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
@@ -75,6 +78,32 @@ ERASE_STREAM = (1 << 40) + 2
 KEEP_STREAM = (1 << 40) + 3  # Which of RandAugment's ops apply.
 MAGNITUDE_STREAM = (1 << 40) + 4  # RandAugment's per-op magnitudes.
 CUTOUT_STREAM = (1 << 40) + 5  # Cutout's square (`preprocessing.cutout_boxes`).
+TRIVIAL_STREAM = (1 << 40) + 6  # TrivialAugment's op, sign and magnitude bin.
+
+
+@dataclasses.dataclass(frozen=True)
+class OpRanges:
+    """How a policy's magnitude becomes each op's argument, and how its ops sample.
+
+    Attributes:
+      arguments: magnitude (a number, or float32 [batch]) -> the ops' arguments,
+        as `randaugment_magnitudes.op_arguments` gives them.
+      min_factor: the enhance ops' factor 1 +- f is at least this (timm's
+        0.1), or None for no floor.
+      translate_in_pixels: "translate" is in pixels and a positive one moves
+        the content right or down (torchvision's); else a fraction of the
+        size that moves it left or up (timm's).
+      interpolation: how geometric ops sample: "BILINEAR" (timm's) or
+        "NEAREST" (torchvision's default for its policies).
+    """
+
+    arguments: Callable
+    min_factor: float | None = 0.1
+    translate_in_pixels: bool = False
+    interpolation: str = "BILINEAR"
+
+
+RANDAUGMENT_RANGES = OpRanges(magnitudes.op_arguments)
 
 
 def sub_seed(seed: tf.Tensor, stream: int) -> tf.Tensor:
@@ -208,8 +237,10 @@ def sharpness(images: tf.Tensor, factor: tf.Tensor) -> tf.Tensor:
 # -- geometric ops -----------------------------------------------------------------
 
 
-def affine(images: tf.Tensor, matrices: tf.Tensor, fill: Sequence[int]) -> tf.Tensor:
-    """PIL's `Image.transform(size, AFFINE, matrix)` of each image, sampled bilinearly.
+def affine(
+    images: tf.Tensor, matrices: tf.Tensor, fill: Sequence[int], interpolation: str = "BILINEAR"
+) -> tf.Tensor:
+    """PIL's `Image.transform(size, AFFINE, matrix)` of each image.
 
     Args:
       images: uint8 [batch, H, W, 3].
@@ -217,11 +248,14 @@ def affine(images: tf.Tensor, matrices: tf.Tensor, fill: Sequence[int]) -> tf.Te
         centre is (x, y) reads the input at (a x + b y + c, d x + e y + f), in
         PIL's coordinates (the image's top-left corner at (0, 0)).
       fill: the RGB colour of the area read from outside the image.
+      interpolation: "BILINEAR", or "NEAREST" (the pixel the point falls in:
+        PIL's NEAREST, which floors the point's coordinates, as TensorFlow's
+        rounding of them less half a pixel does).
 
     Returns:
-      uint8 [batch, H, W, 3]. A pixel whose 4 sampled neighbours are all
-      inside equals PIL's; along the edge this blends the outside with `fill`
-      where PIL repeats the edge pixel.
+      uint8 [batch, H, W, 3]. Bilinearly, a pixel whose 4 sampled neighbours
+      are all inside equals PIL's; along the edge this blends the outside with
+      `fill` where PIL repeats the edge pixel.
     """
     a, b, c, d, e, f = tf.unstack(matrices, axis=1)
     zero = tf.zeros_like(a)
@@ -236,7 +270,7 @@ def affine(images: tf.Tensor, matrices: tf.Tensor, fill: Sequence[int]) -> tf.Te
         transforms=transforms,
         output_shape=tf.shape(images)[1:3],
         fill_value=0.0,
-        interpolation="BILINEAR",
+        interpolation=interpolation,
         fill_mode="CONSTANT",
     )
     # PIL interpolates in double precision and truncates. In float32 a value
@@ -246,15 +280,19 @@ def affine(images: tf.Tensor, matrices: tf.Tensor, fill: Sequence[int]) -> tf.Te
     return _to_uint8(moved + (fill + 1e-3))
 
 
-def geometric_matrices(name: str, images: tf.Tensor, signs: tf.Tensor, magnitude):
+def geometric_matrices(
+    name: str, images: tf.Tensor, signs: tf.Tensor, magnitude, ranges: OpRanges = RANDAUGMENT_RANGES
+):
     """float32 [batch, 6]: PIL's `affine` matrices of a geometric op, one per image.
 
     Rotate is PIL's `Image.rotate` (counter-clockwise about the centre); ShearX
     moves row y left by shear * y, ShearY column x up by shear * x (about the
-    top-left corner, as timm); TranslateX and -Y move the content left and up.
-    `magnitude` is M, or float32 [batch], one per image (`op_arguments`).
+    top-left corner, as timm and torchvision); TranslateX and -Y move the
+    content left and up by a fraction of the size, or with `ranges` in pixels,
+    right and down (torchvision's). `magnitude` is M, or float32 [batch], one
+    per image (`ranges.arguments`).
     """
-    arguments = magnitudes.op_arguments(magnitude)
+    arguments = ranges.arguments(magnitude)
     signs = tf.cast(signs, tf.float32)
     one, zero = tf.ones_like(signs), tf.zeros_like(signs)
     height, width = tf.unstack(tf.cast(tf.shape(images)[1:3], tf.float32))
@@ -265,11 +303,15 @@ def geometric_matrices(name: str, images: tf.Tensor, signs: tf.Tensor, magnitude
         entries = (cos, sin, cx - cos * cx - sin * cy, -sin, cos, cy + sin * cx - cos * cy)
     else:
         shear, move = signs * arguments["shear"], signs * arguments["translate"]
+        if ranges.translate_in_pixels:  # torchvision's: + moves the content right and down.
+            move_x = move_y = -move
+        else:  # timm's: a fraction of the size; + moves it left and up.
+            move_x, move_y = move * width, move * height
         entries = {
             "ShearX": (one, shear, zero, zero, one, zero),
             "ShearY": (one, zero, zero, shear, one, zero),
-            "TranslateX": (one, zero, move * width, zero, one, zero),
-            "TranslateY": (one, zero, zero, zero, one, move * height),
+            "TranslateX": (one, zero, move_x, zero, one, zero),
+            "TranslateY": (one, zero, zero, zero, one, move_y),
         }[name]
     return tf.stack(entries, axis=1)
 
@@ -277,7 +319,14 @@ def geometric_matrices(name: str, images: tf.Tensor, signs: tf.Tensor, magnitude
 # -- the policy ------------------------------------------------------------------
 
 
-def apply_op(name: str, images: tf.Tensor, signs: tf.Tensor, magnitude, fill):
+def apply_op(
+    name: str,
+    images: tf.Tensor,
+    signs: tf.Tensor,
+    magnitude,
+    fill,
+    ranges: OpRanges = RANDAUGMENT_RANGES,
+):
     """Op `name` at `magnitude` on a batch, each image's signed arguments times its sign.
 
     Args:
@@ -286,17 +335,20 @@ def apply_op(name: str, images: tf.Tensor, signs: tf.Tensor, magnitude, fill):
       signs: float32 [batch], +1 or -1.
       magnitude: M (a number), or float32 [batch], one per image.
       fill: the RGB colour geometric ops fill with.
+      ranges: the policy's arguments at `magnitude` and its sampling.
     """
     if name in WITHOUT_MAGNITUDE:
         return WITHOUT_MAGNITUDE[name](images)
     if name in GEOMETRIC:
-        return affine(images, geometric_matrices(name, images, signs, magnitude), fill)
-    arguments = magnitudes.op_arguments(magnitude)
+        matrices = geometric_matrices(name, images, signs, magnitude, ranges)
+        return affine(images, matrices, fill, ranges.interpolation)
+    arguments = ranges.arguments(magnitude)
     if name in BLENDS:
         # 1 +- factor in double, then one rounding to float32: PIL's arithmetic.
-        signed = tf.cast(signs, tf.float64) * arguments["factor"]
-        factor = tf.cast(tf.maximum(tf.constant(0.1, tf.float64), 1.0 + signed), tf.float32)
-        return BLENDS[name](images, factor)
+        factor = 1.0 + tf.cast(signs, tf.float64) * arguments["factor"]
+        if ranges.min_factor is not None:
+            factor = tf.maximum(tf.constant(ranges.min_factor, tf.float64), factor)
+        return BLENDS[name](images, tf.cast(factor, tf.float32))
     if name == "Solarize":
         return solarize(images, arguments["threshold"])
     return posterize(images, arguments["bits"])
@@ -337,7 +389,12 @@ GEOMETRIC = ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY")
 
 
 def randaugment(
-    image: tf.Tensor, indices: tf.Tensor, signs: tf.Tensor, magnitude, fill: Sequence[int]
+    image: tf.Tensor,
+    indices: tf.Tensor,
+    signs: tf.Tensor,
+    magnitude,
+    fill: Sequence[int],
+    ranges: OpRanges = RANDAUGMENT_RANGES,
 ) -> tf.Tensor:
     """RandAugment on one image (`randaugment_batch` does a batch).
 
@@ -347,6 +404,7 @@ def randaugment(
       signs: float32 [num_ops], their signs.
       magnitude: M, 0-30; or float32 [num_ops], each op's (`noisy_magnitudes`).
       fill: the RGB colour geometric ops fill with.
+      ranges: the policy's arguments and sampling (TrivialAugment's, say).
 
     Returns:
       uint8 [H, W, 3].
@@ -357,7 +415,7 @@ def randaugment(
         step_signs = signs[step : step + 1]
         step_magnitude = magnitudes.step_magnitudes(magnitude, step)
         ops = [
-            functools.partial(apply_op, name, images, step_signs, step_magnitude, fill)
+            functools.partial(apply_op, name, images, step_signs, step_magnitude, fill, ranges)
             for name in OPS
         ]
         images = tf.ensure_shape(tf.switch_case(indices[step], ops), images.shape)
@@ -365,7 +423,12 @@ def randaugment(
 
 
 def randaugment_batch(
-    images: tf.Tensor, indices: tf.Tensor, signs: tf.Tensor, magnitude, fill: Sequence[int]
+    images: tf.Tensor,
+    indices: tf.Tensor,
+    signs: tf.Tensor,
+    magnitude,
+    fill: Sequence[int],
+    ranges: OpRanges = RANDAUGMENT_RANGES,
 ) -> tf.Tensor:
     """RandAugment on a batch, each image with its own ops: `randaugment` of each image.
 
@@ -375,6 +438,7 @@ def randaugment_batch(
       signs: float32 [batch, num_ops], their signs.
       magnitude: M, 0-30; or float32 [batch, num_ops], each image's and op's.
       fill: the RGB colour geometric ops fill with.
+      ranges: the policy's arguments and sampling (TrivialAugment's, say).
 
     Returns:
       uint8 [batch, H, W, 3].
@@ -390,6 +454,7 @@ def randaugment_batch(
                 tf.gather(signs[:, step], group),
                 magnitudes.step_magnitudes(magnitude, step, group),
                 fill,
+                ranges,
             )
             for name, group in zip(OPS, groups)
         ]

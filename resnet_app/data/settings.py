@@ -64,6 +64,11 @@ class AugmentSettings:
       randaugment_magnitude_std: each op's magnitude drawn per image from
         N(M, std), clipped to [0, max(10, M)] (timm's "mstd"; 0.5 in "ResNet
         strikes back"); 0 uses M for all.
+      trivial_augment: TrivialAugment-wide (Müller & Hutter 2021;
+        torchvision's `TrivialAugmentWide`, in its ResNet-50 V2 recipe) in
+        training: one of the 14 ops per image at a magnitude drawn uniformly
+        from 31 bins of the wide ranges (`data/trivialaugment.py`); instead of
+        RandAugment.
       erase_probability: random erasing (Zhong et al. 2020) in training: the
         chance an image has a box replaced by normal noise (0: off; 0.25 in
         timm's recipes).
@@ -82,6 +87,7 @@ class AugmentSettings:
     randaugment_magnitude: float = 9.0
     randaugment_prob: float = 1.0
     randaugment_magnitude_std: float = 0.0
+    trivial_augment: bool = False
     erase_probability: float = 0.0
     erase_area_range: tuple[float, float] = (0.02, 1 / 3)
     erase_aspect_range: tuple[float, float] = (0.3, 1 / 0.3)
@@ -119,6 +125,11 @@ class AugmentSettings:
             0 <= std < math.inf,  # Also refuses NaN.
             f"{key}randaugment_magnitude_std={std}; use 0 (off) or a finite value above, e.g. "
             "0.5 (timm's uniform magnitudes, an infinite std, are not implemented)",
+        )
+        _check(
+            not (self.trivial_augment and ops),
+            f"{key}trivial_augment replaces RandAugment, and randaugment_ops={ops}: set "
+            f"one of them (randaugment_ops=0 with trivial_augment=true)",
         )
         _check(
             0 <= self.erase_probability <= 1,

@@ -1,0 +1,276 @@
+"""TrivialAugment-wide: its ranges against torchvision's definition, each op against
+torchvision's PIL path (written here from torchvision's `_apply_op`), the draws, the
+pipeline (per example, enterable anywhere) and the config checks.
+
+The reference is what torchvision's `TrivialAugmentWide(interpolation=NEAREST,
+fill=...)` does to a PIL image: its ops call PIL (`Image.transform` with the
+inverse affine matrix torchvision computes, `Image.rotate`, `ImageEnhance`,
+`ImageOps`), with its magnitudes from float32 `torch.linspace`. Tolerances:
+the pointwise, histogram and blend ops must equal PIL exactly. The geometric
+ops pick the nearest pixel from float32 coordinates where PIL uses doubles: a
+pixel may differ only where its exact source point lies on a pixel boundary (a
+tie the two arithmetics break apart), which rotations by multiples of 45
+degrees hit along whole lines: measured here, at most 2.3% of a 32x40 image's
+pixels (`GEOMETRIC_MISMATCH` allows 3%), none elsewhere.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image, ImageEnhance, ImageOps
+
+from resnet_app.common.errors import ConfigError
+from resnet_app.data import randaugment as ra
+from resnet_app.data import seeds, trivialaugment
+from resnet_app.data.settings import data_config
+from tests.test_randaugment import FILL, sample_images, shapes_pipeline, take
+
+GEOMETRIC = ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY")
+SIGNED = (*GEOMETRIC, "Brightness", "Color", "Contrast", "Sharpness")
+BINS = (0, 1, 7, 14, 15, 16, 22, 29, 30)
+GEOMETRIC_MISMATCH = 0.03
+
+pytestmark = pytest.mark.usefixtures("private_shapes_cache")
+
+
+# -- the reference: torchvision's TrivialAugmentWide on PIL ----------------------------
+
+
+def linspace32(start, end, index, steps=31):
+    """torch.linspace's float32 value at `index` (its CPU rule: from the start for
+    the first half, from the end for the rest), as a Python float."""
+    start, end = np.float32(start), np.float32(end)
+    step = (end - start) / np.float32(steps - 1)
+    if index < steps // 2:
+        return float(start + step * np.float32(index))
+    return float(end - step * np.float32(steps - 1 - index))
+
+
+def tv_magnitude(name, index):
+    """torchvision's `_augmentation_space(31, ...)` for TrivialAugmentWide, at bin `index`."""
+    if name in ("ShearX", "ShearY", "Brightness", "Color", "Contrast", "Sharpness"):
+        return linspace32(0.0, 0.99, index)
+    if name in ("TranslateX", "TranslateY"):
+        return linspace32(0.0, 32.0, index)
+    if name == "Rotate":
+        return linspace32(0.0, 135.0, index)
+    if name == "Posterize":
+        return int(8 - round(index / 5))  # torch: (arange / 5).round(): never a half here.
+    if name == "Solarize":
+        return linspace32(255.0, 0.0, index)
+    return 0.0
+
+
+def inverse_affine(center, angle, translate, shear):
+    """torchvision's `_get_inverse_affine_matrix` at scale 1 (PIL's AFFINE data)."""
+    rot, sx, sy = math.radians(angle), math.radians(shear[0]), math.radians(shear[1])
+    cx, cy = center
+    tx, ty = translate
+    a = math.cos(rot - sy) / math.cos(sy)
+    b = -math.cos(rot - sy) * math.tan(sx) / math.cos(sy) - math.sin(rot)
+    c = math.sin(rot - sy) / math.cos(sy)
+    d = -math.sin(rot - sy) * math.tan(sx) / math.cos(sy) + math.cos(rot)
+    matrix = [d, -b, 0.0, -c, a, 0.0]
+    matrix[2] += matrix[0] * (-cx - tx) + matrix[1] * (-cy - ty)
+    matrix[5] += matrix[3] * (-cx - tx) + matrix[4] * (-cy - ty)
+    matrix[2] += cx
+    matrix[5] += cy
+    return matrix
+
+
+def reference_op(name, image, index, sign):
+    """torchvision's `_apply_op(img, name, magnitude, NEAREST, fill)` on a PIL image."""
+    pil = Image.fromarray(image)
+    magnitude = tv_magnitude(name, index) * (sign if name in SIGNED else 1)
+    width, height = pil.size
+
+    def affine(center, angle=0.0, translate=(0, 0), shear=(0.0, 0.0)):
+        matrix = inverse_affine(center, angle, translate, shear)
+        return pil.transform(pil.size, Image.AFFINE, matrix, Image.NEAREST, fillcolor=FILL)
+
+    centre = (width * 0.5, height * 0.5)  # F.affine's centre for PIL images.
+    out = {
+        "ShearX": lambda: affine((0, 0), shear=(math.degrees(math.atan(magnitude)), 0.0)),
+        "ShearY": lambda: affine((0, 0), shear=(0.0, math.degrees(math.atan(magnitude)))),
+        "TranslateX": lambda: affine(centre, translate=(int(magnitude), 0)),
+        "TranslateY": lambda: affine(centre, translate=(0, int(magnitude))),
+        "Rotate": lambda: pil.rotate(magnitude, resample=Image.NEAREST, fillcolor=FILL),
+        "Brightness": lambda: ImageEnhance.Brightness(pil).enhance(1.0 + magnitude),
+        "Color": lambda: ImageEnhance.Color(pil).enhance(1.0 + magnitude),
+        "Contrast": lambda: ImageEnhance.Contrast(pil).enhance(1.0 + magnitude),
+        "Sharpness": lambda: ImageEnhance.Sharpness(pil).enhance(1.0 + magnitude),
+        "Posterize": lambda: ImageOps.posterize(pil, int(magnitude)),
+        "Solarize": lambda: ImageOps.solarize(pil, magnitude),
+        "AutoContrast": lambda: ImageOps.autocontrast(pil),
+        "Equalize": lambda: ImageOps.equalize(pil),
+        "Identity": lambda: pil,
+    }[name]()
+    return np.asarray(out)
+
+
+def apply(name, image, index, sign):
+    """Our op at bin `index` on one image (a batch of one), TrivialAugment's ranges."""
+    return ra.apply_op(
+        name,
+        tf.constant(image)[None],
+        tf.constant([float(sign)]),
+        tf.constant([float(index)]),
+        FILL,
+        trivialaugment.WIDE_RANGES,
+    )[0].numpy()
+
+
+# -- the ranges --------------------------------------------------------------------
+
+
+def test_the_ranges_are_torchvisions_wide_bins():
+    tables = trivialaugment.TABLES
+    k = np.arange(31)
+    np.testing.assert_array_equal(tables["degrees"], 4.5 * k)  # 135 / 30, exact in float32.
+    np.testing.assert_array_equal(tables["translate"], (32 * k) // 30)  # int() of 32k/30.
+    np.testing.assert_array_equal(tables["threshold"], np.ceil(255 - 8.5 * k))
+    np.testing.assert_array_equal(tables["bits"], [8 - round(i / 5) for i in k])
+    assert tables["bits"][[0, 2, 3, 28, 30]].tolist() == [8, 8, 7, 2, 2]
+    for name in ("shear", "factor"):
+        # Within a float32 step of 0.99 k / 30, and torch's float32 values exactly.
+        np.testing.assert_allclose(tables[name], 0.99 * k / 30, rtol=0, atol=1.2e-7)
+        assert tables[name].tolist() == [linspace32(0.0, 0.99, i) for i in k]
+
+
+# -- each op against torchvision's PIL path --------------------------------------------
+
+
+@pytest.mark.parametrize("name", [op for op in ra.OPS if op not in GEOMETRIC])
+def test_pointwise_histogram_and_blend_ops_equal_torchvision(name):
+    for image in sample_images():
+        for index in BINS:
+            for sign in (-1, 1):
+                np.testing.assert_array_equal(
+                    apply(name, image, index, sign),
+                    reference_op(name, image, index, sign),
+                    err_msg=f"{name} bin={index} sign={sign}",
+                )
+
+
+def source_points(name, index, sign, width, height):
+    """Where each output pixel's centre reads the input, in doubles: (u, v) [H, W]."""
+    magnitude = tv_magnitude(name, index) * sign
+    if name == "Rotate":  # PIL's Image.rotate about the centre, unrounded.
+        angle = -math.radians(magnitude)
+        cos, sin = math.cos(angle), math.sin(angle)
+        cx, cy = width / 2, height / 2
+        matrix = (cos, sin, cx - cos * cx - sin * cy, -sin, cos, cy + sin * cx - cos * cy)
+    else:
+        shear = math.degrees(math.atan(magnitude))
+        matrix = {
+            "ShearX": lambda: inverse_affine((0, 0), 0.0, (0, 0), (shear, 0.0)),
+            "ShearY": lambda: inverse_affine((0, 0), 0.0, (0, 0), (0.0, shear)),
+            "TranslateX": lambda: inverse_affine(
+                (width / 2, height / 2), 0, (int(magnitude), 0), (0, 0)
+            ),
+            "TranslateY": lambda: inverse_affine(
+                (width / 2, height / 2), 0, (0, int(magnitude)), (0, 0)
+            ),
+        }[name]()
+    y, x = np.mgrid[0:height, 0:width] + 0.5
+    a, b, c, d, e, f = matrix
+    return a * x + b * y + c, d * x + e * y + f
+
+
+@pytest.mark.parametrize("name", GEOMETRIC)
+def test_geometric_ops_equal_torchvision_nearest_but_at_ties(name):
+    """A pixel may differ only where its exact source point lies on a pixel boundary (a
+    rotation by 45 degrees puts whole lines of points there), within 1e-3 of it: there
+    float32 and PIL's doubles (its sines rounded to 15 digits) break the tie apart."""
+    for image in sample_images():
+        height, width = image.shape[:2]
+        for index in BINS:
+            for sign in (-1, 1):
+                ours = apply(name, image, index, sign)
+                theirs = reference_op(name, image, index, sign)
+                differ = np.any(ours != theirs, axis=-1)
+                u, v = source_points(name, index, sign, width, height)
+                tie = np.minimum(np.abs(u - np.round(u)), np.abs(v - np.round(v))) < 1e-3
+                assert not np.any(differ & ~tie), (name, index, sign, np.argwhere(differ & ~tie))
+                assert differ.mean() <= GEOMETRIC_MISMATCH, (name, index, sign)
+
+
+def test_translate_moves_whole_pixels_right_and_down_for_a_positive_sign():
+    image = np.zeros((8, 10, 3), np.uint8)
+    image[2, 3] = 255
+    moved = apply("TranslateX", image, 30, 1)  # 32 px: off the image.
+    assert np.all(moved == FILL)
+    moved = apply("TranslateX", image, 1, 1)  # 32 / 30 -> 1 px right.
+    assert moved[2, 4].tolist() == [255, 255, 255] and moved[2, 3].tolist() != [255] * 3
+    moved = apply("TranslateY", image, 1, -1)  # 1 px up.
+    assert moved[1, 3].tolist() == [255, 255, 255]
+
+
+# -- the draws and the policy ---------------------------------------------------------
+
+
+def test_ops_bins_and_signs_are_drawn_uniformly():
+    draws = [trivialaugment.choose(tf.constant([seed, 7], tf.int64)) for seed in range(3000)]
+    ops = np.array([int(d[0][0]) for d in draws])
+    signs = np.array([float(d[1][0]) for d in draws])
+    bins = np.array([float(d[2][0]) for d in draws])
+    assert set(ops) == set(range(14)) and set(bins) == set(range(31))
+    # 3000 draws: each op's share within 5 standard deviations of 1/14, each bin's of 1/31.
+    for values, count in ((ops, 14), (bins, 31)):
+        shares = np.bincount(values.astype(int), minlength=count) / len(values)
+        bound = 5 * math.sqrt((1 / count) * (1 - 1 / count) / len(values))
+        assert np.all(np.abs(shares - 1 / count) < bound)
+    assert abs(np.mean(signs > 0) - 0.5) < 5 * math.sqrt(0.25 / 3000)
+
+
+def test_one_op_per_image_as_drawn_and_a_batch_as_each_of_its_images():
+    images = np.stack(sample_images() * 4)  # 12 images.
+    drawn = [trivialaugment.choose(tf.constant([i, 3], tf.int64)) for i in range(12)]
+    indices, signs, bins = (tf.concat([d[k] for d in drawn], 0)[:, None] for k in range(3))
+    batch = ra.randaugment_batch(
+        tf.constant(images), indices, signs, bins, FILL, trivialaugment.WIDE_RANGES
+    ).numpy()
+    for i, (index, sign, bin_) in enumerate(zip(indices[:, 0], signs[:, 0], bins[:, 0])):
+        name = ra.OPS[int(index)]
+        expected = apply(name, images[i], int(bin_), float(sign))
+        np.testing.assert_array_equal(batch[i], expected, err_msg=name)
+        single = ra.randaugment(
+            tf.constant(images[i]), indices[i], signs[i], bins[i], FILL, trivialaugment.WIDE_RANGES
+        )
+        np.testing.assert_array_equal(single.numpy(), expected, err_msg=name)
+
+
+# -- the pipeline and the config -------------------------------------------------------
+
+
+def test_the_pipeline_augments_each_example_by_its_own_draw_and_enters_anywhere():
+    from resnet_app.data import preprocessing
+
+    pipeline = shapes_pipeline(augment={"trivial_augment": True})
+    off = shapes_pipeline()
+    images, ids = take(pipeline.train_dataset(8), 96)
+    plain, _ = take(off.train_dataset(8), 96)
+    for position in range(0, 96, 7):
+        seed = seeds.example_seed(0, position // 64, ids[position])
+        original = tf.constant(pipeline.train_split.images[ids[position]])
+        expected = preprocessing.cifar_train(original, seed, pipeline.preprocessing)
+        np.testing.assert_array_equal(images[position], expected.numpy())
+    # One op in 14 is the Identity, and a few others change little: most images change.
+    assert np.mean([not np.array_equal(a, b) for a, b in zip(images, plain)]) > 0.6
+    entered, entered_ids = take(pipeline.train_dataset(8, start_example=56), 40)
+    np.testing.assert_array_equal(entered_ids, ids[56:])
+    np.testing.assert_array_equal(entered, images[56:])
+
+
+def test_it_replaces_randaugment_and_is_a_config_key():
+    from resnet_app import config
+
+    message = "data.augment.trivial_augment replaces RandAugment, and randaugment_ops=2"
+    with pytest.raises(ConfigError, match=message):
+        data_config(augment={"trivial_augment": True, "randaugment_ops": 2})
+    resolved = config.resolve(sets=["data.augment.trivial_augment=true"])
+    assert resolved.data.augment.trivial_augment is True
+    with pytest.raises(ConfigError, match="trivial_augment"):
+        config.resolve(sets=["data.augment.trivial_augment=maybe"])
