@@ -34,12 +34,15 @@ NUM_BINS = 31
 
 def torch_linspace(start: float, end: float, steps: int) -> np.ndarray:
     """float32 `torch.linspace(start, end, steps)` as torch's CPU kernel computes it:
-    start + i * step for the first half, end - (steps - 1 - i) * step for the rest."""
+    start + i * step for the first half, end - (steps - 1 - i) * step for the rest,
+    each a fused multiply-add (one rounding; measured against torch 2.14: 32 - 15 *
+    (32 / 30) is 15.999999, not the 16.0 two roundings give)."""
     start32, end32 = np.float32(start), np.float32(end)
-    step = (end32 - start32) / np.float32(steps - 1)
+    step = np.float64((end32 - start32) / np.float32(steps - 1))
     index = np.arange(steps)
-    first = start32 + step * index.astype(np.float32)
-    last = end32 - step * (steps - 1 - index).astype(np.float32)
+    # A float32 times a small integer is exact in float64: one rounding, as an FMA.
+    first = np.float64(start32) + step * index
+    last = np.float64(end32) - step * (steps - 1 - index)
     return np.where(index < steps // 2, first, last).astype(np.float32)
 
 
