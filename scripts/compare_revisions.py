@@ -33,15 +33,20 @@ sys.path.insert(0, REPO)
 
 from resnet_app.common import cli  # noqa: E402
 
-_BEFORE = flags.DEFINE_string("before", None, "The git revision to compare against.")
-_VARIANTS = flags.DEFINE_string(
-    "variants", "fp32,bf16", "benchmark.py's trainer variants to time (keras_fit is added)."
-)
-_ROUNDS = flags.DEFINE_integer("rounds", 3, "Benchmark processes per revision.")
-_MODEL = flags.DEFINE_string("model", "resnet20", "The model preset.")
-_BATCH = flags.DEFINE_integer("batch_size", 128, "Global batch.")
-_STEPS = flags.DEFINE_integer("steps", 20, "Steps per timed window.")
-_WINDOWS = flags.DEFINE_integer("windows", 3, "Timed windows per variant (their median).")
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """The command's flags, defined when it runs (importing the module defines none)."""
+    flags.DEFINE_string("before", None, "The git revision to compare against.")
+    flags.DEFINE_string(
+        "variants", "fp32,bf16", "benchmark.py's trainer variants to time (keras_fit is added)."
+    )
+    flags.DEFINE_integer("rounds", 3, "Benchmark processes per revision.")
+    flags.DEFINE_string("model", "resnet20", "The model preset.")
+    flags.DEFINE_integer("batch_size", 128, "Global batch.")
+    flags.DEFINE_integer("steps", 20, "Steps per timed window.")
+    flags.DEFINE_integer("windows", 3, "Timed windows per variant (their median).")
 
 
 def export_revision(revision: str, directory: str) -> str:
@@ -68,10 +73,10 @@ def run_benchmark(tree: str, variants: list[str]) -> dict:
         sys.executable,
         os.path.join(tree, "scripts", "benchmark.py"),
         f"--variants={','.join(['keras_fit', *variants])}",
-        f"--model={_MODEL.value}",
-        f"--batch_size={_BATCH.value}",
-        f"--steps={_STEPS.value}",
-        f"--windows={_WINDOWS.value}",
+        f"--model={FLAGS.model}",
+        f"--batch_size={FLAGS.batch_size}",
+        f"--steps={FLAGS.steps}",
+        f"--windows={FLAGS.windows}",
         "--json",
     ]
     env = {**os.environ, "PYTHONPATH": tree}
@@ -103,16 +108,16 @@ def table(before: list[dict], after: list[dict], variants: list[str]) -> list[st
 
 def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
-    if not _BEFORE.value:
+    if not FLAGS.before:
         cli.fail("--before: name the git revision to compare against, e.g. --before=main~3")
-    if _ROUNDS.value < 1:
-        cli.fail(f"--rounds={_ROUNDS.value}: use 1 or more")
-    variants = [v.strip() for v in _VARIANTS.value.split(",") if v.strip() and v != "keras_fit"]
+    if FLAGS.rounds < 1:
+        cli.fail(f"--rounds={FLAGS.rounds}: use 1 or more")
+    variants = [v.strip() for v in FLAGS.variants.split(",") if v.strip() and v != "keras_fit"]
     with tempfile.TemporaryDirectory(prefix="compare_revisions_") as directory:
-        trees = {"before": export_revision(_BEFORE.value, directory), "after": REPO}
+        trees = {"before": export_revision(FLAGS.before, directory), "after": REPO}
         results: dict[str, list[dict]] = {"before": [], "after": []}
         cpu = None
-        for round_number in range(_ROUNDS.value):
+        for round_number in range(FLAGS.rounds):
             order = ("before", "after") if round_number % 2 == 0 else ("after", "before")
             for side in order:
                 report = run_benchmark(trees[side], variants)
@@ -123,11 +128,12 @@ def main(argv: list[str]) -> None:
         f"CPU: {cpu['model']} [{', '.join(cpu['isa'])}], oneDNN {'on' if cpu['onednn'] else 'off'}"
     )
     print(
-        f"{_MODEL.value}, batch {_BATCH.value}, {_STEPS.value} steps x {_WINDOWS.value} "
-        f"windows; before = {_BEFORE.value}, after = the working tree"
+        f"{FLAGS.model}, batch {FLAGS.batch_size}, {FLAGS.steps} steps x {FLAGS.windows} "
+        f"windows; before = {FLAGS.before}, after = the working tree"
     )
     print("\n".join(table(results["before"], results["after"], variants)))
 
 
 if __name__ == "__main__":
+    define_flags()
     cli.run(main)
