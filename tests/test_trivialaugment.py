@@ -81,10 +81,10 @@ def inverse_affine(center, angle, translate, shear):
     return matrix
 
 
-def reference_op(name, image, index, sign):
-    """torchvision's `_apply_op(img, name, magnitude, NEAREST, fill)` on a PIL image."""
+def tv_apply_op(name, image, magnitude):
+    """torchvision's `_apply_op(img, name, magnitude, NEAREST, fill)` on a PIL image, at a
+    signed magnitude (its policies' shared op code)."""
     pil = Image.fromarray(image)
-    magnitude = tv_magnitude(name, index) * (sign if name in SIGNED else 1)
     width, height = pil.size
 
     def affine(center, angle=0.0, translate=(0, 0), shear=(0.0, 0.0)):
@@ -106,9 +106,15 @@ def reference_op(name, image, index, sign):
         "Solarize": lambda: ImageOps.solarize(pil, magnitude),
         "AutoContrast": lambda: ImageOps.autocontrast(pil),
         "Equalize": lambda: ImageOps.equalize(pil),
+        "Invert": lambda: ImageOps.invert(pil),
         "Identity": lambda: pil,
     }[name]()
     return np.asarray(out)
+
+
+def reference_op(name, image, index, sign):
+    """TrivialAugmentWide's op `name` at bin `index` and `sign`, torchvision's way."""
+    return tv_apply_op(name, image, tv_magnitude(name, index) * (sign if name in SIGNED else 1))
 
 
 def apply(name, image, index, sign):
@@ -156,9 +162,9 @@ def test_pointwise_histogram_and_blend_ops_equal_torchvision(name):
                 )
 
 
-def source_points(name, index, sign, width, height):
-    """Where each output pixel's centre reads the input, in doubles: (u, v) [H, W]."""
-    magnitude = tv_magnitude(name, index) * sign
+def source_ties(name, magnitude, width, height):
+    """bool [H, W]: the output pixels whose source point, in doubles, lies within 1e-3 of a
+    pixel boundary, for a geometric op at a signed magnitude (torchvision's)."""
     if name == "Rotate":  # PIL's Image.rotate about the centre, unrounded.
         angle = -math.radians(magnitude)
         cos, sin = math.cos(angle), math.sin(angle)
@@ -166,19 +172,17 @@ def source_points(name, index, sign, width, height):
         matrix = (cos, sin, cx - cos * cx - sin * cy, -sin, cos, cy + sin * cx - cos * cy)
     else:
         shear = math.degrees(math.atan(magnitude))
+        centre = (width / 2, height / 2)
         matrix = {
             "ShearX": lambda: inverse_affine((0, 0), 0.0, (0, 0), (shear, 0.0)),
             "ShearY": lambda: inverse_affine((0, 0), 0.0, (0, 0), (0.0, shear)),
-            "TranslateX": lambda: inverse_affine(
-                (width / 2, height / 2), 0, (int(magnitude), 0), (0, 0)
-            ),
-            "TranslateY": lambda: inverse_affine(
-                (width / 2, height / 2), 0, (0, int(magnitude)), (0, 0)
-            ),
+            "TranslateX": lambda: inverse_affine(centre, 0, (int(magnitude), 0), (0, 0)),
+            "TranslateY": lambda: inverse_affine(centre, 0, (0, int(magnitude)), (0, 0)),
         }[name]()
     y, x = np.mgrid[0:height, 0:width] + 0.5
     a, b, c, d, e, f = matrix
-    return a * x + b * y + c, d * x + e * y + f
+    u, v = a * x + b * y + c, d * x + e * y + f
+    return np.minimum(np.abs(u - np.round(u)), np.abs(v - np.round(v))) < 1e-3
 
 
 @pytest.mark.parametrize("name", GEOMETRIC)
@@ -193,8 +197,7 @@ def test_geometric_ops_equal_torchvision_nearest_but_at_ties(name):
                 ours = apply(name, image, index, sign)
                 theirs = reference_op(name, image, index, sign)
                 differ = np.any(ours != theirs, axis=-1)
-                u, v = source_points(name, index, sign, width, height)
-                tie = np.minimum(np.abs(u - np.round(u)), np.abs(v - np.round(v))) < 1e-3
+                tie = source_ties(name, tv_magnitude(name, index) * sign, width, height)
                 assert not np.any(differ & ~tie), (name, index, sign, np.argwhere(differ & ~tie))
                 assert differ.mean() <= GEOMETRIC_MISMATCH, (name, index, sign)
 
@@ -250,7 +253,7 @@ def test_one_op_per_image_as_drawn_and_a_batch_as_each_of_its_images():
 def test_the_pipeline_augments_each_example_by_its_own_draw_and_enters_anywhere():
     from resnet_app.data import preprocessing
 
-    pipeline = shapes_pipeline(augment={"trivial_augment": True})
+    pipeline = shapes_pipeline(augment={"auto_augment": "ta_wide"})
     off = shapes_pipeline()
     images, ids = take(pipeline.train_dataset(8), 96)
     plain, _ = take(off.train_dataset(8), 96)
@@ -269,10 +272,11 @@ def test_the_pipeline_augments_each_example_by_its_own_draw_and_enters_anywhere(
 def test_it_replaces_randaugment_and_is_a_config_key():
     from resnet_app import config
 
-    message = "data.augment.trivial_augment replaces RandAugment, and randaugment_ops=2"
+    message = "data.augment.auto_augment=ta_wide replaces RandAugment, and randaugment_ops=2"
     with pytest.raises(ConfigError, match=message):
-        data_config(augment={"trivial_augment": True, "randaugment_ops": 2})
-    resolved = config.resolve(sets=["data.augment.trivial_augment=true"])
-    assert resolved.data.augment.trivial_augment is True
-    with pytest.raises(ConfigError, match="trivial_augment"):
-        config.resolve(sets=["data.augment.trivial_augment=maybe"])
+        data_config(augment={"auto_augment": "ta_wide", "randaugment_ops": 2})
+    resolved = config.resolve(sets=["data.augment.auto_augment=ta_wide"])
+    assert resolved.data.augment.auto_augment == "ta_wide"
+    message = "data.augment.auto_augment='ta'; use one of none, ta_wide, imagenet, cifar10, svhn"
+    with pytest.raises(ConfigError, match=message):
+        config.resolve(sets=["data.augment.auto_augment=ta"])

@@ -23,7 +23,8 @@ Two families:
   image does instead of gigabytes.
 
 Optional, for training only, both off by default (`data/randaugment.py`):
-RandAugment or TrivialAugment (`data/trivialaugment.py`, the same ops) on the
+RandAugment, TrivialAugment or AutoAugment (`data/trivialaugment.py`,
+`data/autoaugment.py`: the same ops) on the
 uint8 pixels (CIFAR: on the whole image, before the pad-crop-flip,
 AutoAugment's CIFAR order; ImageNet: on the resized crop after the flip,
 rounded to the 0-255 grid, timm's order), and random erasing after
@@ -43,8 +44,8 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from resnet_app.data import autoaugment, randaugment, randaugment_magnitudes, trivialaugment
 from resnet_app.data import channels as image_channels
-from resnet_app.data import randaugment, randaugment_magnitudes, trivialaugment
 from resnet_app.data.settings import AugmentSettings
 
 # ImageNet's per-channel statistics on the 0-255 scale, the usual constants.
@@ -165,15 +166,16 @@ def augment_choices(seed: tf.Tensor, config: Preprocessing) -> dict[str, tf.Tens
       Some of `AUGMENT_FEATURES`: "op_indices" int32 and "op_signs" float32
       [randaugment_ops] (`randaugment.choose_ops`; a skipped op is the
       Identity); with a magnitude std, "op_magnitudes" float32
-      [randaugment_ops]; with TrivialAugment, the three of its one op
-      (`trivialaugment.choose`, the magnitude a bin); "erase_draws" float32 [ERASE_DRAWS] and
+      [randaugment_ops]; with `auto_augment`, the three of its ops
+      (`trivialaugment.choose`, `autoaugment.choose`; magnitudes are bins);
+      "erase_draws" float32 [ERASE_DRAWS] and
       "erase_noise" float32 [image_size, image_size, 3]; with Cutout,
       "cutout_corner" int32 [2], its square's top and left.
     """
     features = {}
     num_ops = config.augment.randaugment_ops
-    if config.augment.trivial_augment:
-        indices, signs, bins = trivialaugment.choose(seed)
+    if config.augment.auto_augment in POLICIES:
+        indices, signs, bins = POLICIES[config.augment.auto_augment][0](seed)
         features.update(op_indices=indices, op_signs=signs, op_magnitudes=bins)
     if num_ops:
         ra_seed = randaugment.sub_seed(seed, randaugment.RANDAUGMENT_STREAM)
@@ -238,10 +240,20 @@ def _in_rgb(augment):
     return on_pixels
 
 
+# data.augment.auto_augment -> (its draws from an example's seed, its op ranges).
+POLICIES = {
+    "ta_wide": (trivialaugment.choose, trivialaugment.WIDE_RANGES),
+    **{
+        name: (functools.partial(autoaugment.choose, policy=name), autoaugment.RANGES)
+        for name in autoaugment.POLICIES
+    },
+}
+
+
 def _op_ranges(config: Preprocessing) -> randaugment.OpRanges | None:
-    """The ranges of the op policy that is on, TrivialAugment's or RandAugment's; or None."""
-    if config.augment.trivial_augment:
-        return trivialaugment.WIDE_RANGES
+    """The ranges of the op policy that is on (auto_augment's or RandAugment's), or None."""
+    if config.augment.auto_augment in POLICIES:
+        return POLICIES[config.augment.auto_augment][1]
     return randaugment.RANDAUGMENT_RANGES if config.augment.randaugment_ops else None
 
 

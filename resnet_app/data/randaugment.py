@@ -79,6 +79,7 @@ KEEP_STREAM = (1 << 40) + 3  # Which of RandAugment's ops apply.
 MAGNITUDE_STREAM = (1 << 40) + 4  # RandAugment's per-op magnitudes.
 CUTOUT_STREAM = (1 << 40) + 5  # Cutout's square (`preprocessing.cutout_boxes`).
 TRIVIAL_STREAM = (1 << 40) + 6  # TrivialAugment's op, sign and magnitude bin.
+AUTOAUGMENT_STREAM = (1 << 40) + 7  # AutoAugment's sub-policy, its ops' chances and signs.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,17 +91,24 @@ class OpRanges:
         as `randaugment_magnitudes.op_arguments` gives them.
       min_factor: the enhance ops' factor 1 +- f is at least this (timm's
         0.1), or None for no floor.
-      translate_in_pixels: "translate" is in pixels and a positive one moves
-        the content right or down (torchvision's); else a fraction of the
-        size that moves it left or up (timm's).
+      translate_pixels: (magnitude, the image's width for TranslateX or height
+        for TranslateY, float32) -> the shift in whole pixels, a positive one
+        moving the content right or down (torchvision's); None: "translate"
+        is a fraction of the size that moves it left or up (timm's).
       interpolation: how geometric ops sample: "BILINEAR" (timm's) or
         "NEAREST" (torchvision's default for its policies).
+      ops: the op names the policy's indices refer to.
     """
 
     arguments: Callable
     min_factor: float | None = 0.1
-    translate_in_pixels: bool = False
+    translate_pixels: Callable | None = None
     interpolation: str = "BILINEAR"
+    ops: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if not self.ops:
+            object.__setattr__(self, "ops", OPS)
 
 
 RANDAUGMENT_RANGES = OpRanges(magnitudes.op_arguments)
@@ -302,10 +310,12 @@ def geometric_matrices(
         cx, cy = width / 2, height / 2
         entries = (cos, sin, cx - cos * cx - sin * cy, -sin, cos, cy + sin * cx - cos * cy)
     else:
-        shear, move = signs * arguments["shear"], signs * arguments["translate"]
-        if ranges.translate_in_pixels:  # torchvision's: + moves the content right and down.
-            move_x = move_y = -move
+        shear = signs * arguments["shear"]
+        if ranges.translate_pixels is not None:  # torchvision's: + moves right and down.
+            size = width if name == "TranslateX" else height
+            move_x = move_y = -signs * ranges.translate_pixels(magnitude, size)
         else:  # timm's: a fraction of the size; + moves it left and up.
+            move = signs * arguments["translate"]
             move_x, move_y = move * width, move * height
         entries = {
             "ShearX": (one, shear, zero, zero, one, zero),
@@ -330,7 +340,7 @@ def apply_op(
     """Op `name` at `magnitude` on a batch, each image's signed arguments times its sign.
 
     Args:
-      name: one of `OPS`.
+      name: one of `ranges.ops`.
       images: uint8 [batch, H, W, 3].
       signs: float32 [batch], +1 or -1.
       magnitude: M (a number), or float32 [batch], one per image.
@@ -383,7 +393,17 @@ def skip_ops(indices: tf.Tensor, keep: tf.Tensor) -> tf.Tensor:
     return tf.where(keep, indices, tf.constant(OPS.index("Identity"), indices.dtype))
 
 
-WITHOUT_MAGNITUDE = {"Identity": tf.identity, "AutoContrast": auto_contrast, "Equalize": equalize}
+def invert(images: tf.Tensor) -> tf.Tensor:
+    """255 - x (PIL's `invert`; AutoAugment's op, not one of RandAugment's 14)."""
+    return tf.bitwise.invert(images)
+
+
+WITHOUT_MAGNITUDE = {
+    "Identity": tf.identity,
+    "AutoContrast": auto_contrast,
+    "Equalize": equalize,
+    "Invert": invert,
+}
 BLENDS = {"Color": color, "Contrast": contrast, "Brightness": brightness, "Sharpness": sharpness}
 GEOMETRIC = ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY")
 
@@ -416,7 +436,7 @@ def randaugment(
         step_magnitude = magnitudes.step_magnitudes(magnitude, step)
         ops = [
             functools.partial(apply_op, name, images, step_signs, step_magnitude, fill, ranges)
-            for name in OPS
+            for name in ranges.ops
         ]
         images = tf.ensure_shape(tf.switch_case(indices[step], ops), images.shape)
     return images[0]
@@ -446,7 +466,7 @@ def randaugment_batch(
     positions = tf.range(tf.shape(images)[0])
     for step in range(indices.shape[1]):
         # Each op runs once, on the images that drew it.
-        groups = tf.dynamic_partition(positions, indices[:, step], len(OPS))
+        groups = tf.dynamic_partition(positions, indices[:, step], len(ranges.ops))
         outputs = [
             apply_op(
                 name,
@@ -456,7 +476,7 @@ def randaugment_batch(
                 fill,
                 ranges,
             )
-            for name, group in zip(OPS, groups)
+            for name, group in zip(ranges.ops, groups)
         ]
         images = tf.ensure_shape(tf.dynamic_stitch(groups, outputs), images.shape)
     return images

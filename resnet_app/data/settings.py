@@ -33,6 +33,9 @@ CHANNELS = (None, 1, 3)
 MAX_RANDAUGMENT_OPS = 14
 MAX_RANDAUGMENT_MAGNITUDE = 30.0
 MIX_MODES = ("batch", "example")
+# data.augment.auto_augment: torchvision's names (its reference scripts'
+# --auto-augment): TrivialAugment-wide, or AutoAugment's learned policies.
+AUTO_AUGMENTS = ("none", "ta_wide", "imagenet", "cifar10", "svhn")
 
 
 def dtypes() -> list[str]:
@@ -64,11 +67,13 @@ class AugmentSettings:
       randaugment_magnitude_std: each op's magnitude drawn per image from
         N(M, std), clipped to [0, max(10, M)] (timm's "mstd"; 0.5 in "ResNet
         strikes back"); 0 uses M for all.
-      trivial_augment: TrivialAugment-wide (Müller & Hutter 2021;
-        torchvision's `TrivialAugmentWide`, in its ResNet-50 V2 recipe) in
-        training: one of the 14 ops per image at a magnitude drawn uniformly
-        from 31 bins of the wide ranges (`data/trivialaugment.py`); instead of
-        RandAugment.
+      auto_augment: an augmentation policy in training, instead of RandAugment,
+        as torchvision's: "ta_wide", TrivialAugment-wide (Müller & Hutter
+        2021; its ResNet-50 V2 recipe): one of the 14 ops per image at a
+        magnitude drawn from 31 wide bins (`data/trivialaugment.py`);
+        "imagenet", "cifar10" or "svhn", AutoAugment's learned policy (Cubuk
+        et al. 2019): one of its 25 two-op sub-policies per image
+        (`data/autoaugment.py`); "none": off.
       erase_probability: random erasing (Zhong et al. 2020) in training: the
         chance an image has a box replaced by normal noise (0: off; 0.25 in
         timm's recipes).
@@ -87,7 +92,7 @@ class AugmentSettings:
     randaugment_magnitude: float = 9.0
     randaugment_prob: float = 1.0
     randaugment_magnitude_std: float = 0.0
-    trivial_augment: bool = False
+    auto_augment: str = "none"
     erase_probability: float = 0.0
     erase_area_range: tuple[float, float] = (0.02, 1 / 3)
     erase_aspect_range: tuple[float, float] = (0.3, 1 / 0.3)
@@ -127,9 +132,13 @@ class AugmentSettings:
             "0.5 (timm's uniform magnitudes, an infinite std, are not implemented)",
         )
         _check(
-            not (self.trivial_augment and ops),
-            f"{key}trivial_augment replaces RandAugment, and randaugment_ops={ops}: set "
-            f"one of them (randaugment_ops=0 with trivial_augment=true)",
+            self.auto_augment in AUTO_AUGMENTS,
+            f"{key}auto_augment={self.auto_augment!r}; use one of {', '.join(AUTO_AUGMENTS)}",
+        )
+        _check(
+            self.auto_augment == "none" or not ops,
+            f"{key}auto_augment={self.auto_augment} replaces RandAugment, and "
+            f"randaugment_ops={ops}: set one of them (randaugment_ops=0)",
         )
         _check(
             0 <= self.erase_probability <= 1,

@@ -74,8 +74,14 @@ def wide_arguments(bins) -> dict[str, tf.Tensor]:
     return {name: tf.gather(tf.constant(table), index) for name, table in TABLES.items()}
 
 
+def wide_translation(bins, size) -> tf.Tensor:
+    """TranslateX's and -Y's shift in pixels at `bins`: 0 to 32 whatever the size."""
+    del size
+    return wide_arguments(bins)["translate"]
+
+
 WIDE_RANGES = randaugment.OpRanges(
-    wide_arguments, min_factor=None, translate_in_pixels=True, interpolation="NEAREST"
+    wide_arguments, min_factor=None, translate_pixels=wide_translation, interpolation="NEAREST"
 )
 
 
