@@ -131,7 +131,7 @@ def test_the_pipeline_augments_each_example_by_its_own_draw_and_enters_anywhere(
 
 
 def test_the_names_are_the_configs_choices():
-    from resnet_app.data import preprocessing
+    from resnet_app.data import augment_draws
     from resnet_app.data.settings import AUTO_AUGMENTS
 
-    assert ("none", *preprocessing.POLICIES) == AUTO_AUGMENTS
+    assert ("none", *augment_draws.POLICIES) == AUTO_AUGMENTS

@@ -439,7 +439,13 @@ def test_old_layouts_are_history_moved_at_load_time():
     augment = AugmentSettings(flip=False, crop_padding=2, erase_probability=0.25)
     today = Preprocessing("cifar", 28, (73.0,), (90.0,), augment=augment)
     old = {k: v for k, v in dataclasses.asdict(today).items() if k != "augment"}
-    old.update({k: v for k, v in dataclasses.asdict(augment).items() if k != "cutout_size"})
+    old.update(
+        {
+            k: v
+            for k, v in dataclasses.asdict(augment).items()
+            if k not in ("cutout_size", "auto_augment")
+        }
+    )
     info = json.loads(json.dumps({"class_names": ["a"], "preprocessing": old}))
     assert run_pipeline.parse_data_info(info) == (["a"], today)
 

@@ -23,7 +23,7 @@ import tensorflow as tf
 from PIL import Image, ImageEnhance, ImageOps
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.data import input_pipeline, preprocessing, run_pipeline, seeds
+from resnet_app.data import augment_draws, input_pipeline, preprocessing, run_pipeline, seeds
 from resnet_app.data import randaugment as ra
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.data.settings import AugmentSettings, data_config
@@ -344,7 +344,7 @@ def test_erasing_replaces_exactly_the_box_with_normal_noise():
         config = with_augment(CIFAR, erase_probability=1.0)
         plain = preprocessing.cifar_train(image, seed, CIFAR).numpy()
         erased = preprocessing.cifar_train(image, seed, config).numpy()
-        draws = preprocessing.augment_choices(seed, config)["erase_draws"]
+        draws = augment_draws.augment_choices(seed, config)["erase_draws"]
         top, left, height, width = preprocessing.erase_boxes(draws[None], config)[0].numpy()
         mask = np.zeros((32, 32, 1), bool)
         mask[top : top + height, left : left + width] = True

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import (
+    augment_draws,
     preprocessing,
     randaugment_magnitudes,
     run_pipeline,
@@ -54,7 +55,7 @@ IDENTITY = ra.OPS.index("Identity")
 def choices(config, count, run=0):
     """`augment_choices` of `count` examples' seeds, as NumPy arrays [count, ...]."""
     dataset = tf.data.Dataset.range(count).map(
-        lambda i: preprocessing.augment_choices(seeds.example_seed(run, 0, i), config)
+        lambda i: augment_draws.augment_choices(seeds.example_seed(run, 0, i), config)
     )
     batch = next(iter(dataset.batch(count)))
     return {key: value.numpy() for key, value in batch.items()}
@@ -293,7 +294,7 @@ def pil_policy(image, seed, config):
     default images must stay what they were).
     """
     draws = {
-        key: value.numpy() for key, value in preprocessing.augment_choices(seed, config).items()
+        key: value.numpy() for key, value in augment_draws.augment_choices(seed, config).items()
     }
     drawn, signs = old_draws(seed, config.augment.randaugment_ops)
     kept = draws["op_indices"] == drawn

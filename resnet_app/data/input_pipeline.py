@@ -44,6 +44,7 @@ from absl import logging
 from resnet_app.common import compat
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import (
+    augment_draws,
     channels,
     class_balance,
     families,
@@ -228,7 +229,7 @@ class InputPipeline:
             return batch
         batch = dict(batch)
         choices = batch.pop("choices")
-        augment = {key: batch.pop(key) for key in preprocessing.AUGMENT_FEATURES if key in batch}
+        augment = {key: batch.pop(key) for key in augment_draws.AUGMENT_FEATURES if key in batch}
         batch["image"] = preprocessing.cifar_train_batch(batch["image"], choices, config, **augment)
         return batch
 

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from resnet_app.data import autoaugment, randaugment, randaugment_magnitudes, trivialaugment
+from resnet_app.data import augment_draws, randaugment
 from resnet_app.data import channels as image_channels
 from resnet_app.data.settings import AugmentSettings
 
@@ -55,16 +55,6 @@ IMAGENET_STD = (58.395, 57.12, 57.375)
 # (longer side over shorter: 256 x 1024 floats, 3 MB, for the usual 256);
 # beyond it, only the crops' windows of the resized image are computed.
 MAX_WHOLE_RESIZE_ASPECT = 4
-# The per-example draws of RandAugment or TrivialAugment, random erasing and
-# Cutout (`augment_choices`).
-AUGMENT_FEATURES = (
-    "op_indices",
-    "op_signs",
-    "op_magnitudes",
-    "erase_draws",
-    "erase_noise",
-    "cutout_corner",
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,59 +145,6 @@ def cifar_choices(seed: tf.Tensor, config: Preprocessing) -> tf.Tensor:
     return tf.cast(tf.floor(uniform * scale), tf.int32)
 
 
-def augment_choices(seed: tf.Tensor, config: Preprocessing) -> dict[str, tf.Tensor]:
-    """One example's draws for RandAugment and random erasing, for those that are on.
-
-    Each has its own seed, folded from the example's, so the crop and flip
-    draws do not depend on them, nor the ops drawn on whether some are
-    skipped or their magnitudes drawn.
-
-    Returns:
-      Some of `AUGMENT_FEATURES`: "op_indices" int32 and "op_signs" float32
-      [randaugment_ops] (`randaugment.choose_ops`; a skipped op is the
-      Identity); with a magnitude std, "op_magnitudes" float32
-      [randaugment_ops]; with `auto_augment`, the three of its ops
-      (`trivialaugment.choose`, `autoaugment.choose`; magnitudes are bins);
-      "erase_draws" float32 [ERASE_DRAWS] and
-      "erase_noise" float32 [image_size, image_size, 3]; with Cutout,
-      "cutout_corner" int32 [2], its square's top and left.
-    """
-    features = {}
-    num_ops = config.augment.randaugment_ops
-    if config.augment.auto_augment in POLICIES:
-        indices, signs, bins = POLICIES[config.augment.auto_augment][0](seed)
-        features.update(op_indices=indices, op_signs=signs, op_magnitudes=bins)
-    if num_ops:
-        ra_seed = randaugment.sub_seed(seed, randaugment.RANDAUGMENT_STREAM)
-        indices, signs = randaugment.choose_ops(ra_seed, num_ops)
-        if config.augment.randaugment_prob < 1:
-            keep_seed = randaugment.sub_seed(seed, randaugment.KEEP_STREAM)
-            keep = randaugment.keep_ops(keep_seed, num_ops, config.augment.randaugment_prob)
-            indices = randaugment.skip_ops(indices, keep)
-        features.update(op_indices=indices, op_signs=signs)
-        if config.augment.randaugment_magnitude_std > 0:
-            magnitude_seed = randaugment.sub_seed(seed, randaugment.MAGNITUDE_STREAM)
-            features["op_magnitudes"] = randaugment_magnitudes.noisy_magnitudes(
-                magnitude_seed,
-                num_ops,
-                config.augment.randaugment_magnitude,
-                config.augment.randaugment_magnitude_std,
-            )
-    if config.augment.erase_probability:
-        erase_seed = randaugment.sub_seed(seed, randaugment.ERASE_STREAM)
-        draws = randaugment.erase_draws(erase_seed)
-        shape = [config.image_size, config.image_size, config.channels]
-        noise = randaugment.erase_noise(erase_seed, draws, config.augment.erase_probability, shape)
-        features.update(erase_draws=draws, erase_noise=noise)
-    if config.augment.cutout_size:
-        cutout_seed = randaugment.sub_seed(seed, randaugment.CUTOUT_STREAM)
-        # Wholly inside the image (Page 2018's ResNet-9): top and left in [0, size - side].
-        positions = max(1, config.image_size - config.augment.cutout_size + 1)
-        corner = tf.random.stateless_uniform([2], cutout_seed, 0, positions, tf.int32)
-        features["cutout_corner"] = corner
-    return features
-
-
 def cutout(images: tf.Tensor, corners: tf.Tensor, config: Preprocessing) -> tf.Tensor:
     """Sets each normalized image's Cutout square to 0 (the mean colour).
 
@@ -240,23 +177,6 @@ def _in_rgb(augment):
     return on_pixels
 
 
-# data.augment.auto_augment -> (its draws from an example's seed, its op ranges).
-POLICIES = {
-    "ta_wide": (trivialaugment.choose, trivialaugment.WIDE_RANGES),
-    **{
-        name: (functools.partial(autoaugment.choose, policy=name), autoaugment.RANGES)
-        for name in autoaugment.POLICIES
-    },
-}
-
-
-def _op_ranges(config: Preprocessing) -> randaugment.OpRanges | None:
-    """The ranges of the op policy that is on (auto_augment's or RandAugment's), or None."""
-    if config.augment.auto_augment in POLICIES:
-        return POLICIES[config.augment.auto_augment][1]
-    return randaugment.RANDAUGMENT_RANGES if config.augment.randaugment_ops else None
-
-
 def _fill(config: Preprocessing) -> tuple[int, ...]:
     # Geometric ops fill with the mean colour: about 0 once normalized.
     return tuple(min(255, max(0, round(value))) for value in config.mean)
@@ -286,7 +206,8 @@ def cifar_augment(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> d
       {"image", "choices": `cifar_choices`} and `augment_choices`: with a batch
       dimension, the arguments of `cifar_train_batch`.
     """
-    return {"image": image, "choices": cifar_choices(seed, config), **augment_choices(seed, config)}
+    draws = augment_draws.augment_choices(seed, config)
+    return {"image": image, "choices": cifar_choices(seed, config), **draws}
 
 
 def cifar_train_batch(
@@ -307,7 +228,7 @@ def cifar_train_batch(
       [batch, size, size, 3] in `config.dtype`.
     """
     size, pad = config.image_size, config.augment.crop_padding
-    if (ranges := _op_ranges(config)) is not None:
+    if (ranges := augment_draws.op_ranges(config)) is not None:
         images = _in_rgb(functools.partial(randaugment.randaugment_batch, ranges=ranges))(
             images,
             augment["op_indices"],
@@ -413,8 +334,8 @@ def imagenet_train(
     crop = _resize(crop, size, size)
     if config.augment.flip:
         crop = tf.image.stateless_random_flip_left_right(crop, seed=flip_seed)
-    augment = augment_choices(seed, config)
-    if (ranges := _op_ranges(config)) is not None:
+    augment = augment_draws.augment_choices(seed, config)
+    if (ranges := augment_draws.op_ranges(config)) is not None:
         pixels = tf.cast(tf.clip_by_value(tf.round(crop), 0, 255), tf.uint8)
         magnitude = augment.get("op_magnitudes", config.augment.randaugment_magnitude)
         fill = _fill(config)
