@@ -2,10 +2,11 @@
 
     python scripts/compare_revisions.py --before=3687e08
     python scripts/compare_revisions.py --before=main~5 --variants=fp32,bf16 --rounds=4
+    python scripts/compare_revisions.py --before=A --after=B --variants=fp32   # to bisect
 
 A refactoring must not slow training. This exports revision `--before` (git
-archive, into a temporary directory) beside the working tree (`--after`,
-this checkout), and runs each one's own `scripts/benchmark.py` with its own
+archive, into a temporary directory) beside the working tree (or revision
+`--after`, exported alike), and runs each one's own `scripts/benchmark.py` with its own
 code first on PYTHONPATH, once per round, in alternating order, so that a
 slow spell of a shared machine falls on both. Every benchmark process times
 `keras_fit` too: each variant's speed is taken as its ratio to that
@@ -39,6 +40,7 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
     """The command's flags, defined when it runs (importing the module defines none)."""
     flags.DEFINE_string("before", None, "The git revision to compare against.")
+    flags.DEFINE_string("after", None, "The revision to compare (default: the working tree).")
     flags.DEFINE_string(
         "variants", "fp32,bf16", "benchmark.py's trainer variants to time (keras_fit is added)."
     )
@@ -49,7 +51,7 @@ def define_flags() -> None:
     flags.DEFINE_integer("windows", 3, "Timed windows per variant (their median).")
 
 
-def export_revision(revision: str, directory: str) -> str:
+def export_revision(revision: str, directory: str, name: str = "before") -> str:
     """`revision`'s tree under `directory`; its path. Raises ConfigError if git cannot."""
     from resnet_app.common.errors import ConfigError
 
@@ -61,7 +63,7 @@ def export_revision(revision: str, directory: str) -> str:
     )
     if result.returncode:
         raise ConfigError(f"--before={revision}: git cannot export it ({result.stderr.strip()})")
-    tree = os.path.join(directory, "before")
+    tree = os.path.join(directory, name)
     with tarfile.open(archive) as tar:
         tar.extractall(tree, filter="data")
     return tree
@@ -114,7 +116,8 @@ def main(argv: list[str]) -> None:
         cli.fail(f"--rounds={FLAGS.rounds}: use 1 or more")
     variants = [v.strip() for v in FLAGS.variants.split(",") if v.strip() and v != "keras_fit"]
     with tempfile.TemporaryDirectory(prefix="compare_revisions_") as directory:
-        trees = {"before": export_revision(FLAGS.before, directory), "after": REPO}
+        after = export_revision(FLAGS.after, directory, "after") if FLAGS.after else REPO
+        trees = {"before": export_revision(FLAGS.before, directory), "after": after}
         results: dict[str, list[dict]] = {"before": [], "after": []}
         cpu = None
         for round_number in range(FLAGS.rounds):
@@ -129,7 +132,7 @@ def main(argv: list[str]) -> None:
     )
     print(
         f"{FLAGS.model}, batch {FLAGS.batch_size}, {FLAGS.steps} steps x {FLAGS.windows} "
-        f"windows; before = {FLAGS.before}, after = the working tree"
+        f"windows; before = {FLAGS.before}, after = {FLAGS.after or 'the working tree'}"
     )
     print("\n".join(table(results["before"], results["after"], variants)))
 
