@@ -91,7 +91,7 @@ def test_a_config_resolves_auto_and_records_auto(monkeypatch, chosen):
 
 
 def test_an_unknown_precision_names_auto():
-    with pytest.raises(ConfigError, match="use one of: fp32, bf16, fp16, auto"):
+    with pytest.raises(ConfigError, match="must be one of: fp32, bf16, fp16, auto, got 'fp8'"):
         config.resolve(sets=["train.precision=fp8"])
 
 
@@ -126,7 +126,7 @@ def test_a_new_precision_is_one_registration(monkeypatch):
 
     resolved = config.resolve(sets=["model.name=tiny", "train.precision=fp64"])
     assert resolved.data.dtype == "float64"
-    with pytest.raises(ConfigError, match="use one of: fp32, bf16, fp16, fp64, fp16_scaled"):
+    with pytest.raises(ConfigError, match="one of: fp32, bf16, fp16, fp64, fp16_scaled, auto"):
         config.resolve(sets=["train.precision=fp8"])
     model = factory.create_run_model(resolved, 3, 8, "fp64")
     logits = model(np.ones((2, 8, 8, 3)), training=False)

@@ -310,8 +310,8 @@ def test_two_workers_end_with_the_same_global_model(tmp_path):
 @pytest.mark.parametrize(
     "flag,message",
     [
-        ("--sync=foo", r"sync.mode='foo'; use one of: allreduce, model_average"),
-        ("--average_interval=0", r"sync.interval=0; use 1 or more"),
+        ("--sync=foo", r"sync.mode must be one of: allreduce, model_average, got 'foo'"),
+        ("--average_interval=0", r"sync.interval must be a whole number >= 1, got 0"),
         (
             "--set=sync.intervall=2",
             r"unknown sync key\(s\) intervall; valid keys: interval, keep_last_step, mode, timeout",

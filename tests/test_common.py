@@ -27,9 +27,9 @@ def test_at_least_names_the_setting_and_the_bound():
     checks.at_least("--top_k", 1)
     checks.at_least("--top_k", None)  # Unset: a default applies.
     checks.at_least("crop_padding", 0, 0)
-    with pytest.raises(ConfigError, match=r"^--top_k=0; use 1 or more$"):
+    with pytest.raises(ConfigError, match=r"^--top_k must be a whole number >= 1, got 0$"):
         checks.at_least("--top_k", 0)
-    with pytest.raises(ConfigError, match=r"^crop_padding=-1; use 0 or more$"):
+    with pytest.raises(ConfigError, match=r"^crop_padding must be a whole number >= 0, got -1$"):
         checks.at_least("crop_padding", -1, 0)
 
 
@@ -196,7 +196,7 @@ def test_a_worker_uses_the_first_num_towers_gpus(monkeypatch):
     [
         (2, 0, "--num_towers=2 with TF_CONFIG: a CPU-only worker runs one replica"),
         (9, 8, "--num_towers=9 but this machine has 8 GPU(s); use at most 8"),
-        (0, 8, "--num_towers=0; use 1 or more"),
+        (0, 8, "--num_towers must be a whole number >= 1, got 0"),
     ],
 )
 def test_a_worker_refuses_towers_it_cannot_run(monkeypatch, num_towers, num_gpus, message):

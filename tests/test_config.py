@@ -144,8 +144,8 @@ def test_written_config_reads_back_the_same(tmp_path):
         (["trian.batch_size=3"], "unknown config section 'trian'"),
         (["train.batchsize=3"], "unknown train key.*batchsize.*valid keys:.*batch_size"),
         (["train.batch_size=many"], r"train.batch_size='many': expected int"),
-        (["train.train_steps=0"], r"train.train_steps=0; use 1 or more"),
-        (["train.epochs=-1"], r"train.epochs=-1.0; use a number more than 0"),
+        (["train.train_steps=0"], r"train.train_steps must be a whole number >= 1, got 0"),
+        (["train.epochs=-1"], r"train.epochs must be a number > 0, got -1.0"),
         (["train.epochs=.inf"], r"train.epochs=inf: expected a finite number"),
         (
             ["data.area_range=[a, b]"],
@@ -192,7 +192,7 @@ def test_bad_files(tmp_path):
         config.resolve(str(listing))
     both = tmp_path / "both.yaml"
     both.write_text("train:\n  epochs: 1\n  train_steps: 5\n")
-    with pytest.raises(ConfigError, match="exactly one of train.epochs and train.train_steps"):
+    with pytest.raises(ConfigError, match="train.epochs and train.train_steps exclude each other"):
         config.resolve(str(both))
 
 

@@ -43,12 +43,12 @@ def test_offline_tfds_dataset_is_one_line(tmp_path):
 @pytest.mark.parametrize(
     "args,expected",
     [
-        (["--preprocessing=vgg"], "preprocessing='vgg'"),
+        (["--preprocessing=vgg"], "data.preprocessing must be one of: auto, cifar, imagenet"),
         (["--area_range=small,large"], "--area_range=small,large: expected comma-separated"),
         (["--dataset=folder:/no/such/dir"], "/no/such/dir is not a directory"),
         (["--out=/no/such/dir/b.png"], "directory /no/such/dir does not exist"),
         (["--datset=shapes"], "--help"),
-        (["--count=0"], "--count=0"),
+        (["--count=0"], "--count must be a whole number >= 1, got 0"),
         (["--area_range=0.1"], "area_range needs 2 values"),
         (["--dataset=cifar10:9.9.9"], "cannot load tfds dataset 'cifar10:9.9.9'"),
     ],

@@ -259,7 +259,10 @@ def test_another_split_on_three_towers(run):
         (["--model_dir={tmp}/nowhere"], "must be a run directory written by"),
         (["--model_dir={tmp}"], "must be a run directory written by"),
         (["--model_dir={run}", "--checkpoint=ckpt-99"], "one of: ckpt-2, ckpt-4"),
-        (["--model_dir={run}", "--batch_size=0"], "--batch_size=0"),
+        (
+            ["--model_dir={run}", "--batch_size=0"],
+            "--batch_size must be a whole number >= 1, got 0",
+        ),
         (["--model_dir={run}", "extra"], "unexpected argument"),
         (["--model_dir={run}", "--report_dir={run}/config.yaml/x"], "cannot create it"),
     ],

@@ -158,7 +158,10 @@ def test_rgb_files_asked_for_in_one_channel_are_pil_s_luma(folders):
 @pytest.mark.parametrize(
     "fields, message",
     [
-        ({"channels": 2}, "channels=2; use 1 (greyscale), 3 (RGB)"),
+        (
+            {"channels": 2},
+            "data.channels must be 1 (greyscale), 3 (RGB) or unset (the data's)",
+        ),
         ({"mean": (1.0, 2.0)}, "mean has 2 values; give one per channel: 1 or 3"),
         ({"channels": 1, "std": (1.0, 2.0, 3.0)}, "std has 3 values; give one per channel: 1"),
         ({"mean": (1.0,), "std": (1.0, 2.0, 3.0)}, "mean has 1 values and std 3"),

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from resnet_app.common.errors import ConfigError
+from resnet_app.config.sections import TrainSettings
 from resnet_app.data import class_balance, input_pipeline
 from resnet_app.data.settings import data_config
 from resnet_app.engine.losses import Loss
@@ -29,8 +30,11 @@ def test_balanced_weights_are_n_over_classes_times_count_and_average_1():
 def test_unknown_class_names_are_one_line():
     with pytest.raises(ConfigError, match=r"names dog, zebra, which the data does not have"):
         class_balance.class_weights({"zebra": 2.0, "dog": 1.0}, ["cat", "bird"], None)
-    with pytest.raises(ConfigError, match="weights must be >= 0"):
-        class_balance.class_weights({"cat": -1.0}, ["cat", "bird"], None)
+    # The config refuses what no data could make right, before any data is read.
+    with pytest.raises(ConfigError, match=r"^train.class_weights.cat must be balanced, or"):
+        TrainSettings(class_weights={"cat": -1.0})
+    with pytest.raises(ConfigError, match=r"^train.class_weights must be balanced, or .*'even'"):
+        TrainSettings(class_weights="even")
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.1])

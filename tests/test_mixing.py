@@ -76,9 +76,9 @@ def test_draws_follow_beta_and_the_switch_probability():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"mixup_alpha": -1}, "data.mix.mixup_alpha=-1"),
-        ({"switch_prob": 2}, "data.mix.switch_prob=2"),
-        ({"mode": "pair"}, "data.mix.mode='pair'"),
+        ({"mixup_alpha": -1}, "data.mix.mixup_alpha must be a number >= 0, got -1"),
+        ({"switch_prob": 2}, "data.mix.switch_prob must be in \\[0, 1\\], got 2"),
+        ({"mode": "pair"}, "data.mix.mode must be one of: batch, example, got 'pair'"),
     ],
 )
 def test_bad_settings_are_one_line(kwargs, message):

@@ -497,7 +497,7 @@ def test_create_model_overrides_any_field():
             "unknown model 'resnet51' (did you mean resnet56 or resnet50 or resnet18?)",
         ),
         ("resnet20", {"depth": 3}, "unknown model field(s) depth"),
-        ("resnet20", {"block": "wide"}, "'block' must be one of basic, bottleneck"),
+        ("resnet20", {"block": "wide"}, "'block' must be one of: basic, bottleneck"),
         ("resnet20", {"units": (3, 3)}, "one entry per stage"),
         ("resnet20", {"num_classes": 0}, "'num_classes'"),
         ("resnet20", {"weight_decay": -1.0}, "'weight_decay'"),
@@ -507,8 +507,8 @@ def test_create_model_overrides_any_field():
         ("resnet20", {"units": 3}, "'units' needs a list with one entry per stage"),
         ("tiny", {"bn_momentum": 1.0}, "'bn_momentum' must be in [0, 1)"),
         # The family's fields.
-        ("seresnet50", {"attention": "cbam"}, "'attention' must be one of none, se, eca"),
-        ("resnet50", {"stem": "tiered"}, "'stem' must be one of plain, deep"),
+        ("seresnet50", {"attention": "cbam"}, "'attention' must be one of: none, se, eca"),
+        ("resnet50", {"stem": "tiered"}, "'stem' must be one of: plain, deep"),
         ("resnet18", {"groups": 32}, "shape a bottleneck's 3x3 conv; this model has basic"),
         (
             "resnet50d",

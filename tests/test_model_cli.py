@@ -77,9 +77,9 @@ def test_help_lists_the_flags_and_the_user_facing_presets():
     "sets,message",
     [
         (["model.name=resnet18", "model.groups=32"], "this model has basic blocks"),
-        (["model.name=seresnet50", "model.attention=cbam"], "must be one of none, se, eca"),
+        (["model.name=seresnet50", "model.attention=cbam"], "must be one of: none, se, eca"),
         (["model.name=resnet50d", "model.stem_kernel=7"], "but resnet50d has stem=deep"),
-        (["model.name=resnet50", "model.stem=tiered"], "'stem' must be one of plain, deep"),
+        (["model.name=resnet50", "model.stem=tiered"], "'stem' must be one of: plain, deep"),
     ],
 )
 def test_family_mistakes_in_a_training_command_get_one_line_and_status_2(sets, message, tmp_path):

@@ -502,6 +502,7 @@ def test_a_new_kind_takes_its_class_and_dataclass_only(monkeypatch):
     documented from a config, with no other edit."""
     import dataclasses
 
+    from resnet_app.common import fields
     from resnet_app.config import optimizer_kinds, reference
 
     # A copy of the registry, restored after the test: no other test sees the toy kind.
@@ -521,8 +522,8 @@ def test_a_new_kind_takes_its_class_and_dataclass_only(monkeypatch):
 
         OPTIMIZER = f"{__name__}:ToySignDescent"
 
-        learning_rate: float = optimizer_kinds.argument(0.01, optimizer_kinds.AT_LEAST_0)
-        decay: float = optimizer_kinds.argument(0.0, optimizer_kinds.AT_LEAST_0)
+        learning_rate: float = fields.setting(0.01, fields.AT_LEAST_0)
+        decay: float = fields.setting(0.0, fields.AT_LEAST_0)
         clipnorm: float | None = optimizer_kinds.clipping("global_clipnorm")
         global_clipnorm: float | None = optimizer_kinds.clipping("clipnorm")
 

@@ -108,7 +108,10 @@ def test_predict_from_a_run_directory_as_json(tiny_run, images):
         (["--export_dir={tmp}", "{image}"], "holds no SavedModel"),
         (["--export_dir={broken}", "{image}"], "the SavedModel cannot be loaded"),
         (["--model_dir={tmp}", "{image}"], "must be a run directory"),
-        (["--model_dir={run}", "--batch_size=0", "{image}"], "--batch_size=0"),
+        (
+            ["--model_dir={run}", "--batch_size=0", "{image}"],
+            "--batch_size must be a whole number >= 1, got 0",
+        ),
     ],
 )
 def test_mistakes_are_one_line(tiny_run, images, tmp_path, args, message):

@@ -97,7 +97,10 @@ def test_bad_schedules_are_refused_in_one_line():
         (dict(start_size=16, end_epoch=2, sizes=(8,), epochs=(0,)), "give one"),
         (dict(sizes=(16, 24), epochs=(0,)), "one first epoch per size"),
         (dict(sizes=(16, 24), epochs=(1, 2)), "start at 0 and increase"),
-        (dict(sizes=(4,), epochs=(0,)), "use at least 8"),
+        (
+            dict(sizes=(4,), epochs=(0,)),
+            "data.progressive.sizes must be a whole number >= 8, got 4",
+        ),
         (dict(multiple=8), "set data.progressive.start_size too"),
     ]
     for keys, message in cases:

@@ -149,7 +149,7 @@ def test_how_a_lost_worker_is_noticed_may_change_on_resume():
 
 @pytest.mark.parametrize("value", ["0", "-5"])
 def test_a_sync_timeout_must_be_seconds_above_0(value):
-    with pytest.raises(ConfigError, match=rf"sync.timeout={float(value)}: give seconds above 0"):
+    with pytest.raises(ConfigError, match=rf"sync.timeout must be a number > 0, got {value}.0"):
         resolve(f"sync.timeout={value}")
 
 

@@ -380,19 +380,19 @@ PIECEWISE_KEYS = (
         ({"name": "script", "path": 3}, "schedule key 'path' must be PATH.py:FUNCTION"),
         (
             {"warmup_steps": 5, "warmup_epochs": 1},
-            "schedule keys 'warmup_steps' and 'warmup_epochs' exclude each other",
+            "schedule.warmup_steps and schedule.warmup_epochs exclude each other",
         ),
         (
             dict(PIECEWISE, values=[1, 2, 3]),
-            "schedule keys 'values' and 'multipliers' exclude each other",
+            "schedule.values and schedule.multipliers exclude each other",
         ),
         (
             {"name": "cosine", "total_steps": 10, "total_epochs": 1},
-            "schedule keys 'total_steps' and 'total_epochs' exclude each other",
+            "schedule.total_steps and schedule.total_epochs exclude each other",
         ),
         (
             {"name": "exponential", "decay_rate": 0.5, "decay_steps": 1, "decay_epochs": 1},
-            "schedule keys 'decay_steps' and 'decay_epochs' exclude each other",
+            "schedule.decay_steps and schedule.decay_epochs exclude each other",
         ),
         (
             dict(PIECEWISE, boundaries=[10, 10]),
@@ -450,7 +450,7 @@ PIECEWISE_KEYS = (
         ({"name": "cosine", "final": -0.1}, "schedule key 'final' must be a number >= 0"),
         ({"name": "cosine", "total_steps": 0}, "schedule key 'total_steps' must be a whole"),
         ({"name": "cosine", "total_epochs": 0}, "schedule key 'total_epochs' must be a number"),
-        ({"warmup_steps": 2, "warmup_start": -1}, "the warmup start must be a number >= 0"),
+        ({"warmup_steps": 2, "warmup_start": -1}, "key 'warmup_start' must be a number >= 0"),
         ({"warmup_start": 0.01}, "schedule key 'warmup_start' needs warmup_steps or warmup_epochs"),
         ({"batch_scaling": 0}, "schedule key 'batch_scaling' must be the batch size"),
         ({"batch_scaling": True}, "schedule key 'batch_scaling' must be the batch size"),

@@ -93,7 +93,7 @@ def test_the_toy_names_are_choices_and_help(toy_kinds):
     ):
         with pytest.raises(ConfigError) as error:
             presets.get_config("resnet20", **{field: value})
-        assert f"model field '{field}' must be one of {names}; got '{value}'" == str(error.value)
+        assert f"model field '{field}' must be one of: {names}, got '{value}'" == str(error.value)
     assert kinds.choices_help(kinds.BLOCKS).endswith('"triple" (three 3x3 convs)')
     assert kinds.choices_help(kinds.ATTENTIONS).endswith('or "gate" (a per-channel gate)')
 
@@ -237,7 +237,7 @@ def test_the_kinds_are_checked_before_tensorflow_loads(tmp_path):
     env = {"PYTHONPATH": f"{blocked}{os.pathsep}{REPO}"}
     result = run_command("resnet_app.train", "--set", "model.attention=cbam", env=env)
     line = error_line(result)
-    assert "model field 'attention' must be one of none, se, eca; got 'cbam'" in line
+    assert "model field 'attention' must be one of: none, se, eca, got 'cbam'" in line
 
 
 # --- A new stem: one registration line --------------------------------------------------
@@ -266,7 +266,7 @@ def toy_stem(monkeypatch):
 def test_a_toy_stem_is_checked_listed_and_refuses_the_others_fields(toy_stem):
     with pytest.raises(ConfigError) as error:
         presets.get_config("resnet20", stem="patchify")
-    assert "must be one of plain, deep, wide_then_narrow; got 'patchify'" in str(error.value)
+    assert "must be one of: plain, deep, wide_then_narrow, got 'patchify'" in str(error.value)
     assert kinds.choices_help(kinds.STEMS).endswith(
         '"wide_then_narrow" (a 5x5 conv to twice `stem_filters`, then a 1x1 to it)'
     )

@@ -158,7 +158,7 @@ def test_schedule_script(tmp_path):
         (["--config=configs/nope.yaml"], "configs/nope.yaml not found"),
         (["--set=train.bach_size=3"], "unknown train key.*bach_size.*valid keys"),
         (["--set=optimizer.learning_rate=-0.1"], "learning_rate"),
-        (["--train_steps=0"], "train.train_steps=0; use 1 or more"),
+        (["--train_steps=0"], "train.train_steps must be a whole number >= 1, got 0"),
         (["--model=resnet21"], "unknown model 'resnet21'"),
         (["--dataset=folder:/no/such/dir"], "/no/such/dir"),
         (["--dataset=cifar11"], "cifar11"),

@@ -277,6 +277,6 @@ def test_it_replaces_randaugment_and_is_a_config_key():
         data_config(augment={"auto_augment": "ta_wide", "randaugment_ops": 2})
     resolved = config.resolve(sets=["data.augment.auto_augment=ta_wide"])
     assert resolved.data.augment.auto_augment == "ta_wide"
-    message = "data.augment.auto_augment='ta'; use one of none, ta_wide, imagenet, cifar10, svhn"
+    message = "data.augment.auto_augment must be one of: none, ta_wide, imagenet, cifar10, svhn"
     with pytest.raises(ConfigError, match=message):
         config.resolve(sets=["data.augment.auto_augment=ta"])

@@ -6,11 +6,12 @@ for that mistake, so the same mistake reads the same everywhere.
 
 from __future__ import annotations
 
-from resnet_app.common.errors import ConfigError
+from resnet_app.common.fields import whole_at_least
 
 
-def at_least(name: str, value: int | float | None, minimum: int = 1) -> None:
-    """Refuses a number below `minimum`: "NAME=VALUE; use MINIMUM or more".
+def at_least(name: str, value: int | None, minimum: int = 1) -> None:
+    """Refuses a flag's number below `minimum`, as a config field's `Rule` would:
+    "NAME must be a whole number >= MINIMUM, got VALUE".
 
     Args:
       name: how the user wrote the setting, e.g. "--top_k" or "shuffle_buffer".
@@ -20,5 +21,5 @@ def at_least(name: str, value: int | float | None, minimum: int = 1) -> None:
     Raises:
       ConfigError: naming the setting, its value and the bound.
     """
-    if value is not None and value < minimum:
-        raise ConfigError(f"{name}={value}; use {minimum} or more")
+    if value is not None:
+        whole_at_least(minimum).check(name, value)

@@ -9,10 +9,12 @@ of these `| None`; or a nested group of such fields (a dataclass, e.g.
 else when the class is first read, so a new field of an unsupported type fails
 in the tests, not for a user.
 
-The `check_*` functions check a value's range, for the dataclasses that check
-their own fields (`nets/spec.py`, `config/schedule_kinds.py`): one test and
-one message per mistake, "WHAT must be a number >= 0, got VALUE", wherever it
-is made.
+A field declares its range or choices once, with its default: `setting(0.0,
+FRACTION)`; the dataclass's `__post_init__` calls `check_declared`, and only
+checks that relate fields to each other are written by hand. Every range is a
+`Rule`, so a mistake has one message wherever it is made: "WHAT must be a number
+>= 0, got VALUE". The `check_*` functions apply the same rules to values that
+are not fields (a schedule's derived lengths, a function's arguments).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import math
 import numbers
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 from typing import Any
 
 from resnet_app.common.errors import ConfigError
@@ -32,13 +34,14 @@ SET_BY = "set_by"  # Field metadata: not a key of its own; the key that sets it.
 # Field metadata: a resumed run may change the setting; it does not change what
 # the run computes (where to evaluate, how often to log, how long to run, ...).
 RESUMABLE = "resumable"
+CHECK = "check"  # Field metadata: the `Rule` the field's value meets (`check_declared`).
 SCALARS = (bool, int, float, str)
 TUPLE_ITEMS = (int, float, str)
 
 
-def resumable(default: Any = None, **metadata: Any) -> Any:
-    """A dataclass field a resumed run may change (`RESUMABLE` metadata)."""
-    return dataclasses.field(default=default, metadata={RESUMABLE: True, **metadata})
+def resumable(default: Any = None, rule: Rule | None = None, **metadata: Any) -> Any:
+    """A `setting` a resumed run may change (`RESUMABLE` metadata)."""
+    return setting(default, rule, **{RESUMABLE: True, **metadata})
 
 
 def resumable_keys(cls: type, section: str) -> set[str]:
@@ -140,6 +143,105 @@ def is_whole(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """What a setting's valid values are, declared once with the field (`setting`).
+
+    Attributes:
+      test: True for a valid value (never called with None: an optional
+        field's None is its "unset").
+      wanted: completes "WHAT must be ...": "a number >= 0"; or a function
+        giving it, for choices a registry may still extend.
+      convert: what a valid value is stored as: `int` for whole numbers
+        (NumPy's ints too), `float` for numbers; None keeps it.
+    """
+
+    test: Callable[[Any], bool]
+    wanted: str | Callable[[], str]
+    convert: Callable[[Any], Any] | None = None
+
+    def check(self, what: str, value: Any) -> Any:
+        """Returns `value` if it passes: "WHAT must be WANTED, got VALUE" if not.
+
+        Raises:
+          ConfigError: naming the setting, what it must be and what it was.
+        """
+        if not self.test(value):
+            wanted = self.wanted() if callable(self.wanted) else self.wanted
+            raise ConfigError(f"{what} must be {wanted}, got {value!r}")
+        return value if self.convert is None else self.convert(value)
+
+
+def interval(low: float, high: float, *, low_in: bool = True, high_in: bool = False) -> Rule:
+    """A number between `low` and `high`, each end included or not: "in [0, 1)"."""
+
+    def test(x: Any) -> bool:
+        if not is_number(x):
+            return False
+        return (x >= low if low_in else x > low) and (x <= high if high_in else x < high)
+
+    brackets = ("[" if low_in else "(", "]" if high_in else ")")
+    return Rule(test, f"in {brackets[0]}{low:g}, {high:g}{brackets[1]}", float)
+
+
+def whole_at_least(minimum: int) -> Rule:
+    """A whole number >= `minimum` (Python's or NumPy's; a bool is not one)."""
+    return Rule(lambda x: is_whole(x) and x >= minimum, f"a whole number >= {minimum}", int)
+
+
+def one_of(choices: Collection[str]) -> Rule:
+    """One of `choices`, a collection read when checking (a registry may grow)."""
+    return Rule(
+        lambda x: isinstance(x, Hashable) and x in choices, lambda: "one of: " + ", ".join(choices)
+    )
+
+
+AT_LEAST_0 = Rule(lambda x: is_number(x) and x >= 0, "a number >= 0", float)
+MORE_THAN_0 = Rule(lambda x: is_number(x) and x > 0, "a number > 0", float)
+AT_LEAST_1 = whole_at_least(1)
+FRACTION = interval(0, 1)  # [0, 1): a rate, a decay, a smoothing.
+PROBABILITY = interval(0, 1, low_in=False)  # (0, 1): neither never nor always.
+SHARE = interval(0, 1, low_in=False, high_in=True)  # (0, 1]: some of it, up to all.
+FLAG = Rule(lambda x: isinstance(x, bool), "true or false")
+
+
+def setting(default: Any = dataclasses.MISSING, rule: Rule | None = None, **metadata: Any) -> Any:
+    """A config field: its default (none: a required field) and the `Rule` its value
+    (or each item of a list or mapping) meets."""
+    if rule is not None:
+        metadata[CHECK] = rule
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def check_declared(instance: Any, name: str) -> None:
+    """Checks every field of a dataclass instance against its declared `Rule`.
+
+    A tuple's rule applies to each item, a mapping's to each value; None (unset)
+    passes. Whole numbers are stored back as Python ints.
+
+    Args:
+      instance: a dataclass instance, checked in its `__post_init__`.
+      name: how messages name a field, with "{}" for its name: "train.{}",
+        "model field '{}'".
+
+    Raises:
+      ConfigError: the first value that breaks its rule, in field order.
+    """
+    types = field_types(type(instance))
+    for field in dataclasses.fields(instance):
+        rule, value = field.metadata.get(CHECK), getattr(instance, field.name)
+        if rule is None or value is None:
+            continue
+        what, base = name.format(field.name), types[field.name].base
+        if base is tuple and isinstance(value, (tuple, list)):
+            value = tuple(rule.check(f"an entry of {what}", item) for item in value)
+        elif base is dict and isinstance(value, Mapping):
+            value = {key: rule.check(f"{what}.{key}", item) for key, item in value.items()}
+        else:
+            value = rule.check(what, value)
+        object.__setattr__(instance, field.name, value)
+
+
 def check_number(what: str, value: Any, *, positive: bool = False) -> float:
     """Returns `value` as a float if it is a finite number >= 0 (> 0 if `positive`).
 
@@ -151,10 +253,7 @@ def check_number(what: str, value: Any, *, positive: bool = False) -> float:
     Raises:
       ConfigError: "WHAT must be a number >= 0, got VALUE" (or "> 0").
     """
-    if not is_number(value) or value < 0 or (positive and value == 0):
-        bound = "> 0" if positive else ">= 0"
-        raise ConfigError(f"{what} must be a number {bound}, got {value!r}")
-    return float(value)
+    return (MORE_THAN_0 if positive else AT_LEAST_0).check(what, value)
 
 
 def check_fraction(what: str, value: Any, *, zero: bool = True, one: bool = False) -> float:
@@ -163,11 +262,7 @@ def check_fraction(what: str, value: Any, *, zero: bool = True, one: bool = Fals
     Raises:
       ConfigError: "WHAT must be in [0, 1), got VALUE" (the interval as asked).
     """
-    inside = is_number(value) and (value >= 0 if zero else value > 0)
-    if not (inside and (value <= 1 if one else value < 1)):
-        interval = ("[" if zero else "(") + "0, 1" + ("]" if one else ")")
-        raise ConfigError(f"{what} must be in {interval}, got {value!r}")
-    return float(value)
+    return interval(0, 1, low_in=zero, high_in=one).check(what, value)
 
 
 def check_positive_int(what: str, value: Any) -> int:
@@ -176,16 +271,12 @@ def check_positive_int(what: str, value: Any) -> int:
     Raises:
       ConfigError: "WHAT must be a whole number >= 1, got VALUE".
     """
-    if not is_whole(value) or value < 1:
-        raise ConfigError(f"{what} must be a whole number >= 1, got {value!r}")
-    return int(value)
+    return AT_LEAST_1.check(what, value)
 
 
 def check_flag(what: str, value: Any) -> bool:
     """Returns `value` if it is a bool: "WHAT must be true or false, got VALUE"."""
-    if not isinstance(value, bool):
-        raise ConfigError(f"{what} must be true or false, got {value!r}")
-    return value
+    return FLAG.check(what, value)
 
 
 def coerce(key: str, value: Any, kind: FieldType) -> Any:

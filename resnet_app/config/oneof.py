@@ -25,14 +25,19 @@ from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.common.fields import RESUMABLE
+from resnet_app.common.fields import RESUMABLE, Rule, setting
 
 ALTERNATIVE = "alternative"  # Field metadata: the field this one replaces.
 REQUIRED = "required"  # Field metadata: one of this field and its alternative is needed.
 
 
 def alternative(
-    other: str, default: Any = None, *, required: bool = False, resumable: bool = False
+    other: str,
+    default: Any = None,
+    *,
+    required: bool = False,
+    resumable: bool = False,
+    rule: Rule | None = None,
 ) -> Any:
     """A dataclass field that replaces `other`: a layer giving one drops the other.
 
@@ -41,12 +46,13 @@ def alternative(
       default: this field's default.
       required: one of the two fields must be given (checked on reading a mapping).
       resumable: a resumed run may change it (`fields.RESUMABLE`).
+      rule: the `fields.Rule` its value meets, if any.
 
     Returns:
       The `dataclasses.field`.
     """
     metadata = {ALTERNATIVE: other, REQUIRED: required, RESUMABLE: resumable}
-    return dataclasses.field(default=default, metadata=metadata)
+    return setting(default, rule, **metadata)
 
 
 def alternatives(cls: type) -> dict[str, str]:
@@ -56,6 +62,33 @@ def alternatives(cls: type) -> dict[str, str]:
         for field in dataclasses.fields(cls)
         if ALTERNATIVE in field.metadata
     }
+
+
+def check_alternatives(instance: Any, name: str, within: str = "") -> None:
+    """Refuses a dataclass instance that sets two alternative fields, or neither of a
+    required pair: the check every `alternative` declares.
+
+    Args:
+      instance: a dataclass instance, checked in its `__post_init__`.
+      name: how messages name a field, with "{}" for its name: "train.{}".
+      within: what messages start with, if anything: "optimizer 'sgd'".
+
+    Raises:
+      ConfigError: "A and B exclude each other; keep one", or "give one of A and B".
+    """
+    named: set[str] = set()
+    for field in dataclasses.fields(instance):
+        other = field.metadata.get(ALTERNATIVE)
+        if other is None or other in named:  # Each pair once, in the order declared.
+            continue
+        named.add(field.name)
+        given = [getattr(instance, key) is not None for key in (field.name, other)]
+        pair = f"{name.format(field.name)} and {name.format(other)}"
+        start = f"{within}: " if within else ""
+        if all(given):
+            raise ConfigError(f"{start}{pair} exclude each other; keep one")
+        if not any(given) and field.metadata.get(REQUIRED):
+            raise ConfigError(f"{start}give one of {pair}")
 
 
 def plain(value: Any) -> Any:

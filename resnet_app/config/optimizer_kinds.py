@@ -1,7 +1,7 @@
 """The `optimizer:` section: one kind per optimizer class, with its arguments and defaults.
 
 Each kind is one dataclass: its fields are the class's arguments (type from the
-annotation, range from the field's `check` metadata), `OPTIMIZER` names the Keras
+annotation, range from the `Rule` its `setting` declares), `OPTIMIZER` names the Keras
 class it builds ("module:Class", imported only by `build`), and `build` makes the
 optimizer, with any set-up of the kind's own. The module imports no TensorFlow,
 so a bad argument is answered before TensorFlow loads; `engine/optim.py`'s
@@ -13,20 +13,23 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import math
 import numbers
-from collections.abc import Callable
 from typing import Any
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.common.fields import FieldType, field_types
-from resnet_app.config.oneof import ALTERNATIVE, OneOfSection
+from resnet_app.common.fields import (
+    AT_LEAST_0,
+    CHECK,
+    FRACTION,
+    MORE_THAN_0,
+    FieldType,
+    Rule,
+    field_types,
+    setting,
+)
+from resnet_app.config.oneof import ALTERNATIVE, OneOfSection, check_alternatives
 
-CHECK = "check"  # Field metadata: (test, what a valid value is).
-AT_LEAST_0 = (lambda x: x >= 0, "a number >= 0")
-MORE_THAN_0 = (lambda x: x > 0, "a number > 0")
-FRACTION = (lambda x: 0 <= x < 1, "a number in [0, 1)")
-_NORM = (lambda x: x > 0, "a number > 0 or null")
+_NORM = Rule(MORE_THAN_0.test, "a number > 0 or null")
 
 # The variables no optimizer decays: BatchNorm gamma and beta and every bias.
 # Matched by Keras against the TensorFlow variable name, which is the whole path
@@ -37,14 +40,9 @@ _NORM = (lambda x: x > 0, "a number > 0 or null")
 NO_WEIGHT_DECAY = (r"(?:^|/)(?:gamma|beta|bias)(?:/replica_\d+)?(?::\d+)?$",)
 
 
-def argument(default: Any, check: tuple[Callable[[float], bool], str]) -> Any:
-    """A numeric optimizer argument: its default and the range it must be in."""
-    return dataclasses.field(default=default, metadata={CHECK: check})
-
-
 def clipping(other: str) -> Any:
     """`clipnorm` or `global_clipnorm`: off by default, at most one of the two."""
-    return dataclasses.field(default=None, metadata={CHECK: _NORM, ALTERNATIVE: other})
+    return setting(None, _NORM, **{ALTERNATIVE: other})
 
 
 class OptimizerSection(OneOfSection):
@@ -60,11 +58,7 @@ class OptimizerSection(OneOfSection):
         for field in dataclasses.fields(self):
             value = _check_value(self.KIND, field, getattr(self, field.name), types[field.name])
             object.__setattr__(self, field.name, value)
-        if self.clipnorm is not None and self.global_clipnorm is not None:
-            raise ConfigError(
-                f"optimizer '{self.KIND}': set clipnorm or global_clipnorm, not both "
-                f"(got {self.clipnorm} and {self.global_clipnorm})"
-            )
+        check_alternatives(self, "{}", within=f"optimizer '{self.KIND}'")
 
     def arguments(self) -> dict[str, Any]:
         """The optimizer class's keyword arguments: every field, None included."""
@@ -117,7 +111,7 @@ def _check_value(kind: str, field: dataclasses.Field, value: Any, type_: FieldTy
         return value
     if value is None and type_.optional:
         return None
-    test, wanted = field.metadata[CHECK]
+    rule = field.metadata[CHECK]
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         hint = ""
         if isinstance(value, str) and _is_float(value):
@@ -126,11 +120,10 @@ def _check_value(kind: str, field: dataclasses.Field, value: Any, type_: FieldTy
                 hint = f"; YAML reads {value} as text, write {value.lower().replace('e', '.0e')}"
             else:
                 hint = "; write the number without quotes"
-        raise ConfigError(f"{where} must be {wanted}, got {value!r} ({type(value).__name__}){hint}")
-    value = float(value)
-    if not math.isfinite(value) or not test(value):
-        raise ConfigError(f"{where} must be {wanted}, got {value}")
-    return value
+        raise ConfigError(
+            f"{where} must be {rule.wanted}, got {value!r} ({type(value).__name__}){hint}"
+        )
+    return rule.check(where, float(value))
 
 
 def _is_float(text: str) -> bool:
@@ -155,8 +148,8 @@ class Momentum(OptimizerSection, kind="momentum"):
 
     OPTIMIZER = "resnet_app.engine.optim:Momentum"
 
-    learning_rate: float = argument(0.1, AT_LEAST_0)
-    momentum: float = argument(0.9, FRACTION)
+    learning_rate: float = setting(0.1, AT_LEAST_0)
+    momentum: float = setting(0.9, FRACTION)
     nesterov: bool = False
     clipnorm: float | None = clipping("global_clipnorm")
     global_clipnorm: float | None = clipping("clipnorm")
@@ -176,8 +169,8 @@ class SGD(OptimizerSection, kind="sgd"):
 
     OPTIMIZER = "keras.optimizers:SGD"
 
-    learning_rate: float = argument(0.1, AT_LEAST_0)
-    momentum: float = argument(0.0, FRACTION)
+    learning_rate: float = setting(0.1, AT_LEAST_0)
+    momentum: float = setting(0.0, FRACTION)
     nesterov: bool = False
     clipnorm: float | None = clipping("global_clipnorm")
     global_clipnorm: float | None = clipping("clipnorm")
@@ -199,10 +192,10 @@ class RMSprop(OptimizerSection, kind="rmsprop"):
 
     OPTIMIZER = "keras.optimizers:RMSprop"
 
-    learning_rate: float = argument(0.001, AT_LEAST_0)
-    rho: float = argument(0.9, FRACTION)
-    momentum: float = argument(0.0, FRACTION)
-    epsilon: float = argument(1e-7, MORE_THAN_0)
+    learning_rate: float = setting(0.001, AT_LEAST_0)
+    rho: float = setting(0.9, FRACTION)
+    momentum: float = setting(0.0, FRACTION)
+    epsilon: float = setting(1e-7, MORE_THAN_0)
     centered: bool = False
     clipnorm: float | None = clipping("global_clipnorm")
     global_clipnorm: float | None = clipping("clipnorm")
@@ -224,10 +217,10 @@ class Adam(OptimizerSection, kind="adam"):
 
     OPTIMIZER = "keras.optimizers:Adam"
 
-    learning_rate: float = argument(0.001, AT_LEAST_0)
-    beta_1: float = argument(0.9, FRACTION)
-    beta_2: float = argument(0.999, FRACTION)
-    epsilon: float = argument(1e-7, MORE_THAN_0)
+    learning_rate: float = setting(0.001, AT_LEAST_0)
+    beta_1: float = setting(0.9, FRACTION)
+    beta_2: float = setting(0.999, FRACTION)
+    epsilon: float = setting(1e-7, MORE_THAN_0)
     amsgrad: bool = False
     clipnorm: float | None = clipping("global_clipnorm")
     global_clipnorm: float | None = clipping("clipnorm")
@@ -250,11 +243,11 @@ class AdamW(OptimizerSection, kind="adamw"):
 
     OPTIMIZER = "keras.optimizers:AdamW"
 
-    learning_rate: float = argument(0.001, AT_LEAST_0)
-    weight_decay: float = argument(0.004, AT_LEAST_0)
-    beta_1: float = argument(0.9, FRACTION)
-    beta_2: float = argument(0.999, FRACTION)
-    epsilon: float = argument(1e-7, MORE_THAN_0)
+    learning_rate: float = setting(0.001, AT_LEAST_0)
+    weight_decay: float = setting(0.004, AT_LEAST_0)
+    beta_1: float = setting(0.9, FRACTION)
+    beta_2: float = setting(0.999, FRACTION)
+    epsilon: float = setting(1e-7, MORE_THAN_0)
     amsgrad: bool = False
     clipnorm: float | None = clipping("global_clipnorm")
     global_clipnorm: float | None = clipping("clipnorm")
@@ -288,11 +281,11 @@ class Lamb(OptimizerSection, kind="lamb"):
 
     OPTIMIZER = "resnet_app.engine.large_batch:Lamb"
 
-    learning_rate: float = argument(0.001, AT_LEAST_0)
-    beta_1: float = argument(0.9, FRACTION)
-    beta_2: float = argument(0.999, FRACTION)
-    epsilon: float = argument(1e-6, MORE_THAN_0)
-    weight_decay: float = argument(0.0, AT_LEAST_0)
+    learning_rate: float = setting(0.001, AT_LEAST_0)
+    beta_1: float = setting(0.9, FRACTION)
+    beta_2: float = setting(0.999, FRACTION)
+    epsilon: float = setting(1e-6, MORE_THAN_0)
+    weight_decay: float = setting(0.0, AT_LEAST_0)
     exclude_from_adaptation: bool = True
     clipnorm: float | None = clipping("global_clipnorm")
     global_clipnorm: float | None = clipping("clipnorm")
@@ -322,11 +315,11 @@ class Lars(OptimizerSection, kind="lars"):
 
     OPTIMIZER = "resnet_app.engine.large_batch:Lars"
 
-    learning_rate: float = argument(0.1, AT_LEAST_0)
-    momentum: float = argument(0.9, FRACTION)
-    eeta: float = argument(0.001, MORE_THAN_0)
-    weight_decay: float = argument(0.0, AT_LEAST_0)
-    epsilon: float = argument(0.0, AT_LEAST_0)
+    learning_rate: float = setting(0.1, AT_LEAST_0)
+    momentum: float = setting(0.9, FRACTION)
+    eeta: float = setting(0.001, MORE_THAN_0)
+    weight_decay: float = setting(0.0, AT_LEAST_0)
+    epsilon: float = setting(0.0, AT_LEAST_0)
     nesterov: bool = False
     exclude_from_adaptation: bool = True
     clipnorm: float | None = clipping("global_clipnorm")

@@ -24,14 +24,28 @@ from typing import Any
 from resnet_app.common import lr_curves
 from resnet_app.common.errors import ConfigError
 from resnet_app.common.fields import (
-    check_flag,
+    AT_LEAST_0,
+    AT_LEAST_1,
+    FLAG,
+    MORE_THAN_0,
+    Rule,
+    check_declared,
     check_number,
-    check_positive_int,
     is_number,
     is_whole,
+    setting,
 )
 from resnet_app.common.lr_curves import UNITS, Schedule
-from resnet_app.config.oneof import OneOfSection, alternative
+from resnet_app.config.oneof import OneOfSection, alternative, check_alternatives
+
+REFERENCE_BATCH = Rule(
+    lambda x: is_whole(x) and x >= 1,
+    "the batch size the learning rates are meant for, such as 256 (or null for none)",
+    int,
+)
+
+
+UNIT = Rule(lambda x: x in UNITS, "steps, epochs or fraction (of the run)")
 
 
 def key(name: str) -> str:
@@ -39,22 +53,8 @@ def key(name: str) -> str:
     return f"schedule key '{name}'"
 
 
-def check_one_of(names: tuple[str, str], first: Any, second: Any, required: bool = True) -> None:
-    """At most one of two alternative keys is given (exactly one if `required`)."""
-    if required and first is None and second is None:
-        raise ConfigError(f"schedule needs '{names[0]}' or '{names[1]}'; give one of them")
-    if first is not None and second is not None:
-        raise ConfigError(
-            f"schedule keys '{names[0]}' and '{names[1]}' exclude each other; keep one"
-        )
-
-
 def check_boundaries(boundaries: Any, unit: Any) -> list[float]:
-    """Checks a piecewise schedule's unit and boundaries; returns the boundaries as floats."""
-    if unit not in UNITS:
-        raise ConfigError(
-            f"schedule key 'unit' must be steps, epochs or fraction (of the run), got {unit!r}"
-        )
+    """Checks a piecewise schedule's boundaries in its (checked) unit; returns them as floats."""
     if not isinstance(boundaries, Sequence) or isinstance(boundaries, str):
         raise ConfigError(
             f"schedule key 'boundaries' needs a list of {unit}, e.g. [30, 60, 80]; "
@@ -101,10 +101,12 @@ class ScheduleSection(OneOfSection):
     NULL_IS_ABSENT = True
 
     def __post_init__(self):
+        check_declared(self, "schedule key '{}'")
+        check_alternatives(self, "schedule.{}")
         self.check()
 
     def check(self) -> None:
-        """Checks the values and stores numbers as floats; each kind adds its own."""
+        """The checks its fields' declarations do not make: how they relate."""
 
     def warmup_length(self, steps_per_epoch: int) -> int:
         """The steps of the linear warmup the schedule starts with (0: none)."""
@@ -162,26 +164,13 @@ class RateSchedule(ScheduleSection):
       warmup_start: the learning rate the warmup starts from (not scaled).
     """
 
-    batch_scaling: int | None = None
-    warmup_steps: int | None = alternative("warmup_epochs")
-    warmup_epochs: float | None = alternative("warmup_steps")
-    warmup_start: float = 0.0
+    batch_scaling: int | None = setting(None, REFERENCE_BATCH)
+    warmup_steps: int | None = alternative("warmup_epochs", rule=AT_LEAST_1)
+    warmup_epochs: float | None = alternative("warmup_steps", rule=MORE_THAN_0)
+    warmup_start: float = setting(0.0, AT_LEAST_0)
 
     def check(self) -> None:
-        reference = self.batch_scaling
-        if reference is not None and not (is_whole(reference) and reference >= 1):
-            raise ConfigError(
-                "schedule key 'batch_scaling' must be the batch size the learning rates are meant "
-                f"for, such as 256 (or null for none), got {reference!r}"
-            )
         self.check_kind()
-        steps, epochs = self.warmup_steps, self.warmup_epochs
-        check_one_of(("warmup_steps", "warmup_epochs"), steps, epochs, required=False)
-        if steps is not None:
-            self._set("warmup_steps", check_positive_int(key("warmup_steps"), steps))
-        if epochs is not None:
-            self._set("warmup_epochs", check_number(key("warmup_epochs"), epochs, positive=True))
-        self._set("warmup_start", check_number("the warmup start", self.warmup_start))
         if self.warmup_start and not self.has_warmup:
             raise ConfigError("schedule key 'warmup_start' needs warmup_steps or warmup_epochs")
 
@@ -242,22 +231,19 @@ class Piecewise(RateSchedule, kind="piecewise"):
     """
 
     boundaries: tuple[float, ...]
-    unit: str = "steps"
+    unit: str = setting("steps", UNIT)
     values: tuple[float, ...] | None = alternative("multipliers", required=True)
     multipliers: tuple[float, ...] | None = alternative("values", required=True)
-    total_steps: int | None = None
+    total_steps: int | None = setting(None, AT_LEAST_1)
 
     def check_kind(self) -> None:
         length = len(check_boundaries(self.boundaries, self.unit)) + 1
         self._set("boundaries", tuple(self.boundaries))
-        if self.total_steps is not None:
-            self._set("total_steps", check_positive_int(key("total_steps"), self.total_steps))
-            if self.unit != "fraction":
-                raise ConfigError(
-                    "schedule key 'total_steps' is for boundaries in fractions "
-                    f"(schedule.unit=fraction), not in {self.unit}"
-                )
-        check_one_of(("values", "multipliers"), self.values, self.multipliers)
+        if self.total_steps is not None and self.unit != "fraction":
+            raise ConfigError(
+                "schedule key 'total_steps' is for boundaries in fractions "
+                f"(schedule.unit=fraction), not in {self.unit}"
+            )
         for name in ("values", "multipliers"):
             if getattr(self, name) is not None:
                 self._set(name, tuple(check_rates(name, getattr(self, name), length)))
@@ -309,18 +295,9 @@ class Cosine(RateSchedule, kind="cosine"):
       total_epochs: or in epochs.
     """
 
-    final: float = 0.0
-    total_steps: int | None = alternative("total_epochs")
-    total_epochs: float | None = alternative("total_steps")
-
-    def check_kind(self) -> None:
-        self._set("final", check_number(key("final"), self.final))
-        check_one_of(("total_steps", "total_epochs"), self.total_steps, self.total_epochs, False)
-        if self.total_steps is not None:
-            self._set("total_steps", check_positive_int(key("total_steps"), self.total_steps))
-        if self.total_epochs is not None:
-            epochs = check_number(key("total_epochs"), self.total_epochs, positive=True)
-            self._set("total_epochs", epochs)
+    final: float = setting(0.0, AT_LEAST_0)
+    total_steps: int | None = alternative("total_epochs", rule=AT_LEAST_1)
+    total_epochs: float | None = alternative("total_steps", rule=MORE_THAN_0)
 
     def build(self, base_lr: float, total_steps: int) -> Schedule:
         if self.total_epochs is not None:
@@ -341,10 +318,7 @@ class Linear(RateSchedule, kind="linear"):
       final: the learning rate at the end of the run.
     """
 
-    final: float = 0.0
-
-    def check_kind(self) -> None:
-        self._set("final", check_number(key("final"), self.final))
+    final: float = setting(0.0, AT_LEAST_0)
 
     def build(self, base_lr: float, total_steps: int) -> Schedule:
         return lr_curves.linear(
@@ -367,18 +341,10 @@ class Exponential(RateSchedule, kind="exponential"):
       staircase: drop once per period instead of smoothly.
     """
 
-    decay_rate: float
-    decay_steps: float | None = alternative("decay_epochs", required=True)
-    decay_epochs: float | None = alternative("decay_steps", required=True)
-    staircase: bool = False
-
-    def check_kind(self) -> None:
-        self._set("decay_rate", check_number(key("decay_rate"), self.decay_rate, positive=True))
-        check_one_of(("decay_steps", "decay_epochs"), self.decay_steps, self.decay_epochs)
-        for name in ("decay_steps", "decay_epochs"):
-            if getattr(self, name) is not None:
-                self._set(name, check_number(key(name), getattr(self, name), positive=True))
-        check_flag(key("staircase"), self.staircase)
+    decay_rate: float = setting(rule=MORE_THAN_0)  # Required.
+    decay_steps: float | None = alternative("decay_epochs", required=True, rule=MORE_THAN_0)
+    decay_epochs: float | None = alternative("decay_steps", required=True, rule=MORE_THAN_0)
+    staircase: bool = setting(False, FLAG)
 
     def build(self, base_lr: float, total_steps: int) -> Schedule:
         return lr_curves.exponential(
@@ -402,11 +368,7 @@ class Script(ScheduleSection, kind="script"):
 
     RUNS_CODE = True
 
-    path: str
+    path: str = setting(rule=Rule(lambda x: isinstance(x, str), "PATH.py:FUNCTION"))
 
     def describe(self, rate: Callable[[int], str], start: int, total: int, per_epoch: int) -> str:
         return f"from {self.path}"
-
-    def check(self) -> None:
-        if not isinstance(self.path, str):
-            raise ConfigError(f"schedule key 'path' must be PATH.py:FUNCTION, got {self.path!r}")

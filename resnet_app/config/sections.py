@@ -22,17 +22,29 @@ records them as null, so a resumed run derives them again.
 from __future__ import annotations
 
 import dataclasses
-import math
 import typing
 from collections.abc import Mapping
 from typing import Any
 
 from resnet_app.common import auto_precision, migration
 from resnet_app.common import precision as precision_names
-from resnet_app.common.checks import at_least
 from resnet_app.common.errors import ConfigError
-from resnet_app.common.fields import config_keys, replace_from, resumable
-from resnet_app.config.oneof import Section, alternative, plain
+from resnet_app.common.fields import (
+    AT_LEAST_0,
+    AT_LEAST_1,
+    FRACTION,
+    MORE_THAN_0,
+    PROBABILITY,
+    Rule,
+    check_declared,
+    config_keys,
+    is_number,
+    one_of,
+    replace_from,
+    resumable,
+    setting,
+)
+from resnet_app.config.oneof import Section, alternative, check_alternatives, plain
 from resnet_app.config.optimizer_kinds import Momentum, OptimizerSection
 from resnet_app.config.schedule_kinds import Piecewise, ScheduleSection
 from resnet_app.data.settings import DataConfig
@@ -61,12 +73,27 @@ BEST_METRICS = {
 BEST_MODES = ("max", "min")
 # train.precision's names -> their `Precision` (the images' dtype, data.dtype, unless set).
 PRECISIONS = precision_names.PRECISIONS
+# train.precision: a registered precision (read when checking: one may be added) or "auto".
+PRECISION = Rule(
+    lambda x: x in PRECISIONS or x == auto_precision.AUTO,
+    lambda: f"one of: {', '.join(PRECISIONS)}, {auto_precision.AUTO}",
+)
 MAX_ROLLBACKS = 3
 SYNC_MODES = ("allreduce", "model_average")
 DERIVED_DTYPE = "data.dtype"  # Follows train.precision when unset.
 DERIVED_PRECISION = "train.precision"  # "auto", resolved for this machine.
 # How `to_dict` writes a derived key: what makes it derived again when read back.
 DERIVED_AS = {DERIVED_DTYPE: None, DERIVED_PRECISION: auto_precision.AUTO}
+
+
+NOT_BLANK = Rule(
+    lambda x: isinstance(x, str) and bool(x.strip()),
+    "a source (keras:resnet50, a file or a run directory)",
+)
+CLASS_WEIGHTS = Rule(
+    lambda x: is_number(x) and x >= 0 if not isinstance(x, str) else x == "balanced",
+    "balanced, or class names mapped to weights >= 0 (e.g. {cat: 2.0})",
+)
 
 
 def _require(ok: bool, message: str) -> None:
@@ -161,39 +188,39 @@ class TrainSettings:
         probability is at least this (the F1 scores, predict's labels).
     """
 
-    batch_size: int = 128
-    epochs: float | None = alternative("train_steps", resumable=True)
-    train_steps: int | None = alternative("epochs", default=64_000, resumable=True)
-    eval_every: int | None = resumable(None)
-    log_every: int = resumable(100)
-    steps_per_loop: int | None = resumable(None)
-    checkpoint_every: int | None = resumable(None)
-    num_towers: int | None = resumable(None)
+    batch_size: int = setting(128, AT_LEAST_1)
+    epochs: float | None = alternative("train_steps", resumable=True, rule=MORE_THAN_0)
+    train_steps: int | None = alternative("epochs", default=64_000, resumable=True, rule=AT_LEAST_1)
+    eval_every: int | None = resumable(None, AT_LEAST_1)
+    log_every: int = resumable(100, AT_LEAST_1)
+    steps_per_loop: int | None = resumable(None, AT_LEAST_1)
+    checkpoint_every: int | None = resumable(None, AT_LEAST_1)
+    num_towers: int | None = resumable(None, AT_LEAST_1)
     seed: int = 0
-    label_smoothing: float = 0.0
-    eval_batch_size: int | None = resumable(None)
-    keep_checkpoints: int = resumable(3)
-    keep_checkpoint_every_n_hours: float | None = resumable(None)
+    label_smoothing: float = setting(0.0, FRACTION)
+    eval_batch_size: int | None = resumable(None, AT_LEAST_1)
+    keep_checkpoints: int = resumable(3, AT_LEAST_1)
+    keep_checkpoint_every_n_hours: float | None = resumable(None, MORE_THAN_0)
     deterministic: bool = resumable(False)
-    on_nan: str = resumable("stop")
-    nan_lr_factor: float = resumable(0.5)
-    precision: str = "fp32"
+    on_nan: str = resumable("stop", one_of(ON_NAN))
+    nan_lr_factor: float = resumable(0.5, PROBABILITY)
+    precision: str = setting("fp32", PRECISION)
     jit: bool = resumable(False)
-    init_from: str | None = None
-    init_head: str = "auto"
+    init_from: str | None = setting(None, NOT_BLANK)
+    init_head: str = setting("auto", one_of(INIT_HEADS))
     freeze: tuple[str, ...] = ()
     freeze_batch_norm: bool = True
-    lr_multipliers: dict[str, float] | None = None
+    lr_multipliers: dict[str, float] | None = setting(None, AT_LEAST_0)
     keep_best: bool = resumable(False)
-    best_metric: str | None = resumable(None)
-    best_mode: str | None = resumable(None)
-    loss: str = "cross_entropy"
-    bce_target_threshold: float | None = None
-    accumulate_steps: int = 1
-    ema_decay: float = resumable(0.0)
+    best_metric: str | None = resumable(None, one_of(BEST_METRICS))
+    best_mode: str | None = resumable(None, one_of(BEST_MODES))
+    loss: str = setting("cross_entropy", one_of(LOSSES))
+    bce_target_threshold: float | None = setting(None, FRACTION)
+    accumulate_steps: int = setting(1, AT_LEAST_1)
+    ema_decay: float = resumable(0.0, FRACTION)
     ema_warmup: bool = resumable(False)
-    class_weights: str | dict[str, float] | None = None
-    threshold: float = resumable(0.5)
+    class_weights: str | dict[str, float] | None = setting(None, CLASS_WEIGHTS)
+    threshold: float = resumable(0.5, PROBABILITY)
 
     @property
     def best_by(self) -> str:
@@ -208,90 +235,12 @@ class TrainSettings:
         return self.best_mode or BEST_METRICS[self.best_by]
 
     def __post_init__(self):
-        for name in (
-            "batch_size",
-            "log_every",
-            "train_steps",
-            "eval_every",
-            "steps_per_loop",
-            "checkpoint_every",
-            "num_towers",
-            "eval_batch_size",
-            "keep_checkpoints",
-        ):
-            at_least(f"train.{name}", getattr(self, name))
+        check_declared(self, "train.{}")
+        check_alternatives(self, "train.{}")
         _require(
-            (self.epochs is None) != (self.train_steps is None),
-            "give exactly one of train.epochs and train.train_steps "
-            f"(got epochs={self.epochs}, train_steps={self.train_steps})",
-        )
-        _require(
-            self.epochs is None or 0 < self.epochs < math.inf,
-            f"train.epochs={self.epochs}; use a number more than 0",
-        )
-        _require(
-            0 <= self.label_smoothing < 1,
-            f"train.label_smoothing={self.label_smoothing}; use a value in [0, 1)",
-        )
-        hours = self.keep_checkpoint_every_n_hours
-        _require(
-            hours is None or hours > 0,
-            f"train.keep_checkpoint_every_n_hours={hours}; use a number of hours more than 0",
-        )
-        _require(
-            self.on_nan in ON_NAN,
-            f"train.on_nan={self.on_nan!r}; use one of: {', '.join(ON_NAN)}",
-        )
-        _require(
-            self.precision in PRECISIONS or self.precision == auto_precision.AUTO,
-            f"train.precision={self.precision!r}; use one of: {', '.join(PRECISIONS)}, auto",
-        )
-        _require(
-            0 < self.nan_lr_factor < 1,
-            f"train.nan_lr_factor={self.nan_lr_factor}; use a value in (0, 1)",
-        )
-        _require(
-            self.init_from is None or bool(self.init_from.strip()),
-            "train.init_from is empty; give a source (keras:resnet50, a file or a run "
-            "directory) or leave it unset",
-        )
-        _require(self.loss in LOSSES, f"train.loss={self.loss!r}; use one of: {', '.join(LOSSES)}")
-        at_least("train.accumulate_steps", self.accumulate_steps)
-        threshold = self.bce_target_threshold
-        _require(
-            threshold is None or (self.loss == "bce" and 0 <= threshold < 1),
-            f"train.bce_target_threshold={threshold} needs train.loss=bce and a value in "
-            "[0, 1); set train.loss=bce or drop it",
-        )
-        _require(
-            self.init_head in INIT_HEADS,
-            f"train.init_head={self.init_head!r}; use one of: {', '.join(INIT_HEADS)}",
-        )
-        for part, multiplier in (self.lr_multipliers or {}).items():
-            _require(
-                multiplier >= 0,
-                f"train.lr_multipliers.{part}={multiplier}; use a number >= 0",
-            )
-        self._check_modern()
-
-    def _check_modern(self) -> None:
-        """The checks of keep-best, the moving average of the weights and the labels' options."""
-        _require(
-            0 < self.threshold < 1,
-            f"train.threshold={self.threshold}; use a probability in (0, 1), e.g. 0.5",
-        )
-        _require(
-            not isinstance(self.class_weights, str) or self.class_weights == "balanced",
-            f"train.class_weights={self.class_weights!r}; use balanced or a mapping of class "
-            "names to weights, e.g. {cat: 2.0}",
-        )
-        _require(
-            self.best_metric is None or self.best_metric in BEST_METRICS,
-            f"train.best_metric={self.best_metric!r}; use one of: {', '.join(BEST_METRICS)}",
-        )
-        _require(
-            0 <= self.ema_decay < 1,
-            f"train.ema_decay={self.ema_decay}; use a value in [0, 1) (0: no moving average)",
+            self.bce_target_threshold is None or self.loss == "bce",
+            f"train.bce_target_threshold={self.bce_target_threshold} needs train.loss=bce; "
+            "set train.loss=bce or drop it",
         )
         _require(
             not self.ema_warmup or self.ema_decay > 0,
@@ -301,11 +250,6 @@ class TrainSettings:
             not self.best_by.startswith("ema_") or self.ema_decay > 0,
             f"train.best_metric={self.best_metric} needs the moving average; set "
             "train.ema_decay (e.g. 0.999) or rank by top1",
-        )
-        _require(
-            self.best_mode is None or self.best_mode in BEST_MODES,
-            f"train.best_mode={self.best_mode!r}; use one of: {', '.join(BEST_MODES)} "
-            "(or leave it unset: min for loss, else max)",
         )
 
 
@@ -331,21 +275,13 @@ class SyncSettings:
         survivors save it (`lost_worker.py`). One copy of the state per step.
     """
 
-    mode: str = "allreduce"
-    interval: int = 8
-    timeout: float | None = resumable(None)
+    mode: str = setting("allreduce", one_of(SYNC_MODES))
+    interval: int = setting(8, AT_LEAST_1)
+    timeout: float | None = resumable(None, MORE_THAN_0)
     keep_last_step: bool = resumable(True)
 
     def __post_init__(self):
-        _require(
-            self.mode in SYNC_MODES,
-            f"sync.mode={self.mode!r}; use one of: {', '.join(SYNC_MODES)}",
-        )
-        at_least("sync.interval", self.interval)
-        _require(
-            self.timeout is None or self.timeout > 0,
-            f"sync.timeout={self.timeout}: give seconds above 0, or null for TensorFlow's own",
-        )
+        check_declared(self, "sync.{}")
 
 
 class _ModelBase(Section):

@@ -31,22 +31,18 @@ def class_weights(setting, class_names: list[str], counts: np.ndarray | None) ->
     """float32 [classes] loss weights from `train.class_weights` (None: no weights).
 
     Args:
-      setting: None, "balanced" or {class name: weight}.
+      setting: None, "balanced" or {class name: weight >= 0}, as the config
+        checked it (`TrainSettings.class_weights`).
       class_names: the data's classes.
       counts: training examples per class (needed for "balanced").
 
     Raises:
-      ConfigError: for an unknown word, unknown class names or negative weights.
+      ConfigError: for class names the data does not have, or "balanced" without counts.
     """
     if setting is None:
         return None
     classes = len(class_names)
-    if isinstance(setting, str):
-        if setting != "balanced":
-            raise ConfigError(
-                f"train.class_weights={setting!r}; use balanced or a mapping of class names "
-                "to weights, e.g. {cat: 2.0}"
-            )
+    if isinstance(setting, str):  # "balanced"
         if counts is None:
             raise ConfigError(
                 "train.class_weights=balanced needs the training labels' counts, which this "
@@ -71,9 +67,6 @@ def class_weights(setting, class_names: list[str], counts: np.ndarray | None) ->
             f"train.class_weights names {', '.join(unknown)}, which the data does not have; "
             f"its classes are {shown}"
         )
-    negative = {name: weight for name, weight in setting.items() if weight < 0}
-    if negative:
-        raise ConfigError(f"train.class_weights={negative}: weights must be >= 0")
     weights = np.ones(classes, np.float32)
     for name, weight in setting.items():
         weights[class_names.index(name)] = weight

@@ -17,12 +17,25 @@ moves them into their groups when they are read.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
-from resnet_app.common import checks, migration, precision
+from resnet_app.common import migration, precision
 from resnet_app.common.errors import ConfigError
-from resnet_app.common.fields import SET_BY, resumable
+from resnet_app.common.fields import (
+    AT_LEAST_0,
+    AT_LEAST_1,
+    MORE_THAN_0,
+    SET_BY,
+    Rule,
+    check_declared,
+    interval,
+    is_number,
+    is_whole,
+    one_of,
+    resumable,
+    setting,
+    whole_at_least,
+)
 from resnet_app.data.class_balance import SAMPLINGS
 
 FAMILIES = ("auto", "cifar", "imagenet")
@@ -41,6 +54,37 @@ AUTO_AUGMENTS = ("none", "ta_wide", "imagenet", "cifar10", "svhn")
 def dtypes() -> list[str]:
     """The images' dtypes: those the precisions compute in (`common/precision.py`)."""
     return list(dict.fromkeys(p.compute_dtype for p in precision.PRECISIONS.values()))
+
+
+# What each setting's values may be (`common/fields.Rule`), declared with its field.
+IMAGE_SIZE = whole_at_least(8)
+WHOLE_OR_0 = whole_at_least(0)
+CHANCE = interval(0, 1, high_in=True)  # [0, 1]: from never to always.
+AREA = interval(0, 1, low_in=False, high_in=True)  # A share of the image, (0, 1].
+RANDAUGMENT_OPS = Rule(
+    lambda x: is_whole(x) and 0 <= x <= MAX_RANDAUGMENT_OPS,
+    f"0 (off) to {MAX_RANDAUGMENT_OPS} ops, e.g. 2",
+    int,
+)
+RANDAUGMENT_MAGNITUDE = Rule(
+    lambda x: is_number(x) and 0 <= x <= MAX_RANDAUGMENT_MAGNITUDE,
+    f"0 to {MAX_RANDAUGMENT_MAGNITUDE:g} (10 is the scale's top), e.g. 9",
+    float,
+)
+MAGNITUDE_STD = Rule(
+    AT_LEAST_0.test,
+    "0 (off) or a finite number above, e.g. 0.5 (timm's uniform magnitudes, an infinite "
+    "std, are not implemented)",
+    float,
+)
+CHANNEL_COUNT = Rule(lambda x: x in CHANNELS, "1 (greyscale), 3 (RGB) or unset (the data's)")
+DTYPE = Rule(lambda x: x in dtypes(), lambda: "one of: " + ", ".join(dtypes()))
+DATASET = Rule(bool, "a dataset name, e.g. shapes")
+SEPARATOR = Rule(
+    bool,
+    "one or more characters (YAML reads a bare | as empty: quote it, label_separator: "
+    '"|" in a file, --set \'data.label_separator="|"\')',
+)
 
 
 def _check(ok: bool, message: str) -> None:
@@ -84,65 +128,33 @@ class AugmentSettings:
         image, set to 0 after normalization (the mean colour); 0: off.
     """
 
-    crop_padding: int = 4
+    crop_padding: int = setting(4, WHOLE_OR_0)
     flip: bool = True
-    area_range: tuple[float, float] = (0.08, 1.0)
-    aspect_ratio_range: tuple[float, float] = (3 / 4, 4 / 3)
-    randaugment_ops: int = 0
-    randaugment_magnitude: float = 9.0
-    randaugment_prob: float = 1.0
-    randaugment_magnitude_std: float = 0.0
-    auto_augment: str = "none"
-    erase_probability: float = 0.0
-    erase_area_range: tuple[float, float] = (0.02, 1 / 3)
-    erase_aspect_range: tuple[float, float] = (0.3, 1 / 0.3)
-    cutout_size: int = 0
+    area_range: tuple[float, float] = setting((0.08, 1.0), AREA)
+    aspect_ratio_range: tuple[float, float] = setting((3 / 4, 4 / 3), MORE_THAN_0)
+    randaugment_ops: int = setting(0, RANDAUGMENT_OPS)
+    randaugment_magnitude: float = setting(9.0, RANDAUGMENT_MAGNITUDE)
+    randaugment_prob: float = setting(1.0, CHANCE)
+    randaugment_magnitude_std: float = setting(0.0, MAGNITUDE_STD)
+    auto_augment: str = setting("none", one_of(AUTO_AUGMENTS))
+    erase_probability: float = setting(0.0, CHANCE)
+    erase_area_range: tuple[float, float] = setting((0.02, 1 / 3), AREA)
+    erase_aspect_range: tuple[float, float] = setting((0.3, 1 / 0.3), MORE_THAN_0)
+    cutout_size: int = setting(0, WHOLE_OR_0)
 
     def __post_init__(self):
         key = "data.augment."
-        checks.at_least(key + "crop_padding", self.crop_padding, 0)
-        checks.at_least(key + "cutout_size", self.cutout_size, 0)
+        check_declared(self, key + "{}")
         for name in ("area_range", "aspect_ratio_range", "erase_area_range", "erase_aspect_range"):
             value = getattr(self, name)
             _check(len(value) == 2, f"{key}{name} needs 2 values, low and high; got {len(value)}")
             low, high = value
-            _check(0 < low <= high, f"{key}{name}=({low}, {high}); need 0 < low <= high")
-        for name in ("area_range", "erase_area_range"):
-            value = getattr(self, name)
-            _check(value[1] <= 1, f"{key}{name}={value}; the area is at most 1")
-        ops, magnitude = self.randaugment_ops, self.randaugment_magnitude
-        _check(
-            0 <= ops <= MAX_RANDAUGMENT_OPS,
-            f"{key}randaugment_ops={ops}; use 0 (off) to {MAX_RANDAUGMENT_OPS}, e.g. 2",
-        )
-        _check(
-            0 <= magnitude <= MAX_RANDAUGMENT_MAGNITUDE,
-            f"{key}randaugment_magnitude={magnitude}; use 0 to "
-            f"{MAX_RANDAUGMENT_MAGNITUDE:g} (10 is the scale's top), e.g. 9",
-        )
-        _check(
-            0 <= self.randaugment_prob <= 1,
-            f"{key}randaugment_prob={self.randaugment_prob}; use 0 to 1 (1: every op "
-            "applies), e.g. 0.5",
-        )
-        std = self.randaugment_magnitude_std
-        _check(
-            0 <= std < math.inf,  # Also refuses NaN.
-            f"{key}randaugment_magnitude_std={std}; use 0 (off) or a finite value above, e.g. "
-            "0.5 (timm's uniform magnitudes, an infinite std, are not implemented)",
-        )
-        _check(
-            self.auto_augment in AUTO_AUGMENTS,
-            f"{key}auto_augment={self.auto_augment!r}; use one of {', '.join(AUTO_AUGMENTS)}",
-        )
+            _check(low <= high, f"{key}{name}=({low}, {high}); need low <= high")
+        ops = self.randaugment_ops
         _check(
             self.auto_augment == "none" or not ops,
             f"{key}auto_augment={self.auto_augment} replaces RandAugment, and "
             f"randaugment_ops={ops}: set one of them (randaugment_ops=0)",
-        )
-        _check(
-            0 <= self.erase_probability <= 1,
-            f"{key}erase_probability={self.erase_probability}; use 0 (off) to 1, e.g. 0.25",
         )
 
 
@@ -160,23 +172,13 @@ class MixSettings:
       mode: "batch" (one draw per batch) or "example" (one per example).
     """
 
-    mixup_alpha: float = 0.0
-    cutmix_alpha: float = 0.0
-    switch_prob: float = 0.5
-    mode: str = "batch"
+    mixup_alpha: float = setting(0.0, AT_LEAST_0)
+    cutmix_alpha: float = setting(0.0, AT_LEAST_0)
+    switch_prob: float = setting(0.5, CHANCE)
+    mode: str = setting("batch", one_of(MIX_MODES))
 
     def __post_init__(self):
-        for name in ("mixup_alpha", "cutmix_alpha"):
-            value = getattr(self, name)
-            _check(value >= 0, f"data.mix.{name}={value}; use 0 (off) or more")
-        _check(
-            0 <= self.switch_prob <= 1,
-            f"data.mix.switch_prob={self.switch_prob}; use a value in [0, 1]",
-        )
-        _check(
-            self.mode in MIX_MODES,
-            f"data.mix.mode={self.mode!r}; use one of {', '.join(MIX_MODES)}",
-        )
+        check_declared(self, "data.mix.{}")
 
     @property
     def enabled(self) -> bool:
@@ -223,13 +225,13 @@ class ProgressiveSettings:
       epochs: the list form's first epoch of each size; the first is 0.
     """
 
-    start_size: int | None = None
-    end_size: int | None = None
-    start_epoch: float = 0.0
-    end_epoch: float | None = None
-    multiple: int | None = None
-    sizes: tuple[int, ...] = ()
-    epochs: tuple[float, ...] = ()
+    start_size: int | None = setting(None, IMAGE_SIZE)
+    end_size: int | None = setting(None, IMAGE_SIZE)
+    start_epoch: float = setting(0.0, AT_LEAST_0)
+    end_epoch: float | None = setting(None, AT_LEAST_0)
+    multiple: int | None = setting(None, AT_LEAST_1)
+    sizes: tuple[int, ...] = setting((), IMAGE_SIZE)
+    epochs: tuple[float, ...] = setting((), AT_LEAST_0)
 
     @property
     def enabled(self) -> bool:
@@ -237,18 +239,15 @@ class ProgressiveSettings:
 
     def __post_init__(self):
         key = "data.progressive."
+        check_declared(self, key + "{}")
         ramp, listed = self.start_size is not None, bool(self.sizes or self.epochs)
         _check(
             not (ramp and listed),
             f"{key}start_size and {key}sizes are two forms of one schedule; give one",
         )
-        for name in ("start_size", "end_size", "multiple"):
-            checks.at_least(key + name, getattr(self, name))
-        for size in (self.start_size, self.end_size, *self.sizes):
-            _check(size is None or size >= 8, f"{key}: size {size}; use at least 8")
         if ramp:
             _check(
-                self.end_epoch is not None and self.end_epoch > self.start_epoch >= 0,
+                self.end_epoch is not None and self.end_epoch > self.start_epoch,
                 f"{key}end_epoch={self.end_epoch}: a ramp needs 0 <= start_epoch < end_epoch "
                 f"(start_epoch={self.start_epoch})",
             )
@@ -337,40 +336,36 @@ class DataConfig:
         examples: `data/class_balance.py`); sources read by index.
     """
 
-    dataset: str = "shapes"
+    dataset: str = setting("shapes", DATASET)
     data_dir: str | None = resumable(None)
-    image_size: int | None = None
-    preprocessing: str = "auto"
-    channels: int | None = None
+    image_size: int | None = setting(None, IMAGE_SIZE)
+    preprocessing: str = setting("auto", one_of(FAMILIES))
+    channels: int | None = setting(None, CHANNEL_COUNT)
     mean: tuple[float, ...] | None = None
-    std: tuple[float, ...] | None = None
-    eval_resize: int | None = resumable(None)
-    eval_image_size: int | None = resumable(None)
+    std: tuple[float, ...] | None = setting(None, MORE_THAN_0)
+    eval_resize: int | None = resumable(None, IMAGE_SIZE)
+    eval_image_size: int | None = resumable(None, IMAGE_SIZE)
     augment: AugmentSettings = AugmentSettings()
     mix: MixSettings = MixSettings()
-    validation_split: int = 0
+    validation_split: int = setting(0, WHOLE_OR_0)
     eval_split: str | None = resumable(None)
-    train_examples: int | None = None
-    eval_examples: int | None = resumable(None)
-    shuffle_buffer: int = 10_000
+    train_examples: int | None = setting(None, AT_LEAST_1)
+    eval_examples: int | None = resumable(None, AT_LEAST_1)
+    shuffle_buffer: int = setting(10_000, AT_LEAST_1)
     # Not a `data.` config key of its own.
     seed: int = dataclasses.field(default=0, metadata={SET_BY: "train.seed"})
-    dtype: str | None = "float32"
-    num_classes: int = 10
+    dtype: str | None = setting("float32", DTYPE)
+    num_classes: int = setting(10, AT_LEAST_1)
     class_names: tuple[str, ...] | None = None
     coarse_labels: bool = False
     multi_label: bool | None = None
-    label_separator: str = " "
+    label_separator: str = setting(" ", SEPARATOR)
     records: RecordSettings = RecordSettings()
-    sampling: str = "natural"
+    sampling: str = setting("natural", one_of(SAMPLINGS))
     progressive: ProgressiveSettings = ProgressiveSettings()
 
     def __post_init__(self):
-        _check(bool(self.dataset), "dataset must not be empty; try --dataset=shapes")
-        _check(
-            self.sampling in SAMPLINGS,
-            f"sampling={self.sampling!r}; use one of {', '.join(SAMPLINGS)}",
-        )
+        check_declared(self, "data.{}")
         _check(
             self.class_names is None or len(set(self.class_names)) == len(self.class_names) > 0,
             f"class_names={list(self.class_names or ())} must be distinct names, at least one",
@@ -379,33 +374,6 @@ class DataConfig:
             not self.coarse_labels or self.dataset.startswith(("cifar:", "cifar100")),
             f"data.coarse_labels is for CIFAR-100 (--dataset=cifar:PATH of its archive, or "
             f"cifar100); --dataset={self.dataset} has no coarse labels: drop it",
-        )
-        _check(
-            self.label_separator != "",
-            "label_separator is empty; YAML reads a bare | as empty: quote it, "
-            'label_separator: "|" in a file, --set \'data.label_separator="|"\'',
-        )
-        _check(
-            self.preprocessing in FAMILIES,
-            f"preprocessing={self.preprocessing!r}; use one of {', '.join(FAMILIES)}",
-        )
-        _check(
-            self.dtype is None or self.dtype in dtypes(),
-            f"dtype={self.dtype!r}; use one of {', '.join(dtypes())}",
-        )
-        for name in ("image_size", "eval_image_size"):
-            value = getattr(self, name)
-            _check(value is None or value >= 8, f"{name}={value}; use at least 8")
-        _check(
-            self.eval_resize is None or self.eval_resize >= 8,
-            f"eval_resize={self.eval_resize}; use at least the image size",
-        )
-        checks.at_least("validation_split", self.validation_split, 0)
-        for name in ("shuffle_buffer", "num_classes", "train_examples", "eval_examples"):
-            checks.at_least(name, getattr(self, name))
-        _check(
-            self.channels in CHANNELS,
-            f"channels={self.channels}; use 1 (greyscale), 3 (RGB) or leave it unset (the data's)",
         )
         for name in ("mean", "std"):
             value = getattr(self, name)
@@ -420,7 +388,6 @@ class DataConfig:
             f"mean has {len(self.mean or ())} values and std {len(self.std or ())}; "
             "give both one per channel",
         )
-        _check(self.std is None or min(self.std) > 0, f"std={self.std}; must be positive")
 
 
 def data_config(**keys: Any) -> DataConfig:

@@ -29,15 +29,18 @@ one class and one registration line.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import Any
 
 from resnet_app.common.errors import ConfigError
 from resnet_app.common.fields import (
-    check_flag,
-    check_fraction,
-    check_number,
-    check_positive_int,
+    AT_LEAST_0,
+    AT_LEAST_1,
+    FLAG,
+    FRACTION,
+    MORE_THAN_0,
+    SHARE,
+    check_declared,
+    one_of,
+    setting,
 )
 from resnet_app.nets import kinds
 
@@ -123,37 +126,37 @@ class ResNetConfig:
       logit_scale: the logits are multiplied by this (ResNet-9: 0.125).
     """
 
-    block: str = "basic"
-    version: str = "v1"
-    units: tuple[int, ...] = (3, 3, 3)
-    widths: tuple[int, ...] = (16, 32, 64)
-    strides: tuple[int, ...] = (1, 2, 2)
-    stem_filters: int = 16
-    stem_kernel: int = 3
-    init_stride: int = 1
-    init_max_pool: bool = False
-    shortcut: str = "pad"
-    num_classes: int = 10
-    activate_before_residual: bool = True
-    stride_in_1x1: bool = False
-    padding: str = "same"
-    weight_decay: float = 1e-4
-    bn_momentum: float = 0.9
-    bn_epsilon: float = 1e-5
-    bn_synchronized: bool = False
-    zero_init_residual: bool = False
-    drop_path_rate: float = 0.0
-    stem: str = "plain"
-    stem_widths: tuple[int, ...] = ()
-    replace_stem_pool: bool = False
-    groups: int = 1
-    base_width: int = 64
-    attention: str = "none"
-    se_ratio: float = 0.0625
-    dropout: float = 0.0
-    head_pool: str = "avg"
-    head_bias: bool = True
-    logit_scale: float = 1.0
+    block: str = setting("basic", one_of(kinds.BLOCKS))
+    version: str = setting("v1", one_of(VERSIONS))
+    units: tuple[int, ...] = setting((3, 3, 3), AT_LEAST_1)
+    widths: tuple[int, ...] = setting((16, 32, 64), AT_LEAST_1)
+    strides: tuple[int, ...] = setting((1, 2, 2), AT_LEAST_1)
+    stem_filters: int = setting(16, AT_LEAST_1)
+    stem_kernel: int = setting(3, AT_LEAST_1)
+    init_stride: int = setting(1, AT_LEAST_1)
+    init_max_pool: bool = setting(False, FLAG)
+    shortcut: str = setting("pad", one_of(SHORTCUTS))
+    num_classes: int = setting(10, AT_LEAST_1)
+    activate_before_residual: bool = setting(True, FLAG)
+    stride_in_1x1: bool = setting(False, FLAG)
+    padding: str = setting("same", one_of(PADDINGS))
+    weight_decay: float = setting(1e-4, AT_LEAST_0)
+    bn_momentum: float = setting(0.9, FRACTION)
+    bn_epsilon: float = setting(1e-5, AT_LEAST_0)
+    bn_synchronized: bool = setting(False, FLAG)
+    zero_init_residual: bool = setting(False, FLAG)
+    drop_path_rate: float = setting(0.0, FRACTION)
+    stem: str = setting("plain", one_of(kinds.STEMS))
+    stem_widths: tuple[int, ...] = setting((), AT_LEAST_1)
+    replace_stem_pool: bool = setting(False, FLAG)
+    groups: int = setting(1, AT_LEAST_1)
+    base_width: int = setting(64, AT_LEAST_1)
+    attention: str = setting("none", one_of(kinds.ATTENTIONS))
+    se_ratio: float = setting(0.0625, SHARE)
+    dropout: float = setting(0.0, FRACTION)
+    head_pool: str = setting("avg", one_of(HEAD_POOLS))
+    head_bias: bool = setting(True, FLAG)
+    logit_scale: float = setting(1.0, MORE_THAN_0)
 
     def __post_init__(self):
         for name in ("units", "widths", "strides", "stem_widths"):
@@ -162,17 +165,7 @@ class ResNetConfig:
                 raise ConfigError(
                     f"model field '{name}' needs a list with one entry per stage, got {value!r}"
                 )
-            object.__setattr__(self, name, tuple(value))
-        for name, choices in (
-            ("block", tuple(kinds.BLOCKS)),
-            ("version", VERSIONS),
-            ("shortcut", SHORTCUTS),
-            ("padding", PADDINGS),
-            ("stem", tuple(kinds.STEMS)),
-            ("attention", tuple(kinds.ATTENTIONS)),
-            ("head_pool", HEAD_POOLS),
-        ):
-            _check_choice(name, getattr(self, name), choices)
+        check_declared(self, "model field '{}'")
         if not self.units:
             raise ConfigError("model field 'units' is empty; give at least one stage")
         if not len(self.units) == len(self.widths) == len(self.strides):
@@ -181,36 +174,6 @@ class ResNetConfig:
                 f"({len(self.widths)}) and 'strides' ({len(self.strides)}) must "
                 "have one entry per stage"
             )
-        for name in ("units", "widths", "strides", "stem_widths"):
-            what = f"an entry of model field '{name}'"
-            whole = tuple(check_positive_int(what, value) for value in getattr(self, name))
-            object.__setattr__(self, name, whole)  # Python ints, also from NumPy's.
-        for name in (
-            "stem_filters",
-            "stem_kernel",
-            "init_stride",
-            "num_classes",
-            "groups",
-            "base_width",
-        ):
-            whole = check_positive_int(f"model field '{name}'", getattr(self, name))
-            object.__setattr__(self, name, whole)
-        for name in (
-            "init_max_pool",
-            "activate_before_residual",
-            "stride_in_1x1",
-            "bn_synchronized",
-            "zero_init_residual",
-            "replace_stem_pool",
-            "head_bias",
-        ):
-            check_flag(f"model field '{name}'", getattr(self, name))
-        for name in ("weight_decay", "bn_epsilon"):
-            check_number(f"model field '{name}'", getattr(self, name))
-        for name in ("drop_path_rate", "dropout", "bn_momentum"):
-            check_fraction(f"model field '{name}'", getattr(self, name))
-        check_number("model field 'logit_scale'", self.logit_scale, positive=True)
-        check_fraction("model field 'se_ratio'", self.se_ratio, zero=False, one=True)
         self._check_family()
 
     def _check_family(self) -> None:
@@ -329,10 +292,3 @@ def _taking(block: str) -> list[str]:
         for name, kind in kinds.ATTENTIONS.items()
         if kind.blocks is None or block in kind.blocks
     ]
-
-
-def _check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
-    if value not in choices:
-        raise ConfigError(
-            f"model field '{name}' must be one of {', '.join(choices)}; got {value!r}"
-        )
