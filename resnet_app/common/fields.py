@@ -256,15 +256,6 @@ def check_number(what: str, value: Any, *, positive: bool = False) -> float:
     return (MORE_THAN_0 if positive else AT_LEAST_0).check(what, value)
 
 
-def check_fraction(what: str, value: Any, *, zero: bool = True, one: bool = False) -> float:
-    """Returns `value` as a float if it lies in [0, 1) (`zero`, `one` close either end).
-
-    Raises:
-      ConfigError: "WHAT must be in [0, 1), got VALUE" (the interval as asked).
-    """
-    return interval(0, 1, low_in=zero, high_in=one).check(what, value)
-
-
 def check_positive_int(what: str, value: Any) -> int:
     """Returns `value` as an int if it is a whole number >= 1 (not a bool).
 
@@ -272,11 +263,6 @@ def check_positive_int(what: str, value: Any) -> int:
       ConfigError: "WHAT must be a whole number >= 1, got VALUE".
     """
     return AT_LEAST_1.check(what, value)
-
-
-def check_flag(what: str, value: Any) -> bool:
-    """Returns `value` if it is a bool: "WHAT must be true or false, got VALUE"."""
-    return FLAG.check(what, value)
 
 
 def coerce(key: str, value: Any, kind: FieldType) -> Any:
