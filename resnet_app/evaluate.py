@@ -93,7 +93,7 @@ _CHECKPOINT = flags.DEFINE_string(
     "checkpoint",
     "latest",
     "Which checkpoint(s): latest (the newest readable one), all, best (the best evaluation, "
-    "kept in MODEL_DIR/best/ by train.keep_best), ckpt-N or N.",
+    "kept in MODEL_DIR/best/ by train.keep_best), averaged (resnet-app average's), ckpt-N or N.",
 )
 _SPLIT = flags.DEFINE_string(
     "split", None, "The split to evaluate (default: the run's evaluation split)."

@@ -49,7 +49,7 @@ _CHECKPOINT = flags.DEFINE_string(
     "checkpoint",
     "latest",
     "With --model_dir: latest (the newest readable one), best (the best evaluation, kept by "
-    "train.keep_best), ckpt-N or N.",
+    "train.keep_best), averaged (resnet-app average's), ckpt-N or N.",
 )
 _WEIGHTS = cli.define_weights_flag()  # With --model_dir.
 _TOP_K = flags.DEFINE_integer(

@@ -147,6 +147,7 @@ def run_kind(kind, dataset, root, env=None):
         )
         return cells
     cell("evaluate", "resnet_app.evaluate", f"--model_dir={run}", f"--report_dir={work / 'r'}")
+    cell("average", "resnet_app.tools.average", f"--model_dir={run}", "--bn_batches=1")
     cell("plot", "resnet_app.tools.plot_metrics", str(run), f"--out={work / 'curves.png'}")
     cell("predict run", "resnet_app.predict", f"--model_dir={run}", *photos)
     variants = ",".join(TFLITE_VARIANTS)

@@ -94,6 +94,7 @@ def test_the_command_lists_its_subcommands(installed):
         "schedule",
         "plot",
         "show-batch",
+        "average",
     ):
         assert f"  {name} " in result.stdout
     assert set(commands.COMMANDS) >= {"train", "plot", "show-batch"}

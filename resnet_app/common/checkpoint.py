@@ -42,7 +42,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from resnet_app.common import disk_space, files, run_dir
+from resnet_app.common import averaged_checkpoint, disk_space, files, run_dir
 from resnet_app.common.errors import ConfigError, first_line
 from resnet_app.common.run_dir import CONFIG_FILE
 
@@ -101,14 +101,21 @@ def find_latest(directory: str) -> tuple[int, str] | None:
 
 
 def select(directory: str, which: str) -> list[tuple[int, str]]:
-    """Checkpoints chosen by name: "latest", "all" (readable ones), "best", "ckpt-N" or "N".
+    """Checkpoints chosen by name: "latest", "all" (readable ones), "best", "averaged"
+    (`resnet-app average`'s), "ckpt-N" or "N".
 
     Raises:
-      ConfigError: for a directory without checkpoints (or without a best one,
-        for "best"), an unknown name or an unreadable checkpoint.
+      ConfigError: for a directory without checkpoints (or without a best or
+        averaged one, for those), an unknown name or an unreadable checkpoint.
     """
     if which == run_dir.BEST_CHOICE:
         return [find_best(directory)]
+    if which == averaged_checkpoint.CHOICE:
+        step, prefix = averaged_checkpoint.find(directory)
+        reason = unreadable(prefix)
+        if reason:
+            raise ConfigError(f"the averaged checkpoint {prefix} is unreadable ({reason})")
+        return [(step, prefix)]
     found = list_checkpoints(directory)
     if not found:
         raise ConfigError(f"{directory} holds no checkpoint ({PREFIX}-N.index); check --model_dir")
@@ -129,9 +136,10 @@ def select(directory: str, which: str) -> list[tuple[int, str]]:
     steps = {step: prefix for step, prefix in found}
     if chosen_step not in steps:
         names = ", ".join(run_dir.checkpoint_name(step) for step in steps)
-        best = ", best" if run_dir.find_best_dir(directory) else ""
+        kept = ", best" if run_dir.find_best_dir(directory) else ""
+        kept += ", averaged" if averaged_checkpoint.read(directory) else ""
         raise ConfigError(
-            f"--checkpoint={which}: not in {directory}; use latest, all{best} or one of: {names}"
+            f"--checkpoint={which}: not in {directory}; use latest, all{kept} or one of: {names}"
         )
     prefix = steps[chosen_step]
     reason = unreadable(prefix)
@@ -186,25 +194,16 @@ def keep_best(model_dir: str, step: int, record: dict[str, Any]) -> str:
     name = run_dir.best_checkpoint_name(step)
     best = run_dir.best_dir(model_dir)
     staged, aside = run_dir.best_work_dirs(model_dir)
-    shutil.rmtree(staged, ignore_errors=True)
-    try:
-        os.makedirs(staged)
+
+    def fill(staged: str) -> None:
         for path in _checkpoint_files(source):
-            _copy_synced(path, os.path.join(staged, name + path[len(source) :]))
+            shutil.copyfile(path, os.path.join(staged, name + path[len(source) :]))
         content = {**record, "step": step, "checkpoint": name}
-        _write_synced(os.path.join(staged, run_dir.BEST_FILE), json.dumps(content, indent=1))
-        if os.path.isdir(best):
-            shutil.rmtree(aside, ignore_errors=True)
-            os.replace(best, aside)
-        files.sync_directory(staged)
-        os.replace(staged, best)
-        files.sync_directory(model_dir)
-        shutil.rmtree(aside, ignore_errors=True)
-    finally:
-        shutil.rmtree(staged, ignore_errors=True)
-        if not os.path.isdir(best) and os.path.isdir(aside):
-            with contextlib.suppress(OSError):
-                os.replace(aside, best)  # A failed swap: the old best back in its place.
+        files.write_text_atomically(
+            os.path.join(staged, run_dir.BEST_FILE), json.dumps(content, indent=1)
+        )
+
+    files.replace_directory(best, staged, aside, fill)
     return os.path.join(best, name)
 
 
@@ -263,18 +262,6 @@ def _checkpoint_files(prefix: str) -> list[str]:
     if not os.path.isfile(index):
         raise FileNotFoundError(errno.ENOENT, "no such checkpoint", index)
     return [index, *sorted(glob.glob(glob.escape(prefix) + ".data-*"))]
-
-
-def _copy_synced(source: str, destination: str) -> None:
-    shutil.copyfile(source, destination)
-    files.sync_file(destination)
-
-
-def _write_synced(path: str, text: str) -> None:
-    with open(path, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def read_value(prefix: str, name: str):

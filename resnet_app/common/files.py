@@ -138,6 +138,36 @@ def sync_tree(path: str) -> None:
         sync_directory(root)
 
 
+def replace_directory(final: str, staged: str, aside: str, fill: Callable[[str], None]) -> None:
+    """Replaces the directory `final` whole, durably: a crash leaves the old or the new.
+
+    `fill(staged)` writes the new content into the empty directory `staged`,
+    which is then synced; the old `final` is renamed to `aside`, `staged` to
+    `final`, their parent synced, and `aside` removed. On an error the old
+    directory is put back and `staged` removed. After a crash between the two
+    renames, `aside` holds the old one, complete (readers look there too).
+    """
+    import shutil
+
+    parent = os.path.dirname(final) or "."
+    shutil.rmtree(staged, ignore_errors=True)
+    try:
+        os.makedirs(staged)
+        fill(staged)
+        sync_tree(staged)
+        if os.path.isdir(final):
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(final, aside)
+        os.replace(staged, final)
+        sync_directory(parent)
+        shutil.rmtree(aside, ignore_errors=True)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+        if not os.path.isdir(final) and os.path.isdir(aside):
+            with contextlib.suppress(OSError):
+                os.replace(aside, final)  # A failed swap: the old one back in its place.
+
+
 def write_text_atomically(path: str, text: str) -> None:
     """Writes `text` to `path` whole."""
 

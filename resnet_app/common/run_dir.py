@@ -256,7 +256,17 @@ def read_best(model_dir: str) -> tuple[str, dict[str, Any]] | None:
     directory = find_best_dir(model_dir)
     if directory is None:
         return None
-    path = os.path.join(directory, BEST_FILE)
+    remedy = f"delete {directory} to start keeping the best anew"
+    return directory, read_kept_record(os.path.join(directory, BEST_FILE), remedy)
+
+
+def read_kept_record(path: str, remedy: str) -> dict[str, Any]:
+    """The JSON record beside a kept checkpoint (best.json, averaged.json): at least its
+    "step" and "checkpoint" (its name in that directory).
+
+    Raises:
+      ConfigError: "PATH is damaged (...); REMEDY".
+    """
     try:
         with open(path) as f:
             record = json.load(f)
@@ -264,10 +274,9 @@ def read_best(model_dir: str) -> tuple[str, dict[str, Any]] | None:
             raise TypeError("step or checkpoint of the wrong type")
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ConfigError(
-            f"{path} is damaged ({type(error).__name__}: {error}); delete {directory} to "
-            "start keeping the best anew"
+            f"{path} is damaged ({type(error).__name__}: {error}); {remedy}"
         ) from None
-    return directory, record
+    return record
 
 
 def chosen_step(which: str) -> int | None:

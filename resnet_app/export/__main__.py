@@ -57,7 +57,7 @@ _CHECKPOINT = flags.DEFINE_string(
     "checkpoint",
     "latest",
     "Which checkpoint: latest (the newest readable one), best (the best evaluation, kept in "
-    "MODEL_DIR/best/ by train.keep_best), ckpt-N or N.",
+    "MODEL_DIR/best/ by train.keep_best), averaged (resnet-app average's), ckpt-N or N.",
 )
 _TOP_K = flags.DEFINE_integer("top_k", 5, "Classes in the top-k outputs (at most the classes).")
 _OVERWRITE = flags.DEFINE_boolean("overwrite", False, "Replace an existing export.")

@@ -1,0 +1,94 @@
+"""A run's averaged checkpoint (`resnet-app average`): `averaged/`, replaced whole.
+
+`averaged/` holds one checkpoint, `avg-<step>` (the step of the newest
+checkpoint averaged), with only the model in it (as a training checkpoint's
+`model`, so `checkpoint.restore_model` reads it), and `averaged.json`: which
+checkpoints went in, how, and what the result measured.
+`--checkpoint=averaged` picks it in evaluate, export and predict.
+
+It is written into a staged directory, synced to disk, and swapped in by two
+renames (the old one aside, the new one in), as the best checkpoint is: a crash
+at any moment leaves the old average or the new one, complete.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+from collections.abc import Callable
+from typing import Any
+
+from resnet_app.common import files, run_dir
+from resnet_app.common.errors import ConfigError
+
+DIR = "averaged"
+FILE = "averaged.json"
+CHOICE = "averaged"  # --checkpoint=averaged
+_STAGED = DIR + ".partial-"
+_ASIDE = DIR + ".old-"
+
+
+def checkpoint_name(step: int) -> str:
+    """The averaged checkpoint's prefix in `averaged/`: `avg-<step>`."""
+    return f"avg-{step}"
+
+
+def write(model_dir: str, step: int, save: Callable[[str], None], record: dict[str, Any]) -> str:
+    """Replaces the run's averaged checkpoint whole; returns its prefix.
+
+    Args:
+      model_dir: the run directory.
+      step: the newest averaged checkpoint's step, which names it.
+      save: writes a checkpoint at the prefix it is given.
+      record: what `averaged.json` holds besides "step" and "checkpoint".
+    """
+    pid = os.getpid()
+    staged = os.path.join(model_dir, f"{_STAGED}{pid}")
+    aside = os.path.join(model_dir, f"{_ASIDE}{pid}")
+    final = os.path.join(model_dir, DIR)
+    for leftover in glob.glob(os.path.join(glob.escape(model_dir), _STAGED + "*")):
+        shutil.rmtree(leftover, ignore_errors=True)  # Killed writers' halves.
+    name = checkpoint_name(step)
+
+    def fill(staged: str) -> None:
+        save(os.path.join(staged, name))
+        content = json.dumps({**record, "step": step, "checkpoint": name}, indent=1)
+        files.write_text_atomically(os.path.join(staged, FILE), content)
+
+    files.replace_directory(final, staged, aside, fill)
+    return os.path.join(final, name)
+
+
+def read(model_dir: str) -> tuple[str, dict[str, Any]] | None:
+    """(its directory, `averaged.json`) of the run's averaged checkpoint, or None.
+
+    `averaged/` once complete; else one a crash left aside mid-swap.
+
+    Raises:
+      ConfigError: when `averaged.json` is damaged.
+    """
+    candidates = [os.path.join(model_dir, DIR)]
+    candidates += sorted(glob.glob(os.path.join(glob.escape(model_dir), _ASIDE + "*")))
+    for directory in candidates:
+        path = os.path.join(directory, FILE)
+        if os.path.isfile(path):
+            return directory, run_dir.read_kept_record(path, "run resnet-app average again")
+    return None
+
+
+def find(model_dir: str) -> tuple[int, str]:
+    """(step, prefix) of the run's averaged checkpoint.
+
+    Raises:
+      ConfigError: when the run has none.
+    """
+    found = read(model_dir)
+    if found is None:
+        raise ConfigError(
+            f"the run {model_dir} has no averaged checkpoint ({DIR}/{FILE}): make one with "
+            f"resnet-app average --model_dir={model_dir}"
+        )
+    directory, record = found
+    return record["step"], os.path.join(directory, record["checkpoint"])

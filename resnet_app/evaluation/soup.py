@@ -1,0 +1,294 @@
+"""Checkpoint averaging, the work of `resnet-app average`: uniform, or a greedy soup.
+
+- Uniform: every model variable (weights and BatchNorm moving statistics) is
+  the mean of its values in the chosen checkpoints, as timm's
+  `avg_checkpoints.py` and torchvision's `average_checkpoints` do.
+- Greedy soup (Wortsman et al. 2022, "Model soups"): the checkpoints ranked by
+  their own score on a held-out split, best first; each joins the soup (the
+  uniform mean of its members) if the soup's score with it is no worse.
+- BatchNorm recomputed (Izmailov et al. 2018's SWA; PyTorch's
+  `swa_utils.update_bn`): the moving statistics of an average are not those
+  of the averaged network. With `bn_batches` > 0 they are measured again, in
+  training mode, on that many training batches: each BatchNorm's moving mean
+  and variance become the mean over the batches of its batch mean and
+  (biased) batch variance.
+
+The average is written as the run's averaged checkpoint (`averaged/`,
+`common/averaged_checkpoint.py`), which `--checkpoint=averaged` picks.
+A soup ranks and chooses on a split, so it refuses the test split: hold a
+validation split out of the training data (`data.validation_split`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+from absl import logging
+
+from resnet_app import config
+from resnet_app.common import checks
+from resnet_app.common.errors import ConfigError
+
+T = TypeVar("T")
+MODES = ("uniform", "soup")
+TEST_SPLITS = ("test",)  # A soup never chooses on these.
+
+
+@dataclasses.dataclass(frozen=True)
+class AverageRequest:
+    """What `resnet-app average` was asked for.
+
+    Attributes:
+      last: average the newest `last` checkpoints (None: all kept).
+      mode: "uniform" or "soup".
+      weights: each checkpoint's "auto" (its moving average when kept), "ema" or "raw".
+      bn_batches: training batches BatchNorm's statistics are measured on (0: averaged).
+      split: the held-out split a soup scores on (None: the run's evaluation split).
+      batch_size: the batch of the BatchNorm passes and of the scoring.
+      data_dir: where the run's data is now (None: the run's).
+    """
+
+    last: int | None = None
+    mode: str = "uniform"
+    weights: str = "auto"
+    bn_batches: int = 100
+    split: str | None = None
+    batch_size: int | None = None
+    data_dir: str | None = None
+
+    def __post_init__(self):
+        checks.at_least("--last", self.last)
+        checks.at_least("--bn_batches", self.bn_batches, 0)
+        checks.at_least("--batch_size", self.batch_size)
+        if self.mode not in MODES:
+            raise ConfigError(f"--mode must be one of: {', '.join(MODES)}, got {self.mode!r}")
+
+
+def mean_weights(weight_sets: Sequence[Sequence[np.ndarray]]) -> list[np.ndarray]:
+    """The element-wise mean of several models' variables (in float64, then each one's dtype)."""
+    count = len(weight_sets)
+    return [
+        (sum(np.asarray(w, np.float64) for w in same) / count).astype(np.asarray(same[0]).dtype)
+        for same in zip(*weight_sets)
+    ]
+
+
+def greedy_soup(
+    ranked: Sequence[T], score: Callable[[list[T]], float], higher_is_better: bool = True
+) -> tuple[list[T], float]:
+    """Wortsman et al.'s greedy soup over `ranked` (best alone first).
+
+    Args:
+      ranked: the ingredients, best first by their own score.
+      score: a soup's score (its members' uniform mean, evaluated).
+      higher_is_better: the score's direction.
+
+    Returns:
+      (the members, in the order they joined; the soup's score).
+    """
+    soup = [ranked[0]]
+    best = score(soup)
+    for candidate in ranked[1:]:
+        trial = score([*soup, candidate])
+        if trial >= best if higher_is_better else trial <= best:
+            soup, best = [*soup, candidate], trial
+    return soup, best
+
+
+def recompute_batch_norm(model, batches: Iterable[dict[str, Any]], seed: int = 0) -> int:
+    """Measures the BatchNorm moving statistics of `model`'s weights on training batches.
+
+    Each trainable BatchNorm's moving mean and variance become the mean over the
+    batches of its batch mean and biased variance (the momentum is set to 0
+    for the passes and then put back). Frozen BatchNorms keep theirs.
+
+    Returns:
+      The number of batches used.
+    """
+    import keras
+    import tensorflow as tf
+
+    from resnet_app.common import compat
+    from resnet_app.nets import drop_path
+
+    layers = [
+        layer
+        for layer in compat.nested_layers(model)
+        if isinstance(layer, keras.layers.BatchNormalization) and layer.trainable
+    ]
+    momenta = [layer.momentum for layer in layers]
+    keyed = getattr(model, "uses_example_keys", False)
+
+    @tf.function
+    def forward(images, keys):
+        if keyed:
+            model(images, training=True, drop_keys=keys)
+        else:
+            model(images, training=True)
+
+    sums = [[np.zeros(layer.moving_mean.shape, np.float64)] * 2 for layer in layers]
+    count = 0
+    try:
+        for layer in layers:
+            layer.momentum = 0.0  # Read when traced: the moving statistics = the batch's.
+        for batch in batches:
+            keys = drop_path.example_keys(seed, count, batch["id"]) if keyed else None
+            forward(batch["image"], keys)
+            for total, layer in zip(sums, layers):
+                total[0] = total[0] + layer.moving_mean.numpy()
+                total[1] = total[1] + layer.moving_variance.numpy()
+            count += 1
+    finally:
+        for layer, momentum in zip(layers, momenta):
+            layer.momentum = momentum
+    if count:
+        for (mean, variance), layer in zip(sums, layers):
+            layer.moving_mean.assign(mean / count)
+            layer.moving_variance.assign(variance / count)
+    return count
+
+
+def chosen_checkpoints(model_dir: str, last: int | None) -> list[tuple[int, str]]:
+    """(step, prefix) of the readable checkpoints to average, oldest first."""
+    from resnet_app.common import checkpoint
+
+    found = checkpoint.select(model_dir, "all")
+    return found[-last:] if last else found
+
+
+def soup_metric(run_config: config.Config, multi_label: bool) -> tuple[str, bool]:
+    """(the evaluation key a soup ranks by, whether higher is better): the run's
+    keep-best metric, of the weights themselves ("ema_top1" ranks by "top1")."""
+    from resnet_app.config.sections import BEST_METRICS
+
+    key = run_config.train.best_metric or ("map" if multi_label else "top1")
+    key = key.removeprefix("ema_")
+    return key, BEST_METRICS[key] == "max"
+
+
+def average_run(model_dir: str, request: AverageRequest) -> dict[str, Any]:
+    """Averages a run's checkpoints as `request` says and writes the run's averaged checkpoint.
+
+    Returns:
+      The record `averaged.json` holds: "checkpoint" (its prefix), "step",
+      "mode", "members" (the checkpoints averaged), "weights", "bn_batches",
+      "metric", "scores" (each checkpoint's own, for a soup) and "evaluation"
+      (the average's record on the split).
+
+    Raises:
+      ConfigError: for no such run or no readable checkpoint, a soup on the
+        test split, or a checkpoint of another model.
+    """
+    from resnet_app.evaluation import checkpoint_eval
+
+    run_config, data_config, batch_size = checkpoint_eval.run_settings(
+        model_dir, request.split, request.batch_size, request.data_dir
+    )
+    import tensorflow as tf
+
+    from resnet_app.common import averaged_checkpoint, checkpoint
+    from resnet_app.data import run_pipeline
+
+    chosen = chosen_checkpoints(model_dir, request.last)  # Before the data loads.
+    kinds = [checkpoint.chosen_weights(prefix, request.weights) for _, prefix in chosen]
+    pipeline = run_pipeline.create_run_pipeline(run_config, data_config, model_dir)
+    split = pipeline.eval_split_name
+    if request.mode == "soup" and split in TEST_SPLITS:
+        raise ConfigError(
+            f"a soup chooses its members by their score on the {split} split, which is tuning "
+            "on test: train with a held-out split (--set data.validation_split=5000) and "
+            "average that run, or use --mode=uniform"
+        )
+    strategy = tf.distribute.get_strategy()
+    model = checkpoint_eval.create_model(run_config, pipeline, strategy)
+    bench = _Bench(model, pipeline, batch_size, split, run_config, request.bn_batches)
+    ingredients = [bench.load(prefix, kind) for (_, prefix), kind in zip(chosen, kinds)]
+    names = [prefix.rsplit("/", 1)[-1] for _, prefix in chosen]
+    metric, higher = soup_metric(run_config, pipeline.multi_label)
+    scores: dict[str, float] = {}
+    members = list(range(len(chosen)))
+    if request.mode == "soup":
+        for index, weights in enumerate(ingredients):
+            bench.set(weights, measure_bn=False)  # Its own statistics.
+            scores[names[index]] = bench.evaluate(chosen[index][0])[metric]
+        ranked = sorted(members, key=lambda i: scores[names[i]], reverse=higher)
+
+        def score(soup: list[int]) -> float:
+            bench.set(mean_weights([ingredients[i] for i in soup]))
+            return bench.evaluate(max(chosen[i][0] for i in soup))[metric]
+
+        members, _ = greedy_soup(ranked, score, higher)
+    step = max(chosen[i][0] for i in members)
+    bench.set(mean_weights([ingredients[i] for i in members]))
+    evaluation = bench.evaluate(step)
+    record = {
+        "mode": request.mode,
+        "members": [names[i] for i in members],
+        "weights": [kinds[i] for i in members],
+        "bn_batches": bench.bn_batches_used,
+        "metric": metric,
+        "scores": scores,
+        "evaluation": evaluation,
+    }
+    prefix = averaged_checkpoint.write(
+        model_dir, step, lambda path: _save_model(model, path), record
+    )
+    logging.info(
+        "Averaged %d of %d checkpoints (%s) into %s: %s %.4f on %s",
+        len(members),
+        len(chosen),
+        request.mode,
+        prefix,
+        metric,
+        evaluation[metric],
+        split,
+    )
+    return {"checkpoint": prefix, "step": step, **record}
+
+
+def _save_model(model, prefix: str) -> None:
+    """Writes `model` as a training checkpoint's `model` (with its save counter, as read)."""
+    import tensorflow as tf
+
+    saved = tf.train.Checkpoint(model=model)
+    saved.save_counter.assign(1)  # Made, so that a restore finds every object it has.
+    saved.write(prefix)
+
+
+class _Bench:
+    """One model whose weights are set, re-normalized and evaluated in turn."""
+
+    def __init__(self, model, pipeline, batch_size, split, run_config, bn_batches):
+        self.model, self.pipeline, self.batch_size = model, pipeline, batch_size
+        self.split, self.run_config, self.bn_batches = split, run_config, bn_batches
+        self.bn_batches_used = 0
+
+    def load(self, prefix: str, kind: str) -> list[np.ndarray]:
+        from resnet_app.common import checkpoint
+
+        checkpoint.restore_model(self.model, prefix, kind)
+        return [variable.numpy() for variable in self.model.weights]
+
+    def set(self, weights: list[np.ndarray], measure_bn: bool = True) -> None:
+        for variable, value in zip(self.model.weights, weights):
+            variable.assign(value)
+        if measure_bn and self.bn_batches:
+            import itertools
+
+            stream = self.pipeline.train_dataset(self.batch_size)
+            batches = itertools.islice(iter(stream), self.bn_batches)
+            seed = self.run_config.train.seed
+            self.bn_batches_used = recompute_batch_norm(self.model, batches, seed)
+
+    def evaluate(self, step: int) -> dict[str, Any]:
+        from resnet_app.evaluation import exact_eval
+
+        threshold = self.run_config.train.threshold
+        result = exact_eval.evaluate(
+            self.model, self.pipeline, self.batch_size, split=self.split, threshold=threshold
+        )
+        precision = self.run_config.train.precision
+        return exact_eval.eval_record(step, self.split, result, precision)
