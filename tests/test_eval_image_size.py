@@ -50,7 +50,7 @@ def test_eval_image_size_is_refused_for_the_cifar_recipe_and_below_eval_resize()
         )
     with pytest.raises(ConfigError, match="eval_resize=40 is smaller than the evaluation size 48"):
         _pipeline(image_size=32, eval_image_size=48, eval_resize=40)
-    with pytest.raises(ConfigError, match="eval_image_size=4"):
+    with pytest.raises(ConfigError, match="eval_image_size must be a whole number >= 8, got 4"):
         data_config(eval_image_size=4)
 
 
