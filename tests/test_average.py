@@ -123,6 +123,27 @@ def test_a_greedy_soup_is_never_worse_than_its_best_checkpoint(held_out_run):
     assert checkpoint.select(str(held_out_run), "averaged")[0][0] == record["step"]
 
 
+def test_best_k_are_the_trainers_best_evaluations_on_the_held_out_split(held_out_run):
+    with open(held_out_run / "metrics.jsonl") as f:
+        lines = [json.loads(line) for line in f]
+    trainer = [r for r in lines if r.get("split") == "holdout" and "checkpoint" not in r]
+    holdout = {r["step"]: r["top1"] for r in trainer}
+    assert set(holdout) >= {2, 4, 6}
+    # Ties go to the earlier checkpoint.
+    best_two = sorted(sorted((2, 4, 6), key=lambda step: -holdout[step])[:2])
+    request = soup.AverageRequest(best=2, bn_batches=0, batch_size=8)
+    record = soup.average_run(str(held_out_run), request)
+    assert record["members"] == [f"ckpt-{step}" for step in best_two]
+
+
+def test_best_k_refuses_to_rank_on_the_test_split(copied_run):
+    _, model_dir = copied_run
+    with pytest.raises(ConfigError, match="--best ranks the checkpoints by their evaluation on"):
+        soup.average_run(str(model_dir), soup.AverageRequest(best=1, bn_batches=0))
+    with pytest.raises(ConfigError, match="give --last or --best, not both"):
+        soup.AverageRequest(best=1, last=2)
+
+
 def test_a_soup_refuses_to_choose_on_the_test_split(held_out_run):
     request = soup.AverageRequest(mode="soup", split="test", bn_batches=0)
     with pytest.raises(ConfigError, match="which is tuning on test"):

@@ -22,6 +22,7 @@ validation split out of the training data (`data.validation_split`).
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -43,6 +44,7 @@ class AverageRequest:
 
     Attributes:
       last: average the newest `last` checkpoints (None: all kept).
+      best: or the `best` ones by the trainer's evaluation of each on a held-out split.
       mode: "uniform" or "soup".
       weights: each checkpoint's "auto" (its moving average when kept), "ema" or "raw".
       bn_batches: training batches BatchNorm's statistics are measured on (0: averaged).
@@ -52,6 +54,7 @@ class AverageRequest:
     """
 
     last: int | None = None
+    best: int | None = None
     mode: str = "uniform"
     weights: str = "auto"
     bn_batches: int = 100
@@ -61,6 +64,9 @@ class AverageRequest:
 
     def __post_init__(self):
         checks.at_least("--last", self.last)
+        checks.at_least("--best", self.best)
+        if self.last and self.best:
+            raise ConfigError("give --last or --best, not both")
         checks.at_least("--bn_batches", self.bn_batches, 0)
         checks.at_least("--batch_size", self.batch_size)
         if self.mode not in MODES:
@@ -151,21 +157,61 @@ def recompute_batch_norm(model, batches: Iterable[dict[str, Any]], seed: int = 0
     return count
 
 
-def chosen_checkpoints(model_dir: str, last: int | None) -> list[tuple[int, str]]:
-    """(step, prefix) of the readable checkpoints to average, oldest first."""
+def chosen_checkpoints(
+    model_dir: str, request: AverageRequest, run_config: config.Config
+) -> list[tuple[int, str]]:
+    """(step, prefix) of the readable checkpoints to average, oldest first: all, the
+    newest `request.last`, or the `request.best` best by the run's keep-best metric
+    (`train.best_by`: the moving average's with one) in the trainer's evaluations."""
     from resnet_app.common import checkpoint
 
     found = checkpoint.select(model_dir, "all")
-    return found[-last:] if last else found
+    if request.best:
+        train = run_config.train
+        metric = (train.best_by, train.best_direction == "max")
+        return best_recorded(model_dir, found, request.best, metric)
+    return found[-request.last :] if request.last else found
 
 
-def soup_metric(run_config: config.Config, multi_label: bool) -> tuple[str, bool]:
-    """(the evaluation key a soup ranks by, whether higher is better): the run's
-    keep-best metric, of the weights themselves ("ema_top1" ranks by "top1")."""
+def best_recorded(
+    model_dir: str, found: list[tuple[int, str]], count: int, metric: tuple[str, bool]
+) -> list[tuple[int, str]]:
+    """The `count` checkpoints of `found` the trainer's evaluations rank best, in step order.
+
+    Raises:
+      ConfigError: when those evaluations were on the test split (ranking on it is
+        choosing on test), or a checkpoint has none.
+    """
+    from resnet_app.common import metrics
+
+    key, higher = metric
+    recorded: dict[int, dict[str, Any]] = {}
+    for record in metrics.read_records(os.path.join(model_dir, metrics.METRICS_FILE)):
+        if key in record and "split" in record and "checkpoint" not in record:
+            recorded[record["step"]] = record  # The trainer's; the last at a step wins.
+    splits = {recorded[step]["split"] for step, _ in found if step in recorded}
+    if splits & set(TEST_SPLITS):
+        raise ConfigError(
+            "--best ranks the checkpoints by their evaluation on the test split, which is "
+            "choosing on test: train with a held-out split (--set data.validation_split=5000), "
+            "or use --last"
+        )
+    missing = [step for step, _ in found if step not in recorded]
+    if missing:
+        raise ConfigError(
+            f"--best: the run recorded no evaluation ({key}) at steps {missing}; use --last"
+        )
+    sign = -1 if higher else 1  # Ties go to the earlier checkpoint.
+    ranked = sorted(found, key=lambda item: sign * recorded[item[0]][key])
+    return sorted(ranked[:count])
+
+
+def soup_metric(run_config: config.Config) -> tuple[str, bool]:
+    """(the evaluation key checkpoints are ranked by, whether higher is better): the
+    run's keep-best metric, of the weights themselves ("ema_top1" ranks by "top1")."""
     from resnet_app.config.sections import BEST_METRICS
 
-    key = run_config.train.best_metric or ("map" if multi_label else "top1")
-    key = key.removeprefix("ema_")
+    key = (run_config.train.best_metric or "top1").removeprefix("ema_")
     return key, BEST_METRICS[key] == "max"
 
 
@@ -192,7 +238,7 @@ def average_run(model_dir: str, request: AverageRequest) -> dict[str, Any]:
     from resnet_app.common import averaged_checkpoint, checkpoint
     from resnet_app.data import run_pipeline
 
-    chosen = chosen_checkpoints(model_dir, request.last)  # Before the data loads.
+    chosen = chosen_checkpoints(model_dir, request, run_config)  # Before the data loads.
     kinds = [checkpoint.chosen_weights(prefix, request.weights) for _, prefix in chosen]
     pipeline = run_pipeline.create_run_pipeline(run_config, data_config, model_dir)
     split = pipeline.eval_split_name
@@ -207,7 +253,7 @@ def average_run(model_dir: str, request: AverageRequest) -> dict[str, Any]:
     bench = _Bench(model, pipeline, batch_size, split, run_config, request.bn_batches)
     ingredients = [bench.load(prefix, kind) for (_, prefix), kind in zip(chosen, kinds)]
     names = [prefix.rsplit("/", 1)[-1] for _, prefix in chosen]
-    metric, higher = soup_metric(run_config, pipeline.multi_label)
+    metric, higher = soup_metric(run_config)
     scores: dict[str, float] = {}
     members = list(range(len(chosen)))
     if request.mode == "soup":

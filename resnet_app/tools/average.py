@@ -2,6 +2,7 @@
 
   resnet-app average --model_dir=runs/try                  # every kept checkpoint
   resnet-app average --model_dir=runs/try --last=3 --bn_batches=0
+  resnet-app average --model_dir=runs/try --best=3         # by the trainer's holdout records
   resnet-app average --model_dir=runs/try --mode=soup      # a greedy soup, held-out split
   resnet-app evaluate --model_dir=runs/try --checkpoint=averaged
   resnet-app export --model_dir=runs/try --checkpoint=averaged --export_dir=out
@@ -31,6 +32,9 @@ from resnet_app.evaluation import soup
 
 _MODEL_DIR = flags.DEFINE_string("model_dir", None, "The run directory.")
 _LAST = flags.DEFINE_integer("last", None, "Average the newest N checkpoints (default: all kept).")
+_BEST = flags.DEFINE_integer(
+    "best", None, "Or the N best by the trainer's evaluations (on a held-out split)."
+)
 _MODE = flags.DEFINE_enum("mode", "uniform", soup.MODES, "uniform, or a greedy soup.")
 _WEIGHTS = flags.DEFINE_enum(
     "weights", "auto", run_dir.WEIGHTS, "Each checkpoint's moving average (auto: when kept)."
@@ -53,6 +57,7 @@ def main(argv: list[str]) -> None:
         raise ConfigError(f"--model_dir={_MODEL_DIR.value} is not a directory")
     request = soup.AverageRequest(
         last=_LAST.value,
+        best=_BEST.value,
         mode=_MODE.value,
         weights=_WEIGHTS.value,
         bn_batches=_BN_BATCHES.value,
