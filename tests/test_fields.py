@@ -13,6 +13,7 @@ from resnet_app.config.optimizer_kinds import OptimizerSection
 from resnet_app.config.schedule_kinds import ScheduleSection
 from resnet_app.config.sections import SyncSettings, TrainSettings
 from resnet_app.data import settings as data_settings
+from resnet_app.evaluation import soup
 from resnet_app.nets.spec import ResNetConfig
 
 # Each rule against its closed form: (rule, values it takes, values it refuses).
@@ -113,6 +114,7 @@ def _sections():
     yield data_settings.MixSettings(), "data.mix.{}"
     yield data_settings.ProgressiveSettings(), "data.progressive.{}"
     yield ResNetConfig(), "model field '{}'"
+    yield soup.AverageRequest(), "--{}"
     for kind in OptimizerSection.KINDS.values():
         yield kind(), "optimizer"
     needed = {

@@ -217,7 +217,8 @@ def check_declared(instance: Any, name: str) -> None:
     """Checks every field of a dataclass instance against its declared `Rule`.
 
     A tuple's rule applies to each item, a mapping's to each value; None (unset)
-    passes. Whole numbers are stored back as Python ints.
+    passes. Valid values are stored back as the rule converts them (whole
+    numbers as Python ints, numbers as floats).
 
     Args:
       instance: a dataclass instance, checked in its `__post_init__`.

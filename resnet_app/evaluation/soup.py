@@ -30,8 +30,9 @@ import numpy as np
 from absl import logging
 
 from resnet_app import config
-from resnet_app.common import checks
+from resnet_app.common import run_dir
 from resnet_app.common.errors import ConfigError
+from resnet_app.common.fields import AT_LEAST_1, check_declared, one_of, setting, whole_at_least
 
 T = TypeVar("T")
 MODES = ("uniform", "soup")
@@ -53,24 +54,19 @@ class AverageRequest:
       data_dir: where the run's data is now (None: the run's).
     """
 
-    last: int | None = None
-    best: int | None = None
-    mode: str = "uniform"
-    weights: str = "auto"
-    bn_batches: int = 100
+    last: int | None = setting(None, AT_LEAST_1)
+    best: int | None = setting(None, AT_LEAST_1)
+    mode: str = setting("uniform", one_of(MODES))
+    weights: str = setting("auto", one_of(run_dir.WEIGHTS))
+    bn_batches: int = setting(100, whole_at_least(0))
     split: str | None = None
-    batch_size: int | None = None
+    batch_size: int | None = setting(None, AT_LEAST_1)
     data_dir: str | None = None
 
     def __post_init__(self):
-        checks.at_least("--last", self.last)
-        checks.at_least("--best", self.best)
+        check_declared(self, "--{}")  # Each field is the command's flag of that name.
         if self.last and self.best:
             raise ConfigError("give --last or --best, not both")
-        checks.at_least("--bn_batches", self.bn_batches, 0)
-        checks.at_least("--batch_size", self.batch_size)
-        if self.mode not in MODES:
-            raise ConfigError(f"--mode must be one of: {', '.join(MODES)}, got {self.mode!r}")
 
 
 def mean_weights(weight_sets: Sequence[Sequence[np.ndarray]]) -> list[np.ndarray]:
@@ -135,7 +131,8 @@ def recompute_batch_norm(model, batches: Iterable[dict[str, Any]], seed: int = 0
         else:
             model(images, training=True)
 
-    sums = [[np.zeros(layer.moving_mean.shape, np.float64)] * 2 for layer in layers]
+    means = [np.zeros(layer.moving_mean.shape, np.float64) for layer in layers]
+    variances = [np.zeros(layer.moving_variance.shape, np.float64) for layer in layers]
     count = 0
     try:
         for layer in layers:
@@ -143,15 +140,15 @@ def recompute_batch_norm(model, batches: Iterable[dict[str, Any]], seed: int = 0
         for batch in batches:
             keys = drop_path.example_keys(seed, count, batch["id"]) if keyed else None
             forward(batch["image"], keys)
-            for total, layer in zip(sums, layers):
-                total[0] = total[0] + layer.moving_mean.numpy()
-                total[1] = total[1] + layer.moving_variance.numpy()
+            for mean, variance, layer in zip(means, variances, layers):
+                mean += layer.moving_mean.numpy()
+                variance += layer.moving_variance.numpy()
             count += 1
     finally:
         for layer, momentum in zip(layers, momenta):
             layer.momentum = momentum
     if count:
-        for (mean, variance), layer in zip(sums, layers):
+        for mean, variance, layer in zip(means, variances, layers):
             layer.moving_mean.assign(mean / count)
             layer.moving_variance.assign(variance / count)
     return count
