@@ -204,12 +204,11 @@ def best_recorded(
 
 
 def soup_metric(run_config: config.Config) -> tuple[str, bool]:
-    """(the evaluation key checkpoints are ranked by, whether higher is better): the
-    run's keep-best metric, of the weights themselves ("ema_top1" ranks by "top1")."""
-    from resnet_app.config.sections import BEST_METRICS
-
-    key = (run_config.train.best_metric or "top1").removeprefix("ema_")
-    return key, BEST_METRICS[key] == "max"
+    """(the evaluation key a soup ranks by, whether higher is better): the run's
+    keep-best metric and direction (`train.best_by`, `best_direction`, as `--best`
+    ranks), of the weights themselves ("ema_top1" ranks by "top1")."""
+    train = run_config.train
+    return train.best_by.removeprefix("ema_"), train.best_direction == "max"
 
 
 def average_run(model_dir: str, request: AverageRequest) -> dict[str, Any]:
