@@ -29,6 +29,7 @@ COMMANDS = {
     "evaluate": Command("resnet_app.evaluate", "evaluate a run's checkpoints: reports, TTA"),
     "export": Command("resnet_app.export", "export a run: SavedModel, TFLite, ONNX, parity"),
     "average": Command("resnet_app.tools.average", "average a run's checkpoints (uniform, soup)"),
+    "sweep": Command("resnet_app.tools.sweep", "search settings (Optuna), each trial a run"),
     "predict": Command("resnet_app.predict", "classify image files with a run or an export"),
     "model": Command("resnet_app.tools.model_summary", "a model's layers, parameters and MACs"),
     "launch": Command("resnet_app.launch", "N local workers of one run, restarted on failure"),

@@ -95,6 +95,7 @@ def test_the_command_lists_its_subcommands(installed):
         "plot",
         "show-batch",
         "average",
+        "sweep",
     ):
         assert f"  {name} " in result.stdout
     assert set(commands.COMMANDS) >= {"train", "plot", "show-batch"}

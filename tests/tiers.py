@@ -36,6 +36,8 @@ HEAVY = {
     "resnet_app.data.input_pipeline": ("create_pipeline",),
     # Several towers: replicas that train in step, each with its own threads.
     "resnet_app.common.distribute": ("mirrored_strategy",),
+    # A sweep: each trial a training process.
+    "resnet_app.sweep.runner": ("Sweep",),
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 
 from absl import flags, logging
 
@@ -100,11 +101,13 @@ _define_shortcuts()
 FLAGS = flags.FLAGS
 
 
-def config_from_flags() -> config.Config:
+def config_from_flags(extra_sets: Sequence[str] = ()) -> config.Config:
     """The config the command line describes: defaults, --config, --set, then flags.
 
     Without --config, an existing run directory's config.yaml takes its place:
     `--model_dir=DIR` resumes a run with its own settings, plus any flag given.
+    `extra_sets` are `KEY=VALUE` assignments after the command line's own --set
+    (a sweep's trial).
     """
     config_file, resumed = CONFIG.value, False
     if not config_file and MODEL_DIR.value:
@@ -119,18 +122,32 @@ def config_from_flags() -> config.Config:
             overrides.setdefault(section, {})[field] = FLAGS[name].value
     if LR_SCHEDULE.value:
         overrides["schedule"] = {"name": "script", "path": os.path.abspath(LR_SCHEDULE.value)}
-    resolved = config.resolve(config_file, SET.value, overrides, resumed=resumed)
+    resolved = config.resolve(config_file, [*SET.value, *extra_sets], overrides, resumed=resumed)
     if resolved.schedule.RUNS_CODE:
         from resnet_app.config import script_permission
         from resnet_app.engine import schedules  # Pure Python: no TensorFlow.
 
         spec = resolved.schedule.path
-        named = any(item.partition("=")[0].strip() == "schedule.path" for item in SET.value)
+        given = [*SET.value, *extra_sets]
+        named = any(item.partition("=")[0].strip() == "schedule.path" for item in given)
         if LR_SCHEDULE.value:
             named = spec == os.path.abspath(LR_SCHEDULE.value)
         script_permission.check_allowed(spec, named, ALLOW_SCRIPTS.value, MODEL_DIR.value)
         schedules.load_script(spec)  # A bad script is answered now.
     return resolved
+
+
+def given_flags() -> tuple[list[str], dict[str, str]]:
+    """The training flags given on the command line, as arguments again (--model_dir and
+    --restart left out), and {config key: flag} of the shortcut flags among them."""
+    names = ["config", "set", "lr_schedule", "allow_scripts", *SHORTCUTS]
+    argv = [
+        text
+        for name in names
+        if FLAGS[name].present
+        for text in FLAGS[name].serialize().split("\n")
+    ]
+    return argv, {key: name for name, key in SHORTCUTS.items() if FLAGS[name].present}
 
 
 def default_model_dir(resolved: config.Config) -> str:

@@ -1,0 +1,143 @@
+"""A sweep's Optuna study: where it is stored, how trials are drawn and pruned.
+
+The study lives in a database: by default SQLite in the sweep's directory
+(`study.db`), so a killed sweep resumes where it stopped; any database URL
+Optuna takes (`--storage=postgresql://...`) lets sweeps on several machines
+share one study, each drawing trials from the common history. The study
+remembers what it searches (the space, the base command line, the metric);
+a sweep that names the same study with another space is refused rather than
+mixing two searches in one ranking.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from resnet_app.common.errors import ConfigError, first_line
+
+STUDY_FILE = "study.db"
+SAMPLERS = ("tpe", "random", "grid")
+# What a study records about itself (user attributes), checked when it is opened again.
+FINGERPRINT = "resnet_app_sweep"
+# Each trial's record in the study (user attributes).
+RUN_DIR, HOST, ARGV, DEVICE, ERROR = "run_dir", "host", "argv", "device", "error"
+STARTED, ENDED = "started", "ended"  # Unix times: its first start, its last end.
+
+
+def _median(prune_after: int) -> Any:
+    import optuna
+
+    return optuna.pruners.MedianPruner(n_startup_trials=prune_after, n_warmup_steps=0)
+
+
+def _hyperband(prune_after: int) -> Any:
+    import optuna
+
+    del prune_after  # Hyperband's brackets decide when a trial may be stopped.
+    return optuna.pruners.HyperbandPruner(min_resource=1, max_resource="auto")
+
+
+def _none(prune_after: int) -> Any:
+    import optuna
+
+    del prune_after
+    return optuna.pruners.NopPruner()
+
+
+# How weak trials are stopped early, from their evaluation records: Optuna's pruners.
+PRUNERS: dict[str, Callable[[int], Any]] = {
+    "median": _median,
+    "hyperband": _hyperband,
+    "none": _none,
+}
+
+
+def import_optuna() -> Any:
+    """Optuna, or one line saying how to install it."""
+    try:
+        import optuna
+    except ImportError:
+        raise ConfigError(
+            "resnet-app sweep needs Optuna: pip install -r requirements-sweep.txt "
+            "(or pip install 'resnet_app[sweep]')"
+        ) from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # The sweep says what happens.
+    return optuna
+
+
+def storage_url(study_dir: str, storage: str | None) -> str:
+    """The database the study lives in (default: SQLite in the sweep's directory)."""
+    if storage:
+        return storage
+    return "sqlite:///" + os.path.join(os.path.abspath(study_dir), STUDY_FILE)
+
+
+def make_sampler(name: str, seed: int, grid: dict[str, list[Any]] | None) -> Any:
+    """Optuna's sampler `name`; `grid` is the grid sampler's {key: values}."""
+    optuna = import_optuna()
+    if name == "grid":
+        return optuna.samplers.GridSampler(grid, seed=seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+def open_study(url: str, name: str, direction: str, sampler: Any, pruner: Any) -> Any:
+    """Creates the study, or opens it when it exists.
+
+    Raises:
+      ConfigError: the database cannot be opened, or holds the study in the other direction.
+    """
+    optuna = import_optuna()
+    try:
+        return optuna.create_study(
+            storage=url,
+            study_name=name,
+            direction=direction,
+            sampler=sampler,
+            pruner=pruner,
+            load_if_exists=True,
+        )
+    except ValueError as error:  # e.g. a study of the same name in another direction.
+        raise ConfigError(f"study {name!r} in {url}: {first_line(error)}") from None
+    except Exception as error:  # SQLAlchemy's errors: a bad URL, a database not reached.
+        raise ConfigError(
+            f"cannot open the study database {url}: {first_line(error)}; give a database URL "
+            "Optuna takes (--storage), or leave it out for SQLite in --study_dir"
+        ) from None
+
+
+def check_fingerprint(study: Any, name: str, fingerprint: dict[str, Any]) -> None:
+    """Records what the study searches, or refuses a sweep that searches something else in it.
+
+    Raises:
+      ConfigError: the study searched another space, command line, metric or sampler.
+    """
+    recorded = study.user_attrs.get(FINGERPRINT)
+    expected = json.loads(json.dumps(fingerprint))
+    if recorded is None:
+        study.set_user_attr(FINGERPRINT, expected)
+    elif recorded != expected:
+        differs = sorted(k for k in {*recorded, *expected} if recorded.get(k) != expected.get(k))
+        raise ConfigError(
+            f"study {name!r} searched another sweep ({', '.join(differs)} differ); give a new "
+            "--study_dir (or --study_name), or the same flags as before"
+        )
+
+
+def own_unfinished(study: Any, study_dir: str) -> list[Any]:
+    """Trials this machine started in `study_dir` whose sweep stopped before they ended."""
+    optuna = import_optuna()
+    here = socket.gethostname()
+    root = os.path.abspath(study_dir)
+    found = []
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        attrs = trial.user_attrs
+        run = attrs.get(RUN_DIR, "")
+        if attrs.get(HOST) == here and os.path.dirname(run) == root:
+            found.append(trial)
+    return found
