@@ -75,12 +75,22 @@ def test_specs_read_as_documented(spec, kind, ends, grid):
         ("schedule.name", "choice()", "needs at least one value"),
         ("schedule.name", "choice(cosine, cosine)", "names a value twice"),
         ("schedule.boundaries", "choice([1, 2], [3])", "choice values are numbers, words"),
+        ("train.label_smoothing", "choice(1, true)", "names a value twice (by ==)"),
+        ("optimizer.learning_rate", "choice(0.1, .inf)", "must be finite"),
+        ("optimizer.learning_rate", "[0.1, 0.2", "is not a YAML list"),
     ],
 )
 def test_bad_specs_are_one_line(key, spec, message):
     with pytest.raises(ConfigError, match=None) as caught:
         space_lib.parse_param(key, spec)
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_yaml_list_and_quoted_words_read_as_choices():
+    assert space_lib.parse_param("a.b", "[1e-4, 5e-4]").choices == (1e-4, 5e-4)
+    param = space_lib.parse_param("a.b", "choice('a, b', c, 'yes', 1e-3)")
+    assert param.choices == ("a, b", "c", "yes", 1e-3)
+    assert space_lib.parse_param("a.b", param.describe()) == param
 
 
 def test_a_key_given_twice_or_nothing_given_is_refused():
@@ -95,7 +105,8 @@ def test_a_key_given_twice_or_nothing_given_is_refused():
 
 
 @pytest.mark.parametrize(
-    "value", [0.1, 1e-5, 0.12520653814999466, 3, True, False, None, "cosine", "1e-3", "yes"]
+    "value",
+    [0.1, 1e-5, 0.12520653814999466, 3, True, False, None, "cosine", "1e-3", "yes", "a, b"],
 )
 def test_each_value_reaches_the_config_as_itself(value):
     """--set reads YAML: what the sweep writes for a value reads back as that value and type."""
@@ -170,6 +181,9 @@ def _resolve(sets=()):
             {"train.batch_size": "batch_size"},
             "--batch_size sets",
         ),
+        ((), "data.validation_split=choice(0, 40)", {}, "set it with --set, not as a searched"),
+        ((), "data.eval_split=choice(holdout, test)", {}, "set it with --set, not as a searched"),
+        ((), "train.best_metric=choice(top1, loss)", {}, "set it with --set, not as a searched"),
     ],
 )
 def test_the_sweep_is_checked_before_any_trial(sets, spec, flags, message):
@@ -219,6 +233,15 @@ def test_a_sweep_resumes_only_the_unfinished_trials_it_started_here(tmp_path):
     study.tell(done, 1.0)
     found = study_lib.own_unfinished(study, str(tmp_path / "s"))
     assert [t.user_attrs[study_lib.RUN_DIR] for t in found] == [mine]
+
+
+def test_a_grid_keeps_its_seed_and_other_samplers_draw_on(tmp_path):
+    """A grid takes its shuffled points in order, so a resumed grid sweep keeps its seed;
+    a random or TPE sweep resumed, or run beside another, must not draw the same again."""
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    assert study_lib.sampler_seed("grid", 7, 0, a) == study_lib.sampler_seed("grid", 7, 5, b) == 7
+    seeds = {study_lib.sampler_seed("tpe", 7, n, d) for n in (0, 5) for d in (a, b)}
+    assert len(seeds) == 4
 
 
 # --- the report ------------------------------------------------------------------------------
@@ -315,6 +338,16 @@ def test_without_optuna_the_command_is_one_line():
         (["--study_dir=X", "--param=optimizer.learning_rate=wobble"], "is not a range or a choice"),
         (["--study_dir=X", "--space=nosuch.yaml"], "--space=nosuch.yaml: No such file"),
         (["--study_dir=X", "--param=a.b=log(0.1,1)", "--sampler=bayes"], "--sampler"),
+        (
+            [
+                "--study_dir=X",
+                "--param=optimizer.learning_rate=log(0.1,1)",
+                "--dataset=shapes",
+                "--set=data.validation_split=40",
+                "--pruner=hyperband",
+            ],
+            "--pruner=hyperband counts its resource in training steps: give --eval_every",
+        ),
         (
             ["--study_dir=X", "--param=a.b=log(0.1,1)", "--trials=0"],
             "--trials must be a whole number >= 1",
@@ -429,11 +462,31 @@ def test_sweeps_in_two_directories_share_one_study_through_its_database(tmp_path
     assert not (tmp_path / "b" / "study.db").exists()
 
 
+def test_a_grid_sweep_runs_each_point_once_and_a_diverged_trial_does_not_stop_it(tmp_path):
+    study_dir = tmp_path / "sweep"
+    result = run_command(
+        "resnet_app.tools.sweep",
+        f"--study_dir={study_dir}",
+        *TRAIN,
+        "--train_steps=4",
+        "--eval_every=2",
+        "--param=optimizer.learning_rate=choice(0.05, 1e9)",  # 1e9 diverges.
+        "--sampler=grid",
+        "--trials=5",
+    )
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{study_dir}/study.db")
+    states = {t.params["optimizer.learning_rate"]: t.state.name for t in study.trials}
+    assert states == {0.05: "COMPLETE", 1e9: "FAIL"}  # Each point once: the grid is 2.
+    failed = [t for t in study.trials if t.state.name == "FAIL"][0]
+    assert failed.user_attrs["error"].startswith("error: training diverged")
+
+
 @pytest.fixture
 def always_prune(monkeypatch):
     """A pruner that stops every trial at its first evaluation (top-1 is never >= 2)."""
     monkeypatch.setitem(
-        study_lib.PRUNERS, "always", lambda _: optuna.pruners.ThresholdPruner(lower=2.0)
+        study_lib.PRUNERS, "always", lambda *_: optuna.pruners.ThresholdPruner(lower=2.0)
     )
 
 
@@ -494,7 +547,8 @@ def test_a_killed_sweep_resumes_its_trial_from_its_checkpoint_and_draws_no_extra
     study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{study_dir}/study.db")
     assert [t.state.name for t in study.trials] == ["COMPLETE"]
     records = metrics.read_records(str(metrics_file))
-    assert len([r for r in records if r.get("event") == "start"]) == 2  # Resumed, not restarted.
+    starts = [r["step"] for r in records if r.get("event") == "start"]
+    assert len(starts) == 2 and 0 < starts[1] <= killed_at  # Resumed from a checkpoint.
     steps = [r["step"] for r in _trainer_evaluations(metrics_file.parent)]
     assert steps[-1] == 200 and killed_at in steps
     first = study.trials[0]

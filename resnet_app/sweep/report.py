@@ -173,6 +173,13 @@ def write_all(
     write_summary(os.path.join(study_dir, SUMMARY_FILE), ranked, keys, metric)
     plot(os.path.join(study_dir, PLOT_FILE), study, metric, higher)
     complete = [row for row in ranked if row.state == "COMPLETE" and row.value is not None]
-    if complete:
+    if complete and os.path.isfile(run_dir.config_path(complete[0].run_dir)):
         write_best_recipe(os.path.join(study_dir, BEST_FILE), complete[0], metric, split, study_dir)
+    elif complete:  # A study shared between machines: the best ran on another one.
+        logging.info(
+            "No %s here: the best trial, %d, ran in %s, not on this machine",
+            BEST_FILE,
+            complete[0].number,
+            complete[0].run_dir,
+        )
     return ranked

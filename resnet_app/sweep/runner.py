@@ -39,7 +39,10 @@ from resnet_app.sweep.trial_run import TrialProcess
 
 HOLDOUT = "holdout"  # data.sources.HOLDOUT_SPLIT, named here without loading the sources.
 TRIAL_DIR = "trial-{:04d}"
-# Each searched key's ends are checked by the config before the first trial.
+# What decides how trials are scored: set once for the sweep, never searched.
+SCORING_KEYS = frozenset(
+    {"data.validation_split", "data.eval_split", "train.best_metric", "train.best_mode"}
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +100,7 @@ class Plan:
     resolve: Callable[[Sequence[str]], config.Config]
     metric: str
     higher: bool
+    eval_every: int | None = None
 
     @property
     def keys(self) -> list[str]:
@@ -122,6 +126,11 @@ def make_plan(
     """
     base = resolve([])
     for param in space:
+        if param.key in SCORING_KEYS:
+            raise ConfigError(
+                f"--param {param.key}: the sweep scores every trial alike (on the holdout split, "
+                "by one metric); set it with --set, not as a searched key"
+            )
         if param.key in flag_keys:
             raise ConfigError(
                 f"--{flag_keys[param.key]} sets {param.key}, which the sweep searches; drop one"
@@ -131,7 +140,19 @@ def make_plan(
                 resolve([space_lib.assignment(param.key, value)])
             except ConfigError as error:
                 raise ConfigError(f"--param {param.key}={param.describe()}: {error}") from None
-    data = base.data
+    check_scored_on_holdout(base)
+    higher = base.train.best_direction == "max"
+    plan = Plan(tuple(base_argv), tuple(space), resolve, base.train.best_by, higher)
+    return dataclasses.replace(plan, eval_every=base.train.eval_every)
+
+
+def check_scored_on_holdout(resolved: config.Config) -> None:
+    """Refuses a trial's config that would not be scored on the held-out training examples.
+
+    Raises:
+      ConfigError: naming the fix.
+    """
+    data = resolved.data
     if data.validation_split <= 0 or (data.eval_split or HOLDOUT) != HOLDOUT:
         raise ConfigError(
             "a sweep scores trials on a validation split carved from the training data, never "
@@ -139,8 +160,6 @@ def make_plan(
             "add --set data.validation_split=N (e.g. a tenth of the training examples)"
             + (" and drop data.eval_split" if data.eval_split not in (None, HOLDOUT) else "")
         )
-    metric = base.train.best_by
-    return Plan(tuple(base_argv), tuple(space), resolve, metric, base.train.best_direction == "max")
 
 
 class Sweep:
@@ -166,11 +185,11 @@ class Sweep:
             request.study_name,
             "maximize" if plan.higher else "minimize",
             None,
-            study_lib.PRUNERS[request.pruner](request.prune_after),
+            study_lib.PRUNERS[request.pruner](request.prune_after, plan.eval_every),
         )
         study_lib.check_fingerprint(self.study, request.study_name, fingerprint)
-        # A resumed sweep draws on from where the study is, not the same draws again.
-        seed = request.seed + len(self.study.trials)
+        drawn = len(self.study.trials)
+        seed = study_lib.sampler_seed(request.sampler, request.seed, drawn, request.study_dir)
         self.study.sampler = study_lib.make_sampler(request.sampler, seed, self.grid)
         self.running: list[TrialProcess] = []
         self.reported: dict[int, set[int]] = {}
@@ -197,6 +216,11 @@ class Sweep:
         ranked = self.write_report()
         if self.refused is not None:
             raise ConfigError(f"{self.refused}; the sweep stopped drawing trials")
+        if not self.stopping and ranked and all(row.state == "FAIL" for row in ranked):
+            raise ConfigError(
+                f"no trial of the sweep finished: each failed (their error lines are in "
+                f"{os.path.join(self.request.study_dir, report.SUMMARY_FILE)})"
+            )
         return ranked
 
     def write_report(self) -> list[report.Row]:
@@ -211,7 +235,10 @@ class Sweep:
         del frame
         self.stopping.append(number)
         for process in self.running:
-            process.stop()  # Each saves its step; the next sweep resumes it.
+            if len(self.stopping) == 1:
+                process.stop()  # Each saves its step; the next sweep resumes it.
+            else:
+                process.kill_now()  # A second signal: at once, from the last checkpoint.
 
     def _unfinished(self) -> list[TrialProcess]:
         """This machine's trials left running by a sweep that stopped: resumed first."""
@@ -219,11 +246,8 @@ class Sweep:
         for frozen in study_lib.own_unfinished(self.study, self.request.study_dir):
             trial = self.optuna.trial.Trial(self.study, frozen._trial_id)
             attrs = frozen.user_attrs
-            found.append(
-                TrialProcess(
-                    trial, attrs[study_lib.ARGV], attrs[study_lib.RUN_DIR], None, self.plan.metric
-                )
-            )
+            run, metric = attrs[study_lib.RUN_DIR], self.plan.metric
+            found.append(TrialProcess(trial, attrs[study_lib.ARGV], run, None, metric, HOLDOUT))
             self.reported[frozen.number] = set(frozen.intermediate_values)
             logging.info("sweep: resuming trial %d in %s", frozen.number, attrs[study_lib.RUN_DIR])
         return found
@@ -246,6 +270,8 @@ class Sweep:
                 return
             free.pop(0)
             process.start()
+            if self.stopping:  # A signal came while it started: it missed the SIGTERM.
+                process.stop()
             process.trial.set_user_attr(study_lib.DEVICE, process.device)
             if study_lib.STARTED not in process.trial.user_attrs:
                 process.trial.set_user_attr(study_lib.STARTED, process.started)
@@ -271,12 +297,12 @@ class Sweep:
         ):
             trial.set_user_attr(key, value)
         self.reported[trial.number] = set()
-        try:
-            self.plan.resolve(sets)  # A combination the config refuses fails here, in one line.
+        try:  # A combination the config refuses fails here, in one line.
+            check_scored_on_holdout(self.plan.resolve(sets))
         except ConfigError as error:
             self._fail(trial, f"refused: {first_line(error)}")
             return None
-        return TrialProcess(trial, argv, run, device, self.plan.metric)
+        return TrialProcess(trial, argv, run, device, self.plan.metric, HOLDOUT)
 
     def _watch(self, process: TrialProcess) -> None:
         """Reports its new evaluations, prunes it if the pruner says so, ends it if it ended."""
@@ -307,12 +333,12 @@ class Sweep:
         trial, states = process.trial, self.optuna.trial.TrialState
         value = process.final_value() if status == 0 else None
         if value is not None:  # It ran to its end (perhaps before a prune reached it).
-            self.study.tell(trial, value)
+            study_lib.tell(self.study, trial, value)
             logging.info(
                 "sweep: trial %d finished: %s %.4f", process.number, self.plan.metric, value
             )
         elif process.pruned_at is not None:
-            self.study.tell(trial, state=states.PRUNED)
+            study_lib.tell(self.study, trial, state=states.PRUNED)
         elif self.stopping:
             logging.info(
                 "sweep: trial %d stopped with the sweep; the same command resumes it",
@@ -321,10 +347,12 @@ class Sweep:
         else:
             error = process.error_line() if status else "stopped before its end"
             self._fail(trial, error)
-            if status == cli.USAGE_ERROR and self.refused is None:
+            # Refused before training started (the data, init_from, the run directory):
+            # every trial would be. A diverged or out-of-memory trial is this trial's own.
+            if status == cli.USAGE_ERROR and not process.started_training() and not self.refused:
                 self.refused = f"trial {process.number} ({process.run}) was refused: {error}"
 
     def _fail(self, trial: Any, error: str) -> None:
         trial.set_user_attr(study_lib.ERROR, error)
-        self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
+        study_lib.tell(self.study, trial, state=self.optuna.trial.TrialState.FAIL)
         logging.warning("sweep: trial %d failed: %s", trial.number, error)

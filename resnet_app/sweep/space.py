@@ -17,6 +17,7 @@ either loads. `suggest` asks an Optuna trial for a parameter's value.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 from collections.abc import Iterable
@@ -100,6 +101,11 @@ def parse_param(key: str, spec: Any, where: str = "") -> Param:
     key = str(key).strip()
     if not re.fullmatch(r"[a-z_][a-z0-9_]*(\.[a-z0-9_]+)+", key):
         raise ConfigError(f"{where}{key!r} is not a config key: give section.key, e.g. {_EXAMPLE}")
+    if isinstance(spec, str) and spec.strip().startswith("["):  # A YAML list, from --param.
+        try:
+            spec = loading.load_yaml(spec)
+        except yaml.YAMLError:
+            raise ConfigError(f"{where}{key}: {spec!r} is not a YAML list; fix it") from None
     if isinstance(spec, list):
         return _choice(key, spec, where)
     match = _SPEC.match(str(spec))
@@ -125,8 +131,12 @@ def _choice(key: str, values: list[Any], where: str) -> Param:
             raise ConfigError(
                 f"{where}{key}: choice values are numbers, words, true/false or null, got {value!r}"
             )
-    if len(set(map(repr, values))) != len(values):
-        raise ConfigError(f"{where}{key}: a choice names a value twice: {values}")
+    for value in values:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{where}{key}: choice values must be finite, got {value}")
+    # Optuna tells choices apart by ==, so 1, 1.0 and true are one value.
+    if any(a == b for i, a in enumerate(values) for b in values[i + 1 :]):
+        raise ConfigError(f"{where}{key}: a choice names a value twice (by ==): {values}")
     return Param(key, "choice", choices=tuple(values))
 
 
@@ -177,7 +187,12 @@ def parse_space(file_mapping: dict[str, Any] | None, params: Iterable[str]) -> t
 def value_text(value: Scalar) -> str:
     """A value as YAML writes it, so that `--set` (which reads YAML) reads back the same value."""
     if isinstance(value, str):
-        return loading.dump_yaml(value).strip().removesuffix("...").strip()
+        text = loading.dump_yaml(value).strip().removesuffix("...").strip()
+        try:  # Plain YAML, unless a list (a choice's spec) would read it otherwise.
+            same = loading.load_yaml(f"[{text}]") == [value]
+        except yaml.YAMLError:
+            same = False
+        return text if same else json.dumps(value)
     if value is None or isinstance(value, bool):
         return "null" if value is None else str(value).lower()
     return repr(value)

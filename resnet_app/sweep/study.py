@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -28,28 +29,35 @@ RUN_DIR, HOST, ARGV, DEVICE, ERROR = "run_dir", "host", "argv", "device", "error
 STARTED, ENDED = "started", "ended"  # Unix times: its first start, its last end.
 
 
-def _median(prune_after: int) -> Any:
+def _median(prune_after: int, eval_every: int | None) -> Any:
     import optuna
 
+    del eval_every
     return optuna.pruners.MedianPruner(n_startup_trials=prune_after, n_warmup_steps=0)
 
 
-def _hyperband(prune_after: int) -> Any:
+def _hyperband(prune_after: int, eval_every: int | None) -> Any:
     import optuna
 
     del prune_after  # Hyperband's brackets decide when a trial may be stopped.
-    return optuna.pruners.HyperbandPruner(min_resource=1, max_resource="auto")
+    if not eval_every:
+        raise ConfigError(
+            "--pruner=hyperband counts its resource in training steps: give --eval_every=N "
+            "(its smallest budget, one evaluation), or use --pruner=median"
+        )
+    return optuna.pruners.HyperbandPruner(min_resource=eval_every, max_resource="auto")
 
 
-def _none(prune_after: int) -> Any:
+def _none(prune_after: int, eval_every: int | None) -> Any:
     import optuna
 
-    del prune_after
+    del prune_after, eval_every
     return optuna.pruners.NopPruner()
 
 
-# How weak trials are stopped early, from their evaluation records: Optuna's pruners.
-PRUNERS: dict[str, Callable[[int], Any]] = {
+# How weak trials are stopped early, from their evaluation records: Optuna's pruners,
+# each made from (--prune_after, the run's train.eval_every).
+PRUNERS: dict[str, Callable[[int, int | None], Any]] = {
     "median": _median,
     "hyperband": _hyperband,
     "none": _none,
@@ -74,6 +82,31 @@ def storage_url(study_dir: str, storage: str | None) -> str:
     if storage:
         return storage
     return "sqlite:///" + os.path.join(os.path.abspath(study_dir), STUDY_FILE)
+
+
+def sampler_seed(name: str, seed: int, drawn: int, study_dir: str) -> int:
+    """The seed a sweep gives its sampler.
+
+    A grid is shuffled by its seed and its trials take the grid's points in that
+    order, so it keeps `seed` whatever was drawn before. The others continue a
+    study: a resumed sweep, or sweeps on several machines (or directories) at once,
+    must not draw the same values again, so their seed also depends on how many
+    trials the study holds and on this machine and directory.
+    """
+    if name == "grid":
+        return seed
+    where = f"{socket.gethostname()}:{os.path.abspath(study_dir)}"
+    return (seed + drawn + zlib.crc32(where.encode())) % (2**32)
+
+
+def tell(study: Any, trial: Any, *args: Any, **kwargs: Any) -> None:
+    """`study.tell`, without the grid sampler's `study.stop()` after its last point, which
+    Optuna refuses outside `optimize` (the trial is told by then; the sweep stops itself)."""
+    try:
+        study.tell(trial, *args, **kwargs)
+    except RuntimeError as error:
+        if "Study.stop" not in str(error):
+            raise
 
 
 def make_sampler(name: str, seed: int, grid: dict[str, list[Any]] | None) -> Any:

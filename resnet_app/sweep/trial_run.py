@@ -25,14 +25,11 @@ from resnet_app.common import metrics, parent_death, run_dir
 LOG_FILE = "train.log"
 
 
-def trainer_evaluation(record: dict[str, Any], key: str) -> bool:
-    """Whether a metrics.jsonl record is one of the trainer's own evaluations with `key`.
-
-    `resnet-app evaluate` and `--watch` records carry "event" and "checkpoint".
-    """
-    return (
-        key in record and "split" in record and "event" not in record and "checkpoint" not in record
-    )
+def trainer_evaluation(record: dict[str, Any], key: str, split: str) -> bool:
+    """Whether a metrics.jsonl record is one of the trainer's own evaluations on `split`
+    with `key` (`resnet-app evaluate` and `--watch` records carry "event" and "checkpoint")."""
+    own = "event" not in record and "checkpoint" not in record
+    return own and key in record and record.get("split") == split
 
 
 def _number(value: Any) -> float:
@@ -51,9 +48,11 @@ class TrialProcess:
       pruned_at: the step of the evaluation it was pruned after, or None.
     """
 
-    def __init__(self, trial: Any, argv: list[str], run: str, device: str | None, key: str):
+    def __init__(
+        self, trial: Any, argv: list[str], run: str, device: str | None, key: str, split: str
+    ):
         self.trial, self.number, self.run, self.device = trial, trial.number, run, device
-        self._argv, self._key, self._offset, self._partial = argv, key, 0, b""
+        self._argv, self._key, self._split, self._offset, self._partial = argv, key, split, 0, b""
         self.process: subprocess.Popen | None = None
         self.started = self.ended = None
         self.pruned_at: int | None = None
@@ -97,7 +96,7 @@ class TrialProcess:
         for line in lines:
             with contextlib.suppress(ValueError):
                 record = json.loads(line)
-                if isinstance(record, dict) and trainer_evaluation(record, self._key):
+                if isinstance(record, dict) and trainer_evaluation(record, self._key, self._split):
                     found.append((int(record["step"]), _number(record[self._key])))
         return found
 
@@ -111,6 +110,18 @@ class TrialProcess:
         """SIGTERM to the trainer's group: it saves its step and exits."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGTERM)
+
+    def kill_now(self) -> None:
+        """SIGKILL to the trainer's group, not waited for (from a signal handler)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+    def started_training(self) -> bool:
+        """Whether the trainer got as far as training (its "start" event in metrics.jsonl)."""
+        path = os.path.join(self.run, metrics.METRICS_FILE)
+        if not os.path.isfile(path):
+            return False
+        return any(r.get("event") == "start" for r in metrics.read_records(path))
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -126,7 +137,9 @@ class TrialProcess:
             return None
         last = ends[-1]["step"]
         values = [
-            r[self._key] for r in records if trainer_evaluation(r, self._key) and r["step"] == last
+            r[self._key]
+            for r in records
+            if trainer_evaluation(r, self._key, self._split) and r["step"] == last
         ]
         return _number(values[-1]) if values else None
 
