@@ -488,7 +488,7 @@ def chosen_weights(prefix: str, weights: str = "auto") -> str:
     if weights == "ema":
         raise ConfigError(
             f"--weights=ema: {prefix} holds no moving average of the weights (its run had "
-            "no train.ema_decay); use --weights=raw"
+            "no train.ema_decay or train.swa_start); use --weights=raw"
         )
     return "raw"
 

@@ -96,8 +96,8 @@ def define_weights_flag() -> flags.FlagHolder:
         "weights",
         "auto",
         list(run_dir.WEIGHTS),
-        "Which weights of the checkpoint: ema (the moving average kept by train.ema_decay), "
-        "raw (the trained weights), or auto (the moving average when the run kept one).",
+        "Which weights of the checkpoint: ema (the average kept by train.ema_decay or "
+        "train.swa_start), raw (the trained weights), or auto (the average when the run kept one).",
     )
 
 

@@ -43,6 +43,7 @@ from resnet_app.common.fields import (
     replace_from,
     resumable,
     setting,
+    whole_at_least,
 )
 from resnet_app.config.oneof import Section, alternative, check_alternatives, plain
 from resnet_app.config.optimizer_kinds import Momentum, OptimizerSection
@@ -181,6 +182,19 @@ class TrainSettings:
         use by default (--weights). See `engine/ema.py`.
       ema_warmup: use the decay min(ema_decay, (1 + n) / (10 + n)) at update
         n (TensorFlow's `ExponentialMovingAverage` warm-up).
+      swa_start: stochastic weight averaging (Izmailov et al. 2018): from this
+        fraction of the run on (e.g. 0.75; 0: off), the average of the weights
+        is the equal-weight mean of the models every `swa_every` updates, in
+        place of the moving average (it is evaluated, checkpointed and used by
+        evaluate, export and predict as the moving average is, under the same
+        ema_ names). At the end the run's averaged checkpoint is written with
+        BatchNorm's statistics measured on `swa_bn_batches` training batches
+        (`--checkpoint=averaged`). Combine it with a schedule that keeps the
+        learning rate up in that part (constant, or cycles).
+      swa_every: the updates between the models SWA averages (default: one
+        epoch's, the paper's).
+      swa_bn_batches: training batches BatchNorm's statistics of the SWA
+        average are measured on at the end (0: the averaged statistics).
       class_weights: scale each example's loss by its class's weight:
         "balanced" (n / (classes * count), `data/class_balance.py`) or a
         mapping of class names to weights (others 1); single-label data.
@@ -219,6 +233,9 @@ class TrainSettings:
     accumulate_steps: int = setting(1, AT_LEAST_1)
     ema_decay: float = resumable(0.0, FRACTION)
     ema_warmup: bool = resumable(False)
+    swa_start: float = setting(0.0, FRACTION)
+    swa_every: int | None = setting(None, AT_LEAST_1)
+    swa_bn_batches: int = resumable(100, whole_at_least(0))
     class_weights: str | dict[str, float] | None = setting(None, CLASS_WEIGHTS)
     threshold: float = resumable(0.5, PROBABILITY)
 
@@ -227,7 +244,12 @@ class TrainSettings:
         """The evaluation record's key keep-best ranks by: `best_metric`, or by
         default the moving average's top-1 when the run keeps one (what
         evaluate and export then use), else top-1."""
-        return self.best_metric or ("ema_top1" if self.ema_decay else "top1")
+        return self.best_metric or ("ema_top1" if self.keeps_average else "top1")
+
+    @property
+    def keeps_average(self) -> bool:
+        """Whether the run keeps an average of the weights: moving (EMA) or SWA's."""
+        return self.ema_decay > 0 or self.swa_start > 0
 
     @property
     def best_direction(self) -> str:
@@ -247,9 +269,18 @@ class TrainSettings:
             "train.ema_warmup needs train.ema_decay (e.g. 0.999); set it or drop ema_warmup",
         )
         _require(
-            not self.best_by.startswith("ema_") or self.ema_decay > 0,
+            not self.best_by.startswith("ema_") or self.keeps_average,
             f"train.best_metric={self.best_metric} needs the moving average; set "
-            "train.ema_decay (e.g. 0.999) or rank by top1",
+            "train.ema_decay (e.g. 0.999) or train.swa_start, or rank by top1",
+        )
+        _require(
+            not (self.ema_decay and self.swa_start),
+            "train.ema_decay and train.swa_start exclude each other (one average of the "
+            "weights); keep one",
+        )
+        _require(
+            self.swa_every is None or self.swa_start > 0,
+            "train.swa_every needs train.swa_start (e.g. 0.75); set it or drop swa_every",
         )
 
 
@@ -376,6 +407,11 @@ class Config:
         if self.data.seed != self.train.seed:  # `data.seed` is set by train.seed.
             object.__setattr__(self, "data", dataclasses.replace(self.data, seed=self.train.seed))
         self._check_parts()
+        _require(
+            not (self.sync.mode == "model_average" and self.train.swa_start),
+            "train.swa_start needs sync.mode=allreduce: with model averaging the replicas' "
+            "weights differ between averages; use train.ema_decay",
+        )
         _require(
             not (self.sync.mode == "model_average" and self._loss_scaling()),
             f"sync.mode=model_average cannot use train.precision={self.train.precision}: its "

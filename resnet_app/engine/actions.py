@@ -322,7 +322,7 @@ class KeepBest(Action):
         self.metric, self.direction = train.best_by, train.best_direction
         if run.pipeline.multi_label and train.best_metric is None:
             # Multi-label data ranks by mean average precision by default.
-            self.metric, self.direction = ("ema_map" if train.ema_decay else "map"), "max"
+            self.metric, self.direction = ("ema_map" if train.keeps_average else "map"), "max"
         self.best: float | None = None
         self._candidate: dict[str, Any] | None = None
 

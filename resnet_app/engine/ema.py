@@ -37,6 +37,16 @@ averages once more at its end, and the average follows with d**(steps since).
 
 An fp16 step whose loss scale overflowed leaves the weights as they were; the
 average still takes its step towards them (as timm's `ModelEma` does).
+
+Stochastic weight averaging (`train.swa_start`, Izmailov et al. 2018;
+`SwaAverage`) is the same copy with another decay: before the start update S
+it follows the weights (decay 0); at update S + n*P (P = `train.swa_every`) it
+becomes the mean of the n + 1 models so far, a <- n/(n+1) * a + w/(n+1), the
+running mean of torch's `AveragedModel`; between those updates it holds (decay
+1). The decay is a function of the update count alone, so it too resumes
+bitwise. Its BatchNorm statistics are the mean of the models' moving ones;
+the run measures them again at its end for its averaged checkpoint
+(`loop._write_swa_average`), as SWA prescribes.
 """
 
 from __future__ import annotations
@@ -127,3 +137,30 @@ class WeightEMA:
         updates since the previous average, at once (decay d**(updates % K))."""
         count = int(updates.numpy())
         self.update(strategy, tf.constant(count), every=count % self.every or self.every)
+
+
+class SwaAverage(WeightEMA):
+    """Stochastic weight averaging: the equal-weight mean of the models at updates
+    `start`, `start + period`, ... (see the module docstring).
+
+    Args:
+      model: the trained model.
+      average_model: a second instance of the same network (see `WeightEMA`).
+      start: the update count of the first model averaged (>= 1).
+      period: the updates between two models averaged (>= 1).
+    """
+
+    def __init__(self, model: keras.Model, average_model: keras.Model, start: int, period: int):
+        if start < 1 or period < 1:
+            raise ValueError(f"SWA needs start >= 1 and period >= 1, got {start}, {period}")
+        super().__init__(model, average_model, decay=0.5)
+        self.start, self.period = start, period
+
+    def decay_at(self, updates: tf.Tensor, every: int | None = None) -> tf.Tensor:
+        """0 before `start`; n/(n+1) at the (n+1)-th model averaged; 1 between them."""
+        del every  # All-reduce only: one update at a time.
+        since = tf.cast(updates, tf.int64) - self.start
+        count = tf.cast(tf.math.floordiv(since, self.period), tf.float32)
+        averaged = tf.equal(tf.math.floormod(since, self.period), 0)
+        decay = tf.where(averaged, count / (count + 1.0), 1.0)
+        return tf.where(since < 0, 0.0, decay)

@@ -317,13 +317,57 @@ def _finish(
         last_eval["num_examples"],
         run.model_dir,
     )
+    train = run.config.train
     if "ema_top1" in last_eval:
         logging.info(
-            "Moving average of the weights (train.ema_decay=%g): top-1 %.4f, top-5 %.4f, "
-            "loss %.4f; evaluate, export and predict use it unless given --weights=raw",
-            run.config.train.ema_decay,
+            "%s: top-1 %.4f, top-5 %.4f, loss %.4f; evaluate, export and predict use it unless "
+            "given --weights=raw",
+            f"SWA's average of the weights (train.swa_start={train.swa_start:g})"
+            if train.swa_start
+            else f"Moving average of the weights (train.ema_decay={train.ema_decay:g})",
             last_eval["ema_top1"],
             last_eval["ema_top5"],
             last_eval["ema_loss"],
         )
+    if train.swa_start and run.chief:
+        summary["swa"] = _write_swa_average(run, writer, step)
     return RunResult(summary=summary, model=run.model)
+
+
+def _write_swa_average(run: setup.Run, writer: MetricsWriter, step: int) -> dict[str, Any]:
+    """SWA's last step: the average with BatchNorm's statistics measured on training
+    batches, evaluated and written as the run's averaged checkpoint (`average`'s)."""
+    from resnet_app.evaluation import soup
+
+    train = run.config.train
+    start, period = setup.swa_updates(train, run.plan)
+    models = (step - start) // period + 1 if step >= start else 0
+    request = soup.AverageRequest(last=1, weights="ema", bn_batches=train.swa_bn_batches)
+    record = soup.average_run(run.model_dir, request)
+    evaluation = record["evaluation"]
+    keys = ("split", "top1", "top5", "loss")
+    scores = {key: evaluation[key] for key in keys if key in evaluation}
+    writer.write(
+        {
+            "step": step,
+            "event": "swa",
+            "checkpoint": record["checkpoint"],
+            "models": models,
+            "bn_batches": record["bn_batches"],
+            **scores,
+        }
+    )
+    logging.info(
+        "SWA: the mean of %d models (updates %d, %d, ... every %d) with BatchNorm measured on %d "
+        "training batches: top-1 %.4f on %s; the run's averaged checkpoint %s "
+        "(evaluate and export --checkpoint=averaged)",
+        models,
+        start,
+        start + period,
+        period,
+        record["bn_batches"],
+        evaluation.get("top1", float("nan")),
+        evaluation.get("split"),
+        record["checkpoint"],
+    )
+    return record

@@ -45,10 +45,10 @@ from resnet_app.common import (
     run_lock,
 )
 from resnet_app.common.errors import ConfigError
-from resnet_app.config import Config
+from resnet_app.config import Config, TrainSettings
 from resnet_app.data import class_balance, input_pipeline, run_pipeline
 from resnet_app.engine import averaging, optim, resume
-from resnet_app.engine.ema import WeightEMA
+from resnet_app.engine.ema import SwaAverage, WeightEMA
 from resnet_app.engine.learning_rate import LearningRate
 from resnet_app.engine.plan import RunPlan, plan_run
 from resnet_app.nets import factory, parts
@@ -291,7 +291,7 @@ def _create_state(
 ) -> dict[str, Any]:
     """The run's variables, each created in `strategy.scope()`, and their checkpoint."""
     model, optimizer, averager = _create_model(config, strategy, pipeline, optimizer_config)
-    ema = _create_ema(config, strategy, pipeline, model, averager)
+    ema = _create_ema(config, strategy, pipeline, model, averager, plan)
     with strategy.scope():
         learning_rate = LearningRate(plan.schedule, plan.steps_per_epoch)
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -375,10 +375,11 @@ def _create_ema(
     pipeline: input_pipeline.InputPipeline,
     model: keras.Model,
     averager: averaging.ModelAveraging | None,
+    plan: RunPlan,
 ) -> WeightEMA | None:
-    """The moving average of the weights, a mirrored copy of the network, or None."""
+    """The average of the weights (moving, or SWA's), a mirrored copy of the network, or None."""
     train = config.train
-    if not train.ema_decay:
+    if not train.keeps_average:
         return None
     with strategy.scope():  # Mirrored, also under model averaging (`ema.py`).
         average_model = factory.create_run_model(
@@ -388,8 +389,17 @@ def _create_ema(
             train.precision,
             pipeline.channels,
         )
+    if train.swa_start:
+        start, period = swa_updates(train, plan)
+        return SwaAverage(model, average_model, start, period)
     every = 1 if averager is None else averager.interval
     return WeightEMA(model, average_model, train.ema_decay, train.ema_warmup, every)
+
+
+def swa_updates(train: TrainSettings, plan: RunPlan) -> tuple[int, int]:
+    """(the update of SWA's first model, the updates between models) for a run's plan."""
+    start = min(max(1, round(train.swa_start * plan.total_steps)), plan.total_steps)
+    return start, train.swa_every or max(1, plan.steps_per_epoch)
 
 
 def _saved_config(model_dir: str, restart: bool) -> Config | None:
