@@ -52,6 +52,7 @@ from resnet_app.data import (
     mixing,
     options,
     preprocessing,
+    repeats,
     seeds,
     sources,
 )
@@ -184,9 +185,16 @@ class InputPipeline:
             return "test"
         return self.source.default_eval_split()
 
+    def epoch_examples(self, global_batch: int) -> int:
+        """Examples in one training epoch: the training split's, or with repeated
+        augmentation the samplers' rounded length (`data/repeats.py`)."""
+        return repeats.epoch_length(
+            self.num_train_examples, self.config.augment.repeats, global_batch
+        )
+
     @property
     def num_train_examples(self) -> int:
-        """Examples in one training epoch."""
+        """Examples in the training split."""
         if self.train_split is None:
             return self.config.train_examples or SYNTHETIC_SPLIT_SIZES["train"]
         return self.train_split.num_examples
@@ -267,6 +275,7 @@ class InputPipeline:
         num_shards: int = 1,
         shard_index: int = 0,
         image_size: int | None = None,
+        replicas_per_shard: int = 1,
     ) -> tf.data.Dataset:
         """The infinite training stream, batched.
 
@@ -278,6 +287,8 @@ class InputPipeline:
           shard_index: which of them this is.
           image_size: the images' size (progressive resizing, `data/progressive.py`;
             default: the run's). The examples and their draws do not depend on it.
+          replicas_per_shard: the towers each pipeline's batch is split over; with
+            repeated augmentation, where each copy of an example goes (`data/repeats.py`).
 
         Returns:
           Batches of global_batch_size / num_shards examples, infinitely.
@@ -293,13 +304,17 @@ class InputPipeline:
         config = self.training_preprocessing(image_size)
         if self.train_split is None:
             return self._synthetic(batch, size=config.image_size)
-        size = self.num_train_examples
         seed = self.config.seed
         split = self.train_split
 
         # A stream of (epoch's augmentation key, id, raw image, label), entered
         # at `start_example`.
         if not split.indexed:
+            if self.config.augment.repeats > 1:
+                raise ConfigError(
+                    f"data.augment.repeats needs data read by index; {self.config.dataset}'s "
+                    "records are streamed: drop it, or read the data from its files"
+                )
             stream = split.stream.training(
                 seed, start_example, num_shards, shard_index, self.config.shuffle_buffer
             )
@@ -309,21 +324,13 @@ class InputPipeline:
             )
         else:
             lookup = self._lookup(split)
-            first_epoch, offset = divmod(start_example, size)
-
-            def epoch_indices(epoch):
-                order = self._epoch_order(epoch)
-                # The first epoch starts at `offset`; later ones at 0.
-                order = order[tf.where(tf.equal(epoch, first_epoch), offset, 0) :]
-                key = seeds.augment_key(seed, epoch)  # Once per epoch, not per example.
-                return tf.data.Dataset.from_tensor_slices((tf.fill(tf.shape(order), key), order))
-
-            def load(key, index):
-                return (key, index, *lookup(index))
-
-            stream = tf.data.Dataset.range(first_epoch, 1 << 62).flat_map(epoch_indices)
+            arrange = repeats.placement(global_batch_size, num_shards, replicas_per_shard)
+            stream = self._indexed_stream(start_example, arrange)
             stream = stream.shard(num_shards, shard_index)
-            stream = stream.map(load, num_parallel_calls=options.parallel_calls())
+            stream = stream.map(
+                lambda key, index: (key, index, *lookup(index)),
+                num_parallel_calls=options.parallel_calls(),
+            )
 
         def transform(key, example_id, image, label):
             # Each example's augmentation depends on (seed, epoch, id) only.
@@ -339,6 +346,30 @@ class InputPipeline:
         settings = self.config.mix
         stream = mixing.mix_stream(stream, settings, seed, start_example // global_batch_size)
         return stream.prefetch(tf.data.AUTOTUNE).with_options(options.dataset_options())
+
+    def _indexed_stream(self, start_example: int, arrange: np.ndarray) -> tf.data.Dataset:
+        """(augmentation key, example index) from `start_example` on, for data read by
+        index: each epoch's order, or with repeated augmentation the samplers' list
+        (`data/repeats.py`, `arrange` its placement in a global batch)."""
+        count, seed = self.config.augment.repeats, self.config.seed
+        length = repeats.epoch_length(self.num_train_examples, count, len(arrange))
+        first_epoch, offset = divmod(start_example, length)
+
+        def epoch_indices(epoch):
+            order = self._epoch_order(epoch)
+            start = tf.where(tf.equal(epoch, first_epoch), offset, 0)  # Later epochs: 0.
+            if count == 1:
+                key = seeds.augment_key(seed, epoch)  # Once per epoch, not per example.
+                return tf.data.Dataset.from_tensor_slices(
+                    (tf.fill(tf.shape(order[start:]), key), order[start:])
+                )
+            indices, copies = repeats.epoch_list(order, count, length, arrange)
+            keys = tf.stack([seeds.augment_key(seed, epoch, c) for c in range(count)])
+            return tf.data.Dataset.from_tensor_slices(
+                (tf.gather(keys, copies)[start:], indices[start:])
+            )
+
+        return tf.data.Dataset.range(first_epoch, 1 << 62).flat_map(epoch_indices)
 
     # -- evaluation --------------------------------------------------------------
 

@@ -33,7 +33,7 @@ def stream_seed(seed: int, stream: int, epoch) -> tf.Tensor:
     return tf.random.experimental.stateless_fold_in(base, tf.cast(epoch, tf.int64))
 
 
-def augment_key(seed: int, epoch) -> tf.Tensor:
+def augment_key(seed: int, epoch, copy: int = 0) -> tf.Tensor:
     """An int64 key shared by one epoch's augmentations: a 64-bit hash of (seed, epoch).
 
     (`stateless_fold_in` returns [hash(seed, stream), epoch]: its first element
@@ -42,13 +42,16 @@ def augment_key(seed: int, epoch) -> tf.Tensor:
     Args:
       seed: the run's `--seed`.
       epoch: the epoch (an int or an int tensor).
+      copy: with repeated augmentation (`data/repeats.py`), which copy of each
+        example: copy c > 0 draws from a key of its own; copy 0 is every run's.
 
     Returns:
       An int64 scalar tensor.
     """
-    return tf.random.stateless_uniform(
-        [], stream_seed(seed, AUGMENT, epoch), minval=None, maxval=None, dtype=tf.int64
-    )
+    pair = stream_seed(seed, AUGMENT, epoch)
+    if copy:
+        pair = tf.random.experimental.stateless_fold_in(pair, copy)
+    return tf.random.stateless_uniform([], pair, minval=None, maxval=None, dtype=tf.int64)
 
 
 def example_seed(seed: int, epoch, example_id) -> tf.Tensor:

@@ -126,6 +126,14 @@ class AugmentSettings:
       cutout_size: Cutout (DeVries & Taylor 2017, as Page 2018's ResNet-9
         uses it): a square of this side, placed at random wholly inside the
         image, set to 0 after normalization (the mean colour); 0: off.
+      repeats: repeated augmentation (Hoffer et al. 2020; timm's
+        `--aug-repeats`, torchvision's `RASampler`, 4 in its ResNet-50 V2
+        recipe, 3 in "ResNet strikes back"): each example k times in a row in
+        the epoch's order, each copy augmented on its own and the copies
+        spread over the replicas of a step; an epoch keeps the training
+        examples rounded down to a multiple of 256 and of the global batch
+        (`data/repeats.py`). 1: off. Needs data read by index (not tfds's
+        streamed records) and uniform sampling.
     """
 
     crop_padding: int = setting(4, WHOLE_OR_0)
@@ -141,6 +149,7 @@ class AugmentSettings:
     erase_area_range: tuple[float, float] = setting((0.02, 1 / 3), AREA)
     erase_aspect_range: tuple[float, float] = setting((0.3, 1 / 0.3), MORE_THAN_0)
     cutout_size: int = setting(0, WHOLE_OR_0)
+    repeats: int = setting(1, whole_at_least(1))
 
     def __post_init__(self):
         key = "data.augment."
@@ -387,6 +396,11 @@ class DataConfig:
             self.mean is None or self.std is None or len(self.mean) == len(self.std),
             f"mean has {len(self.mean or ())} values and std {len(self.std or ())}; "
             "give both one per channel",
+        )
+        _check(
+            self.augment.repeats == 1 or self.sampling != "balanced",
+            f"data.augment.repeats={self.augment.repeats} repeats each example of a uniform "
+            "order; data.sampling=balanced draws its own: keep one",
         )
 
 

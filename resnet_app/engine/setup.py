@@ -112,7 +112,7 @@ class Run:
 
     @property
     def examples_per_epoch(self) -> int:
-        return self.pipeline.num_train_examples
+        return self.pipeline.epoch_examples(self.config.train.batch_size)
 
     def restore(self, prefix: str | None, verb: str = "Resumed from") -> int:
         """Restores a checkpoint (None: none, a fresh start); returns the step.
@@ -174,6 +174,7 @@ class Run:
                 num_shards=context.num_input_pipelines,
                 shard_index=context.input_pipeline_id,
                 image_size=size,
+                replicas_per_shard=max(1, replicas // context.num_input_pipelines),
             )
             if replicas > context.num_input_pipelines:
                 # Each local replica takes its consecutive slice of the worker's batch.
@@ -234,7 +235,7 @@ def _build(
     optimizer_config = optim.check_optimizer_config(config.optimizer)
     chief = distribute.is_chief(strategy)
     pipeline = run_pipeline.create_run_pipeline(config, model_dir=None if restart else model_dir)
-    plan = plan_run(config, pipeline.num_train_examples, pipeline.preprocessing.image_size)
+    plan = plan_run(config, _epoch_examples(pipeline, config), pipeline.preprocessing.image_size)
     class_balance.check_single_label_options(config, pipeline.multi_label)
     train = pipeline.train_split
     counts = train.class_counts(pipeline.num_classes) if train is not None else None
@@ -252,10 +253,11 @@ def _build(
     changes: dict[str, tuple[Any, Any]] = {}
     if resume_from:
         saved = _checkpoint_config(resume_from[1])
-        kept = resume.keep_drops(saved, config, pipeline.num_train_examples)
+        kept = resume.keep_drops(saved, config, _epoch_examples(pipeline, config))
         if kept is not config:
             config = kept
-            plan = plan_run(config, pipeline.num_train_examples, pipeline.preprocessing.image_size)
+            examples = _epoch_examples(pipeline, config)
+            plan = plan_run(config, examples, pipeline.preprocessing.image_size)
         replicas = strategy.num_replicas_in_sync
         check = _check_resume(saved, config, resume_from, replicas, pipeline, plan)
         _refuse_or_log(check, model_dir, resume_from[0], allow_config_change)
@@ -367,6 +369,11 @@ def _create_model(
         optimizer,
         averaging.ModelAveraging(model, optimizer, strategy, config.sync.interval),
     )
+
+
+def _epoch_examples(pipeline: input_pipeline.InputPipeline, config: Config) -> int:
+    """Examples per training epoch (with repeated augmentation, the samplers' length)."""
+    return pipeline.epoch_examples(config.train.batch_size)
 
 
 def _create_ema(
@@ -511,7 +518,7 @@ def _check_resume(
         step,
         None if saved_replicas is None else int(saved_replicas),
         replicas,
-        pipeline.num_train_examples,
+        _epoch_examples(pipeline, config),
         plan,
     )
 

@@ -23,6 +23,7 @@ from absl import flags, logging
 
 from resnet_app.common import cli
 from resnet_app.common.errors import ConfigError
+from resnet_app.data import repeats
 from resnet_app.engine import command_line
 from resnet_app.engine.plan import plan_run
 
@@ -60,7 +61,8 @@ def examples_per_epoch(resolved) -> int:
         )
     if resolved.data.train_examples:
         size = min(size, resolved.data.train_examples)
-    return size - resolved.data.validation_split
+    size -= resolved.data.validation_split
+    return repeats.epoch_length(size, resolved.data.augment.repeats, resolved.train.batch_size)
 
 
 def table_steps(total_steps: int, rows: int, also: tuple[int, ...] = ()) -> list[int]:
