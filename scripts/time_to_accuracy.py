@@ -110,7 +110,8 @@ def load_recipe(path: str, seed: int = 0):
     pipeline = input_pipeline.create_pipeline(
         resolved.data, default_image_size=get_config(resolved.model_name).default_image_size
     )
-    plan = plan_run(resolved, pipeline.num_train_examples, pipeline.preprocessing.image_size)
+    examples = pipeline.epoch_examples(resolved.train.batch_size)  # Repeats: the samplers'.
+    plan = plan_run(resolved, examples, pipeline.preprocessing.image_size)
     every = plan.total_steps // _EVALS.value
     if every < 1:
         cli.fail(f"--evals={_EVALS.value}: {path} has only {plan.total_steps} steps; use fewer")
@@ -118,7 +119,7 @@ def load_recipe(path: str, seed: int = 0):
     return (
         resolved,
         pipeline,
-        Recipe(path, steps, every, resolved.train.batch_size, pipeline.num_train_examples),
+        Recipe(path, steps, every, resolved.train.batch_size, examples),
     )
 
 

@@ -87,7 +87,15 @@ def test_the_copies_are_augmented_each_on_its_own(pipeline):
         image = tf.constant(pipeline.train_split.images[example])
         expected = preprocessing.cifar_train(image, seed, pipeline.preprocessing)
         np.testing.assert_array_equal(images[position], expected.numpy())
-    assert seeds.augment_key(0, 0, 0).numpy() == seeds.augment_key(0, 0).numpy()
+    # Copy 0, and every run without repeats, keep the key's definition: a uniform int64
+    # drawn from the (seed, AUGMENT) stream's seed for the epoch.
+    for epoch in (0, 3):
+        defined = tf.random.stateless_uniform(
+            [], seeds.stream_seed(0, seeds.AUGMENT, epoch), minval=None, maxval=None, dtype=tf.int64
+        )
+        assert seeds.augment_key(0, epoch).numpy() == defined.numpy()
+        assert seeds.augment_key(0, epoch, 0).numpy() == defined.numpy()
+        assert seeds.augment_key(0, epoch, 1).numpy() != defined.numpy()
     different = sum(not np.array_equal(images[i], images[i + 1]) for i in range(0, 96, K))
     assert different >= 28  # Of 32 pairs of copies; a flip-only pair may coincide.
 
@@ -119,6 +127,8 @@ def test_the_plan_counts_the_samplers_epoch(tmp_path):
     assert (examples, plan.steps_per_epoch, plan.total_steps) == (512, 8, 16)
     assert repeats.epoch_length(600, 1, 64) == 600  # Without repeats: every example.
     assert repeats.epoch_length(100, 2, 16) == 96  # Under 256: all, in whole batches.
+    with pytest.raises(ConfigError, match="a batch of 128 is more: use a smaller batch"):
+        repeats.epoch_length(100, 2, 128)
 
 
 def test_what_repeats_cannot_follow_is_one_line(tmp_path):

@@ -8,6 +8,7 @@ all give other numbers.
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -76,6 +77,7 @@ def test_start_and_period_must_be_updates():
         (["train.swa_start=1.0"], "train.swa_start must be"),
         (["train.swa_start=0.5", "train.swa_bn_batches=-1"], "train.swa_bn_batches must be"),
         (["train.swa_start=0.5", "sync.mode=model_average"], "needs sync.mode=allreduce"),
+        (["train.swa_start=0.5", "train.precision=fp16"], "would be averaged twice"),
     ],
 )
 def test_swa_settings_are_checked(tmp_path, sets, message):
@@ -171,3 +173,37 @@ def test_a_stopped_run_resumes_to_the_same_average(swa_run, tmp_path):
     for resumed, straight in zip(_restored(model_dir, 8, "ema"), _restored(whole, 8, "ema")):
         np.testing.assert_allclose(resumed, straight, rtol=1e-6, atol=1e-8)
     assert os.path.isdir(os.path.join(model_dir, "averaged"))
+
+
+def _copy(model_dir, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(model_dir, copy)
+    return copy
+
+
+def test_a_run_resumed_at_its_end_keeps_its_average(swa_run, tmp_path):
+    """Nothing is measured again: the averaged checkpoint and its one swa event stay."""
+    root, model_dir = swa_run
+    copy = _copy(model_dir, tmp_path)
+    before = (copy / "averaged" / "averaged.json").read_text()
+    resolved = runs.small_config(
+        root, *SWA, train_steps=8, eval_every=4, checkpoint_every=1, keep_checkpoints=10
+    )
+    loop.train_and_evaluate(resolved, str(copy))
+    assert (copy / "averaged" / "averaged.json").read_text() == before
+    records = metrics.read_records(str(copy / "metrics.jsonl"))
+    assert len([r for r in records if r.get("event") == "swa"]) == 1
+    assert len([r for r in records if r.get("event") == "start"]) == 2  # It did resume.
+
+
+def test_a_resume_that_moves_the_averaged_models_is_refused(swa_run, tmp_path):
+    """8 steps averaged from update 4; 12 would start at 6: the average would be misweighted."""
+    root, model_dir = swa_run
+    copy = _copy(model_dir, tmp_path)
+    longer = runs.small_config(
+        root, *SWA, train_steps=12, eval_every=4, checkpoint_every=1, keep_checkpoints=10
+    )
+    with pytest.raises(
+        ConfigError, match="from update 4 every 2; the settings given put them at 6"
+    ):
+        setup.build_run(longer, str(copy))

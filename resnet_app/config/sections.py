@@ -413,6 +413,12 @@ class Config:
             "weights differ between averages; use train.ema_decay",
         )
         _require(
+            not (self.train.swa_start and self._loss_scaling()),
+            f"train.swa_start cannot use train.precision={self.train.precision}: a step its loss "
+            "scale skips does not count as an update, and the model would be averaged twice; "
+            "use bf16 or fp32",
+        )
+        _require(
             not (self.sync.mode == "model_average" and self._loss_scaling()),
             f"sync.mode=model_average cannot use train.precision={self.train.precision}: its "
             "loss scale is not kept per replica; use bf16 or fp32",

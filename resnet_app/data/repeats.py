@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from resnet_app.common.errors import ConfigError
+
 # torchvision's and timm's samplers round an epoch's examples down to a multiple of this.
 ROUND = 256
 
@@ -39,7 +41,13 @@ def epoch_length(num_examples: int, repeats: int, global_batch: int) -> int:
     if repeats <= 1:
         return num_examples
     rounded = num_examples // ROUND * ROUND or num_examples
-    return max(rounded // global_batch * global_batch, global_batch)
+    length = rounded // global_batch * global_batch
+    if not length:
+        raise ConfigError(
+            f"data.augment.repeats: an epoch keeps whole global batches of the {num_examples} "
+            f"training examples, and a batch of {global_batch} is more: use a smaller batch"
+        )
+    return length
 
 
 def placement(global_batch: int, shards: int, replicas_per_shard: int) -> np.ndarray:

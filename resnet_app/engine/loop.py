@@ -337,11 +337,22 @@ def _finish(
 def _write_swa_average(run: setup.Run, writer: MetricsWriter, step: int) -> dict[str, Any]:
     """SWA's last step: the average with BatchNorm's statistics measured on training
     batches, evaluated and written as the run's averaged checkpoint (`average`'s)."""
+    from resnet_app.common import averaged_checkpoint
     from resnet_app.evaluation import soup
 
     train = run.config.train
     start, period = setup.swa_updates(train, run.plan)
     models = (step - start) // period + 1 if step >= start else 0
+    command = f"resnet-app average --model_dir={run.model_dir} --last=1 --weights=ema"
+    found = averaged_checkpoint.read(run.model_dir)
+    if found is not None and found[1].get("step") == step:
+        # Resumed at its end: written then (or replaced since by `resnet-app average`).
+        logging.info("SWA: the run's averaged checkpoint of step %d is there already", step)
+        return found[1]
+    if distribute.is_multi_worker(run.strategy):
+        # Minutes of BatchNorm passes on the chief alone would outlast the job's shutdown.
+        logging.info("SWA: measure the average's BatchNorm statistics with: %s", command)
+        return {}
     request = soup.AverageRequest(last=1, weights="ema", bn_batches=train.swa_bn_batches)
     record = soup.average_run(run.model_dir, request)
     evaluation = record["evaluation"]

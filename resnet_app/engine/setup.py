@@ -261,6 +261,7 @@ def _build(
         replicas = strategy.num_replicas_in_sync
         check = _check_resume(saved, config, resume_from, replicas, pipeline, plan)
         _refuse_or_log(check, model_dir, resume_from[0], allow_config_change)
+        _check_swa_resume(saved, config, plan, resume_from[0], _epoch_examples(pipeline, saved))
         changes = check.changes
     state = _create_state(config, model_dir, strategy, chief, pipeline, plan, optimizer_config)
     if source is not None and resume_from is None:  # Once, when the run starts.
@@ -368,6 +369,27 @@ def _create_model(
         model,
         optimizer,
         averaging.ModelAveraging(model, optimizer, strategy, config.sync.interval),
+    )
+
+
+def _check_swa_resume(saved: Config, config: Config, plan: RunPlan, step: int, examples: int):
+    """Refuses a resume that moves SWA's models once it has begun averaging them.
+
+    SWA's start is a fraction of the run's length: a resume with another length
+    (or other swa_ settings) places the models elsewhere, and the average already
+    in the checkpoint would be weighted as if it held another number of them.
+    """
+    if not config.train.swa_start:
+        return
+    now = swa_updates(config.train, plan)
+    before = swa_updates(saved.train, plan_run(saved, examples)) if saved.train.swa_start else None
+    if before == now or step < min(now[0], before[0] if before else now[0]):
+        return  # The same models, or nothing averaged yet.
+    raise ConfigError(
+        f"this run averages models for SWA from update {before[0] if before else '(none)'} "
+        f"every {before[1] if before else '-'}; the settings given put them at {now[0]} every "
+        f"{now[1]}, after step {step} it resumes from: keep the run's length and swa_ settings "
+        "(or --restart)"
     )
 
 
