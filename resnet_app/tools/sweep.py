@@ -3,7 +3,7 @@
   resnet-app sweep --study_dir=sweeps/lr --config=cifar10_resnet20 \\
       --set data.validation_split=5000 \\
       --param="optimizer.learning_rate=log(0.02, 0.5)" \\
-      --param="optimizer.weight_decay=log(1e-5, 1e-3)" --trials=20
+      --param="model.weight_decay=log(1e-5, 1e-3)" --trials=20
   resnet-app sweep --study_dir=sweeps/aug --space=space.yaml --sampler=grid ...
   resnet-app train --config=sweeps/lr/best.yaml          # the best trial's settings
 
