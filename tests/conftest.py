@@ -30,19 +30,28 @@ def pytest_addoption(parser):
 
 @pytest.hookimpl(tryfirst=True)  # Before xdist reads the groups.
 def pytest_collection_modifyitems(config, items):
-    """Marks `integration` every test that trains, exports or starts a process (tests/tiers.py).
+    """Marks `integration` every test that trains, exports or starts a process (tests/tiers.py),
+    and `slow` the repeats that tests/slow_tier.py names, before `-m` selects.
 
     Tests share a worker process only when they share what their module keeps
     (a trained run, a dataset, built networks): they are one `xdist_group`;
     every other test goes to whichever worker is free (`--dist loadgroup`).
     """
-    from tests import tiers
+    from tests import slow_tier, tiers
 
-    analysis = tiers.Analysis()
+    analysis, collected = tiers.Analysis(), {}
     for item in items:
         reason = analysis.item(item)
         if reason:
             item.add_marker(pytest.mark.integration(reason=reason))
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        slow = slow_tier.reason(item.nodeid.removeprefix("tests/"), params)
+        if slow:
+            item.add_marker(pytest.mark.slow(reason=slow))
+        collected[item.nodeid.removeprefix("tests/")] = slow
+    problems = slow_tier.check(collected)
+    if problems:
+        raise pytest.UsageError("\n".join(problems))
         if tiers.shares_module_state(item):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
     if not config.getoption("--fast"):

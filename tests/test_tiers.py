@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from tests import tiers
+from tests import slow_tier, tiers
 
 
 def _functions(source: str) -> dict:
@@ -102,3 +102,52 @@ def test_no_test_is_marked_integration_by_hand(request):
     assert all(mark.kwargs.get("reason") for _, mark in marks), [
         nodeid for nodeid, mark in marks if not mark.kwargs.get("reason")
     ]
+
+
+def test_every_test_moved_to_the_slow_tier_names_its_cover_in_the_suite():
+    """A representative that is not a test, or is slow itself, fails the collection."""
+    key = "test_matrix_own_data.py::test_every_command_works_or_refuses_in_one_line[idx]"
+    _, kept = slow_tier.MOVED[key]
+    assert kept.split("::")[0] != key.split("::")[0]
+    one = {key: slow_tier.MOVED[key]}
+    collected = {key: "slow", kept: None}
+    assert slow_tier.check(collected, one) == []
+    assert slow_tier.check({key: "slow", kept: "slow"}, one) == [
+        f"{key} is covered by {kept}, which is in the slow tier too"
+    ]
+    other = kept.split("::")[0] + "::test_something_else"
+    assert slow_tier.check({key: "slow", other: None}, one) == [
+        f"{key} is covered by {kept}, which is not a test"
+    ]
+    assert slow_tier.check({key.split("::")[0] + "::renamed": None}, one) == [
+        f"tests/slow_tier.py moves {key}, which is not a test"
+    ]
+
+
+@pytest.mark.parametrize(
+    "nodeid,params,moved",
+    [
+        (
+            "test_model.py::test_forward_pass_logits_and_hidden_states[resnet101]",
+            {"name": "resnet101"},
+            True,
+        ),
+        (
+            "test_model.py::test_forward_pass_logits_and_hidden_states[resnet50]",
+            {"name": "resnet50"},
+            False,
+        ),
+        (
+            "test_averaging.py::test_copies_drift_between_averages_and_become_their_mean[2]",
+            {"towers": 2},
+            False,
+        ),
+        (
+            "test_averaging.py::test_copies_drift_between_averages_and_become_their_mean[3]",
+            {"towers": 3},
+            True,
+        ),
+    ],
+)
+def test_the_slow_tier_takes_the_deeper_presets_and_the_named_parameters(nodeid, params, moved):
+    assert (slow_tier.reason(nodeid, params) is not None) == moved
