@@ -2,6 +2,7 @@
 run towers (MirroredStrategy replicas) on any machine. This must happen before
 TensorFlow initializes its devices, hence at import, before any test runs."""
 
+import collections
 import contextlib
 import os
 
@@ -49,11 +50,16 @@ def pytest_collection_modifyitems(config, items):
         if slow:
             item.add_marker(pytest.mark.slow(reason=slow))
         collected[item.nodeid.removeprefix("tests/")] = slow
+        if tiers.shares_module_state(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
     problems = slow_tier.check(collected)
     if problems:
         raise pytest.UsageError("\n".join(problems))
-        if tiers.shares_module_state(item):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    # The files with the most training runs and processes first, each file's
+    # tests together: the light ones fill the end, and neither process waits
+    # alone on a long file after the other has finished.
+    heavy = collections.Counter(i.module.__name__ for i in items if "integration" in i.keywords)
+    items.sort(key=lambda item: -heavy[item.module.__name__])
     if not config.getoption("--fast"):
         return
     kept = [item for item in items if "integration" not in item.keywords]

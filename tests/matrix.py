@@ -12,7 +12,10 @@ per kind of classifier head, on `FULL_EXPORT`'s kinds: single-label,
 multi-label and a run on synthetic data (no images to calibrate or compare
 on). What an export holds does not depend on where the training images came
 from; the other kinds export the SavedModel and predict with it. The matrix is
-split over two test files so that the suite's two processes share it.
+split over two test files so that the suite's two processes share it. The
+default suite runs it on shapes and tfds offline; the other kinds, multi-label
+and synthetic data among them, are in the slow tier (tests/slow_tier.py),
+which CI runs too.
 """
 
 import os

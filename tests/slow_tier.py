@@ -27,14 +27,14 @@ FAMILY_EXPORT = "test_export_formats.py::" + (
     "test_the_familys_layers_export_to_every_format_with_the_trained_numbers"
 )
 MATRIX_KIND = (
-    "every command on one more kind of data: the matrix runs in the suite on shapes, a "
-    "multi-label table and tfds offline; the source's own tests train on it"
+    "every command on one more kind of data: the matrix runs in the suite on shapes and "
+    "tfds offline; the source's own tests train on it"
 )
 
 # {key: (what it adds to its representative, the representative in the default suite)}
 MOVED: dict[str, tuple[str, str]] = {
-    # The no-traceback matrix: in the suite on shapes (single-label, every export format and
-    # variant), a multi-label table (the same) and tfds offline (the refusals).
+    # The no-traceback matrix: in the suite on shapes (every export format and
+    # variant) and tfds offline (the refusals).
     f"{MATRIX_OWN}[folder]": (
         MATRIX_KIND,
         "test_export.py::test_export_in_a_process_without_resnet_app_equals_the_evaluation",

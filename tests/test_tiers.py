@@ -151,3 +151,16 @@ def test_every_test_moved_to_the_slow_tier_names_its_cover_in_the_suite():
 )
 def test_the_slow_tier_takes_the_deeper_presets_and_the_named_parameters(nodeid, params, moved):
     assert (slow_tier.reason(nodeid, params) is not None) == moved
+
+
+@pytest.fixture(scope="module")
+def kept_by_the_module():
+    return object()
+
+
+def test_a_test_sharing_its_modules_fixture_is_in_the_modules_xdist_group(
+    kept_by_the_module, request
+):
+    """Collection puts it in its module's group, so the fixture is built in one process."""
+    group = request.node.get_closest_marker("xdist_group")
+    assert group is not None and group.args == (request.node.module.__name__,)
