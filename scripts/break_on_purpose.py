@@ -1,0 +1,161 @@
+"""Breaks the code on purpose, one place at a time, and shows the suite catch it.
+
+For each breakage below: the source is changed, the test files that should
+catch it run in the default tier (README command 2's selection: the slow
+tier's tests are left out), the failing tests are printed, and the source is
+put back (also on Ctrl-C). A breakage whose tests all pass is a hole in the
+suite. Running a file or two of the suite is enough to show the suite fails.
+
+    python scripts/break_on_purpose.py            # every breakage
+    python scripts/break_on_purpose.py 2 5        # the 2nd and the 5th
+
+Prints one JSON line per breakage: {n, what, file, targets, failed, summary, seconds}.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@dataclasses.dataclass(frozen=True)
+class Breakage:
+    what: str
+    path: str  # Relative to the repository.
+    old: str  # Found exactly once in `path`.
+    new: str
+    targets: tuple[str, ...]  # Test files that must fail.
+
+
+BREAKAGES = (
+    Breakage(
+        "a tower's gradient not averaged (each tower divides by its own examples)",
+        "resnet_app/engine/sync.py",
+        "return tf.distribute.get_replica_context().all_reduce(SUM, tf.reduce_sum(mask))",
+        "return tf.reduce_sum(mask)",
+        ("tests/test_step.py",),
+    ),
+    Breakage(
+        "a resume one step off (the stream re-entered a batch later)",
+        "resnet_app/engine/setup.py",
+        "start_example = int(self.data_position.numpy())\n",
+        "start_example = int(self.data_position.numpy())\n"
+        "        start_example += global_batch if start_example else 0\n",
+        ("tests/test_train.py", "tests/test_checkpoint.py"),
+    ),
+    Breakage(
+        "an evaluation's padding counted as examples",
+        "resnet_app/evaluation/exact_eval.py",
+        '"examples": tf.reduce_sum(mask),',
+        '"examples": tf.reduce_sum(tf.ones_like(mask)),',
+        ("tests/test_evaluation.py",),
+    ),
+    Breakage(
+        "a file written in place, not through a synced temporary file and a rename",
+        "resnet_app/common/files.py",
+        "        write(temporary)\n"
+        "        sync_file(temporary)\n"
+        "        os.replace(temporary, path)\n",
+        "        write(path)\n",
+        ("tests/test_durable.py",),
+    ),
+    Breakage(
+        "a checkpoint not synced before the older ones are rotated out",
+        "resnet_app/common/checkpoint.py",
+        "callbacks = [make_durable] if self._durable else None",
+        "callbacks = None",
+        ("tests/test_durable.py",),
+    ),
+    Breakage(
+        "a bottleneck's stride on the wrong convolution",
+        "resnet_app/nets/blocks.py",
+        "stride_1x1, stride_3x3 = (stride, 1) if config.stride_in_1x1 else (1, stride)",
+        "stride_1x1, stride_3x3 = (1, stride) if config.stride_in_1x1 else (stride, 1)",
+        ("tests/test_model.py",),
+    ),
+    Breakage(
+        "a TFRecord label offset off by one",
+        "resnet_app/data/sources/tfrecord.py",
+        "label = features[self.label_key] - self.label_offset",
+        "label = features[self.label_key] - self.label_offset + 1",
+        ("tests/test_tfrecord.py",),
+    ),
+    Breakage(
+        "TFLite and ONNX exports normalized without the std",
+        "resnet_app/export/portable.py",
+        "pixels = (pixels - mean) / std",
+        "pixels = pixels - mean",
+        ("tests/test_export_formats.py",),
+    ),
+    Breakage(
+        "the run's lock never released",
+        "resnet_app/common/run_lock.py",
+        "                os.close(self._fd)  # Closing the descriptor unlocks it.\n",
+        "                pass\n",
+        ("tests/test_run_lock.py",),
+    ),
+    Breakage(
+        "weight decay twice TF1's (Keras's L2 without the half)",
+        "resnet_app/nets/layers.py",
+        "keras.regularizers.L2(weight_decay / 2)",
+        "keras.regularizers.L2(weight_decay)",
+        ("tests/test_model.py",),
+    ),
+    Breakage(
+        "model averaging one step after its interval",
+        "resnet_app/engine/averaging.py",
+        "return tf.equal(step % tf.cast(self.interval, step.dtype), 0)",
+        "return tf.equal(step % tf.cast(self.interval, step.dtype), 1)",
+        ("tests/test_averaging.py",),
+    ),
+)
+
+
+def run(number: int, breakage: Breakage) -> dict:
+    """Applies `breakage`, runs its targets, puts the source back; the record."""
+    source = ROOT / breakage.path
+    original = source.read_text()
+    if original.count(breakage.old) != 1:
+        raise SystemExit(f"error: breakage {number}: its text is not once in {breakage.path}")
+    source.write_text(original.replace(breakage.old, breakage.new))
+    started = time.monotonic()
+    try:
+        command = [sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider"]
+        result = subprocess.run(
+            [*command, *breakage.targets], cwd=ROOT, capture_output=True, text=True
+        )
+    finally:
+        source.write_text(original)
+    lines = result.stdout.splitlines()
+    return {
+        "n": number,
+        "what": breakage.what,
+        "file": breakage.path,
+        "targets": list(breakage.targets),
+        "failed": sorted(set(re.findall(r"^FAILED (\S+)", result.stdout, re.M))),
+        "summary": next(
+            (line for line in reversed(lines) if " passed" in line or " failed" in line), ""
+        ),
+        "seconds": round(time.monotonic() - started),
+    }
+
+
+def main(argv: list[str]) -> int:
+    chosen = [int(arg) for arg in argv] or range(1, len(BREAKAGES) + 1)
+    missed = 0
+    for number in chosen:
+        record = run(number, BREAKAGES[number - 1])
+        missed += not record["failed"]
+        print(json.dumps(record), flush=True)
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
