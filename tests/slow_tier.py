@@ -16,6 +16,8 @@ that name a preset deeper than DEEPEST_DEFAULT layers).
 
 from __future__ import annotations
 
+from tests import tiers
+
 # A test whose parameter is a preset deeper than this builds an ImageNet-size
 # graph of more than 50 layers; ResNet-50 and its family stay in the suite.
 DEEPEST_DEFAULT = 50
@@ -185,14 +187,6 @@ MOVED: dict[str, tuple[str, str]] = {
 }
 
 
-def _depth(value) -> int:
-    from resnet_app.nets import presets
-
-    if not isinstance(value, str) or value not in presets.model_names(include_test_only=True):
-        return 0
-    return presets.get_config(value).depth
-
-
 def reason(nodeid: str, params: dict) -> str | None:
     """Why the collected test `nodeid` (relative to tests/) runs in the slow tier, or None."""
     base = nodeid.split("[")[0]
@@ -201,7 +195,10 @@ def reason(nodeid: str, params: dict) -> str | None:
     elif base in MOVED:
         adds, kept = MOVED[base]
         if adds == DEEPER:
-            deepest = max((_depth(value) for value in params.values()), default=0)
+            depths = [
+                tiers.preset_depth(value) for value in params.values() if isinstance(value, str)
+            ]
+            deepest = max(depths, default=0)
             if deepest <= DEEPEST_DEFAULT:
                 return None
             adds = f"a preset of {deepest} layers"

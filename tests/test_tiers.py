@@ -72,9 +72,9 @@ def test_a_test_is_integration_by_what_it_reaches(name, reason):
 
 
 def test_deep_presets_go_by_their_depth():
-    assert tiers._depth("resnet50") == 50 > tiers.DEEPEST_FAST
-    assert tiers._depth("resnet34") == 34 <= tiers.DEEPEST_FAST
-    assert tiers._depth("not a preset") == 0
+    assert tiers.preset_depth("resnet50") == 50 > tiers.DEEPEST_FAST
+    assert tiers.preset_depth("resnet34") == 34 <= tiers.DEEPEST_FAST
+    assert tiers.preset_depth("not a preset") == 0
 
 
 def test_the_guard_refuses_every_heavy_entry_point_and_puts_them_back():

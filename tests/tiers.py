@@ -46,7 +46,8 @@ HEAVY = {
 DEEPEST_FAST = 49
 
 
-def _depth(name: str) -> int:
+def preset_depth(name: str) -> int:
+    """The depth of the preset `name`; 0 for any other value."""
     from resnet_app.nets import presets
 
     if name not in presets.model_names(include_test_only=True):
@@ -201,7 +202,7 @@ class Analysis:
                 found = self.function(value)
                 if found:
                     return found
-            depth = _depth(value) if isinstance(value, str) else 0
+            depth = preset_depth(value) if isinstance(value, str) else 0
             if depth > DEEPEST_FAST:
                 return f"the {value} network ({depth} layers)"
         return None
