@@ -16,6 +16,7 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.config import oneof, optimizer_kinds, recipes, schedule_kinds
 from resnet_app.data.settings import AugmentSettings, DataConfig
 from resnet_app.engine import schedules
+from resnet_app.nets import presets
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml")))
@@ -95,6 +96,53 @@ def test_imagenet_recipe_is_goyal_et_al():
     assert schedule(30 * steps_per_epoch - 1, steps_per_epoch) == pytest.approx(peak)
     assert schedule(30 * steps_per_epoch, steps_per_epoch) == pytest.approx(peak / 10)
     assert schedule(80 * steps_per_epoch, steps_per_epoch) == pytest.approx(peak / 1000)
+
+
+# The published recipes' tables: "ResNet strikes back" (Wightman et al. 2021, table 1)
+# and torchvision's IMAGENET1K_V2 command (references/classification's README):
+# (epochs, global batch, optimizer, LR, its weight decay, model L2, label smoothing,
+# Mixup, CutMix, repeats, stochastic depth, train size, test size, test resize, loss).
+PUBLISHED_RECIPES = {
+    "imagenet_resnet50_rsb_a1": (600, 2048, "lamb", 5e-3, 0.01, 0, 0.1, 0.2, 1.0, 3, 0.05,
+                                 224, 224, 235, "bce"),
+    "imagenet_resnet50_rsb_a2": (300, 2048, "lamb", 5e-3, 0.02, 0, 0.0, 0.1, 1.0, 3, 0.05,
+                                 224, 224, 235, "bce"),
+    "imagenet_resnet50_rsb_a3": (100, 2048, "lamb", 8e-3, 0.02, 0, 0.0, 0.1, 1.0, 1, 0.0,
+                                 160, 224, 235, "bce"),
+    "imagenet_resnet50_tv2": (600, 1024, "momentum", 0.5, None, 2e-5, 0.1, 0.2, 1.0, 4, 0.0,
+                              176, 224, 232, "cross_entropy"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_RECIPES))
+def test_the_peers_recipes_are_their_published_tables(name):
+    (epochs, batch, optimizer, lr, decay, l2, smoothing, mixup, cutmix, repeats, drop_path,
+     size, test_size, resize, loss) = PUBLISHED_RECIPES[name]  # fmt: skip
+    resolved = config.resolve(name)
+    train, data = resolved.train, resolved.data
+    model = presets.get_config(resolved.model_name, **resolved.model_overrides)
+    assert (train.epochs, train.batch_size, train.loss) == (epochs, batch, loss)
+    assert resolved.optimizer["class"] == optimizer
+    assert resolved.optimizer["learning_rate"] == pytest.approx(lr)
+    assert resolved.optimizer.get("weight_decay") == decay
+    assert model.weight_decay == pytest.approx(l2)
+    assert train.label_smoothing == smoothing and model.drop_path_rate == drop_path
+    assert (data.mix.mixup_alpha, data.mix.cutmix_alpha) == (mixup, cutmix)
+    assert data.augment.repeats == repeats
+    assert (data.image_size or 224, data.eval_image_size or 224) == (size, test_size)
+    assert data.eval_resize == resize
+    assert resolved.schedule["name"] == "cosine" and resolved.schedule["warmup_epochs"] == 5
+    if loss == "bce":  # timm's A1-A3: rand-mM-mstd0.5-inc1 and the target threshold.
+        assert train.bce_target_threshold == 0.2
+        assert data.augment.randaugment_prob == 0.5
+        assert data.augment.randaugment_magnitude_std == 0.5
+        assert data.augment.randaugment_magnitude == {"a1": 7, "a2": 7, "a3": 6}[name[-2:]]
+    else:  # torchvision: TrivialAugment-wide, random erasing 0.1, an EMA.
+        assert data.augment.auto_augment == "ta_wide" and data.augment.erase_probability == 0.1
+        # torchvision's --model-ema-decay 0.99998 every 32 steps, adjusted by its
+        # world size x batch x steps / epochs (train.py), as a decay per step.
+        per_32 = 1 - min(1.0, (1 - 0.99998) * 8 * 128 * 32 / 600)
+        assert train.ema_decay == pytest.approx(per_32 ** (1 / 32), abs=1e-6)
 
 
 def test_set_overrides_any_key_with_yaml_values():

@@ -38,6 +38,7 @@ from resnet_app.common.fields import (
     Rule,
     check_declared,
     config_keys,
+    interval,
     is_number,
     one_of,
     replace_from,
@@ -200,6 +201,19 @@ class TrainSettings:
         mapping of class names to weights (others 1); single-label data.
       threshold: multi-label data: a class is predicted when its sigmoid
         probability is at least this (the F1 scores, predict's labels).
+      teacher: knowledge distillation (Hinton et al. 2015) from this trained
+        network: another run's directory or checkpoint, an export of one
+        (`resnet-app export`), keras:resnet50, a Keras applications `.h5`
+        file or a torchvision/timm `.safetensors` file (these two need
+        `teacher_model`). It sees each training batch as the model does, in
+        inference mode under the same strategy, and must have the data's
+        classes. The run keeps a copy of it (`model_dir/teacher/`), from
+        which a resumed run reads it. See `engine/teacher.py`.
+      teacher_model: the preset of a weights-file teacher (e.g. resnet50).
+      distill_alpha: with a teacher, the weight of the distillation loss;
+        the usual loss weighs 1 - distill_alpha (`engine/losses.py`).
+      distill_temperature: with a teacher, the temperature T both networks'
+        logits are divided by in the distillation loss (times T^2).
     """
 
     batch_size: int = setting(128, AT_LEAST_1)
@@ -238,6 +252,10 @@ class TrainSettings:
     swa_bn_batches: int = resumable(100, whole_at_least(0))
     class_weights: str | dict[str, float] | None = setting(None, CLASS_WEIGHTS)
     threshold: float = resumable(0.5, PROBABILITY)
+    teacher: str | None = setting(None, NOT_BLANK)
+    teacher_model: str | None = setting(None, one_of(presets.PRESETS))
+    distill_alpha: float = setting(0.5, interval(0, 1, high_in=True))
+    distill_temperature: float = setting(4.0, MORE_THAN_0)
 
     @property
     def best_by(self) -> str:
@@ -250,6 +268,14 @@ class TrainSettings:
     def keeps_average(self) -> bool:
         """Whether the run keeps an average of the weights: moving (EMA) or SWA's."""
         return self.ema_decay > 0 or self.swa_start > 0
+
+    def _distills_by_default(self) -> bool:
+        """Whether the distillation settings are all left at their defaults."""
+        defaults = {field.name: field.default for field in dataclasses.fields(self)}
+        return all(
+            getattr(self, name) == defaults[name]
+            for name in ("teacher_model", "distill_alpha", "distill_temperature")
+        )
 
     @property
     def best_direction(self) -> str:
@@ -277,6 +303,11 @@ class TrainSettings:
             not (self.ema_decay and self.swa_start),
             "train.ema_decay and train.swa_start exclude each other (one average of the "
             "weights); keep one",
+        )
+        _require(
+            self.teacher is not None or self._distills_by_default(),
+            "train.teacher_model, distill_alpha and distill_temperature need train.teacher "
+            "(a run directory, an export or a weights file); set it or drop them",
         )
         _require(
             self.swa_every is None or self.swa_start > 0,

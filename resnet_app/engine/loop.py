@@ -44,6 +44,7 @@ from resnet_app.common.metrics import MetricsWriter, format_duration, hparam_val
 from resnet_app.config import Config, script_permission
 from resnet_app.data import run_pipeline
 from resnet_app.engine import cadence, divergence, lost_worker, preemption, setup, sync
+from resnet_app.engine import teacher as teacher_lib
 from resnet_app.engine.actions import Action, Evaluator, create_actions
 from resnet_app.engine.controller import Controller
 from resnet_app.engine.last_step import LastStep
@@ -153,8 +154,25 @@ def _train(
     last = _last_step(run, keep_last_step)
     global_model = sync.GlobalModel(policy, run.checkpoints, run.strategy)
     actions, evaluator = create_actions(run, writer, policy, global_model, start, extra)
-    loss = Loss(train.loss, train.label_smoothing, train.bce_target_threshold, run.class_weights)
-    tower = Tower(run.model, run.optimizer, loss, train.seed, train.accumulate_steps, train.jit)
+    loss = Loss(
+        train.loss,
+        train.label_smoothing,
+        train.bce_target_threshold,
+        run.class_weights,
+        train.distill_alpha,
+        train.distill_temperature,
+    )
+    tower = Tower(
+        run.model,
+        run.optimizer,
+        loss,
+        train.seed,
+        train.accumulate_steps,
+        train.jit,
+        teacher=run.teacher,
+    )
+    if run.teacher is not None:
+        _log_teacher_cost(run, writer, start)
     train_step = TrainStep(
         tower, run.strategy, policy, run.ema, last, time_input=not train.deterministic
     )
@@ -187,6 +205,16 @@ def _train(
             raise preemption.preempted_error(step, run.model_dir)
         return result
     return _finish(run, writer, controller, evaluator, step)
+
+
+def _log_teacher_cost(run: setup.Run, writer: MetricsWriter, start: int) -> None:
+    """The teacher's forward pass on one tower's batch, timed once, logged and recorded."""
+    size = run.plan.sizes.size_at(start)
+    per_tower = run.config.train.batch_size // run.strategy.num_replicas_in_sync
+    shape = [per_tower, size, size, run.pipeline.channels]
+    dtype = tf.as_dtype(run.pipeline.preprocessing.dtype)
+    seconds = teacher_lib.log_cost(run.teacher, shape, dtype)
+    writer.write({"step": start, "event": "teacher", "forward_seconds": round(seconds, 4)})
 
 
 def keeps_last_step(run: setup.Run) -> bool:

@@ -17,6 +17,15 @@ for the TensorFlow-free check; a test keeps the two equal).
 Multi-label batches (a float32 [batch, classes] multi-hot "label") train with
 "bce" whatever `kind` says, and count as correct the examples whose top class
 is one of theirs.
+
+Knowledge distillation (Hinton et al. 2015): when the batch carries the
+teacher's logits ("teacher_logits", `engine/teacher.py`), each example's loss
+is (1 - alpha) * the loss above + alpha * T^2 * the soft loss, with T the
+temperature: KL(softmax(teacher / T) || softmax(student / T)) for
+single-label data, and for multi-label data the binary cross-entropy of each
+class's sigmoid(student / T) against the teacher's sigmoid(teacher / T),
+averaged over the classes. The T^2 keeps the soft loss's gradients on the
+scale of the hard loss's whatever T is (the paper's section 2).
 """
 
 from __future__ import annotations
@@ -39,6 +48,19 @@ def _binary_cross_entropy(loss: Loss, batch: dict, logits: tf.Tensor) -> tf.Tens
     return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(targets, logits), axis=-1)
 
 
+def soft_loss(student: tf.Tensor, teacher: tf.Tensor, temperature: float, multi_label: bool):
+    """Per-example distillation loss of float32 logits, times T^2 (not yet weighted by alpha)."""
+    student, teacher = student / temperature, tf.cast(teacher, tf.float32) / temperature
+    if multi_label:
+        per_class = tf.nn.sigmoid_cross_entropy_with_logits(tf.sigmoid(teacher), student)
+        loss = tf.reduce_mean(per_class, axis=-1)
+    else:
+        log_teacher = tf.nn.log_softmax(teacher)
+        log_student = tf.nn.log_softmax(student)
+        loss = tf.reduce_sum(tf.exp(log_teacher) * (log_teacher - log_student), axis=-1)
+    return loss * temperature**2
+
+
 PER_EXAMPLE: dict[str, Callable[[Loss, dict, tf.Tensor], tf.Tensor]] = {
     "cross_entropy": _softmax_cross_entropy,
     "bce": _binary_cross_entropy,
@@ -59,12 +81,17 @@ class Loss:
       class_weights: float32 [classes] weights (`data/class_balance.py`): each
         example counts by its class's weight (with Mixup, the dominant
         label's), or None.
+      distill_alpha: the distillation loss's weight when the batch carries
+        "teacher_logits" (the rest is the loss above).
+      distill_temperature: the temperature T of the distillation loss.
     """
 
     kind: str = "cross_entropy"
     label_smoothing: float = 0.0
     bce_target_threshold: float | None = None
     class_weights: np.ndarray | None = dataclasses.field(default=None, compare=False)
+    distill_alpha: float = 0.5
+    distill_temperature: float = 4.0
 
     def __post_init__(self):
         if self.kind not in PER_EXAMPLE:
@@ -75,6 +102,10 @@ class Loss:
         labels, mask = batch["label"], batch["mask"]
         multi_label = labels.shape.rank == 2
         per_example = PER_EXAMPLE["bce" if multi_label else self.kind](self, batch, logits)
+        if "teacher_logits" in batch:
+            alpha = self.distill_alpha
+            soft = soft_loss(logits, batch["teacher_logits"], self.distill_temperature, multi_label)
+            per_example = (1 - alpha) * per_example + alpha * soft
         weight = mask
         if self.class_weights is not None:
             # The sum is still divided by the real example count, not by the

@@ -48,6 +48,7 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.config import Config, TrainSettings
 from resnet_app.data import class_balance, input_pipeline, run_pipeline
 from resnet_app.engine import averaging, optim, resume
+from resnet_app.engine import teacher as teacher_lib
 from resnet_app.engine.ema import SwaAverage, WeightEMA
 from resnet_app.engine.learning_rate import LearningRate
 from resnet_app.engine.plan import RunPlan, plan_run
@@ -80,6 +81,7 @@ class Run:
         "section.key" -> (saved, new).
       lock: the run directory's lock, held by the chief until `close`.
       class_weights: float32 [classes] loss weights (`train.class_weights`), or None.
+      teacher: the network distilled from (`train.teacher`), or None.
     """
 
     config: Config
@@ -103,6 +105,7 @@ class Run:
     config_changes: dict[str, tuple[Any, Any]]
     lock: run_lock.RunLock | None = None
     class_weights: np.ndarray | None = None
+    teacher: teacher_lib.Teacher | None = None
 
     def close(self) -> None:
         """Removes the scratch checkpoints and lets another trainer have the directory."""
@@ -268,6 +271,15 @@ def _build(
         pretrained.load(state["model"], source, config.model_name, config.train.init_head)
     if state["ema"] is not None:
         state["ema"].reset()  # From the weights the run starts with; a resume restores it.
+    teacher = teacher_lib.create(
+        config,
+        model_dir,
+        strategy,
+        chief,
+        list(pipeline.class_names),
+        pipeline.preprocessing,
+        resuming=resume_from is not None,
+    )
     return Run(
         config=config,
         model_dir=model_dir,
@@ -279,6 +291,7 @@ def _build(
         config_changes=changes,
         lock=lock,
         class_weights=weights,
+        teacher=teacher,
         **state,
     )
 

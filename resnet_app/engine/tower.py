@@ -26,6 +26,8 @@ divisible by the number of towers.)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import keras
 import tensorflow as tf
 
@@ -81,6 +83,9 @@ class Tower:
         the optimizer update stay outside it).
       skip_empty: guard the forward pass against an empty batch
         (`skips_empty_towers`).
+      teacher: knowledge distillation's `teacher.Teacher`, whose logits of
+        each (micro-)batch's images join the batch as "teacher_logits" for
+        the loss; or None.
     """
 
     def __init__(
@@ -92,6 +97,7 @@ class Tower:
         accumulate_steps: int = 1,
         jit: bool = False,
         skip_empty: bool = False,
+        teacher: Callable[[tf.Tensor], tf.Tensor] | None = None,
     ):
         self.model = model
         self.optimizer = optimizer
@@ -99,6 +105,7 @@ class Tower:
         self.seed = seed
         self.accumulate_steps = accumulate_steps
         self.skip_empty = skip_empty
+        self.teacher = teacher
         self._forward_backward = (
             tf.function(self._gradients, jit_compile=True) if jit else self._gradients
         )
@@ -127,6 +134,8 @@ class Tower:
 
     def _gradients(self, batch: dict, count: tf.Tensor, shares: int) -> Gradients:
         variables = self.model.trainable_variables
+        if self.teacher is not None:  # Outside the tape: no gradient flows into it.
+            batch = {**batch, "teacher_logits": self.teacher(batch["image"])}
         with tf.GradientTape() as tape:
             loss_sum, correct = self.loss(self.logits(batch), batch)
             regularization = self.regularization()

@@ -60,8 +60,21 @@ def create_run_model(
       ConfigError: when `model.num_classes` contradicts `num_classes`.
     """
     _check_num_classes(config, num_classes)
-    overrides = {**config.model_overrides, "num_classes": num_classes}
+    return create_network(
+        config.model_name, config.model_overrides, num_classes, image_size, precision, channels
+    )
+
+
+def create_network(
+    name: str,
+    overrides: dict,
+    num_classes: int,
+    image_size: int,
+    precision: str = "fp32",
+    channels: int = 3,
+) -> keras.Model:
+    """Preset `name` with `overrides` and `num_classes` outputs, built for `image_size` inputs."""
     with dtype_policy(precision_names.get(precision).keras_policy):
-        model = create_model(config.model_name, **overrides)
+        model = create_model(name, **{**overrides, "num_classes": num_classes})
         model.build((None, image_size, image_size, channels))
     return model

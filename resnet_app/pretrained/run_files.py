@@ -34,8 +34,8 @@ def _input_channels(shapes: dict) -> int:
     return int(first[2]) if first is not None and len(first) == 4 else 3
 
 
-def read(prefix: str) -> SourceWeights:
-    """The network weights of the run checkpoint at `prefix`, under our layer names.
+def build(prefix: str, key: str = "train.init_from"):
+    """(the network restored from the run checkpoint at `prefix`, the config it was trained with).
 
     Raises:
       ConfigError: for a checkpoint without a saved config or a model.
@@ -43,13 +43,21 @@ def read(prefix: str) -> SourceWeights:
     saved = checkpoint.read_value(prefix, "config")
     shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
     if saved is None or _LOGITS_KEY not in shapes:
-        raise ConfigError(
-            f"train.init_from: {prefix} is not a checkpoint of this app's training runs"
-        )
+        raise ConfigError(f"{key}: {prefix} is not a checkpoint of this app's training runs")
     config = config_lib.from_yaml(saved.decode(), f"the config saved in {prefix}")
     num_classes = int(shapes[_LOGITS_KEY][-1])
     size = get_config(config.model_name, **config.model_overrides).default_image_size
     model = factory.create_run_model(config, num_classes, size, channels=_input_channels(shapes))
     if checkpoint.restore_model(model, prefix, "auto") == "ema":
-        logging.info("train.init_from: taking the moving average of the weights from %s", prefix)
+        logging.info("%s: taking the moving average of the weights from %s", key, prefix)
+    return model, config
+
+
+def read(prefix: str) -> SourceWeights:
+    """The network weights of the run checkpoint at `prefix`, under our layer names.
+
+    Raises:
+      ConfigError: for a checkpoint without a saved config or a model.
+    """
+    model, _ = build(prefix)
     return SourceWeights(layers=parts.get_weights(model), skipped={})

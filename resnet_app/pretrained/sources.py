@@ -64,6 +64,8 @@ class Source:
       model_fields: `ResNetConfig` fields the source's network has.
       mean: the per-channel mean the weights expect (0-255, RGB), or None.
       std: the per-channel std the weights expect, or None.
+      key: the setting that names it, as messages say it (`train.teacher`
+        names a source too).
     """
 
     spec: str
@@ -73,23 +75,24 @@ class Source:
     model_fields: dict[str, Any] = dataclasses.field(default_factory=dict)
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
+    key: str = "train.init_from"
 
 
-def parse(spec: str) -> Source:
-    """The `Source` that `train.init_from` names.
+def parse(spec: str, key: str = "train.init_from") -> Source:
+    """The `Source` that `train.init_from` (or `key`) names.
 
     Raises:
       ConfigError: for a Keras model that cannot be represented exactly, a
         missing path, or a file of an unknown kind.
     """
     if spec.startswith("keras:"):
-        return _keras_source(spec, spec.split(":", 1)[1].strip().lower())
+        return _keras_source(spec, spec.split(":", 1)[1].strip().lower(), key)
     path = os.path.expanduser(spec)
     if path.endswith(".h5"):
-        _check_file(spec, path)
-        return Source(spec, KERAS, path, None, dict(KERAS_FIELDS), KERAS_MEAN, KERAS_STD)
+        _check_file(spec, path, key)
+        return Source(spec, KERAS, path, None, dict(KERAS_FIELDS), KERAS_MEAN, KERAS_STD, key)
     if path.endswith(".safetensors"):
-        _check_file(spec, path)
+        _check_file(spec, path, key)
         return Source(
             spec,
             TORCHVISION,
@@ -98,36 +101,37 @@ def parse(spec: str) -> Source:
             dict(TORCHVISION_FIELDS),
             TORCHVISION_MEAN,
             TORCHVISION_STD,
+            key,
         )
     if os.path.isdir(path) or os.path.isfile(path + ".index"):
-        return Source(spec, RUN, path)
+        return Source(spec, RUN, path, key=key)
     if os.path.exists(path):
         raise ConfigError(
-            f"train.init_from={spec}: not a weights file this app reads; give keras:resnet50, "
+            f"{key}={spec}: not a weights file this app reads; give keras:resnet50, "
             "a Keras applications .h5 file, a torchvision .safetensors file, or a run directory"
         )
-    raise ConfigError(f"train.init_from={spec}: no such file or directory; check the path")
+    raise ConfigError(f"{key}={spec}: no such file or directory; check the path")
 
 
-def _keras_source(spec: str, name: str) -> Source:
+def _keras_source(spec: str, name: str, key: str) -> Source:
     compact = name.replace("_", "")
     if compact in KERAS_V2:
         raise ConfigError(
-            f"train.init_from={spec}: Keras applications' ResNetV2 cannot be represented "
+            f"{key}={spec}: Keras applications' ResNetV2 cannot be represented "
             "exactly here (it downsamples in the last unit of each stage, not the first, and "
             "has no BatchNorm after the stem); use keras:resnet50/101/152 or a torchvision file"
         )
     if compact not in KERAS_PRESETS:
         raise ConfigError(
-            f"train.init_from={spec}: unknown Keras applications model; use one of "
+            f"{key}={spec}: unknown Keras applications model; use one of "
             f"{', '.join('keras:' + preset for preset in KERAS_PRESETS)}"
         )
-    return Source(spec, KERAS, None, compact, dict(KERAS_FIELDS), KERAS_MEAN, KERAS_STD)
+    return Source(spec, KERAS, None, compact, dict(KERAS_FIELDS), KERAS_MEAN, KERAS_STD, key)
 
 
-def _check_file(spec: str, path: str) -> None:
+def _check_file(spec: str, path: str, key: str) -> None:
     if not os.path.isfile(path):
-        raise ConfigError(f"train.init_from={spec}: no such file; check the path")
+        raise ConfigError(f"{key}={spec}: no such file; check the path")
 
 
 def describe(source: Source) -> str:
@@ -182,12 +186,12 @@ def checkpoint_of(source: Source) -> tuple[str, str]:
     if os.path.isfile(path + ".index"):
         reason = checkpoint.unreadable(path)
         if reason:
-            raise ConfigError(f"train.init_from={source.spec}: unreadable checkpoint ({reason})")
+            raise ConfigError(f"{source.key}={source.spec}: unreadable checkpoint ({reason})")
         return path, os.path.dirname(path) or "."
     latest = checkpoint.find_latest(path)
     if latest is None:
         raise ConfigError(
-            f"train.init_from={source.spec}: the directory holds no checkpoint "
+            f"{source.key}={source.spec}: the directory holds no checkpoint "
             f"({run_dir.checkpoint_name(1).replace('1', 'N')}.index); give a run directory "
             "that has trained, or a weights file"
         )

@@ -1,0 +1,375 @@
+"""The teacher of knowledge distillation (`train.teacher`): a trained network, frozen.
+
+`create(...)` loads the network that `train.teacher` names, checks it against
+the data, and returns a `Teacher`: a callable from a training batch's images,
+as the student sees them (augmented, mixed, normalized by the run's mean and
+std), to the teacher's float32 logits, computed in inference mode (BatchNorm's
+moving statistics, no dropout or stochastic depth) under the run's strategy.
+The tower adds them to the batch (`tower.py`) and the loss distills them
+(`losses.py`).
+
+What a teacher can be:
+- another run of this app (its directory: the newest readable checkpoint,
+  the moving average when it kept one; or one checkpoint `RUN/ckpt-N`), its
+  network rebuilt from the config saved in the checkpoint;
+- `keras:resnet50`, a Keras applications `.h5` file or a torchvision/timm
+  `.safetensors` file (`pretrained/`), whose network `train.teacher_model`
+  names;
+- an export of a run (`resnet-app export`): its `serving_default` signature,
+  given the images as uint8 pixels (the export applies its own evaluation
+  preprocessing: for the CIFAR family a resize to its training size if the
+  sizes differ, for the ImageNet family its central crop).
+Each sees the images in its own preprocessing: the pixels are recovered from
+the student's normalization and normalized by the teacher's mean and std
+(the teacher run's data_info.json, or the weights' published statistics), and
+brought to its channels (grey in all three, or RGB as luma).
+
+The teacher must have the data's classes: as many, and the same names in the
+same order when both sides name them. The first run writes a copy of it into
+`model_dir/teacher/` (its weights and `teacher.json`, or the export), durably,
+and a resumed run reads the copy: the teacher a run resumes with is the one it
+started with, bitwise, even when the source has trained on, rotated its
+checkpoints or gone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from resnet_app import config as config_lib
+from resnet_app.common import files
+from resnet_app.common.errors import ConfigError
+from resnet_app.data import channels as image_channels
+from resnet_app.data import run_pipeline
+from resnet_app.data.preprocessing import Preprocessing
+from resnet_app.nets import factory, parts
+
+DIRECTORY = "teacher"
+INFO = "teacher.json"
+WEIGHTS = "weights.npz"
+EXPORT = "export"
+NETWORK, SERVED = "network", "export"
+KEY = "train.teacher"
+STEM_LAYERS = ("stem_conv1", "stem_conv")  # The first convolution: a deep stem's, or the one.
+
+
+@dataclasses.dataclass(frozen=True)
+class TeacherInfo:
+    """What a teacher is, as `model_dir/teacher/teacher.json` records it.
+
+    Attributes:
+      spec: `train.teacher` as given.
+      kind: NETWORK (weights in a network of ours) or SERVED (an export).
+      description: what it is and where it came from, for logs.
+      num_classes: its logits' width.
+      class_names: its classes' names, or None when it does not name them.
+      model_name: NETWORK: its preset.
+      model_overrides: NETWORK: the preset's fields it changes.
+      channels: NETWORK: its input channels.
+      mean: NETWORK: the per-channel mean it expects (0-255).
+      std: NETWORK: the per-channel std it expects.
+    """
+
+    spec: str
+    kind: str
+    description: str
+    num_classes: int
+    class_names: list[str] | None = None
+    model_name: str | None = None
+    model_overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+    channels: int = image_channels.RGB
+    mean: tuple[float, ...] = ()
+    std: tuple[float, ...] = ()
+
+
+class Teacher:
+    """The teacher's logits of a batch's normalized images (float32, no gradient).
+
+    Args:
+      info: what the teacher is.
+      network: NETWORK: the Keras model, built in the run's strategy scope;
+        SERVED: the loaded export.
+      student: the run's preprocessing (how the images were normalized).
+    """
+
+    def __init__(self, info: TeacherInfo, network: Any, student: Preprocessing):
+        self.info = info
+        self.network = network
+        self.student = student
+
+    def __call__(self, images: tf.Tensor) -> tf.Tensor:
+        mean = tf.constant(self.student.mean, tf.float32)
+        std = tf.constant(self.student.std, tf.float32)
+        pixels = tf.cast(images, tf.float32) * std + mean
+        if self.info.kind == SERVED:
+            served = tf.saturate_cast(tf.round(pixels), tf.uint8)
+            logits = self.network.signatures["serving_default"](images=served)["logits"]
+        else:
+            pixels = _to_channels(pixels, self.info.channels)
+            normalized = (pixels - tf.constant(self.info.mean, tf.float32)) / tf.constant(
+                self.info.std, tf.float32
+            )
+            normalized = tf.cast(normalized, self.network.compute_dtype)
+            logits = self.network(normalized, training=False)
+        return tf.stop_gradient(tf.cast(logits, tf.float32))
+
+    def describe(self) -> str:
+        """One phrase for logs."""
+        return self.info.description
+
+
+def _to_channels(pixels: tf.Tensor, channels: int) -> tf.Tensor:
+    """Float pixels [..., 1 or 3] as [..., channels] (`data/channels.py`'s rule, unrounded)."""
+    have = pixels.shape[-1]
+    if have == channels:
+        return pixels
+    if channels == image_channels.RGB:
+        return tf.repeat(pixels, image_channels.RGB, axis=-1)
+    weights = tf.constant(image_channels.LUMA_WEIGHTS, tf.float32) / 2**16
+    return tf.reduce_sum(pixels * weights, axis=-1, keepdims=True)
+
+
+def create(
+    config: config_lib.Config,
+    model_dir: str,
+    strategy: tf.distribute.Strategy,
+    chief: bool,
+    class_names: list[str],
+    student: Preprocessing,
+    resuming: bool,
+) -> Teacher | None:
+    """The run's teacher, or None without `train.teacher`.
+
+    A resumed run reads the copy in `model_dir/teacher/`; a run that starts
+    reads the source, checks it against the data, and (the chief) writes the
+    copy.
+
+    Raises:
+      ConfigError: for a source that is not a teacher, one of other classes,
+        or a weights file without `train.teacher_model`.
+    """
+    spec = config.train.teacher
+    if not spec:
+        return None
+    copy = os.path.join(model_dir, DIRECTORY)
+    from_copy = resuming and os.path.isfile(os.path.join(copy, INFO))
+    if from_copy:
+        info, network = _read_copy(copy, strategy, student, config.train.precision)
+    else:
+        info, network, write = _read_source(config, strategy, student, len(class_names))
+    _check_classes(info, class_names)
+    if not from_copy and chief:
+        files.replace_directory(copy, copy + ".partial", copy + ".old", write)
+    logging.info(
+        "Distilling from %s (%d classes; alpha %g, temperature %g)%s",
+        info.description,
+        info.num_classes,
+        config.train.distill_alpha,
+        config.train.distill_temperature,
+        ", read from the run's copy" if from_copy else "",
+    )
+    return Teacher(info, network, student)
+
+
+def _check_classes(info: TeacherInfo, class_names: list[str]) -> None:
+    """Refuses a teacher whose classes are not the data's."""
+    if info.num_classes != len(class_names):
+        raise ConfigError(
+            f"{KEY}={info.spec} has {info.num_classes} classes and the data "
+            f"{len(class_names)}; give a teacher trained on this dataset's classes"
+        )
+    theirs = info.class_names
+    if theirs and class_names and list(theirs) != list(class_names):
+        index = next(i for i, (a, b) in enumerate(zip(theirs, class_names)) if a != b)
+        raise ConfigError(
+            f"{KEY}={info.spec} names class {index} {theirs[index]!r} where the data has "
+            f"{class_names[index]!r}; give a teacher trained on this dataset's classes"
+        )
+
+
+def _read_source(
+    config: config_lib.Config, strategy: tf.distribute.Strategy, student: Preprocessing, classes
+):
+    """(info, network, a function writing the run's copy into a directory) of the source."""
+    from resnet_app.export import savedmodel
+
+    spec = config.train.teacher
+    path = os.path.expanduser(spec)
+    if os.path.isdir(path) and savedmodel.is_export(path):
+        loaded = tf.saved_model.load(path)
+        info = _export_info(spec, path, loaded, student)
+
+        def write_export(directory: str) -> None:
+            shutil.copytree(path, os.path.join(directory, EXPORT))
+            _write_info(directory, info)
+
+        return info, loaded, write_export
+    info, weights = _network_weights(config, classes)
+    network = _network(info, strategy, student.image_size, config.train.precision, weights)
+
+    def write_weights(directory: str) -> None:
+        flat = {
+            f"{layer}/{name}": value
+            for layer, values in weights.items()
+            for name, value in values.items()
+        }
+        with open(os.path.join(directory, WEIGHTS), "wb") as f:
+            np.savez(f, **flat)
+        _write_info(directory, info)
+
+    return info, network, write_weights
+
+
+def _export_info(spec: str, path: str, loaded, student: Preprocessing) -> TeacherInfo:
+    """An export's classes: its logits' width on one blank image, and its labels.txt."""
+    blank = tf.zeros([1, student.image_size, student.image_size, student.channels], tf.uint8)
+    classes = int(loaded.signatures["serving_default"](images=blank)["logits"].shape[-1])
+    labels = os.path.join(path, "assets.extra", "labels.txt")
+    names = None
+    if os.path.isfile(labels):
+        with open(labels) as f:
+            names = [line.rstrip("\n") for line in f] or None
+    return TeacherInfo(spec, SERVED, f"the export {path}", classes, names)
+
+
+def _network_weights(config: config_lib.Config, classes: int):
+    """(info, {layer: {variable: array}}) of a run or weights-file teacher."""
+    from resnet_app import pretrained
+    from resnet_app.pretrained import run_files, sources
+    from resnet_app.pretrained.weights import HEAD_LAYER, adapt_input_channels
+
+    spec = config.train.teacher
+    source = sources.parse(spec, KEY)
+    if source.kind == sources.RUN:
+        source = sources.with_run_details(source)
+        model, saved = run_files.build(source.path, KEY)
+        recorded = run_pipeline.read_data_info(sources.checkpoint_of(source)[1])
+        if source.mean is None or recorded is None:
+            raise ConfigError(
+                f"{KEY}={spec}: the run records no preprocessing (no data_info.json); give a "
+                "run directory that has trained with this app, or an export of it"
+            )
+        weights = parts.get_weights(model)
+        stem = next(weights[name]["kernel"] for name in STEM_LAYERS if name in weights)
+        info = TeacherInfo(
+            spec,
+            NETWORK,
+            f"{saved.model_name} of the run {source.path}",
+            int(model.logits.units),
+            recorded[0],
+            saved.model_name,
+            dict(saved.model_overrides),
+            int(stem.shape[2]),
+            tuple(source.mean),
+            tuple(source.std),
+        )
+        return info, weights
+    name = config.train.teacher_model or source.name
+    if not name:
+        raise ConfigError(
+            f"{KEY}={spec} is a weights file: name its network with train.teacher_model "
+            "(e.g. resnet50)"
+        )
+    overrides = dict(source.model_fields)
+    model = factory.create_network(name, overrides, classes, 64)
+    weights = adapt_input_channels(pretrained.read_weights(source, model, name), model, spec)
+    head = weights.layers.get(HEAD_LAYER, {}).get("kernel")
+    found = classes if head is None else int(head.shape[-1])
+    info = TeacherInfo(
+        spec,
+        NETWORK,
+        f"{name} from {sources.describe(source)}",
+        found,
+        None,
+        name,
+        overrides,
+        image_channels.RGB,
+        tuple(source.mean),
+        tuple(source.std),
+    )
+    return info, weights.layers
+
+
+def _network(
+    info: TeacherInfo,
+    strategy: tf.distribute.Strategy,
+    image_size: int,
+    precision: str,
+    weights: dict[str, dict[str, np.ndarray]],
+):
+    """The teacher's network in the strategy's scope, in the run's precision, frozen."""
+    from resnet_app.pretrained.weights import SourceWeights, assign
+
+    with strategy.scope():
+        network = factory.create_network(
+            info.model_name,
+            info.model_overrides,
+            info.num_classes,
+            image_size,
+            precision,
+            info.channels,
+        )
+    network.trainable = False
+    assign(network, SourceWeights(layers=weights, skipped={}), info.spec, info.model_name)
+    return network
+
+
+def _write_info(directory: str, info: TeacherInfo) -> None:
+    with open(os.path.join(directory, INFO), "w") as f:
+        json.dump(dataclasses.asdict(info), f, indent=1)
+
+
+def _read_copy(directory: str, strategy, student: Preprocessing, precision: str):
+    """(info, network) from the run's copy."""
+    try:
+        with open(os.path.join(directory, INFO)) as f:
+            fields = json.load(f)
+        info = TeacherInfo(
+            **{
+                key: tuple(value) if key in ("mean", "std") else value
+                for key, value in fields.items()
+            }
+        )
+        if info.kind == SERVED:
+            return info, tf.saved_model.load(os.path.join(directory, EXPORT))
+        weights: dict[str, dict[str, np.ndarray]] = {}
+        with np.load(os.path.join(directory, WEIGHTS), allow_pickle=False) as saved:
+            for key in saved.files:
+                layer, name = key.rsplit("/", 1)
+                weights.setdefault(layer, {})[name] = saved[key]
+    except (*files.DAMAGED_NPZ, TypeError, json.JSONDecodeError) as error:
+        raise ConfigError(
+            f"the run's copy of its teacher in {directory} is damaged "
+            f"({type(error).__name__}: {error}); restart the run (--restart)"
+        ) from None
+    return info, _network(info, strategy, student.image_size, precision, weights)
+
+
+def log_cost(teacher: Teacher, batch_shape: list[int], dtype: tf.DType) -> float:
+    """Times one teacher forward pass on a tower's batch, logs it and returns the seconds.
+
+    Measured once at start-up, on the default device after a first call that
+    traces and warms it: what the teacher adds to every training step.
+    """
+    forward = tf.function(teacher.__call__)
+    images = tf.zeros(batch_shape, dtype)
+    forward(images).numpy()
+    began = time.perf_counter()
+    forward(images).numpy()
+    seconds = time.perf_counter() - began
+    logging.info(
+        "The teacher's forward pass takes %.1f ms per tower batch of %d images (inference "
+        "mode), in every training step",
+        seconds * 1000,
+        batch_shape[0],
+    )
+    return seconds
