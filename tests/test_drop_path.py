@@ -32,6 +32,29 @@ def test_the_hash_is_splitmix64():
     assert [int(v) for v in ours] == splitmix64(values)
 
 
+def test_an_examples_copies_draw_apart_and_copy_0_keeps_the_key(copies=(0, 1, 2, 0, 2)):
+    """Repeated augmentation puts an example's k copies in one step: the copy mixes into
+    its key (splitmix64 of key + copy, in Python integers), copy 0 keeps the key of a run
+    without repeats, and the copies' drop draws are independent."""
+    ids = tf.constant([5, 5, 5, 9, 9], tf.int64)
+    plain = drop_path.example_keys(7, 3, ids).numpy()
+    keyed = drop_path.example_keys(7, 3, ids, tf.constant(copies, tf.int64)).numpy()
+    expected = [
+        int(key) if copy == 0 else splitmix64([(int(key) + copy) & MASK])[0]
+        for key, copy in zip(plain, copies)
+    ]
+    assert [int(k) for k in keyed] == expected
+    assert len(set(int(k) for k in keyed)) == 5
+    # 20,000 examples x 3 copies: the copies' draws of a block are uncorrelated.
+    many = tf.repeat(tf.range(20_000, dtype=tf.int64), 3)
+    draws = drop_path.uniform(
+        drop_path.example_keys(1, 0, many, tf.tile(tf.range(3, dtype=tf.int64), [20_000])), 4
+    ).numpy()
+    per_copy = draws.reshape(-1, 3)
+    assert abs(np.corrcoef(per_copy[:, 0], per_copy[:, 1])[0, 1]) < 0.03
+    assert abs(np.corrcoef(per_copy[:, 1], per_copy[:, 2])[0, 1]) < 0.03
+
+
 def test_draws_are_uniform_and_the_drop_rate_is_the_configured_one():
     keys = drop_path.example_keys(7, 3, tf.range(40_000, dtype=tf.int64))
     draws = drop_path.uniform(keys, block=5).numpy()
@@ -74,6 +97,25 @@ def test_evaluation_uses_every_branch():
     # In training the draws change the output (the keys reach the blocks).
     trained = dropping(images, training=True, drop_keys=keys).numpy()
     assert not np.allclose(trained, plain(images, training=True).numpy(), atol=1e-3)
+
+
+def test_the_tower_keys_an_examples_copies_apart():
+    """The same image with one id: as copies 0 and 1 (repeated augmentation) the tower's
+    training logits differ, as two entries of copy 0 they are equal."""
+    model = create_model("resnet20", drop_path_rate=0.5)
+    model.build((None, 16, 16, 3))
+    optimizer = optim.create_optimizer({"class": "momentum", "learning_rate": 0.1})
+    optimizer.build(model.trainable_variables)
+    tower = Tower(model, optimizer, seed=3)
+    image = np.random.default_rng(2).normal(size=(1, 16, 16, 3)).astype(np.float32)
+    images = tf.constant(np.repeat(image, 4, axis=0))
+    batch = {"image": images, "id": tf.constant([4, 4, 4, 4], tf.int64)}
+    logits = tower.logits({**batch, "copy": tf.constant([0, 1, 0, 2], tf.int64)}).numpy()
+    # Batch statistics are shared by the four rows: only the drops tell them apart.
+    np.testing.assert_array_equal(logits[0], logits[2])
+    assert not np.allclose(logits[0], logits[1]) and not np.allclose(logits[1], logits[3])
+    without = tower.logits(batch).numpy()
+    np.testing.assert_array_equal(without[0], without[1])
 
 
 def train(towers, seed=0, steps=(0.1, 0.1), calls=1, **fields):

@@ -73,7 +73,7 @@ def test_the_copies_are_augmented_each_on_its_own(pipeline):
     """The k copies of an example in an epoch: each is the per-example recipe with the
     copy's own key (copy 0's is the key of a run without repeats), and they differ."""
     batch = 48
-    examples = {"image": [], "id": []}
+    examples = {"image": [], "id": [], "copy": []}
     for step, data in enumerate(pipeline.train_dataset(batch)):
         for key in examples:
             examples[key].append(data[key].numpy())
@@ -81,6 +81,8 @@ def test_the_copies_are_augmented_each_on_its_own(pipeline):
             break
     ids, images = (np.concatenate(examples[key]) for key in ("id", "image"))
     assert all(ids[i] == ids[i - i % K] for i in range(len(ids)))  # k in a row.
+    # Each knows which copy it is: the stochastic depth keys them apart.
+    np.testing.assert_array_equal(np.concatenate(examples["copy"]), np.arange(len(ids)) % K)
     for position in (0, 1, 2, 30, 31, 32):
         copy, example = position % K, ids[position]
         seed = tf.stack([seeds.augment_key(0, 0, copy), tf.constant(example, tf.int64)])

@@ -8,6 +8,8 @@ pipelines. A run's pipeline (training, evaluate and export) comes from
   (channels: 1 for greyscale data, else 3; `data/channels.py`);
 - "label": int32 [batch];
 - "id": int64 [batch], the example's index in its split (-1 for padding);
+- "copy": int64 [batch], training batches with repeated augmentation only: which
+  of the example's k copies this is (`data/repeats.py`);
 - "mask": float32 [batch], 1 for a real example and 0 for padding.
 
 Training order. The training stream is the concatenation of epochs; epoch `e`
@@ -319,7 +321,12 @@ class InputPipeline:
                 seed, start_example, num_shards, shard_index, self.config.shuffle_buffer
             )
             stream = stream.map(
-                lambda epoch, *example: (seeds.augment_key(seed, epoch), *example),
+                lambda epoch, example_id, *example: (
+                    seeds.augment_key(seed, epoch),
+                    example_id,
+                    tf.zeros([], tf.int64),  # The copy: one of each example.
+                    *example,
+                ),
                 num_parallel_calls=options.parallel_calls(),
             )
         else:
@@ -328,14 +335,17 @@ class InputPipeline:
             stream = self._indexed_stream(start_example, arrange)
             stream = stream.shard(num_shards, shard_index)
             stream = stream.map(
-                lambda key, index: (key, index, *lookup(index)),
+                lambda key, index, copy: (key, index, copy, *lookup(index)),
                 num_parallel_calls=options.parallel_calls(),
             )
+        repeated = self.config.augment.repeats > 1
 
-        def transform(key, example_id, image, label):
-            # Each example's augmentation depends on (seed, epoch, id) only.
+        def transform(key, example_id, copy, image, label):
+            # Each example's augmentation depends on (seed, epoch, id, copy) only.
             augment_seed = tf.stack([key, example_id])
             features = self._augment(image, augment_seed, split.encoded, config)
+            if repeated:  # Its copies draw their stochastic depth apart (`nets/drop_path.py`).
+                features["copy"] = copy
             return _example(features, label, example_id)
 
         stream = _map_examples(stream, transform, split.encoded)
@@ -348,7 +358,7 @@ class InputPipeline:
         return stream.prefetch(tf.data.AUTOTUNE).with_options(options.dataset_options())
 
     def _indexed_stream(self, start_example: int, arrange: np.ndarray) -> tf.data.Dataset:
-        """(augmentation key, example index) from `start_example` on, for data read by
+        """(augmentation key, example index, copy) from `start_example` on, for data read by
         index: each epoch's order, or with repeated augmentation the samplers' list
         (`data/repeats.py`, `arrange` its placement in a global batch)."""
         count, seed = self.config.augment.repeats, self.config.seed
@@ -360,13 +370,14 @@ class InputPipeline:
             start = tf.where(tf.equal(epoch, first_epoch), offset, 0)  # Later epochs: 0.
             if count == 1:
                 key = seeds.augment_key(seed, epoch)  # Once per epoch, not per example.
+                shape = tf.shape(order[start:])
                 return tf.data.Dataset.from_tensor_slices(
-                    (tf.fill(tf.shape(order[start:]), key), order[start:])
+                    (tf.fill(shape, key), order[start:], tf.zeros(shape, tf.int64))
                 )
             indices, copies = repeats.epoch_list(order, count, length, arrange)
             keys = tf.stack([seeds.augment_key(seed, epoch, c) for c in range(count)])
             return tf.data.Dataset.from_tensor_slices(
-                (tf.gather(keys, copies)[start:], indices[start:])
+                (tf.gather(keys, copies)[start:], indices[start:], copies[start:])
             )
 
         return tf.data.Dataset.range(first_epoch, 1 << 62).flat_map(epoch_indices)

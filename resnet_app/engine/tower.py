@@ -125,7 +125,9 @@ class Tower:
         if not getattr(self.model, "uses_example_keys", False):
             return self.model(batch["image"], training=True)
         # The step about to be applied: the optimizer's update count, restored on resume.
-        keys = drop_path.example_keys(self.seed, self.optimizer.iterations, batch["id"])
+        keys = drop_path.example_keys(
+            self.seed, self.optimizer.iterations, batch["id"], batch.get("copy")
+        )
         return self.model(batch["image"], training=True, drop_keys=keys)
 
     def regularization(self) -> tf.Tensor:

@@ -138,7 +138,11 @@ def recompute_batch_norm(model, batches: Iterable[dict[str, Any]], seed: int = 0
         for layer in layers:
             layer.momentum = 0.0  # Read when traced: the moving statistics = the batch's.
         for batch in batches:
-            keys = drop_path.example_keys(seed, count, batch["id"]) if keyed else None
+            keys = (
+                drop_path.example_keys(seed, count, batch["id"], batch.get("copy"))
+                if keyed
+                else None
+            )
             forward(batch["image"], keys)
             for mean, variance, layer in zip(means, variances, layers):
                 mean += layer.moving_mean.numpy()

@@ -39,10 +39,18 @@ def _as_uint64(values) -> tf.Tensor:
     return tf.bitcast(tf.cast(values, tf.int64), tf.uint64)
 
 
-def example_keys(seed: int, step, example_ids) -> tf.Tensor:
-    """uint64 [batch]: each example's key at a training step (seed, step and id mixed)."""
+def example_keys(seed: int, step, example_ids, copies=None) -> tf.Tensor:
+    """uint64 [batch]: each example's key at a training step (seed, step and id mixed).
+
+    With repeated augmentation, `copies` (which of an example's k copies each is,
+    all in one step) mixes in too, so the copies drop their blocks apart as
+    timm's per-sample draws do; copy 0 keeps the key of a run without repeats.
+    """
     key = mix(mix(_as_uint64(seed)) + _as_uint64(step))
-    return mix(key + _as_uint64(example_ids))
+    keys = mix(key + _as_uint64(example_ids))
+    if copies is None:
+        return keys
+    return tf.where(copies > 0, mix(keys + _as_uint64(copies)), keys)
 
 
 def uniform(keys: tf.Tensor, block: int) -> tf.Tensor:
