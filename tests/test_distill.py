@@ -26,7 +26,6 @@ from resnet_app.engine.losses import Loss
 from resnet_app.engine.tower import Tower
 from resnet_app.export import savedmodel
 from tests import runs
-from tests.commands import error_line, run_command
 
 
 def _log_softmax(x):
@@ -270,17 +269,3 @@ def test_distillation_settings_without_a_teacher_are_refused():
             config.resolve(sets=[assignment])
     with pytest.raises(ConfigError, match="train.distill_temperature"):
         config.resolve(sets=["train.teacher=x", "train.distill_temperature=0"])
-
-
-def test_a_missing_teacher_is_one_line(tmp_path):
-    missing = tmp_path / "nowhere"
-    result = run_command(
-        "resnet_app.train",
-        "--model=tiny",
-        f"--model_dir={tmp_path / 'run'}",
-        f"--data_dir={tmp_path / 'data'}",
-        f"--set=train.teacher={missing}",
-    )
-    assert error_line(result) == (
-        f"error: train.teacher={missing}: no such file or directory; check the path"
-    )

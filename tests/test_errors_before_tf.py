@@ -31,6 +31,8 @@ MISTAKES = [
     (["--init_from={tmp}/weights.h5"], "train.init_from={tmp}/weights.h5: no such file"),
     (["--init_from=keras:resnet51"], "unknown Keras applications model"),
     (["--init_from={tmp}/nowhere"], "no such file or directory"),
+    (["--set=train.teacher={tmp}/nowhere"], "train.teacher={tmp}/nowhere: no such file or dir"),
+    (["--set=train.teacher={tmp}/teacher.safetensors"], "name its network with train.teacher_m"),
     (["--config={tmp}/empty.yaml"], "config file {tmp}/empty.yaml is empty; give it sections"),
     (["--config={tmp}/twice.yaml"], "'train' appears twice (lines 1 and 3); keep one and merge"),
 ]
@@ -54,6 +56,7 @@ def test_train_mistakes_before_tensorflow(args, message, tmp_path, no_tensorflow
     }
     args = [a.format(tmp=work) for a in args]
     (work / "empty.yaml").write_text("# Nothing yet.\n")
+    (work / "teacher.safetensors").write_bytes(b"")
     (work / "twice.yaml").write_text(
         "train: {epochs: 3}\nmodel: {name: tiny}\ntrain: {batch_size: 8}\n"
     )

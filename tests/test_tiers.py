@@ -71,6 +71,28 @@ def test_a_test_is_integration_by_what_it_reaches(name, reason):
     assert tiers.Analysis().function(_functions(TOYS)[name]) == reason
 
 
+@pytest.mark.parametrize(
+    "name, reason",
+    [
+        ("test_through_helpers", "tests.commands.run_command"),
+        ("test_imports_inside", None),
+        ("test_towers", None),
+        ("test_numbers", None),
+    ],
+)
+def test_the_tests_that_start_processes_are_found_as_the_tiers_are(name, reason):
+    """Only the process entry points count: training in process or on towers does not."""
+    assert tiers.Analysis(tiers.PROCESSES).function(_functions(TOYS)[name]) == reason
+
+
+def test_a_test_that_starts_a_process_runs_in_the_process_group(request):
+    """Its own module keeps nothing for it, so collection puts it in the one group of
+    process tests: they run one at a time while the other worker runs in-process tests."""
+    subprocess.run(["true"], check=True)
+    group = request.node.get_closest_marker("xdist_group")
+    assert group is not None and group.args == ("processes",)
+
+
 def test_deep_presets_go_by_their_depth():
     assert tiers.preset_depth("resnet50") == 50 > tiers.DEEPEST_FAST
     assert tiers.preset_depth("resnet34") == 34 <= tiers.DEEPEST_FAST

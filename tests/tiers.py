@@ -41,6 +41,13 @@ HEAVY = {
 }
 
 
+# The entry points of HEAVY that start processes: the tests that reach them run
+# one at a time (`conftest.py`), so two tests' processes never share the cores.
+PROCESSES = {
+    module: HEAVY[module] for module in ("subprocess", "tests.commands", "resnet_app.sweep.runner")
+}
+
+
 # A test of a preset network this deep or deeper (by its parameter) builds an
 # ImageNet-size graph: ResNet-34 is the deepest in the fast tier.
 DEEPEST_FAST = 49
@@ -55,18 +62,20 @@ def preset_depth(name: str) -> int:
     return presets.get_config(name).depth
 
 
-def _heavy_objects() -> dict[int, str]:
+def _heavy_objects(entries: dict) -> dict[int, str]:
     found = {}
-    for module_name, names in HEAVY.items():
+    for module_name, names in entries.items():
         module = importlib.import_module(module_name)
         for name in names:
             found[id(getattr(module, name))] = f"{module_name}.{name}"
     return found
 
 
-def _module_attribute_is_heavy(module: types.ModuleType, names: set[str]) -> str | None:
-    """`module.NAME` where NAME is one of HEAVY's for that module."""
-    for name in HEAVY.get(module.__name__, ()):
+def _module_attribute_is_heavy(
+    module: types.ModuleType, names: set[str], entries: dict
+) -> str | None:
+    """`module.NAME` where NAME is one of the entry points of that module."""
+    for name in entries.get(module.__name__, ()):
         if name in names:
             return f"{module.__name__}.{name}"
     return None
@@ -125,10 +134,16 @@ def _own(obj) -> bool:
 
 
 class Analysis:
-    """Remembers what each function uses, so a helper shared by many tests is read once."""
+    """Remembers what each function uses, so a helper shared by many tests is read once.
 
-    def __init__(self):
-        self._heavy = _heavy_objects()
+    Args:
+      entries: the entry points looked for, by module (default `HEAVY`, with
+        runs on several towers; `PROCESSES` finds the tests that start processes).
+    """
+
+    def __init__(self, entries: dict | None = None):
+        self._entries = HEAVY if entries is None else entries
+        self._heavy = _heavy_objects(self._entries)
         self._seen: dict[int, str | None] = {}
 
     def function(self, function) -> str | None:
@@ -142,7 +157,9 @@ class Analysis:
         if code is None:
             return None
         scope = {**getattr(function, "__globals__", {}), **_imports(code)}
-        found = self._names_in(_names(code), scope) or _towers(code)
+        found = self._names_in(_names(code), scope)
+        if not found and self._entries is HEAVY:
+            found = _towers(code)
         self._seen[key] = found
         return found
 
@@ -154,7 +171,7 @@ class Analysis:
             if id(value) in self._heavy:
                 return self._heavy[id(value)]
             if isinstance(value, types.ModuleType):
-                found = _module_attribute_is_heavy(value, names)
+                found = _module_attribute_is_heavy(value, names, self._entries)
                 if found is None and _own(value):
                     found = self._module_functions(value, names)
             elif inspect.isclass(value) and _own(value):
@@ -203,7 +220,7 @@ class Analysis:
                 if found:
                     return found
             depth = preset_depth(value) if isinstance(value, str) else 0
-            if depth > DEEPEST_FAST:
+            if depth > DEEPEST_FAST and self._entries is HEAVY:
                 return f"the {value} network ({depth} layers)"
         return None
 

@@ -159,10 +159,10 @@ def default_model_dir(resolved: config.Config) -> str:
 
 
 def check_before_tensorflow(resolved: config.Config, model_dir: str | None, restart: bool) -> None:
-    """Answers, before TensorFlow loads, a dataset or `init_from` that cannot load.
+    """Answers, before TensorFlow loads, a dataset, `init_from` or teacher that cannot load.
 
-    A resumed run does not read its `init_from` again (it may be gone), so
-    only a run that starts is checked.
+    A resumed run does not read its `init_from` or teacher again (it may be
+    gone), so only a run that starts is checked.
 
     Raises:
       ConfigError: one line naming the problem and the fix.
@@ -174,3 +174,5 @@ def check_before_tensorflow(resolved: config.Config, model_dir: str | None, rest
     resumed = bool(model_dir) and os.path.isfile(run_dir.config_path(model_dir)) and not restart
     if resolved.train.init_from and not resumed:
         sources.parse(resolved.train.init_from)
+    if resolved.train.teacher and not resumed:  # A resumed run reads its own copy.
+        sources.check_teacher(resolved.train.teacher, resolved.train.teacher_model)

@@ -54,6 +54,7 @@ from resnet_app.engine.learning_rate import LearningRate
 from resnet_app.engine.plan import RunPlan, plan_run
 from resnet_app.nets import factory, parts
 from resnet_app.nets.presets import get_config
+from resnet_app.pretrained import sources
 
 
 @dataclasses.dataclass
@@ -209,7 +210,10 @@ def build_run(
     """
     optim.check_optimizer_config(config.optimizer)  # Answered before anything is loaded.
     # The source's network and preprocessing, before the data is built with them.
-    config, source = pretrained.prepare(config, _saved_config(model_dir, restart))
+    saved = _saved_config(model_dir, restart)
+    config, source = pretrained.prepare(config, saved)
+    if config.train.teacher and saved is None:  # Before the data: a resume reads its copy.
+        sources.check_teacher(config.train.teacher, config.train.teacher_model)
     if config.train.deterministic:
         tf.config.experimental.enable_op_determinism()
     strategy = distribute.create_strategy(config.train.num_towers, config.sync.timeout)

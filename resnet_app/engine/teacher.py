@@ -273,12 +273,8 @@ def _network_weights(config: config_lib.Config, classes: int):
             tuple(source.std),
         )
         return info, weights
+    sources.check_teacher(spec, config.train.teacher_model)
     name = config.train.teacher_model or source.name
-    if not name:
-        raise ConfigError(
-            f"{KEY}={spec} is a weights file: name its network with train.teacher_model "
-            "(e.g. resnet50)"
-        )
     overrides = dict(source.model_fields)
     model = factory.create_network(name, overrides, classes, 64)
     weights = adapt_input_channels(pretrained.read_weights(source, model, name), model, spec)

@@ -113,6 +113,26 @@ def parse(spec: str, key: str = "train.init_from") -> Source:
     raise ConfigError(f"{key}={spec}: no such file or directory; check the path")
 
 
+def check_teacher(spec: str, model_name: str | None) -> None:
+    """Refuses a `train.teacher` that cannot load, without TensorFlow: a missing path,
+    a file of an unknown kind, or a weights file whose network is not named.
+
+    A directory passes (a run's or an export's, told apart when it is read).
+
+    Raises:
+      ConfigError: one line naming the problem and the fix.
+    """
+    key = "train.teacher"
+    if os.path.isdir(os.path.expanduser(spec)):
+        return
+    source = parse(spec, key)
+    if source.kind != RUN and not (model_name or source.name):
+        raise ConfigError(
+            f"{key}={spec} is a weights file: name its network with train.teacher_model "
+            "(e.g. resnet50)"
+        )
+
+
 def _keras_source(spec: str, name: str, key: str) -> Source:
     compact = name.replace("_", "")
     if compact in KERAS_V2:
