@@ -115,6 +115,20 @@ BREAKAGES = (
         "return tf.equal(step % tf.cast(self.interval, step.dtype), 1)",
         ("tests/test_averaging.py",),
     ),
+    Breakage(
+        "a resumed run's teacher read from its source, not from the run's copy",
+        "resnet_app/engine/teacher.py",
+        "from_copy = resuming and os.path.isfile(os.path.join(copy, INFO))",
+        "from_copy = False",
+        ("tests/test_distill.py",),
+    ),
+    Breakage(
+        "the distillation loss without its T^2",
+        "resnet_app/engine/losses.py",
+        "return loss * temperature**2",
+        "return loss",
+        ("tests/test_distill.py",),
+    ),
 )
 
 
