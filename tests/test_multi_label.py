@@ -228,3 +228,49 @@ def test_tensorboard_has_the_multi_label_scalars(run):
         for event in tf.compat.v1.train.summary_iterator(str(model_dir / "eval" / name)):
             tags |= {value.tag for value in event.summary.value}
     assert {"map", "f1_micro", "f1_macro", "top1", "loss"} <= tags
+
+
+def test_a_multi_label_run_distills_each_classs_sigmoid_from_a_multi_label_teacher(
+    run, table, tmp_path
+):
+    """The module's run teaches a student on the same table: the tower's loss is the BCE
+    of the student's sigmoids against the labels and against the teacher's (NumPy)."""
+    from resnet_app import config
+    from resnet_app.engine import setup
+    from resnet_app.engine.tower import Tower
+    from tests.test_distill import numpy_distillation
+
+    model_dir, _ = run
+    path, images, tags = table
+    resolved = config.resolve(
+        sets=[
+            "model.name=tiny",
+            f"data.dataset=csv:{path}",
+            "data.image_size=32",
+            f"data.data_dir={tmp_path / 'data'}",
+            f"train.teacher={model_dir}",
+            "train.distill_alpha=0.6",
+            "train.distill_temperature=2",
+        ]
+    )
+    student = setup.build_run(resolved, str(tmp_path / "student"))
+    try:
+        names = student.pipeline.class_names
+        labels = np.array([[name in tag.split() for name in names] for tag in tags], np.float32)
+        preprocessing = student.pipeline.preprocessing
+        batch_images = (images[:8].astype(np.float32) - preprocessing.mean) / preprocessing.std
+        batch = {
+            "image": tf.constant(batch_images),
+            "label": tf.constant(labels[:8]),
+            "mask": tf.ones(8),
+        }
+        loss = Loss(distill_alpha=0.6, distill_temperature=2.0)
+        _, loss_sum, _, _ = Tower(student.model, student.optimizer, loss, teacher=student.teacher)(
+            batch, tf.constant(8.0), 1
+        )
+        logits = student.model(batch["image"], training=True).numpy()
+        teacher = student.teacher(batch["image"]).numpy()
+    finally:
+        student.close()
+    expected = numpy_distillation(logits, teacher, labels[:8], np.ones(8), 0.6, 2.0)
+    np.testing.assert_allclose(float(loss_sum), expected, rtol=1e-5)
