@@ -309,35 +309,9 @@ class InputPipeline:
         seed = self.config.seed
         split = self.train_split
 
-        # A stream of (epoch's augmentation key, id, raw image, label), entered
-        # at `start_example`.
-        if not split.indexed:
-            if self.config.augment.repeats > 1:
-                raise ConfigError(
-                    f"data.augment.repeats needs data read by index; {self.config.dataset}'s "
-                    "records are streamed: drop it, or read the data from its files"
-                )
-            stream = split.stream.training(
-                seed, start_example, num_shards, shard_index, self.config.shuffle_buffer
-            )
-            stream = stream.map(
-                lambda epoch, example_id, *example: (
-                    seeds.augment_key(seed, epoch),
-                    example_id,
-                    tf.zeros([], tf.int64),  # The copy: one of each example.
-                    *example,
-                ),
-                num_parallel_calls=options.parallel_calls(),
-            )
-        else:
-            lookup = self._lookup(split)
-            arrange = repeats.placement(global_batch_size, num_shards, replicas_per_shard)
-            stream = self._indexed_stream(start_example, arrange)
-            stream = stream.shard(num_shards, shard_index)
-            stream = stream.map(
-                lambda key, index, copy: (key, index, copy, *lookup(index)),
-                num_parallel_calls=options.parallel_calls(),
-            )
+        stream = self._raw_stream(
+            global_batch_size, start_example, num_shards, shard_index, replicas_per_shard
+        )
         repeated = self.config.augment.repeats > 1
 
         def transform(key, example_id, copy, image, label):
@@ -356,6 +330,44 @@ class InputPipeline:
         settings = self.config.mix
         stream = mixing.mix_stream(stream, settings, seed, start_example // global_batch_size)
         return stream.prefetch(tf.data.AUTOTUNE).with_options(options.dataset_options())
+
+    def _raw_stream(
+        self,
+        global_batch_size: int,
+        start_example: int,
+        num_shards: int,
+        shard_index: int,
+        replicas_per_shard: int,
+    ) -> tf.data.Dataset:
+        """(augmentation key, id, copy, raw image, label) of this pipeline's share of the
+        training stream, entered at `start_example` (the copy is 0 without repeats)."""
+        seed, split = self.config.seed, self.train_split
+        if not split.indexed:
+            if self.config.augment.repeats > 1:
+                raise ConfigError(
+                    f"data.augment.repeats needs data read by index; {self.config.dataset}'s "
+                    "records are streamed: drop it, or read the data from its files"
+                )
+            stream = split.stream.training(
+                seed, start_example, num_shards, shard_index, self.config.shuffle_buffer
+            )
+            return stream.map(
+                lambda epoch, example_id, *example: (
+                    seeds.augment_key(seed, epoch),
+                    example_id,
+                    tf.zeros([], tf.int64),  # The copy: one of each example.
+                    *example,
+                ),
+                num_parallel_calls=options.parallel_calls(),
+            )
+        lookup = self._lookup(split)
+        arrange = repeats.placement(global_batch_size, num_shards, replicas_per_shard)
+        stream = self._indexed_stream(start_example, arrange)
+        stream = stream.shard(num_shards, shard_index)
+        return stream.map(
+            lambda key, index, copy: (key, index, copy, *lookup(index)),
+            num_parallel_calls=options.parallel_calls(),
+        )
 
     def _indexed_stream(self, start_example: int, arrange: np.ndarray) -> tf.data.Dataset:
         """(augmentation key, example index, copy) from `start_example` on, for data read by
