@@ -59,7 +59,6 @@ WEIGHTS = "weights.npz"
 EXPORT = "export"
 NETWORK, SERVED = "network", "export"
 KEY = "train.teacher"
-STEM_LAYERS = ("stem_conv1", "stem_conv")  # The first convolution: a deep stem's, or the one.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,10 +120,6 @@ class Teacher:
             normalized = tf.cast(normalized, self.network.compute_dtype)
             logits = self.network(normalized, training=False)
         return tf.stop_gradient(tf.cast(logits, tf.float32))
-
-    def describe(self) -> str:
-        """One phrase for logs."""
-        return self.info.description
 
 
 def _to_channels(pixels: tf.Tensor, channels: int) -> tf.Tensor:
@@ -250,27 +245,27 @@ def _network_weights(config: config_lib.Config, classes: int):
     spec = config.train.teacher
     source = sources.parse(spec, KEY)
     if source.kind == sources.RUN:
-        source = sources.with_run_details(source)
-        model, saved = run_files.build(source.path, KEY)
-        recorded = run_pipeline.read_data_info(sources.checkpoint_of(source)[1])
-        if source.mean is None or recorded is None:
+        prefix, directory = sources.checkpoint_of(source)
+        model, saved, channels = run_files.build(prefix, KEY)
+        recorded = run_pipeline.read_data_info(directory)
+        if recorded is None:
             raise ConfigError(
                 f"{KEY}={spec}: the run records no preprocessing (no data_info.json); give a "
                 "run directory that has trained with this app, or an export of it"
             )
+        names, preprocessing = recorded
         weights = parts.get_weights(model)
-        stem = next(weights[name]["kernel"] for name in STEM_LAYERS if name in weights)
         info = TeacherInfo(
             spec,
             NETWORK,
-            f"{saved.model_name} of the run {source.path}",
+            f"{saved.model_name} of the run {prefix}",
             int(model.logits.units),
-            recorded[0],
+            names,
             saved.model_name,
             dict(saved.model_overrides),
-            int(stem.shape[2]),
-            tuple(source.mean),
-            tuple(source.std),
+            channels,
+            tuple(preprocessing.mean),
+            tuple(preprocessing.std),
         )
         return info, weights
     sources.check_teacher(spec, config.train.teacher_model)

@@ -35,7 +35,8 @@ def _input_channels(shapes: dict) -> int:
 
 
 def build(prefix: str, key: str = "train.init_from"):
-    """(the network restored from the run checkpoint at `prefix`, the config it was trained with).
+    """(the network restored from the run checkpoint at `prefix`, the config it was trained
+    with, its input channels).
 
     Raises:
       ConfigError: for a checkpoint without a saved config or a model.
@@ -47,10 +48,11 @@ def build(prefix: str, key: str = "train.init_from"):
     config = config_lib.from_yaml(saved.decode(), f"the config saved in {prefix}")
     num_classes = int(shapes[_LOGITS_KEY][-1])
     size = get_config(config.model_name, **config.model_overrides).default_image_size
-    model = factory.create_run_model(config, num_classes, size, channels=_input_channels(shapes))
+    channels = _input_channels(shapes)
+    model = factory.create_run_model(config, num_classes, size, channels=channels)
     if checkpoint.restore_model(model, prefix, "auto") == "ema":
         logging.info("%s: taking the moving average of the weights from %s", key, prefix)
-    return model, config
+    return model, config, channels
 
 
 def read(prefix: str) -> SourceWeights:
@@ -59,5 +61,5 @@ def read(prefix: str) -> SourceWeights:
     Raises:
       ConfigError: for a checkpoint without a saved config or a model.
     """
-    model, _ = build(prefix)
+    model, _, _ = build(prefix)
     return SourceWeights(layers=parts.get_weights(model), skipped={})
