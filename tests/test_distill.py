@@ -26,35 +26,33 @@ from resnet_app.engine.losses import Loss
 from resnet_app.engine.tower import Tower
 from resnet_app.export import savedmodel
 from tests import runs
-
-
-def _log_softmax(x):
-    x = x - x.max(-1, keepdims=True)
-    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+from tests.test_losses import numpy_bce, numpy_cross_entropy
 
 
 def _sigmoid(x):
     return 1 / (1 + np.exp(-x))
 
 
+def _softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
 def numpy_distillation(student, teacher, labels, mask, alpha, temperature, smoothing=0.0):
-    """Hinton et al. (2015): (1 - a) CE(labels) + a T^2 KL(p_teacher^T || p_student^T), summed."""
+    """Hinton et al. (2015): (1 - a) CE(labels) + a T^2 KL(p_teacher^T || p_student^T), summed;
+    for multi-label data the BCE of the sigmoids (`test_losses.py`'s NumPy losses)."""
     student, teacher = student.astype(np.float64), teacher.astype(np.float64)
     classes = student.shape[-1]
+    hot = labels if labels.ndim == 2 else np.eye(classes)[labels]
+    targets = hot * (1 - smoothing) + smoothing / classes
+    scaled, teaching = student / temperature, teacher / temperature
     if labels.ndim == 2:  # Multi-label: BCE of sigmoids, averaged over the classes.
-
-        def bce(targets, logits):
-            p = _sigmoid(logits)
-            return -(targets * np.log(p) + (1 - targets) * np.log(1 - p)).mean(-1)
-
-        targets = labels * (1 - smoothing) + smoothing / classes
-        hard = bce(targets, student)
-        soft = bce(_sigmoid(teacher / temperature), student / temperature)
-    else:
-        targets = np.eye(classes)[labels] * (1 - smoothing) + smoothing / classes
-        hard = -(targets * _log_softmax(student)).sum(-1)
-        log_t, log_s = _log_softmax(teacher / temperature), _log_softmax(student / temperature)
-        soft = (np.exp(log_t) * (log_t - log_s)).sum(-1)
+        hard = numpy_bce(student, targets)
+        soft = numpy_bce(scaled, _sigmoid(teaching))
+    else:  # KL(p || q) = CE(p, q) - CE(p, p).
+        hard = numpy_cross_entropy(student, targets)
+        p = _softmax(teaching)
+        soft = numpy_cross_entropy(scaled, p) - numpy_cross_entropy(teaching, p)
     per_example = (1 - alpha) * hard + alpha * temperature**2 * soft
     return float((mask * per_example).sum())
 
