@@ -2,6 +2,7 @@
 
 import os
 
+import numpy as np
 import tensorflow as tf
 
 from resnet_app import config
@@ -72,6 +73,14 @@ def saved_tensors(prefix):
     """Every value in a checkpoint, by key, read without any model code."""
     reader = tf.train.load_checkpoint(str(prefix))
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def assert_same_checkpoints(expected_prefix, actual_prefix, context=""):
+    """Two checkpoints hold the same keys and bitwise the same values."""
+    expected, actual = saved_tensors(expected_prefix), saved_tensors(actual_prefix)
+    assert set(actual) == set(expected)
+    for name, value in expected.items():
+        np.testing.assert_array_equal(actual[name], value, err_msg=f"{name} {context}")
 
 
 def copy_with_temperature(model_dir, destination, temperature, step):

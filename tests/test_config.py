@@ -14,6 +14,7 @@ from resnet_app import config
 from resnet_app.common import fields
 from resnet_app.common.errors import ConfigError
 from resnet_app.config import oneof, optimizer_kinds, recipes, schedule_kinds
+from resnet_app.data import settings
 from resnet_app.data.settings import AugmentSettings, DataConfig
 from resnet_app.engine import schedules
 from resnet_app.nets import presets
@@ -491,7 +492,8 @@ def test_old_layouts_are_history_moved_at_load_time():
         {
             k: v
             for k, v in dataclasses.asdict(augment).items()
-            if k not in ("cutout_size", "auto_augment", "repeats")  # Newer than that layout.
+            # Newer than that layout.
+            if k not in ("cutout_size", "auto_augment", "repeats", *settings.AUGMIX_SETTINGS)
         }
     )
     info = json.loads(json.dumps({"class_names": ["a"], "preprocessing": old}))

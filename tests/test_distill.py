@@ -202,11 +202,9 @@ def test_a_kill_mid_epoch_resumes_bitwise_from_the_runs_copy_of_its_teacher(teac
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resumed from step 5 (epoch 1, example 16 of 64)" in resumed.stderr
     assert "read from the run's copy" in resumed.stderr
-    expected = runs.saved_tensors(tmp_path / "whole" / "ckpt-14")
-    actual = runs.saved_tensors(tmp_path / "run" / "ckpt-14")
-    assert set(actual) == set(expected)
-    for name, value in expected.items():
-        np.testing.assert_array_equal(actual[name], value, err_msg=f"{name} (killed at {kill_at})")
+    runs.assert_same_checkpoints(
+        tmp_path / "whole" / "ckpt-14", tmp_path / "run" / "ckpt-14", f"(killed at {kill_at})"
+    )
 
 
 def test_a_teacher_of_other_classes_is_refused(teacher_dir, tmp_path):

@@ -16,6 +16,7 @@ from tests.tfds_mock import closed_port
 
 MISTAKES = [
     (["--batch_sise=64"], "Did you mean: batch_size"),
+    (["--set", "data.augment.augmix_jsd=12"], "data.augment.augmix_jsd is AugMix's and"),
     (["--set", "train.bogus=1"], "unknown train key(s) bogus"),
     (["--config=cifar10_resnet57"], "config file cifar10_resnet57 not found"),
     (["--model=resnet51"], "unknown model 'resnet51'"),

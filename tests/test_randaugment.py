@@ -406,6 +406,26 @@ def shapes_pipeline(**fields):
     return input_pipeline.create_pipeline(data_config(**config))
 
 
+def assert_per_example_and_enterable(augment: dict) -> np.ndarray:
+    """The `shapes` training stream with `augment` on: each example is `cifar_train` of
+    its own seed, and the stream entered mid-epoch is the rest of the whole one.
+
+    Returns:
+      The stream's first 96 images.
+    """
+    pipeline = shapes_pipeline(augment=augment)
+    images, ids = take(pipeline.train_dataset(8), 96)
+    for position in range(0, 96, 11):
+        seed = seeds.example_seed(0, position // 64, ids[position])
+        original = tf.constant(pipeline.train_split.images[ids[position]])
+        expected = preprocessing.cifar_train(original, seed, pipeline.preprocessing)
+        np.testing.assert_array_equal(images[position], expected.numpy())
+    entered, entered_ids = take(pipeline.train_dataset(8, start_example=56), 40)
+    np.testing.assert_array_equal(entered_ids, ids[56:])
+    np.testing.assert_array_equal(entered, images[56:])
+    return images
+
+
 def test_with_the_options_off_cifar_training_images_are_the_old_recipe_bitwise():
     pipeline = shapes_pipeline()
     assert pipeline.preprocessing.augment.randaugment_ops == 0

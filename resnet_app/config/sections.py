@@ -449,6 +449,17 @@ class Config:
             "scale skips does not count as an update, and the model would be averaged twice; "
             "use bf16 or fp32",
         )
+        jsd = self.data.augment.augmix_jsd
+        _require(
+            not (jsd and self.data.mix.enabled),
+            f"data.augment.augmix_jsd={jsd} (AugMix's consistency loss) compares an example's "
+            "views and data.mix blends examples: keep one (drop data.mix or augmix_jsd)",
+        )
+        _require(
+            not (jsd and self.train.teacher),
+            f"data.augment.augmix_jsd={jsd} and train.teacher are two extra losses on one "
+            "batch, not supported together: keep one",
+        )
         _require(
             not (self.sync.mode == "model_average" and self._loss_scaling()),
             f"sync.mode=model_average cannot use train.precision={self.train.precision}: its "

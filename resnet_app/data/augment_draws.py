@@ -1,6 +1,6 @@
 """One training example's draws for the optional augmentations, and the op policies.
 
-RandAugment, TrivialAugment or AutoAugment (`data.augment.auto_augment`),
+RandAugment, TrivialAugment, AutoAugment or AugMix (`data.augment.auto_augment`),
 random erasing and Cutout each draw from a seed of their own, folded from the
 example's (`data/seeds.py`), so the crop and flip draws do not depend on them,
 nor the ops drawn on whether some are skipped or their magnitudes drawn. The
@@ -15,7 +15,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from resnet_app.data import autoaugment, randaugment, randaugment_magnitudes, trivialaugment
+from resnet_app.data import augmix, autoaugment, randaugment, randaugment_magnitudes, trivialaugment
 
 Preprocessing = Any  # `preprocessing.Preprocessing`, which imports this module.
 
@@ -27,6 +27,7 @@ AUGMENT_FEATURES = (
     "erase_draws",
     "erase_noise",
     "cutout_corner",
+    *augmix.FEATURES,
 )
 
 
@@ -62,9 +63,12 @@ def augment_choices(seed: tf.Tensor, config: Preprocessing) -> dict[str, tf.Tens
       (`trivialaugment.choose`, `autoaugment.choose`; magnitudes are bins);
       "erase_draws" float32 [ERASE_DRAWS] and
       "erase_noise" float32 [image_size, image_size, 3]; with Cutout,
-      "cutout_corner" int32 [2], its square's top and left.
+      "cutout_corner" int32 [2], its square's top and left; with AugMix, its
+      chains and weights for each AugMix view (`augmix.choose`).
     """
     features = {}
+    if config.augment.auto_augment == "augmix":
+        features.update(augmix.choose(seed, config.augment, max(1, config.augment.views - 1)))
     num_ops = config.augment.randaugment_ops
     if config.augment.auto_augment in POLICIES:
         indices, signs, bins = POLICIES[config.augment.auto_augment][0](seed)

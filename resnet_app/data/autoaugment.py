@@ -135,17 +135,22 @@ def arguments(bins) -> dict[str, tf.Tensor]:
     return {name: tf.gather(tf.constant(table), index) for name, table in TABLES.items()}
 
 
-def translation(bins, size) -> tf.Tensor:
-    """Whole pixels at `bins` of torch.linspace(0, 150 / 331 * size, 10), float32.
+def linspace_pixels(bins, end: tf.Tensor) -> tf.Tensor:
+    """Whole pixels at `bins` of torch.linspace(0, end, 10) (`end` float64), float32.
 
     As torch computes it: the end rounded to float32, the step a ninth of it in
     float32, each value one fused multiply-add; then Python's int().
     """
-    end = tf.cast(tf.cast(150.0 / 331.0 * tf.cast(size, tf.float64), tf.float32), tf.float64)
+    end = tf.cast(tf.cast(end, tf.float32), tf.float64)
     step = tf.cast(tf.cast(end, tf.float32) / float(NUM_BINS - 1), tf.float64)
     index = tf.cast(tf.convert_to_tensor(bins), tf.float64)
     value = tf.where(index < NUM_BINS // 2, index * step, end - (NUM_BINS - 1 - index) * step)
     return tf.floor(tf.cast(value, tf.float32))  # >= 0: int() is the floor.
+
+
+def translation(bins, size) -> tf.Tensor:
+    """Whole pixels at `bins` of torch.linspace(0, 150 / 331 * size, 10) (its ImageNet rule)."""
+    return linspace_pixels(bins, 150.0 / 331.0 * tf.cast(size, tf.float64))
 
 
 RANGES = randaugment.OpRanges(

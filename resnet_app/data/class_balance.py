@@ -89,6 +89,8 @@ def check_single_label_options(config, multi_label: bool) -> None:
         refused.append(f"data.sampling={config.data.sampling}")
     if config.train.best_metric in ("top5", "ema_top5", "balanced_accuracy"):
         refused.append(f"train.best_metric={config.train.best_metric}")
+    if config.data.augment.augmix_jsd:
+        refused.append("data.augment.augmix_jsd")
     if refused:
         raise ConfigError(
             f"{config.data.dataset} is multi-label and {', '.join(refused)} needs one class "

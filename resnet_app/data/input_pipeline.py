@@ -235,12 +235,17 @@ class InputPipeline:
 
     @staticmethod
     def _augment_batch(batch: dict, config: Preprocessing) -> dict:
-        if "choices" not in batch:
-            return batch
+        """The batch's part of the augmentation; AugMix's views, when the consistency
+        loss is on, split into the "image" (the first) and "augmix_views"."""
         batch = dict(batch)
-        choices = batch.pop("choices")
-        augment = {key: batch.pop(key) for key in augment_draws.AUGMENT_FEATURES if key in batch}
-        batch["image"] = preprocessing.cifar_train_batch(batch["image"], choices, config, **augment)
+        if "choices" in batch:
+            choices = batch.pop("choices")
+            augment = {k: batch.pop(k) for k in augment_draws.AUGMENT_FEATURES if k in batch}
+            images = preprocessing.cifar_train_batch(batch["image"], choices, config, **augment)
+            batch["image"] = images
+        if config.augment.views > 1:
+            views = batch.pop("image")
+            batch.update(image=views[:, 0], augmix_views=views[:, 1:])
         return batch
 
     def _evaluate_transform(self, image: tf.Tensor, encoded: bool, crops: bool) -> tf.Tensor:

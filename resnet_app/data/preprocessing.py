@@ -23,8 +23,8 @@ Two families:
   image does instead of gigabytes.
 
 Optional, for training only, both off by default (`data/randaugment.py`):
-RandAugment, TrivialAugment or AutoAugment (`data/trivialaugment.py`,
-`data/autoaugment.py`: the same ops) on the
+RandAugment, TrivialAugment, AutoAugment or AugMix (`data/trivialaugment.py`,
+`data/autoaugment.py`, `data/augmix.py`: the same ops) on the
 uint8 pixels (CIFAR: on the whole image, before the pad-crop-flip,
 AutoAugment's CIFAR order; ImageNet: on the resized crop after the flip,
 rounded to the 0-255 grid, timm's order), and random erasing after
@@ -44,7 +44,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from resnet_app.data import augment_draws, randaugment
+from resnet_app.data import augment_draws, augmix, randaugment
 from resnet_app.data import channels as image_channels
 from resnet_app.data.settings import AugmentSettings
 
@@ -210,10 +210,42 @@ def cifar_augment(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> d
     return {"image": image, "choices": cifar_choices(seed, config), **draws}
 
 
+def _op_policy(images: tf.Tensor, augment: dict, config: Preprocessing) -> tf.Tensor:
+    """The op policy that is on (RandAugment, TrivialAugment, AutoAugment, AugMix)
+    on uint8 [batch, H, W, C] images, by each image's draws; with AugMix's
+    consistency loss, [batch, 3, H, W, C] (`augmix.views`)."""
+    if config.augment.auto_augment == "augmix":
+        draws = {key: augment[key] for key in augmix.FEATURES}
+        return augmix.views(images, draws, _fill(config), _in_rgb(augmix.mix))
+    if (ranges := augment_draws.op_ranges(config)) is None:
+        return images
+    return _in_rgb(functools.partial(randaugment.randaugment_batch, ranges=ranges))(
+        images,
+        augment["op_indices"],
+        augment["op_signs"],
+        augment.get("op_magnitudes", config.augment.randaugment_magnitude),
+        _fill(config),
+    )
+
+
+def _spread_views(images: tf.Tensor, draws: dict, views: int) -> tuple[tf.Tensor, dict]:
+    """[batch, views, ...] images as [batch * views, ...], each example's draws repeated
+    for its views: every view is cropped, flipped, cut out and erased alike."""
+    images = tf.reshape(images, tf.concat([[-1], tf.shape(images)[2:]], axis=0))
+    return images, {key: tf.repeat(value, views, axis=0) for key, value in draws.items()}
+
+
+def _gather_views(images: tf.Tensor, views: int) -> tf.Tensor:
+    """[batch * views, ...] back to [batch, views, ...] (one view: as it is)."""
+    if views == 1:
+        return images
+    return tf.reshape(images, tf.concat([[-1, views], tf.shape(images)[1:]], axis=0))
+
+
 def cifar_train_batch(
     images: tf.Tensor, choices: tf.Tensor, config: Preprocessing, **augment: tf.Tensor
 ) -> tf.Tensor:
-    """RandAugment, normalize, pad, crop, flip, erase a batch, each image by its own draws.
+    """The op policy, normalize, pad, crop, flip, erase a batch, each image by its own draws.
 
     Working on whole batches keeps the per-example work in the input pipeline
     to drawing a few numbers, which matters on machines with few cores.
@@ -225,17 +257,17 @@ def cifar_train_batch(
       **augment: the batched `augment_choices` of the options that are on.
 
     Returns:
-      [batch, size, size, 3] in `config.dtype`.
+      [batch, size, size, 3] in `config.dtype`; with AugMix's consistency
+      loss, [batch, 3, size, size, 3], each example's views.
     """
-    size, pad = config.image_size, config.augment.crop_padding
-    if (ranges := augment_draws.op_ranges(config)) is not None:
-        images = _in_rgb(functools.partial(randaugment.randaugment_batch, ranges=ranges))(
-            images,
-            augment["op_indices"],
-            augment["op_signs"],
-            augment.get("op_magnitudes", config.augment.randaugment_magnitude),
-            _fill(config),
-        )
+    size, pad, views = config.image_size, config.augment.crop_padding, config.augment.views
+    images = _op_policy(images, augment, config)
+    if views > 1:
+        per_example = ("cutout_corner", "erase_draws", "erase_noise")
+        draws = {key: augment[key] for key in per_example if key in augment}
+        images, draws = _spread_views(images, {"choices": choices, **draws}, views)
+        choices = draws.pop("choices")
+        augment = {**augment, **draws}
     images = _normalize(images, config)
     # Zero padding after normalization: the border is the mean colour.
     padded = tf.pad(images, [[0, 0], [pad, pad], [pad, pad], [0, 0]])
@@ -253,7 +285,7 @@ def cifar_train_batch(
     if config.augment.erase_probability:
         boxes = erase_boxes(augment["erase_draws"], config)
         crops = randaugment.erase_batch(crops, boxes, augment["erase_noise"])
-    return tf.cast(crops, config.dtype)
+    return tf.cast(_gather_views(crops, views), config.dtype)
 
 
 def cifar_train(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> tf.Tensor:
@@ -314,7 +346,8 @@ def imagenet_train(
       encoded: whether `image` holds encoded bytes.
 
     Returns:
-      [image_size, image_size, 3] in `config.dtype`.
+      [image_size, image_size, 3] in `config.dtype`; with AugMix's
+      consistency loss, [3, image_size, image_size, 3], the example's views.
     """
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
     if encoded:
@@ -335,26 +368,29 @@ def imagenet_train(
     if config.augment.flip:
         crop = tf.image.stateless_random_flip_left_right(crop, seed=flip_seed)
     augment = augment_draws.augment_choices(seed, config)
-    if (ranges := augment_draws.op_ranges(config)) is not None:
+    if augment_draws.op_ranges(config) is not None or config.augment.auto_augment == "augmix":
         pixels = tf.cast(tf.clip_by_value(tf.round(crop), 0, 255), tf.uint8)
-        magnitude = augment.get("op_magnitudes", config.augment.randaugment_magnitude)
-        fill = _fill(config)
-        pixels = _in_rgb(functools.partial(randaugment.randaugment, ranges=ranges))(
-            pixels, augment["op_indices"], augment["op_signs"], magnitude, fill
-        )
-        crop = tf.cast(pixels, tf.float32)
-    image = _normalize(crop, config)
+        batched = {key: value[None] for key, value in augment.items()}
+        augmented = tf.cast(_op_policy(pixels[None], batched, config)[0], tf.float32)
+        # AugMix's views: the first is the crop as the recipe without them leaves it.
+        views = config.augment.views
+        crop = augmented if views == 1 else tf.concat([crop[None], augmented[1:]], axis=0)
+    # The example's views (one, or AugMix's three) as a batch.
+    views = config.augment.views
+    images = _normalize(crop if views > 1 else crop[None], config)
     if config.augment.cutout_size:
-        image = cutout(image[None], augment["cutout_corner"][None], config)[0]
+        corners = tf.repeat(augment["cutout_corner"][None], views, axis=0)
+        images = cutout(images, corners, config)
     if config.augment.erase_probability:
-        boxes = erase_boxes(augment["erase_draws"][None], config)
-        noise = augment["erase_noise"][None]
-        image = tf.cond(  # Most images are not erased.
-            boxes[0, 2] > 0,
-            lambda: randaugment.erase_batch(image[None], boxes, noise)[0],
-            lambda: image,
+        boxes = tf.repeat(erase_boxes(augment["erase_draws"][None], config), views, axis=0)
+        noise = tf.repeat(augment["erase_noise"][None], views, axis=0)
+        images = tf.cond(  # Most images are not erased.
+            boxes[0, 2] > 0, lambda: randaugment.erase_batch(images, boxes, noise), lambda: images
         )
-    return _finish(image, config)
+    if views == 1:
+        return _finish(images[0], config)
+    size = config.image_size
+    return tf.cast(tf.ensure_shape(images, [views, size, size, config.channels]), config.dtype)
 
 
 def _resized_shape(image: tf.Tensor, shorter_side: int) -> list[tf.Tensor]:

@@ -80,6 +80,7 @@ MAGNITUDE_STREAM = (1 << 40) + 4  # RandAugment's per-op magnitudes.
 CUTOUT_STREAM = (1 << 40) + 5  # Cutout's square (`preprocessing.cutout_boxes`).
 TRIVIAL_STREAM = (1 << 40) + 6  # TrivialAugment's op, sign and magnitude bin.
 AUTOAUGMENT_STREAM = (1 << 40) + 7  # AutoAugment's sub-policy, its ops' chances and signs.
+AUGMIX_STREAM = (1 << 40) + 8  # AugMix's chains and mixing weights, per view.
 
 
 @dataclasses.dataclass(frozen=True)

@@ -48,7 +48,8 @@ MAX_RANDAUGMENT_MAGNITUDE = 30.0
 MIX_MODES = ("batch", "example")
 # data.augment.auto_augment: torchvision's names (its reference scripts'
 # --auto-augment): TrivialAugment-wide, or AutoAugment's learned policies.
-AUTO_AUGMENTS = ("none", "ta_wide", "imagenet", "cifar10", "svhn")
+AUTO_AUGMENTS = ("none", "ta_wide", "imagenet", "cifar10", "svhn", "augmix")
+AUGMIX_MAX_SEVERITY = 10  # torchvision's _PARAMETER_MAX: its 10 magnitude bins.
 
 
 def dtypes() -> list[str]:
@@ -77,6 +78,16 @@ MAGNITUDE_STD = Rule(
     "std, are not implemented)",
     float,
 )
+AUGMIX_SEVERITY = Rule(
+    lambda x: is_whole(x) and 1 <= x <= AUGMIX_MAX_SEVERITY,
+    f"1 to {AUGMIX_MAX_SEVERITY} (the magnitude bins drawn from), e.g. 3",
+    int,
+)
+AUGMIX_DEPTH = Rule(
+    lambda x: is_whole(x) and (x == -1 or x >= 1),
+    "-1 (each chain 1 to 3 ops, drawn) or a whole number of ops, e.g. 2",
+    int,
+)
 CHANNEL_COUNT = Rule(lambda x: x in CHANNELS, "1 (greyscale), 3 (RGB) or unset (the data's)")
 DTYPE = Rule(lambda x: x in dtypes(), lambda: "one of: " + ", ".join(dtypes()))
 DATASET = Rule(bool, "a dataset name, e.g. shapes")
@@ -90,6 +101,12 @@ SEPARATOR = Rule(
 def _check(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
+
+
+AUGMIX_SETTINGS = (
+    *("augmix_severity", "augmix_width", "augmix_depth", "augmix_alpha", "augmix_all_ops"),
+    "augmix_jsd",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +134,24 @@ class AugmentSettings:
         magnitude drawn from 31 wide bins (`data/trivialaugment.py`);
         "imagenet", "cifar10" or "svhn", AutoAugment's learned policy (Cubuk
         et al. 2019): one of its 25 two-op sub-policies per image
-        (`data/autoaugment.py`); "none": off.
+        (`data/autoaugment.py`); "augmix", AugMix (Hendrycks et al. 2020):
+        a mix of the image and `augmix_width` chains of ops
+        (`data/augmix.py`); "none": off.
+      augmix_severity: AugMix's ops draw their magnitude from the first
+        `severity` of 10 bins (torchvision's; default 3).
+      augmix_width: AugMix's chains per image (3).
+      augmix_depth: the ops in each chain; -1 draws 1 to 3 per chain.
+      augmix_alpha: the Dirichlet and Beta parameter of AugMix's weights (1).
+      augmix_all_ops: AugMix's op set with Brightness, Color, Contrast and
+        Sharpness (torchvision's default; the paper leaves them out, as they
+        overlap ImageNet-C's corruptions).
+      augmix_jsd: the weight lambda of AugMix's Jensen-Shannon consistency
+        loss (the paper's 12; 0: off). Each training example then goes
+        through the network as three views, itself and two AugMix of it
+        drawn apart, and its loss is the usual loss of the first plus lambda
+        times the Jensen-Shannon divergence of the three predictions
+        (`engine/consistency.py`). Three times the forward and backward work
+        per example; single-label data, without Mixup/CutMix or a teacher.
       erase_probability: random erasing (Zhong et al. 2020) in training: the
         chance an image has a box replaced by normal noise (0: off; 0.25 in
         timm's recipes).
@@ -145,6 +179,12 @@ class AugmentSettings:
     randaugment_prob: float = setting(1.0, CHANCE)
     randaugment_magnitude_std: float = setting(0.0, MAGNITUDE_STD)
     auto_augment: str = setting("none", one_of(AUTO_AUGMENTS))
+    augmix_severity: int = setting(3, AUGMIX_SEVERITY)
+    augmix_width: int = setting(3, AT_LEAST_1)
+    augmix_depth: int = setting(-1, AUGMIX_DEPTH)
+    augmix_alpha: float = setting(1.0, MORE_THAN_0)
+    augmix_all_ops: bool = True
+    augmix_jsd: float = setting(0.0, AT_LEAST_0)
     erase_probability: float = setting(0.0, CHANCE)
     erase_area_range: tuple[float, float] = setting((0.02, 1 / 3), AREA)
     erase_aspect_range: tuple[float, float] = setting((0.3, 1 / 0.3), MORE_THAN_0)
@@ -165,6 +205,22 @@ class AugmentSettings:
             f"{key}auto_augment={self.auto_augment} replaces RandAugment, and "
             f"randaugment_ops={ops}: set one of them (randaugment_ops=0)",
         )
+        changed = [
+            name
+            for name in AUGMIX_SETTINGS
+            if getattr(self, name) != AugmentSettings.__dataclass_fields__[name].default
+        ]
+        _check(
+            not changed or self.auto_augment == "augmix",
+            f"{key}{changed[0] if changed else ''} is AugMix's and auto_augment="
+            f"{self.auto_augment}: set {key}auto_augment=augmix or drop it",
+        )
+
+    @property
+    def views(self) -> int:
+        """Views of each training example the network sees: 3 with AugMix's
+        consistency loss (the image and two AugMix), else 1."""
+        return 3 if self.auto_augment == "augmix" and self.augmix_jsd > 0 else 1
 
 
 @dataclasses.dataclass(frozen=True)

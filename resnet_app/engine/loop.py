@@ -161,6 +161,7 @@ def _train(
         run.class_weights,
         train.distill_alpha,
         train.distill_temperature,
+        run.config.data.augment.augmix_jsd,
     )
     tower = Tower(
         run.model,

@@ -36,6 +36,8 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
+from resnet_app.engine import consistency
+
 
 def _softmax_cross_entropy(loss: Loss, batch: dict, logits: tf.Tensor) -> tf.Tensor:
     if not loss.label_smoothing and "mix_label" not in batch:
@@ -84,6 +86,8 @@ class Loss:
       distill_alpha: the distillation loss's weight when the batch carries
         "teacher_logits" (the rest is the loss above).
       distill_temperature: the temperature T of the distillation loss.
+      jsd_weight: the weight of AugMix's consistency loss when the batch
+        carries its views' logits (`consistency.LOGITS_KEY`).
     """
 
     kind: str = "cross_entropy"
@@ -92,6 +96,7 @@ class Loss:
     class_weights: np.ndarray | None = dataclasses.field(default=None, compare=False)
     distill_alpha: float = 0.5
     distill_temperature: float = 4.0
+    jsd_weight: float = 0.0
 
     def __post_init__(self):
         if self.kind not in PER_EXAMPLE:
@@ -106,6 +111,9 @@ class Loss:
             alpha = self.distill_alpha
             soft = soft_loss(logits, batch["teacher_logits"], self.distill_temperature, multi_label)
             per_example = (1 - alpha) * per_example + alpha * soft
+        if consistency.LOGITS_KEY in batch:
+            views = batch[consistency.LOGITS_KEY]
+            per_example += self.jsd_weight * consistency.js_divergence(logits, views)
         weight = mask
         if self.class_weights is not None:
             # The sum is still divided by the real example count, not by the

@@ -32,6 +32,7 @@ import keras
 import tensorflow as tf
 
 from resnet_app.common import compat
+from resnet_app.engine import consistency
 from resnet_app.engine.losses import Loss
 from resnet_app.nets import drop_path
 
@@ -121,14 +122,18 @@ class Tower:
         )
 
     def logits(self, batch: dict) -> tf.Tensor:
-        """Training-mode logits; stochastic depth and dropout keyed by (seed, step, id)."""
+        """Training-mode logits; stochastic depth and dropout keyed by (seed, step, id).
+
+        With AugMix's views, those of the images, then of every first and every
+        second view (`consistency.stacked_images`), from one forward pass.
+        """
+        images = consistency.stacked_images(batch)
         if not getattr(self.model, "uses_example_keys", False):
-            return self.model(batch["image"], training=True)
+            return self.model(images, training=True)
         # The step about to be applied: the optimizer's update count, restored on resume.
-        keys = drop_path.example_keys(
-            self.seed, self.optimizer.iterations, batch["id"], batch.get("copy")
-        )
-        return self.model(batch["image"], training=True, drop_keys=keys)
+        ids, copies = consistency.stacked_keys(batch)
+        keys = drop_path.example_keys(self.seed, self.optimizer.iterations, ids, copies)
+        return self.model(images, training=True, drop_keys=keys)
 
     def regularization(self) -> tf.Tensor:
         """The model's L2 penalties (computed from the weights when read)."""
@@ -139,7 +144,8 @@ class Tower:
         if self.teacher is not None:  # Outside the tape: no gradient flows into it.
             batch = {**batch, "teacher_logits": self.teacher(batch["image"])}
         with tf.GradientTape() as tape:
-            loss_sum, correct = self.loss(self.logits(batch), batch)
+            logits, batch = consistency.split(self.logits(batch), batch)
+            loss_sum, correct = self.loss(logits, batch)
             regularization = self.regularization()
             # Counted once over all towers and micro-batches.
             loss = tf.math.divide_no_nan(loss_sum, count) + regularization / (

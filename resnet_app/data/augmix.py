@@ -1,0 +1,204 @@
+"""AugMix (Hendrycks et al. 2020), with torchvision's parameters, stateless.
+
+An image's AugMix is a convex mix of the image and `width` chains of ops:
+
+  mixed = m0 * image + sum_i w_i * chain_i(image),   (m0, m1) ~ Dirichlet(alpha, alpha),
+                                                     w ~ m1 * Dirichlet(alpha, ..., alpha)
+
+Each chain applies `depth` ops in turn (-1: a depth drawn from 1 to 3 per
+chain), each op drawn uniformly from the op set, at a magnitude bin drawn
+from the first `severity` of 10, with a random sign for the signed ops. The
+sum is taken in float32 in that order and truncated to 0-255, as
+torchvision's `AugMix` does on uint8 images. The op set and its tables are
+torchvision's `AugMix._augmentation_space(10, size)` (the paper's ops; with
+`all_ops` also its four ImageNet-C-overlapping enhance ops), torch's float32
+linspace values:
+
+  ShearX, ShearY          0 to 0.3, signed
+  TranslateX, -Y          0 to a third of the width (height), whole pixels, signed
+  Rotate                  0 to 30 degrees, signed
+  Posterize               4 - round(bin / 2.25) bits: 4 down to 0
+  Solarize                threshold 255 down to 0
+  AutoContrast, Equalize  no magnitude
+  Brightness, Color,      a factor 1 + m, m from 0 to 0.9, signed (all_ops)
+  Contrast, Sharpness
+
+The ops are RandAugment's (`data/randaugment.py`: PIL's arithmetic, which the
+paper's reference code calls, as torchvision's ops do on PIL images); the
+geometric ones sample bilinearly (torchvision's default for AugMix) and fill
+with the dataset's mean colour, as the other policies here do.
+
+With the Jensen-Shannon consistency loss (`augmix_jsd`), an example is seen
+as three views, the image and two AugMix of it drawn apart (`VIEWS`); the
+training transforms then return the three stacked, and the input pipeline
+hands the network the first as "image" and the others as "augmix_views".
+
+Every draw is a stateless op of the example's seed (`AUGMIX_STREAM`, then the
+view's number), so a resumed run redraws what the interrupted one drew.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from resnet_app.data import autoaugment, randaugment
+
+NUM_BINS = autoaugment.NUM_BINS  # torchvision's _PARAMETER_MAX: 10 bins, as AutoAugment's.
+MAX_DEPTH = 3  # A drawn depth is 1 to 3 (torchvision's randint(1, 4)).
+ENHANCE_OPS = ("Brightness", "Color", "Contrast", "Sharpness")
+# Identity first: it pads the chains shorter than the longest; it is never drawn.
+OPS = (
+    "Identity",
+    *("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Posterize", "Solarize"),
+    *("AutoContrast", "Equalize", *ENHANCE_OPS),
+)
+VIEWS = 3  # With the consistency loss: the image and two AugMix views of it.
+# The per-example draws, each [views, ...]: `choose`.
+FEATURES = ("augmix_ops", "augmix_signs", "augmix_bins", "augmix_weights")
+
+# AutoAugment's tables but Posterize's, which keeps 4 bits down to 0.
+TABLES = {
+    **autoaugment.TABLES,
+    "bits": 4 - np.round(np.arange(NUM_BINS, dtype=np.float32) / np.float32(2.25)).astype(np.int32),
+}
+
+
+def arguments(bins) -> dict[str, tf.Tensor]:
+    """Each op's argument at magnitude bin `bins` (a number, or float32 [batch])."""
+    index = tf.cast(tf.convert_to_tensor(bins), tf.int32)
+    return {name: tf.gather(tf.constant(table), index) for name, table in TABLES.items()}
+
+
+def translation(bins, size) -> tf.Tensor:
+    """Whole pixels at `bins` of torch.linspace(0, size / 3, 10)."""
+    return autoaugment.linspace_pixels(bins, tf.cast(size, tf.float64) / 3.0)
+
+
+RANGES = randaugment.OpRanges(
+    arguments, min_factor=None, translate_pixels=translation, interpolation="BILINEAR", ops=OPS
+)
+
+
+def op_count(all_ops: bool) -> int:
+    """How many ops a chain draws from (Identity is not one of them)."""
+    return len(OPS) - 1 - (0 if all_ops else len(ENHANCE_OPS))
+
+
+def chain_length(depth: int) -> int:
+    """The ops each chain holds (a shorter chain padded with the Identity)."""
+    return MAX_DEPTH if depth < 0 else depth
+
+
+def _dirichlet(seed: tf.Tensor, alpha: float, count: int) -> tf.Tensor:
+    """float32 [count] from Dirichlet(alpha, ..., alpha): normalized Gamma(alpha) draws."""
+    gammas = tf.random.stateless_gamma([count], seed, alpha=alpha)
+    return gammas / tf.reduce_sum(gammas)
+
+
+def _choose_view(seed: tf.Tensor, settings) -> dict[str, tf.Tensor]:
+    """One view's chains and weights, from its seed (see `choose`)."""
+    width, length = settings.augmix_width, chain_length(settings.augmix_depth)
+    draws_seed, beta_seed, weights_seed = tf.unstack(
+        tf.random.experimental.stateless_split(seed, 3)
+    )
+    draws = tf.random.stateless_uniform([4, width, length], draws_seed)
+    ops = 1 + tf.cast(tf.floor(draws[0] * op_count(settings.augmix_all_ops)), tf.int32)
+    if settings.augmix_depth < 0:
+        depths = 1 + tf.cast(tf.floor(draws[3, :, :1] * MAX_DEPTH), tf.int32)  # [width, 1]
+        ops = tf.where(tf.range(length) < depths, ops, OPS.index("Identity"))
+    beta = _dirichlet(beta_seed, settings.augmix_alpha, 2)
+    weights = _dirichlet(weights_seed, settings.augmix_alpha, width) * beta[1]
+    return {
+        "augmix_ops": ops,
+        "augmix_signs": tf.where(draws[1] < 0.5, -1.0, 1.0),
+        "augmix_bins": tf.floor(draws[2] * settings.augmix_severity),
+        "augmix_weights": tf.concat([beta[:1], weights], axis=0),
+    }
+
+
+def choose(seed: tf.Tensor, settings, views: int) -> dict[str, tf.Tensor]:
+    """One example's AugMix draws for `views` views (1, or 2 with the consistency loss).
+
+    Args:
+      seed: int64 [2], the example's seed.
+      settings: the `data.augment` settings (`augmix_*`).
+      views: how many AugMix views of the example to draw.
+
+    Returns:
+      `FEATURES`: "augmix_ops" int32 [views, width, length] (indices into
+      `OPS`; the Identity past a chain's depth), "augmix_signs" float32 and
+      "augmix_bins" float32 (0 to severity - 1) alike, "augmix_weights"
+      float32 [views, width + 1] (the image's weight m0, then each chain's).
+    """
+    base = randaugment.sub_seed(seed, randaugment.AUGMIX_STREAM)
+    per_view = [
+        _choose_view(tf.random.experimental.stateless_fold_in(base, view), settings)
+        for view in range(views)
+    ]
+    return {key: tf.stack([view[key] for view in per_view]) for key in FEATURES}
+
+
+def mix(
+    images: tf.Tensor,
+    ops: tf.Tensor,
+    signs: tf.Tensor,
+    bins: tf.Tensor,
+    weights: tf.Tensor,
+    fill: Sequence[int],
+) -> tf.Tensor:
+    """One AugMix of each image of a batch, by its own draws (one view's of `choose`).
+
+    All the chains of all the images run as one batch of `randaugment_batch`
+    (each op once per chain position, on the chains that drew it), which keeps
+    the graph the size of one chain's.
+
+    Args:
+      images: uint8 [batch, H, W, 3].
+      ops, signs, bins: [batch, width, length], each image's chains.
+      weights: float32 [batch, width + 1], the image's weight, then each chain's.
+      fill: the RGB colour geometric ops fill with.
+
+    Returns:
+      uint8 [batch, H, W, 3]: the weighted sum in float32, truncated.
+    """
+    width, length = ops.shape[1], ops.shape[2]
+    chains = randaugment.randaugment_batch(
+        tf.repeat(images, width, axis=0),  # Each image's copies side by side.
+        *(tf.reshape(draws, [-1, length]) for draws in (ops, signs, bins)),
+        fill,
+        RANGES,
+    )
+    chains = tf.reshape(chains, tf.concat([[-1, width], tf.shape(images)[1:]], axis=0))
+    weights = tf.cast(weights, tf.float32)[:, :, None, None, None]
+    mixed = weights[:, 0] * tf.cast(images, tf.float32)
+    for chain in range(width):  # torchvision's order of the float32 sum.
+        mixed += weights[:, chain + 1] * tf.cast(chains[:, chain], tf.float32)
+    return tf.cast(tf.clip_by_value(mixed, 0.0, 255.0), tf.uint8)
+
+
+def views(
+    images: tf.Tensor, draws: dict[str, tf.Tensor], fill: Sequence[int], mixer=mix
+) -> tf.Tensor:
+    """Each image's views, the image first with the consistency loss, stacked.
+
+    Args:
+      images: uint8 [batch, H, W, C].
+      draws: the batched `choose` of the images, each [batch, views, ...].
+      fill: the colour geometric ops fill with.
+      mixer: `mix`, or it wrapped for images of C channels.
+
+    Returns:
+      uint8 [batch, H, W, C] (one view: the AugMix), or [batch, VIEWS, H, W, C]
+      (two: the image, then its two AugMix).
+    """
+    count = draws["augmix_ops"].shape[1]
+    # The views as one batch: each image repeated, each view's draws in its row.
+    flat = [tf.reshape(draws[key], [-1, *draws[key].shape[2:]]) for key in FEATURES]
+    mixed = mixer(tf.repeat(images, count, axis=0), *flat, fill)
+    if count == 1:
+        return mixed
+    mixed = tf.reshape(mixed, tf.concat([[-1, count], tf.shape(images)[1:]], axis=0))
+    return tf.concat([images[:, None], mixed], axis=1)
