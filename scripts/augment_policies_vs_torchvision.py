@@ -1,4 +1,4 @@
-"""TrivialAugment's and AutoAugment's ops here against torchvision's own code, bin by bin.
+"""TrivialAugment's, AutoAugment's and AugMix's ops here against torchvision's own code, bin by bin.
 
     .venv/bin/python scripts/augment_policies_vs_torchvision.py --write=/tmp/ta.npz
     TORCH_VENV/bin/python scripts/augment_policies_vs_torchvision.py --check=/tmp/ta.npz
@@ -10,16 +10,21 @@ torch and TensorFlow do not share a venv here, so the comparison runs in two
 steps. `--write` makes test images (random, low-contrast, flat areas, smooth
 waves) and stores
 them with this code's output for every op, every bin and both signs: the 31
-of TrivialAugment-wide (`data/trivialaugment.py`) and the 10 of AutoAugment
-(`data/autoaugment.py`, whose translations depend on the image's size), and
-AutoAugment's policy tables. `--check` runs torchvision's pieces on the same
-PIL images: `TrivialAugmentWide._augmentation_space(31, ...)` and
-`AutoAugment._augmentation_space(10, (height, width))` for the magnitudes,
-`_apply_op` with NEAREST interpolation and the same fill, and
-`AutoAugment._get_policies`, and prints, per policy and op, the largest
-difference and the fraction of pixels that differ (the unit tests check the
-same against a PIL reference written from torchvision's code; this checks
-against the code itself).
+of TrivialAugment-wide (`data/trivialaugment.py`), the 10 of AutoAugment
+(`data/autoaugment.py`, whose translations depend on the image's size) and
+the 10 of AugMix (`data/augmix.py`), and AutoAugment's policy tables.
+`--check` runs torchvision's pieces on the same PIL images:
+`TrivialAugmentWide._augmentation_space(31, ...)`,
+`AutoAugment._augmentation_space(10, (height, width))` and
+`AugMix._augmentation_space(10, (height, width))` for the magnitudes,
+`_apply_op` with the same fill and each policy's interpolation (NEAREST;
+AugMix's BILINEAR), and `AutoAugment._get_policies`, and prints, per policy
+and op, the largest difference and the fraction of pixels that differ, and
+the pixels that differ where they should not: off a tie (NEAREST), or by more
+than 1 where all four sampled neighbours are inside the image (BILINEAR;
+along the edge PIL repeats the edge pixel where we blend with the fill). The
+unit tests check the same against a PIL reference written from
+torchvision's code; this checks against the code itself.
 """
 
 from __future__ import annotations
@@ -57,13 +62,14 @@ def write(path: str) -> None:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import tensorflow as tf
 
-    from resnet_app.data import autoaugment, randaugment, trivialaugment
+    from resnet_app.data import augmix, autoaugment, randaugment, trivialaugment
 
     pictures = images()
     outputs = {}
     policies = (
         ("ta_wide", trivialaugment.WIDE_RANGES, trivialaugment.NUM_BINS),
         ("autoaugment", autoaugment.RANGES, autoaugment.NUM_BINS),
+        ("augmix", augmix.RANGES, augmix.NUM_BINS),
     )
     for policy, ranges, bins in policies:
         for name in ranges.ops:
@@ -100,15 +106,18 @@ def check(path: str) -> None:
     spaces = {
         "ta_wide": tv.TrivialAugmentWide()._augmentation_space(31),
         "autoaugment": tv.AutoAugment()._augmentation_space(10, (height, width)),
+        "augmix": tv.AugMix()._augmentation_space(10, (height, width)),
     }
-    print("policy       op            bins  max |diff|  pixels differing (worst, mean)  off ties")
+    print(
+        "policy       op            bins  max |diff|  pixels differing (worst, mean)  unexplained"
+    )
     for policy, space in spaces.items():
         compare(stored, pictures, policy, space)
 
 
-def ties(name: str, magnitude: float, width: int, height: int) -> np.ndarray:
-    """bool [H, W]: pixels whose source point (torchvision's matrix, in doubles) lies
-    within 1e-3 of a pixel boundary, where float32 and doubles may pick apart."""
+def source_points(name: str, magnitude: float, width: int, height: int):
+    """(u, v) [H, W]: where each output pixel reads, pixel centres at integers + 0.5
+    (torchvision's matrix for PIL, in doubles), or None for a pointwise op."""
     import math
 
     from torchvision.transforms.functional import _get_inverse_affine_matrix
@@ -122,12 +131,31 @@ def ties(name: str, magnitude: float, width: int, height: int) -> np.ndarray:
         degrees = math.degrees(math.atan(magnitude))
         shear = [degrees, 0.0] if name == "ShearX" else [0.0, degrees]
         matrix = _get_inverse_affine_matrix([0, 0], 0.0, [0, 0], 1.0, shear)
+    elif name.startswith("Translate"):
+        move = [int(magnitude), 0] if name == "TranslateX" else [0, int(magnitude)]
+        matrix = _get_inverse_affine_matrix([width * 0.5, height * 0.5], 0.0, move, 1.0, [0.0, 0.0])
     else:
-        return np.zeros((height, width), bool)
+        return None
     y, x = np.mgrid[0:height, 0:width] + 0.5
     a, b, c, d, e, f = matrix
-    u, v = a * x + b * y + c, d * x + e * y + f
-    return np.minimum(np.abs(u - np.round(u)), np.abs(v - np.round(v))) < 1e-3
+    return a * x + b * y + c, d * x + e * y + f
+
+
+def unexplained(name, magnitude, ours, theirs, bilinear: bool) -> int:
+    """Pixels that differ where the two arithmetics should agree: off a tie (a source
+    point within 1e-3 of a pixel boundary) for NEAREST; by more than 1 where all
+    four sampled neighbours are inside the image for BILINEAR."""
+    height, width = ours.shape[:2]
+    points = source_points(name, magnitude, width, height)
+    difference = np.abs(theirs.astype(int) - ours.astype(int)).max(axis=-1)
+    if points is None:
+        return int(np.sum(difference > 0))
+    u, v = points
+    if bilinear:
+        inside = (u >= 0.5) & (u <= width - 0.5) & (v >= 0.5) & (v <= height - 0.5)
+        return int(np.sum((difference > 1) & inside))
+    tie = np.minimum(np.abs(u - np.round(u)), np.abs(v - np.round(v))) < 1e-3
+    return int(np.sum((difference > 0) & ~tie))
 
 
 def compare(stored, pictures, policy: str, space: dict) -> None:
@@ -136,6 +164,8 @@ def compare(stored, pictures, policy: str, space: dict) -> None:
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms import autoaugment as tv
 
+    bilinear = policy == "augmix"
+    interpolation = InterpolationMode.BILINEAR if bilinear else InterpolationMode.NEAREST
     for name, (magnitudes, signed) in space.items():
         bins = len(magnitudes) if magnitudes.ndim > 0 else (31 if policy == "ta_wide" else 10)
         worst, fractions, largest, off_ties = 0.0, [], 0, 0
@@ -146,17 +176,20 @@ def compare(stored, pictures, policy: str, space: dict) -> None:
                     magnitude *= -1.0
                 ours = stored[f"{policy}/{name}/{index}/{sign}"]
                 for image, mine in zip(pictures, ours):
-                    theirs = np.asarray(
-                        tv._apply_op(
-                            Image.fromarray(image),
-                            name,
-                            magnitude,
-                            interpolation=InterpolationMode.NEAREST,
-                            fill=list(FILL),
+                    if name == "Posterize" and magnitude == 0:  # PIL 11 refuses 0 bits.
+                        theirs = np.zeros_like(image)  # torchvision's tensor op: black.
+                    else:
+                        theirs = np.asarray(
+                            tv._apply_op(
+                                Image.fromarray(image),
+                                name,
+                                magnitude,
+                                interpolation=interpolation,
+                                fill=list(FILL),
+                            )
                         )
-                    )
                     differ = np.any(theirs != mine, axis=-1)
-                    off_ties += int(np.sum(differ & ~ties(name, magnitude, *image.shape[1::-1])))
+                    off_ties += unexplained(name, magnitude, mine, theirs, bilinear)
                     fractions.append(differ.mean())
                     worst = max(worst, differ.mean())
                     largest = max(largest, int(np.abs(theirs.astype(int) - mine).max()))

@@ -2,6 +2,7 @@
 
   python scripts/input_benchmark.py [--batch_size=128] [--imagenet_batch_size=32]
       [--randaugment_ops=2 --randaugment_magnitude=9 --erase_probability=0.25]
+      [--auto_augment=ta_wide|imagenet|augmix --augmix_jsd=12]
 
 Measures, in one run on this machine (images/sec, the median of 3 timed windows
 after a warm-up):
@@ -11,8 +12,10 @@ after a warm-up):
 - ResNet-20 training steps fed by `synthetic` data (free input) and by the
   `shapes` pipeline. Their ratio says whether training is input-bound: 1.00
   means the pipeline costs the training nothing.
-The augmentation flags turn RandAugment and random erasing on in both
-pipelines (and in the `shapes` pipeline that feeds ResNet-20).
+The augmentation flags turn RandAugment, an op policy (TrivialAugment,
+AutoAugment, AugMix; `--augmix_jsd` makes each example three views) and
+random erasing on in both pipelines (and in the `shapes` pipeline that feeds
+ResNet-20). Rates count examples, whatever their views.
 Ratios matter, not absolute numbers: shared machines are noisy.
 """
 
@@ -35,6 +38,8 @@ _TRAIN = flags.DEFINE_boolean("train", True, "Also measure ResNet-20 training co
 _RA_OPS = flags.DEFINE_integer("randaugment_ops", 0, "RandAugment ops per image (0: off).")
 _RA_MAGNITUDE = flags.DEFINE_float("randaugment_magnitude", 9.0, "RandAugment magnitude M.")
 _ERASE = flags.DEFINE_float("erase_probability", 0.0, "Random erasing probability (0: off).")
+_POLICY = flags.DEFINE_string("auto_augment", "none", "An op policy: ta_wide, imagenet, augmix.")
+_JSD = flags.DEFINE_float("augmix_jsd", 0.0, "AugMix's consistency loss weight (3 views).")
 
 
 def augmentation() -> dict:
@@ -43,6 +48,7 @@ def augmentation() -> dict:
         "randaugment_ops": _RA_OPS.value,
         "randaugment_magnitude": _RA_MAGNITUDE.value,
         "erase_probability": _ERASE.value,
+        "augment": {"auto_augment": _POLICY.value, "augmix_jsd": _JSD.value},
     }
 
 
@@ -51,6 +57,8 @@ def describe_augmentation() -> str:
     parts = []
     if _RA_OPS.value:
         parts.append(f"RandAugment N={_RA_OPS.value} M={_RA_MAGNITUDE.value:g}")
+    if _POLICY.value != "none":
+        parts.append(_POLICY.value + (f" with 3 views (JSD {_JSD.value:g})" if _JSD.value else ""))
     if _ERASE.value:
         parts.append(f"erasing p={_ERASE.value:g}")
     return "".join(f", {part}" for part in parts)
