@@ -13,7 +13,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 NUM_LOGICAL_CPUS = 3
-PROCESS_GROUP = "processes"  # The tests that start processes, one at a time.
+PROCESS_GROUP = "processes"  # The tests that start processes or run towers, one at a time.
 
 _cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(
@@ -37,16 +37,19 @@ def pytest_collection_modifyitems(config, items):
 
     Tests share a worker process only when they share what their module keeps
     (a trained run, a dataset, built networks): they are one `xdist_group`. The
-    other tests that start processes are one group too, so they run one after
-    another while the other worker runs tests in its own process: two tests'
-    processes never contend for the two cores (their thread pools spin while they
-    wait, and a stalled peer's timeouts stretch). Every other test goes to
-    whichever worker is free (`--dist loadgroup`).
+    other tests that start processes or run several towers are one group too,
+    so they run one after another while the other worker runs tests in its own
+    process: two tests' processes never contend for the two cores (their thread
+    pools spin while they wait, and a stalled peer's timeouts stretch), and
+    towers, whose replicas meet at every collective, do not wait on a process's
+    threads (three towers averaging their copies took 24 s beside a launcher's
+    workers, 4 s alone). Every other test goes to whichever worker is free
+    (`--dist loadgroup`).
     """
     from tests import slow_tier, tiers
 
     analysis, collected = tiers.Analysis(), {}
-    processes = tiers.Analysis(tiers.PROCESSES)
+    processes, towers = tiers.Analysis(tiers.PROCESSES), tiers.Analysis(tiers.TOWERS)
     for item in items:
         reason = analysis.item(item)
         if reason:
@@ -58,7 +61,7 @@ def pytest_collection_modifyitems(config, items):
         collected[item.nodeid.removeprefix("tests/")] = slow
         if tiers.shares_module_state(item):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
-        elif processes.item(item):
+        elif processes.item(item) or towers.item(item):
             item.add_marker(pytest.mark.xdist_group(PROCESS_GROUP))
     problems = slow_tier.check(collected)
     if problems:

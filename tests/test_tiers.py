@@ -85,6 +85,28 @@ def test_the_tests_that_start_processes_are_found_as_the_tiers_are(name, reason)
     assert tiers.Analysis(tiers.PROCESSES).function(_functions(TOYS)[name]) == reason
 
 
+@pytest.mark.parametrize(
+    "name, reason",
+    [
+        ("test_through_helpers", None),
+        ("test_imports_inside", None),
+        ("test_towers", "train.num_towers"),
+        ("test_deep_setting", "train.num_towers"),
+        ("test_numbers", None),
+    ],
+)
+def test_the_tests_that_run_towers_are_found_as_the_tiers_are(name, reason):
+    assert tiers.Analysis(tiers.TOWERS).function(_functions(TOYS)[name]) == reason
+
+
+def test_a_test_that_runs_towers_runs_in_the_process_group(request):
+    from resnet_app.common import distribute
+
+    assert distribute.mirrored_strategy(["/cpu:0", "/cpu:1"]).num_replicas_in_sync == 2
+    group = request.node.get_closest_marker("xdist_group")
+    assert group is not None and group.args == ("processes",)
+
+
 def test_a_test_that_starts_a_process_runs_in_the_process_group(request):
     """Its own module keeps nothing for it, so collection puts it in the one group of
     process tests: they run one at a time while the other worker runs in-process tests."""

@@ -46,6 +46,10 @@ HEAVY = {
 PROCESSES = {
     module: HEAVY[module] for module in ("subprocess", "tests.commands", "resnet_app.sweep.runner")
 }
+# Several towers in the test's own process (or a `num_towers` setting): their
+# replicas meet at every collective, and wait the longest when another
+# process's threads hold the cores; they run in the same group as PROCESSES.
+TOWERS = {"resnet_app.common.distribute": HEAVY["resnet_app.common.distribute"]}
 
 
 # A test of a preset network this deep or deeper (by its parameter) builds an
@@ -138,7 +142,8 @@ class Analysis:
 
     Args:
       entries: the entry points looked for, by module (default `HEAVY`, with
-        runs on several towers; `PROCESSES` finds the tests that start processes).
+        runs on several towers; `PROCESSES` finds the tests that start
+        processes, `TOWERS` those that run several towers).
     """
 
     def __init__(self, entries: dict | None = None):
@@ -158,7 +163,7 @@ class Analysis:
             return None
         scope = {**getattr(function, "__globals__", {}), **_imports(code)}
         found = self._names_in(_names(code), scope)
-        if not found and self._entries is HEAVY:
+        if not found and "resnet_app.common.distribute" in self._entries:
             found = _towers(code)
         self._seen[key] = found
         return found
