@@ -129,6 +129,20 @@ BREAKAGES = (
         "return loss",
         ("tests/test_distill.py",),
     ),
+    Breakage(
+        "AugMix's views sharing the plain view's stochastic depth",
+        "resnet_app/engine/consistency.py",
+        "copies = tf.concat([copy * VIEWS + view for view in range(VIEWS)], axis=0)",
+        "copies = tf.concat([copy * VIEWS for view in range(VIEWS)], axis=0)",
+        ("tests/test_augmix.py",),
+    ),
+    Breakage(
+        "AugMix's mix weighing the image by a chain's weight",
+        "resnet_app/data/augmix.py",
+        "mixed = weights[:, 0] * tf.cast(images, tf.float32)",
+        "mixed = weights[:, 1] * tf.cast(images, tf.float32)",
+        ("tests/test_augmix.py",),
+    ),
 )
 
 
@@ -162,7 +176,16 @@ def run(number: int, breakage: Breakage) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    chosen = [int(arg) for arg in argv] or range(1, len(BREAKAGES) + 1)
+    valid = range(1, len(BREAKAGES) + 1)
+    wrong = [arg for arg in argv if not (arg.isdigit() and int(arg) in valid)]
+    if wrong:
+        print(
+            f"error: {wrong[0]} is not a breakage's number; give numbers from 1 to "
+            f"{len(BREAKAGES)}, or none for all (see the list at the top of {__file__})",
+            file=sys.stderr,
+        )
+        return 2
+    chosen = [int(arg) for arg in argv] or valid
     missed = 0
     for number in chosen:
         record = run(number, BREAKAGES[number - 1])
