@@ -109,10 +109,12 @@ def check(path: str) -> None:
         "augmix": tv.AugMix()._augmentation_space(10, (height, width)),
     }
     print(
-        "policy       op            bins  max |diff|  pixels differing (worst, mean)  unexplained"
+        "policy         op            bins  max |diff|  pixels differing (worst, mean)  unexplained"
     )
     for policy, space in spaces.items():
         compare(stored, pictures, policy, space)
+    # What torchvision's AugMix itself runs: its tensor ops on the image as a tensor.
+    compare(stored, pictures, "augmix", spaces["augmix"], tensor=True)
 
 
 def source_points(name: str, magnitude: float, width: int, height: int):
@@ -158,11 +160,28 @@ def unexplained(name, magnitude, ours, theirs, bilinear: bool) -> int:
     return int(np.sum((difference > 0) & ~tie))
 
 
-def compare(stored, pictures, policy: str, space: dict) -> None:
-    """One line per op of `policy`: torchvision's `_apply_op` against the stored outputs."""
+def compare(stored, pictures, policy: str, space: dict, tensor: bool = False) -> None:
+    """One line per op of `policy`: torchvision's `_apply_op` against the stored outputs,
+    on PIL images (its functional ops' PIL path), or with `tensor` on uint8 tensors
+    (the path `AugMix.forward` takes: it converts a PIL image to a tensor first)."""
     from PIL import Image
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms import autoaugment as tv
+    from torchvision.transforms import functional as tv_functional
+
+    def apply(image, name, magnitude, interpolation):
+        if not tensor:
+            pil = Image.fromarray(image)
+            return np.asarray(tv._apply_op(pil, name, magnitude, interpolation, list(FILL)))
+        fill = [float(value) for value in FILL]
+        out = tv._apply_op(
+            tv_functional.pil_to_tensor(Image.fromarray(image)),
+            name,
+            magnitude,
+            interpolation,
+            fill,
+        )
+        return out.permute(1, 2, 0).numpy()
 
     bilinear = policy == "augmix"
     interpolation = InterpolationMode.BILINEAR if bilinear else InterpolationMode.NEAREST
@@ -176,26 +195,21 @@ def compare(stored, pictures, policy: str, space: dict) -> None:
                     magnitude *= -1.0
                 ours = stored[f"{policy}/{name}/{index}/{sign}"]
                 for image, mine in zip(pictures, ours):
-                    if name == "Posterize" and magnitude == 0:  # PIL 11 refuses 0 bits.
-                        theirs = np.zeros_like(image)  # torchvision's tensor op: black.
+                    if name == "Posterize" and magnitude == 0 and not tensor:
+                        theirs = np.zeros_like(
+                            image
+                        )  # PIL 11 refuses 0 bits; the tensor op: black.
                     else:
-                        theirs = np.asarray(
-                            tv._apply_op(
-                                Image.fromarray(image),
-                                name,
-                                magnitude,
-                                interpolation=interpolation,
-                                fill=list(FILL),
-                            )
-                        )
+                        theirs = apply(image, name, magnitude, interpolation)
                     differ = np.any(theirs != mine, axis=-1)
                     off_ties += unexplained(name, magnitude, mine, theirs, bilinear)
                     fractions.append(differ.mean())
                     worst = max(worst, differ.mean())
                     largest = max(largest, int(np.abs(theirs.astype(int) - mine).max()))
         mean = np.mean(fractions)
+        label = f"{policy}/tensor" if tensor else policy
         print(
-            f"{policy:<12} {name:<13} {bins:>4}  {largest:>10}  {worst:.4f}, {mean:.5f}"
+            f"{label:<14} {name:<13} {bins:>4}  {largest:>10}  {worst:.4f}, {mean:.5f}"
             f"  {off_ties:>8}"
         )
 

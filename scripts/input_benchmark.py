@@ -114,21 +114,23 @@ def training_rate(pipeline, batch_size: int) -> float:
     import keras
     import tensorflow as tf
 
+    from resnet_app.engine import consistency, losses
     from resnet_app.nets.resnet import create_model
 
     model = create_model("resnet20", num_classes=pipeline.num_classes)
     model.build((None, 32, 32, 3))
     optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
     optimizer.build(model.trainable_variables)
+    loss_of = losses.Loss(jsd_weight=_JSD.value)
 
     @tf.function
     def step(batch):
         with tf.GradientTape() as tape:
-            logits = model(batch["image"], training=True)
-            loss = tf.reduce_mean(
-                tf.nn.sparse_softmax_cross_entropy_with_logits(batch["label"], logits)
-            )
-            loss += tf.add_n(model.losses)
+            # With AugMix's views, all three in one pass, as the trainer's tower runs them.
+            logits = model(consistency.stacked_images(batch), training=True)
+            logits, batch = consistency.split(logits, batch)
+            total, _ = loss_of(logits, batch)
+            loss = total / tf.cast(tf.shape(logits)[0], tf.float32) + tf.add_n(model.losses)
         gradients = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(gradients, model.trainable_variables))
         return loss
@@ -156,7 +158,10 @@ def main(argv: list[str]) -> None:
         name = f"ImageNet style: 500x375 JPEG files, crop to 224{describe_augmentation()}"
         rows.append((name, imagenet))
     if _TRAIN.value:
-        synthetic = input_pipeline.create_pipeline(data_config(dataset="synthetic", image_size=32))
+        # The same settings: with AugMix's views, synthetic batches carry them too.
+        synthetic = input_pipeline.create_pipeline(
+            data_config(dataset="synthetic", image_size=32, **extra)
+        )
         free = training_rate(synthetic, _BATCH.value)
         fed = training_rate(shapes, _BATCH.value)
         rows.append(("ResNet-20 training, synthetic input", free))

@@ -37,6 +37,7 @@ from tests.test_randaugment import (
     FILL,
     assert_per_example_and_enterable,
     bilinear_exact,
+    over_seeds,
     sample_images,
     shapes_pipeline,
     with_augment,
@@ -151,9 +152,8 @@ def test_geometric_ops_equal_torchvision_bilinear_inside_the_image(name):
 
 def draws_of(count, views=1, **settings):
     augment = data_config(augment={**AUGMIX, **settings}).augment
-    seeds_ = tf.data.Dataset.range(count).map(lambda i: tf.stack([i, tf.constant(5, tf.int64)]))
-    drawn = seeds_.map(lambda seed: augmix.choose(seed, augment, views)).batch(count)
-    return {key: value.numpy() for key, value in next(iter(drawn)).items()}
+    example_seeds = [(i, 5) for i in range(count)]
+    return over_seeds(lambda seed: augmix.choose(seed, augment, views), example_seeds)
 
 
 def test_the_draws_follow_the_papers_distributions():
@@ -384,6 +384,49 @@ def test_a_kill_mid_epoch_resumes_bitwise_with_augmix_views(tmp_path):
     )
 
 
+def test_batch_norm_measured_again_sees_every_view_the_step_trained_on():
+    """An average's BatchNorm statistics (SWA, `resnet-app average`) come from the
+    batches' images and views, as one batch of 3B: those of the stacked images."""
+    from resnet_app.evaluation import soup
+    from tests.small_models import tiny_bn
+
+    rng = np.random.default_rng(3)
+    images = rng.normal(size=(3, 4, SIZE, SIZE, 3)).astype(np.float32)
+    with_views = {
+        "image": tf.constant(images[0]),
+        "augmix_views": tf.constant(images[1:].transpose(1, 0, 2, 3, 4)),
+        "id": tf.range(4, dtype=tf.int64),
+    }
+    stacked = {"image": tf.constant(images.reshape(-1, SIZE, SIZE, 3)), "id": tf.range(12)}
+    statistics = []
+    for batch in (with_views, stacked):
+        model = tiny_bn(synchronized=False)
+        model.build((None, SIZE, SIZE, 3))
+        model.set_weights(initial_weights(lambda: tiny_bn(synchronized=False)))
+        assert soup.recompute_batch_norm(model, [batch]) == 1
+        statistics.append([v.numpy() for v in model.non_trainable_variables])
+    for got, want in zip(*statistics, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_synthetic_data_carries_views_so_the_step_costs_what_it_will():
+    from resnet_app.data import input_pipeline
+
+    pipeline = input_pipeline.create_pipeline(data_config(dataset="synthetic", augment=JSD))
+    batch = next(iter(pipeline.train_dataset(8)))
+    assert batch["augmix_views"].shape == (8, 2, *batch["image"].shape[1:])
+
+
+def test_show_batch_puts_each_examples_three_views_in_a_row(tmp_path):
+    from tests.test_data_cli import show_batch
+
+    out = tmp_path / "b.png"
+    args = ["--dataset=shapes", f"--data_dir={tmp_path}", "--train_examples=64", "--count=4"]
+    result = show_batch(*args, "--auto_augment=augmix", "--augmix_jsd=12", f"--out={out}")
+    assert result.returncode == 0, result.stderr
+    assert f"Wrote 12 images to {out}" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("sets", "message"),
     [
@@ -410,6 +453,12 @@ def test_bad_augmix_settings_are_one_line(sets, message):
         config.resolve(sets=sets)
     assert message in str(error.value), str(error.value)
     assert "\n" not in str(error.value)
+
+
+def test_data_settings_alone_refuse_the_consistency_loss_with_mixing():
+    """show-batch and the benchmarks build only the data settings: refused there too."""
+    with pytest.raises(ConfigError, match="compares an example's views and data.mix blends"):
+        data_config(augment=JSD, mix={"cutmix_alpha": 1.0})
 
 
 def test_multi_label_data_refuses_the_consistency_loss():

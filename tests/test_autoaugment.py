@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from resnet_app.data import autoaugment as aa
 from resnet_app.data import randaugment as ra
-from tests.test_randaugment import FILL, assert_per_example_and_enterable, sample_images
+from tests.test_randaugment import FILL, assert_per_example_and_enterable, over_seeds, sample_images
 from tests.test_trivialaugment import GEOMETRIC, SIGNED, linspace32, source_ties, tv_apply_op
 
 pytestmark = pytest.mark.usefixtures("private_shapes_cache")
@@ -95,22 +95,22 @@ def test_each_op_at_each_bin_equals_torchvision(name):
 
 def test_sub_policies_and_their_chances_are_drawn_as_the_policy_says():
     count = 4000
-    draws = [aa.choose(tf.constant([seed, 11], tf.int64), "imagenet") for seed in range(count)]
-    identity = aa.OPS.index("Identity")
-    applied = np.array([[int(i) != identity for i in d[0].numpy()] for d in draws])
+    indices, signs, _ = over_seeds(
+        lambda seed: aa.choose(seed, "imagenet"), [(i, 11) for i in range(count)]
+    )
+    applied = indices != aa.OPS.index("Identity")
     # Over the policy, each op applies with the mean of its chances.
     expected = np.mean([[p for _, p, _ in pair] for pair in aa.POLICIES["imagenet"]], axis=0)
     bound = 5 * math.sqrt(0.25 / count)
     np.testing.assert_allclose(applied.mean(axis=0), expected, atol=bound)
     # Where an op applies it is its sub-policy's, with its bin.
     ops = {(pair[0][0], pair[1][0]) for pair in aa.POLICIES["imagenet"]}
-    for indices, _, _ in draws[:300]:
-        names = [aa.OPS[int(i)] for i in indices.numpy()]
+    for drawn in indices[:300]:
+        names = [aa.OPS[int(i)] for i in drawn]
         assert any(all(n in ("Identity", want) for n, want in zip(names, pair)) for pair in ops), (
             names
         )
-    signs = np.concatenate([d[1].numpy() for d in draws])
-    assert abs(np.mean(signs > 0) - 0.5) < 5 * math.sqrt(0.25 / len(signs))
+    assert abs(np.mean(signs > 0) - 0.5) < 5 * math.sqrt(0.25 / signs.size)
 
 
 @pytest.mark.parametrize("policy", ["cifar10", "imagenet"])

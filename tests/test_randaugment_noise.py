@@ -35,6 +35,7 @@ from tests.test_randaugment import (
     assert_per_example_cifar_recipe,
     bilinear_exact,
     old_cifar_train,
+    over_seeds,
     reference_matrix,
     reference_op,
     sample_images,
@@ -72,11 +73,15 @@ def within_4_sigma(observed, expected, sigma):
 # -- off by default: the old draws, the old arguments ----------------------------------
 
 
-def old_draws(seed, num_ops):
-    """The RandAugment draws as they were: stream 2^40 + 1, [2, N] uniforms."""
+def old_draws(seed, num_ops, numpy=True):
+    """The RandAugment draws as they were: stream 2^40 + 1, [2, N] uniforms (indices and
+    signs; tensors unless `numpy`)."""
     stream = tf.random.experimental.stateless_fold_in(seed, tf.constant((1 << 40) + 1, tf.int64))
-    uniform = tf.random.stateless_uniform([2, num_ops], stream).numpy()
-    return np.floor(uniform[0] * 14).astype(np.int32), np.where(uniform[1] < 0.5, -1.0, 1.0)
+    uniform = tf.random.stateless_uniform([2, num_ops], stream)
+    indices = tf.cast(tf.floor(uniform[0] * 14), tf.int32)
+    signs = tf.where(uniform[1] < 0.5, -1.0, 1.0)
+    # As float64 NumPy signs: the references' factor arithmetic is in doubles.
+    return (indices.numpy(), signs.numpy().astype(np.float64)) if numpy else (indices, signs)
 
 
 def test_with_the_defaults_the_draws_are_the_old_draws():
@@ -158,7 +163,8 @@ def test_each_op_is_skipped_at_the_configured_rate_independently_of_the_op(proba
     count = 3000
     config = with_augment(RA, randaugment_prob=probability)
     indices = choices(config, count)["op_indices"].ravel()
-    drawn = np.concatenate([old_draws(seeds.example_seed(0, 0, i), 2)[0] for i in range(count)])
+    example_seeds = [seeds.example_seed(0, 0, i).numpy() for i in range(count)]
+    drawn = over_seeds(lambda seed: old_draws(seed, 2, numpy=False)[0], example_seeds).ravel()
     same = indices == drawn
     assert (indices[~same] == IDENTITY).all()  # A skipped op is the Identity.
     # An op is kept with the probability; a drawn Identity is the same either way.

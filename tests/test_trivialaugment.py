@@ -28,6 +28,7 @@ from resnet_app.data.settings import data_config
 from tests.test_randaugment import (
     FILL,
     assert_per_example_and_enterable,
+    over_seeds,
     sample_images,
     shapes_pipeline,
     take,
@@ -227,10 +228,9 @@ def test_translate_moves_whole_pixels_right_and_down_for_a_positive_sign():
 
 
 def test_ops_bins_and_signs_are_drawn_uniformly():
-    draws = [trivialaugment.choose(tf.constant([seed, 7], tf.int64)) for seed in range(3000)]
-    ops = np.array([int(d[0][0]) for d in draws])
-    signs = np.array([float(d[1][0]) for d in draws])
-    bins = np.array([float(d[2][0]) for d in draws])
+    ops, signs, bins = (
+        values[:, 0] for values in over_seeds(trivialaugment.choose, [(i, 7) for i in range(3000)])
+    )
     assert set(ops) == set(range(14)) and set(bins) == set(range(31))
     # 3000 draws: each op's share within 5 standard deviations of 1/14, each bin's of 1/31.
     for values, count in ((ops, 14), (bins, 31)):

@@ -451,11 +451,6 @@ class Config:
         )
         jsd = self.data.augment.augmix_jsd
         _require(
-            not (jsd and self.data.mix.enabled),
-            f"data.augment.augmix_jsd={jsd} (AugMix's consistency loss) compares an example's "
-            "views and data.mix blends examples: keep one (drop data.mix or augmix_jsd)",
-        )
-        _require(
             not (jsd and self.train.teacher),
             f"data.augment.augmix_jsd={jsd} and train.teacher are two extra losses on one "
             "batch, not supported together: keep one",

@@ -24,9 +24,11 @@ linspace values:
   Contrast, Sharpness
 
 The ops are RandAugment's (`data/randaugment.py`: PIL's arithmetic, which the
-paper's reference code calls, as torchvision's ops do on PIL images); the
-geometric ones sample bilinearly (torchvision's default for AugMix) and fill
-with the dataset's mean colour, as the other policies here do.
+paper's reference code calls, as torchvision's functional ops do on PIL
+images; torchvision's `AugMix` runs its tensor ops, which round otherwise, by
+at most one level inside the image: docs/training.md); the geometric ones
+sample bilinearly (torchvision's default for AugMix) and fill with the
+dataset's mean colour, as the other policies here do.
 
 With the Jensen-Shannon consistency loss (`augmix_jsd`), an example is seen
 as three views, the image and two AugMix of it drawn apart (`VIEWS`); the

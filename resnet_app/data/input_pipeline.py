@@ -10,7 +10,9 @@ pipelines. A run's pipeline (training, evaluate and export) comes from
 - "id": int64 [batch], the example's index in its split (-1 for padding);
 - "copy": int64 [batch], training batches with repeated augmentation only: which
   of the example's k copies this is (`data/repeats.py`);
-- "mask": float32 [batch], 1 for a real example and 0 for padding.
+- "mask": float32 [batch], 1 for a real example and 0 for padding;
+- "augmix_views": [batch, 2, size, size, channels], training batches with
+  AugMix's consistency loss only: each example's two AugMix (`data/augmix.py`).
 
 Training order. The training stream is the concatenation of epochs; epoch `e`
 visits every training example once, in an order that is a function of (seed, e)
@@ -509,8 +511,10 @@ class InputPipeline:
         """One random batch, made once and repeated: the input costs nothing.
 
         For training (`num_batches` None) the stream is infinite, at `size`
-        (default: the training size). For evaluation it is `num_batches`
-        batches holding the examples `eval_ids`, then padding.
+        (default: the training size), with AugMix's views (the images again)
+        when its consistency loss is on, so the step costs what it will. For
+        evaluation it is `num_batches` batches holding the examples
+        `eval_ids`, then padding.
         """
         preprocessing = self.preprocessing
         if not size:
@@ -525,6 +529,9 @@ class InputPipeline:
             "mask": tf.ones([batch_size], tf.float32),
         }
         if num_batches is None:
+            if preprocessing.augment.views > 1:
+                views = tf.stack([batch["image"]] * (preprocessing.augment.views - 1), axis=1)
+                batch["augmix_views"] = views
             return tf.data.Dataset.from_tensors(batch).repeat()
         ids = np.full(num_batches * batch_size, -1, np.int64)
         ids[: len(eval_ids)] = eval_ids

@@ -292,7 +292,8 @@ def cifar_train(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> tf.
     """The CIFAR training recipe on one decoded image.
 
     The same arithmetic as the pipeline's per-example (`cifar_augment`) and
-    batched (`cifar_train_batch`) parts, on a batch of one.
+    batched (`cifar_train_batch`) parts, on a batch of one; with AugMix's
+    consistency loss, [3, image_size, image_size, 3], the example's views.
 
     Args:
       image: uint8 [H, W, 3] with H = W = `config.image_size`.
@@ -300,7 +301,8 @@ def cifar_train(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> tf.
       config: the parameters.
 
     Returns:
-      [image_size, image_size, 3] in `config.dtype`.
+      [image_size, image_size, 3] in `config.dtype`; with AugMix's consistency
+      loss, [3, image_size, image_size, 3], the example's views.
     """
     features = {key: value[None] for key, value in cifar_augment(image, seed, config).items()}
     return cifar_train_batch(features.pop("image"), features.pop("choices"), config, **features)[0]

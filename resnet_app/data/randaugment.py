@@ -183,7 +183,8 @@ def solarize(images: tf.Tensor, threshold) -> tf.Tensor:
 
 
 def posterize(images: tf.Tensor, bits) -> tf.Tensor:
-    """Keeps the `bits` (1-8: an int, or int32 [batch], one per image) top bits of each value."""
+    """Keeps the `bits` (0-8: an int, or int32 [batch], one per image) top bits of each
+    value; 0 keeps none (black: AugMix's last bins)."""
     bits = tf.convert_to_tensor(bits, tf.int32)
     masks = 256 - tf.bitwise.left_shift(tf.ones_like(bits), 8 - bits)
     return tf.bitwise.bitwise_and(images, _per_image(tf.cast(masks, tf.uint8)))

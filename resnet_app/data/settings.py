@@ -453,6 +453,12 @@ class DataConfig:
             f"mean has {len(self.mean or ())} values and std {len(self.std or ())}; "
             "give both one per channel",
         )
+        jsd = self.augment.augmix_jsd
+        _check(
+            not (jsd and self.mix.enabled),
+            f"data.augment.augmix_jsd={jsd} (AugMix's consistency loss) compares an example's "
+            "views and data.mix blends examples: keep one (drop data.mix or augmix_jsd)",
+        )
         _check(
             self.augment.repeats == 1 or self.sampling != "balanced",
             f"data.augment.repeats={self.augment.repeats} repeats each example of a uniform "

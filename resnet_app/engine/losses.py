@@ -26,6 +26,11 @@ single-label data, and for multi-label data the binary cross-entropy of each
 class's sigmoid(student / T) against the teacher's sigmoid(teacher / T),
 averaged over the classes. The T^2 keeps the soft loss's gradients on the
 scale of the hard loss's whatever T is (the paper's section 2).
+
+AugMix's consistency loss (Hendrycks et al. 2020): when the batch carries its
+views' logits (`engine/consistency.py`), each example's loss adds
+`jsd_weight` times the Jensen-Shannon divergence of its three predictions (a
+class weight then scales the whole of it).
 """
 
 from __future__ import annotations

@@ -105,7 +105,8 @@ def recompute_batch_norm(model, batches: Iterable[dict[str, Any]], seed: int = 0
 
     Each trainable BatchNorm's moving mean and variance become the mean over the
     batches of its batch mean and biased variance (the momentum is set to 0
-    for the passes and then put back). Frozen BatchNorms keep theirs.
+    for the passes and then put back). Frozen BatchNorms keep theirs. A batch
+    with AugMix's views passes all of its images, as the step trained on them.
 
     Returns:
       The number of batches used.
@@ -114,6 +115,7 @@ def recompute_batch_norm(model, batches: Iterable[dict[str, Any]], seed: int = 0
     import tensorflow as tf
 
     from resnet_app.common import compat
+    from resnet_app.engine import consistency
     from resnet_app.nets import drop_path
 
     layers = [
@@ -138,12 +140,14 @@ def recompute_batch_norm(model, batches: Iterable[dict[str, Any]], seed: int = 0
         for layer in layers:
             layer.momentum = 0.0  # Read when traced: the moving statistics = the batch's.
         for batch in batches:
+            # Every image the step trained on: with AugMix's views, those too.
+            images = consistency.stacked_images(batch)
             keys = (
-                drop_path.example_keys(seed, count, batch["id"], batch.get("copy"))
+                drop_path.example_keys(seed, count, *consistency.stacked_keys(batch))
                 if keyed
                 else None
             )
-            forward(batch["image"], keys)
+            forward(images, keys)
             for mean, variance, layer in zip(means, variances, layers):
                 mean += layer.moving_mean.numpy()
                 variance += layer.moving_variance.numpy()

@@ -6,9 +6,11 @@
 
 Shows exactly what the model is fed: the images come from the training
 pipeline (or the evaluation pipeline with --split), and are un-normalized with
-the pipeline's own mean and std for display. Every data flag of training
-(--preprocessing, --crop_padding, --area_range, ...) is accepted. Needs
-matplotlib: `pip install -r requirements-plot.txt`.
+the pipeline's own mean and std for display. With AugMix's consistency loss
+each example's three views stand in a row: its plain image, then its two
+AugMix. Every data flag of training (--preprocessing, --crop_padding,
+--area_range, ...) is accepted. Needs matplotlib: `pip install -r
+requirements-plot.txt`.
 """
 
 import math
@@ -69,13 +71,20 @@ def main(argv: list[str]) -> None:
         dataset = pipeline.train_dataset(count)
     batch = next(iter(dataset))
     mask = batch["mask"].numpy() > 0
-    images = batch["image"].numpy().astype(np.float32)[mask]
-    labels = batch["label"].numpy()[mask]
+    images = batch["image"].numpy().astype(np.float32)
+    labels = batch["label"].numpy()
+    views = 1
+    if "augmix_views" in batch:  # Each example's plain image, then its two AugMix, in a row.
+        stacked = [images[:, None], batch["augmix_views"].numpy().astype(np.float32)]
+        views = 1 + stacked[1].shape[1]
+        images = np.concatenate(stacked, axis=1).reshape(-1, *images.shape[1:])
+        mask, labels = np.repeat(mask, views), np.repeat(labels, views)
+    images, labels = images[mask], labels[mask]
     mean = np.array(pipeline.preprocessing.mean, np.float32)
     std = np.array(pipeline.preprocessing.std, np.float32)
     pixels = np.clip((images * std + mean) / 255, 0, 1)
 
-    columns = min(8, len(pixels))
+    columns = min(8 if views == 1 else 2 * views, len(pixels))
     rows = math.ceil(len(pixels) / columns)
     figure, axes = plt.subplots(rows, columns, figsize=(1.6 * columns, 1.8 * rows), squeeze=False)
     for axis in axes.flat:
