@@ -36,6 +36,10 @@ def test_prefix_does_not_depend_on_the_total(small):
     # 1200 crosses the generator's chunk boundary at 1000.
     prefix = shapes.generate("train", 1100, seed=0)
     np.testing.assert_array_equal(small[0][:1100], prefix[0])
+    # A split shorter than a chunk draws only its own images, the same ones.
+    few = shapes.generate("train", 37, seed=0)
+    np.testing.assert_array_equal(small[0][:37], few[0])
+    np.testing.assert_array_equal(small[1][:37], few[1])
 
 
 def test_splits_differ():

@@ -98,15 +98,23 @@ def _grid(resolution: int) -> tuple[np.ndarray, np.ndarray]:
     return grid_x[None], grid_y[None]
 
 
-def _generate_chunk(rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
+def _generate_chunk(
+    rng: np.random.Generator, count: int, keep: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     # Vectorized over the chunk. The background and clutter are drawn at 32x32;
     # the shape's coverage is computed at 64x64 and averaged down (anti-aliasing),
-    # then blended over the background.
+    # then blended over the background. Every random draw is made for all
+    # `count` images, in the same order, so the images do not depend on `keep`;
+    # only the first `keep` are drawn (each image's pixels are its own).
+    keep = count if keep is None else keep
     size = IMAGE_SIZE
     grid_x, grid_y = _grid(size)
 
-    def column(values: np.ndarray) -> np.ndarray:  # [count] -> [count, 1, 1]
-        return values.astype(np.float32)[:, None, None]
+    def column(values: np.ndarray) -> np.ndarray:  # [count] -> [keep, 1, 1]
+        return values[:keep].astype(np.float32)[:, None, None]
+
+    def rows(values: np.ndarray) -> np.ndarray:  # [count, 3] -> [keep, 1, 1, 3]
+        return values[:keep, None, None]
 
     labels = rng.integers(0, len(CLASS_NAMES), size=count)
 
@@ -116,7 +124,7 @@ def _generate_chunk(rng: np.random.Generator, count: int) -> tuple[np.ndarray, n
     angle = rng.uniform(0, 2 * math.pi, count)
     ramp = column(np.cos(angle)) * grid_x + column(np.sin(angle)) * grid_y
     ramp = np.clip(ramp / (size * math.sqrt(2)) + 0.5, 0, 1)[..., None]
-    canvas = start[:, None, None] + (end - start)[:, None, None] * ramp
+    canvas = rows(start) + rows(end - start) * ramp
 
     # Clutter: 3 to 6 short strokes and dots in random colours.
     clutter = rng.integers(3, 7, count)
@@ -132,8 +140,8 @@ def _generate_chunk(rng: np.random.Generator, count: int) -> tuple[np.ndarray, n
         reach = column(np.where(is_stroke, width, dot_radius))
         along = np.clip((grid_x - cx) * dx + (grid_y - cy) * dy, -length / 2, length / 2)
         mask = np.hypot(grid_x - cx - along * dx, grid_y - cy - along * dy) <= reach
-        mask &= (k < clutter)[:, None, None]
-        canvas = np.where(mask[..., None], colour[:, None, None], canvas)
+        mask &= (k < clutter[:keep])[:, None, None]
+        canvas = np.where(mask[..., None], rows(colour), canvas)
 
     # The shape: its colour is kept 0.3-0.7 away from the background, per channel.
     fine_x, fine_y = _grid(size * _SUPERSAMPLE)
@@ -147,15 +155,16 @@ def _generate_chunk(rng: np.random.Generator, count: int) -> tuple[np.ndarray, n
     colour = np.mod((start + end) / 2 + 0.5 + rng.uniform(-0.2, 0.2, (count, 3)), 1.0)
     inside = np.zeros(a.shape, np.float32)
     for label in range(len(CLASS_NAMES)):
-        members = labels == label
+        members = labels[:keep] == label
         inside[members] = _shape_mask(label, a[members], b[members])
-    cover = inside.reshape(count, size, _SUPERSAMPLE, size, _SUPERSAMPLE).mean(axis=(2, 4))
+    cover = inside.reshape(keep, size, _SUPERSAMPLE, size, _SUPERSAMPLE).mean(axis=(2, 4))
     cover = cover[..., None]
-    canvas = canvas * (1 - cover) + colour[:, None, None].astype(np.float32) * cover
+    canvas = canvas * (1 - cover) + rows(colour).astype(np.float32) * cover
 
-    noise = rng.normal(0, 1, canvas.shape) * column(rng.uniform(0.02, 0.08, count))[..., None]
+    noise = rng.normal(0, 1, (count, size, size, 3))[:keep]
+    noise = noise * column(rng.uniform(0.02, 0.08, count))[..., None]
     images = np.clip(np.round((canvas + noise) * 255), 0, 255).astype(np.uint8)
-    return images, labels.astype(np.int64)
+    return images, labels[:keep].astype(np.int64)
 
 
 def generate(split: str, count: int | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -174,7 +183,8 @@ def generate(split: str, count: int | None = None, seed: int = 0) -> tuple[np.nd
         return np.zeros((0, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8), np.zeros((0,), np.int64)
 
     def draw(chunk: int) -> tuple[np.ndarray, np.ndarray]:
-        return _generate_chunk(np.random.default_rng([seed, _SPLIT_IDS[split], chunk]), _CHUNK)
+        rng = np.random.default_rng([seed, _SPLIT_IDS[split], chunk])
+        return _generate_chunk(rng, _CHUNK, keep=min(_CHUNK, count - chunk * _CHUNK))
 
     # Chunks are independent, and NumPy releases the GIL in its array loops.
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
