@@ -49,7 +49,7 @@ def pytest_collection_modifyitems(config, items):
     from tests import slow_tier, tiers
 
     analysis, collected = tiers.Analysis(), {}
-    processes, towers = tiers.Analysis(tiers.PROCESSES), tiers.Analysis(tiers.TOWERS)
+    grouped = tiers.Analysis({**tiers.PROCESSES, **tiers.TOWERS})
     for item in items:
         reason = analysis.item(item)
         if reason:
@@ -61,7 +61,7 @@ def pytest_collection_modifyitems(config, items):
         collected[item.nodeid.removeprefix("tests/")] = slow
         if tiers.shares_module_state(item):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
-        elif processes.item(item) or towers.item(item):
+        elif grouped.item(item):
             item.add_marker(pytest.mark.xdist_group(PROCESS_GROUP))
     problems = slow_tier.check(collected)
     if problems:

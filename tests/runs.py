@@ -76,11 +76,16 @@ def saved_tensors(prefix):
 
 
 def assert_same_checkpoints(expected_prefix, actual_prefix, context=""):
-    """Two checkpoints hold the same keys and bitwise the same values."""
+    """Two checkpoints hold the same keys and bitwise the same values.
+
+    Returns:
+      The expected checkpoint's tensors, by key.
+    """
     expected, actual = saved_tensors(expected_prefix), saved_tensors(actual_prefix)
     assert set(actual) == set(expected)
     for name, value in expected.items():
         np.testing.assert_array_equal(actual[name], value, err_msg=f"{name} {context}")
+    return expected
 
 
 def copy_with_temperature(model_dir, destination, temperature, step):

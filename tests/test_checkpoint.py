@@ -99,11 +99,11 @@ def kill_and_resume(tmp_path, args, kill_at, last_step=14, saved=5):
     assert [s for s, _ in checkpoint.list_checkpoints(str(tmp_path / "run"))] == [saved]
     resumed = drive(*args, f"--model_dir={tmp_path / 'run'}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    expected = saved_tensors(tmp_path / "whole" / f"ckpt-{last_step}")
-    actual = saved_tensors(tmp_path / "run" / f"ckpt-{last_step}")
-    assert set(actual) == set(expected)
-    for name, value in expected.items():
-        np.testing.assert_array_equal(actual[name], value, err_msg=f"{name} (killed at {kill_at})")
+    expected = runs.assert_same_checkpoints(
+        tmp_path / "whole" / f"ckpt-{last_step}",
+        tmp_path / "run" / f"ckpt-{last_step}",
+        f"(killed at {kill_at})",
+    )
     return resumed.stderr, expected
 
 

@@ -40,12 +40,10 @@ def test_sigkill_with_every_modern_piece_on_resumes_bitwise(tmp_path):
     assert 5 in [s for s, _ in checkpoint.list_checkpoints(str(tmp_path / "run"))]
     resumed = drive(*args, f"--model_dir={tmp_path / 'run'}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    expected = saved_tensors(tmp_path / "whole" / "ckpt-12")
-    actual = saved_tensors(tmp_path / "run" / "ckpt-12")
-    assert set(actual) == set(expected)
+    expected = runs.assert_same_checkpoints(
+        tmp_path / "whole" / "ckpt-12", tmp_path / "run" / "ckpt-12", f"(killed at {kill_at})"
+    )
     assert any(name.startswith("ema/") for name in expected)  # The average is compared too.
-    for name, value in expected.items():
-        np.testing.assert_array_equal(actual[name], value, err_msg=f"{name} (killed at {kill_at})")
     # The control: the pieces change the run (another drop rate, other weights).
     other = drive(
         *[a for a in args if "drop_path_rate" not in a],
@@ -92,16 +90,14 @@ def test_sigkill_of_a_family_network_resumes_bitwise(tmp_path):
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     resumed = drive(*args, f"--model_dir={tmp_path / 'run'}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    expected = saved_tensors(tmp_path / "whole" / "ckpt-10")
-    actual = saved_tensors(tmp_path / "run" / "ckpt-10")
-    assert set(actual) == set(expected)
+    expected = runs.assert_same_checkpoints(
+        tmp_path / "whole" / "ckpt-10", tmp_path / "run" / "ckpt-10", f"(killed at {kill_at})"
+    )
     # The family's variables are in the comparison (trainable ones are keyed by
     # the optimizer's list, so found by shape): the SE reduction (32 -> 16)
     # and the grouped 3x3 kernel (4 groups of 2 inputs, 8 outputs).
     shapes = {np.shape(value) for value in expected.values()}
     assert {(32, 16), (3, 3, 2, 8)} <= shapes
-    for name, value in expected.items():
-        np.testing.assert_array_equal(actual[name], value, err_msg=f"{name} (killed at {kill_at})")
     # The control: dropout's draws move the weights (another rate, other weights).
     other = drive(
         *[a for a in args if "dropout" not in a],

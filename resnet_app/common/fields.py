@@ -25,7 +25,7 @@ import math
 import numbers
 import types
 import typing
-from collections.abc import Callable, Collection, Hashable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from typing import Any
 
 from resnet_app.common.errors import ConfigError
@@ -203,6 +203,12 @@ FRACTION = interval(0, 1)  # [0, 1): a rate, a decay, a smoothing.
 PROBABILITY = interval(0, 1, low_in=False)  # (0, 1): neither never nor always.
 SHARE = interval(0, 1, low_in=False, high_in=True)  # (0, 1]: some of it, up to all.
 FLAG = Rule(lambda x: isinstance(x, bool), "true or false")
+
+
+def changed_from_defaults(instance: Any, names: Iterable[str]) -> list[str]:
+    """The fields among `names` whose value in the dataclass `instance` is not their default."""
+    defaults = {field.name: field.default for field in dataclasses.fields(instance)}
+    return [name for name in names if getattr(instance, name) != defaults[name]]
 
 
 def setting(default: Any = dataclasses.MISSING, rule: Rule | None = None, **metadata: Any) -> Any:

@@ -36,6 +36,7 @@ from resnet_app.common.fields import (
     MORE_THAN_0,
     PROBABILITY,
     Rule,
+    changed_from_defaults,
     check_declared,
     config_keys,
     interval,
@@ -271,11 +272,8 @@ class TrainSettings:
 
     def _distills_by_default(self) -> bool:
         """Whether the distillation settings are all left at their defaults."""
-        defaults = {field.name: field.default for field in dataclasses.fields(self)}
-        return all(
-            getattr(self, name) == defaults[name]
-            for name in ("teacher_model", "distill_alpha", "distill_temperature")
-        )
+        names = ("teacher_model", "distill_alpha", "distill_temperature")
+        return not changed_from_defaults(self, names)
 
     @property
     def best_direction(self) -> str:

@@ -47,6 +47,7 @@ import numpy as np
 import tensorflow as tf
 
 from resnet_app.data import autoaugment, randaugment
+from resnet_app.data.settings import AUGMIX_VIEWS
 
 NUM_BINS = autoaugment.NUM_BINS  # torchvision's _PARAMETER_MAX: 10 bins, as AutoAugment's.
 MAX_DEPTH = 3  # A drawn depth is 1 to 3 (torchvision's randint(1, 4)).
@@ -57,7 +58,7 @@ OPS = (
     *("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Posterize", "Solarize"),
     *("AutoContrast", "Equalize", *ENHANCE_OPS),
 )
-VIEWS = 3  # With the consistency loss: the image and two AugMix views of it.
+VIEWS = AUGMIX_VIEWS  # With the consistency loss: the image and two AugMix of it.
 # The per-example draws, each [views, ...]: `choose`.
 FEATURES = ("augmix_ops", "augmix_signs", "augmix_bins", "augmix_weights")
 

@@ -370,15 +370,14 @@ def imagenet_train(
     if config.augment.flip:
         crop = tf.image.stateless_random_flip_left_right(crop, seed=flip_seed)
     augment = augment_draws.augment_choices(seed, config)
+    views = config.augment.views  # One, or AugMix's three.
     if augment_draws.op_ranges(config) is not None or config.augment.auto_augment == "augmix":
         pixels = tf.cast(tf.clip_by_value(tf.round(crop), 0, 255), tf.uint8)
         batched = {key: value[None] for key, value in augment.items()}
         augmented = tf.cast(_op_policy(pixels[None], batched, config)[0], tf.float32)
         # AugMix's views: the first is the crop as the recipe without them leaves it.
-        views = config.augment.views
         crop = augmented if views == 1 else tf.concat([crop[None], augmented[1:]], axis=0)
-    # The example's views (one, or AugMix's three) as a batch.
-    views = config.augment.views
+    # The example's views as a batch.
     images = _normalize(crop if views > 1 else crop[None], config)
     if config.augment.cutout_size:
         corners = tf.repeat(augment["cutout_corner"][None], views, axis=0)

@@ -27,6 +27,7 @@ from resnet_app.common.fields import (
     MORE_THAN_0,
     SET_BY,
     Rule,
+    changed_from_defaults,
     check_declared,
     interval,
     is_number,
@@ -50,6 +51,7 @@ MIX_MODES = ("batch", "example")
 # --auto-augment): TrivialAugment-wide, or AutoAugment's learned policies.
 AUTO_AUGMENTS = ("none", "ta_wide", "imagenet", "cifar10", "svhn", "augmix")
 AUGMIX_MAX_SEVERITY = 10  # torchvision's _PARAMETER_MAX: its 10 magnitude bins.
+AUGMIX_VIEWS = 3  # With AugMix's consistency loss: each example and two AugMix of it.
 
 
 def dtypes() -> list[str]:
@@ -205,11 +207,7 @@ class AugmentSettings:
             f"{key}auto_augment={self.auto_augment} replaces RandAugment, and "
             f"randaugment_ops={ops}: set one of them (randaugment_ops=0)",
         )
-        changed = [
-            name
-            for name in AUGMIX_SETTINGS
-            if getattr(self, name) != AugmentSettings.__dataclass_fields__[name].default
-        ]
+        changed = changed_from_defaults(self, AUGMIX_SETTINGS)
         _check(
             not changed or self.auto_augment == "augmix",
             f"{key}{changed[0] if changed else ''} is AugMix's and auto_augment="
@@ -220,7 +218,7 @@ class AugmentSettings:
     def views(self) -> int:
         """Views of each training example the network sees: 3 with AugMix's
         consistency loss (the image and two AugMix), else 1."""
-        return 3 if self.auto_augment == "augmix" and self.augmix_jsd > 0 else 1
+        return AUGMIX_VIEWS if self.auto_augment == "augmix" and self.augmix_jsd > 0 else 1
 
 
 @dataclasses.dataclass(frozen=True)

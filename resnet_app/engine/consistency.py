@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from resnet_app.data.settings import AUGMIX_VIEWS
+
 VIEWS_KEY = "augmix_views"  # float [batch, 2, H, W, C]: the example's AugMix views.
 LOGITS_KEY = "view_logits"  # float32 [2, batch, classes]: their logits, for the loss.
-VIEWS = 3
+VIEWS = AUGMIX_VIEWS
 
 
 def stacked_images(batch: dict) -> tf.Tensor:

@@ -38,6 +38,7 @@ from resnet_app.common.fields import (
     FRACTION,
     MORE_THAN_0,
     SHARE,
+    changed_from_defaults,
     check_declared,
     one_of,
     setting,
@@ -212,13 +213,12 @@ class ResNetConfig:
         Every rule is a fact of the kinds in `nets/kinds.py`.
         """
         unit = self.block_kind
-        defaults = {field.name: field.default for field in dataclasses.fields(self)}
-        for field in unit.fixed:
-            if getattr(self, field) != defaults[field]:
-                raise ConfigError(
-                    f"model field '{field}' does not apply to block={unit.name} "
-                    f"({unit.about}); drop it"
-                )
+        changed = changed_from_defaults(self, unit.fixed)
+        if changed:
+            raise ConfigError(
+                f"model field '{changed[0]}' does not apply to block={unit.name} "
+                f"({unit.about}); drop it"
+            )
         if not unit.grouped and (self.groups != 1 or self.base_width != 64):
             grouped = " or ".join(name for name, kind in kinds.BLOCKS.items() if kind.grouped)
             raise ConfigError(
