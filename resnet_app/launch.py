@@ -212,8 +212,14 @@ class Group:
         if self.port_taken is None:
             self.port_taken = index
 
-    def wait_for_first_failure(self) -> int | None:
-        """Blocks until every worker succeeded (None) or one failed (its index)."""
+    def wait_for_first_failure(self, grace: float) -> int | None:
+        """Blocks until every worker succeeded (None) or one failed (its index).
+
+        A worker still running `grace` seconds after the chief succeeded is
+        left to `finish`: the run is complete (the chief saved its last step),
+        and a worker that stalled at the end must not hold the group forever.
+        """
+        chief_done = None
         while True:
             statuses = [p.poll() for p in self.processes]
             failed = [i for i, s in enumerate(statuses) if s not in (None, 0)]
@@ -223,6 +229,10 @@ class Group:
                 return failed[0]
             if all(s == 0 for s in statuses):
                 return None
+            if statuses[0] == 0:
+                chief_done = chief_done or time.monotonic()
+                if time.monotonic() - chief_done >= grace:
+                    return None
             time.sleep(0.2)
 
     def finish(self, grace: float) -> tuple[list[int], set[int]]:
@@ -419,7 +429,7 @@ def launch(count: int, train_args: list[str], max_restarts: int, grace: float, h
             group = Group(count, train_args, log_dir, host)
             _log_start(group, host, first=restarts + port_retries == 0)
             group.start(stopping)
-            failed = group.wait_for_first_failure()
+            failed = group.wait_for_first_failure(grace)
             taken = None if failed is None else group.port_taken
             if taken is not None and not stopping and port_retries < _PORT_RETRIES:
                 group.finish(0.0)  # Nobody trained: the strategy waits for every server.
@@ -438,6 +448,14 @@ def launch(count: int, train_args: list[str], max_restarts: int, grace: float, h
             finished, killed = group.finish(0 if failed is None else grace)
             if group.processes:
                 statuses = finished
+            for index in sorted(killed) if failed is None else ():
+                logging.warning(
+                    "launch: worker %d (%s) was still running --grace=%g s after worker 0 "
+                    "finished the run, and was killed; the run is complete",
+                    index,
+                    group.addresses[index],
+                    grace,
+                )
             if failed is None or stopping:
                 break
             what = _what_failed(group, failed, statuses, killed, grace)

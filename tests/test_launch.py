@@ -43,6 +43,8 @@ model_dir = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--model_d
 index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 if mode == "survivor":  # Lost its peer, saved the last step: restart me.
     sys.exit(3)
+if mode == "chief_ends" and index == 0:  # The run is complete; the others stall.
+    sys.exit(0)
 if mode == "say":  # What the test put in the run directory, as it is.
     with open(os.path.join(model_dir, "output"), "rb") as f:
         sys.stdout.buffer.write(f.read())
@@ -392,3 +394,15 @@ def test_a_preemption_notice_reaches_every_worker_and_the_launcher_asks_for_a_re
     assert logs == [f"worker {i} stopped by SIGUSR1\n" for i in range(2)]
     assert launcher.returncode == 3, errors[-3000:]  # As the workers: requeue the job.
     assert "restarting" not in errors
+
+
+def test_a_worker_that_stalls_after_the_chief_finished_is_killed_after_the_grace(model_dir):
+    # Worker 1 waits for a signal for UNSTOPPED s; before, the launcher waited with it,
+    # for ever had it been stopped (SIGSTOP) at the end of a run.
+    launcher = start(model_dir, "chief_ends", flags=["--grace=1"])
+    _, errors = launcher.communicate(timeout=UNSTOPPED - 5)
+    assert launcher.returncode == 0, errors[-3000:]
+    (killed,) = [line for line in errors.splitlines() if "launch: worker 1" in line]
+    assert "was still running --grace=1 s after worker 0 finished the run" in killed, killed
+    assert "the run is complete" in killed
+    assert "restarting" not in errors and "was never stopped" not in errors

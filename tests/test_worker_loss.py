@@ -206,13 +206,17 @@ def test_a_stalled_worker_is_found_within_the_timeout(tmp_path, data_dir):
         data_dir,
         "--max_restarts=0",
         "--grace=3",
-        extra=[f"--set=sync.timeout={timeout}"],
+        # Far from the end: a test process starved for a while still stops worker 1
+        # inside training, not in the run's last steps or at its exit.
+        extra=[f"--set=sync.timeout={timeout}", f"--train_steps={STEPS * 25}"],
     )
     wait_for_step(model_dir, 1, launcher)
     recorded = kill_between_checkpoints(launcher, model_dir, victim=1, number=signal.SIGSTOP)
     status, errors = finish(launcher)
     assert status == 1, errors[-3000:]
-    (lost,) = [line for line in errors.splitlines() if line.startswith("error: ")]
+    lost_lines = [line for line in errors.splitlines() if line.startswith("error: ")]
+    assert len(lost_lines) == 1, errors[-5000:]
+    (lost,) = lost_lines
     assert "worker 1 (127.0.0.1:" in lost and " was lost (" in lost, lost
     assert recorded <= saved_step(lost, survivor=0)
     (gave_up,) = [line for line in errors.splitlines() if "launch: worker" in line]
