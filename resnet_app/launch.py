@@ -13,6 +13,8 @@ group again on new ports, which resumes from that checkpoint: torchrun's
 elastic agent, minus the elasticity (the group keeps its size). It gives up
 after `--max_restarts` restarts, and never restarts a group whose worker
 failed on a usage error (exit status 2: the same command would fail again).
+Once worker 0 has finished the run, a worker still running `--grace` seconds
+later (stalled at the very end) is killed, with one line: the run is complete.
 
 Ports: TensorFlow's server listens on 0.0.0.0 whatever TF_CONFIG says (gRPC
 opens it as [::], IPv4 included), without authentication, so the ports are
