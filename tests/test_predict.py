@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ import tensorflow as tf
 
 from tests.commands import error_line, run_command
 from tests.image_files import encode_bmp
+from tests.test_durable import dead_pid
 from tests.test_export import evaluation_logits, restored, softmax, write_images
 
 
@@ -80,6 +82,21 @@ def test_predict_from_an_export(tiny_export, images):
         shown = [item.rsplit(" ", 1) for item in line.split(": ", 1)[1].split(", ")]
         assert [name for name, _ in shown] == names[:3]
         np.testing.assert_allclose([float(p) for _, p in shown], probabilities[:3], atol=6e-5)
+
+
+def test_an_export_killed_between_its_renames_is_read_where_it_was_set_aside(
+    tiny_export, images, tmp_path
+):
+    root, paths, expected = images
+    aside = tmp_path / f"export.replaced-{dead_pid()}"
+    shutil.copytree(tiny_export, aside)  # No tmp_path/export: the kill came between the renames.
+    result = predict_cli(f"--export_dir={tmp_path / 'export'}", "--top_k=2", paths[0])
+    assert result.returncode == 0, result.stderr
+    (warning,) = [line for line in result.stderr.splitlines() if "is missing" in line]
+    assert f"reading the export it set aside, {aside}" in warning, warning
+    shown = [item.rsplit(" ", 1)[0] for item in result.stdout.split(": ", 1)[1].split(", ")]
+    assert shown == expected[0][2][:2]
+    assert os.listdir(tmp_path) == [aside.name]  # Read where it is; the next export moves it.
 
 
 def test_predict_from_a_run_directory_as_json(tiny_run, images):

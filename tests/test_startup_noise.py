@@ -74,6 +74,8 @@ loading = os.environ.get("LOADING", "")
 if loading == "abort":  # A C++ `Check failed` and abort.
     os.write(2, b"F0000 check.cc:1] Check failed: the shim's own\\n")
     os.abort()
+if loading == "bytes":  # Not UTF-8, as a library's junk or a file name can be.
+    os.write(2, b"\\xff\\xfe not UTF-8: \\x80\\xc3(\\n")
 if loading == "large":  # 1 MiB from C code that holds the GIL (PyDLL keeps it).
     line = b"x" * 1023 + b"\\n"
     ctypes.PyDLL(None).write(2, line * 1024, 1024 * len(line))
@@ -139,6 +141,23 @@ def test_a_large_write_while_holding_the_gil_passes_whole(shim):
     assert result.returncode == 0, result.stderr[-500:]
     lines = result.stderr.decode().splitlines()
     assert lines == ["x" * 1023] * 1024 + ["error: the one line"]
+
+
+def test_bytes_that_are_not_utf8_pass_whole(shim):
+    result = _python(WRITER, shim, NOISE_TEXT=f"{NOISE[0]}\n", LOADING="bytes")
+    assert result.returncode == 0, result.stderr[-500:]
+    assert result.stderr == b"\xff\xfe not UTF-8: \x80\xc3(\nerror: the one line\n"
+
+
+def test_a_pipe_closed_while_tensorflow_loads_blocks_nothing(shim):
+    process = subprocess.Popen(
+        [sys.executable, "-c", WRITER],
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": f"{shim}{os.pathsep}{REPO}", "LOADING": "large"},
+    )
+    process.stderr.close()  # The reader went away before the 1 MiB was written.
+    process.wait(timeout=120)  # A filter blocked on the pipe fails the test here.
 
 
 # After the window: stdout and stderr alternate, a `\r` progress line, and

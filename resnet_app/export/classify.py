@@ -154,6 +154,9 @@ def _load_export(export_dir: str) -> Classifier:
         return _load_portable(export_dir)
     import tensorflow as tf
 
+    from resnet_app.export import savedmodel
+
+    export_dir = savedmodel.readable(export_dir)
     if not tf.saved_model.contains_saved_model(export_dir):
         raise ConfigError(
             f"--export_dir={export_dir} holds no SavedModel; write one with "

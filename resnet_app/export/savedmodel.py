@@ -334,6 +334,29 @@ def recover(export_dir: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def readable(export_dir: str) -> str:
+    """Where the export `export_dir` is to be read: itself, or the one a killed export set aside.
+
+    An export killed between its two renames leaves no `export_dir`, and the
+    previous export whole as `<export_dir>.replaced-<pid>/`; readers take that
+    one (as `run_dir.find_best_dir` does for `best/`), without moving it: the
+    next export to `export_dir` puts it back (`recover`).
+    """
+    if os.path.lexists(export_dir):
+        return export_dir
+    replaced = [path for path in _leftovers(export_dir, "replaced") if is_export(path)]
+    if not replaced:
+        return export_dir
+    logging.warning(
+        "%s is missing: an export to it was killed; reading the export it set aside, %s "
+        "(the next export to %s puts it back)",
+        export_dir,
+        replaced[-1],
+        export_dir,
+    )
+    return replaced[-1]
+
+
 def _write_extras(directory: str, served: ServingModel, source: dict) -> None:
     """assets.extra/: the class names one per line, and where the model came from."""
     extra = os.path.join(directory, "assets.extra")
