@@ -59,14 +59,32 @@ def dead_pid() -> int:
     return process.pid
 
 
+def _write_run_config(directory):
+    from resnet_app.config import layers, run_config
+
+    run_config.write_yaml(layers.from_dict({}), str(directory / run_dir.CONFIG_FILE))
+    return directory / run_dir.CONFIG_FILE
+
+
+def _write_data_info(directory):
+    run_dir.write_data_info(str(directory), {"mean": [0.5]})
+    return directory / "data_info.json"
+
+
+def _write_text(directory):
+    files.write_text_atomically(str(directory / "notes.txt"), "train: {}\n")
+    return directory / "notes.txt"
+
+
+# The run's own files through their own writers, and the writer they share.
+@pytest.mark.parametrize("write", [_write_run_config, _write_data_info, _write_text])
 def test_a_file_written_whole_is_synced_before_its_rename_and_its_directory_after(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, write
 ):
-    path = tmp_path / "config.yaml"
     events = Events(monkeypatch)
-    files.write_text_atomically(str(path), "train: {}\n")
+    path = write(tmp_path)
     temporary = f"{path}.{os.getpid()}.tmp"
-    assert path.read_text() == "train: {}\n"
+    assert path.read_text()
     rename = events.index("replace", str(path))
     # The content is on disk before the new name replaces the old file...
     assert [kind for kind, p in events.log[:rename] if p == temporary] == ["fsync"]
