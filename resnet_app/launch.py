@@ -392,6 +392,18 @@ def _what_failed(
     return f"{what} {describe_exit(statuses[index])}"
 
 
+def _log_stragglers(group: Group, killed: set[int], grace: float) -> None:
+    """One line per worker killed after the run was complete (`wait_for_first_failure`)."""
+    for index in sorted(killed):
+        logging.warning(
+            "launch: worker %d (%s) was still running --grace=%g s after worker 0 finished "
+            "the run, and was killed; the run is complete",
+            index,
+            group.addresses[index],
+            grace,
+        )
+
+
 def _log_start(group: Group, host: str, first: bool) -> None:
     """One line per group; the first says who else can reach the workers' ports."""
     if not first:
@@ -450,14 +462,8 @@ def launch(count: int, train_args: list[str], max_restarts: int, grace: float, h
             finished, killed = group.finish(0 if failed is None else grace)
             if group.processes:
                 statuses = finished
-            for index in sorted(killed) if failed is None else ():
-                logging.warning(
-                    "launch: worker %d (%s) was still running --grace=%g s after worker 0 "
-                    "finished the run, and was killed; the run is complete",
-                    index,
-                    group.addresses[index],
-                    grace,
-                )
+            if failed is None:
+                _log_stragglers(group, killed, grace)
             if failed is None or stopping:
                 break
             what = _what_failed(group, failed, statuses, killed, grace)
