@@ -99,12 +99,17 @@ def shim(tmp_path_factory):
     return folder
 
 
+def _environment(shim, **env):
+    """This process's environment, with SHIM's `tensorflow` first on PYTHONPATH."""
+    return {**os.environ, "PYTHONPATH": f"{shim}{os.pathsep}{REPO}", **env}
+
+
 def _python(code, shim, *args, **env):
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         capture_output=True,
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": f"{shim}{os.pathsep}{REPO}", **env},
+        env=_environment(shim, **env),
         timeout=120,  # A hang fails the test.
     )
 
@@ -154,7 +159,7 @@ def test_a_pipe_closed_while_tensorflow_loads_blocks_nothing(shim):
         [sys.executable, "-c", WRITER],
         stderr=subprocess.PIPE,
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": f"{shim}{os.pathsep}{REPO}", "LOADING": "large"},
+        env=_environment(shim, LOADING="large"),
     )
     process.stderr.close()  # The reader went away before the 1 MiB was written.
     process.wait(timeout=120)  # A filter blocked on the pipe fails the test here.
@@ -182,7 +187,7 @@ def test_after_tensorflow_loads_stderr_is_the_process_own(shim):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,  # One pipe, as `>f 2>&1`: the order is the writes'.
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": f"{shim}{os.pathsep}{REPO}"},
+        env=_environment(shim),
         timeout=120,
     )
     lines = result.stdout.decode().split("\n")
@@ -200,7 +205,7 @@ def test_a_terminal_stays_a_terminal(shim):
         stdout=subprocess.PIPE,
         stderr=follower,
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": f"{shim}{os.pathsep}{REPO}"},
+        env=_environment(shim),
     )
     os.close(follower)
     first = process.stdout.readline()
