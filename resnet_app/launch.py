@@ -305,13 +305,26 @@ def _write_flushed(stream: BinaryIO, data: bytes) -> None:
 
 
 def _write_console(data: bytes) -> None:
-    """Worker output to the launcher's stderr: as bytes, unless it was replaced by text."""
-    buffer = getattr(sys.stderr, "buffer", None)
-    if buffer is None:
-        sys.stderr.write(data.decode("utf-8", "backslashreplace"))
-        sys.stderr.flush()
-    else:
-        _write_flushed(buffer, data)
+    """Worker output to the launcher's stderr: as bytes, unless it was replaced by text.
+
+    A reader that went away (EPIPE) leaves fd 2 pointing at /dev/null: what
+    stderr still holds, and the launcher's own lines after it, then go nowhere
+    instead of failing Python's flush at exit (status 120 for a good run).
+    """
+    try:
+        buffer = getattr(sys.stderr, "buffer", None)
+        if buffer is None:
+            sys.stderr.write(data.decode("utf-8", "backslashreplace"))
+            sys.stderr.flush()
+        else:
+            _write_flushed(buffer, data)
+    except BrokenPipeError:
+        with contextlib.suppress(OSError, ValueError):  # A stderr without a descriptor.
+            descriptor = sys.stderr.fileno()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, descriptor)
+            os.close(devnull)
+        raise
 
 
 class _Console:
