@@ -304,10 +304,17 @@ def fit_datasets(resolved, pipeline):
     batch, classes = resolved.train.batch_size, pipeline.num_classes
     smoothing, seed = resolved.train.label_smoothing, resolved.train.seed
 
-    def prepare(image, label):  # Resized back onto the 0-255 grid, as the trainer's are.
-        image = tf.image.resize(tf.cast(image, tf.float32), [size, size])
-        image = tf.clip_by_value(tf.round(image), 0, 255)
-        return (image - mean) / std, (tf.one_hot(label, classes) if smoothing else label)
+    def prepare_for(images):
+        """Normalizing, and resizing when the arrays are not at the size (as a user would)."""
+        resize = tuple(images.shape[1:3]) != (size, size)
+
+        def prepare(image, label):  # Resized back onto the 0-255 grid, as the trainer's are.
+            image = tf.cast(image, tf.float32)
+            if resize:
+                image = tf.clip_by_value(tf.round(tf.image.resize(image, [size, size])), 0, 255)
+            return (image - mean) / std, (tf.one_hot(label, classes) if smoothing else label)
+
+        return prepare
 
     def random_augment(image, label):
         if augment.crop_padding:  # Pad with zeros after normalizing: the mean colour.
@@ -324,18 +331,19 @@ def fit_datasets(resolved, pipeline):
         return image, label
 
     examples = split_arrays(pipeline.train_split, pipeline)
+    held_out = split_arrays(pipeline.eval_split(), pipeline)
     train = (
         tf.data.Dataset.from_tensor_slices(examples)
         .shuffle(len(examples[1]), seed=seed)
         .repeat()
-        .map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
+        .map(prepare_for(examples[0]), num_parallel_calls=tf.data.AUTOTUNE)
         .map(random_augment, num_parallel_calls=tf.data.AUTOTUNE)
         .batch(batch)
         .prefetch(tf.data.AUTOTUNE)
     )
     evaluation = (
-        tf.data.Dataset.from_tensor_slices(split_arrays(pipeline.eval_split(), pipeline))
-        .map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
+        tf.data.Dataset.from_tensor_slices(held_out)
+        .map(prepare_for(held_out[0]), num_parallel_calls=tf.data.AUTOTUNE)
         .batch(resolved.train.eval_batch_size or batch)
         .prefetch(tf.data.AUTOTUNE)
     )

@@ -48,6 +48,15 @@ def op_ranges(config: Preprocessing) -> randaugment.OpRanges | None:
     return randaugment.RANDAUGMENT_RANGES if config.augment.randaugment_ops else None
 
 
+def draws_per_example(config: Preprocessing) -> bool:
+    """Whether `augment_choices` draws anything: an op policy, random erasing or Cutout."""
+    augment = config.augment
+    policy = augment.auto_augment == "augmix" or augment.auto_augment in POLICIES
+    return bool(
+        policy or augment.randaugment_ops or augment.erase_probability or augment.cutout_size
+    )
+
+
 def augment_choices(seed: tf.Tensor, config: Preprocessing) -> dict[str, tf.Tensor]:
     """One example's draws for RandAugment and random erasing, for those that are on.
 

@@ -49,6 +49,7 @@ from resnet_app.common import compat
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import (
     augment_draws,
+    batches,
     channels,
     class_balance,
     families,
@@ -316,21 +317,26 @@ class InputPipeline:
         seed = self.config.seed
         split = self.train_split
 
-        stream = self._raw_stream(
-            global_batch_size, start_example, num_shards, shard_index, replicas_per_shard
-        )
         repeated = self.config.augment.repeats > 1
+        if batches.applies(split, config, self.source.image_size != config.image_size):
+            arrange = repeats.placement(global_batch_size, num_shards, replicas_per_shard)
+            indexed = self._indexed_stream(start_example, arrange).shard(num_shards, shard_index)
+            stream = batches.training(indexed, batch, self._lookup(split), config, repeated)
+        else:
+            stream = self._raw_stream(
+                global_batch_size, start_example, num_shards, shard_index, replicas_per_shard
+            )
 
-        def transform(key, example_id, copy, image, label):
-            # Each example's augmentation depends on (seed, epoch, id, copy) only.
-            augment_seed = tf.stack([key, example_id])
-            features = self._augment(image, augment_seed, split.encoded, config)
-            if repeated:  # Its copies draw their stochastic depth apart (`nets/drop_path.py`).
-                features["copy"] = copy
-            return _example(features, label, example_id)
+            def transform(key, example_id, copy, image, label):
+                # Each example's augmentation depends on (seed, epoch, id, copy) only.
+                augment_seed = tf.stack([key, example_id])
+                features = self._augment(image, augment_seed, split.encoded, config)
+                if repeated:  # Its copies draw their stochastic depth apart (`drop_path.py`).
+                    features["copy"] = copy
+                return batches.example(features, label, example_id)
 
-        stream = _map_examples(stream, transform, split.encoded)
-        stream = stream.batch(batch, drop_remainder=True)
+            stream = _map_examples(stream, transform, split.encoded)
+            stream = stream.batch(batch, drop_remainder=True)
         stream = stream.map(
             lambda b: self._augment_batch(b, config), num_parallel_calls=options.parallel_calls()
         )
@@ -449,6 +455,14 @@ class InputPipeline:
             ids = np.arange(shard_index, total, num_shards)
             return self._synthetic(batch_size, num_batches=num_batches, eval_ids=ids)
 
+        resize = self.source.image_size != self.preprocessing.image_size
+        if not crops and batches.applies(data, self.preprocessing, resize):
+            indices = np.arange(shard_index, total, num_shards, dtype=np.int64)
+            lookup = self._lookup(data)
+            stream = batches.evaluation(
+                indices, batch_size, num_batches, lookup, self.preprocessing
+            )
+            return stream.prefetch(tf.data.AUTOTUNE).with_options(options.dataset_options())
         # Every pipeline reads its share, then pads with masked blanks to
         # `padded` examples. An undecodable file is dropped with a warning and
         # then simply not counted.
@@ -466,7 +480,7 @@ class InputPipeline:
 
         def transform(example_id, image, label):
             image = self._evaluate_transform(image, data.encoded, crops)
-            return _example({"image": image}, label, example_id)
+            return batches.example({"image": image}, label, example_id)
 
         stream = _map_examples(stream, transform, data.encoded)
         blank = tf.data.Dataset.from_tensors(self._padding(crops)).repeat()
@@ -543,19 +557,6 @@ class InputPipeline:
                 "mask": tf.cast(example_ids >= 0, tf.float32),
             }
         )
-
-
-def _example(features: dict, label: tf.Tensor, example_id: tf.Tensor) -> dict:
-    """A real (mask 1) example: its image features, label and id.
-
-    A class id becomes int32; a multi-hot row (multi-label data) float32.
-    """
-    return {
-        **features,
-        "label": tf.cast(label, tf.float32 if label.shape.rank else tf.int32),
-        "id": example_id,
-        "mask": tf.ones([], tf.float32),
-    }
 
 
 def _map_examples(stream: tf.data.Dataset, transform, encoded: bool) -> tf.data.Dataset:

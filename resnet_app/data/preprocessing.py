@@ -44,7 +44,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from resnet_app.data import augment_draws, augmix, randaugment
+from resnet_app.data import augment_draws, augmix, philox, randaugment
 from resnet_app.data import channels as image_channels
 from resnet_app.data.settings import AugmentSettings
 
@@ -93,7 +93,8 @@ class Preprocessing:
         return self.eval_image_size or self.image_size
 
 
-def _normalize(image: tf.Tensor, config: Preprocessing) -> tf.Tensor:
+def normalize(image: tf.Tensor, config: Preprocessing) -> tf.Tensor:
+    """uint8 pixels [..., channels] as float32 (pixel - mean) / std."""
     image = tf.cast(image, tf.float32)
     mean = tf.constant(config.mean, tf.float32)
     std = tf.constant(config.std, tf.float32)
@@ -139,7 +140,15 @@ def cifar_choices(seed: tf.Tensor, config: Preprocessing) -> tf.Tensor:
       int32 [3]: the crop's top and left in the padded image (0 to 2 * padding)
       and whether to flip (0 or 1; always 0 without `config.augment.flip`).
     """
-    uniform = tf.random.stateless_uniform([3], seed)
+    return _choices_of(tf.random.stateless_uniform([3], seed), config)
+
+
+def cifar_choices_rows(seeds: tf.Tensor, config: Preprocessing) -> tf.Tensor:
+    """`cifar_choices` of a batch of seeds (int64 [batch, 2]) at once: int32 [batch, 3]."""
+    return _choices_of(philox.uniform_rows(seeds, 3), config)
+
+
+def _choices_of(uniform: tf.Tensor, config: Preprocessing) -> tf.Tensor:
     positions = 2 * config.augment.crop_padding + 1
     scale = tf.constant([positions, positions, 2 if config.augment.flip else 1], tf.float32)
     return tf.cast(tf.floor(uniform * scale), tf.int32)
@@ -268,7 +277,7 @@ def cifar_train_batch(
         images, draws = _spread_views(images, {"choices": choices, **draws}, views)
         choices = draws.pop("choices")
         augment = {**augment, **draws}
-    images = _normalize(images, config)
+    images = normalize(images, config)
     # Zero padding after normalization: the border is the mean colour.
     padded = tf.pad(images, [[0, 0], [pad, pad], [pad, pad], [0, 0]])
     top, left, flip = tf.unstack(choices, axis=1)
@@ -310,7 +319,7 @@ def cifar_train(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> tf.
 
 def cifar_eval(image: tf.Tensor, config: Preprocessing) -> tf.Tensor:
     """Normalize one decoded image (no augmentation)."""
-    return _finish(_normalize(image, config), config)
+    return _finish(normalize(image, config), config)
 
 
 def _crop_window(shape: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> tf.Tensor:
@@ -378,7 +387,7 @@ def imagenet_train(
         # AugMix's views: the first is the crop as the recipe without them leaves it.
         crop = augmented if views == 1 else tf.concat([crop[None], augmented[1:]], axis=0)
     # The example's views as a batch.
-    images = _normalize(crop if views > 1 else crop[None], config)
+    images = normalize(crop if views > 1 else crop[None], config)
     if config.augment.cutout_size:
         corners = tf.repeat(augment["cutout_corner"][None], views, axis=0)
         images = cutout(images, corners, config)
@@ -517,7 +526,7 @@ def imagenet_eval(image: tf.Tensor, config: Preprocessing, encoded: bool = False
         image = decode_image(image, config.channels)
     size = config.eval_size
     crop = resized_crops(image, config.eval_resize, size)[0]
-    return _finish(_normalize(crop, config), config, size)
+    return _finish(normalize(crop, config), config, size)
 
 
 def imagenet_eval_crops(
@@ -542,7 +551,7 @@ def imagenet_eval_crops(
         image = decode_image(image, config.channels)
     size = config.eval_size
     crops = resized_crops(image, config.eval_resize, size, corners=True)
-    return tf.stack([_finish(_normalize(crop, config), config, size) for crop in tf.unstack(crops)])
+    return tf.stack([_finish(normalize(crop, config), config, size) for crop in tf.unstack(crops)])
 
 
 def resize_only(image: tf.Tensor, config: Preprocessing, encoded: bool = False) -> tf.Tensor:
