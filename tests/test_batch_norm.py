@@ -69,3 +69,42 @@ def test_synchronized_statistics_take_keras_path(monkeypatch):
     layer.build((2, 3, 3, 4))
     layer(tf.ones((2, 3, 3, 4)), training=True)
     assert calls == []
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_inference_is_the_closed_form_on_the_moving_statistics(policy):
+    shape, epsilon = (4, 3, 3, 5), 1e-3
+    images = np.random.default_rng(2).normal(1, 2, shape).astype(np.float32)
+    with dtype_policy(policy):
+        ours, _ = _pair(shape, epsilon=epsilon)
+    compute = tf.bfloat16 if policy == "mixed_bfloat16" else tf.float32
+    inputs = tf.cast(images, compute)
+    outputs = ours(inputs, training=False)
+    assert outputs.dtype == compute
+    x = tf.cast(inputs, tf.float32).numpy().astype(np.float64)  # What the layer was given.
+    mean, variance = np.linspace(-0.3, 0.3, 5), np.linspace(0.5, 1.5, 5)
+    gamma, beta = np.linspace(0.5, 2.0, 5), np.linspace(-1.0, 1.0, 5)
+    expected = (x - mean) / np.sqrt(variance + epsilon) * gamma + beta
+    tolerance = 2e-2 if policy == "mixed_bfloat16" else 1e-5
+    got = tf.cast(outputs, tf.float32).numpy()
+    np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance)
+    # A frozen layer in training mode normalizes with the same moving statistics.
+    ours.trainable = False
+    frozen = tf.cast(ours(inputs, training=True), tf.float32).numpy()
+    np.testing.assert_allclose(frozen, expected, rtol=tolerance, atol=tolerance)
+    np.testing.assert_allclose(ours.moving_mean.numpy(), mean, rtol=0, atol=1e-7)
+
+
+def test_inference_runs_the_fused_kernel(monkeypatch):
+    calls = []
+    fused = tf.compat.v1.nn.fused_batch_norm
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs["is_training"])
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(tf.compat.v1.nn, "fused_batch_norm", spy)
+    layer, _ = _pair((2, 3, 3, 4))
+    layer(tf.ones((2, 3, 3, 4)), training=False)
+    layer(tf.ones((2, 3, 3, 4)))  # Keras's default: inference.
+    assert calls == [False, False]
