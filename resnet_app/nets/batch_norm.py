@@ -10,8 +10,8 @@ trains NHWC images through the fused kernel. In inference it normalizes with
 the moving statistics through the same kernel, in one pass where Keras makes
 two, and TensorFlow's graph optimizer folds it into the convolution before it
 (with oneDNN): a ResNet-9's forward pass at batch 256 takes 33 ms instead of
-40 on 2 cores. Synchronized (cross-tower) statistics, masks, renormalization
-and a frozen layer in training take Keras's own path.
+40 on 2 cores. Synchronized (cross-tower) statistics, masks, renormalization,
+float64 and a frozen layer in training take Keras's own path.
 """
 
 from __future__ import annotations
@@ -19,12 +19,21 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+# What the fused kernel takes (its parameters are float32); float64 takes Keras's path.
+_KERNEL_DTYPES = (tf.float32, tf.bfloat16, tf.float16)
+
 
 class BatchNorm(keras.layers.BatchNormalization):
     """`keras.layers.BatchNormalization`, trained through the fused kernel (NHWC, 4-D)."""
 
     def call(self, inputs, training=None, mask=None):
-        fused = not self.renorm and mask is None and len(inputs.shape) == 4 and self.axis in (-1, 3)
+        fused = (
+            not self.renorm
+            and mask is None
+            and len(inputs.shape) == 4
+            and self.axis in (-1, 3)
+            and inputs.dtype in _KERNEL_DTYPES
+        )
         if not fused or (training and (not self.trainable or self.synchronized)):
             return super().call(inputs, training=training, mask=mask)
         channels = inputs.shape[-1]
