@@ -17,7 +17,7 @@ What TensorFlow computes (Salmon et al. 2011, Philox-4x32-10, as in
 - a word w becomes the float with w's low 23 bits as its mantissa and
   exponent 0 (a value in [1, 2)), minus 1.
 
-`tests/test_philox.py` checks every row against TensorFlow's own op.
+`tests/test_batches.py` checks every row against TensorFlow's own op.
 Words are held in uint64 tensors below 2^32, so a 32x32-bit product is exact.
 """
 
