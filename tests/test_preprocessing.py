@@ -55,6 +55,28 @@ def test_cifar_train_is_a_window_of_the_padded_image_maybe_flipped():
     assert len(offsets) > 10  # The crop position really varies.
 
 
+@pytest.mark.parametrize("channels, size, pad", [(1, 28, 2), (3, 32, 4), (3, 8, 3)])
+def test_cifar_train_batch_crops_every_window_and_flip_as_numpy(channels, size, pad):
+    """Every (top, left, flip) of a batch, bit for bit: the window of the image
+    padded by the mean colour (0 once normalized), normalized in float32."""
+    import dataclasses
+
+    mean, std = MEAN[:channels], STD[:channels]
+    config = Preprocessing("cifar", size, mean, std)
+    augment = dataclasses.replace(config.augment, crop_padding=pad)
+    config = dataclasses.replace(config, augment=augment)
+    offsets = range(2 * pad + 1)
+    choices = np.array([(t, s, f) for t in offsets for s in offsets for f in (0, 1)], np.int32)
+    rng = np.random.default_rng(channels)
+    images = rng.integers(0, 256, (len(choices), size, size, channels), dtype=np.uint8)
+    out = preprocessing.cifar_train_batch(tf.constant(images), tf.constant(choices), config)
+    normalized = (images.astype(np.float32) - np.float32(mean)) / np.float32(std)
+    padded = np.pad(normalized, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    for image, (top, left, flip), actual in zip(padded, choices, out.numpy()):
+        window = image[top : top + size, left : left + size]
+        np.testing.assert_array_equal(actual, window[:, ::-1] if flip else window)
+
+
 def test_cifar_train_is_a_function_of_the_seed():
     image = tf.constant(random_image())
     first = preprocessing.cifar_train(image, seed(3), CIFAR)
