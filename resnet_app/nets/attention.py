@@ -3,21 +3,12 @@
     se   x * sigmoid(fc2(relu(fc1(mean_hw(x)))))      Hu et al. 2018
     eca  x * sigmoid(conv1d_k(mean_hw(x)))             Wang et al. 2020
 
-squeeze-excitation's reduced width is `channels * se_ratio` rounded to a
-multiple of `spec.SE_DIVISOR` (timm's `make_divisible`, which every preset's
-widths meet exactly); its two 1x1 convolutions are dense layers on the pooled
-vector (the same function, the same weights transposed). ECA's kernel size
-follows from the channel count: t = int(|log2(C) + 1| / 2), made odd, at
-least 3 (5 for 256 to 1024 channels, 7 for 2048). Model code only.
-
-The kinds a config may name are registered in `nets/kinds.py` (no
-TensorFlow, so configs are checked before it loads), each naming its layer
-class here or in any other module: a new attention is its class and one
-`register(AttentionKind(...))` line there. Every block names its attention
-layer `<unit>_se`, whatever the kind: timm does the same (a block's `se`
-attribute holds SE, ECA or any other), so timm's weight names map one to one
-(`pretrained/torch_files.py`), and the runs and weight files saved so far
-keep their variable paths (fine-tuning's per-part rates select by path).
+SE's reduced width is `channels * se_ratio` rounded to a multiple of
+`spec.SE_DIVISOR` (timm's `make_divisible`); its 1x1 convolutions are dense
+layers on the pooled vector. ECA's kernel size follows from the channel count.
+The kinds are registered in `nets/kinds.py`. Every block names its attention
+layer `<unit>_se` whatever the kind, as timm's `se` attribute, so timm's
+weight names map one to one and saved runs keep their variable paths.
 """
 
 from __future__ import annotations
@@ -42,7 +33,18 @@ def eca_kernel_size(channels: int) -> int:
     return max(t if t % 2 else t + 1, 3)
 
 
-class SqueezeExcite(keras.layers.Layer):
+class _ChannelGate(keras.layers.Layer):
+    """Each channel scaled by sigmoid(`gate` of every channel's mean)."""
+
+    def call(self, inputs):
+        gate = keras.ops.sigmoid(self.gate(keras.ops.mean(inputs, axis=(1, 2))))
+        return inputs * gate[:, None, None, :]
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+
+class SqueezeExcite(_ChannelGate):
     """Squeeze-excitation: each channel gated by a function of every channel's mean."""
 
     def __init__(self, make: LayerFactory, channels: int, **kwargs):
@@ -55,16 +57,11 @@ class SqueezeExcite(keras.layers.Layer):
         self.fc1.build((None, input_shape[-1]))
         self.fc2.build((None, self.reduced))
 
-    def call(self, inputs):
-        squeezed = keras.ops.mean(inputs, axis=(1, 2))
-        gate = keras.ops.sigmoid(self.fc2(keras.ops.relu(self.fc1(squeezed))))
-        return inputs * gate[:, None, None, :]
-
-    def compute_output_shape(self, input_shape):
-        return input_shape
+    def gate(self, squeezed):
+        return self.fc2(keras.ops.relu(self.fc1(squeezed)))
 
 
-class EfficientChannelAttention(keras.layers.Layer):
+class EfficientChannelAttention(_ChannelGate):
     """ECA: each channel gated by a 1-D convolution over its neighbours' means."""
 
     def __init__(self, make: LayerFactory, channels: int, **kwargs):
@@ -81,13 +78,8 @@ class EfficientChannelAttention(keras.layers.Layer):
     def build(self, input_shape) -> None:
         self.conv.build((None, input_shape[-1], 1))
 
-    def call(self, inputs):
-        squeezed = keras.ops.mean(inputs, axis=(1, 2))[:, :, None]  # [batch, channels, 1]
-        gate = keras.ops.sigmoid(self.conv(squeezed))[:, :, 0]
-        return inputs * gate[:, None, None, :]
-
-    def compute_output_shape(self, input_shape):
-        return input_shape
+    def gate(self, squeezed):
+        return self.conv(squeezed[:, :, None])[:, :, 0]  # Channels as the 1-D axis.
 
 
 def make_attention(make: LayerFactory, channels: int, name: str) -> keras.layers.Layer | None:

@@ -1,17 +1,12 @@
-"""BatchNorm on TensorFlow's fused kernel: Keras's layer, 1.3x faster to train.
+"""BatchNorm on TensorFlow's fused kernel: Keras's layer, faster to train and to serve.
 
-Keras 3's `BatchNormalization` computes the batch moments and the
-normalization with separate element-wise ops, each a pass over the activation
-in memory. TensorFlow's fused kernel (`FusedBatchNormV3`, and its gradient)
-does it in one pass, which on a CPU makes a ResNet-20 training step about 1.3x
-faster (scripts/benchmark.py). `BatchNorm` is Keras's layer, with the same
-variables, checkpoints, moving-average rule and biased batch variance, that
-trains NHWC images through the fused kernel. In inference it normalizes with
-the moving statistics through the same kernel, in one pass where Keras makes
-two, and TensorFlow's graph optimizer folds it into the convolution before it
-(with oneDNN): a ResNet-9's forward pass at batch 256 takes 33 ms instead of
-40 on 2 cores. Synchronized (cross-tower) statistics, masks, renormalization,
-float64 and a frozen layer in training take Keras's own path.
+Keras 3's `BatchNormalization` computes the moments and the normalization in
+separate element-wise passes; TensorFlow's `FusedBatchNormV3` (and its
+gradient) does each in one, and in inference the graph optimizer folds it
+into the convolution before it. `BatchNorm` keeps Keras's variables,
+checkpoints, moving-average rule and biased batch variance. Synchronized
+statistics, masks, renormalization, float64 and a frozen layer in training
+take Keras's own path.
 """
 
 from __future__ import annotations
@@ -39,34 +34,29 @@ class BatchNorm(keras.layers.BatchNormalization):
         channels = inputs.shape[-1]
         gamma = self.gamma if self.scale else tf.ones([channels])
         beta = self.beta if self.center else tf.zeros([channels])
-        if not training:
-            # The moving statistics, in one pass (TensorFlow may fold it into the conv).
-            outputs, _, _ = tf.compat.v1.nn.fused_batch_norm(
-                inputs,
-                tf.cast(gamma, tf.float32),
-                tf.cast(beta, tf.float32),
-                mean=tf.cast(self.moving_mean, tf.float32),
-                variance=tf.cast(self.moving_variance, tf.float32),
-                epsilon=self.epsilon,
-                data_format="NHWC",
-                is_training=False,
-            )
-            return tf.cast(outputs, self.compute_dtype)
-        # Mixed precision: the kernel takes bfloat16/float16 images with float32
-        # parameters and statistics, and computes in float32.
+        moving = {}
+        if not training:  # Normalized by the moving statistics.
+            moving = {
+                "mean": tf.cast(self.moving_mean, tf.float32),
+                "variance": tf.cast(self.moving_variance, tf.float32),
+            }
+        # Mixed precision: bfloat16/float16 images, float32 parameters and compute.
         outputs, mean, variance = tf.compat.v1.nn.fused_batch_norm(
             inputs,
             tf.cast(gamma, tf.float32),
             tf.cast(beta, tf.float32),
             epsilon=self.epsilon,
             data_format="NHWC",
-            is_training=True,
+            is_training=bool(training),
+            **moving,
         )
-        # The kernel returns the variance with Bessel's correction, n / (n - 1);
-        # Keras's moving variance follows the biased one.
-        count = tf.cast(tf.reduce_prod(tf.shape(inputs)[:-1]), tf.float32)
-        variance = variance * tf.math.divide_no_nan(count - 1.0, count)
-        momentum = self.momentum
-        self.moving_mean.assign(self.moving_mean * momentum + mean * (1.0 - momentum))
-        self.moving_variance.assign(self.moving_variance * momentum + variance * (1.0 - momentum))
+        if training:
+            # The kernel's variance has Bessel's correction; Keras's moving one is biased.
+            count = tf.cast(tf.reduce_prod(tf.shape(inputs)[:-1]), tf.float32)
+            variance = variance * tf.math.divide_no_nan(count - 1.0, count)
+            momentum = self.momentum
+            self.moving_mean.assign(self.moving_mean * momentum + mean * (1.0 - momentum))
+            self.moving_variance.assign(
+                self.moving_variance * momentum + variance * (1.0 - momentum)
+            )
         return tf.cast(outputs, self.compute_dtype)

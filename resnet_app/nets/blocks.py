@@ -1,33 +1,21 @@
-"""The residual unit of a ResNet: one class per block kind, every variant an option.
+"""The residual units of a ResNet: the basic and bottleneck blocks, every variant an option.
 
     basic       two 3x3 convs
     bottleneck  1x1, 3x3 (grouped with `groups`), 1x1 to 4x the stage width
 
-each post-activation (v1: conv-BN-ReLU, ReLU after the add) or pre-activation
-(v2: BN-ReLU-conv, nothing after the add), with optional channel attention
-after the branch's last BatchNorm (`nets/attention.py`), dropout before its
-last conv, stochastic depth on the whole branch, and a shortcut that is the
-identity, option A zero padding, option B projection or ResNet-D's average
-pool and projection (He et al. 2015, 2016, 2019; Xie et al. 2017; Hu et al.
-2018; Zagoruyko & Komodakis 2016). A block kind only declares its
-convolutions (`conv_specs`); `ResidualBlock` does the rest. A new kind is one
-subclass (here or in its own module) and one `register(BlockKind(...))` line
-in `nets/kinds.py`, which states its facts once, without TensorFlow: its
-name, expansion (`config.expansion`, read here), convolutions per unit
-(`ResNetConfig.depth`), inner width (`config.inner_width`) and the fields
-it has no place for. A new option is one field read here.
+v1 is post-activation (conv-BN-ReLU, ReLU after the add), v2 pre-activation
+(BN-ReLU-conv). Options: channel attention after the branch's last BatchNorm,
+dropout before its last conv, stochastic depth on the branch, and a shortcut
+that is the identity, zero padding (option A), a projection (B) or ResNet-D's
+average pool and projection. A block kind only declares its convolutions
+(`conv_specs`); a new kind is one subclass and one `register` line in
+`nets/kinds.py`.
 
-Checkpoints name variables by the attribute that holds each layer (`conv1`,
-`bn1`, `preact_norm`, `projection`, `projection_norm`, `attention`), and
-optimizer slots by the position of the variable in
-`model.trainable_variables`, which is the order in which the layers were
-assigned. So every block assigns its convs, then its BatchNorms, then its
-attention, then its shortcut, exactly as the code before it did: do not
-reorder the assignments.
-
-Each block also declares the names its layers have in other implementations
-(`source_names`: torchvision's and timm's state dicts, Keras applications'
-layers), so that weight readers map by name, never by position.
+Checkpoints name variables by attribute (`conv1`, `bn1`, `preact_norm`, ...)
+and optimizer slots by their order in `model.trainable_variables`, which is
+the order of assignment: preact norm, convs, norms, attention, shortcut. Do
+not reorder the assignments. `source_names` gives each layer's name in
+torchvision/timm state dicts and Keras applications files.
 """
 
 from __future__ import annotations
@@ -77,20 +65,22 @@ class ZeroPadShortcut(keras.layers.Layer):
         }
 
 
-class ResidualBlock(keras.layers.Layer):
-    """A residual unit: its branch (convs, norms, attention, dropout) and its shortcut.
+class Unit(keras.layers.Layer):
+    """A unit of a stage, as the network makes every kind: `make_layers` makes its layers.
 
     Args:
       config: the network's config.
-      in_channels: channels of the block's input.
-      width: the stage width; the block outputs `width * config.expansion` channels.
-      stride: the stride of the block (of its first unit's downsampling conv).
-      first_in_network: the network's first block (its input is the stem's
+      in_channels: channels of the unit's input.
+      width: the stage width.
+      stride: the unit's stride.
+      first_in_network: the network's first unit (its input is the stem's
         output, already normalized and activated).
-      first_in_stage: the first block of its stage.
+      first_in_stage: the first unit of its stage.
       drop_rate: its stochastic depth rate.
       block_index: its position in the network, which keys its random draws.
     """
+
+    preact = False
 
     def __init__(
         self,
@@ -105,48 +95,11 @@ class ResidualBlock(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.drop_rate = drop_rate
-        self.dropout_rate = config.dropout
-        self.block_index = block_index
-        self.in_channels = in_channels
-        self.stride = stride
-        self.out_channels = width * config.expansion
-        self.preact = config.version == "v2"
-        self.projection = self.projection_norm = self.pad = self.pool = None
-        self.shortcut_kind = config.shortcut
-        make, name = LayerFactory(config), self.name
-        # v2: bn0 normalizes the block's input, except in the network's very
-        # first block, whose input (the stem output) is already normalized and
-        # activated. The shortcut takes the activated input in the first block,
-        # and in a stage's first block if `activate_before_residual` (He et al.
-        # 2016, "both_preact"); otherwise the raw input.
-        self.preact_norm = None
-        if self.preact and not first_in_network:
-            self.preact_norm = make.batch_norm(f"{name}_bn0")
-        self.shortcut_preactivated = self.preact and (
-            first_in_network or (first_in_stage and config.activate_before_residual)
-        )
-        specs = self.conv_specs(config, in_channels, width, stride)
-        for number, spec in enumerate(specs, start=1):
-            conv = make.conv(
-                spec.filters, spec.kernel, spec.stride, f"{name}_conv{number}", spec.groups
-            )
-            setattr(self, f"conv{number}", conv)
-        # v1: a BatchNorm after each conv (the last may start at zero); v2:
-        # before each conv but the first (bn0 is the first's).
-        norms = len(specs) if not self.preact else len(specs) - 1
-        for number in range(1, norms + 1):
-            zero = number == len(specs) and config.zero_init_residual
-            setattr(self, f"bn{number}", make.batch_norm(f"{name}_bn{number}", zero_gamma=zero))
-        self.num_convs = len(specs)
-        self.attention = make_attention(make, self.out_channels, f"{name}_se")
-        self._make_shortcut(make, config.shortcut)
+        self.in_channels, self.stride = in_channels, stride
+        self.drop_rate, self.block_index = drop_rate, block_index
+        self.make_layers(config, width, first_in_network, first_in_stage)
 
-    @classmethod
-    def conv_specs(
-        cls, config: ResNetConfig, in_channels: int, width: int, stride: int
-    ) -> list[ConvSpec]:
-        """The branch's convolutions, input to output (a block kind's one definition)."""
+    def make_layers(self, config, width, first_in_network, first_in_stage) -> None:
         raise NotImplementedError
 
     @property
@@ -157,22 +110,60 @@ class ResidualBlock(keras.layers.Layer):
     @property
     def norms(self) -> list[keras.layers.Layer]:
         """v1: the BatchNorm after each convolution; v2: before each but the first."""
-        count = self.num_convs - (1 if self.preact else 0)
-        return [getattr(self, f"bn{number}") for number in range(1, count + 1)]
+        return [
+            getattr(self, f"bn{number}") for number in range(1, self.num_convs + 1 - self.preact)
+        ]
+
+
+class ResidualBlock(Unit):
+    """A residual unit: its branch (convs, norms, attention, dropout) and its shortcut."""
+
+    def make_layers(self, config, width, first_in_network, first_in_stage) -> None:
+        self.dropout_rate = config.dropout
+        self.out_channels = width * config.expansion
+        self.preact = config.version == "v2"
+        self.projection = self.projection_norm = self.pad = self.pool = None
+        self.shortcut_kind = config.shortcut
+        make, name = LayerFactory(config), self.name
+        # v2: bn0 normalizes the input, except in the network's first unit
+        # (the stem's output is already activated). The shortcut takes the
+        # activated input there, and in a stage's first unit with
+        # `activate_before_residual` (He et al. 2016's "both_preact").
+        self.preact_norm = None
+        if self.preact and not first_in_network:
+            self.preact_norm = make.batch_norm(f"{name}_bn0")
+        self.shortcut_preactivated = self.preact and (
+            first_in_network or (first_in_stage and config.activate_before_residual)
+        )
+        specs = self.conv_specs(config, self.in_channels, width, self.stride)
+        self.num_convs = len(specs)
+        for number, spec in enumerate(specs, start=1):
+            conv = make.conv(
+                spec.filters, spec.kernel, spec.stride, f"{name}_conv{number}", spec.groups
+            )
+            setattr(self, f"conv{number}", conv)
+        for number in range(1, self.num_convs + 1 - self.preact):
+            zero = number == self.num_convs and config.zero_init_residual
+            setattr(self, f"bn{number}", make.batch_norm(f"{name}_bn{number}", zero_gamma=zero))
+        self.attention = make_attention(make, self.out_channels, f"{name}_se")
+        self._make_shortcut(make, config.shortcut)
+
+    @classmethod
+    def conv_specs(
+        cls, config: ResNetConfig, in_channels: int, width: int, stride: int
+    ) -> list[ConvSpec]:
+        """The branch's convolutions, input to output (a block kind's one definition)."""
+        raise NotImplementedError
 
     def _make_shortcut(self, make: LayerFactory, shortcut: str) -> None:
-        """Makes the layers of the shortcut, if the block changes the shape.
-
-        Raises:
-          ConfigError: a "pad" shortcut would have to drop channels.
-        """
+        """The shortcut's layers, when the unit changes the shape."""
         name, in_channels, out_channels = self.name, self.in_channels, self.out_channels
         if self.stride == 1 and in_channels == out_channels:
             return
         if shortcut in ("projection", "avg_projection"):
-            # ResNet-D averages 2x2 windows of the stride, then projects at
-            # stride 1 (torchvision-style ceil mode: an odd edge's partial
-            # window averages its valid pixels, as TF's "same" pooling does).
+            # ResNet-D averages windows of the stride, then projects at stride 1
+            # (an odd edge's partial window averages its valid pixels, as
+            # torchvision's ceil mode does).
             average = shortcut == "avg_projection" and self.stride > 1
             if average:
                 self.pool = keras.layers.AveragePooling2D(
@@ -215,34 +206,21 @@ class ResidualBlock(keras.layers.Layer):
             last = number == self.num_convs
             if self.preact and number > 1:
                 outputs = relu(getattr(self, f"bn{number - 1}")(outputs, training=training))
-            if last:
-                outputs = self.dropout(outputs, training, keys)
+            if last and training and self.dropout_rate and keys is not None:
+                # Per element, keyed like stochastic depth (`nets/drop_path.py`).
+                outputs = drop_path.dropout(outputs, keys, self.block_index, self.dropout_rate)
             outputs = conv(outputs)
             if not self.preact:
                 outputs = getattr(self, f"bn{number}")(outputs, training=training)
                 outputs = outputs if last else relu(outputs)
         if self.attention is not None:
             outputs = self.attention(outputs)
-        outputs = self.drop_path(outputs, training, keys)
-        shortcut = self.shortcut(activated if self.shortcut_preactivated else inputs, training)
-        outputs = outputs + shortcut
+        if training and self.drop_rate and keys is not None:  # Stochastic depth.
+            outputs = drop_path.drop(outputs, keys, self.block_index, self.drop_rate)
+        outputs = outputs + self.shortcut(
+            activated if self.shortcut_preactivated else inputs, training
+        )
         return outputs if self.preact else relu(outputs)
-
-    def drop_path(self, branch, training=None, keys=None):
-        """Stochastic depth: the branch, dropped per example in training (`nets/drop_path.py`).
-
-        Only with a drop rate, in training and with the step's example keys;
-        otherwise the branch itself (its expected value).
-        """
-        if not (training and self.drop_rate and keys is not None):
-            return branch
-        return drop_path.drop(branch, keys, self.block_index, self.drop_rate)
-
-    def dropout(self, inputs, training=None, keys=None):
-        """Dropout before the last conv, per element in training, keyed like stochastic depth."""
-        if not (training and self.dropout_rate and keys is not None):
-            return inputs
-        return drop_path.dropout(inputs, keys, self.block_index, self.dropout_rate)
 
     def shortcut(self, inputs, training=None):
         """The shortcut's output: identity, zero-padded subsample or (pooled) projection."""
@@ -251,9 +229,7 @@ class ResidualBlock(keras.layers.Layer):
             if self.projection_norm is not None:
                 outputs = self.projection_norm(outputs, training=training)
             return outputs
-        if self.pad is not None:
-            return self.pad(inputs)
-        return inputs
+        return inputs if self.pad is None else self.pad(inputs)
 
     def compute_output_shape(self, input_shape: Shape) -> Shape:
         # "same" padding: a stride-s conv gives ceil(size / s).
@@ -262,18 +238,17 @@ class ResidualBlock(keras.layers.Layer):
         return (batch, *spatial, self.out_channels)
 
     def source_names(self, layout: str, stage: int, unit: int) -> dict[str, str]:
-        """{our layer name: its name in `layout`} for this block's layers with weights.
+        """{our layer name: its name in `layout`} for this unit's layers with weights.
 
         Args:
           layout: TORCH (torchvision's and timm's state-dict modules, e.g.
             "layer2.0.downsample.1") or KERAS (Keras applications' ResNet v1
             layers, e.g. "conv3_block1_0_conv").
-          stage: the block's stage, from 1.
+          stage: the unit's stage, from 1.
           unit: its position in the stage, from 0.
 
         Raises:
-          ConfigError: for a block that layout has no names for (v2 blocks
-            in either; attention, grouped or average-pool shortcuts in Keras's).
+          ConfigError: for a unit that layout has no names for.
         """
         if self.preact:
             raise ConfigError(
@@ -281,7 +256,7 @@ class ResidualBlock(keras.layers.Layer):
                 "Keras applications ResNet file holds; use a v1 model"
             )
         name = self.name
-        convs = {f"{name}_conv{n}": n for n in range(1, self.num_convs + 1)}
+        numbers = range(1, self.num_convs + 1)
         if layout == KERAS:
             if self.attention is not None or self.pool is not None:
                 raise ConfigError(
@@ -289,26 +264,25 @@ class ResidualBlock(keras.layers.Layer):
                     "shortcut; use a torchvision or timm file"
                 )
             base = f"conv{stage + 1}_block{unit + 1}"
-            names = {layer: f"{base}_{n}_conv" for layer, n in convs.items()}
-            names.update({f"{name}_bn{n}": f"{base}_{n}_bn" for n in convs.values()})
+            names = {f"{name}_conv{n}": f"{base}_{n}_conv" for n in numbers}
+            names.update({f"{name}_bn{n}": f"{base}_{n}_bn" for n in numbers})
             if self.projection is not None:
                 names[self.projection.name] = f"{base}_0_conv"
                 names[self.projection_norm.name] = f"{base}_0_bn"
             return names
         base = f"layer{stage}.{unit}"
-        names = {layer: f"{base}.conv{n}" for layer, n in convs.items()}
-        names.update({f"{name}_bn{n}": f"{base}.bn{n}" for n in convs.values()})
+        names = {f"{name}_conv{n}": f"{base}.conv{n}" for n in numbers}
+        names.update({f"{name}_bn{n}": f"{base}.bn{n}" for n in numbers})
         if self.projection is not None:
             # timm's average-pool shortcut keeps the pool at index 0, even as
             # an identity at stride 1, so its conv and norm are 1 and 2.
             first = 1 if self.shortcut_kind == "avg_projection" else 0
             names[self.projection.name] = f"{base}.downsample.{first}"
             names[self.projection_norm.name] = f"{base}.downsample.{first + 1}"
-        if self.attention is not None:
-            for leaf in ("fc1", "fc2", "conv"):
-                layer = getattr(self.attention, leaf, None)
-                if layer is not None:
-                    names[layer.name] = f"{base}.se.{leaf}"
+        for leaf in ("fc1", "fc2", "conv"):
+            layer = getattr(self.attention, leaf, None)
+            if layer is not None:
+                names[layer.name] = f"{base}.se.{leaf}"
         return names
 
 
@@ -317,22 +291,19 @@ class BasicBlock(ResidualBlock):
 
     @classmethod
     def conv_specs(cls, config, in_channels, width, stride):
-        del in_channels
         return [ConvSpec(width, 3, stride), ConvSpec(width * config.expansion, 3, 1)]
 
 
 class BottleneckBlock(ResidualBlock):
     """1x1 to the inner width, 3x3 (grouped with `groups`), 1x1 to 4x the stage width.
 
-    The stride sits on the 3x3 conv (torchvision, TF Model Garden), or on the
-    first 1x1 conv with `config.stride_in_1x1` (the original paper). The
-    inner width is `config.inner_width(width)` (ResNeXt's groups times
-    channels per group; the wide ResNets' doubled width).
+    The stride is on the 3x3 conv (torchvision, Model Garden), or with
+    `config.stride_in_1x1` on the first 1x1 (the paper). The inner width is
+    `config.inner_width(width)` (ResNeXt's groups; the wide ResNets' double).
     """
 
     @classmethod
     def conv_specs(cls, config, in_channels, width, stride):
-        del in_channels
         inner = config.inner_width(width)
         stride_1x1, stride_3x3 = (stride, 1) if config.stride_in_1x1 else (1, stride)
         return [

@@ -1,26 +1,14 @@
 """The stem, residual-unit and attention kinds a config may name: the one registry (no TF).
 
-`model.stem`, `model.block` and `model.attention` name a kind. Everything that needs to
-know the kinds reads this registry, never a list of its own:
-`ResNetConfig` (`nets/spec.py`) checks the names and the combinations and
-derives depth, expansion and inner width from a kind's facts;
-`presets` refuses the fields a stem or attention kind reads when another
-kind is chosen; the help of `model.stem`, `model.block` and
-`model.attention` (docs/config.md) is the kinds' `help`; the builders
-(`nets/stem.py`, `nets/blocks.py`, `nets/attention.py`) build what a kind
-names. So a new block or attention kind is its Keras class (in any module)
-and one `register(...)` line below, and a new stem one line (its
-convolutions, as kernel sizes and widths); the tests in
-tests/test_toy_kinds.py check every registered kind's facts against the
-network it builds.
-
-Config checks run before TensorFlow loads (a mistake costs no import), so
-this module is plain data: a kind names its layer as "module:Class" text,
-imported only when a network is built (as `export/formats.py` names its
-converters). A block layer takes `blocks.ResidualBlock`'s arguments and has
+`model.stem`, `model.block` and `model.attention` name a kind; the config's
+checks, its field help (docs/config.md) and the builders all read this
+registry. A new block or attention kind is its Keras class (in any module,
+named here as "module:Class" text so that configs are checked before
+TensorFlow loads) and one `register` line; a new stem is one line (its
+convolutions). A block layer takes `blocks.Unit`'s arguments and has
 `out_channels`, `convs` and `source_names`; an attention layer is
-`Layer(make, channels, name=...)`, keeps its input's shape, and is placed
-on a residual branch after its last BatchNorm.
+`Layer(make, channels, name=...)` and keeps its input's shape.
+tests/test_toy_kinds.py checks every kind's facts against what it builds.
 """
 
 from __future__ import annotations
@@ -38,16 +26,13 @@ class BlockKind:
     """A kind of residual unit (`model.block`).
 
     Attributes:
-      name: the `model.block` value.
       layer: its Keras layer class, or "module:Class" to import at build time.
-      help: what it is, for the field's help (docs/config.md).
+      help: what it is, for the field's help.
       expansion: the unit's output width over its stage width.
       convs: the convolutions on a unit's branch (`ResNetConfig.depth`).
-      first_convs: those of a stage's first unit, where that differs (else None).
-      grouped: its inner convolution takes `groups` and `base_width`: its
-        inner width is width * base_width // 64 * groups, else the stage width.
-      fixed: `ResNetConfig` fields it has no place for: refused unless at
-        their defaults.
+      first_convs: those of a stage's first unit, where that differs.
+      grouped: its inner convolution takes `groups` and `base_width`.
+      fixed: `ResNetConfig` fields it has no place for (refused unless default).
       about: what it is, in that refusal.
     """
 
@@ -77,17 +62,13 @@ class StemKind:
     """A kind of stem (`model.stem`): conv-BN-ReLU layers before the first stage.
 
     Attributes:
-      name: the `model.stem` value.
-      help: what it is, for the field's help (docs/config.md).
-      convs: `convs(config)` -> ((kernel, output width), ...) of its
-        convolutions, input to output; the first has stride `init_stride`, the
-        others 1, and the last outputs `stem_filters`.
-      fields: the `ResNetConfig` fields it reads, {field: what it sets}; set
-        with a stem that reads none of them, they are refused.
+      convs: `convs(config)` -> ((kernel, output width), ...), input to output;
+        the first at stride `init_stride`, the last to `stem_filters`.
+      fields: the `ResNetConfig` fields it reads, {field: what it sets}
+        (refused with a stem that reads none of them).
       check: `check(config)` raises ConfigError for settings it cannot take.
-      torch_names: `torch_names(count)` -> {our conv/BN attribute: its name in
-        torchvision and timm state dicts}, for `count` convolutions; None:
-        such files have no stem of this kind.
+      torch_names: `torch_names(count)` -> {our layer: its torchvision/timm
+        name}, for `count` convolutions; None: no such file holds it.
       keras_applications: Keras applications' ResNet files hold this stem.
     """
 
@@ -105,14 +86,9 @@ class AttentionKind:
     """A kind of channel attention on a residual branch (`model.attention`).
 
     Attributes:
-      name: the `model.attention` value.
-      layer: its Keras layer class, "module:Class" to import at build time,
-        or None for no layer.
-      help: what it is, for the field's help (docs/config.md); "" for none.
-      fields: the `ResNetConfig` fields it reads, {field: what it sets};
-        set with an attention that reads none of them, they are refused.
-      blocks: the block kinds it works with; None for every kind that has
-        a place for attention.
+      layer: as `BlockKind.layer`, or None for no layer.
+      fields: as `StemKind.fields`.
+      blocks: the block kinds it works with; None for every kind.
     """
 
     name: str

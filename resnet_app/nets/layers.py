@@ -1,13 +1,9 @@
-"""The layers a ResNet is made of, made consistently from one config.
+"""The layers a ResNet is made of, made from one config.
 
-`LayerFactory` makes every convolution (bias-free, He-initialized,
-L2-penalized, padded as `config.padding` says, grouped when asked), BatchNorm
-and dense layer of a network, so that a setting is read in one place.
-`SymmetricConv2D` and `SymmetricMaxPool` pad as torchvision does;
-`GroupedConv2D` computes a grouped convolution in the formulation that is
-fast on the device it runs on (`nets/grouped_conv.py`), with the kernel in
-Keras's grouped layout whatever the formulation, so checkpoints do not
-depend on it. Model code only: nothing here trains.
+`LayerFactory` makes every convolution, BatchNorm and dense layer of a
+network, so that a setting is read in one place. `SymmetricConv2D` and
+`SymmetricMaxPool` pad as torchvision does; `GroupedConv2D` computes a
+grouped convolution as is fast on its device (`nets/grouped_conv.py`).
 """
 
 from __future__ import annotations
@@ -38,9 +34,7 @@ class LayerFactory:
         """A bias-free convolution with He initialization and the L2 penalty.
 
         Padded "same", or with `config.padding == "symmetric"` and a stride,
-        `kernel // 2` on every side (at stride 1 the two are the same). With
-        `groups` > 1, a `GroupedConv2D` (same variables as Keras's grouped
-        `Conv2D`).
+        `kernel // 2` on every side (at stride 1 the two are the same).
         """
         symmetric = self.config.padding == "symmetric" and stride > 1 and kernel > 1
         classes = {
@@ -83,11 +77,8 @@ class LayerFactory:
     def dense(
         self, units: int, name: str, logits: bool = True, bias: bool = True
     ) -> keras.layers.Layer:
-        """A dense layer with a bias (unless `bias` is False), L2-penalized.
-
-        The logits (the default) stay float32 under any mixed-precision
-        policy; other dense layers (attention's) compute in the policy's dtype.
-        """
+        """An L2-penalized dense layer; the logits (the default) stay float32 under
+        mixed precision, other dense layers (attention's) compute in the policy's dtype."""
         return keras.layers.Dense(
             units,
             use_bias=bias,
@@ -112,9 +103,8 @@ def _padded_shape(input_shape: Shape, amount: int) -> Shape:
 class SymmetricConv2D(keras.layers.Conv2D):
     """A "valid" convolution of the input zero-padded by kernel // 2 on every side.
 
-    The padding of torchvision's and Caffe's strided convolutions; its output
-    size is that of "same" padding (for odd kernels), and its variables are a
-    `Conv2D`'s, so checkpoints do not tell the two apart.
+    torchvision's and Caffe's strided convolutions; the output size and the
+    variables are those of a "same" `Conv2D`.
     """
 
     @property
@@ -144,15 +134,7 @@ class SymmetricMaxPool(keras.layers.Layer):
 
 
 def build_layer(layer: keras.layers.Layer | None, input_shape: Shape) -> Shape | None:
-    """Creates `layer`'s variables for `input_shape`.
-
-    Args:
-      layer: a layer, or None (nothing to build).
-      input_shape: its input shape.
-
-    Returns:
-      Its output shape (None for no layer).
-    """
+    """Creates `layer`'s variables for `input_shape`; its output shape (None for no layer)."""
     if layer is None:
         return None
     layer.build(tuple(input_shape))
@@ -161,11 +143,9 @@ def build_layer(layer: keras.layers.Layer | None, input_shape: Shape) -> Shape |
 
 @keras.saving.register_keras_serializable(package="resnet_app")
 class GroupedConv2D(keras.layers.Conv2D):
-    """A grouped convolution, computed as is fastest on its device.
+    """A grouped convolution, computed as is fastest on its device (`grouped_conv.convolve`).
 
-    The kernel is Keras's grouped layout, [kh, kw, in / groups, out], so a
-    checkpoint holds the same variable whichever formulation computed it
-    (`grouped_conv.convolve`).
+    The kernel keeps Keras's grouped layout, so checkpoints do not depend on the formulation.
     """
 
     def convolution_op(self, inputs, kernel):

@@ -1,19 +1,10 @@
 """A ResNet's parts (stem, stage1..stageN, head) and its weights by layer name.
 
-Fine-tuning names what it freezes, and what learns at another rate, by part
-(`presets.part_names`, pure data so that a config can be checked without
-TensorFlow):
-
-- `stem`: the stem's convolutions and their BatchNorms;
-- `stage1` ... `stageN`: the residual units of each stage (for v2, the last
-  stage also holds the final BatchNorm, which normalizes its output);
-- `head`: the logits layer.
-
-Weights are exchanged with other implementations as
-`{layer name: {variable name: array}}`, with the layer names the model gives
-its layers (`stem_conv`, `stage2_unit0_conv1`, `stage2_unit0_shortcut_bn`,
-`logits`, ...) and Keras's variable names (`kernel`, `bias`, `gamma`, `beta`,
-`moving_mean`, `moving_variance`). Model code only: nothing here trains.
+Fine-tuning freezes parts, and scales their learning rates, by the names of
+`presets.part_names` (for v2 the last stage holds the final BatchNorm).
+Weights are exchanged with other implementations as `{layer name: {variable
+name: array}}`: our layer names (`stage2_unit0_conv1`, `logits`, ...) and
+Keras's variable names (`kernel`, `gamma`, `moving_mean`, ...).
 """
 
 from __future__ import annotations
@@ -86,15 +77,11 @@ def get_weights(model) -> dict[str, dict[str, np.ndarray]]:
 
 
 def freeze(model, parts: Iterable[str], batch_norm_statistics: bool = True) -> None:
-    """Keeps the weights of `parts` fixed in training.
+    """Keeps the weights of `parts` (names from `part_names`) fixed in training.
 
-    Args:
-      model: a built `ResNet`.
-      parts: names from `part_names`.
-      batch_norm_statistics: also run their BatchNorms in inference mode
-        (moving statistics, not updated), the usual fine-tuning practice;
-        False keeps batch statistics (and their moving averages) but fixes
-        gamma and beta.
+    With `batch_norm_statistics` their BatchNorms also run in inference mode
+    (the usual fine-tuning practice); without, they keep batch statistics and
+    moving averages, with gamma and beta fixed.
     """
     grouped = layers_by_part(model)
     for part in parts:
@@ -121,13 +108,8 @@ def lr_multipliers(model, multipliers: dict[str, float]) -> dict[str, float]:
 def source_names(model, layout: str) -> dict[str, str]:
     """{our layer name: its name in `layout`} for every layer with weights, input to output.
 
-    Args:
-      model: a `ResNet`.
-      layout: `blocks.TORCH` (torchvision's and timm's state-dict modules) or
-        `blocks.KERAS` (Keras applications' ResNet v1 layers).
-
-    Each part declares its own names (`stem.source_names`,
-    `ResidualBlock.source_names`); the head is `fc` or `predictions`.
+    `layout` is `blocks.TORCH` (torchvision's and timm's state dicts) or
+    `blocks.KERAS` (Keras applications' ResNet v1); each part declares its names.
 
     Raises:
       ConfigError: for a network that layout cannot hold (naming the part).

@@ -1,10 +1,8 @@
-"""The named ResNets: one registered line each, over `ResNetConfig` (`nets/spec.py`).
+"""The named ResNets: one `register` line each, over `ResNetConfig` (`nets/spec.py`).
 
-Pure data, importable without TensorFlow, so that command-line tools can check
-a model name before paying for the TensorFlow import. `nets/resnet.py` builds
-the network a config describes. A preset overrides only what differs from
-`ResNetConfig`'s defaults or from its family's dict; a new variant is one
-`register(...)` line (or one dict entry in a loop over depths).
+Pure data, importable without TensorFlow, so that tools check a model name
+before importing it. A preset sets only what differs from the defaults or its
+family's dict.
 """
 
 from __future__ import annotations
@@ -56,10 +54,7 @@ _DEPTHS = {
 }
 # Bello et al. 2021 table 7 (timm's resnetrs*): deeper, in 4 stages.
 _RS_UNITS = {
-    50: (3, 4, 6, 3),
-    101: (3, 4, 23, 3),
-    152: (3, 8, 36, 3),
-    200: (3, 24, 36, 3),
+    **{depth: _DEPTHS[depth][1] for depth in (50, 101, 152, 200)},
     270: (4, 29, 53, 4),
     350: (4, 36, 72, 4),
     420: (4, 44, 87, 4),
@@ -82,65 +77,24 @@ def _depth(depth: int) -> dict[str, Any]:
     return dict(_IMAGENET, block=block, units=units)
 
 
-def _cifar_v1(depth: int) -> dict[str, Any]:
-    """He et al. 2015, section 4.2: depth 6n+2, three stages of n basic units."""
-    return dict(_CIFAR, units=((depth - 2) // 6,) * 3)
+_CIFAR_V2 = dict(_CIFAR, version="v2", shortcut="projection")
+# ResNeXt-29 on CIFAR (Xie et al. 2017, 5.3): a 64-wide stem, 3 stages of 3 bottlenecks.
+_RESNEXT29 = dict(
+    _CIFAR, block="bottleneck", shortcut="projection", stem_filters=64, units=(3, 3, 3)
+)
 
-
-def _cifar_v2_bottleneck(depth: int) -> dict[str, Any]:
-    """He et al. 2016: depth 9n+2, three stages of n bottleneck units."""
-    return dict(
-        _CIFAR,
-        block="bottleneck",
-        version="v2",
-        shortcut="projection",
-        units=((depth - 2) // 9,) * 3,
-    )
-
-
-def _wide(depth: int, k: int) -> dict[str, Any]:
-    """Zagoruyko & Komodakis 2016: WRN-d-k, pre-activation basic units, (d - 4) / 6 per stage.
-
-    Widths 16k, 32k, 64k after a 16-wide 3x3 stem; 1x1 projections where the
-    width changes. The paper's dropout (0.3) is the recipe's, `model.dropout`.
-    """
-    return dict(
-        _CIFAR,
-        version="v2",
-        shortcut="projection",
-        units=((depth - 4) // 6,) * 3,
-        widths=(16 * k, 32 * k, 64 * k),
-    )
-
-
-def _resnext29(cardinality: int, group_width: int) -> dict[str, Any]:
-    """Xie et al. 2017, section 5.3: ResNeXt-29 on CIFAR, 3 stages of 3 bottleneck units.
-
-    A 64-wide 3x3 stem; stage outputs 256, 512, 1024; the 3x3 conv has
-    `cardinality` groups of `group_width` channels in stage 1, doubling.
-    """
-    return dict(
-        _CIFAR,
-        block="bottleneck",
-        shortcut="projection",
-        stem_filters=64,
-        units=(3, 3, 3),
-        widths=(64, 128, 256),
-        groups=cardinality,
-        base_width=group_width,
-    )
-
-
+# He et al. 2015, 4.2: depth 6n+2 in basic units (resnet14, n = 2, is the quickstart's).
 for _n in (14, 20, 32, 44, 56, 110, 1202):
-    # resnet14 is not in the paper's table: the family's n = 2, small enough
-    # for the quickstart (configs/shapes_quickstart.yaml) on slow CPUs.
-    register(f"resnet{_n}", _cifar_v1(_n))
-for _n in (164, 1001):
-    register(f"preact_resnet{_n}", _cifar_v2_bottleneck(_n))
+    register(f"resnet{_n}", _CIFAR, units=((_n - 2) // 6,) * 3)
+for _n in (164, 1001):  # He et al. 2016: depth 9n+2 in pre-activation bottlenecks.
+    register(f"preact_resnet{_n}", _CIFAR_V2, block="bottleneck", units=((_n - 2) // 9,) * 3)
+# Zagoruyko & Komodakis 2016: WRN-d-k, (d - 4) / 6 pre-activation basic units per stage.
 for _d, _k in ((16, 4), (16, 8), (22, 8), (28, 10), (40, 4)):
-    register(f"wrn{_d}_{_k}", _wide(_d, _k))
-register("resnext29_8x64d", _resnext29(8, 64))
-register("resnext29_16x64d", _resnext29(16, 64))
+    register(
+        f"wrn{_d}_{_k}", _CIFAR_V2, units=((_d - 4) // 6,) * 3, widths=(16 * _k, 32 * _k, 64 * _k)
+    )
+register("resnext29_8x64d", _RESNEXT29, widths=(64, 128, 256), groups=8, base_width=64)
+register("resnext29_16x64d", _RESNEXT29, widths=(64, 128, 256), groups=16, base_width=64)
 for _n in _DEPTHS:
     register(f"resnet{_n}", _depth(_n))
 for _n in _DEPTHS:  # Every He et al. ImageNet ResNet also comes pre-activated (2016).
@@ -219,26 +173,12 @@ def _check_family(name: str, config: ResNetConfig, overrides: dict[str, Any]) ->
 
 
 def model_names(include_test_only: bool = False) -> list[str]:
-    """Preset names, in table order.
-
-    Args:
-      include_test_only: also return the presets that exist for tests.
-
-    Returns:
-      The names `get_config` and `create_model` accept.
-    """
+    """Preset names, in table order (with `include_test_only`, the tests' too)."""
     return [name for name in PRESETS if include_test_only or name not in TEST_ONLY]
 
 
 def get_config(name: str, **overrides: Any) -> ResNetConfig:
-    """Returns the config of preset `name` with `overrides` applied.
-
-    Args:
-      name: a preset from `model_names()`.
-      **overrides: `ResNetConfig` fields to change, e.g. `num_classes=100`.
-
-    Returns:
-      The validated config.
+    """The validated config of preset `name` with `ResNetConfig` fields `overrides`.
 
     Raises:
       ConfigError: for an unknown preset, an unknown field or a bad value.
@@ -260,21 +200,12 @@ def get_config(name: str, **overrides: Any) -> ResNetConfig:
 
 
 def part_names(num_stages: int) -> list[str]:
-    """The parts of a network with `num_stages` stages, input to output.
-
-    `stem` (the stem convolution and its BatchNorm), `stage1` ... `stageN` (for
-    v2, the last stage also holds the final BatchNorm), `head` (the logits).
-    Fine-tuning freezes, and scales the learning rate of, parts by these names.
-    """
+    """The parts of a network with `num_stages` stages, input to output (`nets/parts.py`)."""
     return [STEM, *(f"stage{stage}" for stage in range(1, num_stages + 1)), HEAD]
 
 
 def check_parts(key: str, parts: Iterable[str], num_stages: int, model_name: str) -> None:
-    """Refuses a part name the network does not have.
-
-    Raises:
-      ConfigError: naming the first unknown part and the valid ones.
-    """
+    """Refuses (ConfigError) the first part name the network does not have."""
     valid = part_names(num_stages)
     for part in parts:
         if part not in valid:

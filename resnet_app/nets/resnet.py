@@ -1,29 +1,11 @@
-"""ResNet architectures, built from a stage table.
+"""The ResNet network: stem, stages of residual units, pooled logits, from a `ResNetConfig`.
 
-One parameterized network covers every depth of He et al. 2015 ("Deep Residual
-Learning", v1, post-activation) and He et al. 2016 ("Identity Mappings", v2,
-pre-activation). A preset is one line of data in `presets.PRESETS`; `create_model`
-turns a preset name plus overrides into a Keras 3 model. The stage tables are in
-`nets/presets.py`, the `ResNetConfig` they fill in `nets/spec.py`; the residual blocks the table
-picks (basic or bottleneck, post- or pre-activation) are in `nets/blocks.py`.
-
-Architecture only: no loss, optimizer, schedule, logging or printing lives here.
-The command-line summary is `resnet-app model` (`resnet_app/tools/model_summary.py`,
-with the counting in `nets/summary.py`).
-
-Conventions:
-  * NHWC everywhere. Convolutions have no bias (a BatchNorm follows or precedes).
-    Strided convolutions pad "same" (TensorFlow's) or, with `padding: symmetric`,
-    as torchvision and Keras applications do (see `ResNetConfig.padding`).
-  * Stages are numbered from 1, units within a stage from 0, convolutions within a
-    unit from 1, so layer names read `stage2_unit0_conv1`.
-  * A bottleneck unit's output width is 4x its stage width (the seed's filter
-    multiplication: CIFAR widths 16-32-64 give unit outputs 64-128-256).
-  * BatchNorm defaults: momentum 0.9 (PyTorch's 0.1), epsilon 1e-5, per-tower
-    statistics. `bn_synchronized=True` makes the statistics cross-tower.
-  * Weight decay is an L2 penalty `weight_decay * sum(w**2) / 2` (TF1
-    `tf.nn.l2_loss`) on conv and dense kernels only, never on BatchNorm
-    parameters or biases. It is reported through `model.losses`.
+Every depth of He et al. 2015 (v1, post-activation) and 2016 (v2,
+pre-activation) and their variants; presets are `nets/presets.py`. NHWC,
+bias-free convolutions; layer names read `stage2_unit0_conv1` (stages from 1,
+units from 0, convolutions from 1). Weight decay is the L2 penalty
+`weight_decay * sum(w**2) / 2` (TF1's `tf.nn.l2_loss`) on kernels only,
+reported through `model.losses`.
 """
 
 from __future__ import annotations
@@ -42,15 +24,8 @@ from resnet_app.nets.presets import ResNetConfig, get_config
 
 
 def create_model(name: str, **overrides: Any) -> ResNet:
-    """Creates preset `name`, e.g. `create_model("resnet50", num_classes=10)`.
-
-    Args:
-      name: a preset from `presets.model_names()`.
-      **overrides: any `ResNetConfig` field.
-
-    Returns:
-      An unbuilt model: its variables are created by the first call, or by
-      `model.build((None, height, width, 3))`.
+    """Preset `name` with `ResNetConfig` fields `overrides`, unbuilt, e.g.
+    `create_model("resnet50", num_classes=10)`.
 
     Raises:
       ConfigError: for an unknown preset, field or bad value.
@@ -60,23 +35,19 @@ def create_model(name: str, **overrides: Any) -> ResNet:
 
 @keras.saving.register_keras_serializable(package="resnet_app")
 class ResNet(keras.Model):
-    """A ResNet: stem, stages of residual blocks, global average pool, logits.
+    """A ResNet: stem, stages of residual blocks, global pool, logits.
 
-    Call as `model(images, training=...)` for logits (no softmax), or with
-    `return_hidden=True` for `(logits, hidden)`. In training with
-    `drop_path_rate`, `drop_keys` (uint64 [batch], `drop_path.example_keys`)
-    give stochastic depth its per-example draws. `hidden` holds the stem output,
-    then the output of every stage; its last element is the feature map that
-    is pooled (for v2, after the final BN-ReLU), so it has len(units) + 1
-    entries.
+    `model(images, training=...)` gives logits, with `return_hidden=True`
+    `(logits, hidden)`: the stem's output, then each stage's (the last as
+    pooled, after v2's final BN-ReLU). In training, `drop_keys` (uint64
+    [batch], `drop_path.example_keys`) key stochastic depth and dropout.
     """
 
     def __init__(self, config: ResNetConfig, **kwargs):
         super().__init__(**kwargs)
         self.config = config
         make = LayerFactory(config)
-        # The stem's layers are the network's own attributes (`nets/stem.py`),
-        # as they were before the stem had kinds: checkpoints keep their keys.
+        # The stem's layers are the network's own attributes (`nets/stem.py`).
         self.stem_pool = self.stem_pool_conv = self.stem_pool_bn = None
         for attribute, layer in stem_lib.make_layers(config).items():
             setattr(self, attribute, layer)
@@ -155,8 +126,7 @@ class ResNet(keras.Model):
         return cls(ResNetConfig(**fields), name=config["name"])
 
     def build(self, input_shape: Shape) -> None:
-        # Shapes are walked through the table instead of traced: a symbolic
-        # call builds ResNet-1202 in about 27 s, this in about 10 s.
+        # Shapes are walked through the table: faster than a symbolic call.
         shape = input_shape
         for conv, norm in self.stem_pairs:
             shape = build_layer(conv, shape)
@@ -176,8 +146,7 @@ class ResNet(keras.Model):
     def call(self, inputs, training=None, return_hidden=False, drop_keys=None):
         outputs = stem_lib.call(self, inputs, training)
         hidden = [outputs]
-        # Stochastic depth's per-example keys (`nets/drop_path.py`), from the
-        # training step; without them (evaluation, serving) no branch drops.
+        # Without the step's keys (evaluation, serving) nothing is dropped.
         extra = {"keys": drop_keys} if drop_keys is not None else {}
         for stage_units in self.stages:
             for unit in stage_units:

@@ -1,29 +1,10 @@
 """`ResNetConfig`: every choice that defines a ResNet, as data, validated (no TensorFlow).
 
-A ResNet is a stem, stages of residual units and a head. Each of the three is
-specified by fields here and read in one place of the builder:
-
-- the stem (`nets/stem.py`): `stem` "plain" (one conv of `stem_kernel`, e.g.
-  7x7/2 for ImageNet or 3x3/1 for CIFAR) or "deep" (three 3x3 convs, widths
-  `stem_widths` then `stem_filters`: ResNet-C, He et al. 2019), then with
-  `init_max_pool` a 3x3/2 max-pool, or with `replace_stem_pool` a 3x3/2 conv
-  (ResNet-RS, Bello et al. 2021);
-- the unit (`nets/blocks.py`): `block` "basic", "bottleneck" or
-  "conv_pool" (Page 2018's ResNet-9, `nets/conv_pool.py`), `version` v1
-  (post-activation) or v2 (pre-activation), `groups` and `base_width`
-  (ResNeXt, Xie et al. 2017; wide ResNets), `attention` (squeeze-excitation,
-  Hu et al. 2018; ECA, Wang et al. 2020), `dropout` between the convs
-  (wide ResNets, Zagoruyko & Komodakis 2016);
-- the downsampling shortcut: `shortcut` "pad" (option A), "projection"
-  (option B) or "avg_projection" (ResNet-D: a 2x2 average pool, then a 1x1
-  conv at stride 1);
-- the head: `head_pool` (global average or max), `head_bias`, `logit_scale`.
-
-The block and attention kinds are not listed here but registered in
-`nets/kinds.py`: the names this accepts, the fields a kind refuses, its
-depth, expansion and inner width, and the help of `block` and `attention`
-(below, and so docs/config.md) are read from there, so that a new kind is
-one class and one registration line.
+A ResNet is a stem (`nets/stem.py`), stages of residual units
+(`nets/blocks.py`) and a head; each field is read in one place of the
+builder. The stem, block and attention kinds are registered in
+`nets/kinds.py`, which this reads for the names it accepts, the fields a kind
+refuses, depth, expansion, inner width and the fields' help.
 """
 
 from __future__ import annotations
@@ -49,10 +30,7 @@ VERSIONS = ("v1", "v2")
 SHORTCUTS = ("pad", "projection", "avg_projection")
 PADDINGS = ("same", "symmetric")
 HEAD_POOLS = ("avg", "max")
-# Squeeze-excitation rounds its reduced width to a multiple of this (timm's
-# make_divisible with round_limit 0; torchvision's and the paper's widths
-# are multiples of it for every preset here).
-SE_DIVISOR = 8
+SE_DIVISOR = 8  # Squeeze-excitation's width is a multiple of this (timm's make_divisible).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,10 +186,7 @@ class ResNetConfig:
                 )
 
     def _check_kinds(self) -> None:
-        """Refuses fields the block kind has no place for, and attention it does not take.
-
-        Every rule is a fact of the kinds in `nets/kinds.py`.
-        """
+        """Refuses fields the block kind has no place for, and attention it does not take."""
         unit = self.block_kind
         changed = changed_from_defaults(self, unit.fixed)
         if changed:
@@ -228,10 +203,15 @@ class ResNetConfig:
             )
         attention = kinds.ATTENTIONS[self.attention]
         if attention.blocks is not None and unit.name not in attention.blocks:
+            taking = [
+                name
+                for name, kind in kinds.ATTENTIONS.items()
+                if kind.blocks is None or unit.name in kind.blocks
+            ]
             raise ConfigError(
                 f"model field 'attention' {attention.name} works with block "
                 f"{', '.join(attention.blocks)}; this model has block={unit.name}: use one of "
-                f"those, or another attention ({', '.join(_taking(unit.name))})"
+                f"those, or another attention ({', '.join(taking)})"
             )
 
     @property
@@ -251,10 +231,7 @@ class ResNetConfig:
 
     @property
     def depth(self) -> int:
-        """Weighted layers as the papers count them: stem, unit convs, logits.
-
-        The stem counts once whatever its form: ResNet-50-D is a ResNet-50.
-        """
+        """Weighted layers as the papers count them: the stem once (ResNet-50-D is a ResNet-50)."""
         return 1 + self.block_kind.depth(self.units) + 1
 
     @property
@@ -283,12 +260,3 @@ if ResNetConfig.__doc__:
         .replace("{attention_kinds}", kinds.choices_help(kinds.ATTENTIONS))
         .replace("{stem_kinds}", kinds.choices_help(kinds.STEMS))
     )
-
-
-def _taking(block: str) -> list[str]:
-    """The attention kinds that work with block kind `block`."""
-    return [
-        name
-        for name, kind in kinds.ATTENTIONS.items()
-        if kind.blocks is None or block in kind.blocks
-    ]

@@ -1,4 +1,4 @@
-"""A ResNet's stem: plain or deep convolutions, then a max-pool or a strided conv, from the config.
+"""A ResNet's stem: plain or deep convolutions, then a max-pool or a strided conv.
 
     plain  conv(stem_kernel, init_stride) - BN - ReLU                He et al. 2015
     deep   [conv3x3 - BN - ReLU] x 3, the first at init_stride       He et al. 2019 (ResNet-C)
@@ -6,11 +6,8 @@
     replace_stem_pool a 3x3/2 conv - BN - ReLU                       Bello et al. 2021
 
 The layers are attributes of the network itself (`stem_conv1`, `stem_bn1`,
-`stem_conv2`, `stem_bn2`, then `stem_conv` and `stem_bn` for the last conv,
-`stem_pool` or `stem_pool_conv` and `stem_pool_bn`), so that checkpoints
-written before deep stems existed keep their keys. `layers(config)` makes
-them in that order (the order of their variables), `source_names` gives their
-names in torchvision/timm state dicts and Keras applications files.
+..., `stem_conv`, `stem_bn` for the last conv, then `stem_pool` or
+`stem_pool_conv` and `stem_pool_bn`), so that older checkpoints keep their keys.
 """
 
 from __future__ import annotations
@@ -66,11 +63,6 @@ def call(model, inputs, training=None):
 
 def source_names(config: ResNetConfig, layout: str) -> dict[str, str]:
     """{our layer name: its name in `layout`} for the stem's layers.
-
-    torchvision and timm: `conv1`, `bn1` (plain); `conv1.0`, `conv1.1`,
-    `conv1.3`, `conv1.4`, `conv1.6`, `bn1` (timm's deep stem, a Sequential
-    with its ReLUs at 2 and 5); `maxpool.0`, `maxpool.1` (ResNet-RS). Keras
-    applications: `conv1_conv`, `conv1_bn`.
 
     Raises:
       ConfigError: for a stem that `layout` has no names for.

@@ -1,12 +1,8 @@
-"""What a ResNet costs: stage shapes, parameter counts and multiply-accumulates.
+"""What a ResNet costs (`resnet-app model`): stage shapes, parameters and MACs.
 
-`resnet-app model` prints it (see `resnet_app/tools/model_summary.py`).
-
-MACs are counted from the TensorFlow graph of one forward pass on one image,
-not from the stage table: every Conv2D, depthwise conv and MatMul op in the
-traced graph contributes its exact multiply-accumulate count. BatchNorm, ReLU,
-pooling and additions are not counted, as in the published figures (ResNet-50:
-4.09 G with the stride on the 3x3 conv).
+MACs are counted from the traced graph of one image's forward pass: every
+Conv2D, depthwise conv and MatMul; not BatchNorm, ReLU, pooling or additions,
+as in the published figures.
 """
 
 from __future__ import annotations
@@ -20,36 +16,19 @@ from resnet_app.nets import presets
 
 
 def count_params(variables: Iterable[Any]) -> int:
-    """Counts scalars.
-
-    Args:
-      variables: variables or tensors with static shapes.
-
-    Returns:
-      The total number of elements.
-    """
+    """The total number of elements of variables or tensors with static shapes."""
     return sum(math.prod(int(dim) for dim in variable.shape) for variable in variables)
 
 
 def count_macs(graph: Any) -> int:
-    """Counts the multiply-accumulates of a traced graph.
-
-    Args:
-      graph: a `tf.Graph` (e.g. a concrete function's) with static shapes.
-
-    Returns:
-      The MACs of its Conv2D, depthwise conv and MatMul ops, for the traced
-      batch size.
-    """
+    """The MACs of a traced `tf.Graph`'s Conv2D, depthwise conv and MatMul ops."""
     macs = 0
     for op in graph.get_operations():
         if op.type in ("Conv2D", "DepthwiseConv2dNative"):
             output = op.outputs[0].shape.as_list()  # [N, H, W, C_out] (NHWC).
             kernel = op.inputs[1].shape.as_list()  # [kh, kw, C_in, C_out or mult].
-            kernel_macs = kernel[0] * kernel[1] * kernel[2]
-            if op.type == "DepthwiseConv2dNative":
-                kernel_macs = kernel[0] * kernel[1]
-            macs += output[0] * output[1] * output[2] * output[3] * kernel_macs
+            depth = kernel[2] if op.type == "Conv2D" else 1  # Depthwise: one input channel.
+            macs += math.prod(output) * kernel[0] * kernel[1] * depth
         elif op.type == "MatMul":
             rows, inner = op.inputs[0].shape.as_list()
             if op.get_attr("transpose_a"):
@@ -60,17 +39,12 @@ def count_macs(graph: Any) -> int:
 
 
 def summarize(name: str, image_size: int | None = None, **overrides: Any) -> dict[str, Any]:
-    """Builds preset `name`, with any `ResNetConfig` field overridden, and measures it.
-
-    Args:
-      name: a preset name.
-      image_size: input height and width; default: the preset's native size.
-      **overrides: `ResNetConfig` fields, e.g. `num_classes=100`.
+    """Builds preset `name` with `ResNetConfig` fields `overrides`, and measures it.
 
     Returns:
-      A dict with `model`, `image_size`, `params`, `trainable_params`,
-      `non_trainable_params`, `macs` (per image), `stem` (the stem's output
-      shape, [H, W, C]) and `stages` (each stage's output shape).
+      `model`, `image_size`, `num_classes`, `params`, `trainable_params`,
+      `non_trainable_params`, `macs` (per image), and the output shapes
+      [H, W, C] of the `stem` and of each of the `stages`.
     """
     config = presets.get_config(name, **overrides)
     image_size = config.default_image_size if image_size is None else image_size
@@ -113,14 +87,7 @@ def summarize(name: str, image_size: int | None = None, **overrides: Any) -> dic
 
 
 def format_summary(summary: dict[str, Any]) -> str:
-    """Formats a `summarize()` result as a human-readable table.
-
-    Args:
-      summary: what `summarize` returned.
-
-    Returns:
-      Multi-line text without a trailing newline.
-    """
+    """A `summarize()` result as a table (no trailing newline)."""
     size = summary["image_size"]
     lines = [
         f"{summary['model']} at {size}x{size}, {summary['num_classes']} classes",
