@@ -83,8 +83,8 @@ from absl import flags
 
 from resnet_app.common import cli
 from resnet_app.common.errors import ConfigError
+from resnet_app.engine.tta import MODES
 from resnet_app.evaluation import checkpoint_eval, temperature, watch
-from resnet_app.evaluation.tta import MODES
 
 _MODEL_DIR = flags.DEFINE_string(
     "model_dir", None, "The run directory written by `python -m resnet_app.train`."

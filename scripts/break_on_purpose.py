@@ -52,7 +52,7 @@ BREAKAGES = (
     ),
     Breakage(
         "an evaluation's padding counted as examples",
-        "resnet_app/evaluation/exact_eval.py",
+        "resnet_app/engine/exact_eval.py",
         '"examples": tf.reduce_sum(mask),',
         '"examples": tf.reduce_sum(tf.ones_like(mask)),',
         ("tests/test_evaluation.py",),

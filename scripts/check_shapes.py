@@ -44,7 +44,7 @@ def main(argv: list[str]) -> None:
     import keras
 
     from resnet_app.data import input_pipeline
-    from resnet_app.evaluation import exact_eval
+    from resnet_app.engine import exact_eval
     from resnet_app.nets.resnet import create_model
 
     pipeline = input_pipeline.create_pipeline(input_pipeline.DataConfig(dataset="shapes"))

@@ -24,7 +24,8 @@ from matplotlib import image as mpimg
 from resnet_app.common.distribute import mirrored_strategy
 from resnet_app.data import input_pipeline, preprocessing
 from resnet_app.data.settings import data_config
-from resnet_app.evaluation import calibration, exact_eval, reports
+from resnet_app.engine import exact_eval
+from resnet_app.evaluation import calibration, reports
 from resnet_app.nets import factory
 from resnet_app.nets.resnet import create_model
 from tests import runs

@@ -7,7 +7,7 @@ import tensorflow as tf
 from resnet_app.common.distribute import mirrored_strategy
 from resnet_app.data import input_pipeline
 from resnet_app.data.settings import data_config
-from resnet_app.evaluation import exact_eval
+from resnet_app.engine import exact_eval
 from resnet_app.nets.resnet import create_model
 
 TOWERS = ["/cpu:0", "/cpu:1", "/cpu:2"]

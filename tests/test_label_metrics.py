@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from resnet_app.evaluation import label_metrics
+from resnet_app.engine import label_metrics
 
 
 def loop_average_precision(scores, targets):

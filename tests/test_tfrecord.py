@@ -184,7 +184,7 @@ def test_the_index_is_scanned_once_and_again_when_a_shard_changes(tmp_path, monk
 
 @pytest.mark.parametrize("towers", [1, 3])
 def test_evaluation_counts_every_record_once_and_matches_numpy(root, tmp_path, towers):
-    from resnet_app.evaluation import exact_eval
+    from resnet_app.engine import exact_eval
     from resnet_app.nets.resnet import create_model
     from tests.test_evaluation import strategy_for
 

@@ -44,7 +44,7 @@ from resnet_app.common import checkpoint, distribute, run_dir
 from resnet_app.common.metrics import MetricsWriter, Progress, format_duration
 from resnet_app.engine.cadence import Due
 from resnet_app.engine.sync import GlobalModel, SyncPolicy
-from resnet_app.evaluation import exact_eval
+from resnet_app.engine import exact_eval
 
 if TYPE_CHECKING:
     from resnet_app.engine.setup import Run

@@ -2,8 +2,8 @@
 
 `evaluate_checkpoints` restores each chosen checkpoint (only the model: the
 optimizer and the rest of the training state are not needed), evaluates it on
-every example of the split exactly once (`evaluation/exact_eval.py`), optionally
-averaged over flipped or cropped views (`evaluation/tta.py`), measures its
+every example of the split exactly once (`engine/exact_eval.py`), optionally
+averaged over flipped or cropped views (`engine/tta.py`), measures its
 calibration from every example's logits (`evaluation/calibration.py`; also with
 the run's fitted temperature, when it has one), hands its record to the caller
 as soon as it is known, appends it to the run's `metrics.jsonl` with "event":
@@ -31,8 +31,8 @@ from resnet_app import config
 from resnet_app.common import checks, run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import families
+from resnet_app.engine.tta import CROPS, MODES
 from resnet_app.evaluation import calibration
-from resnet_app.evaluation.tta import CROPS, MODES
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from resnet_app.common.metrics import MetricsWriter
     from resnet_app.data.input_pipeline import InputPipeline
     from resnet_app.data.settings import DataConfig
-    from resnet_app.evaluation.exact_eval import EvalResult
+    from resnet_app.engine.exact_eval import EvalResult
 
 Record = dict[str, Any]
 
@@ -70,7 +70,7 @@ def evaluate_checkpoints(
       num_towers: towers to evaluate on; None for every GPU, or the one CPU.
       report_dir: where the report directories go; None for `model_dir/reports`.
       tta: None, or test-time augmentation: "flip" (any run) or "crops"
-        (ImageNet-family runs), see `evaluation/tta.py`.
+        (ImageNet-family runs), see `engine/tta.py`.
       weights: "auto" (the moving average of the weights when kept), "ema" or "raw".
       on_record: called with each record as soon as it is known (the command prints it).
 
@@ -309,7 +309,7 @@ def _evaluate(
 
     Multi-label data: every example's scores instead (no confusion, no calibration).
     """
-    from resnet_app.evaluation import exact_eval
+    from resnet_app.engine import exact_eval
 
     if pipeline.multi_label:
         return exact_eval.evaluate(
@@ -482,7 +482,8 @@ def _record(
     report_root: str,
 ) -> tuple[Record, dict[str, Any] | None]:
     """A checkpoint's record, with its calibration and report directory; the reliability bins."""
-    from resnet_app.evaluation import exact_eval, reports
+    from resnet_app.engine import exact_eval
+    from resnet_app.evaluation import reports
 
     name = os.path.basename(prefix)
     record = {"checkpoint": name, **exact_eval.eval_record(step, split, result, precision)}
@@ -511,7 +512,7 @@ def _calibration(result: EvalResult) -> tuple[Record, dict[str, Any] | None]:
     raw = calibration.calibration_record(result.logits, result.labels)
     fields.update(ece=raw["ece"], nll=raw["nll"])
     if temperature is not None:
-        # Each view's logits were divided by T before the average (`evaluation/tta.py`).
+        # Each view's logits were divided by T before the average (`engine/tta.py`).
         scaled = calibration.calibration_record(result.scaled_logits, result.labels)
         fields.update(ece_scaled=scaled["ece"], nll_scaled=scaled["nll"])
     return fields, raw["reliability"]

@@ -18,7 +18,7 @@ import numpy as np
 from absl import logging
 
 from resnet_app.common import files
-from resnet_app.evaluation import label_metrics
+from resnet_app.engine import label_metrics
 from resnet_app.evaluation.reports import RESULTS_FILE, to_json
 
 

@@ -37,8 +37,8 @@ from absl import logging
 
 from resnet_app.common import files
 from resnet_app.common.metrics import json_text
+from resnet_app.engine.exact_eval import per_class_accuracy
 from resnet_app.evaluation import reliability_plot
-from resnet_app.evaluation.exact_eval import per_class_accuracy
 
 RESULTS_FILE = "eval_results.json"
 PICTURE_FILE = "confusion_matrix.png"

@@ -334,7 +334,7 @@ class _Bench:
             self.bn_batches_used = recompute_batch_norm(self.model, batches, seed)
 
     def evaluate(self, step: int) -> dict[str, Any]:
-        from resnet_app.evaluation import exact_eval
+        from resnet_app.engine import exact_eval
 
         threshold = self.run_config.train.threshold
         result = exact_eval.evaluate(

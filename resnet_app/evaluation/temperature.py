@@ -75,7 +75,7 @@ def fit_run_temperature(
     from resnet_app.common import checkpoint, distribute
     from resnet_app.data import run_pipeline
     from resnet_app.data.sources import HOLDOUT_SPLIT
-    from resnet_app.evaluation import exact_eval
+    from resnet_app.engine import exact_eval
 
     strategy = distribute.create_strategy(num_towers)  # Before TF runs any op.
     [(step, prefix)] = checkpoint.select(model_dir, which)

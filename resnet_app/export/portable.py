@@ -26,7 +26,7 @@ import tensorflow as tf
 from resnet_app.data import channels as image_channels
 from resnet_app.data import families
 from resnet_app.data.preprocessing import Preprocessing, decode_image
-from resnet_app.evaluation import tta
+from resnet_app.engine import tta
 from resnet_app.nets import grouped_conv
 
 
@@ -129,7 +129,7 @@ class PortableClassifier(tf.Module):
         mean = tf.constant(np.asarray(config.mean, np.float32))
         std = tf.constant(np.asarray(config.std, np.float32))
         pixels = (pixels - mean) / std
-        if self.tta == tta.FLIP:  # The views' averaged probabilities (`evaluation/tta.py`).
+        if self.tta == tta.FLIP:  # The views' averaged probabilities (`engine/tta.py`).
             views = tta.view_logits(self.model, pixels, tta.FLIP)
             return {
                 "probabilities": tf.nn.softmax(tta.mean_probability_logits(views, self.temperature))

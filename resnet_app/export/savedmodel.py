@@ -52,7 +52,8 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.data import channels as image_channels
 from resnet_app.data import families, run_pipeline
 from resnet_app.data.preprocessing import Preprocessing
-from resnet_app.evaluation import calibration, tta
+from resnet_app.engine import tta
+from resnet_app.evaluation import calibration
 from resnet_app.nets import factory
 
 TOP_K = 5
@@ -89,7 +90,7 @@ class ServingModel(tf.Module):
         if multi_label:  # Every class, ranked: predict shows those above the threshold.
             self.top_k = len(self.class_names)
         # Images in the run's data dtype (bfloat16 for a bf16 run), as
-        # `evaluation/exact_eval.py` feeds them; the network computes in float32 either way.
+        # `engine/exact_eval.py` feeds them; the network computes in float32 either way.
         self._preprocessing = preprocessing
         self._names = tf.constant(self.class_names, tf.string)
 
@@ -123,7 +124,7 @@ class ServingModel(tf.Module):
                 "threshold": tf.fill(tf.shape(logits)[:1], self.threshold),
             }
         if self.tta == tta.FLIP:
-            # Logits whose softmax is the views' averaged probabilities (`evaluation/tta.py`).
+            # Logits whose softmax is the views' averaged probabilities (`engine/tta.py`).
             views = tta.view_logits(self.model, pixels, tta.FLIP)
             logits = tta.mean_probability_logits(views, self.temperature)
             probabilities = tf.nn.softmax(logits)

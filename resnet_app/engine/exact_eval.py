@@ -9,7 +9,7 @@ replicas, and divided once at the end by the real example count. On request
 the step also counts a confusion matrix the same way, from which per-class
 accuracy follows, and gathers every example's logits from every replica and
 worker (for calibration, `evaluation/calibration.py`). Test-time augmentation
-(`evaluation/tta.py`) averages the probabilities of several views of each image
+(`engine/tta.py`) averages the probabilities of several views of each image
 inside the step, on every tower; the metrics are then those of the average.
 `eval_record` is the record an evaluation writes to
 `metrics.jsonl`, the same for the trainer and `python -m resnet_app.evaluate`.
@@ -29,8 +29,8 @@ from absl import logging
 from resnet_app.common import distribute
 from resnet_app.common.errors import ConfigError
 from resnet_app.data.input_pipeline import InputPipeline
-from resnet_app.evaluation import label_metrics
-from resnet_app.evaluation.tta import CROPS, check_mode, mean_probability_logits, view_logits
+from resnet_app.engine import label_metrics
+from resnet_app.engine.tta import CROPS, check_mode, mean_probability_logits, view_logits
 
 
 @dataclasses.dataclass
@@ -50,7 +50,7 @@ class EvalResult:
         row = true class, column = predicted class (padding excluded).
       logits: with `collect_logits=True`, float32 [examples, classes] in the
         order of `ids`: the model's logits, or with test-time augmentation
-        the log of the views' averaged probabilities (`evaluation/tta.py`),
+        the log of the views' averaged probabilities (`engine/tta.py`),
         whose softmax is that average.
       scaled_logits: with `collect_logits=True` and a temperature: the same
         with each view's logits divided by the temperature first.
@@ -224,7 +224,7 @@ class _StepOptions:
       top_k: k of the top-k accuracy.
       num_classes: set: also count the confusion matrix.
       gather: gather every replica's per-example outputs, logits included.
-      tta: None, "flip" or "crops" (`evaluation/tta.py`).
+      tta: None, "flip" or "crops" (`engine/tta.py`).
       temperature: with `gather`: also the logits at this temperature.
       classes: the number of classes: single-label data counts examples and
         correct ones per class ([classes] sums, for balanced accuracy).
@@ -357,7 +357,7 @@ def evaluate(
         the whole split on each worker alike); off by default, as that gather
         is a collective per step the trainer need not pay.
       tta: None, or the test-time augmentation "flip" or "crops"
-        (`evaluation/tta.py`; "crops" needs ImageNet-family preprocessing). Its
+        (`engine/tta.py`; "crops" needs ImageNet-family preprocessing). Its
         views' probabilities are averaged, and every metric is of the average.
       temperature: with `collect_logits`, also return the logits with each
         view's logits divided by this temperature before the average.
