@@ -1,16 +1,9 @@
 """resnet_app: ResNet image-classification training on TensorFlow 2.
 
-Importing the package picks TensorFlow's BFC allocator for CPU memory
-(`TF_CPU_ALLOCATOR_USE_BFC=true`) unless the environment already sets it; TF
-reads the variable when it first creates its devices, so a process that ran
-TensorFlow before importing resnet_app keeps its allocator. TF's default CPU
-allocator hands every tensor of a step back to malloc, and with TF's own
-(Eigen) kernels, used on CPUs without AVX512_VNNI, AVX512_BF16 or AMX, the
-step's buffers were then mapped afresh every step (17,700 to 51,800 page
-faults per step of ResNet-20 at batch 128, against about 1,600 with BFC):
-with the distributed input of `OneDeviceStrategy`, the trainer ran at 0.59x
-Keras `fit`, two towers slower still. The BFC allocator keeps the memory and
-reuses it (docs/performance.md, "On CPUs without oneDNN").
+Importing the package picks TensorFlow's BFC allocator for CPU memory unless
+the environment sets `TF_CPU_ALLOCATOR_USE_BFC`: TF's default hands every
+tensor back to malloc, and with its Eigen kernels (CPUs without oneDNN) a
+step's buffers were mapped afresh every step (docs/performance.md).
 """
 
 import os

@@ -4,10 +4,8 @@
     resnet-app model --model=resnet50
     resnet-app train --help
 
-Each command is a module that also runs as `python -m MODULE`; this front
-door only picks the module and runs it as the main program, with the
-command's name as the program name (`--help` and errors say
-`resnet-app train`). `python -m resnet_app` is the same front door.
+Each command is a module that also runs as `python -m MODULE`; this front door
+runs it as the main program, named `resnet-app COMMAND` in --help and errors.
 """
 
 from __future__ import annotations

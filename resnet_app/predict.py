@@ -5,26 +5,19 @@
     python -m resnet_app.predict --export_dir=out --top_k=3 --json images/*.png
     python -m resnet_app.predict --export_dir=out photos/   # every image file under it
 
-The model is an export of `python -m resnet_app.export` (its `serving_bytes`
-signature), or a run's checkpoint (`--model_dir`, latest by default), with the
-run's own evaluation preprocessing either way. JPEG, PNG, BMP and GIF files of
-any size are read; a directory stands for the image files under it (by
-extension, recursively, in sorted order). For each image one line goes to stdout,
+The model is an export of `python -m resnet_app.export`, or a run's checkpoint
+(`--model_dir`), with the run's own evaluation preprocessing. JPEG, PNG, BMP and
+GIF files are read; a directory stands for the image files under it. Each image
+gets one line on stdout (or, with `--json`, one object: {"image": ...,
+"top_k": [{"id", "name", "probability"}, ...]}):
 
     cat.jpg: cat 0.9123, dog 0.0520, deer 0.0134, frog 0.0101, bird 0.0050
 
-or, with `--json`, one object: {"image": ..., "top_k": [{"id", "name",
-"probability"}, ...]}. A file that cannot be read or decoded, or whose
-header gives more than `--max_image_pixels` (PIL's decompression-bomb limit,
-89,478,485, by default), gets one `error: FILE: ...` line on stderr and the
-others are still classified; the exit status is then 1. A mistake in the
-command gets one line and status 2. File names are written as the stream's
-encoding can carry them (`classify.printable`): a byte that is not valid in
-the file system's encoding as `\\xNN`, a character the stream lacks (on an
-ASCII stdout, say) as Python's escape (`\\xe9`, `\\u20ac`); `--json` output
-is ASCII, names escaped as JSON strings (`\\udce9` for such a byte).
-The work is done by `resnet_app/export/classify.py` (`load_classifier`,
-`expand`, `classify_files`, `write_results`), which tests can call directly.
+A file that cannot be read, decoded, or whose header gives more than
+`--max_image_pixels`, gets one `error: FILE: ...` line on stderr, the others
+are still classified, and the exit status is 1. File names are escaped as the
+stream's encoding needs (`classify.printable`). The work is done by
+`export/classify.py`.
 """
 
 from __future__ import annotations

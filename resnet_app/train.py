@@ -5,11 +5,9 @@
     python -m resnet_app.train --config=configs/shapes_resnet20.yaml --set optimizer.momentum=0.8
     python -m resnet_app.train --model_dir=runs/shapes_resnet20_20261130-060000  # resume
 
-Flags are parsed and the whole config (optimizer and schedule included) is
-checked before TensorFlow is imported, so most mistakes are answered at once;
-every one gets one line and exit status 2. The work is done by
-`train_and_evaluate(config, model_dir)` in `resnet_app/engine/loop.py`,
-which tests call directly.
+The whole config is checked before TensorFlow is imported, so most mistakes
+are answered at once, in one line with exit status 2. The work is done by
+`engine/loop.py`'s `train_and_evaluate(config, model_dir)`.
 """
 
 from __future__ import annotations
@@ -40,8 +38,8 @@ def main(argv: list[str]) -> None:
     slurm_worker = slurm.check_before_tensorflow()  # A partial SLURM environment: one line.
     tf_config.check(tf_config.read(), "train")  # Kubernetes' evaluator task, a ps job: one line.
     if MODEL_DIR.value and "TF_CONFIG" not in os.environ and not slurm_worker:
-        # A second trainer on a run directory in use: answered before TensorFlow loads
-        # (a worker of a multi-worker job shares the directory with its chief).
+        # A second trainer on a run directory in use, answered before TensorFlow loads
+        # (a multi-worker job's workers share the directory).
         run_lock.refuse_if_held(MODEL_DIR.value)
     from resnet_app.engine import loop
 

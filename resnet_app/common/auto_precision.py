@@ -1,17 +1,10 @@
 """`train.precision: auto`: bfloat16 where the hardware computes it natively, else float32.
 
-The rule (`choose`):
-- on GPUs: bf16 when every GPU has compute capability 8.0 or more (Ampere
-  and newer have bfloat16 tensor cores), else fp32. Never fp16: its loss
-  scaling is a choice to make knowingly (`train.precision=fp16`);
-- on the CPU: bf16 when bfloat16 math runs on bfloat16 instructions
-  (AVX512_BF16 or AMX, by oneDNN: `hardware.CpuInfo.native_bf16`), else
-  fp32. Elsewhere TensorFlow emulates bfloat16 and a bf16 step runs several
-  times slower than fp32, so `auto` is never slower than fp32.
-
-`auto_choice()` reads this machine once: the CPU from /proc/cpuinfo and the
-GPUs from TensorFlow when it is loaded, else from `nvidia-smi` (so a config
-resolves before TensorFlow loads). No TensorFlow import here.
+On GPUs: bf16 when every GPU has compute capability 8.0 or more, else fp32
+(never fp16: its loss scaling is a choice to make knowingly). On the CPU: bf16
+when oneDNN runs it on AVX512_BF16 or AMX (`hardware.CpuInfo.native_bf16`),
+else fp32, where bf16 is emulated and slower. GPUs are read from TensorFlow
+when it is loaded, else from `nvidia-smi`, so a config resolves before it loads.
 """
 
 from __future__ import annotations
@@ -39,13 +32,8 @@ class Choice:
 
 
 def choose(cpu: hardware.CpuInfo, gpu_capabilities: Sequence[tuple[int, int]]) -> Choice:
-    """The precision `auto` picks for a CPU and the GPUs training runs on.
-
-    Args:
-      cpu: the CPU (`hardware.parse_cpuinfo`).
-      gpu_capabilities: each GPU's CUDA compute capability (major, minor);
-        empty when training runs on the CPU.
-    """
+    """The precision `auto` picks for a CPU and the GPUs' (major, minor) compute capabilities
+    (none: training runs on the CPU)."""
     if gpu_capabilities:
         lowest = min(tuple(capability) for capability in gpu_capabilities)
         shown = f"{lowest[0]}.{lowest[1]}"

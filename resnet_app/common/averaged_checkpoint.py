@@ -1,14 +1,9 @@
 """A run's averaged checkpoint (`resnet-app average`): `averaged/`, replaced whole.
 
-`averaged/` holds one checkpoint, `avg-<step>` (the step of the newest
-checkpoint averaged), with only the model in it (as a training checkpoint's
-`model`, so `checkpoint.restore_model` reads it), and `averaged.json`: which
-checkpoints went in, how, and what the result measured.
-`--checkpoint=averaged` picks it in evaluate, export and predict.
-
-It is written into a staged directory, synced to disk, and swapped in by two
-renames (the old one aside, the new one in), as the best checkpoint is: a crash
-at any moment leaves the old average or the new one, complete.
+`averaged/` holds `avg-<step>` (the newest checkpoint averaged), only its
+`model` (so `checkpoint.restore_model` reads it), and `averaged.json`: what
+went in, how, and what it measured. `--checkpoint=averaged` picks it. It is
+swapped in whole as the best checkpoint is (`files.replace_directory`).
 """
 
 from __future__ import annotations
@@ -31,18 +26,13 @@ _ASIDE = DIR + ".old-"
 
 
 def checkpoint_name(step: int) -> str:
-    """The averaged checkpoint's prefix in `averaged/`: `avg-<step>`."""
     return f"avg-{step}"
 
 
 def write(model_dir: str, step: int, save: Callable[[str], None], record: dict[str, Any]) -> str:
-    """Replaces the run's averaged checkpoint whole; returns its prefix.
+    """Replaces the run's averaged checkpoint, which `save(prefix)` writes; returns its prefix.
 
-    Args:
-      model_dir: the run directory.
-      step: the newest averaged checkpoint's step, which names it.
-      save: writes a checkpoint at the prefix it is given.
-      record: what `averaged.json` holds besides "step" and "checkpoint".
+    `averaged.json` holds `record` plus "step" (which names it) and "checkpoint".
     """
     pid = os.getpid()
     staged = os.path.join(model_dir, f"{_STAGED}{pid}")
@@ -62,13 +52,8 @@ def write(model_dir: str, step: int, save: Callable[[str], None], record: dict[s
 
 
 def read(model_dir: str) -> tuple[str, dict[str, Any]] | None:
-    """(its directory, `averaged.json`) of the run's averaged checkpoint, or None.
-
-    `averaged/` once complete; else one a crash left aside mid-swap.
-
-    Raises:
-      ConfigError: when `averaged.json` is damaged.
-    """
+    """(its directory, `averaged.json`): `averaged/` once complete, else one a crash left
+    aside mid-swap; None without one."""
     candidates = [os.path.join(model_dir, DIR)]
     candidates += sorted(glob.glob(os.path.join(glob.escape(model_dir), _ASIDE + "*")))
     for directory in candidates:
@@ -79,11 +64,7 @@ def read(model_dir: str) -> tuple[str, dict[str, Any]] | None:
 
 
 def find(model_dir: str) -> tuple[int, str]:
-    """(step, prefix) of the run's averaged checkpoint.
-
-    Raises:
-      ConfigError: when the run has none.
-    """
+    """(step, prefix) of the run's averaged checkpoint; ConfigError without one."""
     found = read(model_dir)
     if found is None:
         raise ConfigError(

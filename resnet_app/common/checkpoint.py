@@ -1,29 +1,14 @@
-"""Run checkpoints: saved atomically, verified before use, never non-finite (the trainer checks).
+"""Run checkpoints: saved durably, verified before use, a best and an averaged one kept whole.
 
-A run directory holds `ckpt-<step>.index` / `.data-*` pairs written by
-`tf.train.CheckpointManager`, and its `checkpoint` pointer file (the names
-are `common/run_dir.py`'s). TensorFlow
-writes a checkpoint's data, then its index, and only then (atomically)
-repoints the `checkpoint` file, so a crash during a save leaves the pointer on
-the previous checkpoint. We go further and never trust a file we have not
-read: `find_latest` lists the checkpoints from the files themselves (a corrupt
-pointer file does not matter) and reads every tensor of the newest one, whose
-index stores a CRC32C per tensor. A truncated or garbled checkpoint is skipped
-with a warning and the previous one is used; if none is readable, that is an
-error.
-
-With `train.keep_best`, the checkpoint of the best evaluation so far is also
-kept in `best/` (`keep_best`): a copy of the rolling checkpoint, named
-`best-<step>` so that rotation and resume never see it, replaced whole so
-that a crash at any moment leaves the old best or the new one complete.
-`select(directory, "best")` picks it.
-
-What a training checkpoint holds is the trainer's business (see
-`engine/setup.py`): the model (with BatchNorm moving statistics), the
-optimizer (slots and iterations), the global step, the data position and the
-learning-rate state; with `train.ema_decay`, the moving average of the
-weights as a second model (`EMA`). `restore_model` restores either into a
-model (`weights`: "ema", "raw", or "auto": the average when there is one).
+TensorFlow writes a checkpoint's data, then its index, then repoints the
+`checkpoint` file, so a crash mid-save leaves the pointer on the previous one.
+We also never trust a file we have not read: `find_latest` lists checkpoints
+from the files themselves and reads every tensor of the newest (its index
+holds a CRC32C per tensor); an unreadable one is skipped with a warning.
+With `train.keep_best`, the best evaluation's checkpoint is copied to `best/`
+(`keep_best`), replaced whole. A training checkpoint holds what
+`engine/setup.py` gives it; `restore_model` restores only its model, or the
+moving average of the weights (`EMA`).
 """
 
 from __future__ import annotations
@@ -74,15 +59,9 @@ def unreadable(prefix: str) -> str | None:
 
 
 def find_latest(directory: str) -> tuple[int, str] | None:
-    """The newest readable checkpoint in `directory`, as (step, prefix).
+    """The newest readable checkpoint (step, prefix), skipping unreadable ones with a warning.
 
-    Unreadable newer ones are skipped with a warning.
-
-    Returns:
-      None when the directory has no checkpoint.
-
-    Raises:
-      ConfigError: when there are checkpoints but none is readable.
+    None without checkpoints; ConfigError when none is readable.
     """
     found = list_checkpoints(directory)
     for step, prefix in reversed(found):
@@ -102,12 +81,7 @@ def find_latest(directory: str) -> tuple[int, str] | None:
 
 def select(directory: str, which: str) -> list[tuple[int, str]]:
     """Checkpoints chosen by name: "latest", "all" (readable ones), "best", "averaged"
-    (`resnet-app average`'s), "ckpt-N" or "N".
-
-    Raises:
-      ConfigError: for a directory without checkpoints (or without a best or
-        averaged one, for those), an unknown name or an unreadable checkpoint.
-    """
+    (`resnet-app average`'s), "ckpt-N" or "N"; ConfigError for none, or an unreadable one."""
     if which == run_dir.BEST_CHOICE:
         return [find_best(directory)]
     if which == averaged_checkpoint.CHOICE:
@@ -149,11 +123,7 @@ def select(directory: str, which: str) -> list[tuple[int, str]]:
 
 
 def find_best(directory: str) -> tuple[int, str]:
-    """The run's best checkpoint (`train.keep_best`), as (step, prefix).
-
-    Raises:
-      ConfigError: when the run has none, or it is unreadable.
-    """
+    """The run's best checkpoint (`train.keep_best`) as (step, prefix); ConfigError if none."""
     found = run_dir.read_best(directory)
     if found is None:
         raise ConfigError(
@@ -169,27 +139,9 @@ def find_best(directory: str) -> tuple[int, str]:
 
 
 def keep_best(model_dir: str, step: int, record: dict[str, Any]) -> str:
-    """Keeps the rolling checkpoint of `step` as the run's best, replacing `best/` whole.
-
-    Its files are copied (and synced to disk) into this process's staged
-    directory with `best.json`; only then is the old `best/` renamed aside, the
-    staged one renamed to `best/`, and the old one removed. A crash at any
-    moment leaves a complete best: `best/`, or between the two renames the old
-    one set aside, which `run_dir.find_best_dir` reads and `recover_best` puts
-    back. On an error the old one is put back at once.
-
-    Args:
-      model_dir: the run directory (the chief's).
-      step: the step of the rolling checkpoint `ckpt-<step>`.
-      record: what `best.json` holds besides "step" and "checkpoint" (the
-        metric, its value...).
-
-    Returns:
-      The best checkpoint's prefix, `model_dir/best/best-<step>`.
-
-    Raises:
-      OSError: when the checkpoint is missing or cannot be copied; the old best stays.
-    """
+    """Copies the rolling checkpoint `ckpt-<step>` to `best/best-<step>`, with `best.json`
+    (`record` plus "step" and "checkpoint"), replacing `best/` whole
+    (`files.replace_directory`); returns its prefix. OSError leaves the old best."""
     source = os.path.join(model_dir, run_dir.checkpoint_name(step))
     name = run_dir.best_checkpoint_name(step)
     best = run_dir.best_dir(model_dir)
@@ -223,9 +175,8 @@ def recover_best(model_dir: str) -> None:
 def make_durable(prefix: str) -> None:
     """Syncs the files of the checkpoint at `prefix`, then its directory, to disk.
 
-    TensorFlow's own "sync" of a checkpoint is a flush to the kernel; until
-    this returns, a power cut can leave its files empty or gone. The trainer
-    calls it after every save and before the older checkpoints are deleted.
+    TensorFlow's own "sync" is a flush to the kernel. Called after every save,
+    before the older checkpoints are deleted.
     """
     for path in _checkpoint_files(prefix):
         files.sync_file(path)
@@ -233,13 +184,11 @@ def make_durable(prefix: str) -> None:
 
 
 def remove_leftovers(directory: str) -> list[str]:
-    """Removes what killed saves left in the run directory `directory`; returns it.
+    """Removes what killed saves left in the run directory; returns it.
 
-    TensorFlow writes a checkpoint's shards to `ckpt-<step>_temp/` and each
-    index or pointer file to a temporary name (`*.tempstate*`, `checkpoint.tmp*`)
-    before renaming it; a kill in between leaves them forever. Only the
-    trainer (which holds the run lock) writes these, so at its start any
-    found is a leftover.
+    TensorFlow's temporary names (`ckpt-<step>_temp/`, `*.tempstate*`,
+    `checkpoint.tmp*`); only the trainer, holding the run lock, writes them, so
+    at its start any found is a leftover.
     """
     patterns = (f"{PREFIX}-*_temp", "*.tempstate*", f"{run_dir.CHECKPOINT_INDEX_FILE}.tmp*")
     removed = []
@@ -281,19 +230,10 @@ def _all_finite(variables):
 class RunCheckpoint:
     """A run's `tf.train.Checkpoint` and its manager.
 
-    Every worker of a multi-worker run takes part in a save (the variables
-    are read collectively), but only the chief's copy is kept: the others
-    write their newest one only, to a scratch directory of their own (named
-    by the run and the worker, so that a killed worker's is reused, not
-    leaked), removed by `close`.
-
-    Args:
-      directory: the run directory.
-      chief: whether this worker writes the real checkpoints.
-      max_to_keep: the newest checkpoints kept.
-      keep_every_n_hours: also keep one checkpoint per this many hours.
-      worker: this worker's index (names a non-chief's scratch directory).
-      **objects: what to save, as for `tf.train.Checkpoint`.
+    Every worker takes part in a save (the variables are read collectively),
+    but only the chief's is kept: the others write their newest one to a scratch
+    directory named by the run and the worker (a killed worker's is reused, not
+    leaked), removed by `close`. `objects` are what to save.
     """
 
     def __init__(
@@ -319,8 +259,7 @@ class RunCheckpoint:
         self._durable = chief  # A scratch copy need not survive a power cut.
         self._objects = objects
         self.checkpoint = tf.train.Checkpoint(**objects)
-        # The weights, their average and the optimizer state; other state may
-        # hold NaN on purpose.
+        # Checked by `finite`: other state may hold NaN on purpose.
         self._variables = [
             v for name in ("model", EMA, "optimizer") for v in _variables_of(objects.get(name))
         ]
@@ -337,37 +276,24 @@ class RunCheckpoint:
         return bool(_all_finite(self._variables))
 
     def save(self, step: int) -> str:
-        """Saves as `ckpt-<step>`; returns its prefix.
+        """Saves as `ckpt-<step>` and returns its prefix; the caller checked `finite()`.
 
-        The caller makes sure the weights are finite first (`finite()`): the
-        trainer's `sync.GlobalModel.ready` checks once per step, on every
-        worker, before any save. A save that fails leaves nothing behind: its
-        temporary directory and partial files are removed (a complete
-        checkpoint whose bookkeeping failed stays); the earlier checkpoints
-        are untouched.
-
-        Raises:
-          DiskFullError: when the disk (or quota) is full, in one line: the
-            directory, the space free and needed, and the checkpoint intact.
+        A failed save leaves nothing of it and the earlier ones untouched; a full
+        disk is one line (`DiskFullError`).
         """
         self._warn_if_space_is_low(step)
         with self._failed_save_cleaned(os.path.join(self.save_dir, run_dir.checkpoint_name(step))):
-            # The manager runs our callback before its own, which deletes the older
-            # checkpoints. (It appends to the options' list: a new one per save.)
+            # Ours runs before the manager's own callback deletes older checkpoints
+            # (it appends to the options' list: a new one per save).
             callbacks = [make_durable] if self._durable else None
             options = tf.train.CheckpointOptions(experimental_write_callbacks=callbacks)
             return self.manager.save(checkpoint_number=step, options=options)
 
     def write_now(self, prefix: str) -> str:
-        """Writes a checkpoint at `prefix` outside the manager, then lists it in the
-        directory's `checkpoint` file with the others (a survivor's save, which
-        may not be the chief's: see `engine/lost_worker.py`).
-
-        Raises:
-          DiskFullError: as `save`.
-        """
+        """Writes a checkpoint at `prefix` outside the manager and lists it in the `checkpoint`
+        file (a lost worker's survivor's save, `engine/lost_worker.py`)."""
         with self._failed_save_cleaned(prefix):
-            # Counted as `save` counts (and so saved), as every other checkpoint of the run.
+            # Counted (and so saved) as `save` counts.
             self.checkpoint.save_counter.assign_add(1)
             self.checkpoint.write(prefix)
             make_durable(prefix)
@@ -381,8 +307,7 @@ class RunCheckpoint:
 
     @contextlib.contextmanager
     def _failed_save_cleaned(self, prefix: str):
-        """Around a save to `prefix`: a failure leaves nothing of it, and a full disk is
-        one line (`DiskFullError`)."""
+        """A failed save to `prefix` leaves nothing of it; a full disk is `DiskFullError`."""
         try:
             yield
         except (tf.errors.OpError, OSError) as error:
@@ -410,8 +335,7 @@ class RunCheckpoint:
                 disk_space.format_bytes(needed),
             )
 
-    def _disk_full(self, step: int, directory: str | None = None) -> disk_space.DiskFullError:
-        directory = directory or self.save_dir
+    def _disk_full(self, step: int, directory: str) -> disk_space.DiskFullError:
         earlier = [(s, p) for s, p in list_checkpoints(directory) if s != step]
         kept = (
             f"the last checkpoint, {os.path.basename(earlier[-1][1])}, is intact: free some "
@@ -427,12 +351,7 @@ class RunCheckpoint:
         )
 
     def restore(self, prefix: str, without: tuple[str, ...] = ()) -> None:
-        """Restores everything from `prefix` (but the objects named in `without`).
-
-        Raises:
-          ConfigError: when the checkpoint does not match the objects (another
-            model or optimizer saved it).
-        """
+        """Restores everything from `prefix` but the objects named in `without`."""
         checkpoint = self.checkpoint
         if without:
             kept = {name: value for name, value in self._objects.items() if name not in without}
@@ -451,8 +370,7 @@ class RunCheckpoint:
 
 
 def _remove_partial(prefix: str) -> None:
-    """Removes what a failed save of `prefix` left: its temporary directory and, unless
-    the checkpoint is complete and readable, its files."""
+    """Removes a failed save's temporary files, and its files unless complete and readable."""
     shutil.rmtree(prefix + "_temp", ignore_errors=True)
     leftovers = glob.glob(glob.escape(prefix) + ".*tempstate*")
     if not os.path.isfile(prefix + ".index") or unreadable(prefix) is not None:
@@ -474,11 +392,7 @@ def has_ema(prefix: str) -> bool:
 
 
 def chosen_weights(prefix: str, weights: str = "auto") -> str:
-    """ "ema" or "raw": what `weights` ("auto", "ema" or "raw") picks in the checkpoint.
-
-    Raises:
-      ConfigError: for an unknown choice, or "ema" from a checkpoint without one.
-    """
+    """ "ema" or "raw": what `weights` ("auto", "ema" or "raw") picks in the checkpoint."""
     if weights not in run_dir.WEIGHTS:
         raise ConfigError(f"--weights={weights}: use one of: {', '.join(run_dir.WEIGHTS)}")
     if weights == "raw":
@@ -494,21 +408,8 @@ def chosen_weights(prefix: str, weights: str = "auto") -> str:
 
 
 def restore_model(model, prefix: str, weights: str = "raw") -> str:
-    """Restores only a model from a training checkpoint (which holds more).
-
-    Args:
-      model: the run's network.
-      prefix: the checkpoint.
-      weights: "raw" (the trained weights), "ema" (their moving average) or
-        "auto" (the moving average when the checkpoint has one).
-
-    Returns:
-      What was restored: "ema" or "raw".
-
-    Raises:
-      ConfigError: when the checkpoint holds another model, or no average
-        when "ema" is asked for.
-    """
+    """Restores only the model (`weights`: "raw", "ema" or "auto") from a training
+    checkpoint; returns "ema" or "raw"."""
     try:
         chosen = chosen_weights(prefix, weights)
         name = EMA if chosen == "ema" else "model"
@@ -534,15 +435,11 @@ class CheckpointGoneError(ConfigError):
 def restore_selected(
     model, directory: str, which: str, step: int, prefix: str, weights: str = "raw"
 ) -> tuple[int, str, str]:
-    """`restore_model` of the checkpoint `select(directory, which)` chose as (step, prefix).
+    """`restore_model` of (step, prefix), chosen by `select(directory, which)`; returns
+    (step, prefix, "ema" or "raw").
 
-    A run still training rotates its checkpoints out and replaces its best:
-    one chosen as "latest" or "best" that is gone by now is chosen again;
-    one chosen by its name is answered as `select` answers a name it does
-    not find (with the names there are now).
-
-    Returns:
-      (step, prefix, "ema" or "raw") of the checkpoint restored.
+    A running trainer rotates checkpoints and replaces its best: "latest" or
+    "best" gone by now is chosen again; a name gone is refused as `select` would.
     """
     for _ in range(_RECHOOSE_ATTEMPTS):
         try:
@@ -556,6 +453,5 @@ def restore_selected(
     return step, prefix, restore_model(model, prefix, weights)
 
 
-# How often a checkpoint removed under a reader is chosen again before giving up
-# (each time, a trainer would have to save and rotate within one restore).
+# How often a checkpoint removed under a reader is chosen again before giving up.
 _RECHOOSE_ATTEMPTS = 3

@@ -1,8 +1,7 @@
 """Command-line plumbing shared by every entry point.
 
 A user's mistake (a bad flag, model name, config key or path) is answered with
-one line on stderr and exit status 2, never a traceback. Anything else is a bug
-of ours and keeps its traceback.
+one line on stderr and exit status 2; anything else is our bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -23,12 +22,7 @@ USAGE_ERROR = 2
 
 
 def fail(message: str, status: int = USAGE_ERROR) -> NoReturn:
-    """Prints `message` as a one-line error and exits with `status` (2 by default).
-
-    Args:
-      message: what is wrong and how to fix it, on one line.
-      status: the exit status (an error's `exit_status`, e.g. a lost worker's 3).
-    """
+    """Prints `message` as a one-line error and exits with `status`."""
     sys.stderr.write(f"error: {message}\n")
     sys.stderr.flush()
     sys.exit(status)
@@ -50,14 +44,7 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
 
 
 def run(main: Callable[[list[str]], None]) -> NoReturn:
-    """Runs `main(argv)` under absl, turning user mistakes into one-line errors.
-
-    Never returns: absl exits with status 0 once `main` returns, and a
-    `ConfigError` exits with status 2 and one line on stderr.
-
-    Args:
-      main: the command; it raises `ConfigError` for a user mistake.
-    """
+    """Runs `main(argv)` under absl; a `ConfigError` exits with one line, status 2."""
 
     def guarded_main(argv: list[str]) -> None:
         # Before any command imports TensorFlow; --verbosity=1 shows its start-up lines.
@@ -76,18 +63,16 @@ def run(main: Callable[[list[str]], None]) -> NoReturn:
 
 
 def reject_positional(argv: Sequence[str]) -> None:
-    """Refuses positional arguments, which usually mean a mistyped flag.
-
-    Args:
-      argv: what absl left after parsing the flags; argv[0] is the program.
-
-    Raises:
-      ConfigError: naming the unexpected arguments.
-    """
+    """Refuses positional arguments (what absl left after argv[0]): usually a mistyped flag."""
     if len(argv) > 1:
         raise ConfigError(
             f"unexpected argument(s) {' '.join(argv[1:])}; flags look like --name=value"
         )
+
+
+def flag_values(*names: str) -> dict[str, Any]:
+    """{name: the value of --name}: a command's flags as keyword arguments."""
+    return {name: flags.FLAGS[name].value for name in names}
 
 
 def define_weights_flag() -> flags.FlagHolder:
@@ -120,15 +105,9 @@ def attribute_help(cls: type) -> dict[str, str]:
 
 
 def define_config_flags(cls: type, module_name: str | None = None) -> None:
-    """Defines one flag per field of dataclass `cls`, with its docstring as help.
+    """One flag per field of dataclass `cls` (nested groups too), its "Attributes:" line as help.
 
-    Fields typed str, int, float or bool get flags of that type; tuples get
-    comma-separated lists. A default of None means "unset". Flags already
-    defined (by an earlier call in this process) are left alone.
-
-    Args:
-      cls: a dataclass with Google-style "Attributes:" documentation.
-      module_name: the module to register the flags under, so --help lists them.
+    Flags already defined are left alone; `module_name` is where --help lists them.
     """
     help_text = attribute_help(cls)
     types = field_types(cls)
@@ -145,16 +124,7 @@ def define_config_flags(cls: type, module_name: str | None = None) -> None:
 def define_flag(
     name: str, kind: FieldType, default: Any, help_text: str, module_name: str | None = None
 ) -> None:
-    """Defines flag `--name` of the type a config field has (`common/fields.py`).
-
-    Args:
-      name: the flag's name.
-      kind: the field's type: bool, int, float and str give flags of that
-        type, a tuple a comma-separated list.
-      default: the flag's default (None: unset).
-      help_text: the flag's help.
-      module_name: the module to register the flag under, so --help lists it.
-    """
+    """Defines `--name` of a config field's type (a tuple: a comma-separated list; None: unset)."""
     key_flags = {"module_name": module_name} if module_name else {}
     if kind.base is tuple:
         value = None if default is None else [str(v) for v in default]
@@ -165,12 +135,7 @@ def define_flag(
 
 
 def config_from_flags(cls: type) -> Any:
-    """Builds dataclass `cls` from the flags `define_config_flags` defined.
-
-    Raises:
-      ConfigError: for a value the dataclass rejects, or a list that is not
-        numbers.
-    """
+    """Dataclass `cls` from the flags `define_config_flags` defined (ConfigError for bad values)."""
     values = {}
     types = field_types(cls)
     for field in dataclasses.fields(cls):

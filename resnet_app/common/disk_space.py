@@ -1,13 +1,8 @@
 """A full disk, told apart from a full memory, and said in one line.
 
-TensorFlow reports both as `ResourceExhaustedError`: a save that runs out of
-disk fails in `SaveV2` (or `MergeV2Checkpoints`) with the operating system's
-"No space left on device" (ENOSPC) or "Disk quota exceeded" (EDQUOT), while
-an out-of-memory step fails in a kernel with "OOM when allocating tensor".
-`is_disk_full` reads the error's message and its failing op; Python's own
-writes (`OSError` with ENOSPC or EDQUOT) count too.
-
-No TensorFlow is imported here: the errors are told apart by their text.
+TensorFlow reports both as `ResourceExhaustedError`: a save fails in a save op
+with the OS's ENOSPC or EDQUOT text, a step with "OOM when allocating tensor".
+`is_disk_full` tells them apart by the text (no TensorFlow here).
 """
 
 from __future__ import annotations

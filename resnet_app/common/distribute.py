@@ -1,23 +1,15 @@
 """Towers: the `tf.distribute` strategy a run uses, picked from the machine.
 
-- `TF_CONFIG` set (or made from a SLURM step of several tasks, see
-  `common/slurm.py`): `MultiWorkerMirroredStrategy`, one replica per local GPU
-  (or the first `num_towers` GPUs; or the CPU) on every worker, gradients
-  all-reduced across machines (or, with model averaging, the weights every K
-  steps: see `engine/averaging.py`). A CPU-only worker runs one replica: TF's
-  multi-worker strategy has no CPU towers, so `num_towers` above 1 is refused.
-- GPUs visible: `MirroredStrategy` over them (the TF1 "towers"), or over the
-  first `num_towers` of them.
+- `TF_CONFIG` (or a SLURM step of several tasks, `common/slurm.py`):
+  `MultiWorkerMirroredStrategy`, each worker's replicas its GPUs (or the first
+  `num_towers`), or its CPU (one replica: that strategy has no CPU towers);
+- GPUs: `MirroredStrategy` over them, or the first `num_towers`;
 - CPU only: one device, or with `num_towers=N` a `MirroredStrategy` over N
-  logical CPU devices, so that tower code runs (and is tested) anywhere.
+  logical CPUs, so tower code runs (and is tested) anywhere.
 
-Per-tower BatchNorm (the default) keeps one set of moving statistics per
-replica, as TF1 towers and PyTorch DDP do. `moving_statistics_sync` averages
-them across all replicas; the trainer calls it before every evaluation and
-save, so what is evaluated and saved does not depend on which tower is read.
-
-`collective_ops` lists the cross-replica collectives of a traced function
-(tests and `scripts/averaging_benchmark.py` use it to see what a step sends).
+BatchNorm keeps its moving statistics per replica; `moving_statistics_sync`
+averages them before every evaluation and save. `collective_ops` lists what a
+traced function sends across replicas.
 """
 
 from __future__ import annotations
@@ -33,7 +25,6 @@ from resnet_app.common.errors import ConfigError
 
 
 def _check_gpu_count(num_towers: int, num_gpus: int) -> None:
-    """Refuses more towers than the machine has GPUs."""
     if num_towers > num_gpus:
         raise ConfigError(
             f"--num_towers={num_towers} but this machine has {num_gpus} GPU(s); "
@@ -44,24 +35,11 @@ def _check_gpu_count(num_towers: int, num_gpus: int) -> None:
 def worker_resolver(
     cluster: dict, num_towers: int | None, num_gpus: int
 ) -> tf.distribute.cluster_resolver.ClusterResolver:
-    """The cluster resolver that makes `MultiWorkerMirroredStrategy` use `num_towers` GPUs.
+    """The resolver that makes `MultiWorkerMirroredStrategy` use `num_towers` of `num_gpus`.
 
-    Given `TFConfigClusterResolver` (its default), the strategy takes every
-    local GPU (its docstring's "Known Issues"); it takes `num_accelerators()`
-    from any other resolver, so the first `num_towers` GPUs are asked for
-    with a `SimpleClusterResolver` of the same cluster and task.
-
-    Args:
-      cluster: `tf_config.read()`'s value.
-      num_towers: the GPUs this worker uses (None: every GPU, or the CPU).
-      num_gpus: the GPUs this machine has.
-
-    Returns:
-      The resolver to pass to `MultiWorkerMirroredStrategy`.
-
-    Raises:
-      ConfigError: when TF_CONFIG has no task, for a number below 1, more
-        towers than GPUs, or more than 1 tower on a CPU-only worker.
+    With `TFConfigClusterResolver` the strategy takes every local GPU; from any
+    other resolver it takes `num_accelerators()`, so a `SimpleClusterResolver`
+    of the same cluster and task asks for `num_towers` (None: all, or the CPU).
     """
     task = cluster.get("task")
     if not isinstance(task, dict) or "type" not in task or "index" not in task:
@@ -93,15 +71,7 @@ def worker_resolver(
 
 
 def configure_towers(num_towers: int | None) -> None:
-    """Makes `num_towers` CPU devices when there are no GPUs; call before TF runs ops.
-
-    Args:
-      num_towers: the towers wanted (None: every GPU, or the one CPU).
-
-    Raises:
-      ConfigError: for a number below 1, more towers than GPUs, or when the
-        CPU was already split into fewer devices.
-    """
+    """Makes `num_towers` logical CPU devices when there are no GPUs; call before TF runs ops."""
     if num_towers is None:
         return
     checks.at_least("--num_towers", num_towers)
@@ -117,8 +87,7 @@ def configure_towers(num_towers: int | None) -> None:
             cpu, [tf.config.LogicalDeviceConfiguration()] * num_towers
         )
     except RuntimeError:
-        # Already initialized (a second run in one process, or tests): use
-        # the logical devices that exist, if there are enough.
+        # Already initialized (a second run in one process): use those there are.
         existing = len(tf.config.list_logical_devices("CPU"))
         if existing < num_towers:
             raise ConfigError(
@@ -128,13 +97,8 @@ def configure_towers(num_towers: int | None) -> None:
 
 
 def mirrored_strategy(devices: list[str]) -> tf.distribute.MirroredStrategy:
-    """`MirroredStrategy(devices)` whose collectives cannot collide with an earlier one's.
-
-    Every MirroredStrategy numbers its collective groups from the same base, so
-    a second strategy of another size in one process (a second run, a test)
-    would join the first one's groups and abort. TF's own tests move the base
-    the same way.
-    """
+    """`MirroredStrategy(devices)` whose collective groups cannot collide with an earlier one's
+    (a second strategy of another size in one process would join them and abort)."""
     compat.advance_collective_key_base()
     return tf.distribute.MirroredStrategy(devices)
 
@@ -146,16 +110,8 @@ def create_strategy(
 
     Args:
       num_towers: towers to use on this worker (None: all GPUs, or one CPU).
-      timeout: with several workers, the seconds a collective may wait for a
-        peer before it fails with `DeadlineExceededError` (None: no limit but
-        TensorFlow's heartbeats).
-
-    Returns:
-      The strategy; create the model and optimizer inside its `scope()`.
-
-    Raises:
-      ConfigError: for a `TF_CONFIG` that cannot be used, or a `num_towers`
-        this machine cannot run (see `configure_towers`, `worker_resolver`).
+      timeout: with several workers, the seconds a collective waits for a peer
+        before `DeadlineExceededError` (None: only TensorFlow's heartbeats).
     """
     slurm.export_tf_config()  # Under srun: the step's TF_CONFIG, unless one is set.
     cluster = tf_config.read()
@@ -202,14 +158,8 @@ def distribute_datasets(
 ) -> tf.data.Dataset | tf.distribute.DistributedDataset:
     """`strategy.distribute_datasets_from_function(dataset_fn)`; on one CPU, the dataset itself.
 
-    One CPU device has nothing to split the batch over and no device memory
-    to prefetch into, and `OneDeviceStrategy.run` takes a plain batch. The
-    distributed iterator costs there: with TF 2.21's own (Eigen) kernels,
-    which it uses on CPUs without AVX512_VNNI, AVX512_BF16 or AMX (oneDNN is
-    off by default on those), ResNet-20's training step ran at 242 images/s
-    against 432 for the same step fed by the dataset's own iterator (one
-    process each; docs/performance.md, "On CPUs without oneDNN"). Every other strategy gets
-    its distributed dataset.
+    One CPU has nothing to split a batch over, and there the distributed
+    iterator slows a step a lot (docs/performance.md, "On CPUs without oneDNN").
     """
     if isinstance(strategy, tf.distribute.OneDeviceStrategy):
         (device,) = strategy.extended.worker_devices
@@ -240,12 +190,8 @@ def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
 
 
 def broadcast_from_chief(strategy: tf.distribute.Strategy, values: list[float]) -> list[float]:
-    """The chief's `values` on every worker; the identity within one machine.
-
-    For host-side state that only the chief reads (the live LR override):
-    every worker must feed the same learning rate, or their weights drift apart.
-    Call it on every worker at the same point of the loop.
-    """
+    """The chief's `values` on every worker (one machine: `values`); every worker calls it
+    at the same point. For what only the chief reads (the live LR override)."""
     if not is_multi_worker(strategy):
         return values
     return _broadcast_function(strategy)(tf.constant(values, tf.float64)).tolist()
@@ -259,10 +205,7 @@ def gather_from_workers(strategy: tf.distribute.Strategy, value: float) -> list[
 
 
 def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
-    """Whether `flag` is true on any worker (one gather; one machine: just `flag`).
-
-    Every worker must call it at the same point, so that they all decide alike.
-    """
+    """Whether `flag` is true on any worker; every worker calls it at the same point."""
     return max(gather_from_workers(strategy, float(flag))) > 0
 
 
@@ -303,21 +246,9 @@ def _gather_function(strategy: tf.distribute.Strategy):
 def moving_statistics_sync(
     model: tf.keras.Model, strategy: tf.distribute.Strategy
 ) -> Callable[[], None]:
-    """A function that averages the model's non-trainable variables across replicas.
-
-    Keras 3 BatchNorm updates its moving mean and variance per replica, so
-    without this each tower (and worker) would keep its own. The moving
-    averages are linear in the batch statistics, so averaging them is the
-    same as having averaged the towers' batch statistics at every step.
-
-    Args:
-      model: the model, built in `strategy.scope()`.
-      strategy: its strategy.
-
-    Returns:
-      A function of no arguments to call (in cross-replica context) before
-      evaluating or saving; it does nothing with one replica.
-    """
+    """A function (cross-replica context) that averages the model's non-trainable variables
+    across replicas: Keras 3 BatchNorm updates its moving statistics per replica, and
+    being linear in the batch statistics, their mean is what one batch would give."""
     variables = list(model.non_trainable_variables)
     if not variables or strategy.num_replicas_in_sync == 1:
         return lambda: None
@@ -331,12 +262,7 @@ def moving_statistics_sync(
 
 
 def assign_replica_mean(variables: list[tf.Variable]) -> None:
-    """In replica context: sets every replica's copy of each variable to their mean.
-
-    Args:
-      variables: replica-local variables (per-tower BatchNorm statistics, or
-        model averaging's copies), each read as this replica's value.
-    """
+    """In replica context: sets every replica's copy of each variable to their mean."""
     context = tf.distribute.get_replica_context()
     values = [tf.identity(v.value) for v in variables]  # Tensors, not variables.
     means = context.all_reduce(tf.distribute.ReduceOp.MEAN, values)
@@ -346,15 +272,8 @@ def assign_replica_mean(variables: list[tf.Variable]) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class CollectiveOp:
-    """A collective op of a traced function (see `collective_ops`).
-
-    Attributes:
-      name: the op's name in the function graph that holds it.
-      type: e.g. "CollectiveReduceV2", "NcclAllReduce".
-      bytes: the size of the tensor one replica sends into it.
-      path: the op types that lead to it from the top graph, e.g.
-        ("While", "If") for an op in a branch of a cond in a loop.
-    """
+    """A collective op: its name, type, the bytes one replica sends, and the op types
+    leading to it from the top graph (("While", "If"): in a cond in a loop)."""
 
     name: str
     type: str
@@ -366,16 +285,8 @@ COLLECTIVE_TYPES = ("CollectiveReduceV2", "CollectiveGatherV2", "NcclAllReduce")
 
 
 def collective_ops(graph: tf.Graph, path: tuple[str, ...] = ()) -> list[CollectiveOp]:
-    """The cross-replica reductions and gathers in a traced graph and the functions it calls.
-
-    Args:
-      graph: e.g. `tf.function(...).get_concrete_function(...).graph`.
-      path: for the recursion.
-
-    Returns:
-      One entry per op, for every replica's op (two towers: two entries per
-      all-reduce).
-    """
+    """Every replica's cross-replica reductions and gathers in a traced graph and the
+    functions it calls."""
     found = []
     for op in graph.get_operations():
         if op.type in COLLECTIVE_TYPES:

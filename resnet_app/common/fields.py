@@ -1,20 +1,14 @@
-"""The type of a config field, read with `typing.get_type_hints`, and values checked against it.
+"""A config field's type (from `typing.get_type_hints`) and its declared range, checked.
 
-One helper for every way a value reaches a typed field: the YAML loader, `--set`
-and the command-line flags (`train.py`'s shortcuts, `cli.define_config_flags`).
-A config field is a bool, int, float or str, a tuple of ints, floats or strs, a
-dict of str to float (or `str | dict[str, float]`: a word or a mapping), or any
-of these `| None`; or a nested group of such fields (a dataclass, e.g.
-`data.augment`); `field_types` refuses anything
-else when the class is first read, so a new field of an unsupported type fails
-in the tests, not for a user.
+Every way a value reaches a field (YAML, `--set`, flags) goes through here. A
+field is a bool, int, float or str, a tuple of ints, floats or strs, a dict of
+str to float (or `str | dict[str, float]`), any of these `| None`, or a nested
+dataclass of such fields (`data.augment`); `field_types` refuses anything else
+when the class is first read, so an unsupported field fails in the tests.
 
-A field declares its range or choices once, with its default: `setting(0.0,
-FRACTION)`; the dataclass's `__post_init__` calls `check_declared`, and only
-checks that relate fields to each other are written by hand. Every range is a
-`Rule`, so a mistake has one message wherever it is made: "WHAT must be a number
->= 0, got VALUE". The `check_*` functions apply the same rules to values that
-are not fields (a schedule's derived lengths, a function's arguments).
+A field declares its range once, with its default: `setting(0.0, FRACTION)`,
+checked by `check_declared` in `__post_init__`. Every range is a `Rule`, so a
+mistake reads the same everywhere: "WHAT must be a number >= 0, got VALUE".
 """
 
 from __future__ import annotations
@@ -30,11 +24,10 @@ from typing import Any
 
 from resnet_app.common.errors import ConfigError
 
-SET_BY = "set_by"  # Field metadata: not a key of its own; the key that sets it.
-# Field metadata: a resumed run may change the setting; it does not change what
-# the run computes (where to evaluate, how often to log, how long to run, ...).
-RESUMABLE = "resumable"
-CHECK = "check"  # Field metadata: the `Rule` the field's value meets (`check_declared`).
+# Field metadata keys: the key that sets a field that is not a key of its own; a
+# setting a resumed run may change (it does not change what the run computes);
+# the `Rule` the value meets.
+SET_BY, RESUMABLE, CHECK = "set_by", "resumable", "check"
 SCALARS = (bool, int, float, str)
 TUPLE_ITEMS = (int, float, str)
 
@@ -46,11 +39,7 @@ def resumable(default: Any = None, rule: Rule | None = None, **metadata: Any) ->
 
 def resumable_keys(cls: type, section: str) -> set[str]:
     """ "section.field" for every field of dataclass `cls` marked `resumable`."""
-    return {
-        f"{section}.{field.name}"
-        for field in dataclasses.fields(cls)
-        if field.metadata.get(RESUMABLE)
-    }
+    return {f"{section}.{f.name}" for f in dataclasses.fields(cls) if f.metadata.get(RESUMABLE)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +85,7 @@ def read_annotation(annotation: Any) -> FieldType:
             return FieldType(dict, optional, float, or_word=True)
         if len(others) != 1:
             raise TypeError(f"a config field has one type, or that type | None; got {annotation}")
-        optional, annotation = len(others) < len(members), others[0]
+        annotation = others[0]
     if typing.get_origin(annotation) is tuple:
         item = typing.get_args(annotation)[0]
         if item not in TUPLE_ITEMS:
@@ -115,14 +104,7 @@ def read_annotation(annotation: Any) -> FieldType:
 
 @functools.cache
 def field_types(cls: type) -> dict[str, FieldType]:
-    """The `FieldType` of every field of dataclass `cls`, from `typing.get_type_hints`.
-
-    Args:
-      cls: a dataclass whose fields have config types.
-
-    Returns:
-      {field name: FieldType}, in the order the fields are declared.
-    """
+    """{field name: `FieldType`} of dataclass `cls`, in declaration order."""
     hints = typing.get_type_hints(cls)
     return {field.name: read_annotation(hints[field.name]) for field in dataclasses.fields(cls)}
 
@@ -145,15 +127,13 @@ def is_whole(value: Any) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Rule:
-    """What a setting's valid values are, declared once with the field (`setting`).
+    """A setting's valid values, declared once with the field (`setting`).
 
     Attributes:
-      test: True for a valid value (never called with None: an optional
-        field's None is its "unset").
-      wanted: completes "WHAT must be ...": "a number >= 0"; or a function
-        giving it, for choices a registry may still extend.
-      convert: what a valid value is stored as: `int` for whole numbers
-        (NumPy's ints too), `float` for numbers; None keeps it.
+      test: True for a valid value (never given None, an optional field's "unset").
+      wanted: completes "WHAT must be ...", or a function giving it (a registry
+        may still grow).
+      convert: what a valid value is stored as (`int`, `float`; None keeps it).
     """
 
     test: Callable[[Any], bool]
@@ -161,11 +141,7 @@ class Rule:
     convert: Callable[[Any], Any] | None = None
 
     def check(self, what: str, value: Any) -> Any:
-        """Returns `value` if it passes: "WHAT must be WANTED, got VALUE" if not.
-
-        Raises:
-          ConfigError: naming the setting, what it must be and what it was.
-        """
+        """`value` (converted) if it passes; else ConfigError "WHAT must be WANTED, got VALUE"."""
         if not self.test(value):
             wanted = self.wanted() if callable(self.wanted) else self.wanted
             raise ConfigError(f"{what} must be {wanted}, got {value!r}")
@@ -176,12 +152,11 @@ def interval(low: float, high: float, *, low_in: bool = True, high_in: bool = Fa
     """A number between `low` and `high`, each end included or not: "in [0, 1)"."""
 
     def test(x: Any) -> bool:
-        if not is_number(x):
-            return False
-        return (x >= low if low_in else x > low) and (x <= high if high_in else x < high)
+        above = x >= low if low_in else x > low
+        return above and (x <= high if high_in else x < high)
 
-    brackets = ("[" if low_in else "(", "]" if high_in else ")")
-    return Rule(test, f"in {brackets[0]}{low:g}, {high:g}{brackets[1]}", float)
+    wanted = f"in {'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}"
+    return Rule(lambda x: is_number(x) and test(x), wanted, float)
 
 
 def whole_at_least(minimum: int) -> Rule:
@@ -212,27 +187,17 @@ def changed_from_defaults(instance: Any, names: Iterable[str]) -> list[str]:
 
 
 def setting(default: Any = dataclasses.MISSING, rule: Rule | None = None, **metadata: Any) -> Any:
-    """A config field: its default (none: a required field) and the `Rule` its value
-    (or each item of a list or mapping) meets."""
+    """A config field: its default (none: required) and the `Rule` its value (each item) meets."""
     if rule is not None:
         metadata[CHECK] = rule
     return dataclasses.field(default=default, metadata=metadata)
 
 
 def check_declared(instance: Any, name: str) -> None:
-    """Checks every field of a dataclass instance against its declared `Rule`.
+    """Checks every field of a dataclass instance against its `Rule`, storing it converted.
 
-    A tuple's rule applies to each item, a mapping's to each value; None (unset)
-    passes. Valid values are stored back as the rule converts them (whole
-    numbers as Python ints, numbers as floats).
-
-    Args:
-      instance: a dataclass instance, checked in its `__post_init__`.
-      name: how messages name a field, with "{}" for its name: "train.{}",
-        "model field '{}'".
-
-    Raises:
-      ConfigError: the first value that breaks its rule, in field order.
+    A tuple's rule applies to each item, a mapping's to each value; None passes.
+    `name` names a field in messages, "{}" for its name: "train.{}".
     """
     types = field_types(type(instance))
     for field in dataclasses.fields(instance):
@@ -250,44 +215,20 @@ def check_declared(instance: Any, name: str) -> None:
 
 
 def check_number(what: str, value: Any, *, positive: bool = False) -> float:
-    """Returns `value` as a float if it is a finite number >= 0 (> 0 if `positive`).
-
-    Args:
-      what: names the value in the message, e.g. "schedule key 'final'".
-      value: the value to check.
-      positive: refuse 0 as well.
-
-    Raises:
-      ConfigError: "WHAT must be a number >= 0, got VALUE" (or "> 0").
-    """
+    """`value` as a float if it is a finite number >= 0 (> 0 if `positive`), else ConfigError."""
     return (MORE_THAN_0 if positive else AT_LEAST_0).check(what, value)
 
 
 def check_positive_int(what: str, value: Any) -> int:
-    """Returns `value` as an int if it is a whole number >= 1 (not a bool).
-
-    Raises:
-      ConfigError: "WHAT must be a whole number >= 1, got VALUE".
-    """
+    """`value` as an int if it is a whole number >= 1 (not a bool), else ConfigError."""
     return AT_LEAST_1.check(what, value)
 
 
 def coerce(key: str, value: Any, kind: FieldType) -> Any:
-    """Checks `value` against a field's type and returns it in that type.
+    """`value` in the field's type, or a ConfigError naming `key` ("train.batch_size").
 
-    An int is accepted for a float (and a whole float for an int), a list for a
-    tuple; nothing else is converted.
-
-    Args:
-      key: the field as the user names it, e.g. "train.batch_size".
-      value: the value as YAML or a flag gave it.
-      kind: the field's type, from `field_types`.
-
-    Returns:
-      The value as the field's type.
-
-    Raises:
-      ConfigError: naming the key, its value and the expected type.
+    An int passes for a float (a whole float for an int), a list for a tuple;
+    nothing else is converted.
     """
     if value is None:
         if kind.optional:
@@ -330,19 +271,8 @@ def coerce(key: str, value: Any, kind: FieldType) -> Any:
 
 
 def replace_from(default: Any, section: str, values: Any) -> Any:
-    """`default` (a dataclass instance) with the fields a mapping sets, each checked.
-
-    Args:
-      default: the section's values before this mapping.
-      section: the section's name in messages, e.g. "train".
-      values: {field: value} as YAML or flags gave them.
-
-    Returns:
-      A new instance; its `__post_init__` checks the values together.
-
-    Raises:
-      ConfigError: for a key that is not a field, or a value of the wrong type.
-    """
+    """`default` (a dataclass instance) with the fields `values` sets, each type-checked;
+    its `__post_init__` checks them together. `section` names it in messages."""
     if not isinstance(values, Mapping):
         raise ConfigError(f"config section '{section}' must be a mapping of keys")
     types = config_keys(type(default))

@@ -1,20 +1,12 @@
-"""Files written whole and durably: a reader sees the previous file or the new one,
-never half, and after a power cut the new one is there once the call returned.
+"""Files written whole and durably, and derived-data caches read safely.
 
-Also the reading of derived-data caches (`read_cache`): a damaged one is
-reported in one line and rebuilt, never a traceback in every later run.
-
-The content goes to a temporary file beside the destination (same directory,
-so the rename cannot cross filesystems), which is synced to disk and then
-renamed over it; the directory is synced after the rename, so the new name is
-on disk too (`rename` alone orders nothing: after a power cut the file may be
-empty or the old name back). The process id in the temporary name keeps
-concurrent writers apart, and lets the next writer remove what a killed one
-left (`remove_leftovers`); a plain open() (not mkstemp, which makes files
-private) keeps the usual permissions.
-
-`sync_file`, `sync_directory` and `sync_tree` are the same guarantee for
-files written by others (TensorFlow's checkpoints and SavedModels).
+A write goes to a temporary file beside the destination (same filesystem),
+which is fsynced, renamed over it, and then the directory is fsynced: a reader
+sees the old file or the new one, never half, and after a power cut the new
+one is there once the call returned. The pid in the temporary name keeps
+concurrent writers apart and lets the next writer remove a killed one's
+leftovers. A plain open() (not mkstemp) keeps the usual permissions.
+`sync_*` give the same guarantee to files TensorFlow writes.
 """
 
 from __future__ import annotations
@@ -36,10 +28,7 @@ from resnet_app.common.errors import first_line
 T = TypeVar("T")
 # What a truncated or corrupted .npz raises while it is opened or read.
 DAMAGED_NPZ = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error)
-
-
-# A writer's temporary file beside its destination: `path + TEMPORARY.format(pid=...)`.
-TEMPORARY = ".{pid}.tmp"
+TEMPORARY = ".{pid}.tmp"  # A writer's temporary file: `path + TEMPORARY.format(pid=...)`.
 
 
 def write_atomically(path: str, write: Callable[[str], None]) -> None:
@@ -61,11 +50,7 @@ def write_atomically(path: str, write: Callable[[str], None]) -> None:
 
 
 def remove_leftovers(path: str) -> list[str]:
-    """Removes the temporary files of `path` that killed writers left; returns them.
-
-    A temporary file of a process that still runs is its write in progress,
-    and stays.
-    """
+    """Removes the temporary files of `path` that dead writers left (a live one's stays)."""
     removed = []
     for leftover in left_by_dead_writers(path, TEMPORARY):
         with contextlib.suppress(OSError):
@@ -77,10 +62,7 @@ def remove_leftovers(path: str) -> list[str]:
 def left_by_dead_writers(path: str, suffix: str) -> list[str]:
     """The siblings `path + suffix.format(pid=N)` whose process N no longer runs, sorted.
 
-    Args:
-      path: what the writers were writing.
-      suffix: how a writer names its work beside `path`, with `{pid}` in it
-        (`TEMPORARY`; an export's ".partial-{pid}").
+    `suffix` holds `{pid}`: `TEMPORARY`, or an export's ".partial-{pid}".
     """
     before, _, after = suffix.partition("{pid}")
     name = re.compile(re.escape(os.path.basename(path) + before) + r"(\d+)" + re.escape(after))
@@ -101,7 +83,7 @@ def process_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 
@@ -117,8 +99,8 @@ def sync_file(path: str) -> None:
 def sync_directory(path: str) -> None:
     """Makes the names in the directory `path` durable: files created, renamed, removed.
 
-    A filesystem that cannot sync a directory (some network and FUSE
-    filesystems answer EINVAL) is left to its own guarantees.
+    A filesystem that cannot sync a directory (EINVAL on some network and FUSE
+    mounts) is left to its own guarantees.
     """
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -141,11 +123,11 @@ def sync_tree(path: str) -> None:
 def replace_directory(final: str, staged: str, aside: str, fill: Callable[[str], None]) -> None:
     """Replaces the directory `final` whole, durably: a crash leaves the old or the new.
 
-    `fill(staged)` writes the new content into the empty directory `staged`,
-    which is then synced; the old `final` is renamed to `aside`, `staged` to
-    `final`, their parent synced, and `aside` removed. On an error the old
-    directory is put back and `staged` removed. After a crash between the two
-    renames, `aside` holds the old one, complete (readers look there too).
+    `fill(staged)` writes the new content into the empty `staged`, which is
+    synced; then `final` is renamed to `aside`, `staged` to `final`, the parent
+    synced and `aside` removed. On an error the old one is put back. After a
+    crash between the renames, `aside` holds the old one, complete (readers
+    look there too).
     """
     import shutil
 
@@ -181,10 +163,8 @@ def write_text_atomically(path: str, text: str) -> None:
 def read_cache(path: str, read: Callable[[Any], T | None]) -> T | None:
     """`read(np.load(path))` for a cache of derived data; None when it must be rebuilt.
 
-    None when the file is missing, when `read` says it is stale (returns
-    None), or when it is damaged (truncated, a bad checksum, an array cut
-    short, a key missing): then one warning line names the file, and the
-    caller rebuilds it over the damaged one.
+    None when the file is missing, stale (`read` returns None) or damaged (one
+    warning line names it; the caller rebuilds it).
     """
     import numpy as np
 

@@ -1,21 +1,10 @@
 """The CPU a process runs on: its model and the instruction sets that decide its speed.
 
-CPUs of one machine kind differ: some have AVX-512 and native bfloat16
-(AVX512_BF16, AMX), others only AVX2, where TensorFlow emulates bfloat16 and
-a mixed-bfloat16 step runs several times slower than float32. The trainer
-warns about that case, and `scripts/benchmark.py` prints what it ran on, so
-two tables are never compared blindly.
-
-`ONEDNN_MAX_CPU_ISA` (oneDNN's cap on the instruction sets it uses, e.g.
-`AVX2`) counts: a capped process does not use what it is capped below.
-
-Whether TensorFlow uses oneDNN at all counts more. TF turns its oneDNN
-kernels on by default only on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or
-AMX (since TF 2.9); elsewhere, on AVX2-only CPUs for example, it runs its own
-Eigen kernels, as it does everywhere under `TF_ENABLE_ONEDNN_OPTS=0`. That is
-the stand-in for an AVX2 machine on a newer one (`ONEDNN_MAX_CPU_ISA=AVX2`
-keeps oneDNN on). Without oneDNN, bfloat16 is emulated even on CPUs that have
-bfloat16 instructions.
+On AVX2-only CPUs TensorFlow emulates bfloat16, and a mixed-bfloat16 step runs
+several times slower than float32: the trainer warns, and benchmarks print
+what they ran on. TF uses oneDNN by default only on CPUs with AVX512_VNNI,
+AVX512_BF16, AVX_VNNI or AMX (else its Eigen kernels, as under
+`TF_ENABLE_ONEDNN_OPTS=0`); `ONEDNN_MAX_CPU_ISA` caps what oneDNN uses.
 No TensorFlow here.
 """
 
@@ -52,7 +41,7 @@ class CpuInfo:
       model: the CPU's model name ("" if unknown).
       isa: the instruction sets of `ISA_FLAGS` it has, by their usual names.
       isa_cap: `ONEDNN_MAX_CPU_ISA`, if set.
-      onednn: whether TensorFlow uses its oneDNN kernels (see the module docstring).
+      onednn: whether TensorFlow uses its oneDNN kernels.
       onednn_forced: `TF_ENABLE_ONEDNN_OPTS`, if set.
     """
 
@@ -117,13 +106,7 @@ def onednn_enabled(flags: set[str] | frozenset[str], forced: str | None) -> bool
 def parse_cpuinfo(
     text: str, isa_cap: str | None = None, onednn_forced: str | None = None
 ) -> CpuInfo:
-    """The `CpuInfo` of a /proc/cpuinfo text (its first processor).
-
-    Args:
-      text: the file's contents.
-      isa_cap: the `ONEDNN_MAX_CPU_ISA` in force, if any.
-      onednn_forced: the `TF_ENABLE_ONEDNN_OPTS` in force, if any.
-    """
+    """The `CpuInfo` of a /proc/cpuinfo text's first processor, under these variables."""
     model, flags = "", set()
     for line in text.splitlines():
         key, _, value = line.partition(":")

@@ -1,37 +1,22 @@
 """What a run reports: `metrics.jsonl`, TensorBoard events, and the console progress line.
 
-`metrics.jsonl` holds one JSON object per line:
-- training records: {"step", "epoch", "loss", "accuracy", "learning_rate",
-  "examples_per_sec", "input_wait" (the fraction of the time spent waiting
-  for data), "time" (Unix seconds)}, over the steps since the previous record;
-- evaluation records: {"step", "split", "top1", "top5", "loss", "num_examples",
-  "precision" (the `train.precision` the model computed in; records written
-  before it was added have none)}, made by `evaluation/exact_eval.py`'s `eval_record`,
-  plus the trainer's "time" (Unix seconds at its end) and "seconds" (what the
-  evaluation took; both absent from records written before they were added),
-  and "ema_top1", "ema_top5", "ema_loss" for the moving average of the
-  weights when the run keeps one (`train.ema_decay`);
-- events ({"step", "event", ...}): the run's start (with its "time") and end,
-  a learning-rate override, settings changed on resume, a stop by a signal, a
-  NaN rollback, an input-bound warning;
-- evaluations of saved checkpoints by `python -m resnet_app.evaluate`: an
-  evaluation record plus "checkpoint" ("ckpt-N"), "report" (the directory of
-  its eval_results.json, confusion-matrix and reliability pictures), "tta"
-  (null, "flip" or "crops"), "weights" ("ema" or "raw"), "ece" and "nll" (calibration; with a fitted
-  temperature also "temperature", "ece_scaled", "nll_scaled") and "event":
-  "evaluation" (they have "top1" too: tell them from the trainer's by "event").
-The run's settings go to TensorBoard's HParams plugin in `model_dir` itself
-(`MetricsWriter.hparams`), so that runs compare in one table.
-The trainer's scalars also go to TensorBoard under `model_dir/train` and
-`model_dir/eval` (and the moving average's top1, top5 and loss under
-`model_dir/eval_ema`, so that the two curves share a chart); `evaluate` writes no
-TensorBoard events, but `evaluate --watch` writes its records' top1, top5 and loss
-under `model_dir/evaluator` (`evaluator_ema` for the moving average), and marks
-them "watch": true in metrics.jsonl.
-
-`read_records` reads the file back, robust to a run killed mid-line; tools and
-tests use it. Reading needs no TensorFlow: this module imports it only to write
-TensorBoard events.
+`metrics.jsonl` holds one JSON object per line, each with its "step":
+- training: "epoch", "loss", "accuracy", "learning_rate", "examples_per_sec",
+  "input_wait" (the fraction of time spent waiting for data), "time" (Unix s);
+- evaluation (`exact_eval.eval_record`): "split", "top1", "top5", "loss",
+  "num_examples", "precision", the trainer's "time" and "seconds", and
+  "ema_top1", "ema_top5", "ema_loss" with `train.ema_decay` (older records may
+  lack the later keys);
+- events ("event": "start", "end", an LR override, a resume's changes, a stop,
+  a rollback, ...);
+- `resnet-app evaluate`'s records: an evaluation plus "checkpoint", "report",
+  "tta", "weights", "ece", "nll" (with a temperature also "temperature",
+  "ece_scaled", "nll_scaled"), and "event": "evaluation"; `--watch` marks
+  them "watch": true.
+TensorBoard gets the trainer's scalars under `train/`, `eval/` and `eval_ema/`,
+`evaluate --watch`'s under `evaluator/` (`evaluator_ema/`), and the settings
+in the HParams plugin at the run directory. `read_records` reads the file back,
+robust to a run killed mid-line, without TensorFlow.
 """
 
 from __future__ import annotations
@@ -48,7 +33,7 @@ from absl import logging
 from resnet_app.common import run_dir
 from resnet_app.common.errors import ConfigError
 
-METRICS_FILE = run_dir.METRICS_FILE  # The name callers and tests know it by.
+METRICS_FILE = run_dir.METRICS_FILE
 HPARAMS_DIR = ""  # The run directory itself: TensorBoard's HParams "session" of the run.
 
 
@@ -63,8 +48,8 @@ def _finite(value: Any) -> Any:
 
 
 def json_text(value: Any) -> str:
-    """Strict JSON: NaN and infinities (a diverged loss) become null, which every
-    parser reads; Python's json would write bare NaN, which strict parsers reject."""
+    """Strict JSON: NaN and infinities (a diverged loss) become null, not the bare NaN
+    that strict parsers reject."""
     return json.dumps(_finite(value), allow_nan=False)
 
 
@@ -79,20 +64,15 @@ def _ends_a_line(path: str) -> bool:
 
 
 class MetricsWriter:
-    """Appends records to `model_dir/metrics.jsonl` and TensorBoard.
-
-    Args:
-      model_dir: the run directory.
-      enabled: False on non-chief workers: nothing is written.
-    """
+    """Appends records to `model_dir/metrics.jsonl` and TensorBoard (nothing unless `enabled`:
+    non-chief workers write nothing)."""
 
     def __init__(self, model_dir: str, enabled: bool = True):
         self.enabled = enabled
         self.path = run_dir.metrics_path(model_dir)
         self._file = run_dir.open_append(self.path) if enabled else None
         if enabled and not _ends_a_line(self.path):
-            # A run killed mid-write left half a record: end it, so the next
-            # record starts a line of its own (readers skip the broken one).
+            # A run killed mid-write left half a record: the next one starts its own line.
             self._file.write("\n")
         self._writers: dict[str, Any] = {}
         self._model_dir = model_dir
@@ -101,9 +81,7 @@ class MetricsWriter:
         if kind not in self._writers:
             import tensorflow as tf  # Here: reading the file needs no TensorFlow.
 
-            self._writers[kind] = tf.summary.create_file_writer(
-                run_dir.events_dir(self._model_dir, kind)
-            )
+            self._writers[kind] = tf.summary.create_file_writer(os.path.join(self._model_dir, kind))
         return self._writers[kind]
 
     def write(self, record: dict[str, Any]) -> None:
@@ -125,15 +103,8 @@ class MetricsWriter:
                 tf.summary.scalar(name, value)
 
     def hparams(self, values: dict[str, bool | int | float | str], trial: str) -> None:
-        """Writes the run's settings to TensorBoard's HParams plugin, at `model_dir`.
-
-        `tensorboard --logdir runs` then lists every run under runs/ in one
-        table, with its final `eval/top1`, `eval/loss`, ... beside its settings.
-
-        Args:
-          values: {name: value}, as `hparam_values` flattens a config.
-          trial: the run's name in the table.
-        """
+        """Writes the run's settings (`hparam_values`) to TensorBoard's HParams plugin, so that
+        `tensorboard --logdir runs` lists the runs in one table; `trial` names this one."""
         if not self.enabled:
             return
         from tensorboard.plugins.hparams import api as hparams_api
@@ -155,11 +126,8 @@ class MetricsWriter:
 
 
 def hparam_values(tree: dict[str, Any], prefix: str = "") -> dict[str, bool | int | float | str]:
-    """A nested config as HParams values: "section.key" -> a bool, number or string.
-
-    Nested groups become dotted names ("data.augment.flip"); lists, tuples
-    and mappings that are values become their JSON text, None "null".
-    """
+    """A nested config as HParams values: "data.augment.flip" -> a bool, number or string
+    (other values as their JSON text, None as "null")."""
     values: dict[str, bool | int | float | str] = {}
     for key, value in tree.items():
         name = f"{prefix}{key}"
@@ -183,14 +151,8 @@ def format_duration(seconds: float) -> str:
 
 
 class Progress:
-    """A one-line progress bar with ETA on the console (redrawn in place on a terminal).
-
-    Args:
-      total_steps: the last step of the run.
-      start_step: the step the run starts (or resumes) from.
-      stream: where to draw (default stderr); when it is not a terminal,
-        nothing is drawn and the log records are the progress.
-    """
+    """A one-line progress bar with ETA, redrawn in place on a terminal `stream` (stderr);
+    elsewhere nothing is drawn (the log records are the progress)."""
 
     WIDTH = 24
 
@@ -225,7 +187,7 @@ class Progress:
             self._drawn = True
 
     def finish(self) -> None:
-        """Ends the bar's line, if one is drawn, so that other output starts afresh."""
+        """Ends the bar's line, if one is drawn, so other output starts afresh."""
         if self.interactive and self._drawn:
             self.stream.write("\n")
             self.stream.flush()
@@ -233,18 +195,10 @@ class Progress:
 
 
 def _parse_line(text: str) -> tuple[dict[str, Any] | None, bool]:
-    """The record on a line of the file, and whether the line was only that record.
+    """(the record on a line, whether the line was only that record).
 
-    A run killed while writing can leave a line without its end; the next
-    run appends its first record (its "start" event) to that line, and that
-    record is needed. So when a line is not one JSON object, the complete
-    object at its end, if any, is the record.
-
-    Args:
-      text: one line, without surrounding whitespace.
-
-    Returns:
-      (the record or None, True if the whole line was the record).
+    A run killed mid-write leaves a line without its end, and the next run's
+    "start" record lands on it: the complete object at a line's end counts.
     """
     decoder = json.JSONDecoder()
     start = text.find("{")
@@ -260,20 +214,8 @@ def _parse_line(text: str) -> tuple[dict[str, Any] | None, bool]:
 
 
 def read_records(path: str) -> list[dict[str, Any]]:
-    """The records of a metrics file, in the order written.
-
-    What is not a complete record with an integer "step" is skipped, with one
-    warning for the file that names the lines.
-
-    Args:
-      path: a `metrics.jsonl` file.
-
-    Returns:
-      The records, as dicts.
-
-    Raises:
-      ConfigError: when the file cannot be read.
-    """
+    """The records of a `metrics.jsonl`, in order; what is not a complete record with an
+    integer "step" is skipped, with one warning naming the lines."""
     records, damaged = [], []
     try:
         with open(path, encoding="utf-8", errors="replace") as lines:

@@ -1,22 +1,14 @@
 """Old configs and run files read in today's shapes: the one migration step.
 
-Config files, `--set` keys and run directories written before a layout
-changed keep working. Each change of layout is written down here once, as
-history, and applied where a file or a layer of settings is read:
-`config/layers.py` for config files and `--set`, `data/settings.data_config`
-for keys given in code, `data/run_pipeline.py` for data_info.json. Nothing
-after loading knows an old name: the dataclasses hold today's keys only, and
-a key added since a change has no old name.
-
-The changes so far:
-- 2026-12-02, the data section nested its groups: the augmentation's keys
-  (`data.flip`, `data.crop_padding`, ...) moved under `data.augment`, and
-  Mixup/CutMix's under `data.mix` (`data.mix_switch_prob` is now
-  `data.mix.switch_prob`, `data.mix_mode` `data.mix.mode`); data_info.json's
-  "preprocessing" moved the augmentation's keys under "augment" alike.
-- 2026-12-04, the model's `init_filter` (a kernel size, not a number of
-  filters) is `stem_kernel`, beside `stem`, `stem_filters` and `stem_widths`:
-  in config files, `--set`, and the Keras config of a saved model.
+Config files, `--set` keys and run directories written before a layout change
+keep working: each change is applied where a file or a layer of settings is
+read (`config/layers.py`, `data/settings.data_config`, `data/run_pipeline.py`),
+and nothing after loading knows an old name. The changes so far:
+- the data section nested its groups: the augmentation's keys (`data.flip`, ...)
+  under `data.augment`, Mixup/CutMix's under `data.mix` (`data.mix_switch_prob`
+  is `data.mix.switch_prob`), and data_info.json's "preprocessing" alike;
+- the model's `init_filter` (a kernel size) is `stem_kernel`, in config files,
+  `--set` and a saved model's Keras config.
 """
 
 from __future__ import annotations
@@ -24,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-# The augmentation's keys when the data section nested (2026-12-02).
 _AUGMENT_KEYS = (
     "crop_padding",
     "flip",
@@ -46,11 +37,7 @@ DATA_KEYS: dict[str, tuple[str, str]] = {
     "mix_switch_prob": ("mix", "switch_prob"),
     "mix_mode": ("mix", "mode"),
 }
-"""The data section's flat keys before it nested: old name -> (group, key)."""
-
-
 MODEL_KEYS: dict[str, str] = {"init_filter": "stem_kernel"}
-"""The model section's renamed keys (2026-12-04): old name -> today's."""
 
 
 def model_fields(values: Mapping[str, Any]) -> dict[str, Any]:

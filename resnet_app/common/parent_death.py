@@ -1,24 +1,13 @@
 """`python -m resnet_app.common.parent_death PARENT PROGRAM [ARGS...]`: PROGRAM, dying with PARENT.
 
 `resnet_app.launch` starts each worker through this: it asks Linux to SIGKILL
-the process when the launcher is gone (the parent-death signal, `prctl(2)`
-PR_SET_PDEATHSIG), then execs PROGRAM, which keeps the process, its pid and
-the setting. So a launcher killed outright (`kill -9`, the OOM killer) leaves
-no worker that holds the run lock, the accelerators and its ports.
-
-Why a program of its own rather than `subprocess.Popen(preexec_fn=...)`: a
-preexec_fn runs Python between fork and exec, which is unsafe in a process
-with threads (the launcher pumps each worker's output on one), and exec is
-where the setting must already be made. This costs one interpreter start
-(about 30 ms) per worker.
-
-Two details of the parent-death signal. It comes when the *thread* that
-started the child ends, not the process: the launcher starts workers from its
-main thread, which lives as long as it does. And the parent may die before
-`prctl` runs, in which case no signal will ever come: the process was already
-given to another parent, so after `prctl` it checks that its parent is still
-PARENT, and dies at once if not. Elsewhere than Linux only that check is
-made.
+the process when the launcher is gone (`prctl(PR_SET_PDEATHSIG)`), then execs
+PROGRAM, which keeps the setting; so a launcher killed outright leaves no worker
+holding the run lock, the accelerators or its ports. A program, not a
+`preexec_fn`: Python between fork and exec is unsafe with threads (the
+launcher's pumps). The signal comes when the *thread* that started the child
+ends (the launcher's main thread), and never if the parent died before `prctl`:
+hence the check of the parent after it.
 """
 
 from __future__ import annotations
@@ -29,21 +18,12 @@ import signal
 import sys
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-# Not SIGTERM: with the launcher gone, nobody would wait for a worker that saves,
-# or kill one stuck in a collective whose peer is gone.
+# Not SIGTERM: with the launcher gone, nobody would wait for a worker that saves.
 DEATH_SIGNAL = signal.SIGKILL
 
 
 def die_with_parent(parent: int, number: int = DEATH_SIGNAL) -> None:
-    """Has the kernel send `number` to this process when `parent` ends; if it already has, dies now.
-
-    Args:
-      parent: the pid of the process that must outlive this one.
-      number: the signal.
-
-    Raises:
-      OSError: `prctl` failed.
-    """
+    """Has the kernel send `number` to this process when `parent` ends; if it has, dies now."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, int(number), 0, 0, 0) != 0:

@@ -1,8 +1,7 @@
 """The names `train.precision` takes and what each computes in (no TensorFlow).
 
-One registry for the config's check, the images' dtype, the model's Keras
-dtype policy and the loss scaling; `auto` (`auto_precision.py`) resolves to
-one of these names. A new precision is one `register(Precision(...))` line.
+One registry for the config's check, the images' dtype, the Keras dtype policy
+and the loss scaling; `auto` (`auto_precision.py`) resolves to one of these.
 """
 
 from __future__ import annotations
@@ -16,10 +15,10 @@ class Precision:
 
     Attributes:
       name: the config's name ("bf16").
-      compute_dtype: the dtype the layers compute in, and the images' dtype
-        (`data.dtype`, unless set). Weights stay float32 in every mixed precision.
-      loss_scaling: the loss is scaled dynamically (float16's narrow range), so
-        the optimizer is wrapped in Keras's `LossScaleOptimizer`.
+      compute_dtype: the layers' dtype, and the images' (unless `data.dtype` is
+        set); weights stay float32.
+      loss_scaling: wrap the optimizer in Keras's `LossScaleOptimizer` (float16's
+        narrow range).
     """
 
     name: str

@@ -1,40 +1,24 @@
 """The run directory (`--model_dir`): the one module that names its files.
 
-A run directory holds:
-- `config.yaml`: the run's config, as the user chose it (`config.write_yaml`,
-  `config.read_run_config`);
-- `metrics.jsonl`: one JSON record per line (`metrics.MetricsWriter`);
-- `data_info.json`: the class names and the resolved preprocessing, so that
-  export and predict need no dataset (`run_pipeline.write_data_info`);
-- `temperature.json`: the softmax temperature fitted on the holdout split by
-  `python -m resnet_app.evaluate --fit_temperature` (`evaluation/calibration.py`);
-- `schedule_script.json`: the schedule script the user allowed this run to
-  run, with the SHA-256 of its content, so that a resume runs it again
-  unasked only while it is unchanged (`config/script_permission.py`);
-- `lr_override`: a learning rate the user writes while the run goes on; the
-  trainer renames it `lr_override.applied` once read (`engine/learning_rate.py`);
-- `ckpt-<step>.index` and `.data-*`: the checkpoints, and `checkpoint`,
-  TensorFlow's index of them (`common/checkpoint.py`);
-- `best/`: with `train.keep_best`, the checkpoint of the best evaluation so
-  far, `best-<step>.index` and `.data-*` (named unlike the rolling ones, so
-  that neither rotation nor a resume ever takes it for one), and `best.json`:
-  the metric, its direction, value, step and evaluation record. It is
-  replaced whole (`checkpoint.keep_best`): a new one is written to
-  `best.partial-<pid>/`, the old one renamed to `best.old-<pid>/`, the new one
-  renamed in, the old one removed;
-- `train/`, `eval/`: TensorBoard's events;
-- `reports/`: `python -m resnet_app.evaluate`'s reports (`evaluation/reports.py`);
-- `previous-<time>/`: an earlier run, moved aside by `--restart` (`move_aside`);
-- `logs/worker<i>.log`: each worker's output under `python -m resnet_app.launch`;
-- `.survivor.lock`: locked while a survivor of a lost worker saves
-  (`engine/lost_worker.py`);
-- `trainer.lock`: locked by the trainer while it runs, holding its pid, host
-  and start time (`run_lock.py`); it stays put on `--restart`.
-Files written in place are opened with `open_file`/`open_append`, never
-through a symbolic link.
-
-Every other module takes these names from here. No TensorFlow: scripts that
-only read files (`resnet-app plot`) import this module too.
+- `config.yaml`: the run's config as the user chose it (`config/run_config.py`);
+- `metrics.jsonl`: one JSON record per line (`common/metrics.py`);
+- `data_info.json`: class names and resolved preprocessing, so that export and
+  predict need no dataset (`data/run_pipeline.py`);
+- `temperature.json`: the fitted softmax temperature (`evaluation/calibration.py`);
+- `schedule_script.json`: the schedule script the user allowed, with its SHA-256
+  (`config/script_permission.py`);
+- `lr_override`: a learning rate written while the run goes on, renamed
+  `lr_override.applied` once read (`engine/learning_rate.py`);
+- `ckpt-<step>.index`, `.data-*` and `checkpoint` (`common/checkpoint.py`);
+- `best/`: `best-<step>` and `best.json` (`train.keep_best`), replaced whole via
+  `best.partial-<pid>/` and `best.old-<pid>/`; `averaged/` alike
+  (`common/averaged_checkpoint.py`);
+- `train/`, `eval/`, `eval_ema/`: TensorBoard events; `reports/`: evaluation reports;
+- `previous-<time>/`: an earlier run moved aside by `--restart`;
+- `logs/worker<i>.log`: the launcher's worker output;
+- `trainer.lock` (`run_lock.py`), `.survivor.lock` (`engine/lost_worker.py`).
+Files written in place are opened never through a symbolic link (`open_file`).
+No TensorFlow.
 """
 
 from __future__ import annotations
@@ -71,9 +55,7 @@ SURVIVOR_LOCK_FILE = ".survivor.lock"  # Keeps apart the saves of a lost worker'
 BEST_DIR = "best"
 BEST_FILE = "best.json"
 BEST_CHOICE = "best"  # --checkpoint=best
-# --weights: a checkpoint's moving average of the weights, its weights, or the
-# average when it has one (`checkpoint.restore_model`).
-WEIGHTS = ("auto", "ema", "raw")
+WEIGHTS = ("auto", "ema", "raw")  # --weights (`checkpoint.restore_model`)
 _BEST_STAGED = BEST_DIR + ".partial-"  # A best being written.
 _BEST_ASIDE = BEST_DIR + ".old-"  # The best it replaces, until the new one is in place.
 
@@ -89,14 +71,8 @@ T = TypeVar("T")
 def open_file(path: str, flags: int, mode: int = 0o644) -> int:
     """`os.open` of a file of the run directory, never through a symbolic link.
 
-    The files resnet_app opens in place (the lock, metrics.jsonl, the worker
-    logs) are created or written without following a link at `path`: a run
-    directory received from someone else cannot make a resume write over
-    another file (`trainer.lock` -> ~/.bashrc). Files replaced whole
-    (`files.write_atomically`) are renamed over a link, never through it.
-
-    Raises:
-      ConfigError: `path` is a symbolic link (one line, how to fix it).
+    A run directory received from someone else must not make a resume write over
+    another file (`trainer.lock` -> ~/.bashrc). A link is a one-line ConfigError.
     """
     try:
         return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
@@ -112,8 +88,8 @@ def open_file(path: str, flags: int, mode: int = 0o644) -> int:
 def unwritable(directory: str) -> str | None:
     """Why no file can be created in `directory` (e.g. "Read-only file system"), or None.
 
-    Tried, not guessed from the mode bits: root ignores them, and a read-only
-    mount or a full quota answers only to a write.
+    Tried, not read from the mode bits: root ignores them, and a read-only mount
+    or full quota answers only to a write.
     """
     probe = os.path.join(directory, f".write-test-{os.getpid()}")
     try:
@@ -130,48 +106,35 @@ def open_append(path: str):
 
 
 def config_path(model_dir: str) -> str:
-    """`model_dir/config.yaml`."""
     return os.path.join(model_dir, CONFIG_FILE)
 
 
 def lock_path(model_dir: str) -> str:
-    """The lock file that keeps a second trainer out (`run_lock.py`)."""
     return os.path.join(model_dir, LOCK_FILE)
 
 
 def metrics_path(model_dir: str) -> str:
-    """`model_dir/metrics.jsonl`."""
     return os.path.join(model_dir, METRICS_FILE)
 
 
 def data_info_path(model_dir: str) -> str:
-    """`model_dir/data_info.json`."""
     return os.path.join(model_dir, DATA_INFO_FILE)
 
 
 def temperature_path(model_dir: str) -> str:
-    """`model_dir/temperature.json`."""
     return os.path.join(model_dir, TEMPERATURE_FILE)
 
 
 def lr_override_path(model_dir: str) -> str:
-    """`model_dir/lr_override`."""
     return os.path.join(model_dir, LR_OVERRIDE_FILE)
 
 
-def events_dir(model_dir: str, kind: str) -> str:
-    """TensorBoard's directory for `kind` (`TRAIN_EVENTS_DIR`, `EVAL_EVENTS_DIR` or
-    `EMA_EVAL_EVENTS_DIR`)."""
-    return os.path.join(model_dir, kind)
-
-
 def reports_dir(model_dir: str) -> str:
-    """`model_dir/reports`, where evaluation reports go by default."""
     return os.path.join(model_dir, REPORTS_DIR)
 
 
 def checkpoint_name(step: int) -> str:
-    """The checkpoint prefix of `step`, e.g. `ckpt-4`."""
+    """`ckpt-4` for step 4."""
     return f"{CHECKPOINT_PREFIX}-{step}"
 
 
@@ -196,12 +159,11 @@ def has_checkpoints(model_dir: str) -> bool:
 
 
 def best_dir(model_dir: str) -> str:
-    """`model_dir/best`, the checkpoint of the best evaluation so far (`train.keep_best`)."""
     return os.path.join(model_dir, BEST_DIR)
 
 
 def best_checkpoint_name(step: int) -> str:
-    """The best checkpoint's prefix in `best/`, e.g. `best-8` (not a rolling `ckpt-N` name)."""
+    """`best-8`: unlike a rolling `ckpt-N`, so neither rotation nor a resume takes it."""
     return f"{BEST_DIR}-{step}"
 
 
@@ -234,12 +196,8 @@ def best_leftovers(model_dir: str) -> tuple[list[str], list[str]]:
 
 
 def find_best_dir(model_dir: str) -> str | None:
-    """The directory holding the run's best checkpoint, or None.
-
-    `best/`, once complete (it holds `best.json`); else, after a crash between
-    the two renames that replace it, the previous best set aside
-    (`best.old-<pid>/`), complete by then.
-    """
+    """`best/` once complete (it holds `best.json`), else the previous best a crash left
+    aside mid-swap (`best.old-<pid>/`), else None."""
     candidates = [best_dir(model_dir), *reversed(best_leftovers(model_dir)[1])]
     for directory in candidates:
         if os.path.isfile(os.path.join(directory, BEST_FILE)):
@@ -248,11 +206,7 @@ def find_best_dir(model_dir: str) -> str | None:
 
 
 def read_best(model_dir: str) -> tuple[str, dict[str, Any]] | None:
-    """(its directory, `best.json`) of the run's best checkpoint, or None if it has none.
-
-    Raises:
-      ConfigError: when `best.json` cannot be read or lacks the step or checkpoint.
-    """
+    """(its directory, `best.json`) of the run's best checkpoint, or None if it has none."""
     directory = find_best_dir(model_dir)
     if directory is None:
         return None
@@ -261,12 +215,8 @@ def read_best(model_dir: str) -> tuple[str, dict[str, Any]] | None:
 
 
 def read_kept_record(path: str, remedy: str) -> dict[str, Any]:
-    """The JSON record beside a kept checkpoint (best.json, averaged.json): at least its
-    "step" and "checkpoint" (its name in that directory).
-
-    Raises:
-      ConfigError: "PATH is damaged (...); REMEDY".
-    """
+    """The JSON record beside a kept checkpoint (best.json, averaged.json), with its "step"
+    and "checkpoint" name; a damaged one is ConfigError "PATH is damaged (...); REMEDY"."""
     try:
         with open(path) as f:
             record = json.load(f)
@@ -286,21 +236,12 @@ def chosen_step(which: str) -> int | None:
 
 
 def write_data_info(model_dir: str, info: dict[str, Any]) -> None:
-    """Writes `data_info.json` whole (atomically)."""
     files.write_text_atomically(data_info_path(model_dir), json.dumps(info, indent=1))
 
 
 def read_data_info(model_dir: str, parse: Callable[[dict[str, Any]], T]) -> T | None:
-    """`parse` of the run's `data_info.json`, or None if there is none.
-
-    Args:
-      model_dir: the run directory.
-      parse: turns the file's JSON object into what the caller needs; it raises
-        KeyError, TypeError or ValueError for a file it cannot use.
-
-    Raises:
-      ConfigError: when the file exists but cannot be read or parsed.
-    """
+    """`parse(the JSON of data_info.json)`, or None without one; ConfigError when damaged
+    (`parse` raises KeyError, TypeError or ValueError for a file it cannot use)."""
     path = data_info_path(model_dir)
     if not os.path.isfile(path):
         return None
@@ -320,11 +261,7 @@ def recorded_multi_label(model_dir: str) -> bool:
 
 
 def create(model_dir: str) -> None:
-    """Makes the run directory (and its parents) if it is not there yet.
-
-    Raises:
-      ConfigError: when it cannot be made (a read-only or missing filesystem).
-    """
+    """Makes the run directory and its parents if needed (ConfigError if it cannot)."""
     try:
         os.makedirs(model_dir, exist_ok=True)
     except OSError as error:
@@ -335,24 +272,14 @@ def create(model_dir: str) -> None:
 
 
 def move_aside(directory: str) -> str | None:
-    """Moves a run directory's contents into `directory/previous-<time>/` (for --restart).
+    """Moves a run directory's contents into `previous-<time>/` (--restart); returns it.
 
-    Earlier `previous-*` folders stay where they are.
-
-    Args:
-      directory: the run directory.
-
-    Returns:
-      The new folder, or None if there was nothing to move.
-
-    Raises:
-      ConfigError: when the directory holds files but does not look like a run
-        directory (a mistyped --model_dir must not move a source tree).
+    None when there was nothing to move. A directory that does not look like a run
+    (a mistyped --model_dir must not move a source tree) is a ConfigError.
     """
     if not os.path.isdir(directory):
         return None
-    # The lock stays (the trainer moving the run aside holds it), and the
-    # launcher's logs, which it is writing.
+    # The lock (held by the trainer moving the run) and the launcher's logs stay.
     names = [
         n
         for n in os.listdir(directory)

@@ -1,26 +1,12 @@
-"""One trainer per run directory: an exclusive lock on `model_dir/trainer.lock`.
+"""One trainer per run directory: an exclusive `flock(2)` on `model_dir/trainer.lock`.
 
-Starting the same command twice on one run directory is a common slip; two
-trainers would interleave `metrics.jsonl` and overwrite each other's
-checkpoints. The trainer therefore takes an exclusive `flock(2)` lock on the
-run directory's lock file before it writes anything there, and holds it until
-it returns. A second trainer finds the lock taken and refuses in one line
-naming the holder (its pid, host and start time, which the holder wrote into
-the file) without writing anything.
-
-The kernel drops the lock when its holder exits, however it dies (kill -9
-included), so a stale lock file never blocks a resume: the file stays, but
-nobody holds it. In a multi-worker job only the chief takes the lock: the
-workers of one job share the directory by design.
-
-Network filesystems: on NFSv4 (and NFSv3 with lockd) Linux turns `flock` into
-a POSIX record lock, which every client sees, so two trainers on two machines
-are kept apart too. On a filesystem without distributed locks (some FUSE
-mounts, Lustre mounted with `localflock`) the lock only keeps out a second
-trainer on the same machine. On one that refuses locks altogether (ENOLCK,
-EOPNOTSUPP) the trainer warns and runs without one.
-
-No TensorFlow: the lock is taken before any heavy work.
+Two trainers on one directory would interleave `metrics.jsonl` and overwrite
+each other's checkpoints. The trainer locks before it writes anything and
+holds the lock until it returns; a second one refuses in one line naming the
+holder (pid, host and start time, which the holder wrote into the file). The
+kernel drops the lock however its holder dies, so a stale file never blocks a
+resume. Only a multi-worker job's chief locks. NFS turns `flock` into a lock
+every client sees; a filesystem that refuses locks gets a warning. No TensorFlow.
 """
 
 from __future__ import annotations
@@ -43,11 +29,7 @@ _UNSUPPORTED = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
 
 
 class RunLock:
-    """The exclusive lock of a run directory (`acquire`, then `release`; a context manager).
-
-    Args:
-      model_dir: the run directory (created if needed).
-    """
+    """The exclusive lock of a run directory (made if needed): `acquire`, `release`, or `with`."""
 
     def __init__(self, model_dir: str):
         self.model_dir = model_dir
@@ -59,12 +41,7 @@ class RunLock:
         return self._fd is not None
 
     def acquire(self) -> RunLock:
-        """Takes the lock, or refuses.
-
-        Raises:
-          ConfigError: when another trainer holds it (naming the holder), or
-            the lock file cannot be opened.
-        """
+        """Takes the lock, or refuses with a ConfigError naming the holder."""
         run_dir.create(self.model_dir)
         try:
             fd = run_dir.open_file(self.path, os.O_RDWR | os.O_CREAT)
@@ -108,13 +85,9 @@ class RunLock:
 
 
 def refuse_if_held(model_dir: str) -> None:
-    """Refuses at once when another trainer holds `model_dir`'s lock (writes nothing).
+    """Refuses at once, writing nothing, when another trainer holds `model_dir`'s lock.
 
-    For the command line, before TensorFlow is imported; the trainer still
-    takes the lock itself (`RunLock.acquire`).
-
-    Raises:
-      ConfigError: naming the holder.
+    For the command line, before TensorFlow loads; the trainer still takes the lock.
     """
     path = run_dir.lock_path(model_dir)
     try:
@@ -147,7 +120,6 @@ def _read_holder(fd: int) -> dict:
 
 
 def _in_use(model_dir: str, holder: dict) -> str:
-    """The one-line refusal, naming the holder."""
     pid, host = holder.get("pid", "?"), holder.get("host", "?")
     here = host == socket.gethostname()
     stop = f"stop it with kill -TERM {pid} (it saves first)" if here else f"stop it on {host}"

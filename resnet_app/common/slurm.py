@@ -1,24 +1,16 @@
 """SLURM: `srun resnet-app train ...` runs one worker per task, as `TF_CONFIG` would.
 
-Under `srun` with more than one task and no `TF_CONFIG`, each task builds the
-job's cluster with TensorFlow's `SlurmClusterResolver` and writes the
-equivalent `TF_CONFIG` into its own environment before the strategy is
-created, so every `TF_CONFIG` code path (the chief, the worker index, a lost
-worker's save) runs unchanged:
+Under `srun` with several tasks and no `TF_CONFIG`, each task writes the
+equivalent `TF_CONFIG` (from TensorFlow's `SlurmClusterResolver`) into its
+environment before the strategy is made, so every TF_CONFIG path runs unchanged:
 
     {"cluster": {"worker": ["node1:20040", "node1:20041", "node2:20040", ...]},
      "task": {"type": "worker", "index": SLURM_PROCID}}
 
-`check_before_tensorflow` reads SLURM's task variables (pure Python, before
-TensorFlow loads): a partial set is one line naming the missing variable. It
-also gives each task its share of the node's GPUs when SLURM has not bound
-them already. `export_tf_config` (called by `distribute.create_strategy`)
-asks the resolver for the cluster and sets `TF_CONFIG`.
-
-Ports: the step's reserved ports (`srun --resv-ports`, SLURM_STEP_RESV_PORTS),
-else a block derived from SLURM_JOB_ID, so two jobs sharing a node do not
-pick the same ports. A `TF_CONFIG` set by hand always wins; one task trains on
-its own, as without SLURM.
+`check_before_tensorflow` checks SLURM's variables first (one line naming a
+missing one) and shares the node's GPUs out. Ports: the step's reserved ones
+(`srun --resv-ports`), else a block derived from SLURM_JOB_ID. A TF_CONFIG set
+by hand wins; one task trains alone, as without SLURM.
 """
 
 from __future__ import annotations
@@ -34,11 +26,9 @@ from absl import logging
 
 from resnet_app.common.errors import ConfigError, first_line
 
-# Job-id ports: blocks of PORT_STRIDE ports from PORT_FLOOR, below Linux's
-# default ephemeral range (32768-60999), where outgoing connections could
-# already hold a port. Consecutive job ids get disjoint blocks; ids that
-# differ by a multiple of 1596 (the blocks that fit) share one: --resv-ports
-# rules that out.
+# Job-id ports: blocks of PORT_STRIDE from PORT_FLOOR, below Linux's ephemeral
+# range (where outgoing connections hold ports). Job ids 1596 apart (the blocks
+# that fit) share one: --resv-ports rules that out.
 PORT_FLOOR = 20000
 PORT_CEILING = 32768
 PORT_STRIDE = 8
@@ -48,18 +38,17 @@ SRUN_HINT = "run it as `srun resnet-app train ...` inside the allocation, or set
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One task's view of a SLURM job step with several tasks.
+    """One task's view of a SLURM step of several tasks.
 
     Attributes:
-      rank: SLURM_PROCID, this task's rank in the step.
+      rank: SLURM_PROCID.
       num_tasks: the step's tasks.
       hosts: the step's nodes, in SLURM's order (`scontrol show hostnames`).
       tasks_per_node: the tasks on each of `hosts`.
-      port_base: the first port on every node; a node's i-th task listens on
-        port_base + i.
+      port_base: a node's i-th task listens on port_base + i.
       ports_from: where the ports came from, for the start line.
-      local_id: SLURM_LOCALID, this task's index on its node (None: not set).
-      node_name: SLURMD_NODENAME, this task's node (None: not set).
+      local_id: SLURM_LOCALID (None: not set).
+      node_name: SLURMD_NODENAME (None: not set).
     """
 
     rank: int
@@ -102,11 +91,7 @@ def _require(name: str, num_tasks: int) -> str:
 
 
 def expand_tasks_per_node(text: str) -> list[int]:
-    """SLURM's tasks-per-node list, expanded: "2(x3),1" -> [2, 2, 2, 1].
-
-    Raises:
-      ConfigError: naming SLURM_STEP_TASKS_PER_NODE when it is not such a list.
-    """
+    """SLURM's tasks-per-node list, expanded: "2(x3),1" -> [2, 2, 2, 1]."""
     counts = []
     for part in text.split(","):
         match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
@@ -119,11 +104,7 @@ def expand_tasks_per_node(text: str) -> list[int]:
 
 
 def expand_hostnames(nodelist: str) -> list[str]:
-    """The node names of a SLURM node list, as `scontrol show hostnames` prints them.
-
-    Raises:
-      ConfigError: when scontrol is not on PATH or fails.
-    """
+    """The node names of a SLURM node list, by `scontrol show hostnames`."""
     scontrol = shutil.which("scontrol")
     if scontrol is None:
         raise ConfigError(
@@ -148,11 +129,7 @@ def expand_hostnames(nodelist: str) -> list[str]:
 
 
 def reserved_ports(text: str) -> list[int]:
-    """The ports of SLURM_STEP_RESV_PORTS: "12000-12003" or "12000,12005" (or both mixed).
-
-    Raises:
-      ConfigError: naming the variable when it is not such a list.
-    """
+    """The ports of SLURM_STEP_RESV_PORTS: "12000-12003" or "12000,12005" (or both mixed)."""
     ports: list[int] = []
     for part in text.split(","):
         match = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
@@ -166,19 +143,10 @@ def reserved_ports(text: str) -> list[int]:
 
 
 def choose_ports(tasks_on_busiest_node: int) -> tuple[int, str]:
-    """The first port of every node's block and where it came from.
+    """(the first port of every node's block, where it came from, for the start line).
 
-    A node's tasks listen on `base, base + 1, ...`: the reserved ports when
-    srun reserved some (all of them needed), else a block chosen by the job id.
-
-    Args:
-      tasks_on_busiest_node: the most tasks any node runs.
-
-    Returns:
-      (base, a description for the start line).
-
-    Raises:
-      ConfigError: too few reserved ports, or neither variable set.
+    A node's tasks listen on `base, base + 1, ...`: the reserved ports when srun
+    reserved enough, else a block chosen by the job id.
     """
     reserved = os.environ.get("SLURM_STEP_RESV_PORTS")
     if reserved:
@@ -207,15 +175,7 @@ def choose_ports(tasks_on_busiest_node: int) -> tuple[int, str]:
 
 
 def read_step() -> Step | None:
-    """This task's SLURM step, or None when it trains as without SLURM.
-
-    None when TF_CONFIG is set (it wins) or the step runs one task. Pure
-    Python (runs `scontrol`), so it can answer before TensorFlow loads.
-
-    Raises:
-      ConfigError: one line naming a missing or malformed SLURM variable,
-        a missing `scontrol`, or too few ports.
-    """
+    """This task's SLURM step, or None (TF_CONFIG set, or one task). No TensorFlow."""
     if "TF_CONFIG" in os.environ:
         return None
     num_tasks = _task_count()
@@ -272,16 +232,11 @@ def visible_gpus() -> list[str]:
 def share_gpus(step: Step) -> str | None:
     """Gives this task its share of the node's GPUs; returns the CUDA_VISIBLE_DEVICES set.
 
-    With `--gpus-per-task` (SLURM_GPUS_PER_TASK), SLURM binds each task's
-    GPUs itself, and with one task per node the task takes all of them: both
-    are left alone (None). Otherwise the node's tasks all see every GPU, and
-    the task with local index i takes the i-th equal slice of them, as
-    `SlurmClusterResolver` would; its own allocation is not used because it
-    numbers GPUs from 0, ignoring a CUDA_VISIBLE_DEVICES already set, and
-    sets it after TensorFlow may have looked at the devices.
-
-    Raises:
-      ConfigError: more tasks on the node than GPUs to share.
+    None (left alone) with `--gpus-per-task` (SLURM binds them) or one task per
+    node. Else the task with local index i takes the i-th equal slice, as
+    `SlurmClusterResolver` would; its own allocation numbers GPUs from 0,
+    ignoring a CUDA_VISIBLE_DEVICES already set, and comes after TensorFlow
+    may have looked at the devices.
     """
     gpus = visible_gpus()
     if not gpus or os.environ.get("SLURM_GPUS_PER_TASK") or step.local_id is None:
@@ -304,15 +259,7 @@ def share_gpus(step: Step) -> str | None:
 
 
 def check_before_tensorflow() -> bool:
-    """Reads SLURM's task variables before TensorFlow loads; shares the node's GPUs.
-
-    Returns:
-      Whether this process is one worker of a SLURM step (TF_CONFIG will be
-      made for it when the strategy is created).
-
-    Raises:
-      ConfigError: see `read_step` and `share_gpus`.
-    """
+    """Whether this process is a worker of a SLURM step (checked, its GPUs shared)."""
     step = read_step()
     if step is None:
         return False
@@ -323,25 +270,17 @@ def check_before_tensorflow() -> bool:
 def cluster_tf_config(step: Step) -> dict:
     """The TF_CONFIG of this task, from `SlurmClusterResolver`.
 
-    The resolver packs each node's tasks on consecutive ports from the base,
-    nodes in sorted order, and gives rank r the r-th address, which is this
-    task's own address under SLURM's default (block) distribution over a
-    sorted node list. Where SLURM placed the task elsewhere (a cyclic
-    distribution, "node9" before "node10"), every task takes the index of
-    its own address (SLURMD_NODENAME, base + SLURM_LOCALID) instead, so the
-    list and the indices stay consistent; rank 0 may then not be the chief.
-
-    Raises:
-      ConfigError: when the resolver refuses the step, or this task's own
-        address is not in the cluster.
+    The resolver gives rank r the r-th address of its sorted list, which is this
+    task's own only under SLURM's block distribution over sorted nodes; so each
+    task takes the index of its own address (SLURMD_NODENAME, base +
+    SLURM_LOCALID) instead. Rank 0 may then not be the chief.
     """
     from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver
 
     slots = max(step.tasks_per_node)
     try:
-        # GPUs are shared out before TensorFlow loads (`share_gpus`); the resolver
-        # packs as many tasks on a node as it has GPU slots (none on a CPU-only node),
-        # so it is given one slot per task and told to leave CUDA_VISIBLE_DEVICES alone.
+        # The resolver packs as many tasks on a node as it has GPU slots: one per
+        # task, and CUDA_VISIBLE_DEVICES left as `share_gpus` set it.
         resolver = slurm_cluster_resolver.SlurmClusterResolver(
             jobs={"worker": step.num_tasks},
             port_base=step.port_base,
@@ -368,14 +307,7 @@ def cluster_tf_config(step: Step) -> dict:
 
 
 def export_tf_config() -> dict | None:
-    """Sets TF_CONFIG from the SLURM step, if there is one of several tasks and no TF_CONFIG.
-
-    Returns:
-      The TF_CONFIG set (None: nothing to do).
-
-    Raises:
-      ConfigError: see `read_step` and `cluster_tf_config`.
-    """
+    """Sets (and returns) TF_CONFIG from a SLURM step of several tasks; None if none."""
     step = read_step()
     if step is None:
         return None

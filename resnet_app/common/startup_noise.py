@@ -1,27 +1,17 @@
 """TensorFlow's harmless start-up lines, kept off the terminal.
 
 TensorFlow's C++ code prints a few lines while it loads, before absl logging
-is initialized, so `TF_CPP_MIN_LOG_LEVEL` cannot silence them: absl's
-"All log messages before absl::InitializeLog()" warning, the oneDNN notice,
-the CPU-instructions notice, and on a machine without a GPU "Could not find
-cuda drivers" and "failed call to cuInit". A user who made a mistake should
-see the one `error:` line, not these.
+starts, so `TF_CPP_MIN_LOG_LEVEL` cannot silence them (the absl InitializeLog
+warning, the oneDNN and CPU-instructions notices, and without a GPU the cuda
+driver and cuInit lines). A user who made a mistake should see one `error:` line.
 
-`install()` filters them at the file-descriptor level, where the C++ code
-writes, and only while TensorFlow loads: the first `import tensorflow`, and
-its first look for devices (where the cuInit line comes from), run with fd 2
-on a pipe to a small forked reader process that drops exactly those lines and
-passes every other byte through, in order; then fd 2 is the process's own
-stderr again, and the reader ends once it has written everything. Before and
-after that window nothing stands between the process and its stderr, so a
-closed pipe, a crash, a large write, `\r` progress lines, the order against
-stdout and `isatty()` are all what they are without the filter. Inside the
-window, the reader is a process: it outlives a crash of the trainer (it
-writes what it got, then sees the pipe end), it needs no lock of the
-trainer's, and if its own output is gone it still empties the pipe.
-The cuInit line passes on a machine that has an NVIDIA device, where it means
-a broken driver. `--verbosity=1` (or more), or RESNET_APP_TF_STARTUP=show,
-shows them all.
+`install()` filters them at fd 2, only while the first `import tensorflow` and
+its first look for devices run: fd 2 is then a pipe to a forked reader that
+drops exactly those lines and passes every other byte on, in order. Outside
+that window nothing stands between the process and its stderr (closed pipes,
+crashes, `\r`, ordering and `isatty()` as without the filter); inside it, the
+reader outlives a crash of ours and empties the pipe even when its output is
+gone. `--verbosity=1` or RESNET_APP_TF_STARTUP=show shows them all.
 """
 
 from __future__ import annotations
@@ -95,16 +85,8 @@ _READER_WAIT_SECONDS = 2.0
 
 
 def install(show_all: bool = False) -> None:
-    """Filters TensorFlow's harmless start-up lines out of this process's stderr.
-
-    Call it before TensorFlow is imported: the filter is on while the first
-    `import tensorflow` runs, and off after it. Does nothing when `show_all`,
-    when RESNET_APP_TF_STARTUP=show, when it is already installed, or when
-    TensorFlow is already loaded.
-
-    Args:
-      show_all: let every line through (`--verbosity=1` or more).
-    """
+    """Filters TensorFlow's start-up lines out of stderr while the first `import tensorflow`
+    runs; nothing when `show_all`, RESNET_APP_TF_STARTUP=show, or TensorFlow is loaded."""
     global _installed
     if _installed or show_all or os.environ.get(SHOW_ENV) == "show":
         return

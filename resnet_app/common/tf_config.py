@@ -1,23 +1,17 @@
 """`TF_CONFIG`, as written by hand, by `common/slurm.py`, or by Kubernetes operators. No TensorFlow.
 
-A multi-worker job trains with `MultiWorkerMirroredStrategy`: its training
-tasks are the "worker" replicas and, when there is one, the "chief" (which
-then writes the run's files; without it, worker 0 does). Kubeflow's TFJob
-writes every pod's TF_CONFIG from its replica specs, lower-cased:
+A multi-worker job's training tasks are its "worker" replicas and, if there is
+one, the "chief" (which then writes the run's files; else worker 0 does).
+Kubeflow's TFJob writes every pod's TF_CONFIG from its replica specs:
 
     {"cluster": {"chief": ["job-chief-0.ns.svc:2222"],
                  "worker": ["job-worker-0.ns.svc:2222", "job-worker-1.ns.svc:2222"],
                  "evaluator": ["job-evaluator-0.ns.svc:2222"]},
      "task": {"type": "worker", "index": 1}, "environment": "cloud"}
 
-An "evaluator" task is not part of the training cluster: it runs `resnet-app
-evaluate --watch` beside the trainers (`evaluation/watch.py`), alone on its
-machine, and the trainers ignore its entry. Jobs this tool does not run (a
-parameter server "ps", TF1's "master") are refused in one line, as are more
-than one chief and a task that is not in the cluster.
-
-`check` answers all of this before TensorFlow loads; `common/distribute.py`
-builds the strategy from what it allows.
+An "evaluator" runs `resnet-app evaluate --watch` alone on its machine; the
+trainers ignore it. Other jobs ("ps", TF1's "master"), several chiefs and a
+task not in the cluster are refused by `check`, before TensorFlow loads.
 """
 
 from __future__ import annotations
@@ -32,20 +26,14 @@ TRAINING_JOBS = (CHIEF, WORKER)
 KNOWN_JOBS = (*TRAINING_JOBS, EVALUATOR)
 WATCH_COMMAND = "resnet-app evaluate --watch --model_dir=RUN_DIR"
 
-# What a worker's TF_CONFIG looks like, for the errors.
-EXAMPLE = (
+EXAMPLE = (  # For the errors.
     '{"cluster": {"worker": ["host0:12345", "host1:12345"]}, "task": {"type": "worker", '
     '"index": 0}}'
 )
 
 
 def read() -> dict | None:
-    """The `TF_CONFIG` environment variable, parsed; None when it is not set.
-
-    Raises:
-      ConfigError: when it is not JSON, or JSON but not an object whose
-        "cluster" is an object of job lists.
-    """
+    """`TF_CONFIG`, parsed (None when unset); ConfigError unless an object of job lists."""
     text = os.environ.get("TF_CONFIG")
     if text is None:
         return None
@@ -87,13 +75,7 @@ def is_evaluator(tf_config: dict | None) -> bool:
 
 
 def check(tf_config: dict | None, command: str) -> None:
-    """Refuses, in one line, a TF_CONFIG that `command` ("train" or "evaluate") cannot run.
-
-    Raises:
-      ConfigError: for a job other than chief, worker and evaluator, more than
-        one chief, a task type or index that is not in the cluster, and the
-        evaluator's TF_CONFIG given to `train`.
-    """
+    """Refuses, in one line, a TF_CONFIG that `command` ("train" or "evaluate") cannot run."""
     if tf_config is None:
         return
     cluster = tf_config.get("cluster", {})

@@ -7,21 +7,13 @@
   resnet-app sweep --study_dir=sweeps/aug --space=space.yaml --sampler=grid ...
   resnet-app train --config=sweeps/lr/best.yaml          # the best trial's settings
 
-Each trial is an ordinary `resnet-app train` run in `STUDY_DIR/trial-NNNN`,
-with the training flags given here (the same as train's: --config, --dataset,
---model, --set, ...) and `--set KEY=VALUE` for each searched key. Trials are
-scored on a validation split carved from the training data
-(`data.validation_split`), never on the test split: by the run's keep-best
-metric (`train.best_metric`, default top-1) at its last evaluation. Optuna
-draws the values (`--sampler`: TPE, random, or a grid) and stops weak trials
-early from their evaluations (`--pruner`). The study is kept in a database
-(SQLite in STUDY_DIR by default; `--storage`: any URL Optuna takes, to share
-one study between machines), so the same command resumes a sweep that was
-stopped, each unfinished trial from its last checkpoint. At the end (and
-after each stop) STUDY_DIR holds `summary.csv` (trials ranked, also printed),
-`sweep.png` and `best.yaml`, the best trial's settings as a recipe. Needs
-Optuna: `pip install -r requirements-sweep.txt`.
-See docs/sweep.md.
+Each trial is an ordinary `resnet-app train` run in `STUDY_DIR/trial-NNNN`, with
+the training flags given here and `--set KEY=VALUE` for each searched key,
+scored on a validation split (`data.validation_split`), never the test split.
+Optuna draws the values (`--sampler`) and stops weak trials early (`--pruner`).
+The study's database (`--storage`) lets the same command resume a stopped
+sweep. STUDY_DIR ends with `summary.csv`, `sweep.png` and `best.yaml` (the best
+trial as a recipe). Needs `pip install -r requirements-sweep.txt`; see docs/sweep.md.
 """
 
 from __future__ import annotations
@@ -44,29 +36,27 @@ _STUDY_DIR = flags.DEFINE_string(
     "study_dir", None, "The sweep's directory: its trials' runs, study.db, the summary."
 )
 _SPACE = flags.DEFINE_string("space", None, "A YAML file of KEY: SPEC lines, e.g. log(0.01, 1).")
+# Flags given as they are to `runner.SweepRequest`'s fields of the same names.
+_REQUEST_FLAGS = ("trials", "sampler", "pruner", "prune_after", "parallel", "storage", "study_name")
 _PARAM = flags.DEFINE_multi_string(
     "param",
     [],
     "A searched key: --param=KEY=SPEC, SPEC one of log(a, b), uniform(a, b[, step]), "
     "int(a, b[, step]), logint(a, b), choice(x, y, ...) (repeatable).",
 )
-_TRIALS = flags.DEFINE_integer("trials", 20, "Trials the study holds when the sweep ends.")
-_SAMPLER = flags.DEFINE_enum("sampler", "tpe", study_lib.SAMPLERS, "How values are drawn.")
-_PRUNER = flags.DEFINE_enum(
-    "pruner", "median", list(study_lib.PRUNERS), "How weak trials are stopped early."
-)
-_PRUNE_AFTER = flags.DEFINE_integer(
-    "prune_after", 3, "Finished trials before the median pruner stops any."
-)
-_PARALLEL = flags.DEFINE_integer("parallel", 1, "Trials at once.")
+flags.DEFINE_integer("trials", 20, "Trials the study holds when the sweep ends.")
+flags.DEFINE_enum("sampler", "tpe", study_lib.SAMPLERS, "How values are drawn.")
+flags.DEFINE_enum("pruner", "median", list(study_lib.PRUNERS), "How weak trials are stopped early.")
+flags.DEFINE_integer("prune_after", 3, "Finished trials before the median pruner stops any.")
+flags.DEFINE_integer("parallel", 1, "Trials at once.")
 _DEVICES = flags.DEFINE_list(
     "devices", [], "Accelerators, one trial on each at once (CUDA_VISIBLE_DEVICES), e.g. 0,1."
 )
 _SWEEP_SEED = flags.DEFINE_integer("sweep_seed", 0, "The sampler's seed.")
-_STORAGE = flags.DEFINE_string(
+flags.DEFINE_string(
     "storage", None, "The study's database URL (default: sqlite:///STUDY_DIR/study.db)."
 )
-_STUDY_NAME = flags.DEFINE_string("study_name", "sweep", "The study's name in the database.")
+flags.DEFINE_string("study_name", "sweep", "The study's name in the database.")
 # --help lists the training flags too: each trial is given them.
 flags.adopt_module_key_flags(command_line)
 
@@ -80,15 +70,9 @@ def main(argv: list[str]) -> None:
             raise ConfigError(f"--{name}: each trial runs in its own directory under --study_dir")
     request = runner.SweepRequest(
         study_dir=_STUDY_DIR.value,
-        trials=_TRIALS.value,
-        sampler=_SAMPLER.value,
-        pruner=_PRUNER.value,
-        prune_after=_PRUNE_AFTER.value,
-        parallel=_PARALLEL.value,
         devices=tuple(_DEVICES.value),
         seed=_SWEEP_SEED.value,
-        storage=_STORAGE.value,
-        study_name=_STUDY_NAME.value,
+        **cli.flag_values(*_REQUEST_FLAGS),
     )
     space = space_lib.parse_space(_read_space(_SPACE.value), _PARAM.value)
     base_argv, flag_keys = command_line.given_flags()
