@@ -14,6 +14,7 @@ chunk])`. A prefix of a split is therefore the same whatever the total size.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import math
 import os
 
@@ -224,14 +225,17 @@ def load(
     if cached is not None:
         return cached
     images, labels = generate(split, count, seed)  # Missing or damaged: draw it again.
-    try:
-        os.makedirs(cache_dir, exist_ok=True)
-
-        def write(temporary: str) -> None:
-            with open(temporary, "wb") as file:  # A file: np.savez would add ".npz" to a name.
-                np.savez(file, images=images, labels=labels)
-
-        files.write_atomically(path, write)
-    except OSError:
-        pass  # A read-only home is fine: the data is regenerated next time.
+    with contextlib.suppress(OSError):  # A read-only home is fine: drawn again next time.
+        write_cache(path, images=images, labels=labels)
     return images, labels
+
+
+def write_cache(path: str, **arrays) -> None:
+    """Writes `arrays` to the .npz file `path` atomically (a temporary file, then a rename)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+
+    def write(temporary: str) -> None:
+        with open(temporary, "wb") as file:  # A file: np.savez would add ".npz" to a name.
+            np.savez(file, **arrays)
+
+    files.write_atomically(path, write)

@@ -1,9 +1,8 @@
 """Pickles of NumPy arrays read without running code: the CIFAR python archives.
 
-`pickle.load` calls whatever global a file names (`os.system` among them),
-so a downloaded pickle is a program. `load_arrays` admits exactly the
-globals a pickled NumPy array and a dict of bytes need, and refuses the
-file at the first other one, before anything of it runs.
+`pickle.load` calls whatever global a file names (`os.system` among them), so a downloaded
+pickle is a program. `load_arrays` admits exactly the globals a pickled NumPy array and a
+dict of bytes need, and refuses the file at the first other one, before any of it runs.
 """
 
 from __future__ import annotations
@@ -13,17 +12,14 @@ import pickle
 
 import numpy as np
 
+try:  # NumPy 2's name; NumPy 1 and Python 2's pickles say numpy.core.
+    from numpy._core.multiarray import _reconstruct
+except ImportError:
+    from numpy.core.multiarray import _reconstruct
+
 
 class RefusedGlobalError(Exception):
     """A pickle asked for a global outside the allowed ones; the message names it."""
-
-
-def _reconstruct_function():
-    try:  # NumPy 2's name; NumPy 1 and Python 2's pickles say numpy.core.
-        from numpy._core.multiarray import _reconstruct
-    except ImportError:
-        from numpy.core.multiarray import _reconstruct
-    return _reconstruct
 
 
 def _latin1(text: str, encoding: str) -> bytes:
@@ -33,30 +29,18 @@ def _latin1(text: str, encoding: str) -> bytes:
     return text.encode("latin1")
 
 
-def _allowed_globals() -> dict[tuple[str, str], object]:
-    """Exactly the globals a pickled NumPy array and dict of bytes need: nothing that runs code.
-
-    Python 2's pickles (the distributed files) name `numpy.core.multiarray
-    _reconstruct`, `numpy ndarray` and `numpy dtype`; NumPy 2 writes
-    `numpy._core.multiarray`, and Python 3 writes bytes under protocol 2 as
-    `_codecs encode(text, "latin1")`.
-    """
-    reconstruct = _reconstruct_function()
-    return {
-        ("numpy.core.multiarray", "_reconstruct"): reconstruct,
-        ("numpy._core.multiarray", "_reconstruct"): reconstruct,
-        ("numpy", "ndarray"): np.ndarray,
-        ("numpy", "dtype"): np.dtype,
-        ("_codecs", "encode"): _latin1,
-    }
-
-
-ALLOWED_GLOBALS = _allowed_globals()
+# Python 2's pickles (the distributed files) name numpy.core.multiarray, NumPy 2 writes
+# numpy._core.multiarray, and Python 3 writes bytes as `_codecs.encode(text, "latin1")`.
+ALLOWED_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): np.dtype,
+    ("_codecs", "encode"): _latin1,
+}
 
 
 class ArrayUnpickler(pickle.Unpickler):
-    """An unpickler that admits only `ALLOWED_GLOBALS`, so loading runs no code of the file's."""
-
     def find_class(self, module: str, name: str):
         allowed = ALLOWED_GLOBALS.get((module, name))
         if allowed is None:

@@ -1,77 +1,79 @@
 """What every source gives the pipeline: class names and splits, read by index or streamed.
 
-A `Split` is read one of two ways:
-- by index: `lookup()` maps an example index to its (raw image, label). The
-  images are decoded uint8 pixels in memory (`images`: CIFAR-size tfds
-  datasets, `shapes`) or encoded files (`files`, with their bytes in memory
-  when small: image folders, CSV tables). The training order is a stateless
-  permutation of the indices.
-- streamed: `stream` is a `RecordStream` (tfds record files, TFRecord shards)
-  that reads its records in an order of its own, with the images left encoded
-  so that JPEG crops can be decoded partially.
-
-Labels are int64 [N] class ids, or, for multi-label data, uint8 [N, classes]
-multi-hot rows.
+An indexed `Split` maps an example index to (raw image, label) with `lookup()`: decoded
+uint8 pixels in memory (`images`), or encoded files (`files`, their bytes in `contents`
+when small); the training order is a stateless permutation of the indices. A streamed
+split's `RecordStream` reads records in an order of its own, images left encoded so that
+JPEG crops can be decoded partially. Labels are int64 [N] class ids, or for multi-label
+data uint8 [N, classes] multi-hot rows.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Protocol
 
 import numpy as np
 
 from resnet_app.common.errors import ConfigError
 
 HOLDOUT_SPLIT = "holdout"
-# The splits a source may evaluate on, in the order they are preferred.
-EVAL_SPLITS = (HOLDOUT_SPLIT, "validation", "val", "test")
-# Which training examples are held out; fixed, so it never follows the run's seed.
-HOLDOUT_SEED = 20151210
+EVAL_SPLITS = (HOLDOUT_SPLIT, "validation", "val", "test")  # Preferred first.
+HOLDOUT_SEED = 20151210  # Fixed: the held-out examples never follow the run's seed.
 
 
-class RecordStream(Protocol):
-    """A streamed split's records: {"image": encoded bytes, "label", "id"} examples.
+def round_robin(total: int, num_shards: int) -> list[int]:
+    """Examples per pipeline when pipeline i reads examples i, i + num_shards, ..."""
+    return [len(range(i, total, num_shards)) for i in range(num_shards)]
 
-    Every example has an "id", its index in the split, so that its augmentation
-    and its evaluation are its own whatever order the records come in.
+
+def clear_graph_seed() -> None:
+    """Inside a flat_map's graph, lets `Dataset.shuffle` take a tensor seed.
+
+    It pairs its seed with the graph's (TF's global seed), and with a global seed of 0
+    cannot take a tensor seed at all; our seeds are complete on their own.
+    """
+    import tensorflow as tf
+
+    if not tf.executing_eagerly():
+        tf.compat.v1.get_default_graph().seed = None
+
+
+@dataclasses.dataclass(eq=False)
+class RecordStream:
+    """A streamed split: its records with ids [begin, end), as {"image": bytes, "label", "id"}.
+
+    The "id" is the example's index in the split, so its augmentation and evaluation are
+    its own whatever order the records come in. Subclasses give `training` and `evaluation`.
     """
 
+    begin: int
+    end: int
+
     def slice(self, start: int | None, stop: int | None) -> RecordStream:
-        """Examples [start:stop] of the split (Python slice semantics), ids from 0."""
-
-    def training(
-        self, seed: int, start_example: int, num_shards: int, shard_index: int, buffer: int
-    ):
-        """The infinite training stream of pipeline `shard_index`, entered at `start_example`.
-
-        A tf.data.Dataset of (epoch, id, image, label); its order is a function
-        of (seed, epoch, position) only.
-        """
-
-    def evaluation(self, num_shards: int, shard_index: int):
-        """Pipeline `shard_index`'s share of the split, every example once, as examples."""
+        """Examples [start:stop] (Python slice semantics), ids from 0."""
+        part = range(self.begin, self.end)[start:stop]
+        return dataclasses.replace(self, begin=part.start, end=part.stop)
 
     def shard_sizes(self, num_shards: int) -> list[int]:
         """How many examples each of `num_shards` evaluation pipelines reads."""
+        return round_robin(self.end - self.begin, num_shards)
+
+    def training(self, seed, start_example, num_shards, shard_index, buffer):
+        """Pipeline `shard_index`'s infinite stream of (epoch, id, image, label), entered at
+        `start_example`; its order is a function of (seed, epoch, position) only."""
+        raise NotImplementedError
+
+    def evaluation(self, num_shards, shard_index):
+        """Pipeline `shard_index`'s share of the split, every example once, as examples."""
+        raise NotImplementedError
 
 
 @dataclasses.dataclass
 class Split:
-    """One split of a source.
-
-    Attributes:
-      name: the split's name ("train", "test", "holdout", ...).
-      num_examples: how many examples it holds.
-      labels: int64 [num_examples] class ids, or uint8 [num_examples, classes]
-        multi-hot rows for multi-label data; None when a stream does not know
-        them.
-      images: decoded uint8 [num_examples, H, W, C] pixels, C = 1 (greyscale) or 3.
-      files: the image paths.
-      contents: with `files`, small sets: the files' bytes, read once.
-      stream: a streamed split's `RecordStream`.
-    """
+    """One split: its name, size and labels (None when a stream does not know them), and
+    either `images` (uint8 [N, H, W, C], C 1 or 3), `files` (with `contents`, their bytes,
+    for small sets) or a `stream`."""
 
     name: str
     num_examples: int
@@ -83,7 +85,6 @@ class Split:
 
     @property
     def indexed(self) -> bool:
-        """Whether examples are read by index (else streamed)."""
         return self.stream is None
 
     @property
@@ -110,20 +111,18 @@ class Split:
         return lambda i: (tf.io.read_file(tf.gather(files, i)), tf.gather(labels, i))
 
     def shard_sizes(self, num_shards: int) -> list[int]:
-        """How many examples each of `num_shards` evaluation pipelines reads."""
         if self.stream is not None:
             return self.stream.shard_sizes(num_shards)
-        return [len(range(i, self.num_examples, num_shards)) for i in range(num_shards)]
+        return round_robin(self.num_examples, num_shards)
 
     def slice(self, start: int | None, stop: int | None, name: str | None = None) -> Split:
         """Examples [start:stop] (Python slice semantics)."""
-        if self.stream is not None:
-            part = range(self.num_examples)[start:stop]
-            labels = None if self.labels is None else self.labels[start:stop]
-            return Split(
-                name or self.name, len(part), labels=labels, stream=self.stream.slice(start, stop)
-            )
-        return self.subset(np.arange(self.num_examples)[start:stop], name)
+        if self.stream is None:
+            return self.subset(np.arange(self.num_examples)[start:stop], name)
+        part = range(self.num_examples)[start:stop]
+        labels = None if self.labels is None else self.labels[start:stop]
+        stream = self.stream.slice(start, stop)
+        return Split(name or self.name, len(part), labels=labels, stream=stream)
 
     def subset(self, indices: np.ndarray, name: str | None = None) -> Split:
         """The examples at `indices` (indexed splits only)."""
@@ -131,14 +130,8 @@ class Split:
         def take(values: np.ndarray | None) -> np.ndarray | None:
             return None if values is None else values[indices]
 
-        return Split(
-            name=name or self.name,
-            num_examples=len(indices),
-            labels=take(self.labels),
-            images=take(self.images),
-            files=take(self.files),
-            contents=take(self.contents),
-        )
+        arrays = (take(self.labels), take(self.images), take(self.files), take(self.contents))
+        return Split(name or self.name, len(indices), *arrays)
 
     def class_counts(self, num_classes: int) -> np.ndarray | None:
         """Training examples per class (None when the labels are unknown)."""
@@ -151,14 +144,8 @@ class Split:
 
 @dataclasses.dataclass
 class Source:
-    """A dataset: class names, native image size and splits.
-
-    Attributes:
-      name: the `--dataset` value.
-      class_names: label names, indexed by label.
-      image_size: the images' fixed size, or None when it varies.
-      splits: every split by name; "train" is always there.
-    """
+    """A dataset: its `--dataset` name, class names, fixed image size (None when it varies)
+    and splits by name ("train" always among them)."""
 
     name: str
     class_names: list[str]
@@ -187,19 +174,11 @@ class Source:
 
 
 def hold_out(source: Source, count: int) -> Source:
-    """Moves `count` training examples into a new "holdout" split.
+    """Moves `count` training examples into a new "holdout" split (0: none).
 
-    The held-out examples are drawn at random with their own fixed seed, so the
-    same examples are held out whatever the training seed (He et al. hold out
-    5,000 of CIFAR-10's 50,000 this way). Streamed splits hold out their last
-    `count` examples.
-
-    Args:
-      source: the source; its "train" split is replaced.
-      count: examples to hold out; 0 leaves the source unchanged.
-
-    Returns:
-      The source with "train" reduced and "holdout" added.
+    Indexed splits hold out examples drawn with their own fixed seed, the same whatever
+    the training seed (as He et al. hold out 5,000 of CIFAR-10); streamed splits their
+    last `count`.
     """
     if count <= 0:
         return source
@@ -221,8 +200,6 @@ def hold_out(source: Source, count: int) -> Source:
 
 
 def eval_batches(sizes: list[int], batch_size: int, multiple_of: int = 1) -> int:
-    """Evaluation batches per pipeline: enough for the largest share, a multiple of `multiple_of`.
-
-    Every pipeline yields this many, padded, so no replica ever steps alone.
-    """
+    """Evaluation batches per pipeline: enough for the largest share, a multiple of
+    `multiple_of`; every pipeline yields this many, padded, so no replica steps alone."""
     return math.ceil(max(sizes) / batch_size / multiple_of) * multiple_of

@@ -1,25 +1,18 @@
 """`--dataset=cifar:PATH`: the CIFAR-10 and CIFAR-100 archives as their authors distribute them.
 
-PATH is a tarball as downloaded (`cifar-10-binary.tar.gz`,
-`cifar-10-python.tar.gz`, `cifar-100-binary.tar.gz`,
-`cifar-100-python.tar.gz`), its extracted directory (`cifar-10-batches-bin`,
-`cifar-10-batches-py`, `cifar-100-binary`, `cifar-100-python`) or a directory
-that holds one of these. Which of the four it is comes from the files inside.
-A tarball is read in memory, without extracting it.
+PATH is a tarball as downloaded (`cifar-10-binary.tar.gz`, `cifar-10-python.tar.gz`,
+`cifar-100-binary.tar.gz`, `cifar-100-python.tar.gz`), its extracted directory, or a
+directory holding one; which of the four it is comes from the files inside. A tarball is
+read in memory, without extracting it.
+- binary: records of 1 label byte (CIFAR-100: coarse then fine) and 3072 pixel bytes, the
+  red, green and blue 32x32 planes row by row;
+- python: dicts pickled by Python 2 (`data`, uint8 [N, 3072] in the same layout, and
+  `labels`, or `fine_labels` and `coarse_labels`), read by an unpickler that admits only
+  what a NumPy array needs (`array_pickle.py`): a file asking for more is refused, never run.
 
-- binary: records of 1 label byte (CIFAR-100: coarse then fine, 2 bytes) and
-  3072 pixel bytes, the red, green and blue 32x32 planes row by row;
-- python: dicts pickled by Python 2 (`data`, a uint8 [N, 3072] array with
-  the same layout, and `labels`, or `fine_labels` and `coarse_labels`). They
-  are read by an unpickler that admits only the globals a NumPy array needs,
-  so a file that asks for anything else (`os.system`) is refused, never run.
-
-Images come out uint8 [N, 32, 32, 3], in splits "train" (50,000) and "test"
-(10,000); class names from the archive's meta files. CIFAR-100 has its 100
-fine labels, or with `data.coarse_labels` its 20 superclasses.
-
-`find_archive` also serves tfds's `cifar10` and `cifar100` when tfds cannot
-(`tfds_source.py`): it looks in the places a user copies an archive to.
+Images come out uint8 [N, 32, 32, 3] in splits "train" and "test", class names from the
+archive's meta files; `data.coarse_labels` takes CIFAR-100's 20 superclasses. `find_archive`
+also serves tfds's `cifar10` and `cifar100` when tfds cannot (`tfds_source.py`).
 """
 
 from __future__ import annotations
@@ -39,37 +32,34 @@ from resnet_app.data.sources.registry import register_check, register_source
 PREFIX = "cifar:"
 PIXELS = 3 * 32 * 32
 COARSE_CLASSES = 20
-# The tfds names this source stands in for, and their number of classes.
-TFDS_NAMES = {"cifar10": 10, "cifar100": 100}
+TFDS_NAMES = {"cifar10": 10, "cifar100": 100}  # The tfds names this stands in for: classes.
+_TAR_ERRORS = (tarfile.TarError, OSError, EOFError, zlib.error)
 
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-    """One of the four archives.
+    """One of the four archives: its (fine) classes, label bytes before each binary record's
+    pixels (0: pickles), the directory its tarball extracts to, the training files in order,
+    the test file and the class-name files (CIFAR-100 binary: fine, then coarse)."""
 
-    Attributes:
-      title: its name in messages.
-      classes: 10 or 100 (fine) classes.
-      directory: the directory its tarball extracts to.
-      tarball: the tarball's name as downloaded.
-      train: the training files, in order.
-      test: the test file.
-      meta: the class-name files (CIFAR-100 binary: fine, then coarse).
-      label_bytes: binary: label bytes before each record's pixels (0: pickles).
-    """
-
-    title: str
     classes: int
+    label_bytes: int
     directory: str
-    tarball: str
     train: tuple[str, ...]
     test: str
     meta: tuple[str, ...]
-    label_bytes: int
 
     @property
     def binary(self) -> bool:
         return self.label_bytes > 0
+
+    @property
+    def title(self) -> str:
+        return f"CIFAR-{self.classes} {'binary' if self.binary else 'python'}"
+
+    @property
+    def tarball(self) -> str:
+        return f"cifar-{self.classes}-{'binary' if self.binary else 'python'}.tar.gz"
 
     @property
     def record_bytes(self) -> int:
@@ -81,47 +71,13 @@ class Layout:
 
 
 _BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
+_BINARY_BATCHES = tuple(f"{name}.bin" for name in _BATCHES)
+_NAMES_100 = ("fine_label_names.txt", "coarse_label_names.txt")
 LAYOUTS = (
-    Layout(
-        "CIFAR-10 binary",
-        10,
-        "cifar-10-batches-bin",
-        "cifar-10-binary.tar.gz",
-        tuple(f"{name}.bin" for name in _BATCHES),
-        "test_batch.bin",
-        ("batches.meta.txt",),
-        1,
-    ),
-    Layout(
-        "CIFAR-10 python",
-        10,
-        "cifar-10-batches-py",
-        "cifar-10-python.tar.gz",
-        _BATCHES,
-        "test_batch",
-        ("batches.meta",),
-        0,
-    ),
-    Layout(
-        "CIFAR-100 binary",
-        100,
-        "cifar-100-binary",
-        "cifar-100-binary.tar.gz",
-        ("train.bin",),
-        "test.bin",
-        ("fine_label_names.txt", "coarse_label_names.txt"),
-        2,
-    ),
-    Layout(
-        "CIFAR-100 python",
-        100,
-        "cifar-100-python",
-        "cifar-100-python.tar.gz",
-        ("train",),
-        "test",
-        ("meta",),
-        0,
-    ),
+    Layout(10, 1, "cifar-10-batches-bin", _BINARY_BATCHES, "test_batch.bin", ("batches.meta.txt",)),
+    Layout(10, 0, "cifar-10-batches-py", _BATCHES, "test_batch", ("batches.meta",)),
+    Layout(100, 2, "cifar-100-binary", ("train.bin",), "test.bin", _NAMES_100),
+    Layout(100, 0, "cifar-100-python", ("train",), "test", ("meta",)),
 )
 EXPECTED = (
     f"expected a CIFAR tarball ({', '.join(layout.tarball for layout in LAYOUTS)}), "
@@ -149,7 +105,12 @@ def _unreadable(argument: str, path: str, error: BaseException) -> ConfigError:
     )
 
 
-_TAR_ERRORS = (tarfile.TarError, OSError, EOFError, zlib.error)
+def _missing(argument: str, archive: Archive, name: str) -> ConfigError:
+    files = ", ".join(archive.layout.files)
+    return _refuse(
+        argument,
+        f"{archive.path} has no {name}: {archive.layout.title} holds {files}; download it again",
+    )
 
 
 def _layout_of_member(name: str) -> Layout | None:
@@ -180,37 +141,41 @@ def _tarball_layout(argument: str, path: str) -> Layout:
 def _directory_layout(directory: str) -> Layout | None:
     """The layout of an extracted directory: its first training and its test file are there."""
     for layout in LAYOUTS:
-        if all(
-            os.path.isfile(os.path.join(directory, name)) for name in (layout.train[0], layout.test)
-        ):
+        names = (layout.train[0], layout.test)
+        if all(os.path.isfile(os.path.join(directory, name)) for name in names):
             return layout
     return None
 
 
 def _candidates(directory: str) -> list[Archive]:
-    """The archives a directory holds by their distributed names: extracted first, binary first."""
+    """The archives a directory holds by their distributed names: extracted first, binary
+    first. A tarball's layout is its name's, until `_read_layout`."""
+    ordered = sorted(LAYOUTS, key=lambda layout: not layout.binary)
     found = []
-    for layout in sorted(LAYOUTS, key=lambda layout: not layout.binary):
+    for layout in ordered:
         inner = os.path.join(directory, layout.directory)
         if os.path.isdir(inner) and _directory_layout(inner) is layout:
             found.append(Archive(layout, inner, tarball=False))
-    for layout in sorted(LAYOUTS, key=lambda layout: not layout.binary):
+    for layout in ordered:
         tarball = os.path.join(directory, layout.tarball)
         if os.path.isfile(tarball):
             found.append(Archive(layout, tarball, tarball=True))
     return found
 
 
-def locate(argument: str, classes: int | None = None) -> Archive:
+def _read_layout(argument: str, archive: Archive) -> Archive:
+    """A candidate with a tarball's layout as its members show it."""
+    if not archive.tarball:
+        return archive
+    return Archive(_tarball_layout(argument, archive.path), archive.path, tarball=True)
+
+
+def locate(argument: str) -> Archive:
     """The archive `cifar:PATH` names: a tarball, an extracted directory, or a directory of one.
 
-    Args:
-      argument: PATH.
-      classes: 10 or 100 to take only that archive from a directory holding both.
-
     Raises:
-      ConfigError: one line, when PATH is missing or holds no CIFAR archive,
-        or holds both CIFAR-10 and CIFAR-100.
+      ConfigError: when PATH is missing, holds no CIFAR archive, or holds both CIFAR-10
+        and CIFAR-100.
     """
     path = argument
     if os.path.isfile(path):
@@ -220,7 +185,7 @@ def locate(argument: str, classes: int | None = None) -> Archive:
     layout = _directory_layout(path)
     if layout is not None:
         return Archive(layout, path, tarball=False)
-    found = [a for a in _candidates(path) if classes in (None, a.layout.classes)]
+    found = _candidates(path)
     if not found:
         raise _refuse(argument, f"{path} holds no CIFAR archive; {EXPECTED}")
     if len({archive.layout.classes for archive in found}) > 1:
@@ -229,48 +194,14 @@ def locate(argument: str, classes: int | None = None) -> Archive:
             f"{path} holds both CIFAR-10 and CIFAR-100; name one, e.g. "
             f"--dataset={PREFIX}{found[0].path}",
         )
-    if found[0].tarball:
-        found[0] = Archive(_tarball_layout(argument, found[0].path), found[0].path, True)
-    return found[0]
+    return _read_layout(argument, found[0])
 
 
 def _check_coarse(argument: str, layout: Layout, config) -> None:
     if config is not None and config.coarse_labels and layout.classes != 100:
         raise _refuse(
-            argument,
-            f"data.coarse_labels needs CIFAR-100, and this is {layout.title}; drop it",
+            argument, f"data.coarse_labels needs CIFAR-100, and this is {layout.title}; drop it"
         )
-
-
-@register_check("cifar")
-def check(argument: str, config=None) -> Archive:
-    """The archive, its files checked as far as it takes no reading of them, without TensorFlow.
-
-    An extracted directory's files are checked to be there and, binary ones,
-    to be whole records; a tarball's first member is read for its layout (the
-    rest is checked as it is loaded).
-
-    Raises:
-      ConfigError: one line: a missing path, no CIFAR archive there (with the
-        names expected), a missing file, a binary file cut short, or
-        `data.coarse_labels` on CIFAR-10.
-    """
-    archive = locate(argument)
-    layout = archive.layout
-    _check_coarse(argument, layout, config)
-    if archive.tarball:
-        return archive
-    for name in layout.files:
-        path = os.path.join(archive.path, name)
-        if not os.path.isfile(path):
-            raise _refuse(
-                argument,
-                f"{archive.path} has no {name}: {layout.title} holds "
-                f"{', '.join(layout.files)}; download it again",
-            )
-        if layout.binary and name not in layout.meta:
-            _check_size(argument, path, os.path.getsize(path), layout)
-    return archive
 
 
 def _check_size(argument: str, path: str, size: int, layout: Layout) -> None:
@@ -282,16 +213,39 @@ def _check_size(argument: str, path: str, size: int, layout: Layout) -> None:
         )
 
 
+@register_check("cifar")
+def check(argument: str, config=None) -> Archive:
+    """The archive, checked without TensorFlow as far as takes no reading of its files: an
+    extracted directory's files are there and, binary ones, whole records; a tarball's first
+    member gives its layout (the rest is checked as it is loaded).
+
+    Raises:
+      ConfigError: one line: a missing path, no CIFAR archive there, a missing file, a
+        binary file cut short, or `data.coarse_labels` on CIFAR-10.
+    """
+    archive = locate(argument)
+    layout = archive.layout
+    _check_coarse(argument, layout, config)
+    if archive.tarball:
+        return archive
+    for name in layout.files:
+        path = os.path.join(archive.path, name)
+        if not os.path.isfile(path):
+            raise _missing(argument, archive, name)
+        if layout.binary and name not in layout.meta:
+            _check_size(argument, path, os.path.getsize(path), layout)
+    return archive
+
+
 def _read_files(argument: str, archive: Archive) -> dict[str, bytes]:
     """{file name: bytes} of every file of the layout, from the directory or the tarball."""
     names = archive.layout.files
+    contents = {}
     if not archive.tarball:
-        contents = {}
         for name in names:
             with open(os.path.join(archive.path, name), "rb") as file:
                 contents[name] = file.read()
         return contents
-    contents = {}
     try:
         with tarfile.open(archive.path, "r:*") as tar:
             for member in tar:
@@ -302,23 +256,16 @@ def _read_files(argument: str, archive: Archive) -> dict[str, bytes]:
         raise _unreadable(argument, archive.path, error) from None
     missing = [name for name in names if name not in contents]
     if missing:
-        raise _refuse(
-            argument,
-            f"{archive.path} has no {missing[0]}: {archive.layout.title} holds "
-            f"{', '.join(names)}; download it again",
-        )
+        raise _missing(argument, archive, missing[0])
     return contents
-
-
-# -- pickles ------------------------------------------------------------------------
 
 
 def read_pickle(argument: str, name: str, data: bytes) -> dict:
     """The dict a CIFAR pickle holds, keys as str, loaded without running code.
 
     Raises:
-      ConfigError: one line naming the file, when it asks for another global
-        than an array's, or is not a readable pickle of a dict.
+      ConfigError: one line naming the file, when it asks for another global than an
+        array's, or is not a readable pickle of a dict.
     """
     try:
         loaded = array_pickle.load_arrays(data)
@@ -337,20 +284,6 @@ def read_pickle(argument: str, name: str, data: bytes) -> dict:
     return {(k.decode("latin1") if isinstance(k, bytes) else k): v for k, v in loaded.items()}
 
 
-def _labels(argument: str, name: str, values, count: int, classes: int) -> np.ndarray:
-    """Checked int64 labels: a list of ints (or an integer array), `count` of them, in range."""
-    if isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype.kind in "iu":
-        labels = values.astype(np.int64)
-    elif isinstance(values, list) and all(type(value) is int for value in values):
-        labels = np.array(values, np.int64).reshape(-1)
-    else:
-        raise _refuse(argument, f"{name}'s labels are not a list of integers")
-    if len(labels) != count:
-        raise _refuse(argument, f"{name} holds {count} images but {len(labels)} labels")
-    _check_range(argument, name, labels, classes)
-    return labels
-
-
 def _check_range(argument: str, name: str, labels: np.ndarray, classes: int) -> None:
     if len(labels) and (labels.min() < 0 or labels.max() >= classes):
         bad = labels.max() if labels.max() >= classes else labels.min()
@@ -362,13 +295,14 @@ def _check_range(argument: str, name: str, labels: np.ndarray, classes: int) -> 
 
 
 def _pickled_batch(argument: str, name: str, data: bytes, label_key: str, classes: int):
+    """(uint8 [N, 3072] pixels, int64 labels) of a pickled batch, checked."""
     batch = read_pickle(argument, name, data)
     pixels = batch.get("data")
-    if (
-        not isinstance(pixels, np.ndarray)
-        or pixels.dtype != np.uint8
-        or pixels.ndim != 2
-        or pixels.shape[1] != PIXELS
+    if not (
+        isinstance(pixels, np.ndarray)
+        and pixels.dtype == np.uint8
+        and pixels.ndim == 2
+        and pixels.shape[1] == PIXELS
     ):
         what = (
             f"a {pixels.dtype} array of shape {pixels.shape}"
@@ -378,7 +312,17 @@ def _pickled_batch(argument: str, name: str, data: bytes, label_key: str, classe
         raise _refuse(argument, f"{name}'s data is {what}, not uint8 images of {PIXELS} bytes")
     if label_key not in batch:
         raise _refuse(argument, f"{name} has no {label_key}; keys: {', '.join(map(str, batch))}")
-    return pixels, _labels(argument, name, batch[label_key], len(pixels), classes)
+    values = batch[label_key]
+    if isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype.kind in "iu":
+        labels = values.astype(np.int64)
+    elif isinstance(values, list) and all(type(value) is int for value in values):
+        labels = np.array(values, np.int64).reshape(-1)
+    else:
+        raise _refuse(argument, f"{name}'s labels are not a list of integers")
+    if len(labels) != len(pixels):
+        raise _refuse(argument, f"{name} holds {len(pixels)} images but {len(labels)} labels")
+    _check_range(argument, name, labels, classes)
+    return pixels, labels
 
 
 def _binary_batch(argument: str, name: str, data: bytes, layout: Layout, coarse: bool):
@@ -392,6 +336,7 @@ def _binary_batch(argument: str, name: str, data: bytes, layout: Layout, coarse:
 
 
 def _names(argument: str, name: str, values, count: int) -> list[str]:
+    """`count` class names from a text file's lines or a pickled list."""
     if isinstance(values, (bytes, str)):
         values = values.decode("utf-8", "replace") if isinstance(values, bytes) else values
         values = [line.strip() for line in values.splitlines() if line.strip()]
@@ -409,32 +354,26 @@ def _class_names(argument: str, layout: Layout, contents: dict, coarse: bool) ->
         name = layout.meta[1 if coarse else 0]
         return _names(argument, name, contents[name], count)
     meta = read_pickle(argument, layout.meta[0], contents[layout.meta[0]])
-    if layout.classes == 10:
-        key = "label_names"
-    else:
-        key = "coarse_label_names" if coarse else "fine_label_names"
+    key = "label_names" if layout.classes == 10 else f"{'coarse' if coarse else 'fine'}_label_names"
     if key not in meta:
         raise _refuse(argument, f"{layout.meta[0]} has no {key}")
     return _names(argument, layout.meta[0], meta[key], count)
 
 
-def _images(pixels: np.ndarray) -> np.ndarray:
-    """[N, 3072] channel planes to uint8 [N, 32, 32, 3]."""
-    return np.ascontiguousarray(pixels.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
-
-
 def _split(argument: str, layout: Layout, name: str, files, contents, coarse: bool) -> Split:
     key = "coarse_labels" if coarse else "fine_labels" if layout.classes == 100 else "labels"
     classes = COARSE_CLASSES if coarse else layout.classes
-    parts = []
-    for file in files:
-        if layout.binary:
-            parts.append(_binary_batch(argument, file, contents[file], layout, coarse))
-        else:
-            parts.append(_pickled_batch(argument, file, contents[file], key, classes))
+    parts = [
+        _binary_batch(argument, file, contents[file], layout, coarse)
+        if layout.binary
+        else _pickled_batch(argument, file, contents[file], key, classes)
+        for file in files
+    ]
     pixels = np.concatenate([p for p, _ in parts])
     labels = np.concatenate([y for _, y in parts])
-    return Split(name, len(labels), labels=labels, images=_images(pixels))
+    # [N, 3072] channel planes to [N, 32, 32, 3].
+    images = np.ascontiguousarray(pixels.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+    return Split(name, len(labels), labels=labels, images=images)
 
 
 def load_archive(argument: str, archive: Archive, config=None, name: str | None = None) -> Source:
@@ -469,16 +408,7 @@ def load_archive(argument: str, archive: Archive, config=None, name: str | None 
 
 @register_source("cifar", usage="cifar:PATH")
 def load(argument: str, config=None) -> Source:
-    """The CIFAR-10 or CIFAR-100 archive at `argument` (a tarball or a directory) in memory.
-
-    Args:
-      argument: the tarball, its extracted directory, or a directory holding one.
-      config: the `DataConfig` (`coarse_labels`, `class_names`).
-
-    Returns:
-      The source: splits "train" and "test", uint8 [N, 32, 32, 3] images,
-      int64 labels.
-    """
+    """The CIFAR-10 or CIFAR-100 archive at `argument` (a tarball or a directory) in memory."""
     return load_archive(argument, check(argument, config), config)
 
 
@@ -496,24 +426,21 @@ def usual_places(data_dir: str | None, tfds_dir: str) -> list[str]:
 
 
 def archive_places(data_dir: str | None, tfds_dir: str) -> list[str]:
-    """`usual_places`, then where Keras 3's `keras.datasets.cifar10` leaves the archive:
-    `cifar-10-batches-py-target/` (extracted) beside its tarball
-    `cifar-10-batches-py-target_archive` (Keras 2: `cifar-10-batches-py/` and
-    `cifar-10-batches-py.tar.gz`, which `usual_places` covers)."""
+    """`usual_places`, then where Keras 3's `keras.datasets.cifar10` leaves the python
+    archives: `cifar-10-batches-py-target/` beside `cifar-10-batches-py-target_archive`
+    (Keras 2's names are in `usual_places`)."""
     keras = _keras_datasets()
     places = usual_places(data_dir, tfds_dir)
     for layout in LAYOUTS:
-        if not layout.binary:  # What Keras downloads: the python archives.
+        if not layout.binary:
             places.append(os.path.join(keras, f"{layout.directory}-target"))
             places.append(os.path.join(keras, f"{layout.directory}-target_archive"))
     return places
 
 
 def find_archive(classes: int, places: list[str]) -> Archive | None:
-    """The first CIFAR-`classes` archive in `places` (directories, or tarballs), without TensorFlow.
-
-    A damaged tarball found there is one line (ConfigError) rather than skipped.
-    """
+    """The first CIFAR-`classes` archive in `places` (directories, or tarballs), without
+    TensorFlow; a damaged tarball found there is one line (ConfigError), not skipped."""
     for place in places:
         if os.path.isfile(place):
             layout = _tarball_layout(place, place)
@@ -527,10 +454,7 @@ def find_archive(classes: int, places: list[str]) -> Archive | None:
                 continue
             for archive in _candidates(place):
                 if archive.layout.classes == classes:
-                    if archive.tarball:
-                        layout = _tarball_layout(archive.path, archive.path)
-                        if layout.classes != classes:
-                            continue
-                        archive = Archive(layout, archive.path, tarball=True)
-                    return archive
+                    archive = _read_layout(archive.path, archive)
+                    if archive.layout.classes == classes:
+                        return archive
     return None

@@ -1,8 +1,8 @@
 """`--dataset=folder:PATH`: an image folder in the ImageNet layout, PATH/<split>/<class>/<file>.
 
-A class's images may sit in subfolders of its folder (`train/cat/2019/x.jpg`):
-they are read too, as torchvision's `ImageFolder` and Keras's
-`image_dataset_from_directory` read them, in a fixed order (`_class_files`).
+Classes are the sorted folders of PATH/train; a class's images may sit in subfolders
+(`train/cat/2019/x.jpg`), read as torchvision's `ImageFolder` and Keras's
+`image_dataset_from_directory` read them. Unreadable files are skipped and counted.
 """
 
 from __future__ import annotations
@@ -21,12 +21,9 @@ EVAL_SPLITS = ("val", "validation", "test")
 
 
 def _class_files(class_dir: str) -> list[str]:
-    """The files in `class_dir` and its subfolders, at any depth; hidden ones are skipped.
-
-    The order is fixed: a folder's files by name, then its subfolders by name.
-    Linked folders are followed, each real folder once (a link to a parent
-    would otherwise never end).
-    """
+    """The files in `class_dir` and its subfolders at any depth, hidden ones skipped: a
+    folder's files by name, then its subfolders by name. Linked folders are followed, each
+    real folder once (a link to a parent would otherwise never end)."""
     paths, seen = [], set()
     for directory, subdirectories, names in os.walk(class_dir, followlinks=True):
         real = os.path.realpath(directory)
@@ -62,12 +59,7 @@ def _list_split(root: str, split: str, class_names: list[str]) -> tuple[list, li
 
 @register_check("folder")
 def check(root: str, config=None) -> tuple[list[str], list[str]]:
-    """(the folder's split directories, its class names); refuses a wrong layout.
-
-    Raises:
-      ConfigError: when `root` is not a directory, has no train/, or train/
-        has no class subdirectories.
-    """
+    """(the folder's split directories, its class names); refuses a wrong layout."""
     name = PREFIX + root
     if not os.path.isdir(root):
         raise ConfigError(f"--dataset={name}: {root} is not a directory")
@@ -92,19 +84,7 @@ def check(root: str, config=None) -> tuple[list[str], list[str]]:
 
 @register_source("folder", usage="folder:PATH")
 def load(root: str, config=None) -> Source:
-    """An image folder: `root/train/<class>/<image>`, optionally val/, validation/, test/.
-
-    Class names are the sorted directory names of `root/train`; a class's
-    images may be in subfolders of its directory. Unreadable files are
-    skipped and counted (`image_files.FileSplits`).
-
-    Args:
-      root: the folder.
-      config: the `DataConfig` (unused).
-
-    Returns:
-      The source, with indexed file splits.
-    """
+    """An image folder: `root/train/<class>/<image>`, optionally val/, validation/, test/."""
     name = PREFIX + root
     split_names, class_names = check(root)
     builder, splits = FileSplits(name), {}

@@ -1,19 +1,15 @@
 """`--dataset=idx:DIR`: the MNIST family's IDX files (MNIST, Fashion-MNIST, KMNIST, EMNIST).
 
-DIR holds `train-images-idx3-ubyte`, `train-labels-idx1-ubyte`,
-`t10k-images-idx3-ubyte` and `t10k-labels-idx1-ubyte`, each gzipped (`.gz`)
-or not; any file whose name ends so counts (EMNIST's
-`emnist-balanced-train-images-idx3-ubyte.gz`, with `test` for `t10k`). A
-directory with several sets (EMNIST's six) is named with the set's prefix:
-`idx:DIR/emnist-balanced`. The files are read with NumPy: a 4-byte magic
-number (two zero bytes, type 0x08 for unsigned bytes, the number of
+DIR holds `train-images-idx3-ubyte`, `train-labels-idx1-ubyte`, `t10k-images-idx3-ubyte`
+and `t10k-labels-idx1-ubyte`, gzipped (`.gz`) or not; any file whose name ends so counts
+(EMNIST's `emnist-balanced-train-images-idx3-ubyte.gz`, `test` for `t10k`), and a directory
+of several sets is named with the set's prefix: `idx:DIR/emnist-balanced`. A file is a
+4-byte magic number (two zero bytes, type 0x08 for unsigned bytes, the number of
 dimensions), big-endian int32 sizes, then the bytes.
 
-Images are greyscale, uint8 [N, H, W, 1]: the run takes one input channel
-unless data.channels=3 asks for RGB (`data/channels.py`). Classes: `data.class_names` if given,
-else Fashion-MNIST's ten names when "fashion" is in the directory's or the
-files' names, else the ids 0 to `data.num_classes` - 1 (digits for MNIST).
-EMNIST's files hold their images transposed; they are read upright.
+Images are greyscale uint8 [N, H, W, 1] (EMNIST's, stored transposed, read upright).
+Classes: `data.class_names`, else Fashion-MNIST's names when "fashion" is in the
+directory's or files' names, else the ids 0 to `data.num_classes` - 1.
 """
 
 from __future__ import annotations
@@ -30,8 +26,7 @@ from resnet_app.common.errors import ConfigError, first_line
 from resnet_app.data.sources.base import Source, Split
 from resnet_app.data.sources.registry import register_check, register_source
 
-# Where Debian's dataset packages (dataset-fashion-mnist, ...) put their files.
-DEBIAN_DATASETS = "/usr/share/datasets/"
+DEBIAN_DATASETS = "/usr/share/datasets/"  # Where dataset-fashion-mnist puts its files.
 PREFIX = "idx:"
 # (split, what) -> the endings a file's name may have, without ".gz".
 ROLES = {
@@ -144,14 +139,8 @@ def _check_header(argument: str, path: str, header: bytes, what: str) -> tuple[i
 
 @register_check("idx")
 def check(argument: str, config=None) -> dict[tuple[str, str], str]:
-    """The four files by (split, "images" or "labels"), their headers checked.
-
-    Reads only each file's first bytes, without TensorFlow.
-
-    Raises:
-      ConfigError: when the directory or a file is missing, a role has files
-        of several sets, or a header is not an IDX header of the right kind.
-    """
+    """The four files by (split, "images" or "labels"), each header checked (only the first
+    bytes are read): refuses a missing file, several sets for a role, a wrong header."""
     directory, prefix = _locate(argument)
     names = [name for name in _listing(argument, directory) if name.startswith(prefix)]
     files = {role: _pick(argument, directory, names, ends) for role, ends in ROLES.items()}
@@ -166,17 +155,8 @@ def check(argument: str, config=None) -> dict[tuple[str, str], str]:
 
 
 def read_idx(argument: str, path: str, what: str) -> np.ndarray:
-    """The array of one IDX file (gzipped or not), its size checked against its header.
-
-    Args:
-      argument: the `idx:` argument, for messages.
-      path: the file.
-      what: "images" (3-D, N x H x W) or "labels" (1-D, N).
-
-    Raises:
-      ConfigError: one line naming the file, when it cannot be read, is not an
-        IDX file of unsigned bytes of the right rank, or is cut short.
-    """
+    """The array of one IDX file of `what` ("images", N x H x W, or "labels", N), gzipped
+    or not, its header and size checked."""
     try:
         with _open(path) as file:
             data = file.read()
@@ -228,15 +208,7 @@ def _split(argument: str, name: str, files: dict, classes: list[str]) -> Split:
 
 @register_source("idx", usage="idx:DIR")
 def load(argument: str, config=None) -> Source:
-    """The IDX files of `argument` (`DIR` or `DIR/PREFIX`) as in-memory "train" and "test".
-
-    Args:
-      argument: the directory, or the directory and the files' name prefix.
-      config: the `DataConfig` (class names, number of classes).
-
-    Returns:
-      The source: uint8 [N, H, W, 1] images, int64 labels.
-    """
+    """The IDX files of `DIR` or `DIR/PREFIX` as in-memory "train" and "test"."""
     files = check(argument, config)
     for path in files.values():
         if not path.endswith(".gz") and os.path.exists(path + ".gz"):

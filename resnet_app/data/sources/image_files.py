@@ -1,8 +1,8 @@
 """Image files named by a source (a folder, a CSV table): checked once, skipped when unreadable.
 
-A file that is not a complete JPEG, PNG, BMP or GIF image is found by its first
-and last bytes, without decoding, and skipped; the count is logged once. A set
-of files small enough is read into memory once.
+A file that is not a complete JPEG, PNG, BMP or GIF image is found by its first and last
+bytes, without decoding, and skipped; the count is logged once. A set of files small
+enough is read into memory once.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from absl import logging
 from resnet_app.common.errors import ConfigError
 from resnet_app.data.sources.base import Split
 
-# A split whose files fit in this many bytes is read into memory once.
-MEMORY_LIMIT_BYTES = 512 << 20
+MEMORY_LIMIT_BYTES = 512 << 20  # A split whose files fit is read into memory once.
 THREADS = 16
 
 _MAGIC = {
@@ -29,25 +28,13 @@ _MAGIC = {
 }
 
 
-def sniff_image(path: str) -> str | None:
-    """The format of an image file from its bytes, or None if it is unreadable.
-
-    Looks at the first bytes (the format's magic number, whatever the file's
-    extension says) and at the last kilobyte, where a complete JPEG, PNG or GIF
-    has its end marker; a BMP must be as long as its header says. This catches
-    empty, foreign and truncated files without decoding the image.
-
-    Args:
-      path: the file.
-
-    Returns:
-      "jpeg", "png", "gif", "bmp", or None.
-    """
-    return _inspect(path)[0]
-
-
 def _inspect(path: str) -> tuple[str | None, int]:
-    """`sniff_image`'s answer and the file's size in bytes (0 if unreadable)."""
+    """(the image's format, "jpeg", "png", "gif", "bmp" or None if unreadable; its size).
+
+    The format is the magic number of the first bytes, whatever the extension; a complete
+    JPEG, PNG or GIF has its end marker in the last kilobyte, and a BMP is as long as its
+    header says. This catches empty, foreign and truncated files without decoding them.
+    """
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as file:
@@ -72,11 +59,7 @@ def _read_bytes(path: str) -> bytes:
 
 
 class FileSplits:
-    """Builds the splits of one source from (paths, labels), counting what it skips.
-
-    Args:
-      dataset: the `--dataset` value, for messages.
-    """
+    """Builds the splits of the source `dataset` from (paths, labels), counting what it skips."""
 
     def __init__(self, dataset: str):
         self.dataset = dataset
@@ -84,14 +67,8 @@ class FileSplits:
         self._pool = concurrent.futures.ThreadPoolExecutor(THREADS)
 
     def split(self, name: str, paths: list[str], labels: np.ndarray, where: str) -> Split:
-        """The split of the readable files among `paths`.
-
-        Args:
-          name: the split's name.
-          paths: its files.
-          labels: their labels (int64 [N], or multi-hot [N, classes]).
-          where: where the files are listed, for the message when none is readable.
-        """
+        """The split of the readable files among `paths`, with their `labels` (int64 [N] or
+        multi-hot [N, classes]); `where` names the listing when none is readable."""
         formats, sizes = zip(*self._pool.map(_inspect, paths)) if paths else ((), ())
         good = np.array([i for i, kind in enumerate(formats) if kind is not None], np.int64)
         bad = [paths[i] for i, kind in enumerate(formats) if kind is None]

@@ -1,10 +1,8 @@
 """What a set of TFRecord shards holds, found once and cached: counts, labels and class texts.
 
-Scanning reads every record, which for ImageNet's 1,281,167 training images is
-most of 140 GB. The result is kept in an .npz file under the cache directory,
-keyed by the shards' names, sizes and modification times and the feature keys,
-so the second run reads a few megabytes instead. The file is written
-atomically; an unreadable or stale one is scanned again.
+Scanning reads every record (for ImageNet, most of 140 GB), so the result is kept in an
+.npz file under the cache directory, keyed by the shards' names, sizes and modification
+times and the feature keys, written atomically; a damaged or stale one is scanned again.
 """
 
 from __future__ import annotations
@@ -27,42 +25,13 @@ SCAN_BATCH = 1024
 
 @dataclasses.dataclass(frozen=True)
 class ShardIndex:
-    """The records of one split's shards, in file order.
-
-    Attributes:
-      paths: the shard files, sorted.
-      counts: int64 [files]: records in each.
-      labels: int64 [records]: every record's label as stored (no offset).
-      texts: {label: class text} from the text feature ({} without one).
-    """
+    """The records of one split's shards (sorted), in file order: int64 `counts` per shard,
+    int64 `labels` as stored (no offset), and {label: class text} from the text feature."""
 
     paths: tuple[str, ...]
     counts: np.ndarray
     labels: np.ndarray
     texts: dict[int, str]
-
-    @property
-    def offsets(self) -> np.ndarray:
-        """int64 [files]: the id of each file's first record."""
-        return np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
-
-
-def _fingerprint(paths: list[str], keys: dict) -> dict:
-    stats = [os.stat(path) for path in paths]
-    return {
-        "version": INDEX_VERSION,
-        "keys": keys,
-        "files": [
-            [os.path.basename(p), s.st_size, s.st_mtime_ns]
-            for p, s in zip(paths, stats, strict=True)
-        ],
-    }
-
-
-def _cache_path(cache_dir: str, paths: list[str], keys: dict) -> str:
-    key = json.dumps([os.path.abspath(paths[0]), len(paths), keys], sort_keys=True)
-    digest = hashlib.sha1(key.encode()).hexdigest()[:16]
-    return os.path.join(cache_dir, "tfrecord-index", f"{digest}.npz")
 
 
 def first_example_keys(path: str) -> dict[str, str]:
@@ -109,8 +78,7 @@ def _scan(paths: list[str], label_key: str, text_key: str | None) -> ShardIndex:
             return index, features[label_key], text, False
 
         batches = tf.data.TFRecordDataset(path, buffer_size=8 << 20).batch(SCAN_BATCH)
-        # A last element says the shard was read to its end, so that a failure
-        # can be traced to a shard that was not (see the `except` below).
+        # A last element says the shard was read to its end: a failure is in one that was not.
         end = tf.data.Dataset.from_tensors(
             (index, tf.zeros([0], tf.int64), tf.zeros([0], tf.string), True)
         )
@@ -142,9 +110,8 @@ def _scan(paths: list[str], label_key: str, text_key: str | None) -> ShardIndex:
                             f"{text_key!r}, {previous!r} and {name!r}; one label, one class"
                         )
     except tf.errors.OpError as error:
-        # Interleaved, the error does not say whose it is: it is one of the
-        # shards still open, the first `cycle` unfinished ones. Each is read
-        # again alone, until one fails.
+        # Interleaved, the error does not say whose it is: one of the first `cycle`
+        # unfinished shards, each read again alone until one fails.
         suspects = [i for i in range(len(paths)) if i not in finished][:cycle]
         where = f"one of the TFRecord shards {', '.join(paths[i] for i in suspects)}"
         cause: Exception = error
@@ -181,50 +148,36 @@ def _read_error(dataset) -> Exception | None:
 def load(
     paths: list[str], label_key: str, text_key: str | None, cache_dir: str | None = None
 ) -> ShardIndex:
-    """The index of `paths`, from the cache when it is current, else scanned (and cached).
-
-    Args:
-      paths: the shard files of one split, sorted.
-      label_key: the int64 label feature.
-      text_key: the class-text feature, or None.
-      cache_dir: where the cache lives (default: resnet_app's cache directory).
-    """
+    """The index of one split's sorted shards, from the cache when it is current, else
+    scanned (and cached in `cache_dir`, default resnet_app's cache directory)."""
     keys = {"label": label_key, "text": text_key}
-    fingerprint = json.dumps(_fingerprint(paths, keys), sort_keys=True)
-    cache = _cache_path(cache_dir or shapes.default_cache_dir(), paths, keys)
+    stats = [(os.path.basename(path), os.stat(path)) for path in paths]
+    shards = [[name, stat.st_size, stat.st_mtime_ns] for name, stat in stats]
+    fingerprint = {"version": INDEX_VERSION, "keys": keys, "files": shards}
+    fingerprint = json.dumps(fingerprint, sort_keys=True)
+    key = json.dumps([os.path.abspath(paths[0]), len(paths), keys], sort_keys=True)
+    name = f"{hashlib.sha1(key.encode()).hexdigest()[:16]}.npz"
+    cache = os.path.join(cache_dir or shapes.default_cache_dir(), "tfrecord-index", name)
 
     def read(cached) -> ShardIndex | None:
         if str(cached["fingerprint"]) != fingerprint:
             return None  # Stale: the shards changed.
-        texts = json.loads(str(cached["texts"]))
-        return ShardIndex(
-            tuple(paths),
-            cached["counts"],
-            cached["labels"],
-            {int(label): text for label, text in texts.items()},
-        )
+        texts = json.loads(str(cached["texts"])).items()
+        texts = {int(label): text for label, text in texts}
+        return ShardIndex(tuple(paths), cached["counts"], cached["labels"], texts)
 
     index = files.read_cache(cache, read)
     if index is not None:
-        return index  # Else missing, stale or damaged: scan again.
+        return index
     logging.info(
         "Scanning %d TFRecord shards from %s (once; cached in %s)", len(paths), paths[0], cache
     )
     index = _scan(paths, label_key, text_key)
+    texts = json.dumps({str(k): v for k, v in index.texts.items()})
     try:
-        os.makedirs(os.path.dirname(cache), exist_ok=True)
-
-        def write(temporary: str) -> None:
-            with open(temporary, "wb") as file:
-                np.savez(
-                    file,
-                    fingerprint=fingerprint,
-                    counts=index.counts,
-                    labels=index.labels,
-                    texts=json.dumps({str(k): v for k, v in index.texts.items()}),
-                )
-
-        files.write_atomically(cache, write)
+        shapes.write_cache(
+            cache, fingerprint=fingerprint, counts=index.counts, labels=index.labels, texts=texts
+        )
     except OSError as error:
         logging.warning("Could not cache the TFRecord index in %s: %s", cache, error)
     return index

@@ -1,21 +1,14 @@
 """`--dataset` to a source: `scheme:argument`, parsed once, through one registry.
 
-Each source module registers its loader:
+Each source module registers its loader with `@register_source("folder", usage=...)`, and
+optionally a fast check without TensorFlow with `@register_check`. A name without a
+registered scheme ("cifar10", "imagenette/320px-v2", "cifar10:3.0.2") is a tfds name.
 
-    @register_source("folder", usage="folder:PATH", needs_argument=True)
-    def load(argument: str, config: DataConfig) -> Source: ...
-
-A name without a registered scheme ("cifar10", "imagenette/320px-v2",
-"cifar10:3.0.2") is a tfds name.
-
-A source of the user's own is a module that registers itself the same way,
-outside the package: an installed distribution names it under the entry-point
-group `resnet_app.sources`, or `RESNET_APP_PLUGINS=module[,module...]` names
-it for one shell. They are imported the first time a `--dataset` is read, by
-every command alike, and only when installed or named so: a config or a run
-directory never imports code. A kind that gives `example` (a function writing
-a few images in its format) is run through every command by the test suite's
-no-traceback matrix with no other edit.
+A source of the user's own is a module that registers itself the same way: named by an
+installed distribution's entry point (group `resnet_app.sources`) or, for one shell, by
+`RESNET_APP_PLUGINS=module[,module...]`. Plugins are imported the first time a
+`--dataset` is read, never because a config or run directory names them. A kind that
+gives `example` is run through every command by the test suite with no other edit.
 """
 
 from __future__ import annotations
@@ -29,10 +22,9 @@ from collections.abc import Callable
 from resnet_app.common.errors import ConfigError, first_line
 
 TFDS_SCHEME = "tfds"
-PLUGIN_GROUP = "resnet_app.sources"  # Entry points of installed distributions.
-PLUGIN_VARIABLE = "RESNET_APP_PLUGINS"  # Modules named for one shell, comma-separated.
-# Names that need no loader: the pipeline makes their batches itself.
-BUILTIN_NAMES = ("synthetic",)
+PLUGIN_GROUP = "resnet_app.sources"
+PLUGIN_VARIABLE = "RESNET_APP_PLUGINS"
+BUILTIN_NAMES = ("synthetic",)  # No loader: the pipeline makes their batches itself.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,10 +36,9 @@ class SourceKind:
       load: `load(argument, data_config)` -> `Source`.
       usage: how it is written, for messages ("folder:PATH").
       needs_argument: whether it takes `scheme:argument` (else it stands alone).
-      example: `example(directory, images, labels, splits)` writes uint8 images
-        [N, H, W, C] with int labels, each in its split ("train" or "test"), in
-        the kind's format under `directory` and returns the `--dataset` value
-        that reads them; or None.
+      example: None, or `example(directory, images, labels, splits)`, which writes uint8
+        images [N, H, W, C] with int labels, each in its split ("train" or "test"), in the
+        kind's format and returns the `--dataset` value that reads them.
     """
 
     scheme: str
@@ -58,6 +49,9 @@ class SourceKind:
 
 
 _KINDS: dict[str, SourceKind] = {}
+_CHECKS: dict[str, Callable] = {}
+_plugins_read: set[str] = set()
+_entry_points: list[tuple[str, str]] = []  # Scanned once per process.
 
 
 def register_source(
@@ -72,15 +66,23 @@ def register_source(
     return decorate
 
 
-_plugins_read: set[str] = set()
-_entry_points: list[tuple[str, str]] = []  # Scanned once per process.
+def register_check(scheme: str) -> Callable:
+    """Registers the decorated `check(argument, config)` for `scheme`: it finds, without
+    TensorFlow and quickly, what the loader would find later (a missing path, a wrong
+    layout, a dataset that cannot be downloaded)."""
+
+    def decorate(check: Callable) -> Callable:
+        _CHECKS[scheme] = check
+        return check
+
+    return decorate
 
 
 def _plugin_modules() -> list[tuple[str, str]]:
     """(module, where it was named) of every plugin: entry points, then the variable."""
     if not _entry_points:
-        points = importlib.metadata.entry_points(group=PLUGIN_GROUP)
         where = f"entry point of {PLUGIN_GROUP}"
+        points = importlib.metadata.entry_points(group=PLUGIN_GROUP)
         _entry_points.extend((point.value.partition(":")[0], where) for point in points)
         _entry_points.append(("", ""))  # Scanned, even when there are none.
     variable = os.environ.get(PLUGIN_VARIABLE, "")
@@ -89,10 +91,10 @@ def _plugin_modules() -> list[tuple[str, str]]:
 
 
 def kinds() -> dict[str, SourceKind]:
-    """Every registered kind by scheme, the plugins' included (imported once each).
+    """Every registered kind by scheme, the plugins' included (each imported once).
 
     Raises:
-      ConfigError: a plugin that cannot be imported, named with where it was named.
+      ConfigError: a plugin that cannot be imported, with where it was named.
     """
     for module, where in _plugin_modules():
         if module in _plugins_read:
@@ -108,33 +110,8 @@ def kinds() -> dict[str, SourceKind]:
     return _KINDS
 
 
-_CHECKS: dict[str, Callable] = {}
-
-
-def register_check(scheme: str) -> Callable:
-    """Registers the decorated `check(argument, config)` for `scheme`.
-
-    A check finds, without TensorFlow and in well under a second, the
-    mistakes the loader would find later: a missing path, a folder of the
-    wrong layout, a dataset that cannot be downloaded.
-    """
-
-    def decorate(check: Callable) -> Callable:
-        _CHECKS[scheme] = check
-        return check
-
-    return decorate
-
-
 def check_source(config) -> None:
-    """Refuses, before TensorFlow is imported, a `config.dataset` that cannot load.
-
-    Args:
-      config: the `DataConfig`.
-
-    Raises:
-      ConfigError: one line naming the problem and the fix.
-    """
+    """Refuses, before TensorFlow is imported, a `config.dataset` that cannot load."""
     kind, argument = parse(config.dataset)
     if kind is not None and kind.scheme in _CHECKS:
         _CHECKS[kind.scheme](argument, config)
@@ -160,15 +137,13 @@ def parse(dataset: str) -> tuple[SourceKind | None, str]:
         return None, dataset
     scheme, colon, argument = dataset.partition(":")
     kind = kinds().get(scheme)
-    if kind is not None and kind.needs_argument and colon:
-        if not argument:
-            raise ConfigError(f"--dataset={dataset} needs an argument: {kind.usage}")
-        return kind, argument
-    if kind is not None and not kind.needs_argument and not colon:
+    if kind is None or (colon and not kind.needs_argument):
+        return _KINDS[TFDS_SCHEME], dataset
+    if not kind.needs_argument:
         return kind, ""
-    if kind is not None and kind.needs_argument:
+    if not argument:
         raise ConfigError(f"--dataset={dataset} needs an argument: {kind.usage}")
-    return _KINDS[TFDS_SCHEME], dataset
+    return kind, argument
 
 
 def load_source(config):

@@ -1,27 +1,19 @@
 """`--dataset=csv:FILE`: a table of image paths and labels (CSV, TSV or JSON lines).
 
-Columns (or JSON keys): `path`, `label` and optionally `split` (train,
-validation or val, test). Paths are relative to the table's directory, or
-absolute. A label is a class name, or an integer id: with `data.class_names`
-the ids index that list, and without it ids 0..max name themselves, while
-that many classes is plausible (`_class_names`; `data.num_classes` confirms
-sparser ids). A label cell of several names separated by
-`data.label_separator` (by default whitespace, Kaggle's convention, e.g.
-Planet's `tags`) makes the table multi-label; `data.multi_label` forces
-either way. Cells whose labels are joined by another separator (`a|b`,
-`a,b`) are refused in one line, rather than each combination becoming a
-class (`_other_separator`). Without a split column every row trains, and
-`data.validation_split` holds some out.
-
-Rows naming a file that does not exist are skipped, with one warning line
-that counts them and names the first few; the check lists each directory
-once (`_existing`), so a table of ImageNet's 1.28M rows takes seconds.
-Unreadable images are skipped and counted like a folder's
-(`image_files.FileSplits`).
+Columns (or JSON keys): `path` (relative to the table's directory, or absolute), `label`
+and optionally `split` (train, validation or val, test; without it every row trains). A
+label is a class name, or an integer id: it indexes `data.class_names`, or without them ids
+0..max name themselves while that many classes is plausible (`_class_names`). A cell of
+several labels separated by `data.label_separator` (whitespace: Kaggle's convention) makes
+the table multi-label (`data.multi_label` forces either way); labels joined by another
+separator are refused in one line, rather than each combination becoming a class
+(`_other_separator`). Rows naming a missing file are skipped with one warning, found with
+one listing per directory (`_existing`); unreadable images are skipped like a folder's.
 """
 
 from __future__ import annotations
 
+import collections
 import csv
 import json
 import os
@@ -36,20 +28,15 @@ from resnet_app.data.sources.registry import register_check, register_source
 
 PREFIX = "csv:"
 SPLIT_NAMES = {"train": "train", "validation": "validation", "val": "validation", "test": "test"}
-SHOWN_MISSING = 3
-# Integer labels are class ids 0..max when that many classes is plausible: up
-# to IDS_ALWAYS_CLASSES of them (ImageNet's 1,000 ids, of which a sample of the
-# data may hold only a few), or, beyond, while at least 1 in SPARSE_IDS of
-# 0..max occurs (1-based ids, or classes without an example in this table).
-# Sparser ids (product or database ids, such as 100234 for a handful of
-# classes) are most likely names: as ids they would make a classifier 100,235
-# classes wide, and a 10-digit id one that does not fit in memory.
+SHOWN = 3  # Missing files and joined labels named in a message.
+# Integer labels are class ids 0..max up to IDS_ALWAYS_CLASSES of them (ImageNet's 1,000,
+# of which a sample may hold a few), beyond while at least 1 in SPARSE_IDS of 0..max occurs.
+# Sparser ids (a product id 100234 for a handful of classes) are most likely names.
 IDS_ALWAYS_CLASSES = 1000
 SPARSE_IDS = 2
-# Separators people join several labels with, besides `data.label_separator`
-# (whitespace is left out: names with spaces are common, "golden retriever").
+# Separators people join labels with, besides `data.label_separator` (not whitespace:
+# names with spaces are common, "golden retriever").
 LIKELY_SEPARATORS = ("|", ",", ";")
-SHOWN_LABELS = 3
 
 
 def _rows(path: str) -> list[dict]:
@@ -118,16 +105,11 @@ def _is_id(token: str) -> bool:
 
 
 def _other_separator(labels: set[str], separator: str) -> str | None:
-    """A separator, not `separator`, that joins several labels in `labels`' cells, or None.
+    """A separator other than `separator` that joins several of the distinct `labels`.
 
-    A candidate joins labels when every part of every label it splits occurs
-    in at least two of the labels, alone or joined: "cat|dog" next to "cat"
-    and "dog", or Planet's few tags in many combinations. A name that holds
-    one ("Paris,France", "tench, Tinca tinca") has parts found nowhere else.
-
-    Args:
-      labels: the distinct labels, as read with `separator`.
-      separator: `data.label_separator`.
+    A candidate joins labels when every part of every label it splits occurs in at least
+    two of them, alone or joined ("cat|dog" next to "cat" and "dog"); a name that holds one
+    ("Paris,France", "tench, Tinca tinca") has parts found nowhere else.
     """
     found, most = None, 0
     for candidate in LIKELY_SEPARATORS:
@@ -136,10 +118,9 @@ def _other_separator(labels: set[str], separator: str) -> str | None:
         joined = [label for label in labels if candidate in label]
         if not joined:
             continue
-        occurrences: dict[str, int] = {}
-        for label in labels:
-            for part in set(_split(label, candidate)):
-                occurrences[part] = occurrences.get(part, 0) + 1
+        occurrences = collections.Counter(
+            part for label in labels for part in set(_split(label, candidate))
+        )
         parts = {part for label in joined for part in _split(label, candidate)}
         if all(occurrences[part] >= 2 for part in parts) and len(joined) > most:
             found, most = candidate, len(joined)
@@ -149,12 +130,8 @@ def _other_separator(labels: set[str], separator: str) -> str | None:
 def _class_names(
     tokens: list[list[str]], given: tuple[str, ...] | None, num_classes: int, dataset: str
 ) -> list[str]:
-    """The classes: `data.class_names`, else the integer ids 0..max, else the sorted names.
-
-    Raises:
-      ConfigError: when integer ids are too sparse to be class ids (see
-        `IDS_ALWAYS_CLASSES`) and `data.num_classes` does not confirm them.
-    """
+    """The classes: `data.class_names`, else the integer ids 0..max, else the sorted names;
+    refuses ids too sparse to be class ids unless `data.num_classes` confirms them."""
     values = sorted({token for row in tokens for token in row})
     if given:
         return list(given)
@@ -196,12 +173,9 @@ def _label_ids(tokens: list[list[str]], class_names: list[str], dataset: str) ->
 
 
 def _existing(paths: list[str]) -> list[bool]:
-    """Whether each of `paths` is a file, from one listing of each directory.
-
-    A call per path costs a file-system round trip each (1.28M for ImageNet,
-    slow on a network file system); a table's files sit in few directories.
-    A directory that can be entered but not listed is asked path by path.
-    """
+    """Whether each of `paths` is a file, from one listing of each directory (a call per
+    path would be 1.28M round trips for ImageNet); one that cannot be listed is asked path
+    by path."""
     listings: dict[str, set[str] | None] = {}
     found = []
     for path in paths:
@@ -221,24 +195,13 @@ def _existing(paths: list[str]) -> list[bool]:
 
 @register_check("csv")
 def check(path: str, config=None) -> None:
-    """Refuses a table that is not a file (its rows are read, and checked, by `load`)."""
+    """Refuses a table that is not a file (`load` checks its rows)."""
     if not os.path.isfile(path):
         raise ConfigError(f"--dataset={PREFIX + path}: {path} is not a file")
 
 
-@register_source("csv", usage="csv:FILE")
-def load(path: str, config) -> Source:
-    """The table at `path` as indexed file splits.
-
-    Args:
-      path: the table (.csv, .tsv, .jsonl).
-      config: the `DataConfig` (class names, multi-label setting).
-
-    Returns:
-      The source; multi-label tables have uint8 [N, classes] multi-hot labels.
-    """
-    name = PREFIX + path
-    rows = _rows(path)
+def _labels(name: str, rows: list[dict], config) -> tuple[bool, list[str], list[list[int]]]:
+    """(whether multi-label, the class names, each row's class ids)."""
     separator = config.label_separator
     multi = _is_multi_label(rows, config.multi_label, separator)
     tokens = [_tokens(row["label"], multi, separator) for row in rows]
@@ -251,15 +214,23 @@ def load(path: str, config) -> Source:
         joined = sorted(label for label in distinct if other in label)
         raise ConfigError(
             f"--dataset={name}: labels joined by {other!r} "
-            f"({', '.join(repr(label) for label in joined[:SHOWN_LABELS])}"
-            f"{', ...' if len(joined) > SHOWN_LABELS else ''}: {len(joined)} of "
+            f"({', '.join(repr(label) for label in joined[:SHOWN])}"
+            f"{', ...' if len(joined) > SHOWN else ''}: {len(joined)} of "
             f"{len(distinct)}) would each be a class of its own: to read several labels per "
             f"image, set data.label_separator: {json.dumps(other)} (--set "
             f"'data.label_separator={json.dumps(other)}'); to keep the combinations as "
             "classes, data.multi_label=false"
         )
     class_names = _class_names(tokens, config.class_names, config.num_classes, name)
-    ids = _label_ids(tokens, class_names, name)
+    return multi, class_names, _label_ids(tokens, class_names, name)
+
+
+@register_source("csv", usage="csv:FILE")
+def load(path: str, config) -> Source:
+    """The table at `path` as indexed file splits (multi-label: uint8 multi-hot labels)."""
+    name = PREFIX + path
+    rows = _rows(path)
+    multi, class_names, ids = _labels(name, rows, config)
     root = os.path.dirname(os.path.abspath(path))
     by_split: dict[str, list[int]] = {}
     for i, row in enumerate(rows):
@@ -286,8 +257,8 @@ def load(path: str, config) -> Source:
             name,
             len(missing),
             len(paths),
-            ", ".join(missing[:SHOWN_MISSING]),
-            ", ..." if len(missing) > SHOWN_MISSING else "",
+            ", ".join(missing[:SHOWN]),
+            ", ..." if len(missing) > SHOWN else "",
         )
     builder, splits = FileSplits(name), {}
     for split, rows_of_split in by_split.items():
@@ -298,9 +269,8 @@ def load(path: str, config) -> Source:
                 labels[row, ids[i]] = 1
         else:
             labels = np.array([ids[i][0] for i in members], np.int64)
-        splits[split] = builder.split(
-            split, [paths[i] for i in members], labels, f"{path} ({split})"
-        )
+        where = f"{path} ({split})"
+        splits[split] = builder.split(split, [paths[i] for i in members], labels, where)
     builder.finish()
     if multi:
         logging.info("%s is multi-label: %d classes", name, len(class_names))

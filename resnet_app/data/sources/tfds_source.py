@@ -1,27 +1,28 @@
 """tfds datasets: `--dataset=NAME` (cifar10, imagenet2012, imagenette/320px-v2, ...).
 
-Splits whose decoded images fit in memory are held there as arrays; larger
-ones are streamed from tfds's record files (`TfdsStream`). A dataset that is
-not prepared is downloaded and prepared, and every failure a user can fix (an
-unknown name, no network, a manual download not done) is one line that says
-what to do: tfds would otherwise retry a download for minutes when offline.
+Splits whose decoded images fit in memory are held there as arrays, larger ones streamed
+from tfds's record files (`TfdsStream`). A dataset not prepared is downloaded and
+prepared; a failure a user can fix (an unknown name, no network, a manual download not
+done) is one line, where tfds would retry a download for minutes when offline.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import importlib.util
 import os
 import re
 import socket
+from typing import Any
 
 import numpy as np
 from absl import logging
 
 import resnet_app.data.sources.cifar as cifar
 from resnet_app.common.errors import ConfigError, first_line
-from resnet_app.data.sources.base import Source, Split
+from resnet_app.data.sources.base import RecordStream, Source, Split, clear_graph_seed
 from resnet_app.data.sources.registry import (
     TFDS_SCHEME,
     register_check,
@@ -30,10 +31,8 @@ from resnet_app.data.sources.registry import (
     usages,
 )
 
-# A split whose decoded images fit in this many bytes is held in memory.
-IN_MEMORY_LIMIT_BYTES = 4 << 30
-# Where to look for a network before asking tfds to download (it retries for
-# minutes when offline). host:port; tests point it at a closed local port.
+IN_MEMORY_LIMIT_BYTES = 4 << 30  # A split whose decoded images fit is held in memory.
+# Probed before asking tfds to download (host:port; tests point it at a closed port).
 NETWORK_PROBE_ENV = "RESNET_APP_NETWORK_PROBE"
 DEFAULT_NETWORK_PROBE = "storage.googleapis.com:443"
 
@@ -57,8 +56,8 @@ def tfds_data_dir(data_dir: str | None) -> str:
 def _offline(
     name: str, data_dir: str, manual: str | None = None, places: list[str] | None = None
 ) -> ConfigError:
-    """The offline refusal; `manual` also names where a manual download's files go,
-    `places` where CIFAR's archive would be read from (`cifar.usual_places`)."""
+    """The offline refusal, naming where a manual download's files go (`manual`) or where
+    CIFAR's archive would be read from (`places`)."""
     if places:
         classes = cifar.TFDS_NAMES[name]
         tarballs = f"cifar-{classes}-python.tar.gz or cifar-{classes}-binary.tar.gz"
@@ -84,12 +83,9 @@ _NOT_DATASETS = ("__pycache__", "core", "scripts", "testing")
 
 @functools.cache
 def known_names() -> frozenset[str]:
-    """Every name a tfds dataset may have, read from the installed package's files.
-
-    tfds's own list (`tfds.list_builders`) imports TensorFlow. This is a
-    superset of it, read in about 0.2 s: folder and module names, file names
-    of its URL checksums, and its classes' names turned into builder names
-    as tfds does. Empty when tfds is not installed.
+    """Every name a tfds dataset may have, from the installed package's files (empty
+    without tfds): folder, module and checksum file names, and class names turned into
+    builder names as tfds does. A superset of `tfds.list_builders`, which imports TensorFlow.
     """
     spec = importlib.util.find_spec("tensorflow_datasets")
     if spec is None or not spec.origin:
@@ -110,16 +106,10 @@ def known_names() -> frozenset[str]:
 
 @register_check(TFDS_SCHEME)
 def check(name: str, config) -> None:
-    """Refuses, without TensorFlow, a tfds name that is unknown or cannot be downloaded.
-
-    A dataset already in the data directory, or with files for a manual
-    download, is left to tfds, and so are a name's config and version
-    ("imagenette/320px-v2", "cifar10:3.0.2", which only tfds can check) and
-    community names ("huggingface:mnist").
-
-    Raises:
-      ConfigError: for a name tfds does not have (with the nearest one), or a
-        dataset that is not prepared while the network does not answer.
+    """Refuses, without TensorFlow, a tfds name that is unknown (naming the nearest) or
+    cannot be downloaded. A dataset in the data directory or with manual-download files, a
+    name's config and version ("imagenette/320px-v2", "cifar10:3.0.2") and community names
+    ("huggingface:mnist") are left to tfds.
     """
     base, colon, version = name.partition(":")
     if colon and not _VERSION.fullmatch(version):
@@ -155,15 +145,10 @@ def _prepared(name: str, data_dir: str) -> bool:
 
 
 def cifar_archive(name: str, config) -> cifar.Archive | None:
-    """CIFAR's own archive to read for tfds's `cifar10` or `cifar100`, when tfds cannot give it.
-
-    When tfds has not prepared the dataset and there is no network (or
-    `data.coarse_labels` asks for labels read from the archive), the archive
-    is looked for where a user copies it (`cifar.archive_places`). The same
-    answer serves the check before TensorFlow and the load.
-
-    Returns:
-      The archive, or None: tfds prepares or has the dataset.
+    """CIFAR's own archive for tfds's `cifar10` or `cifar100`, or None when tfds has or can
+    prepare the dataset. Looked for where a user copies it (`cifar.archive_places`) when
+    tfds has not prepared it and there is no network, or `data.coarse_labels` asks for the
+    archive's labels; the same answer serves the check before TensorFlow and the load.
 
     Raises:
       ConfigError: offline with no archive there, naming where to put one.
@@ -183,6 +168,9 @@ def cifar_archive(name: str, config) -> cifar.Archive | None:
     if found is None:
         raise _offline(name, data_dir, places=usual)
     return found
+
+
+_DOWNLOAD_ERROR_MODULES = ("requests", "urllib3", "tensorflow_datasets")
 
 
 def _prepare(builder, name: str, data_dir: str) -> None:
@@ -209,11 +197,7 @@ def _prepare(builder, name: str, data_dir: str) -> None:
     except (OSError, ConnectionError, tfds.core.DatasetNotFoundError) as error:
         raise ConfigError(f"preparing dataset {name!r} in {data_dir} failed: {error}") from None
     except Exception as error:  # requests' and tfds's download errors have no common base.
-        if type(error).__module__.split(".")[0] not in (
-            "requests",
-            "urllib3",
-            "tensorflow_datasets",
-        ):
+        if type(error).__module__.split(".")[0] not in _DOWNLOAD_ERROR_MODULES:
             raise
         raise ConfigError(
             f"downloading dataset {name!r} failed ({type(error).__name__}: {error}); check "
@@ -221,26 +205,16 @@ def _prepare(builder, name: str, data_dir: str) -> None:
         ) from None
 
 
-class TfdsStream:
-    """Streams examples [begin, end) of one tfds split, images left encoded (a `RecordStream`)."""
+@dataclasses.dataclass(eq=False)
+class TfdsStream(RecordStream):
+    """Examples [begin, end) of one tfds split, images left encoded; `shard_offsets` are
+    the ids of each record file's first example."""
 
-    def __init__(self, builder, split, image_key, label_key, shard_offsets, begin, end):
-        self.builder, self.split = builder, split
-        self.image_key, self.label_key = image_key, label_key
-        self.shard_offsets = shard_offsets
-        self.begin, self.end = begin, end
-
-    def slice(self, start: int | None, stop: int | None) -> TfdsStream:
-        part = range(self.begin, self.end)[start:stop]
-        return TfdsStream(
-            self.builder,
-            self.split,
-            self.image_key,
-            self.label_key,
-            self.shard_offsets,
-            part.start,
-            part.stop,
-        )
+    builder: Any
+    split: str
+    image_key: str
+    label_key: str
+    shard_offsets: np.ndarray
 
     def records(self, shuffle_seed):
         """The examples, file order shuffled by the seed tensor (None: stored order)."""
@@ -262,13 +236,11 @@ class TfdsStream:
         offsets = tf.constant(self.shard_offsets, tf.int64)
 
         def to_example(example):
-            # tfds ids look like "cifar10-train.tfrecord-00003-of-00016__1234":
-            # shard 3, record 1234 of that shard.
+            # A tfds id "cifar10-train.tfrecord-00003-of-00016__1234" is record 1234 of shard 3.
             tfds_id = example["tfds_id"]
             shard = tf.strings.regex_replace(tfds_id, r"^.*-(\d+)-of-\d+__\d+$", r"\1")
             shard = tf.strings.to_number(shard, tf.int64)
             index = tf.strings.regex_replace(tfds_id, r"^.*__(\d+)$", r"\1")
-            # The position in the whole split, then in this range of it.
             position = tf.gather(offsets, shard) + tf.strings.to_number(index, tf.int64)
             return {
                 "image": example[self.image_key],
@@ -279,12 +251,11 @@ class TfdsStream:
         return dataset.map(tf.autograph.experimental.do_not_convert(to_example))
 
     def training(self, seed, start_example, num_shards, shard_index, buffer):
-        """Every epoch: tfds's file shuffle and a shuffle buffer, both seeded by (seed, epoch).
+        """Each epoch: tfds's file shuffle and a shuffle buffer, both seeded by (seed, epoch).
 
-        Every pipeline reads every record and keeps the positions congruent to
-        `shard_index` modulo `num_shards`, so the pipelines' batches of a step
-        are the one batch a single pipeline makes. Entering mid-epoch skips
-        encoded records: nothing before is decoded.
+        Every pipeline reads every record and keeps the positions congruent to `shard_index`
+        modulo `num_shards`, so the pipelines' batches of a step are the one batch a single
+        pipeline makes. Entering mid-epoch skips encoded records: nothing before is decoded.
         """
         import tensorflow as tf
 
@@ -293,12 +264,7 @@ class TfdsStream:
         first_epoch, offset = divmod(start_example, self.end - self.begin)
 
         def epoch_records(epoch):
-            # Built inside flat_map's graph. Dataset.shuffle pairs its seed with
-            # the graph's (TF's global seed), and with a global seed of 0 it
-            # cannot take a tensor seed at all (it compares the pair with (0, 0)).
-            # Our seed is complete on its own: the order depends on (seed, epoch).
-            if not tf.executing_eagerly():
-                tf.compat.v1.get_default_graph().seed = None
+            clear_graph_seed()
             file_seed, buffer_seed = tf.unstack(seeds.stream_seed(seed, seeds.RECORDS, epoch))
             records = self.records(file_seed).shuffle(buffer, seed=buffer_seed)
             return records.map(lambda x: (epoch, x["id"], x["image"], x["label"]))
@@ -310,10 +276,6 @@ class TfdsStream:
 
     def evaluation(self, num_shards, shard_index):
         return self.records(None).shard(num_shards, shard_index)
-
-    def shard_sizes(self, num_shards):
-        total = self.end - self.begin
-        return [len(range(i, total, num_shards)) for i in range(num_shards)]
 
 
 def _image_and_label_keys(info) -> tuple[str | None, str | None]:
@@ -352,17 +314,8 @@ def load(name: str, config) -> Source:
 
 
 def load_tfds(name: str, data_dir: str | None = None) -> Source:
-    """A tfds image-classification dataset, downloaded and prepared if needed.
-
-    Args:
-      name: a tfds name, optionally with config and version ("cifar10",
-        "imagenet2012", "imagenette/320px-v2").
-      data_dir: the tfds data directory (default: $TFDS_DATA_DIR or
-        ~/tensorflow_datasets).
-
-    Returns:
-      The source.
-    """
+    """A tfds image-classification dataset ("cifar10", "imagenette/320px-v2"), downloaded
+    and prepared if needed, in `data_dir` (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)."""
     import tensorflow_datasets as tfds
 
     data_dir = tfds_data_dir(data_dir)
@@ -389,8 +342,6 @@ def load_tfds(name: str, data_dir: str | None = None) -> Source:
 
     splits = {}
     for split_name, split_info in info.splits.items():
-        # Splits whose decoded images fit in memory are held there as arrays;
-        # larger ones are streamed.
         if static and split_info.num_examples * int(np.prod(shape)) <= IN_MEMORY_LIMIT_BYTES:
             data = tfds.as_numpy(builder.as_dataset(split=split_name, batch_size=-1))
             images, labels = data[image_key], data[label_key]
@@ -398,19 +349,14 @@ def load_tfds(name: str, data_dir: str | None = None) -> Source:
                 split_name, len(labels), labels=labels.astype(np.int64), images=images
             )
         else:
-            # Example ids of streamed splits come from the shard lengths.
             lengths = split_info.shard_lengths or [split_info.num_examples]
             offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
             stream = TfdsStream(
-                builder, split_name, image_key, label_key, offsets, 0, split_info.num_examples
+                0, split_info.num_examples, builder, split_name, image_key, label_key, offsets
             )
             splits[split_name] = Split(split_name, split_info.num_examples, stream=stream)
     if "train" not in splits:
         raise ConfigError(f"dataset {name!r} has no train split (it has {', '.join(splits)})")
     class_names = list(label_feature.names) if hasattr(label_feature, "names") else []
-    return Source(
-        name,
-        class_names or [str(i) for i in range(label_feature.num_classes)],
-        shape[0] if static else None,
-        splits,
-    )
+    class_names = class_names or [str(i) for i in range(label_feature.num_classes)]
+    return Source(name, class_names, shape[0] if static else None, splits)

@@ -1,35 +1,26 @@
 """`--dataset=tfrecord:DIR`: ImageNet-style TFRecord shards, streamed.
 
-The layout is that of TF's `build_imagenet_data.py`, which TF Model Garden,
-NVIDIA's examples and the TPU reference models read: shards `DIR/train-*`,
-`DIR/validation-*` (and `DIR/test-*`) of `tf.train.Example`s with the image's
-encoded bytes (`image/encoded`, JPEG or PNG), an int64 label
-(`image/class/label`) and optionally the class's name (`image/class/text`).
-The keys are `data.records.image_key`, `data.records.label_key` and `data.records.text_key`.
-ImageNet's files number classes from 1 (0 was "background"):
-`data.records.label_offset=1` subtracts it.
+The layout of TF's `build_imagenet_data.py` (read by TF Model Garden, NVIDIA's examples and
+the TPU reference models): shards `DIR/train-*`, `DIR/validation-*` (and `DIR/test-*`) of
+`tf.train.Example`s with the encoded image (`image/encoded`, JPEG or PNG), an int64 label
+(`image/class/label`) and optionally the class's name (`image/class/text`); the keys are
+`data.records.*_key`. ImageNet's files number classes from 1: `data.records.label_offset=1`.
+Counts and labels are scanned once and cached (`record_index.py`); an example's id is its
+position in the split, the sorted shards' records one after another.
 
-Counts and labels are scanned once and cached (`record_index.py`). An
-example's id is its position in the split: the records of the sorted shards,
-one after another.
-
-The training stream (`TFRecordStream.training`). With S input pipelines
-(workers) and at least S shards, pipeline s owns shards s, s + S, ... and
-reads only those. Each epoch of a pipeline visits each of its examples once:
-its shards in an order drawn from (seed, epoch), taken in groups of
-`CYCLE_SHARDS`; the shards of a group are interleaved record by record, then
-shuffled by a buffer seeded by (seed, epoch, group). The order is thus a
-function of (seed, epoch, position), and the stream is entered at an example
-by reading from the start of that example's group only: the groups before it
-are never opened, and the records skipped are not decoded. The pipelines'
-epochs have their own lengths (their shards do), so a run resumes exactly
-with the number of workers it was started with. With fewer shards than
-pipelines, every pipeline reads every shard and keeps its own positions, as
-for tfds.
+Training (`TFRecordStream.training`): with S pipelines (workers) and at least S shards,
+pipeline s reads only shards s, s + S, ... Each epoch visits its shards in an order drawn
+from (seed, epoch), in groups of `CYCLE_SHARDS` interleaved record by record and shuffled
+by a buffer seeded by (seed, epoch, group). Entering at an example reads from the start of
+its group only: earlier groups are never opened, skipped records never decoded. A
+pipeline's epoch is as long as its shards, so a run resumes exactly with the number of
+workers it started with. With fewer shards than pipelines, every pipeline reads every
+shard and keeps its own positions, as for tfds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 
@@ -38,54 +29,41 @@ from absl import logging
 
 import resnet_app.data.sources.record_index as record_index
 from resnet_app.common.errors import ConfigError
-from resnet_app.data.sources.base import Source, Split
+from resnet_app.data.sources.base import (
+    RecordStream,
+    Source,
+    Split,
+    clear_graph_seed,
+    round_robin,
+)
 from resnet_app.data.sources.registry import register_check, register_source
 
 PREFIX = "tfrecord:"
-# The split names of the layout, by file prefix.
-SPLIT_PREFIXES = {"train": "train", "validation": "validation", "test": "test"}
-# Shards interleaved and shuffled together in the training stream.
-CYCLE_SHARDS = 16
+SPLIT_PREFIXES = ("train", "validation", "test")  # A split's shards: "{split}-*".
+CYCLE_SHARDS = 16  # Shards interleaved and shuffled together in the training stream.
 READ_BUFFER_BYTES = 8 << 20
 
 
-class TFRecordStream:
-    """One split's shards, ids [begin, end) of it (a `RecordStream`).
+@dataclasses.dataclass(eq=False)
+class TFRecordStream(RecordStream):
+    """One split's shards (`paths`, sorted; `counts` records each), ids [begin, end) kept;
+    `label_offset` is subtracted from every label."""
 
-    Args:
-      paths: the shards, sorted.
-      counts: records per shard.
-      begin: the first id kept.
-      end: one past the last id kept.
-      image_key: the encoded image feature.
-      label_key: the int64 label feature.
-      label_offset: subtracted from every label.
-    """
+    paths: np.ndarray
+    counts: np.ndarray
+    image_key: str
+    label_key: str
+    label_offset: int
 
-    def __init__(self, paths, counts, begin, end, image_key, label_key, label_offset):
-        self.paths, self.counts = np.asarray(paths), np.asarray(counts, np.int64)
-        self.begin, self.end = begin, end
-        self.image_key, self.label_key, self.label_offset = image_key, label_key, label_offset
-        offsets = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
+    def __post_init__(self):
+        self.paths, self.counts = np.asarray(self.paths), np.asarray(self.counts, np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.int64)
         # Records of each shard inside [begin, end), and the shards that have any.
-        kept = np.clip(end - offsets, 0, self.counts) - np.clip(begin - offsets, 0, self.counts)
-        self.offsets = offsets
-        self.kept = kept
-        self.used = np.flatnonzero(kept > 0)
-
-    def slice(self, start, stop) -> TFRecordStream:
-        part = range(self.begin, self.end)[start:stop]
-        return TFRecordStream(
-            self.paths,
-            self.counts,
-            part.start,
-            part.stop,
-            self.image_key,
-            self.label_key,
-            self.label_offset,
+        begin, end, counts = self.begin, self.end, self.counts
+        self.kept = np.clip(end - self.offsets, 0, counts) - np.clip(
+            begin - self.offsets, 0, counts
         )
-
-    # -- which shards a pipeline reads -----------------------------------------
+        self.used = np.flatnonzero(self.kept > 0)
 
     def _lane(self, num_shards: int, shard_index: int) -> tuple[np.ndarray, bool]:
         """(the shards pipeline `shard_index` reads, whether they are its own)."""
@@ -96,14 +74,13 @@ class TFRecordStream:
     def shard_sizes(self, num_shards: int) -> list[int]:
         if len(self.used) >= num_shards:
             return [int(self.kept[self.used[i::num_shards]].sum()) for i in range(num_shards)]
-        total = self.end - self.begin
-        return [len(range(i, total, num_shards)) for i in range(num_shards)]
-
-    # -- reading -----------------------------------------------------------------
+        return round_robin(self.end - self.begin, num_shards)
 
     def _read(self, shards):
         """Records of `shards` (an int tensor of shard numbers) interleaved, as (id, record)."""
         import tensorflow as tf
+
+        from resnet_app.data import options
 
         paths = tf.gather(tf.constant(self.paths), shards)
         offsets = tf.gather(tf.constant(self.offsets), shards)
@@ -111,8 +88,6 @@ class TFRecordStream:
         def records(path, offset):
             file = tf.data.TFRecordDataset(path, buffer_size=READ_BUFFER_BYTES)
             return file.enumerate().map(lambda i, record: (offset + i, record))
-
-        from resnet_app.data import options
 
         stream = tf.data.Dataset.from_tensor_slices((paths, offsets)).interleave(
             records,
@@ -150,7 +125,7 @@ class TFRecordStream:
         groups = -(-len(lane) // CYCLE_SHARDS)
         first_epoch, within = divmod(position, epoch_size)
         # The group that holds example `within` of the first epoch, and where in it.
-        order = lane[self._shard_order(len(lane), seed, first_epoch).numpy()]
+        order = lane[_shard_order(len(lane), seed, first_epoch).numpy()]
         group_sizes = np.add.reduceat(self.kept[order], np.arange(0, len(lane), CYCLE_SHARDS))
         first_group = int(np.searchsorted(np.cumsum(group_sizes), within, side="right"))
         skip = within - int(group_sizes[:first_group].sum())
@@ -158,12 +133,9 @@ class TFRecordStream:
         lane_tensor = tf.constant(lane, tf.int64)
 
         def group_records(unit):
-            # Built inside flat_map's graph: see `tfds_source.TfdsStream.training`
-            # on the graph seed.
-            if not tf.executing_eagerly():
-                tf.compat.v1.get_default_graph().seed = None
+            clear_graph_seed()
             epoch, group = unit // groups, unit % groups
-            shards = tf.gather(lane_tensor, self._shard_order(len(lane), seed, epoch))
+            shards = tf.gather(lane_tensor, _shard_order(len(lane), seed, epoch))
             shards = shards[group * CYCLE_SHARDS : (group + 1) * CYCLE_SHARDS]
             group_key = tf.random.experimental.stateless_fold_in(
                 seeds.stream_seed(seed, seeds.RECORDS, epoch), group
@@ -185,15 +157,6 @@ class TFRecordStream:
         )
         return stream if own else stream.shard(num_shards, shard_index)
 
-    @staticmethod
-    def _shard_order(count: int, seed: int, epoch):
-        import tensorflow as tf
-
-        from resnet_app.data import seeds
-
-        order_seed = seeds.stream_seed(seed, seeds.RECORDS, epoch)
-        return tf.random.experimental.stateless_shuffle(tf.range(count, dtype=tf.int64), order_seed)
-
     def evaluation(self, num_shards, shard_index):
         import tensorflow as tf
 
@@ -213,15 +176,13 @@ class TFRecordStream:
         return stream if own else stream.shard(num_shards, shard_index)
 
 
-def _split_files(root: str) -> dict[str, list[str]]:
-    found = {}
-    for split, prefix in SPLIT_PREFIXES.items():
-        paths = sorted(
-            path for path in glob.glob(os.path.join(root, f"{prefix}-*")) if os.path.isfile(path)
-        )
-        if paths:
-            found[split] = paths
-    return found
+def _shard_order(count: int, seed: int, epoch):
+    import tensorflow as tf
+
+    from resnet_app.data import seeds
+
+    order_seed = seeds.stream_seed(seed, seeds.RECORDS, epoch)
+    return tf.random.experimental.stateless_shuffle(tf.range(count, dtype=tf.int64), order_seed)
 
 
 def _check_keys(path: str, config) -> str | None:
@@ -238,19 +199,13 @@ def _check_keys(path: str, config) -> str | None:
                 f"{path} {problem} {key!r}; its features are {listing}: set {setting} to one "
                 f"of them"
             )
-    return (
-        config.records.text_key
-        if config.records.text_key and keys.get(config.records.text_key) == "bytes"
-        else None
-    )
+    text_key = config.records.text_key
+    return text_key if text_key and keys.get(text_key) == "bytes" else None
 
 
 def _class_names(dataset: str, labels: np.ndarray, texts: dict, config) -> list[str]:
-    """The classes: the text feature's names, else `data.class_names`, else the ids.
-
-    Raises:
-      ConfigError: when a label, after `data.records.label_offset`, is not a class.
-    """
+    """The classes: the text feature's names, else `data.class_names`, else the ids; refuses
+    a label that, after `data.records.label_offset`, is not a class."""
     offset = config.records.label_offset
     low, high = int(labels.min()), int(labels.max())
     if texts:
@@ -278,31 +233,29 @@ def _class_names(dataset: str, labels: np.ndarray, texts: dict, config) -> list[
             )
             + f": {fix}"
         )
-    if names is None:
-        if low - offset > 0:
-            logging.warning(
-                "%s: no example has label %d; if the labels start at %d (ImageNet's files "
-                "start at 1), set data.records.label_offset=%d",
-                dataset,
-                offset,
-                low,
-                low,
-            )
-        return [str(i) for i in range(count)]
-    return [names[i] for i in range(count)]
+    if names is None and low - offset > 0:
+        logging.warning(
+            "%s: no example has label %d; if the labels start at %d (ImageNet's files "
+            "start at 1), set data.records.label_offset=%d",
+            dataset,
+            offset,
+            low,
+            low,
+        )
+    return [str(i) if names is None else names[i] for i in range(count)]
 
 
 @register_check("tfrecord")
 def check(root: str, config=None) -> dict[str, list[str]]:
-    """The shard files by split; refuses a directory without `train-*` shards.
-
-    Raises:
-      ConfigError: when `root` is not a directory or holds no train-* shard.
-    """
+    """The shard files by split; refuses a directory without `train-*` shards."""
     name = PREFIX + root
     if not os.path.isdir(root):
         raise ConfigError(f"--dataset={name}: {root} is not a directory")
-    found = _split_files(root)
+    found = {}
+    for split in SPLIT_PREFIXES:
+        paths = sorted(p for p in glob.glob(os.path.join(root, f"{split}-*")) if os.path.isfile(p))
+        if paths:
+            found[split] = paths
     if "train" not in found:
         raise ConfigError(
             f"--dataset={name}: no train-* shards in {root}; expected the layout of "
@@ -313,15 +266,7 @@ def check(root: str, config=None) -> dict[str, list[str]]:
 
 @register_source("tfrecord", usage="tfrecord:DIR")
 def load(root: str, config) -> Source:
-    """The shards in `root`, indexed (cached), as streamed splits.
-
-    Args:
-      root: the directory of `train-*` and optionally `validation-*`/`test-*` shards.
-      config: the `DataConfig` (feature keys, label offset, class names).
-
-    Returns:
-      The source.
-    """
+    """The shards in `root`, indexed (cached), as streamed splits."""
     name = PREFIX + root
     found = check(root)
     text_key = _check_keys(found["train"][0], config)
@@ -332,28 +277,22 @@ def load(root: str, config) -> Source:
     texts = {}
     for index in indexes.values():
         texts.update(index.texts)
+    records = config.records
     train_labels = indexes["train"].labels
     if not len(train_labels):
         raise ConfigError(f"--dataset={name}: the train-* shards in {root} hold no records")
     class_names = _class_names(name, train_labels, texts, config)
+    features = (records.image_key, records.label_key, records.label_offset)
     splits = {}
     for split, index in indexes.items():
-        labels = index.labels - config.records.label_offset
+        labels = index.labels - records.label_offset
         if len(labels) and (labels.min() < 0 or labels.max() >= len(class_names)):
             raise ConfigError(
                 f"--dataset={name}: the {split}-* shards have labels {index.labels.min()} to "
                 f"{index.labels.max()}, outside the {len(class_names)} classes of train-* "
-                f"(data.records.label_offset={config.records.label_offset})"
+                f"(data.records.label_offset={records.label_offset})"
             )
         total = int(index.counts.sum())
-        stream = TFRecordStream(
-            index.paths,
-            index.counts,
-            0,
-            total,
-            config.records.image_key,
-            config.records.label_key,
-            config.records.label_offset,
-        )
+        stream = TFRecordStream(0, total, index.paths, index.counts, *features)
         splits[split] = Split(split, total, labels=labels, stream=stream)
     return Source(name, class_names, None, splits)
