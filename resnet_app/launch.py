@@ -4,41 +4,25 @@
     python -m resnet_app.launch --workers=4 --max_restarts=5 -- --config=configs/x.yaml \\
         --model_dir=runs/x
 
-Everything after `--` goes to every `python -m resnet_app.train`. Each worker
-gets a generated TF_CONFIG (127.0.0.1, free ports, worker 0 the chief). When a
-worker fails, the survivors save the last step every worker completed and
-exit (`engine/lost_worker.py`); the launcher waits for them (`--grace`
-seconds, then kills what is left), prints one line, and starts the whole
-group again on new ports, which resumes from that checkpoint: torchrun's
-elastic agent, minus the elasticity (the group keeps its size). It gives up
-after `--max_restarts` restarts, and never restarts a group whose worker
-failed on a usage error (exit status 2: the same command would fail again).
-Once worker 0 has finished the run, a worker still running `--grace` seconds
-later (stalled at the very end) is killed, with one line: the run is complete.
+Everything after `--` goes to every `python -m resnet_app.train`, each with a
+generated TF_CONFIG (127.0.0.1, free ports, worker 0 the chief). When a worker
+fails, the survivors save the last step every worker completed and exit
+(`engine/lost_worker.py`); the launcher waits `--grace` seconds (then kills
+the rest) and starts the group again on new ports, resuming from that
+checkpoint, up to `--max_restarts` times; never after a usage error (status 2).
+A worker still running `--grace` seconds after worker 0 finished is killed.
 
-Ports: TensorFlow's server listens on 0.0.0.0 whatever TF_CONFIG says (gRPC
-opens it as [::], IPv4 included), without authentication, so the ports are
-open on every interface of the machine while the run lasts; the start line
-says so (docs/distributed.md). They are chosen free on every interface and
-held until the group ends (`_reserve_ports`). A worker whose server still
-cannot listen starts again at once, with its group, on new ports: no grace
-is waited and no restart used up (nobody trains before every worker listens).
+TensorFlow's servers listen on every interface, without authentication, while
+the run lasts (the start line says so). The ports are chosen free on every
+interface and held until the group ends; a worker that still cannot listen
+restarts the group at once, without using up a restart.
 
-Worker 0's output is this command's (on stderr); every worker's goes to
-`model_dir/logs/worker<i>.log`, and their `error:` lines are echoed here. It
-is copied as bytes, whatever they are, and a console that goes away (a closed
-pipe) only ends the echo: the workers never block on their output.
-
-Each worker runs in a process group of its own and dies with the launcher,
-`kill -9` included (`common/parent_death.py`); the launcher kills any it
-leaves on its way out. A terminal's Ctrl-C therefore reaches the launcher
-alone, which passes SIGTERM, SIGINT and SIGUSR1 on to the workers as it gets them
-(the workers save and stop; a second Ctrl-C stops them at once, as it stops
-a trainer). There is no restart then, even for a signal that comes while a
-group is being started again.
-
-Several machines: run `python -m resnet_app.train` on each with its own
-TF_CONFIG (BUILD.md, "Several machines"); there a scheduler restarts it.
+Worker 0's output is this command's (stderr); every worker's goes to
+`model_dir/logs/worker<i>.log`, their `error:` lines echoed here, copied as
+bytes; a closed console only ends the echo: workers never block on output.
+Each worker has its own process group and dies with the launcher, `kill -9`
+included (`common/parent_death.py`); SIGTERM, SIGINT and SIGUSR1 are passed on
+(the workers save and stop) and nothing restarts after them.
 """
 
 from __future__ import annotations
@@ -75,37 +59,25 @@ _HOST = flags.DEFINE_string(
     "every interface whatever it is).",
 )
 
-# Passed on to the workers: a stop (SIGTERM, Ctrl-C), or a scheduler's preemption
-# notice (SIGUSR1: the workers save and exit 3, and so does the launcher).
+# Passed on to the workers: a stop, or a preemption notice (they save and exit 3).
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
-# Group starts after a worker's server could not listen on its port, before
-# such a failure counts as any other.
-_PORT_RETRIES = 3
-# What a worker prints, then fails, when its server cannot listen (TensorFlow 2.21;
-# gRPC's "Address already in use" is not shown).
-_PORT_TAKEN = b"Could not start gRPC server"
-# Worker output is copied in pieces of at most this many bytes: a line need not end.
-_CHUNK = 65536
+_PORT_RETRIES = 3  # Free restarts after a worker's server could not listen on its port.
+_PORT_TAKEN = b"Could not start gRPC server"  # What a worker prints then (TensorFlow 2.21).
+_CHUNK = 65536  # Worker output is copied in pieces of at most this (a line need not end).
 
 
 def worker_command(train_args: list[str]) -> list[str]:
-    """The program of one worker: `python -m resnet_app.train` with the training flags.
-
-    Tests put a fake worker here.
-    """
+    """The program of one worker: `python -m resnet_app.train` (tests put a fake one here)."""
     return [sys.executable, "-m", "resnet_app.train", *train_args]
 
 
 def _reserve_ports(count: int, held: contextlib.ExitStack) -> list[int]:
     """`count` distinct ports free on every interface, each held by a socket entered in `held`.
 
-    TensorFlow's server binds the wildcard address whatever TF_CONFIG says, so
-    a port is chosen by binding the wildcard too: one in use on any interface
-    is never chosen. The socket keeps the port until `held` is closed (the
-    group's end): bound, not listening, with SO_REUSEADDR, it lets the worker's
-    server (gRPC sets SO_REUSEADDR too) bind and listen there, and keeps out any
-    other bind without SO_REUSEADDR and the kernel's choice of a port for an
-    outgoing connection, in the seconds a worker takes to import TensorFlow.
+    TensorFlow's server binds the wildcard address, so the wildcard is probed
+    too. Bound, not listening, with SO_REUSEADDR, a socket lets the worker's gRPC
+    server (SO_REUSEADDR too) listen there and keeps every other bind and the
+    kernel's outgoing-port choice away while the worker imports TensorFlow.
     """
     return [held.enter_context(_wildcard_socket()).getsockname()[1] for _ in range(count)]
 
@@ -132,11 +104,7 @@ def _wildcard_socket() -> socket.socket:
 
 
 def model_dir_of(train_args: list[str]) -> str:
-    """The --model_dir the training flags give (every worker and restart must share it).
-
-    Raises:
-      ConfigError: when there is none.
-    """
+    """The --model_dir the training flags give (every worker and restart must share it)."""
     for index, arg in enumerate(train_args):
         if arg.startswith("--model_dir="):
             return arg.split("=", 1)[1]
@@ -156,14 +124,7 @@ def describe_exit(status: int) -> str:
 
 
 class Group:
-    """One attempt: N worker processes of `worker_command`, on ports held until it ends.
-
-    Args:
-      count: the workers.
-      train_args: the training flags.
-      log_dir: where each worker's output goes (`worker<i>.log`).
-      host: the address in TF_CONFIG.
-    """
+    """One attempt: `count` processes of `worker_command`, on ports held until it ends."""
 
     def __init__(self, count: int, train_args: list[str], log_dir: str, host: str):
         self._count, self._train_args, self._log_dir = count, train_args, log_dir
@@ -217,9 +178,8 @@ class Group:
     def wait_for_first_failure(self, grace: float) -> int | None:
         """Blocks until every worker succeeded (None) or one failed (its index).
 
-        A worker still running `grace` seconds after the chief succeeded is
-        left to `finish`: the run is complete (the chief saved its last step),
-        and a worker that stalled at the end must not hold the group forever.
+        A worker still running `grace` seconds after the chief succeeded is left
+        to `finish`: the run is complete, and a stalled worker must not hold it.
         """
         chief_done = None
         while True:
@@ -238,11 +198,8 @@ class Group:
             time.sleep(0.2)
 
     def finish(self, grace: float) -> tuple[list[int], set[int]]:
-        """Waits up to `grace` seconds for the others, kills the rest, frees the ports.
-
-        Returns:
-          Every worker's exit status, and the indices of those killed here.
-        """
+        """Waits up to `grace` seconds, kills the rest, frees the ports; returns every
+        worker's exit status and the indices of those killed."""
         deadline = time.monotonic() + grace
         killed = set()
         for index, process in enumerate(self.processes):
@@ -307,9 +264,8 @@ def _write_flushed(stream: BinaryIO, data: bytes) -> None:
 def _write_console(data: bytes) -> None:
     """Worker output to the launcher's stderr: as bytes, unless it was replaced by text.
 
-    A reader that went away (EPIPE) leaves fd 2 pointing at /dev/null: what
-    stderr still holds, and the launcher's own lines after it, then go nowhere
-    instead of failing Python's flush at exit (status 120 for a good run).
+    A reader that went away (EPIPE) leaves fd 2 on /dev/null, so Python's flush
+    at exit does not fail a good run (status 120).
     """
     try:
         buffer = getattr(sys.stderr, "buffer", None)
@@ -330,11 +286,9 @@ def _write_console(data: bytes) -> None:
 class _Console:
     """The launcher's stderr, shared by the pumps a line at a time.
 
-    A pump that wrote part of a line holds the console until it writes the end
-    of that line, so another worker's error line never lands inside worker 0's
-    long line. A line left unfinished for more than `patience` seconds (a
-    progress line, a worker that stopped mid-line) is ended with a newline and
-    the console passes on: no pump waits longer than that.
+    A pump that wrote part of a line holds it until the line ends, so another
+    worker's line never lands inside it; after `patience` seconds unfinished (a
+    progress line) the line is ended and the console passes on.
     """
 
     def __init__(self, patience: float = 1.0, write: Callable[[bytes], object] = _write_console):
@@ -368,10 +322,8 @@ _CONSOLE = _Console()
 def _pump(stream: BinaryIO, log: BinaryIO, index: int, port_taken: Callable[[int], None]) -> None:
     """Copies a worker's output to its log; worker 0's to the console, others' errors too.
 
-    Bytes, whatever they are (a file name that is not UTF-8, a library's junk),
-    in pieces of at most _CHUNK bytes. A destination that fails (a console
-    whose reader went away, a full disk) is dropped and the reading goes on to
-    the end: a worker whose pipe is not read blocks once it holds 64 KiB.
+    Bytes, whatever they are. A failing destination (a gone reader, a full disk)
+    is dropped and the reading goes on: an unread pipe would block the worker.
     """
     to_log = _Sink(functools.partial(_write_flushed, log))
     prefix = b"" if index == 0 else f"[worker {index}] ".encode()
@@ -435,8 +387,8 @@ def _log_start(group: Group, host: str, first: bool) -> None:
 def launch(count: int, train_args: list[str], max_restarts: int, grace: float, host: str) -> int:
     """Runs the group until it succeeds, restarting it after failures; returns the exit status.
 
-    Call it from the main thread: it handles `FORWARDED_SIGNALS`, and the
-    workers die with the thread that started them (`common/parent_death.py`).
+    Call it from the main thread: it handles signals, and the workers die with
+    the thread that started them.
     """
     model_dir = model_dir_of(train_args)
     log_dir = os.path.join(model_dir, run_dir.LOGS_DIR)

@@ -1,9 +1,4 @@
-"""What differs between two configs, and what a resumed run may change.
-
-The trainer refuses to resume a run whose settings changed, unless each
-change is of a field marked `resumable` (`RESUMABLE_CHANGES`) or the user
-allows it.
-"""
+"""What differs between two configs, and what a resumed run may change."""
 
 from __future__ import annotations
 
@@ -16,12 +11,9 @@ from resnet_app.config.sections import Config, SyncSettings, TrainSettings
 from resnet_app.data.settings import DataConfig
 from resnet_app.nets import presets
 
-# Settings a resumed run may change: the fields marked `resumable` (field
-# metadata, `common/fields.py`). They do not change what the run computes (or,
-# for the run's length, only where it ends: the trainer checks separately that
-# the learning rate of the steps left stays the same, and that a change of
-# towers keeps the batch BatchNorm normalizes over). The `sync` mode and
-# interval are not: model averaging changes the weights a run reaches.
+# Settings a resumed run may change: the fields marked `resumable`, which do not
+# change what the run computes (the run's length only where it ends: the trainer
+# checks the learning rate of the steps left).
 RESUMABLE_CHANGES = frozenset(
     resumable_keys(DataConfig, "data")
     | resumable_keys(TrainSettings, "train")
@@ -29,17 +21,12 @@ RESUMABLE_CHANGES = frozenset(
 )
 
 
-# The data section's nested groups, compared key by key.
 DATA_GROUPS = frozenset(name for name, kind in field_types(DataConfig).items() if kind.nested)
 
 
 def changes(old: Config, new: Config) -> dict[str, tuple[Any, Any]]:
-    """The settings that differ between two configs: {"section.key": (old, new)}.
-
-    Settings compare as the run uses them: model keys as the preset resolves
-    them (`bn_synchronized: false` given or left at its default is the same
-    setting), and a derived value (`data.dtype`) as derived.
-    """
+    """{"section.key": (old, new)} for the settings that differ, as the run uses them: model
+    keys as the preset resolves them, a derived value (`data.dtype`) as derived."""
 
     def flat(config: Config, model_keys: Iterable[str]) -> dict[str, Any]:
         tree = config.to_dict(with_derived=True)

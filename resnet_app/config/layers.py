@@ -1,12 +1,10 @@
 """A config as layers: the defaults, a recipe file, `--set`s, then flags; merged, then checked.
 
-Each layer is a tree {section: {key: value}} of what it sets. Within a layer
-the order of keys does not matter. How a layer replaces what came before is a
-property of the typed sections (`oneof.py`): a new optimizer class or schedule
-name starts its section afresh, from that kind's defaults, and giving one of
-two alternative keys (epochs or train_steps, values or multipliers, ...) drops
-the other one set before. Once merged, the tree is read over the defaults of
-`Config`'s fields, with each value checked against its field's type.
+Each layer is a tree {section: {key: value}}. A new optimizer class or schedule
+name starts its section afresh, from that kind's defaults, and one of two
+alternative keys (epochs or train_steps, ...) drops the other set before
+(`oneof.py`). The merged tree is read over `Config`'s defaults, each value
+checked against its field's type.
 """
 
 from __future__ import annotations
@@ -36,8 +34,7 @@ TIED_KEYS = {"boundaries": ("unit",)}
 
 # Each section's default, as `Config` declares it (data.dtype still unset).
 _DEFAULTS = {field.name: field.default for field in dataclasses.fields(Config)}
-# The run's length when nothing sets it.
-DEFAULT_STEPS = _DEFAULTS["train"].train_steps
+DEFAULT_STEPS = _DEFAULTS["train"].train_steps  # The run's length when nothing sets it.
 
 
 def resolve(
@@ -47,23 +44,14 @@ def resolve(
     *,
     resumed: bool = False,
 ) -> Config:
-    """Builds the config: defaults, then the file, then `--set`s, then `overrides`.
+    """The validated `Config`: defaults, then the file, then `--set`s, then `overrides`.
 
     Args:
       config_file: a YAML recipe, or None.
       sets: `section.key=value` strings.
-      overrides: {section: {key: value}} from dedicated flags (--batch_size...),
-        applied last. See the module docstring for how a layer replaces what
-        came before.
-      resumed: `config_file` is a run's own config.yaml, whose schedule stays
-        as it was trained when a flag changes the length (else a recipe's
-        piecewise boundaries follow a length given after it: `follow_length`).
-
-    Returns:
-      The validated `Config`.
-
-    Raises:
-      ConfigError: naming the first bad section, key or value.
+      overrides: {section: {key: value}} from dedicated flags, applied last.
+      resumed: `config_file` is a run's own config.yaml, whose schedule stays as
+        trained when a flag changes the length (else `follow_length`).
     """
     tree: Tree = {}
     if config_file:
@@ -88,17 +76,11 @@ def _sets_length_only(layers: Iterable[Mapping[str, Mapping[str, Any]]]) -> bool
 def follow_length(tree: Tree, recipe: Tree, where: str) -> None:
     """Makes a recipe's piecewise boundaries fractions of its length, when a flag changed it.
 
-    `--config=R --set train.epochs=3` asks for R's recipe over 3 epochs: R's
-    boundaries, written for R's length, would fall past the end and leave the
-    whole run at the first rate. Kept as the same fractions of R's length,
-    they fall at the same points of this run (He et al.'s 1/2 and 3/4).
-    Boundaries in steps under a length in epochs (or the reverse) cannot be
-    compared before the dataset is read: they are kept, and `plan.py` warns.
-
-    Args:
-      tree: the merged settings; its schedule is rewritten in place.
-      recipe: the settings of the recipe file alone.
-      where: the recipe's name, for the log line.
+    `--config=R --set train.epochs=3`: R's boundaries would fall past the end of
+    the shorter run; as fractions of R's length they fall at the same points.
+    Boundaries in another unit than the length are kept (`plan.py` warns).
+    `tree`'s schedule is rewritten in place; `recipe` is the file's settings
+    alone, `where` its name.
     """
     schedule = tree.get("schedule", {})
     if schedule.get("name", "piecewise") != "piecewise" or "boundaries" not in schedule:
@@ -139,16 +121,8 @@ def from_dict(tree: Mapping[str, Any]) -> Config:
 
 
 def merge(tree: Tree, layer: Mapping[str, Any], where: str) -> None:
-    """Applies one layer of settings (a file, the --sets, the flags) to `tree`.
-
-    Args:
-      tree: what the layers before set, {section: {key: value}}; updated.
-      layer: this layer's settings.
-      where: " in FILE" for messages.
-
-    Raises:
-      ConfigError: for an unknown section, or one that is not a mapping of names.
-    """
+    """Applies one layer of settings (a file, the --sets, the flags) to `tree`, in place;
+    `where` (" in FILE") names it in messages."""
     for section, values in layer.items():
         if section not in SECTIONS:
             raise ConfigError(
@@ -225,11 +199,7 @@ def set_layer(sets: Iterable[str]) -> Tree:
 
 
 def build(tree: Mapping[str, Mapping[str, Any]]) -> Config:
-    """The `Config` of merged settings: each section's default with the keys set.
-
-    Raises:
-      ConfigError: naming the first unknown key or bad value.
-    """
+    """The `Config` of merged settings: each section's default with the keys set."""
     sections = {}
     for section in SECTIONS:
         default, given = _DEFAULTS[section], tree.get(section, {})

@@ -1,8 +1,7 @@
 """YAML as a config reads and writes it, recipe files, and `--set KEY=VALUE`.
 
-Numbers are read as people write them: `1e-4` is a float (YAML 1.1 wants
-`1.0e-4`), and a string that would read as a number is quoted when written.
-Every mistake is a one-line `ConfigError` naming the file or the assignment.
+`1e-4` reads as a float (YAML 1.1 wants `1.0e-4`); a string that would read as a
+number is quoted when written. Every mistake is a one-line `ConfigError`.
 """
 
 from __future__ import annotations
@@ -26,11 +25,7 @@ class DuplicateKey(yaml.YAMLError):
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML as people write numbers: `1e-4` is a float (YAML 1.1 wants `1.0e-4`).
-
-    A key given twice in one mapping (`train:` ... `train:`) is an error, not
-    the second silently replacing the first; `<<` merge keys are as YAML says.
-    """
+    """`1e-4` as a float; a key given twice in one mapping is an error, not silently replaced."""
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):

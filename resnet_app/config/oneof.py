@@ -1,21 +1,11 @@
 """Typed config sections that read as the YAML mappings they come from, and one-of sections.
 
-A `Section` is a frozen dataclass that also reads as the mapping a user writes:
-`section["key"]`, `"key" in section`, `dict(section)` see the fields that have
-a value (not None), in YAML form (lists, not tuples); a section equals a
-mapping that describes it. So code and tests that handled these sections as
-dicts keep working, while new code reads typed attributes.
-
-A one-of section (`optimizer`, `schedule`) holds one of several kinds, named by
-a key (`class`, `name`). Each kind is a dataclass of its own fields, declared as
-`class Adam(OptimizerSection, kind="adam")`; its family (`OptimizerSection`)
-says how a mapping names the kind and words the errors.
-
-Field metadata says how layers of settings (defaults, a recipe, `--set`,
-flags) combine, see `layers.py`:
-- `alternative(other)`: the two fields replace each other (epochs or
-  train_steps): giving one in a later layer drops the other.
-- a new kind starts its section afresh, from that kind's own defaults.
+A `Section` is a frozen dataclass that also reads as the mapping a user writes
+(its fields set, not None, in YAML form) and equals a mapping describing it.
+A one-of section (`optimizer`, `schedule`) holds one of several kinds named by
+a key (`class`, `name`), each a dataclass declared as `class Adam(OptimizerSection,
+kind="adam")`; the family words the errors. `alternative(other)` fields replace
+each other across layers of settings (epochs or train_steps, `layers.py`).
 """
 
 from __future__ import annotations
@@ -41,15 +31,7 @@ def alternative(
 ) -> Any:
     """A dataclass field that replaces `other`: a layer giving one drops the other.
 
-    Args:
-      other: the name of the alternative field.
-      default: this field's default.
-      required: one of the two fields must be given (checked on reading a mapping).
-      resumable: a resumed run may change it (`fields.RESUMABLE`).
-      rule: the `fields.Rule` its value meets, if any.
-
-    Returns:
-      The `dataclasses.field`.
+    `required`: one of the two must be given; `resumable`: a resume may change it.
     """
     metadata = {ALTERNATIVE: other, REQUIRED: required, RESUMABLE: resumable}
     return setting(default, rule, **metadata)
@@ -65,17 +47,8 @@ def alternatives(cls: type) -> dict[str, str]:
 
 
 def check_alternatives(instance: Any, name: str, within: str = "") -> None:
-    """Refuses a dataclass instance that sets two alternative fields, or neither of a
-    required pair: the check every `alternative` declares.
-
-    Args:
-      instance: a dataclass instance, checked in its `__post_init__`.
-      name: how messages name a field, with "{}" for its name: "train.{}".
-      within: what messages start with, if anything: "optimizer 'sgd'".
-
-    Raises:
-      ConfigError: "A and B exclude each other; keep one", or "give one of A and B".
-    """
+    """Refuses an instance that sets both of two alternative fields, or neither of a
+    required pair. `name` names a field ("train.{}"), `within` starts the message."""
     named: set[str] = set()
     for field in dataclasses.fields(instance):
         other = field.metadata.get(ALTERNATIVE)
@@ -101,7 +74,7 @@ def plain(value: Any) -> Any:
 
 
 class Section(Mapping):
-    """A typed config section (a frozen dataclass) that reads as its YAML mapping.
+    """A typed config section that reads as its YAML mapping.
 
     Subclasses are `@dataclasses.dataclass(frozen=True, eq=False)`: equality is
     defined here, so that a section also equals a mapping describing it.
@@ -149,11 +122,10 @@ class Section(Mapping):
 class OneOfSection(Section):
     """The base of a one-of section's family; each kind subclasses it.
 
-    A family sets `KEY` (the mapping key naming the kind), `KINDS = {}` (filled
-    as kinds are declared), `DEFAULT_KIND` (the kind of a mapping without
-    `KEY`, or None when `KEY` is required) and `NULL_IS_ABSENT` (a key set to
-    null takes the kind's default, rather than being checked as a value), and
-    words its errors by overriding the `*_error` class methods.
+    A family sets `KEY` (naming the kind), `KINDS = {}` (filled as kinds are
+    declared), `DEFAULT_KIND` (without `KEY`; None: `KEY` is required) and
+    `NULL_IS_ABSENT` (a null key takes the default), and may override the
+    `*_error` class methods.
     """
 
     SECTION: ClassVar[str]
@@ -207,19 +179,7 @@ class OneOfSection(Section):
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> OneOfSection:
-        """Reads `{KEY: kind, field: value, ...}` as a section of that kind.
-
-        Args:
-          mapping: the section as a user writes it; fields not given take the
-            kind's defaults.
-
-        Returns:
-          The section, its values checked by the kind's `__post_init__`.
-
-        Raises:
-          ConfigError: for a mapping of an unknown kind, with unknown or
-            missing keys, or with a bad value; the family words the message.
-        """
+        """Reads `{KEY: kind, field: value, ...}` as a section of that kind, over its defaults."""
         if not isinstance(mapping, Mapping):
             raise cls.not_a_mapping_error(mapping)
         if cls.DEFAULT_KIND is None and cls.KEY not in mapping:
@@ -244,29 +204,25 @@ class OneOfSection(Section):
         """The family's kinds, sorted, for error messages."""
         return ", ".join(sorted(cls.KINDS))
 
-    # The family's messages; each is one line naming the section and the key.
+    # The family's one-line messages: not a mapping, no kind, an unknown kind,
+    # unknown keys, a needed key missing.
 
     @classmethod
     def not_a_mapping_error(cls, value: Any) -> ConfigError:
-        """The section is not a mapping."""
         return ConfigError(f"the {cls.SECTION} section must be a mapping of keys, got {value!r}")
 
     @classmethod
     def missing_kind_error(cls) -> ConfigError:
-        """The section names no kind, and the family has no default kind."""
         return ConfigError(f"the {cls.SECTION} section needs a '{cls.KEY}': {cls.valid_kinds()}")
 
     @classmethod
     def unknown_kind_error(cls, kind: Any) -> ConfigError:
-        """The section names a kind the family does not have."""
         return ConfigError(f"unknown {cls.SECTION} {kind!r}; valid: {cls.valid_kinds()}")
 
     @classmethod
     def unknown_keys_error(cls, keys: list[Any]) -> ConfigError:
-        """The section gives keys its kind does not have."""
         return ConfigError(f"unknown {cls.SECTION} key(s) {', '.join(map(str, keys))}")
 
     @classmethod
     def missing_keys_error(cls, group: tuple[str, ...]) -> ConfigError:
-        """The section gives none of a group of keys its kind needs."""
         return ConfigError(f"{cls.SECTION} {cls.KIND} needs {' or '.join(group)}")

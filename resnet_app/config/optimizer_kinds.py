@@ -1,12 +1,9 @@
 """The `optimizer:` section: one kind per optimizer class, with its arguments and defaults.
 
-Each kind is one dataclass: its fields are the class's arguments (type from the
-annotation, range from the `Rule` its `setting` declares), `OPTIMIZER` names the Keras
-class it builds ("module:Class", imported only by `build`), and `build` makes the
-optimizer, with any set-up of the kind's own. The module imports no TensorFlow,
-so a bad argument is answered before TensorFlow loads; `engine/optim.py`'s
-`create_optimizer` calls `build`. A new optimizer is its Keras class and one
-dataclass here.
+A kind is one dataclass: its fields are the class's arguments (each with its
+`Rule`), `OPTIMIZER` names the Keras class ("module:Class", imported only by
+`build`). No TensorFlow here, so a bad argument is answered before it loads.
+A new optimizer is its Keras class and one dataclass here.
 """
 
 from __future__ import annotations
@@ -32,11 +29,9 @@ from resnet_app.config.oneof import ALTERNATIVE, OneOfSection, check_alternative
 _NORM = Rule(MORE_THAN_0.test, "a number > 0 or null")
 
 # The variables no optimizer decays: BatchNorm gamma and beta and every bias.
-# Matched by Keras against the TensorFlow variable name, which is the whole path
-# ("stage1_unit0_bn1/gamma:0", and ".../gamma/replica_1:0" for a mirrored copy),
-# not the short name. A bare substring would also exclude the kernel of a layer
-# whose name contains "beta", so the pattern is anchored to the last component.
-# Keras joins these strings into one regular expression; a test checks that.
+# Keras matches the whole variable path ("stage1_unit0_bn1/gamma/replica_1:0"),
+# so the pattern is anchored to the last component (a layer named "beta..." keeps
+# its kernel's decay).
 NO_WEIGHT_DECAY = (r"(?:^|/)(?:gamma|beta|bias)(?:/replica_\d+)?(?::\d+)?$",)
 
 
@@ -46,7 +41,20 @@ def clipping(other: str) -> Any:
 
 
 class OptimizerSection(OneOfSection):
-    """The `optimizer:` section's family: `class` names the kind."""
+    """The `optimizer:` section's family: `class` names the kind.
+
+    The help of arguments several kinds share; a kind's own text wins.
+
+    Attributes:
+      learning_rate: the base learning rate (the schedule scales it).
+      beta_1: the first moment's decay, in [0, 1).
+      beta_2: the second moment's decay, in [0, 1).
+      epsilon: added to the root of the second moment, > 0.
+      amsgrad: use the largest second moment so far (Reddi et al. 2018).
+      nesterov: Nesterov momentum.
+      clipnorm: clip each variable's gradient to this norm (or null).
+      global_clipnorm: or clip all gradients together to this norm (or null).
+    """
 
     SECTION = "optimizer"
     KEY = "class"
@@ -67,7 +75,7 @@ class OptimizerSection(OneOfSection):
     @property
     def decays_weights(self) -> bool:
         """Whether the optimizer decays the weights itself (a preset's L2 would decay twice)."""
-        return False
+        return getattr(self, "weight_decay", 0) > 0
 
     def optimizer_class(self) -> type:
         """The Keras optimizer class `OPTIMIZER` names (imports Keras)."""
@@ -139,11 +147,7 @@ class Momentum(OptimizerSection, kind="momentum"):
     """TF1's momentum rule (`optim.Momentum`); see `optim.py` for how it differs from sgd.
 
     Attributes:
-      learning_rate: the base learning rate (the schedule scales it).
       momentum: the accumulator's decay, in [0, 1).
-      nesterov: Nesterov momentum.
-      clipnorm: clip each variable's gradient to this norm (or null).
-      global_clipnorm: or clip all gradients together to this norm (or null).
     """
 
     OPTIMIZER = "resnet_app.engine.optim:Momentum"
@@ -160,11 +164,7 @@ class SGD(OptimizerSection, kind="sgd"):
     """Keras `SGD`, whose velocity keeps the learning rate it was accumulated at.
 
     Attributes:
-      learning_rate: the base learning rate (the schedule scales it).
       momentum: the velocity's decay, in [0, 1) (0: plain gradient descent).
-      nesterov: Nesterov momentum.
-      clipnorm: clip each variable's gradient to this norm (or null).
-      global_clipnorm: or clip all gradients together to this norm (or null).
     """
 
     OPTIMIZER = "keras.optimizers:SGD"
@@ -181,13 +181,10 @@ class RMSprop(OptimizerSection, kind="rmsprop"):
     """Keras `RMSprop`.
 
     Attributes:
-      learning_rate: the base learning rate (the schedule scales it).
       rho: the decay of the squared gradients' average, in [0, 1).
       momentum: the step's momentum, in [0, 1).
       epsilon: added to the root of the average, > 0.
       centered: divide by the gradients' variance instead of their second moment.
-      clipnorm: clip each variable's gradient to this norm (or null).
-      global_clipnorm: or clip all gradients together to this norm (or null).
     """
 
     OPTIMIZER = "keras.optimizers:RMSprop"
@@ -203,17 +200,7 @@ class RMSprop(OptimizerSection, kind="rmsprop"):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Adam(OptimizerSection, kind="adam"):
-    """Keras `Adam`.
-
-    Attributes:
-      learning_rate: the base learning rate (the schedule scales it).
-      beta_1: the first moment's decay, in [0, 1).
-      beta_2: the second moment's decay, in [0, 1).
-      epsilon: added to the root of the second moment, > 0.
-      amsgrad: use the largest second moment so far (Reddi et al. 2018).
-      clipnorm: clip each variable's gradient to this norm (or null).
-      global_clipnorm: or clip all gradients together to this norm (or null).
-    """
+    """Keras `Adam`."""
 
     OPTIMIZER = "keras.optimizers:Adam"
 
@@ -231,14 +218,7 @@ class AdamW(OptimizerSection, kind="adamw"):
     """Keras `AdamW`: decoupled weight decay, per unit of learning rate (Keras's default).
 
     Attributes:
-      learning_rate: the base learning rate (the schedule scales it).
       weight_decay: the decoupled decay, multiplied by the learning rate.
-      beta_1: the first moment's decay, in [0, 1).
-      beta_2: the second moment's decay, in [0, 1).
-      epsilon: added to the root of the second moment, > 0.
-      amsgrad: use the largest second moment so far (Reddi et al. 2018).
-      clipnorm: clip each variable's gradient to this norm (or null).
-      global_clipnorm: or clip all gradients together to this norm (or null).
     """
 
     OPTIMIZER = "keras.optimizers:AdamW"
@@ -268,15 +248,9 @@ class Lamb(OptimizerSection, kind="lamb"):
     """LAMB (You et al. 2020), `large_batch.Lamb`: Adam's step, decayed, scaled per variable.
 
     Attributes:
-      learning_rate: the base learning rate (the schedule scales it).
-      beta_1: the first moment's decay, in [0, 1).
-      beta_2: the second moment's decay, in [0, 1).
-      epsilon: added to the root of the second moment, > 0.
       weight_decay: decay added to the Adam step, inside the trust ratio (0: none).
       exclude_from_adaptation: BatchNorm gamma/beta and biases get neither the
         decay nor the trust ratio (plain Adam).
-      clipnorm: clip each variable's gradient to this norm (or null).
-      global_clipnorm: or clip all gradients together to this norm (or null).
     """
 
     OPTIMIZER = "resnet_app.engine.large_batch:Lamb"
@@ -290,10 +264,6 @@ class Lamb(OptimizerSection, kind="lamb"):
     clipnorm: float | None = clipping("global_clipnorm")
     global_clipnorm: float | None = clipping("clipnorm")
 
-    @property
-    def decays_weights(self) -> bool:
-        return self.weight_decay > 0
-
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Lars(OptimizerSection, kind="lars"):
@@ -306,11 +276,8 @@ class Lars(OptimizerSection, kind="lars"):
       eeta: the trust coefficient, > 0.
       weight_decay: L2 decay added to the gradient, and to the ratio's denominator.
       epsilon: added to the trust ratio's denominator, >= 0.
-      nesterov: Nesterov momentum.
       exclude_from_adaptation: BatchNorm gamma/beta and biases get neither the
         decay nor the trust ratio (plain momentum).
-      clipnorm: clip each variable's gradient to this norm (or null).
-      global_clipnorm: or clip all gradients together to this norm (or null).
     """
 
     OPTIMIZER = "resnet_app.engine.large_batch:Lars"
@@ -324,7 +291,3 @@ class Lars(OptimizerSection, kind="lars"):
     exclude_from_adaptation: bool = True
     clipnorm: float | None = clipping("global_clipnorm")
     global_clipnorm: float | None = clipping("clipnorm")
-
-    @property
-    def decays_weights(self) -> bool:
-        return self.weight_decay > 0

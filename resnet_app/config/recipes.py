@@ -1,10 +1,7 @@
-"""The recipes that ship inside the package, found by name from any directory.
+"""The recipes in `resnet_app/recipes/` (`configs/` links there), found by name anywhere.
 
-`--config=cifar10_resnet56` (or `cifar10_resnet56.yaml`) names the packaged
-recipe `resnet_app/recipes/cifar10_resnet56.yaml`; a path to a file, such as
-`configs/cifar10_resnet56.yaml` or `my_recipe.yaml`, is read as it is. A file
-that exists wins over a packaged name. (`configs/` at the repository's root is a
-link to `resnet_app/recipes/`.)
+`--config=cifar10_resnet56` (or `.yaml`) names a packaged recipe; an existing
+file path wins over a packaged name.
 """
 
 from __future__ import annotations
@@ -25,18 +22,7 @@ def names() -> list[str]:
 
 
 def find(config: str) -> str:
-    """The file that `--config=CONFIG` names: a path to a file, or a packaged recipe.
-
-    Args:
-      config: a path, or a packaged recipe's name with or without `.yaml`.
-
-    Returns:
-      The path of the file to read.
-
-    Raises:
-      ConfigError: when `config` is neither an existing file nor a packaged
-        recipe; the line lists the packaged recipes.
-    """
+    """The file `--config=CONFIG` names: a path, or a packaged recipe (ConfigError lists them)."""
     if os.path.isfile(config):
         return config
     name = config[: -len(SUFFIX)] if config.endswith(SUFFIX) else config

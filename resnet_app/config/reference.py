@@ -2,10 +2,8 @@
 
     python -m resnet_app.config.reference --out=docs/config.md
 
-Every key of every section, with its default and the one-line help of its
-class's "Attributes:" docstring; each optimizer and schedule kind with its
-own keys. `tests/test_docs.py` fails when docs/config.md is not what this
-writes, so the reference cannot go stale.
+Every key with its default and its class's "Attributes:" help; tests/test_docs.py
+fails when docs/config.md is stale.
 """
 
 from __future__ import annotations
@@ -39,7 +37,7 @@ def _help(cls: type) -> dict[str, str]:
     """Attribute help over the class hierarchy: a subclass's text wins."""
     merged: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
-        if dataclasses.is_dataclass(klass):
+        if "Attributes:" in (klass.__doc__ or ""):
             merged.update(cli.attribute_help(klass))
     return merged
 
@@ -106,14 +104,9 @@ def markdown() -> str:
     lines += _kinds(schedule_kinds.ScheduleSection, "schedule")
     lines += ["## `train:`", "", _summary(TrainSettings), "", *_table(TrainSettings, "train."), ""]
     lines += ["## `sync:`", "", _summary(SyncSettings), "", *_table(SyncSettings, "sync."), ""]
-    assert [f.name for f in dataclasses.fields(Config) if f.name != "derived"] == [
-        "model",
-        "data",
-        "optimizer",
-        "schedule",
-        "train",
-        "sync",
-    ], "a new section needs its part of the reference"
+    sections = [f.name for f in dataclasses.fields(Config) if f.name != "derived"]
+    expected = ["model", "data", "optimizer", "schedule", "train", "sync"]
+    assert sections == expected, "a new section needs its part of the reference"
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -122,16 +115,10 @@ _OUT = flags.DEFINE_string("out", None, "Write here (default: stdout).")
 
 def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
-    text = markdown()
     if _OUT.value:
-
-        def write(temporary: str) -> None:
-            with open(temporary, "w") as f:
-                f.write(text)
-
-        files.write_atomically(_OUT.value, write)
+        files.write_text_atomically(_OUT.value, markdown())
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(markdown())
 
 
 if __name__ == "__main__":

@@ -1,9 +1,7 @@
-"""The config as a run directory records it: `config.yaml`, written and read back.
+"""`config.yaml` in a run directory: what the user chose, every field spelled out.
 
-`config.yaml` records what the user chose: every field spelled out, and a
-default derived from another setting (`data.dtype`) as null, so that a resumed
-run derives it again. Files written before the config was typed still read:
-their keys are the same, and a value they froze (`dtype: float32`) is kept.
+A default derived from another setting (`data.dtype`) is written as null, so that
+a resumed run derives it again; an older file's frozen value is kept.
 """
 
 from __future__ import annotations
@@ -18,8 +16,8 @@ from resnet_app.config.layers import from_dict
 from resnet_app.config.loading import dump_yaml, load_yaml, read_yaml
 from resnet_app.config.sections import SECTIONS, Config
 
-CONFIG_FILE = run_dir.CONFIG_FILE  # The resolved config, in every run directory.
-# The way out when a run's config.yaml is empty: never "every setting at its default".
+CONFIG_FILE = run_dir.CONFIG_FILE
+# The way out of an empty config.yaml: never "every setting at its default".
 EMPTY_RUN_CONFIG = "restore it from a copy, or train into a new --model_dir"
 
 
@@ -47,12 +45,7 @@ def write_yaml(config: Config, path: str) -> None:
 
 
 def read_run_config(model_dir: str | None) -> Config:
-    """The config a run was trained with, from `model_dir/config.yaml`.
-
-    Raises:
-      ConfigError: when `model_dir` is not a run directory, or its config is
-        not valid.
-    """
+    """The config a run was trained with, from `model_dir/config.yaml` (ConfigError if none)."""
     path = run_dir.config_path(model_dir or "")
     if not model_dir or not os.path.isfile(path):
         found = f"{model_dir} has no {CONFIG_FILE}" if model_dir else "it is not set"

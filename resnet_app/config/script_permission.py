@@ -1,22 +1,12 @@
 """Schedule scripts run only when the user asked: a file that a config names is not enough.
 
-A `schedule: {name: script, path: PATH.py:FUNCTION}` entry runs PATH.py as
-Python. A recipe or a run directory received from someone else must not run
-their code because it names it. A script runs when:
-- the command line names it: `--lr_schedule=PATH.py:FUNCTION`;
-- the command line says so: `--allow_scripts`;
-- a run resumes whose directory records that this user allowed this very
-  content: the trainer writes `schedule_script.json` (the script's path, the
-  SHA-256 of its bytes, and a tag that proves this user wrote the record), and
-  a resume with unchanged content needs nothing more.
-
-The tag is an HMAC of the record under a key that only this user holds
-(`$XDG_CONFIG_HOME/resnet_app/script_key` or `~/.config/...`, created on first
-use, mode 0600). A copied run directory carries its record, but not the
-sender's key: its script is refused until the user allows it. Without a
-writable home the record cannot be made, and a resume needs `--allow_scripts`.
-
-No TensorFlow: checked before it loads.
+A `schedule: {name: script, path: PATH.py:FUNCTION}` runs PATH.py as Python; a
+recipe or run directory from someone else must not run their code. A script
+runs when the command line names it (`--lr_schedule=PATH.py:FUNCTION`), says
+`--allow_scripts`, or on a resume whose `schedule_script.json` records that this
+user allowed this very content: its path, SHA-256 and an HMAC tag under a key
+only this user holds (`$XDG_CONFIG_HOME/resnet_app/script_key`, mode 0600). A
+copied run directory lacks the sender's key, so its script is refused. No TensorFlow.
 """
 
 from __future__ import annotations
@@ -127,12 +117,8 @@ def _recorded(model_dir: str | None, spec: str) -> str:
 def check_allowed(
     spec: str, on_command_line: bool, allow_scripts: bool, model_dir: str | None
 ) -> None:
-    """Raises unless the user asked for the schedule script `spec` to run (see the module).
-
-    Raises:
-      ConfigError: naming the file that would run, why it is not allowed, and
-        how to allow it.
-    """
+    """Raises a ConfigError (what would run, why not, how to allow it) unless the user
+    asked for the schedule script `spec` to run."""
     if on_command_line or allow_scripts:
         return
     why = _recorded(model_dir, spec)

@@ -4,36 +4,19 @@
     resnet-app lr-find --model_dir=runs/shapes_resnet20_20261130-060000 --steps=200
     resnet-app lr-find --dataset=shapes --model=resnet20 --start_lr=1e-4 --end_lr=1
 
-Smith (2017), "Cyclical Learning Rates for Training Neural Networks", section
-3.3: train a copy of a config for `--steps` steps while the learning rate rises
-exponentially from `--start_lr` to `--end_lr`,
+Smith (2017), sec. 3.3: train a copy of a config for `--steps` steps while the
+learning rate rises exponentially, `lr(step) = start_lr * (end_lr / start_lr) **
+(step / (steps - 1))` (an `exponential` schedule). Each step's loss (of its
+batch, before its update) is smoothed by a bias-corrected moving average
+(`--smoothing`), and the test stops once it exceeds `--divergence` times its
+minimum or is not finite (fastai's `lr_find`). The suggestion is a tenth of the
+rate at the smoothed loss's minimum (Howard & Gugger 2020); the steepest
+descent's rate is printed too, both leaving out the first tenth of the steps
+and the last 5 rows, as fastai does.
 
-    lr(step) = start_lr * (end_lr / start_lr) ** (step / (steps - 1)),  step = 0 ... steps - 1,
-
-(the config's `schedule:` becomes `exponential` with `decay_rate = end_lr /
-start_lr` and `decay_steps = steps - 1`, no warmup or batch scaling; its
-`optimizer.learning_rate` becomes `start_lr`). Every step's training loss is
-smoothed by an exponential moving average with bias correction (`--smoothing`,
-0.98, as fastai's `lr_find`), and the test stops once the smoothed loss
-exceeds `--divergence` (4) times the lowest smoothed loss so far, or the loss
-is not finite (fastai's rule). Each row pairs a step's learning rate with the
-loss of that step's batch (computed before its update, as fastai does).
-
-The suggestion is one tenth of the learning rate at the minimum of the smoothed
-loss (Howard & Gugger 2020, "Deep Learning for Coders with fastai and
-PyTorch", chapter 5: "one order of magnitude less than where the minimum loss
-was achieved"; fastai's `lr_find`, `SuggestionMethod.Minimum`). The rate of the
-steepest descent of the smoothed loss against log(lr) (fastai's
-`SuggestionMethod.Steep`) is printed next to it. Both are taken as fastai
-does, leaving out the first tenth of the steps and the last 5 rows.
-
-The config comes from `--config` (plus `--set` and the flags of `python -m
-resnet_app.train`), or from an existing run's `--model_dir/config.yaml`, which
-is only read: the run directory is never written. Training happens in
-`--work_dir` (default: a new temporary directory), deleted at the end unless
-`--keep`. Prints a table and the suggestion to stdout, writes every step to
-`--csv` and, with matplotlib, a plot of the smoothed loss against the learning
-rate (log axis) to `--plot`.
+The config comes from the train flags, or from a run's `--model_dir` (only
+read). Training happens in `--work_dir` (a temporary directory unless given),
+deleted unless `--keep`. Prints a table, writes `--csv` and `--plot`.
 """
 
 from __future__ import annotations
@@ -71,7 +54,6 @@ _CSV = flags.DEFINE_string("csv", "lr_find.csv", "Every step: learning rate, los
 _PLOT = flags.DEFINE_string("plot", "lr_find.png", "The plot (needs matplotlib; empty: none).")
 _ROWS = flags.DEFINE_integer("rows", 24, "Rows in the printed table.")
 
-# Flags of `resnet_app.train` that the range test sets itself.
 OWNED_FLAGS = ("train_steps", "epochs", "log_every", "steps_per_loop", "eval_every", "on_nan")
 OWNED_FLAGS += ("lr_schedule", "restart", "allow_config_change")
 COMPLETE = "range test complete"
@@ -80,16 +62,10 @@ COMPLETE = "range test complete"
 class RangeTest:
     """The smoothed loss of every step, and when the test must stop (no TensorFlow).
 
-    Args:
-      steps: the test's length.
-      divergence: stop once the smoothed loss exceeds this times the best so far.
-      beta: the moving average's decay.
-
     Attributes:
       rows: (step, learning rate, loss, smoothed loss) of every step so far.
       stop_reason: why the test stopped before its end, or None.
-      lost: whether the loop lost a step to a non-finite loss or weights (it
-        then ends with its divergence error).
+      lost: the loop lost a step to a non-finite loss or weights (and raises).
     """
 
     def __init__(self, steps: int, divergence: float, beta: float):
@@ -118,11 +94,10 @@ class RangeTest:
 
     @property
     def finished(self) -> bool:
-        """Whether the test has stopped, or recorded all its steps."""
         return bool(self.stop_reason) or len(self.rows) >= self.steps
 
     def lost_step(self) -> None:
-        """The step after the last row went non-finite (the loop raised, not recorded)."""
+        """The step after the last row went non-finite (the loop raised)."""
         step = self.rows[-1][0] + 1 if self.rows else 0
         self.lost = True
         self.stop_reason = self.stop_reason or f"the loss or weights are not finite at step {step}"
@@ -241,21 +216,13 @@ def run_test(resolved: config.Config, test: RangeTest, work: str) -> None:
 
 
 def suggest(rows: list[tuple[int, float, float, float]], steps: int) -> dict[str, Any]:
-    """fastai's two suggestions, from the smoothed loss of the rows in its window.
-
-    As fastai's `lr_find`, the first `steps // 10` rows (the moving average
-    settling) and the last 5 are left out, and so is everything from the first
-    non-finite loss on.
-
-    Args:
-      rows: (step, learning rate, loss, smoothed loss) per step.
-      steps: the test's planned length.
+    """fastai's suggestions from the smoothed loss, leaving out the first `steps // 10` rows,
+    the last 5 and all from the first non-finite one.
 
     Returns:
-      {"minimum": (row index, rate) of the lowest smoothed loss, "steepest":
-      (row index, rate) of the most negative forward difference of the
-      smoothed loss over log(rate), "suggested": the minimum's rate / 10}, or
-      {} when fewer than 2 rows are in the window.
+      {"minimum": (row index, rate) of the lowest smoothed loss, "steepest": (row
+      index, rate) of its steepest descent over log(rate), "suggested": the
+      minimum's rate / 10}, or {} with fewer than 2 rows in the window.
     """
     import numpy as np
 

@@ -6,20 +6,11 @@
     resnet-app plot runs/resnet20 runs/resnet56 --out=compare.png
     resnet-app plot runs/batch128 runs/batch512 --x=epoch
 
-Four panels, against the step (or, with --x=epoch, the epoch): training loss,
-training accuracy, evaluation top-1 and the learning rate. Each run has one
-colour, named by its directory's name (with parent directories when two names
-are equal), so that runs can be compared on one figure.
-
-A resumed run appends to its file: its "start" event at step N (like a
-"rollback" event to step N) means that the steps after N were trained again,
-so the earlier records after step N are dropped and only the newest attempt
-is drawn. A line that is not a complete JSON record (a run killed while
-writing) is skipped with a warning. Evaluations of checkpoints by
-`python -m resnet_app.evaluate` are not drawn: the curves are the trainer's.
-
-Only the files are read (no TensorFlow), so this is quick, also while a run
-is in progress. Needs matplotlib: `pip install -r requirements-plot.txt`.
+Four panels against the step (or epoch): training loss, training accuracy,
+evaluation top-1 and the learning rate; a colour per run, named by its
+directory. Only the newest attempt of a resumed run is drawn, and only the
+trainer's records. No TensorFlow, so it is quick while a run goes on. Needs
+`pip install -r requirements-plot.txt`.
 """
 
 from __future__ import annotations
@@ -41,9 +32,7 @@ if TYPE_CHECKING:  # matplotlib is optional: imported once it is known to be the
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-# The values of a training record that are drawn (the epoch is for --x=epoch).
 TRAIN_KEYS = ("epoch", "loss", "accuracy", "learning_rate")
-# (what is drawn, panel title), in the order of the panels.
 PANELS = (
     ("loss", "training loss"),
     ("accuracy", "training accuracy"),
@@ -52,7 +41,7 @@ PANELS = (
 )
 FIGURE_SIZE = (11.0, 7.5)  # Inches.
 DPI = 100
-FEW_POINTS = 30  # Lines with fewer points get markers, so that one point shows.
+FEW_POINTS = 30  # Lines with fewer points get markers, so that a single point shows.
 TRAINER = "`python -m resnet_app.train`"
 
 
@@ -65,24 +54,14 @@ class Series(NamedTuple):
 
 @dataclasses.dataclass
 class RunCurves:
-    """What one run's `metrics.jsonl` holds to draw, newest attempt only.
-
-    Attributes:
-      train: the training records' values by key (TRAIN_KEYS).
-      top1: the trainer's evaluation top-1 by split (a resumed run may have
-        changed `data.eval_split`).
-    """
+    """One run's curves: training values by key, evaluation top-1 by split."""
 
     train: dict[str, Series]
     top1: dict[str, Series]
 
 
 def metrics_path(run_dir: str) -> str:
-    """The path of `run_dir`'s metrics file.
-
-    Raises:
-      ConfigError: when `run_dir` is not a directory, or holds no metrics file.
-    """
+    """The path of `run_dir`'s metrics file (ConfigError when there is none)."""
     what = f"RUN_DIR should be a directory written by {TRAINER}"
     if not os.path.isdir(run_dir):
         found = "is not a directory" if os.path.exists(run_dir) else "does not exist"
@@ -106,23 +85,11 @@ def _series(by_step: dict[int, float]) -> Series:
 
 
 def load_curves(run_dir: str) -> RunCurves:
-    """Reads a run's curves from its `metrics.jsonl`, keeping the newest attempt only.
+    """A run's curves from its `metrics.jsonl`, newest attempt only.
 
-    A "start" event at step N comes from a run that (re)started from its
-    checkpoint at step N, and a "rollback" event with "to_step" N from a run
-    that went back to it: the steps after N are trained again, so earlier
-    records of steps after N are dropped. Records at step N itself stay (a
-    checkpoint is saved after its step's records are written); a newer
-    record of the same step replaces an older one.
-
-    Args:
-      run_dir: a run directory written by `python -m resnet_app.train`.
-
-    Returns:
-      The run's curves.
-
-    Raises:
-      ConfigError: when `run_dir` holds no readable metrics file.
+    A "start" at step N (or a "rollback" to N) trains the steps after N again:
+    earlier records after N are dropped (those at N stay); a newer record of a
+    step replaces an older one.
     """
     path = metrics_path(run_dir)
     train: dict[str, dict[int, float]] = {key: {} for key in TRAIN_KEYS}
@@ -151,19 +118,8 @@ def load_curves(run_dir: str) -> RunCurves:
 
 
 def epochs_at(steps: Sequence[int], epochs: Series) -> list[float] | None:
-    """The epochs of `steps`, from the training records' epochs.
-
-    The trainer's epoch is step x batch / examples per epoch: each step's is
-    taken at the ratio of the first training record at or after it (the
-    settings it was trained with), or of the last record.
-
-    Args:
-      steps: steps to convert, e.g. those of evaluations.
-      epochs: the training records' epochs ("epoch" of `RunCurves.train`).
-
-    Returns:
-      The epochs, or None when there is no training record to tell.
-    """
+    """The epochs of `steps`, at the epochs-per-step ratio of the first training record at
+    or after each (else the last); None without training records."""
     known = [(step, epoch) for step, epoch in zip(*epochs) if step > 0]
     if not known:
         return None
@@ -176,14 +132,8 @@ def epochs_at(steps: Sequence[int], epochs: Series) -> list[float] | None:
 
 
 def run_labels(run_dirs: Sequence[str]) -> list[str]:
-    """Legend names: each directory's name, with as many parents as make equal names differ.
-
-    Args:
-      run_dirs: different directories.
-
-    Returns:
-      One label per directory, e.g. ["resnet20", "a/try", "b/try"].
-    """
+    """Legend names: each directory's name, with as many parents as tell equal names apart
+    (["resnet20", "a/try", "b/try"])."""
     paths = [os.path.abspath(run_dir).split(os.sep) for run_dir in run_dirs]
     labels = []
     for path in paths:
@@ -202,17 +152,8 @@ def _draw(axis: Axes, xs: Sequence[float], ys: Sequence[float], **style: Any) ->
 
 
 def plot_curves(runs: Mapping[str, RunCurves], x: str = "step") -> Figure:
-    """Draws runs' curves on one figure: a panel per entry of PANELS, a colour per run.
-
-    Args:
-      runs: curves by legend label, in legend order.
-      x: "step" or "epoch": what the horizontal axes show.
-
-    Returns:
-      A `matplotlib.figure.Figure` (not registered with pyplot); each panel's
-      lines are labelled with the run's label, and an evaluation line with
-      the split too when its run evaluated on several.
-    """
+    """A matplotlib Figure (not pyplot's) of runs' curves by legend label: a panel per entry
+    of PANELS, a colour per run, against `x` ("step" or "epoch")."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
@@ -223,8 +164,7 @@ def plot_curves(runs: Mapping[str, RunCurves], x: str = "step") -> Figure:
         steps = curves.train["epoch"].steps
         train_x = curves.train["epoch"].values if x == "epoch" else steps
         for key in ("loss", "accuracy", "learning_rate") if steps else ():
-            # A record's rate is that of its interval's last step: the rate
-            # changed somewhere in the interval, not linearly across it.
+            # A record's rate is its interval's last step's: drawn as steps, not slopes.
             style = {"drawstyle": "steps-pre"} if key == "learning_rate" else {}
             _draw(axes[key], train_x, curves.train[key].values, color=colour, label=label, **style)
         for number, (split, series) in enumerate(sorted(curves.top1.items())):
@@ -264,18 +204,7 @@ def plot_curves(runs: Mapping[str, RunCurves], x: str = "step") -> Figure:
 
 
 def plot_runs(run_dirs: Sequence[str], x: str = "step") -> Figure:
-    """Reads runs' curves and draws them on one figure (see `plot_curves`).
-
-    Args:
-      run_dirs: different run directories, in legend order.
-      x: "step" or "epoch".
-
-    Returns:
-      The matplotlib Figure, with the runs labelled by `run_labels`.
-
-    Raises:
-      ConfigError: when a directory holds no readable metrics file.
-    """
+    """`plot_curves` of the run directories' curves, labelled by `run_labels`."""
     runs = {}
     for label, run_dir in zip(run_labels(run_dirs), run_dirs):
         runs[label] = load_curves(run_dir)
@@ -284,22 +213,13 @@ def plot_runs(run_dirs: Sequence[str], x: str = "step") -> Figure:
 
 
 def save_figure(figure: Figure, path: str) -> None:
-    """Writes `figure` to `path` atomically (a reader never sees half a picture).
-
-    Args:
-      figure: a matplotlib Figure.
-      path: where; the format comes from the file's extension (PNG if none).
-    """
+    """Writes `figure` to `path` atomically, in the format of its extension (PNG if none)."""
     file_format = os.path.splitext(path)[1][1:].lower() or "png"
     files.write_atomically(path, lambda temp: figure.savefig(temp, format=file_format, dpi=DPI))
 
 
 def _import_matplotlib() -> None:
-    """Selects the Agg backend (files, no display).
-
-    Raises:
-      ConfigError: when matplotlib is not installed.
-    """
+    """Selects matplotlib's Agg backend (files, no display); ConfigError without matplotlib."""
     try:
         import matplotlib
     except ImportError:
@@ -310,7 +230,6 @@ def _import_matplotlib() -> None:
 
 
 def _summary(curves: RunCurves) -> str:
-    """What a run's curves hold, for the log."""
     steps = curves.train["loss"].steps
     parts = [f"{len(steps)} training records" + (f" to step {steps[-1]}" if steps else "")]
     for split, series in sorted(curves.top1.items()):
@@ -327,7 +246,6 @@ def _define_flags() -> None:
 
 
 def main(argv: list[str]) -> None:
-    """Draws the curves of the runs named on the command line."""
     run_dirs = argv[1:]
     if not run_dirs:
         raise ConfigError(
