@@ -26,8 +26,12 @@ def test_cifar_recipe_to_csv_and_png(tmp_path):
 
 
 def test_script_schedule_and_unknown_size(tmp_path):
+    script = tmp_path / "step_decay.py"  # PyTorch's ImageNet example: /10 every 30 epochs.
+    script.write_text(
+        "def lr(step, steps_per_epoch):\n    return 0.1 * 0.1 ** (step // (30 * steps_per_epoch))\n"
+    )
     result = lr_schedule(
-        "--lr_schedule=scripts/schedules/step_decay.py:step_decay",
+        f"--lr_schedule={script}:lr",
         "--dataset=cifar10",
         "--epochs=90",
         "--batch_size=500",

@@ -1,5 +1,5 @@
-"""Tests for the learning-rate schedules (`common/lr_curves.py`, `config/schedule_kinds.py`,
-`engine/schedules.py`): learning rates against hand-computed values.
+"""Tests for the learning-rate schedules (`config/schedule_kinds.py`, `engine/schedules.py`):
+learning rates against hand-computed values.
 
 Every expected number is written out by hand or from a closed form computed
 here independently (e.g. `math.sqrt(2) / 2` for cos(pi / 4)), never from the
@@ -15,12 +15,8 @@ import sys
 
 import pytest
 
-from resnet_app.common import lr_curves
 from resnet_app.common.errors import ConfigError
 from resnet_app.engine import schedules
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
-EXAMPLES = REPO / "scripts" / "schedules"
 
 
 def approx(value: float):
@@ -98,11 +94,11 @@ def test_imagenet_recipe_goyal_2017():
     assert schedule(0, 1251) == approx(6.394884092725819e-05)
 
 
-# --- The factories ---------------------------------------------------------------------
+# --- The kinds' curves -----------------------------------------------------------------
 
 
 def test_constant():
-    schedule = lr_curves.constant(0.25)
+    schedule = create({"name": "constant"}, base_lr=0.25)
     assert schedule(0, 10) == 0.25
     assert schedule(10**9, 10) == 0.25
     assert type(schedule(3, 10)) is float
@@ -112,18 +108,21 @@ def test_constant():
     "step, expected", [(0, 1.0), (9, 1.0), (10, 0.5), (19, 0.5), (20, 0.25), (10**6, 0.25)]
 )
 def test_piecewise_values_in_steps(step, expected):
-    schedule = lr_curves.piecewise([10, 20], values=[1.0, 0.5, 0.25])
+    schedule = create({"name": "piecewise", "boundaries": [10, 20], "values": [1.0, 0.5, 0.25]})
     assert schedule(step, 7) == expected
 
 
 def test_piecewise_multipliers_of_base():
-    schedule = lr_curves.piecewise([10], multipliers=[1, 0.1], base=0.5)
+    schedule = create({"name": "piecewise", "boundaries": [10], "multipliers": [1, 0.1]}, 0.5)
     assert schedule(9, 7) == approx(0.5)
     assert schedule(10, 7) == approx(0.05)
 
 
+EPOCHS = {"name": "piecewise", "unit": "epochs"}
+
+
 def test_piecewise_epochs_use_steps_per_epoch_at_call_time():
-    schedule = lr_curves.piecewise([2, 3.5], values=[3.0, 2.0, 1.0], unit="epochs")
+    schedule = create(dict(EPOCHS, boundaries=[2, 3.5], values=[3.0, 2.0, 1.0]))
     # 10 steps per epoch: boundaries at steps 20 and 35.
     assert [schedule(step, 10) for step in (19, 20, 34, 35)] == [3.0, 2.0, 2.0, 1.0]
     # 100 steps per epoch: boundaries at steps 200 and 350.
@@ -132,22 +131,22 @@ def test_piecewise_epochs_use_steps_per_epoch_at_call_time():
 
 def test_piecewise_fractional_epoch_boundary_is_rounded():
     # 1/3 epoch of 10 steps is 3.33 steps: rounded, step 3.
-    schedule = lr_curves.piecewise([1 / 3], values=[1.0, 0.5], unit="epochs")
+    schedule = create(dict(EPOCHS, boundaries=[1 / 3], values=[1.0, 0.5]))
     assert schedule(2, 10) == 1.0
     assert schedule(3, 10) == 0.5
     # 0.26 epoch of 10 steps is 2.6 steps: rounded, step 3 (truncating would give 2).
-    schedule = lr_curves.piecewise([0.26], values=[1.0, 0.5], unit="epochs")
+    schedule = create(dict(EPOCHS, boundaries=[0.26], values=[1.0, 0.5]))
     assert schedule(2, 10) == 1.0
     assert schedule(3, 10) == 0.5
 
 
 def test_warmup_ramps_linearly_to_the_target():
-    schedule = lr_curves.warmup(lr_curves.constant(1.0), steps=4)
+    schedule = create({"warmup_steps": 4}, 1.0)
     assert [schedule(step, 100) for step in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
 
 
 def test_warmup_from_a_start_value():
-    schedule = lr_curves.warmup(lr_curves.constant(1.0), steps=4, start=0.2)
+    schedule = create({"warmup_steps": 4, "warmup_start": 0.2}, 1.0)
     # 0.2 + 0.8 * (step + 1) / 4
     expected = [0.4, 0.6, 0.8, 1.0, 1.0]
     assert [schedule(step, 100) for step in range(5)] == pytest.approx(expected)
@@ -155,28 +154,28 @@ def test_warmup_from_a_start_value():
 
 def test_warmup_in_epochs():
     # Half an epoch of 8 steps: 4 warmup steps.
-    schedule = lr_curves.warmup(lr_curves.constant(2.0), epochs=0.5)
+    schedule = create({"warmup_epochs": 0.5}, 2.0)
     assert [schedule(step, 8) for step in range(5)] == [0.5, 1.0, 1.5, 2.0, 2.0]
 
 
 def test_warmup_epochs_round_to_whole_steps():
     # 0.3 epoch of 9 steps is 2.7 steps: rounded, 3 (truncating would give 2).
-    schedule = lr_curves.warmup(lr_curves.constant(3.0), epochs=0.3)
+    schedule = create({"warmup_epochs": 0.3}, 3.0)
     assert [schedule(step, 9) for step in range(4)] == [1.0, 2.0, 3.0, 3.0]
     # 0.01 epoch of 10 steps rounds to 0 steps: a warmup lasts at least 1 step.
-    schedule = lr_curves.warmup(lr_curves.constant(3.0), epochs=0.01)
+    schedule = create({"warmup_epochs": 0.01}, 3.0)
     assert schedule(0, 10) == 3.0
 
 
 def test_warmup_targets_the_value_at_the_end_of_the_warmup():
     # The wrapped schedule is 1.0 before step 4 and 3.0 from step 4 on, where
     # the 4-step warmup ends: the ramp climbs to 3.0, not to 1.0.
-    schedule = lr_curves.warmup(lr_curves.piecewise([4], values=[1.0, 3.0]), steps=4)
+    schedule = create({"name": "piecewise", "boundaries": [4], "values": [1, 3], "warmup_steps": 4})
     assert [schedule(step, 100) for step in range(6)] == [0.75, 1.5, 2.25, 3.0, 3.0, 3.0]
 
 
 def test_cosine_against_closed_form():
-    schedule = lr_curves.cosine(0.1, total_steps=100, final=0.001)
+    schedule = create({"name": "cosine", "total_steps": 100, "final": 0.001}, 0.1)
     for step in (0, 1, 17, 50, 99, 100):
         expected = 0.001 + 0.5 * (0.1 - 0.001) * (1 + math.cos(math.pi * step / 100))
         assert schedule(step, 10) == approx(expected), step
@@ -202,12 +201,12 @@ def test_linear_after_a_warmup_is_pages_one_cycle_triangle():
         epoch = (step + 1) / steps_per_epoch if step < 500 else step / steps_per_epoch
         expected = np.interp(epoch, [0, 5, 24], [0, 0.4, 0])
         assert schedule(step, steps_per_epoch) == pytest.approx(expected, abs=1e-12), step
-    plain = lr_curves.linear(0.1, total_steps=10, final=0.02)
+    plain = create({"name": "linear", "final": 0.02}, 0.1, total_steps=10)
     assert [plain(s, 5) for s in (0, 5, 10, 20)] == approx([0.1, 0.06, 0.02, 0.02])
 
 
 def test_cosine_in_epochs():
-    schedule = lr_curves.cosine(0.1, total_epochs=2)
+    schedule = create({"name": "cosine", "total_epochs": 2}, 0.1)
     # 2 epochs of 50 steps: the middle is step 50, the end step 100.
     assert schedule(50, 50) == approx(0.05)
     assert schedule(100, 50) == approx(0.0)
@@ -225,33 +224,30 @@ def test_cosine_in_epochs():
     ],
 )
 def test_exponential_smooth_and_staircase(step, smooth, staircase):
-    assert lr_curves.exponential(1.0, decay_rate=0.5, decay_steps=10)(step, 3) == approx(smooth)
-    assert lr_curves.exponential(1.0, decay_rate=0.5, decay_steps=10, staircase=True)(
-        step, 3
-    ) == approx(staircase)
+    assert create(HALVING, 1.0)(step, 3) == approx(smooth)
+    assert create(dict(HALVING, staircase=True), 1.0)(step, 3) == approx(staircase)
     # 2 epochs of 5 steps: the same period of 10 steps.
-    assert lr_curves.exponential(2.0, decay_rate=0.5, decay_epochs=2)(step, 5) == approx(2 * smooth)
+    by_epochs = {"name": "exponential", "decay_rate": 0.5, "decay_epochs": 2}
+    assert create(by_epochs, 2.0)(step, 5) == approx(2 * smooth)
 
 
-def test_scaled():
-    assert lr_curves.scaled(lr_curves.constant(0.1), 4)(0, 1) == approx(0.4)
+HALVING = {"name": "exponential", "decay_rate": 0.5, "decay_steps": 10}
 
 
 def test_linear_scaling():
-    assert lr_curves.linear_scaling(0.1, 1024) == approx(0.4)
-    assert lr_curves.linear_scaling(0.1, 128) == approx(0.05)
-    assert lr_curves.linear_scaling(0.1, 1024, reference=512) == approx(0.2)
+    # Goyal et al.: the rate grows with the batch, base_lr * global batch / reference.
+    assert create({"batch_scaling": 64}, 0.1, global_batch_size=256)(0, 1) == approx(0.4)
+    assert create({"batch_scaling": 256}, 0.1, global_batch_size=1024)(0, 1) == approx(0.4)
+    assert create({"batch_scaling": 256}, 0.1, global_batch_size=128)(0, 1) == approx(0.05)
+    assert create({"batch_scaling": 512}, 0.1, global_batch_size=1024)(0, 1) == approx(0.2)
 
 
 def test_numpy_like_steps_give_python_floats():
     class Step(int):
         """An int subclass standing in for a numpy integer."""
 
-    for schedule in (
-        lr_curves.warmup(lr_curves.constant(1.0), steps=4),
-        lr_curves.exponential(1.0, decay_rate=0.5, decay_steps=10),
-        lr_curves.cosine(1.0, total_steps=10),
-    ):
+    for spec in ({"warmup_steps": 4}, HALVING, {"name": "cosine", "total_steps": 10}):
+        schedule = create(spec, 1.0)
         assert type(schedule(Step(2), 5)) is float
 
 
@@ -476,57 +472,6 @@ def test_create_schedule_rejects_arguments(arguments, message):
         create({"name": "constant"}, **arguments)
 
 
-@pytest.mark.parametrize(
-    "build, message",
-    [
-        (lambda: lr_curves.piecewise([10], multipliers=[1, 0.1]), "a base with multipliers"),
-        (lambda: lr_curves.piecewise([10], values=[1, 0.1], base=0.1), "and none with values"),
-        (
-            lambda: lr_curves.piecewise([10], values=[1, 0.1], multipliers=[1, 0.1], base=0.1),
-            "give exactly one of values and multipliers",
-        ),
-        (lambda: lr_curves.piecewise([10], values=[1.0]), "one rate more than its 1 boundaries"),
-        (
-            lambda: lr_curves.piecewise([10], values=[1.0, 0.1], unit="iterations"),
-            "piecewise unit must be one of steps, epochs, fraction, got 'iterations'",
-        ),
-        (
-            lambda: lr_curves.piecewise([1 / 3, 0.26], values=[3.0, 2.0, 1.0], unit="epochs"),
-            "strictly increasing",
-        ),
-        (lambda: lr_curves.warmup(lr_curves.constant(1.0)), "exactly one of steps and epochs"),
-        (
-            lambda: lr_curves.warmup(lr_curves.constant(1.0), steps=2, epochs=1.0),
-            "exactly one of steps and epochs",
-        ),
-        (lambda: lr_curves.cosine(0.1), "exactly one of total_steps and total_epochs"),
-        (
-            lambda: lr_curves.exponential(0.1, decay_rate=0.5),
-            "exactly one of decay_steps and decay_epochs",
-        ),
-        (
-            lambda: lr_curves.linear(0.1, total_steps=10, begin_steps=1, begin_epochs=1.0),
-            "at most one of begin_steps and begin_epochs",
-        ),
-    ],
-)
-def test_curves_refuse_what_they_would_get_silently_wrong(build, message):
-    # A Python caller's mistake (a ValueError), not a config's: the config's own
-    # kinds never call a curve so (test_create_schedule_rejects has their messages).
-    with pytest.raises(ValueError, match=re.escape(message)) as raised:
-        build()
-    assert not isinstance(raised.value, ConfigError)
-
-
-def test_curves_leave_ranges_to_the_config_and_check_schedule():
-    # Ranges are checked once, by the config's dataclasses; a curve computes what
-    # it is given, and check_schedule refuses a negative rate before training.
-    schedule = lr_curves.scaled(lr_curves.constant(0.1), -2)
-    assert schedule(0, 1) == approx(-0.2)
-    with pytest.raises(ConfigError, match=re.escape("returned -0.2 at step 0")):
-        schedules.check_schedule(schedule, 10, 100)
-
-
 # --- A new kind: its dataclass and its registration, nothing else ----------------------
 
 
@@ -535,8 +480,10 @@ def test_a_new_kind_takes_its_dataclass_and_registration_only(monkeypatch):
     `kind=`) is read, checked, built and documented from a config, with no other edit."""
     import dataclasses
 
-    from resnet_app.common.fields import check_positive_int
+    from resnet_app import config
+    from resnet_app.common.fields import AT_LEAST_1, setting
     from resnet_app.config import reference, schedule_kinds
+    from resnet_app.engine.plan import plan_run
 
     # A copy of the registry, restored after the test: no other test sees the toy kind.
     family = schedule_kinds.ScheduleSection
@@ -550,17 +497,10 @@ def test_a_new_kind_takes_its_dataclass_and_registration_only(monkeypatch):
           half_life: the step the rate halves at.
         """
 
-        half_life: int
+        half_life: int = setting(rule=AT_LEAST_1)
 
-        def check_kind(self) -> None:
-            what = schedule_kinds.key("half_life")
-            self._set("half_life", check_positive_int(what, self.half_life))
-
-        def build(self, base_lr, total_steps):
-            def inverse_time(step, steps_per_epoch):
-                return base_lr / (1 + step / self.half_life)
-
-            return inverse_time
+        def rate(self, step, steps_per_epoch, base_lr, total_steps):
+            return base_lr / (1 + step / self.half_life)
 
     with pytest.raises(ConfigError, match=re.escape("schedule inverse_time needs key 'half_life'")):
         create({"name": "inverse_time"})
@@ -581,6 +521,8 @@ def test_a_new_kind_takes_its_dataclass_and_registration_only(monkeypatch):
     assert schedules.check_schedule(schedule, 7, 1000)[999] == approx(0.2 / 10.99)
 
     assert "inverse_time" in str(pytest.raises(ConfigError, create, {"name": "nope"}).value)
+    resolved = config.resolve(sets=["schedule.name=inverse_time", "schedule.half_life=100"])
+    assert plan_run(resolved, 50_000).schedule(100, 390) == approx(0.05)  # The default 0.1.
     documented = reference.markdown()  # docs/config.md's text, from the registry.
     assert "### `name: inverse_time`" in documented and "| `schedule.half_life` |" in documented
 
@@ -605,9 +547,7 @@ def test_load_script_good_function(tmp_path):
     assert not any(name.startswith("_lr_schedule_") for name in sys.modules)
 
 
-@pytest.mark.parametrize(
-    "spec", ["scripts/schedules/one_cycle.py", "one_cycle.py:", ":one_cycle", 3]
-)
+@pytest.mark.parametrize("spec", ["my_schedule.py", "one_cycle.py:", ":one_cycle", 3])
 def test_load_script_needs_a_colon(spec):
     with pytest.raises(ConfigError, match=re.escape("needs PATH.py:FUNCTION")):
         schedules.load_script(spec)
@@ -705,7 +645,10 @@ def test_check_schedule_on_a_plain_callable():
     with pytest.raises(ConfigError, match="raised at step 1: ZeroDivisionError"):
         schedules.check_schedule(lambda step, steps_per_epoch: 1 / (1 - step), 10, 100)
     with pytest.raises(ConfigError, match="steps_per_epoch must be a whole number >= 1"):
-        schedules.check_schedule(lr_curves.constant(0.1), 0, 100)
+        schedules.check_schedule(lambda step, steps_per_epoch: 0.1, 0, 100)
+    # Ranges are checked once, by the config; a curve computes what it is given.
+    with pytest.raises(ConfigError, match=re.escape("returned -0.2 at step 0")):
+        schedules.check_schedule(lambda step, steps_per_epoch: -0.2, 10, 100)
 
 
 def test_check_schedule_tries_the_first_and_last_steps():
@@ -721,32 +664,6 @@ def test_check_schedule_tries_the_first_and_last_steps():
     assert set(rates.values()) == {0.1}
 
 
-def test_example_one_cycle():
-    schedule = schedules.load_script(f"{EXAMPLES / 'one_cycle.py'}:one_cycle")
-    # 100 steps per epoch; corners (epoch, lr): (0, 0.04), (15, 0.4), (30, 0.04), (35, 0.0004).
-    expected = {
-        0: 0.04,
-        750: 0.22,  # epoch 7.5: halfway up.
-        1500: 0.4,  # epoch 15: the peak.
-        2250: 0.22,  # epoch 22.5: halfway down.
-        3000: 0.04,
-        3250: 0.0202,  # epoch 32.5: halfway through the annealing.
-        3500: 0.0004,
-        5000: 0.0004,
-    }
-    for step, lr in expected.items():
-        assert schedule(step, 100) == approx(lr), step
-    schedules.check_schedule(schedule, steps_per_epoch=100, total_steps=3500)
-
-
-def test_example_step_decay():
-    schedule = schedules.load_script(f"{EXAMPLES / 'step_decay.py'}:step_decay")
-    expected = {0: 0.1, 2999: 0.1, 3000: 0.01, 5999: 0.01, 6000: 0.001, 8999: 0.001}
-    for step, lr in expected.items():
-        assert schedule(step, 100) == approx(lr), step
-    schedules.check_schedule(schedule, steps_per_epoch=100, total_steps=9000)
-
-
 @pytest.mark.parametrize(
     "content",
     [
@@ -758,7 +675,7 @@ def test_example_step_decay():
 def test_an_lr_override_in_any_common_encoding_applies(tmp_path, content):
     from resnet_app.engine.learning_rate import LearningRate
 
-    rate = LearningRate(lr_curves.constant(0.1), steps_per_epoch=10)
+    rate = LearningRate(lambda step, steps_per_epoch: 0.1, steps_per_epoch=10)
     (tmp_path / "lr_override").write_bytes(content)
     assert rate.apply_override(str(tmp_path)) == "multiplier 0.5 (now x0.5)"
     assert rate.rates(0, 2) == pytest.approx([0.05, 0.05])
@@ -768,7 +685,7 @@ def test_an_lr_override_in_any_common_encoding_applies(tmp_path, content):
 def test_an_unreadable_lr_override_is_one_error_line_and_training_goes_on(tmp_path, caplog):
     from resnet_app.engine.learning_rate import LearningRate
 
-    rate = LearningRate(lr_curves.constant(0.1), steps_per_epoch=10)
+    rate = LearningRate(lambda step, steps_per_epoch: 0.1, steps_per_epoch=10)
     (tmp_path / "lr_override").write_bytes(b"\xfd\xfc not text")  # Neither UTF-8 nor a BOM.
     assert rate.apply_override(str(tmp_path)) is None
     (error,) = [r.getMessage() for r in caplog.records if "lr_override" in r.getMessage()]
@@ -791,7 +708,7 @@ def test_an_lr_override_that_cannot_be_consumed_is_not_applied_again_and_again(
     def refused(source, destination):
         raise PermissionError(13, "Permission denied", destination)
 
-    rate = LearningRate(lr_curves.constant(0.1), steps_per_epoch=10)
+    rate = LearningRate(lambda step, steps_per_epoch: 0.1, steps_per_epoch=10)
     (tmp_path / "lr_override").write_text("x0.5")
     monkeypatch.setattr(os, "replace", refused)
     for _ in range(3):

@@ -1,93 +1,48 @@
-"""The `schedule:` section: one kind per learning-rate schedule, with its keys, checks and curve.
+"""The `schedule:` section: one dataclass per learning-rate schedule, whose `build` is its curve.
 
-Each kind is one dataclass: its fields are its keys and defaults (the
-"Attributes:" of its docstring are their help in docs/config.md), its
-`check_kind` the one place its values are checked, and its `build` the curve
-of `common/lr_curves.py` it describes. `class Name(RateSchedule, kind="name")`
-registers it: `schedule.name: name` then reads, checks and builds it, with no
-other edit. All of this is pure Python, so a bad key is answered before
-TensorFlow loads.
+A kind's fields are its keys, checked once when the section is read (their help,
+in the docstring's "Attributes:", is docs/config.md); its `rate` is the learning
+rate at a step, in pure Python. `class Name(RateSchedule, kind="name")` registers
+a kind; nothing else needs an edit.
 
-A key set to null counts as absent. Every kind but `script` is a
-`RateSchedule`: it also takes `batch_scaling` and a linear warmup, which
-`engine/schedules.create_schedule` applies around what `build` returns; a
-`script` (a user's code, which the engine loads) returns the learning rate as
-is.
+Epochs become steps as `max(1, round(epochs * steps_per_epoch))`. A boundary's
+rate applies from its step on. A warmup of W steps ends on its target, the rate
+at step W, and never trains at its start (Goyal et al. 2017).
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from resnet_app.common import lr_curves
+from resnet_app.common import fields
 from resnet_app.common.errors import ConfigError
-from resnet_app.common.fields import (
-    AT_LEAST_0,
-    AT_LEAST_1,
-    FLAG,
-    MORE_THAN_0,
-    Rule,
-    check_declared,
-    check_number,
-    is_number,
-    is_whole,
-    setting,
-)
-from resnet_app.common.lr_curves import UNITS, Schedule
+from resnet_app.common.fields import AT_LEAST_0, AT_LEAST_1, FLAG, MORE_THAN_0, Rule, setting
 from resnet_app.config.oneof import OneOfSection, alternative, check_alternatives
 
+Schedule = Callable[[int, int], float]
+"""`schedule(step, steps_per_epoch) -> learning rate`, `step` counting updates from 0."""
+
 REFERENCE_BATCH = Rule(
-    lambda x: is_whole(x) and x >= 1,
+    AT_LEAST_1.test,
     "the batch size the learning rates are meant for, such as 256 (or null for none)",
     int,
 )
+UNIT = Rule(
+    lambda x: x in ("steps", "epochs", "fraction"), "steps, epochs or fraction (of the run)"
+)
 
 
-UNIT = Rule(lambda x: x in UNITS, "steps, epochs or fraction (of the run)")
+def to_steps(epochs: float, steps_per_epoch: int) -> int:
+    """The steps of a (possibly fractional) number of epochs, at least 1."""
+    return max(1, round(epochs * steps_per_epoch))
 
 
-def key(name: str) -> str:
-    """How messages name a schedule key: "schedule key 'final'"."""
-    return f"schedule key '{name}'"
-
-
-def check_boundaries(boundaries: Any, unit: Any) -> list[float]:
-    """Checks a piecewise schedule's boundaries in its (checked) unit; returns them as floats."""
-    if not isinstance(boundaries, Sequence) or isinstance(boundaries, str):
-        raise ConfigError(
-            f"schedule key 'boundaries' needs a list of {unit}, e.g. [30, 60, 80]; "
-            f"got {boundaries!r}"
-        )
-    bounds = [check_number(key("boundaries"), boundary) for boundary in boundaries]
-    if unit == "fraction" and not all(0 < bound < 1 for bound in bounds):
-        raise ConfigError(
-            "schedule key 'boundaries' in fractions of the run must lie strictly between 0 "
-            f"and 1, e.g. [0.5, 0.75]; got {list(boundaries)}"
-        )
-    if any(current <= previous for previous, current in zip(bounds, bounds[1:])):
-        raise ConfigError(
-            f"schedule key 'boundaries' must be strictly increasing, got {list(boundaries)}"
-        )
-    return bounds
-
-
-def check_rates(name: str, rates: Any, length: int) -> list[float]:
-    """Checks a piecewise schedule's `values` or `multipliers`; returns them as floats."""
-    if not isinstance(rates, Sequence) or isinstance(rates, str):
-        raise ConfigError(f"schedule key '{name}' needs a list of numbers, got {rates!r}")
-    if len(rates) != length:
-        raise ConfigError(
-            f"schedule key '{name}' needs {length} entries (one more than 'boundaries'), "
-            f"got {len(rates)}: {list(rates)}"
-        )
-    for rate in rates:
-        if not is_number(rate) or rate < 0:
-            raise ConfigError(
-                f"schedule key '{name}' needs numbers >= 0, got {rate!r} in {list(rates)}"
-            )
-    return [float(rate) for rate in rates]
+def is_list(value: Any) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, str)
 
 
 class ScheduleSection(OneOfSection):
@@ -101,34 +56,25 @@ class ScheduleSection(OneOfSection):
     NULL_IS_ABSENT = True
 
     def __post_init__(self):
-        check_declared(self, "schedule key '{}'")
+        fields.check_declared(self, "schedule key '{}'")
         check_alternatives(self, "schedule.{}")
         self.check()
 
     def check(self) -> None:
-        """The checks its fields' declarations do not make: how they relate."""
+        """The checks the fields' declared rules do not make: how they relate."""
 
     def warmup_length(self, steps_per_epoch: int) -> int:
         """The steps of the linear warmup the schedule starts with (0: none)."""
         return 0
 
     def describe(self, rate: Callable[[int], str], start: int, total: int, per_epoch: int) -> str:
-        """The rate over a run of `total` steps, for the start line.
-
-        Args:
-          rate: step -> the rate there, formatted.
-          start: the first step after the warmup.
-          total: the run's steps.
-          per_epoch: steps per epoch.
-        """
+        """The rate over a run of `total` steps, for the start line; `rate(step)` formats
+        the rate at a step, `start` is the first step after the warmup."""
         return f"{self.kind} from {rate(start)} to {rate(total - 1)}"
 
     def warnings(self, per_epoch: int, total: int) -> list[str]:
         """What in the section never applies in a run of `total` steps."""
         return []
-
-    def _set(self, name: str, value: Any) -> None:
-        object.__setattr__(self, name, value)
 
     @classmethod
     def valid_keys(cls) -> str:
@@ -170,24 +116,26 @@ class RateSchedule(ScheduleSection):
     warmup_start: float = setting(0.0, AT_LEAST_0)
 
     def check(self) -> None:
-        self.check_kind()
-        if self.warmup_start and not self.has_warmup:
+        if self.warmup_start and self.warmup_steps is None and self.warmup_epochs is None:
             raise ConfigError("schedule key 'warmup_start' needs warmup_steps or warmup_epochs")
 
-    def check_kind(self) -> None:
-        """The checks of the kind's own keys."""
+    def rate(self, step: int, steps_per_epoch: int, base_lr: float, total_steps: int) -> float:
+        """The kind's learning rate at `step` of a `total_steps` run, before scaling and warmup."""
+        raise NotImplementedError(f"schedule {self.KIND} has no rate()")
 
-    def build(self, base_lr: float, total_steps: int) -> Schedule:
-        """The kind's curve, before `batch_scaling` and the warmup (`create_schedule`'s).
+    def build(self, base_lr: float, global_batch_size: int, total_steps: int) -> Schedule:
+        """The schedule: `rate` times global_batch_size / batch_scaling, after the warmup."""
+        scale = 1.0 if self.batch_scaling is None else 1.0 * global_batch_size / self.batch_scaling
+        start = self.warmup_start
 
-        Args:
-          base_lr: the optimizer's learning rate, a float >= 0.
-          total_steps: the run's length in steps, >= 1.
+        def schedule(step: int, steps_per_epoch: int) -> float:
+            warmup = self.warmup_length(steps_per_epoch)
+            at = max(step, warmup)  # The ramp's target is the rate where it ends.
+            rate = scale * float(self.rate(at, steps_per_epoch, base_lr, total_steps))
+            return rate if step >= warmup else float(start + (rate - start) * (step + 1) / warmup)
 
-        Returns:
-          `schedule(step, steps_per_epoch) -> learning rate`.
-        """
-        raise NotImplementedError(f"schedule {self.KIND} has no build()")
+        schedule.__name__ = f"{self.KIND}_schedule"  # What check_schedule's messages name.
+        return schedule
 
     def field_values(self) -> dict[str, Any]:
         """Every field, the kind's own first, then the keys every schedule has."""
@@ -196,23 +144,18 @@ class RateSchedule(ScheduleSection):
         own = {name: value for name, value in values.items() if name not in shared}
         return {**own, **{name: values[name] for name in shared}}
 
-    @property
-    def has_warmup(self) -> bool:
-        """Whether the schedule starts with a linear warmup."""
-        return self.warmup_steps is not None or self.warmup_epochs is not None
-
     def warmup_length(self, steps_per_epoch: int) -> int:
-        if not self.has_warmup:
-            return 0
-        return self.warmup_steps or round(self.warmup_epochs * steps_per_epoch)
+        if self.warmup_epochs is not None:
+            return to_steps(self.warmup_epochs, steps_per_epoch)
+        return self.warmup_steps or 0
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
 class Constant(RateSchedule, kind="constant"):
     """The optimizer's learning rate at every step."""
 
-    def build(self, base_lr: float, total_steps: int) -> Schedule:
-        return lr_curves.constant(base_lr)
+    def rate(self, step: int, steps_per_epoch: int, base_lr: float, total_steps: int) -> float:
+        return base_lr
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
@@ -236,24 +179,57 @@ class Piecewise(RateSchedule, kind="piecewise"):
     multipliers: tuple[float, ...] | None = alternative("values", required=True)
     total_steps: int | None = setting(None, AT_LEAST_1)
 
-    def check_kind(self) -> None:
-        length = len(check_boundaries(self.boundaries, self.unit)) + 1
-        self._set("boundaries", tuple(self.boundaries))
+    def check(self) -> None:
+        what, bounds = "schedule key 'boundaries'", self.boundaries
+        if not is_list(bounds):
+            raise ConfigError(
+                f"{what} needs a list of {self.unit}, e.g. [30, 60, 80]; got {bounds!r}"
+            )
+        numbers = [AT_LEAST_0.check(what, bound) for bound in bounds]
+        if self.unit == "fraction" and not all(0 < number < 1 for number in numbers):
+            raise ConfigError(
+                f"{what} in fractions of the run must lie strictly between 0 and 1, "
+                f"e.g. [0.5, 0.75]; got {list(bounds)}"
+            )
+        if any(current <= previous for previous, current in zip(numbers, numbers[1:])):
+            raise ConfigError(f"{what} must be strictly increasing, got {list(bounds)}")
+        object.__setattr__(self, "boundaries", tuple(bounds))
         if self.total_steps is not None and self.unit != "fraction":
             raise ConfigError(
                 "schedule key 'total_steps' is for boundaries in fractions "
                 f"(schedule.unit=fraction), not in {self.unit}"
             )
         for name in ("values", "multipliers"):
-            if getattr(self, name) is not None:
-                self._set(name, tuple(check_rates(name, getattr(self, name), length)))
+            rates, what = getattr(self, name), f"schedule key '{name}'"
+            if rates is None:
+                continue
+            if not is_list(rates):
+                raise ConfigError(f"{what} needs a list of numbers, got {rates!r}")
+            if len(rates) != len(bounds) + 1:
+                raise ConfigError(
+                    f"{what} needs {len(bounds) + 1} entries (one more than 'boundaries'), "
+                    f"got {len(rates)}: {list(rates)}"
+                )
+            for rate in rates:
+                if not AT_LEAST_0.test(rate):
+                    raise ConfigError(f"{what} needs numbers >= 0, got {rate!r} in {list(rates)}")
+            object.__setattr__(self, name, tuple(float(rate) for rate in rates))
+        super().check()
+
+    def _steps(self, per_epoch: int, total: int) -> list[float]:
+        """Where the boundaries fall; in steps as written (a boundary may be fractional)."""
+        if self.unit == "steps":
+            return [float(boundary) for boundary in self.boundaries]
+        scale = per_epoch if self.unit == "epochs" else self.total_steps or total
+        return [round(float(boundary) * scale) for boundary in self.boundaries]
 
     def boundary_steps(self, per_epoch: int, total: int) -> list[int]:
         """The steps the boundaries fall at in a run of `total` steps."""
-        of = self.total_steps or total
-        return [
-            round(s) for s in lr_curves.boundary_steps(self.boundaries, self.unit, per_epoch, of)
-        ]
+        return [round(step) for step in self._steps(per_epoch, total)]
+
+    def rate(self, step: int, steps_per_epoch: int, base_lr: float, total_steps: int) -> float:
+        rates = self.values or [base_lr * multiplier for multiplier in self.multipliers]
+        return rates[bisect.bisect_right(self._steps(steps_per_epoch, total_steps), step)]
 
     def describe(self, rate: Callable[[int], str], start: int, total: int, per_epoch: int) -> str:
         changes = [
@@ -274,16 +250,6 @@ class Piecewise(RateSchedule, kind="piecewise"):
             "give them as fractions of the run (schedule.unit=fraction)"
         ]
 
-    def build(self, base_lr: float, total_steps: int) -> Schedule:
-        return lr_curves.piecewise(
-            self.boundaries,
-            values=self.values,
-            multipliers=self.multipliers,
-            base=base_lr if self.multipliers is not None else None,
-            unit=self.unit,
-            total_steps=self.total_steps or total_steps,
-        )
-
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
 class Cosine(RateSchedule, kind="cosine"):
@@ -299,11 +265,12 @@ class Cosine(RateSchedule, kind="cosine"):
     total_steps: int | None = alternative("total_epochs", rule=AT_LEAST_1)
     total_epochs: float | None = alternative("total_steps", rule=MORE_THAN_0)
 
-    def build(self, base_lr: float, total_steps: int) -> Schedule:
-        if self.total_epochs is not None:
-            return lr_curves.cosine(base_lr, total_epochs=self.total_epochs, final=self.final)
+    def rate(self, step: int, steps_per_epoch: int, base_lr: float, total_steps: int) -> float:
         length = self.total_steps or total_steps
-        return lr_curves.cosine(base_lr, total_steps=length, final=self.final)
+        if self.total_epochs is not None:
+            length = to_steps(self.total_epochs, steps_per_epoch)
+        progress = min(step, length) / length
+        return self.final + 0.5 * (base_lr - self.final) * (1.0 + math.cos(math.pi * progress))
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
@@ -320,14 +287,10 @@ class Linear(RateSchedule, kind="linear"):
 
     final: float = setting(0.0, AT_LEAST_0)
 
-    def build(self, base_lr: float, total_steps: int) -> Schedule:
-        return lr_curves.linear(
-            base_lr,
-            total_steps=total_steps,
-            final=self.final,
-            begin_steps=self.warmup_steps,
-            begin_epochs=self.warmup_epochs,
-        )
+    def rate(self, step: int, steps_per_epoch: int, base_lr: float, total_steps: int) -> float:
+        begin = self.warmup_length(steps_per_epoch)
+        length = max(1, total_steps - begin)
+        return base_lr + (self.final - base_lr) * (min(max(step - begin, 0), length) / length)
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)
@@ -346,14 +309,9 @@ class Exponential(RateSchedule, kind="exponential"):
     decay_epochs: float | None = alternative("decay_steps", required=True, rule=MORE_THAN_0)
     staircase: bool = setting(False, FLAG)
 
-    def build(self, base_lr: float, total_steps: int) -> Schedule:
-        return lr_curves.exponential(
-            base_lr,
-            decay_rate=self.decay_rate,
-            decay_steps=self.decay_steps,
-            decay_epochs=self.decay_epochs,
-            staircase=self.staircase,
-        )
+    def rate(self, step: int, steps_per_epoch: int, base_lr: float, total_steps: int) -> float:
+        period = self.decay_steps or to_steps(self.decay_epochs, steps_per_epoch)
+        return base_lr * self.decay_rate ** (step // period if self.staircase else step / period)
 
 
 @dataclasses.dataclass(frozen=True, eq=False, kw_only=True)

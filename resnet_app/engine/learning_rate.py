@@ -1,16 +1,12 @@
 """The learning rate a run feeds its optimizer: the schedule, plus live control.
 
-The loop (`controller.py`) asks `LearningRate.rates(start, stop)` for the
-rate of every step of the next compiled call and assigns each to the
-optimizer's learning-rate variable before its step: the TF2 form of feeding a
-placeholder every step.
+The loop asks `rates(start, stop)` for every step of the next compiled call and
+assigns each to the optimizer's learning-rate variable before its step.
 
-Live control, as the TF1 placeholder allowed: write a number (`0.01`) or a
-multiplier (`x0.1`) into `model_dir/lr_override`. The loop reads it at the
-next training record (`actions.LrOverride` calls `apply_override`) and
-renames it `lr_override.applied`. A number fixes the rate, replacing the
-schedule; a multiplier scales whatever is in force (the schedule, or the
-fixed rate), and multipliers compound. The state is two variables, saved in
+Live control: write a rate (`0.01`) or a multiplier (`x0.1`) into
+`model_dir/lr_override`; at the next training record `apply_override` reads it
+and renames it `lr_override.applied`. A rate replaces the schedule; multipliers
+scale whatever is in force, and compound. The state is two variables, saved in
 every checkpoint, so a resumed run keeps it.
 """
 
@@ -25,18 +21,14 @@ from absl import logging
 
 from resnet_app.common import run_dir
 from resnet_app.common.errors import first_line
-from resnet_app.common.lr_curves import Schedule
+from resnet_app.config.schedule_kinds import Schedule
 
 OVERRIDE_FILE = run_dir.LR_OVERRIDE_FILE  # The name callers and tests know it by.
 
 
 class LearningRate:
-    """The schedule and the override state; create it in `strategy.scope()`.
-
-    Args:
-      schedule: f(step, steps_per_epoch) -> learning rate.
-      steps_per_epoch: passed to the schedule.
-    """
+    """The schedule (called with `steps_per_epoch`) and the override state; create it
+    in `strategy.scope()`."""
 
     def __init__(self, schedule: Schedule, steps_per_epoch: int):
         self.schedule = schedule
@@ -62,12 +54,8 @@ class LearningRate:
         return [self.schedule(s, self.steps_per_epoch) * scale for s in range(start, stop)]
 
     def apply_override(self, model_dir: str) -> str | None:
-        """Reads and consumes `model_dir/lr_override`.
-
-        Returns:
-          What was applied, for the log; None when there is no file, or an
-          empty one (perhaps still being written: it is read next time).
-        """
+        """Reads and consumes `model_dir/lr_override`; returns what was applied, for the
+        log, or None (also for an empty file, perhaps still being written: read next time)."""
         path = run_dir.lr_override_path(model_dir)
         if not os.path.exists(path):
             return None

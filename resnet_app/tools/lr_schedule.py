@@ -2,16 +2,12 @@
 
     resnet-app schedule --config=configs/imagenet_resnet50.yaml
     resnet-app schedule --config=configs/cifar10_resnet20.yaml --csv=lr.csv --plot=lr.png
-    resnet-app schedule --lr_schedule=scripts/schedules/one_cycle.py:one_cycle \\
-        --dataset=cifar10 --epochs=35
+    resnet-app schedule --lr_schedule=my_schedule.py:learning_rate --dataset=cifar10
 
-Nothing is trained and no data is read: the epoch length comes from the
-dataset's known size (or --examples_per_epoch). With progressive resizing
-(`data.progressive`) the table has the training image size of each row, and
-the sizes are listed with the steps they start at. The schedule is the same
-function the trainer calls, so what is printed is what a run would use,
-before any live override (model_dir/lr_override). It takes every flag of
-`python -m resnet_app.train`.
+It takes every flag of `python -m resnet_app.train` and prints the function the
+trainer calls (before any live override), without training or reading data: the
+epoch length is the dataset's known size (or --examples_per_epoch). With
+`data.progressive`, each row has its image size.
 """
 
 from __future__ import annotations
