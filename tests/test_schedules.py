@@ -46,14 +46,7 @@ def test_cifar_recipe_he_2015():
         global_batch_size=128,
         total_steps=64000,
     )
-    expected = {
-        0: 0.1,
-        31999: 0.1,
-        32000: 0.01,
-        47999: 0.01,
-        48000: 0.001,
-        63999: 0.001,
-    }
+    expected = {0: 0.1, 31999: 0.1, 32000: 0.01, 47999: 0.01, 48000: 0.001, 63999: 0.001}
     for step, lr in expected.items():
         assert schedule(step, 391) == approx(lr), step
     assert schedules.check_schedule(schedule, 391, 64000)[63999] == approx(0.001)
