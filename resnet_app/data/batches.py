@@ -1,18 +1,12 @@
 """What every example carries, and pixels held in memory read a batch at a time.
 
-The general pipeline (`input_pipeline.py`) maps a function over each example:
-the lookup of its pixels, then its draws (`preprocessing.cifar_augment`).
-Each call costs tens of microseconds of `tf.data` work; for a batch of 256
-Fashion-MNIST images that was 20 ms of CPU against a training step of 130 ms
-on 2 cores, taken from the step itself.
-
-When the pixels are in memory (CIFAR and idx files, `shapes`, arrays of a
-plugin), the CIFAR recipe applies, no resize is needed and nothing is drawn
-per example but the crop and the flip, `training` and `evaluation` instead
-batch the example indices first: one gather reads a batch's pixels, and
-`philox.uniform_rows` draws its crops and flips from each example's own seed.
-The examples, their order, their draws and so the batches are the same, bit
-for bit, as the general pipeline's (`tests/test_batches.py`).
+The general pipeline maps a function over each example (the lookup of its pixels, then its
+draws), which costs tens of microseconds of tf.data work per example, taken from the step.
+When the pixels are in memory, the CIFAR recipe applies, no resize is needed and nothing
+is drawn per example but the crop and the flip, `training` and `evaluation` batch the
+example indices first: one gather reads a batch's pixels, and `philox.uniform_rows` draws
+its crops and flips from each example's own seed. The batches are the general pipeline's,
+bit for bit (`tests/test_batches.py`).
 """
 
 from __future__ import annotations
@@ -20,15 +14,12 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from resnet_app.data import augment_draws, options, preprocessing, sources
+from resnet_app.data import augmentations, options, preprocessing, sources
 
 
 def example(features: dict, label: tf.Tensor, example_id: tf.Tensor) -> dict:
-    """A real (mask 1) example, or a batch of them: image features, label and id.
-
-    A class id becomes int32; a multi-hot row (multi-label data: a label with
-    one dimension more than the id) float32.
-    """
+    """A real (mask 1) example, or a batch of them: image features, label (a class id as
+    int32, a multi-hot row, one dimension more than the id, as float32) and id."""
     multi_hot = label.shape.rank > example_id.shape.rank
     return {
         **features,
@@ -46,7 +37,7 @@ def applies(split: sources.Split | None, config: preprocessing.Preprocessing, re
         and not split.encoded
         and not resize
         and config.family == "cifar"
-        and not augment_draws.draws_per_example(config)
+        and not augmentations.draws_per_example(config)
     )
 
 
@@ -57,19 +48,9 @@ def training(
     config: preprocessing.Preprocessing,
     copies: bool,
 ) -> tf.data.Dataset:
-    """Batches of the examples `indexed` names, with their draws (`cifar_choices`).
-
-    Args:
-      indexed: (augmentation key, example index, copy) of each example, in order.
-      batch_size: examples per batch.
-      lookup: from example indices to (uint8 pixels, labels) at the run's channels.
-      config: the training `Preprocessing`.
-      copies: whether the examples carry their copy (repeated augmentation).
-
-    Returns:
-      What the general pipeline batches before its batch-wise augmentation:
-      "image" (uint8), "choices", ["copy"], "label", "id", "mask".
-    """
+    """Batches of the examples `indexed` names ((augmentation key, index, copy) each), as
+    the general pipeline batches them before its batch-wise augmentation: "image" (uint8
+    pixels from `lookup`), "choices", "copy" (with `copies`), "label", "id", "mask"."""
 
     def read(keys, indices, copy):
         images, labels = lookup(indices)
@@ -90,13 +71,8 @@ def evaluation(
     lookup,
     config: preprocessing.Preprocessing,
 ) -> tf.data.Dataset:
-    """`num_batches` batches of the examples `indices`, normalized, then masked blanks.
-
-    A blank has a zero image, label 0 (a zero row for multi-hot labels), id -1
-    and mask 0, as the general pipeline's padding.
-    """
-    ids = np.full(num_batches * batch_size, -1, np.int64)
-    ids[: len(indices)] = indices
+    """`num_batches` batches of the examples `indices`, normalized, then masked blanks as
+    the general pipeline's: zero image, label 0 (or a zero row), id -1, mask 0."""
 
     def read(batch_ids):
         real = batch_ids >= 0
@@ -110,5 +86,12 @@ def evaluation(
         batch["label"] = tf.where(label_mask, batch["label"], tf.zeros_like(batch["label"]))
         return {**batch, "mask": tf.cast(real, tf.float32)}
 
-    stream = tf.data.Dataset.from_tensor_slices(ids.reshape(num_batches, batch_size))
+    stream = tf.data.Dataset.from_tensor_slices(padded_ids(indices, batch_size, num_batches))
     return stream.map(read, num_parallel_calls=options.parallel_calls())
+
+
+def padded_ids(indices: np.ndarray, batch_size: int, num_batches: int) -> np.ndarray:
+    """int64 [num_batches, batch_size]: `indices`, then -1 (padding)."""
+    ids = np.full(num_batches * batch_size, -1, np.int64)
+    ids[: len(indices)] = indices
+    return ids.reshape(num_batches, batch_size)

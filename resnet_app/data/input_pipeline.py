@@ -1,40 +1,24 @@
 """Input pipelines: `--dataset` to batches of preprocessed images.
 
-`create_pipeline(DataConfig(...))` loads a source (`data/sources.py`) and returns an
-`InputPipeline`, whose `train_dataset` and `eval_dataset` build tf.data
-pipelines. A run's pipeline (training, evaluate and export) comes from
-`run_pipeline.create_run_pipeline`. Every batch is a dict:
-- "image": [batch, size, size, channels] in the configured dtype, normalized
-  (channels: 1 for greyscale data, else 3; `data/channels.py`);
-- "label": int32 [batch];
+`InputPipeline(DataConfig(...))` loads a source (`data/sources/`); its `train_dataset` and
+`eval_dataset` build tf.data pipelines (a run's comes from `run_pipeline`). A batch is a dict:
+- "image": [batch, size, size, channels] (1 for greyscale data, else 3), normalized;
+- "label": int32 [batch] (multi-label data: float32 [batch, classes] multi-hot);
 - "id": int64 [batch], the example's index in its split (-1 for padding);
-- "copy": int64 [batch], training batches with repeated augmentation only: which
-  of the example's k copies this is (`data/repeats.py`);
-- "mask": float32 [batch], 1 for a real example and 0 for padding;
-- "augmix_views": [batch, 2, size, size, channels], training batches with
-  AugMix's consistency loss only: each example's two AugMix (`data/augmix.py`).
+- "mask": float32 [batch], 1 for a real example, 0 for padding;
+- "copy": int64 [batch], with repeated augmentation only: which copy this is (`repeats.py`);
+- "augmix_views": [batch, 2, size, size, channels], with AugMix's consistency loss only.
 
-Training order. The training stream is the concatenation of epochs; epoch `e`
-visits every training example once, in an order that is a function of (seed, e)
-only: a stateless permutation of the example indices for in-memory and folder
-data, or tfds's file shuffle plus a shuffle buffer, both seeded from (seed, e),
-for streamed data. Each example's augmentation is seeded by (seed, e, id)
-(the seeds are in `data/seeds.py`). So the stream can be entered at any example
-position without replaying what came before (`start_example`), which is what
-exact resumption needs. Batches are of the global batch size and may span an
-epoch boundary.
+Training: epoch e visits every example once, in an order that is a function of (seed, e)
+only (a stateless permutation of indices, or for streamed data seeded file and buffer
+shuffles), and each example's augmentation is seeded by (seed, e, id) (`seeds.py`). So the
+stream can be entered at any example (`start_example`) without replaying what came before:
+exact resumption. Batches may span an epoch boundary. With S pipelines (workers), pipeline
+s keeps the positions congruent to s modulo S, so the S batches of a step are the global
+batch one pipeline would make.
 
-Sharding. With S input pipelines (workers), pipeline s keeps the stream
-positions congruent to s modulo S, and batches them by global_batch / S. The S
-batches of one step are then exactly the global batch one pipeline would make.
-
-Evaluation. `eval_dataset` visits every example of the split exactly once and
-pads the last batch with masked examples, so that every replica of every worker
-gets a full batch at every step (no empty or short tower batches) and metrics
-weighted by "mask" count each real example once.
-
-Image size and recipe follow one rule (`data/image_size.py`);
-`InputPipeline.describe()` says which were chosen, and why.
+Evaluation visits every example of the split once and pads with masked examples, so every
+replica gets a full batch at every step and "mask"-weighted metrics count each example once.
 """
 
 from __future__ import annotations
@@ -48,7 +32,6 @@ from absl import logging
 from resnet_app.common import compat
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import (
-    augment_draws,
     batches,
     channels,
     class_balance,
@@ -65,6 +48,7 @@ from resnet_app.data.image_choices import Recorded
 from resnet_app.data.image_size import choose_recipe, describe_choice
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.data.settings import DataConfig
+from resnet_app.data.sources.base import round_robin
 
 compat.trace_as_written()  # The maps below trace resnet_app code as written.
 
@@ -84,19 +68,15 @@ class InputPipeline:
 
     Args:
       config: the data config.
-      default_image_size: the model preset's input size, for data without a
-        size of its own (see `image_size.choose_image_size`).
+      default_image_size: the model preset's input size, for data without a size of its
+        own (`image_size.choose_image_size`).
       model_name: the preset's name, for `describe`.
-      recorded: what the run's data_info.json records: its image size, and
-        its measured (mean, std) when it has them (`run_pipeline`).
+      recorded: what the run's data_info.json records (`run_pipeline`).
 
     Attributes:
-      config: the `DataConfig`.
       source: the loaded source (None for `synthetic`).
-      class_names: label names.
-      num_classes: number of labels.
       train_split: the training `Split` (after limiting and holding out).
-      preprocessing: the resolved `Preprocessing` parameters.
+      preprocessing: the resolved `Preprocessing`.
       image_size: the chosen `ImageSize` (the size and why).
     """
 
@@ -165,11 +145,7 @@ class InputPipeline:
         )
 
     def describe(self) -> str:
-        """The image size and recipe, and why, for the start-up log line.
-
-        Returns:
-          E.g. "32 px, the dataset's size; CIFAR recipe (auto: up to 64 px)".
-        """
+        """The image size and recipe, and why, for the start-up log line."""
         text = describe_choice(
             self.image_size, self.config.preprocessing, self.preprocessing.family
         )
@@ -179,11 +155,7 @@ class InputPipeline:
 
     @property
     def eval_split_name(self) -> str:
-        """The split evaluated by default: --eval_split, else holdout, validation, test.
-
-        Raises:
-          ConfigError: when the dataset has no split to evaluate on.
-        """
+        """The split evaluated by default: --eval_split, else holdout, validation, test."""
         if self.config.eval_split:
             return self.config.eval_split
         if self.source is None:
@@ -219,8 +191,6 @@ class InputPipeline:
             return self.config.eval_examples or SYNTHETIC_SPLIT_SIZES["test"]
         return split.num_examples
 
-    # -- per-example preprocessing ---------------------------------------------
-
     def training_preprocessing(self, image_size: int | None = None) -> Preprocessing:
         """Training's preprocessing at `image_size` (progressive resizing; default: the run's)."""
         if not image_size or image_size == self.preprocessing.image_size:
@@ -243,8 +213,8 @@ class InputPipeline:
         batch = dict(batch)
         if "choices" in batch:
             choices = batch.pop("choices")
-            augment = {k: batch.pop(k) for k in augment_draws.AUGMENT_FEATURES if k in batch}
-            images = preprocessing.cifar_train_batch(batch["image"], choices, config, **augment)
+            draws = batch.pop("draws", None)
+            images = preprocessing.cifar_train_batch(batch["image"], choices, config, draws)
             batch["image"] = images
         if config.augment.views > 1:
             views = batch.pop("image")
@@ -256,13 +226,8 @@ class InputPipeline:
         resize = self.source.image_size != config.image_size
         return families.of(config).evaluate(image, config, encoded, resize, crops)
 
-    # -- training ----------------------------------------------------------------
-
     def epoch_order(self, epoch: int) -> np.ndarray:
-        """The example indices of training epoch `epoch`, in visiting order.
-
-        Only for data read by index; streamed data orders itself.
-        """
+        """The example indices of training epoch `epoch` in visiting order (indexed data)."""
         return self._epoch_order(epoch).numpy()
 
     def _epoch_order(self, epoch) -> tf.Tensor:
@@ -313,19 +278,23 @@ class InputPipeline:
         batch = global_batch_size // num_shards
         config = self.training_preprocessing(image_size)
         if self.train_split is None:
-            return self._synthetic(batch, size=config.image_size)
-        seed = self.config.seed
-        split = self.train_split
-
+            return self._synthetic(batch, config.image_size)
+        seed, split = self.config.seed, self.train_split
         repeated = self.config.augment.repeats > 1
-        if batches.applies(split, config, self.source.image_size != config.image_size):
+        if split.indexed:  # (augmentation key, index, copy)
             arrange = repeats.placement(global_batch_size, num_shards, replicas_per_shard)
-            indexed = self._indexed_stream(start_example, arrange).shard(num_shards, shard_index)
-            stream = batches.training(indexed, batch, self._lookup(split), config, repeated)
+            examples = self._indexed_stream(start_example, arrange).shard(num_shards, shard_index)
+        else:  # (augmentation key, id, copy, image, label)
+            examples = self._streamed(start_example, num_shards, shard_index)
+        if batches.applies(split, config, self.source.image_size != config.image_size):
+            stream = batches.training(examples, batch, self._lookup(split), config, repeated)
         else:
-            stream = self._raw_stream(
-                global_batch_size, start_example, num_shards, shard_index, replicas_per_shard
-            )
+            if split.indexed:
+                lookup = self._lookup(split)
+                examples = examples.map(
+                    lambda key, index, copy: (key, index, copy, *lookup(index)),
+                    num_parallel_calls=options.parallel_calls(),
+                )
 
             def transform(key, example_id, copy, image, label):
                 # Each example's augmentation depends on (seed, epoch, id, copy) only.
@@ -335,7 +304,7 @@ class InputPipeline:
                     features["copy"] = copy
                 return batches.example(features, label, example_id)
 
-            stream = _map_examples(stream, transform, split.encoded)
+            stream = _map_examples(examples, transform, split.encoded)
             stream = stream.batch(batch, drop_remainder=True)
         stream = stream.map(
             lambda b: self._augment_batch(b, config), num_parallel_calls=options.parallel_calls()
@@ -344,48 +313,31 @@ class InputPipeline:
         stream = mixing.mix_stream(stream, settings, seed, start_example // global_batch_size)
         return stream.prefetch(tf.data.AUTOTUNE).with_options(options.dataset_options())
 
-    def _raw_stream(
-        self,
-        global_batch_size: int,
-        start_example: int,
-        num_shards: int,
-        shard_index: int,
-        replicas_per_shard: int,
-    ) -> tf.data.Dataset:
-        """(augmentation key, id, copy, raw image, label) of this pipeline's share of the
-        training stream, entered at `start_example` (the copy is 0 without repeats)."""
+    def _streamed(self, start_example: int, num_shards: int, shard_index: int):
+        """(augmentation key, id, copy 0, image, label) of this pipeline's share of a streamed
+        split's training stream, entered at `start_example`."""
         seed, split = self.config.seed, self.train_split
-        if not split.indexed:
-            if self.config.augment.repeats > 1:
-                raise ConfigError(
-                    f"data.augment.repeats needs data read by index; {self.config.dataset}'s "
-                    "records are streamed: drop it, or read the data from its files"
-                )
-            stream = split.stream.training(
-                seed, start_example, num_shards, shard_index, self.config.shuffle_buffer
+        if self.config.augment.repeats > 1:
+            raise ConfigError(
+                f"data.augment.repeats needs data read by index; {self.config.dataset}'s "
+                "records are streamed: drop it, or read the data from its files"
             )
-            return stream.map(
-                lambda epoch, example_id, *example: (
-                    seeds.augment_key(seed, epoch),
-                    example_id,
-                    tf.zeros([], tf.int64),  # The copy: one of each example.
-                    *example,
-                ),
-                num_parallel_calls=options.parallel_calls(),
-            )
-        lookup = self._lookup(split)
-        arrange = repeats.placement(global_batch_size, num_shards, replicas_per_shard)
-        stream = self._indexed_stream(start_example, arrange)
-        stream = stream.shard(num_shards, shard_index)
+        stream = split.stream.training(
+            seed, start_example, num_shards, shard_index, self.config.shuffle_buffer
+        )
         return stream.map(
-            lambda key, index, copy: (key, index, copy, *lookup(index)),
+            lambda epoch, example_id, *example: (
+                seeds.augment_key(seed, epoch),
+                example_id,
+                tf.zeros([], tf.int64),  # The copy: one of each example.
+                *example,
+            ),
             num_parallel_calls=options.parallel_calls(),
         )
 
     def _indexed_stream(self, start_example: int, arrange: np.ndarray) -> tf.data.Dataset:
-        """(augmentation key, example index, copy) from `start_example` on, for data read by
-        index: each epoch's order, or with repeated augmentation the samplers' list
-        (`data/repeats.py`, `arrange` its placement in a global batch)."""
+        """(augmentation key, example index, copy) from `start_example` on: each epoch's
+        order, or with repeated augmentation the samplers' list (`arrange`: `repeats.placement`)."""
         count, seed = self.config.augment.repeats, self.config.seed
         length = repeats.epoch_length(self.num_train_examples, count, len(arrange))
         first_epoch, offset = divmod(start_example, length)
@@ -407,8 +359,6 @@ class InputPipeline:
 
         return tf.data.Dataset.range(first_epoch, 1 << 62).flat_map(epoch_indices)
 
-    # -- evaluation --------------------------------------------------------------
-
     def eval_dataset(
         self,
         batch_size: int,
@@ -418,12 +368,11 @@ class InputPipeline:
         batches_multiple_of: int = 1,
         crops: bool = False,
     ) -> tf.data.Dataset:
-        """Every example of a split exactly once, in padded batches.
+        """Every example of a split exactly once, in padded batches (padding has mask 0).
 
-        Pipeline `shard_index` of `num_shards` reads examples shard_index,
-        shard_index + num_shards, ... Each pipeline yields the same number of
-        batches, a multiple of `batches_multiple_of` (its replicas), so no
-        replica ever steps alone or gets an empty batch. Padding has mask 0.
+        Pipeline `shard_index` of `num_shards` reads examples shard_index, shard_index +
+        num_shards, ...; each yields the same number of batches, a multiple of
+        `batches_multiple_of` (its replicas), so no replica steps alone or gets an empty batch.
 
         Args:
           batch_size: examples per batch of this pipeline.
@@ -431,50 +380,33 @@ class InputPipeline:
           num_shards: input pipelines (workers).
           shard_index: which of them this is.
           batches_multiple_of: round the number of batches up to this multiple.
-          crops: ImageNet family: each "image" is the [5, size, size, 3] crops
-            of `preprocessing.imagenet_eval_crops` (multi-crop evaluation).
-
-        Returns:
-          A finite dataset of padded batches.
-
-        Raises:
-          ConfigError: for `crops` on synthetic data, which has no images to crop.
+          crops: ImageNet family: each "image" is [5, size, size, 3] crops (multi-crop).
         """
         total = self.num_eval_examples(split)
         data = self.eval_split(split)
-        sizes = (
-            data.shard_sizes(num_shards)
-            if data is not None
-            else [len(range(i, total, num_shards)) for i in range(num_shards)]
-        )
+        indices = np.arange(shard_index, total, num_shards, dtype=np.int64)
+        sizes = round_robin(total, num_shards) if data is None else data.shard_sizes(num_shards)
         num_batches = sources.eval_batches(sizes, batch_size, batches_multiple_of)
-        padded = num_batches * batch_size
         if data is None:
             if crops:
                 raise ConfigError("synthetic data has no images to crop; use --tta=flip")
-            ids = np.arange(shard_index, total, num_shards)
-            return self._synthetic(batch_size, num_batches=num_batches, eval_ids=ids)
-
+            ids = batches.padded_ids(indices, batch_size, num_batches)
+            return self._synthetic(batch_size, self.preprocessing.eval_size, ids)
         resize = self.source.image_size != self.preprocessing.image_size
         if not crops and batches.applies(data, self.preprocessing, resize):
-            indices = np.arange(shard_index, total, num_shards, dtype=np.int64)
             lookup = self._lookup(data)
             stream = batches.evaluation(
                 indices, batch_size, num_batches, lookup, self.preprocessing
             )
             return stream.prefetch(tf.data.AUTOTUNE).with_options(options.dataset_options())
-        # Every pipeline reads its share, then pads with masked blanks to
-        # `padded` examples. An undecodable file is dropped with a warning and
-        # then simply not counted.
+        # Its share, then masked blanks to a whole number of batches; an undecodable file is
+        # dropped with a warning and not counted.
         if not data.indexed:
             stream = data.stream.evaluation(num_shards, shard_index)
             stream = stream.map(lambda x: (x["id"], x["image"], x["label"]))
         else:
             lookup = self._lookup(data)
-            stream = tf.data.Dataset.from_tensor_slices(
-                np.arange(shard_index, total, num_shards, dtype=np.int64)
-            )
-            stream = stream.map(
+            stream = tf.data.Dataset.from_tensor_slices(indices).map(
                 lambda index: (index, *lookup(index)), num_parallel_calls=options.parallel_calls()
             )
 
@@ -484,7 +416,7 @@ class InputPipeline:
 
         stream = _map_examples(stream, transform, data.encoded)
         blank = tf.data.Dataset.from_tensors(self._padding(crops)).repeat()
-        stream = stream.concatenate(blank).take(padded)
+        stream = stream.concatenate(blank).take(num_batches * batch_size)
         stream = stream.batch(batch_size, drop_remainder=True)
         return stream.prefetch(tf.data.AUTOTUNE).with_options(options.dataset_options())
 
@@ -513,26 +445,13 @@ class InputPipeline:
             "mask": tf.constant(0.0),
         }
 
-    # -- synthetic ---------------------------------------------------------------
+    def _synthetic(self, batch_size: int, size: int, eval_ids: np.ndarray | None = None):
+        """One random batch of `size` px, made once and repeated: the input costs nothing.
 
-    def _synthetic(
-        self,
-        batch_size: int,
-        num_batches: int | None = None,
-        eval_ids: np.ndarray | None = None,
-        size: int | None = None,
-    ) -> tf.data.Dataset:
-        """One random batch, made once and repeated: the input costs nothing.
-
-        For training (`num_batches` None) the stream is infinite, at `size`
-        (default: the training size), with AugMix's views (the images again)
-        when its consistency loss is on, so the step costs what it will. For
-        evaluation it is `num_batches` batches holding the examples
-        `eval_ids`, then padding.
+        Training: infinite, with AugMix's views (the images again) when its consistency loss
+        is on, so the step costs what it will. Evaluation: a batch per row of `eval_ids`
+        (`batches.padded_ids`), padding masked.
         """
-        preprocessing = self.preprocessing
-        if not size:
-            size = preprocessing.image_size if num_batches is None else preprocessing.eval_size
         generator = tf.random.Generator.from_seed(self.config.seed)
         images = generator.normal([batch_size, size, size, self.channels])
         labels = generator.uniform([batch_size], 0, self.num_classes, dtype=tf.int32)
@@ -542,28 +461,19 @@ class InputPipeline:
             "id": tf.range(batch_size, dtype=tf.int64),
             "mask": tf.ones([batch_size], tf.float32),
         }
-        if num_batches is None:
-            if preprocessing.augment.views > 1:
-                views = tf.stack([batch["image"]] * (preprocessing.augment.views - 1), axis=1)
-                batch["augmix_views"] = views
-            return tf.data.Dataset.from_tensors(batch).repeat()
-        ids = np.full(num_batches * batch_size, -1, np.int64)
-        ids[: len(eval_ids)] = eval_ids
-        ids = ids.reshape(num_batches, batch_size)
-        return tf.data.Dataset.from_tensor_slices(ids).map(
-            lambda example_ids: {
-                **batch,
-                "id": example_ids,
-                "mask": tf.cast(example_ids >= 0, tf.float32),
-            }
-        )
+        if eval_ids is not None:
+            return tf.data.Dataset.from_tensor_slices(eval_ids).map(
+                lambda ids: {**batch, "id": ids, "mask": tf.cast(ids >= 0, tf.float32)}
+            )
+        views = self.preprocessing.augment.views
+        if views > 1:
+            batch["augmix_views"] = tf.stack([batch["image"]] * (views - 1), axis=1)
+        return tf.data.Dataset.from_tensors(batch).repeat()
 
 
 def _map_examples(stream: tf.data.Dataset, transform, encoded: bool) -> tf.data.Dataset:
     stream = stream.map(transform, num_parallel_calls=options.parallel_calls())
-    if encoded:
-        # Files passed a header check when listed; one that still fails to
-        # decode is skipped with a warning rather than ending the run.
+    if encoded:  # A file that passed its check but fails to decode: skipped with a warning.
         stream = stream.ignore_errors(log_warning=True)
     return stream
 
@@ -581,14 +491,5 @@ def _check_balanced_sampling(dataset: str, train: sources.Split, multi_label: bo
 
 
 def create_pipeline(config: DataConfig, default_image_size: int | None = None) -> InputPipeline:
-    """Loads `config.dataset` and resolves its preprocessing.
-
-    Args:
-      config: the data config.
-      default_image_size: the model's input size, for data without a size of
-        its own (see `image_size.choose_image_size`).
-
-    Returns:
-      The `InputPipeline`.
-    """
+    """The `InputPipeline` of `config` (`default_image_size`: the model's input size)."""
     return InputPipeline(config, default_image_size)
