@@ -1,9 +1,7 @@
 """resnet_app: ResNet image-classification training on TensorFlow 2.
 
-Importing the package picks TensorFlow's BFC allocator for CPU memory unless
-the environment sets `TF_CPU_ALLOCATOR_USE_BFC`: TF's default hands every
-tensor back to malloc, and with its Eigen kernels (CPUs without oneDNN) a
-step's buffers were mapped afresh every step (docs/performance.md).
+Importing it picks TensorFlow's BFC allocator for CPU memory (unless set): the
+default one maps a step's buffers afresh every step (docs/performance.md).
 """
 
 import os

@@ -2,10 +2,9 @@
 
     resnet-app train --config=shapes_quickstart
     resnet-app model --model=resnet50
-    resnet-app train --help
 
-Each command is a module that also runs as `python -m MODULE`; this front door
-runs it as the main program, named `resnet-app COMMAND` in --help and errors.
+Each command is a module (`python -m MODULE`) run as the main program, named
+`resnet-app COMMAND` in --help and errors.
 """
 
 from __future__ import annotations

@@ -1,28 +1,15 @@
 """`python -m resnet_app.evaluate`: evaluate a run's checkpoints.
 
-    python -m resnet_app.evaluate --model_dir=runs/imagenet_resnet50
     python -m resnet_app.evaluate --model_dir=runs/try --checkpoint=all --split=train
-    python -m resnet_app.evaluate --model_dir=runs/try --checkpoint=ckpt-4000 --data_dir=/data
-    python -m resnet_app.evaluate --model_dir=runs/try --tta=flip --report_dir=/tmp/reports
+    python -m resnet_app.evaluate --model_dir=runs/try --tta=flip --weights=raw
     python -m resnet_app.evaluate --model_dir=runs/try --checkpoint=ckpt-4000 --fit_temperature
-    python -m resnet_app.evaluate --model_dir=runs/try --weights=raw
     python -m resnet_app.evaluate --model_dir=runs/try --watch   # beside a running trainer
 
-The model and data come from the run's `config.yaml`. Each chosen checkpoint's
-model (its moving average by default, when the run kept one) is evaluated on
-every example of the split exactly once and reported as one JSON line on stdout
-and in `metrics.jsonl` ("event": "evaluation"):
-
-    {"checkpoint": "ckpt-4", "step": 4, "split": "test", "top1": ..., "top5": ...,
-     "loss": ..., "num_examples": 37, "precision": "fp32", "tta": null,
-     "weights": "raw", "ece": ..., "nll": ..., "report": "/abs/run/reports/ckpt-4-test"}
-
-plus "temperature", "ece_scaled" and "nll_scaled" once `--fit_temperature` has
-fitted the softmax temperature on the run's holdout split (`temperature.json`).
-"report" holds eval_results.json, confusion_matrix.png and reliability.png.
-`--watch` evaluates each checkpoint as the run saves it, until the run ends.
-See docs/evaluation.md. The work is done by `evaluation/checkpoint_eval.py`,
-`evaluation/temperature.py` and `evaluation/watch.py`.
+Each chosen checkpoint's model is evaluated on every example of the split
+exactly once; its record goes to stdout and metrics.jsonl as one JSON line
+("checkpoint", "step", "split", "top1", "top5", "loss", "ece", "nll", "report",
+...), and its report directory holds eval_results.json and pictures. `--watch`
+evaluates each checkpoint as the run saves it. See docs/evaluation.md.
 """
 
 from __future__ import annotations

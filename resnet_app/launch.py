@@ -1,28 +1,16 @@
 """`python -m resnet_app.launch`: N local workers of one run, restarted when one fails.
 
     python -m resnet_app.launch --workers=2 -- --dataset=cifar10 --model_dir=runs/c10
-    python -m resnet_app.launch --workers=4 --max_restarts=5 -- --config=configs/x.yaml \\
-        --model_dir=runs/x
 
-Everything after `--` goes to every `python -m resnet_app.train`, each with a
-generated TF_CONFIG (127.0.0.1, free ports, worker 0 the chief). When a worker
-fails, the survivors save the last step every worker completed and exit
-(`engine/lost_worker.py`); the launcher waits `--grace` seconds (then kills
-the rest) and starts the group again on new ports, resuming from that
-checkpoint, up to `--max_restarts` times; never after a usage error (status 2).
-A worker still running `--grace` seconds after worker 0 finished is killed.
-
-TensorFlow's servers listen on every interface, without authentication, while
-the run lasts (the start line says so). The ports are chosen free on every
-interface and held until the group ends; a worker that still cannot listen
-restarts the group at once, without using up a restart.
-
-Worker 0's output is this command's (stderr); every worker's goes to
-`model_dir/logs/worker<i>.log`, their `error:` lines echoed here, copied as
-bytes; a closed console only ends the echo: workers never block on output.
-Each worker has its own process group and dies with the launcher, `kill -9`
-included (`common/parent_death.py`); SIGTERM, SIGINT and SIGUSR1 are passed on
-(the workers save and stop) and nothing restarts after them.
+Everything after `--` goes to every `python -m resnet_app.train`, each with its
+TF_CONFIG (127.0.0.1, ports held free until the group ends, worker 0 the chief).
+When a worker fails, the survivors save and exit (`engine/lost_worker.py`), and
+after `--grace` seconds the group starts again on new ports, resuming, up to
+`--max_restarts` times (never after a usage error). TensorFlow's servers listen
+on every interface, unauthenticated, while the run lasts. Worker 0's output and
+every worker's `error:` lines come here, copied as bytes (a closed console only
+ends the echo); all of it goes to `model_dir/logs/worker<i>.log`. Workers die
+with the launcher, `kill -9` included; SIGTERM, SIGINT and SIGUSR1 are passed on.
 """
 
 from __future__ import annotations
@@ -72,13 +60,9 @@ def worker_command(train_args: list[str]) -> list[str]:
 
 
 def _reserve_ports(count: int, held: contextlib.ExitStack) -> list[int]:
-    """`count` distinct ports free on every interface, each held by a socket entered in `held`.
-
-    TensorFlow's server binds the wildcard address, so the wildcard is probed
-    too. Bound, not listening, with SO_REUSEADDR, a socket lets the worker's gRPC
-    server (SO_REUSEADDR too) listen there and keeps every other bind and the
-    kernel's outgoing-port choice away while the worker imports TensorFlow.
-    """
+    """`count` distinct ports free on every interface (as TensorFlow's server binds), each
+    held by a socket in `held`: bound with SO_REUSEADDR, not listening, it lets the
+    worker's gRPC server listen there and keeps every other bind away."""
     return [held.enter_context(_wildcard_socket()).getsockname()[1] for _ in range(count)]
 
 
@@ -114,13 +98,6 @@ def model_dir_of(train_args: list[str]) -> str:
         "give the training flags a --model_dir after --: every worker and every restart "
         "must use the same run directory"
     )
-
-
-def describe_exit(status: int) -> str:
-    """ "was killed by SIGKILL", "exited with status 3"..."""
-    if status < 0:
-        return f"was killed by {signal.Signals(-status).name}"
-    return f"exited with status {status}"
 
 
 class Group:
@@ -176,11 +153,8 @@ class Group:
             self.port_taken = index
 
     def wait_for_first_failure(self, grace: float) -> int | None:
-        """Blocks until every worker succeeded (None) or one failed (its index).
-
-        A worker still running `grace` seconds after the chief succeeded is left
-        to `finish`: the run is complete, and a stalled worker must not hold it.
-        """
+        """Blocks until every worker succeeded (None) or one failed (its index); one still
+        running `grace` seconds after the chief succeeded is left to `finish`."""
         chief_done = None
         while True:
             statuses = [p.poll() for p in self.processes]
@@ -262,11 +236,8 @@ def _write_flushed(stream: BinaryIO, data: bytes) -> None:
 
 
 def _write_console(data: bytes) -> None:
-    """Worker output to the launcher's stderr: as bytes, unless it was replaced by text.
-
-    A reader that went away (EPIPE) leaves fd 2 on /dev/null, so Python's flush
-    at exit does not fail a good run (status 120).
-    """
+    """Worker output to the launcher's stderr, as bytes unless it was replaced by text; a
+    gone reader (EPIPE) leaves fd 2 on /dev/null, so exit's flush cannot fail a good run."""
     try:
         buffer = getattr(sys.stderr, "buffer", None)
         if buffer is None:
@@ -284,12 +255,8 @@ def _write_console(data: bytes) -> None:
 
 
 class _Console:
-    """The launcher's stderr, shared by the pumps a line at a time.
-
-    A pump that wrote part of a line holds it until the line ends, so another
-    worker's line never lands inside it; after `patience` seconds unfinished (a
-    progress line) the line is ended and the console passes on.
-    """
+    """The launcher's stderr, shared by the pumps a line at a time: another worker's line
+    never lands inside one, unless it stays unfinished `patience` seconds."""
 
     def __init__(self, patience: float = 1.0, write: Callable[[bytes], object] = _write_console):
         self._patience = patience
@@ -320,11 +287,9 @@ _CONSOLE = _Console()
 
 
 def _pump(stream: BinaryIO, log: BinaryIO, index: int, port_taken: Callable[[int], None]) -> None:
-    """Copies a worker's output to its log; worker 0's to the console, others' errors too.
-
-    Bytes, whatever they are. A failing destination (a gone reader, a full disk)
-    is dropped and the reading goes on: an unread pipe would block the worker.
-    """
+    """Copies a worker's output, as bytes, to its log; worker 0's to the console, others'
+    errors too. A failing destination is dropped; the reading goes on (an unread pipe
+    would block the worker)."""
     to_log = _Sink(functools.partial(_write_flushed, log))
     prefix = b"" if index == 0 else f"[worker {index}] ".encode()
     echo, line_start = False, True
@@ -354,7 +319,9 @@ def _what_failed(
     what = f"worker {index} ({group.addresses[index]})"
     if index in killed:
         return f"{what} stopped answering and was killed after --grace={grace:g} s"
-    return f"{what} {describe_exit(statuses[index])}"
+    if statuses[index] < 0:
+        return f"{what} was killed by {signal.Signals(-statuses[index]).name}"
+    return f"{what} exited with status {statuses[index]}"
 
 
 def _log_stragglers(group: Group, killed: set[int], grace: float) -> None:
@@ -385,11 +352,8 @@ def _log_start(group: Group, host: str, first: bool) -> None:
 
 
 def launch(count: int, train_args: list[str], max_restarts: int, grace: float, host: str) -> int:
-    """Runs the group until it succeeds, restarting it after failures; returns the exit status.
-
-    Call it from the main thread: it handles signals, and the workers die with
-    the thread that started them.
-    """
+    """Runs the group until it succeeds, restarting it after failures; returns the exit
+    status. From the main thread: it handles signals, and workers die with it."""
     model_dir = model_dir_of(train_args)
     log_dir = os.path.join(model_dir, run_dir.LOGS_DIR)
     stopping: list[int] = []

@@ -1,23 +1,12 @@
 """`python -m resnet_app.predict`: the top classes of image files.
 
     python -m resnet_app.predict --export_dir=exported/cifar10/1 cat.jpg dog.png
-    python -m resnet_app.predict --model_dir=runs/cifar10 --checkpoint=ckpt-4000 photos/*.jpg
-    python -m resnet_app.predict --export_dir=out --top_k=3 --json images/*.png
-    python -m resnet_app.predict --export_dir=out photos/   # every image file under it
+    python -m resnet_app.predict --model_dir=runs/cifar10 --top_k=3 --json photos/
 
-The model is an export of `python -m resnet_app.export`, or a run's checkpoint
-(`--model_dir`), with the run's own evaluation preprocessing. JPEG, PNG, BMP and
-GIF files are read; a directory stands for the image files under it. Each image
-gets one line on stdout (or, with `--json`, one object: {"image": ...,
-"top_k": [{"id", "name", "probability"}, ...]}):
-
-    cat.jpg: cat 0.9123, dog 0.0520, deer 0.0134, frog 0.0101, bird 0.0050
-
-A file that cannot be read, decoded, or whose header gives more than
-`--max_image_pixels`, gets one `error: FILE: ...` line on stderr, the others
-are still classified, and the exit status is 1. File names are escaped as the
-stream's encoding needs (`classify.printable`). The work is done by
-`export/classify.py`.
+An export of `python -m resnet_app.export`, or a run's checkpoint, with the run's
+evaluation preprocessing. A directory stands for the images under it. Each image
+gets one line ("cat.jpg: cat 0.9123, dog 0.0520, ...") or, with `--json`, one
+object; an unreadable one gets an `error:` line on stderr, and status 1.
 """
 
 from __future__ import annotations

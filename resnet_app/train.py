@@ -5,8 +5,7 @@
     python -m resnet_app.train --config=configs/shapes_resnet20.yaml --set optimizer.momentum=0.8
     python -m resnet_app.train --model_dir=runs/shapes_resnet20_20261130-060000  # resume
 
-The whole config is checked before TensorFlow is imported, so most mistakes
-are answered at once, in one line with exit status 2. The work is done by
+The config is checked before TensorFlow is imported; the work is done by
 `engine/loop.py`'s `train_and_evaluate(config, model_dir)`.
 """
 
@@ -42,12 +41,14 @@ def main(argv: list[str]) -> None:
         # (a multi-worker job's workers share the directory).
         run_lock.refuse_if_held(MODEL_DIR.value)
     from resnet_app.engine import loop
+    from resnet_app.evaluation import soup
 
     loop.train_and_evaluate(
         resolved,
         MODEL_DIR.value or default_model_dir(resolved),
         restart=RESTART.value,
         allow_config_change=ALLOW_CONFIG_CHANGE.value,
+        swa_checkpoint=soup.swa_checkpoint,
     )
 
 

@@ -1,10 +1,8 @@
 """`train.precision: auto`: bfloat16 where the hardware computes it natively, else float32.
 
-On GPUs: bf16 when every GPU has compute capability 8.0 or more, else fp32
-(never fp16: its loss scaling is a choice to make knowingly). On the CPU: bf16
-when oneDNN runs it on AVX512_BF16 or AMX (`hardware.CpuInfo.native_bf16`),
-else fp32, where bf16 is emulated and slower. GPUs are read from TensorFlow
-when it is loaded, else from `nvidia-smi`, so a config resolves before it loads.
+bf16 on GPUs of compute capability 8.0+ or a CPU with oneDNN's AVX512_BF16 or
+AMX; never fp16 (its loss scaling is a choice to make knowingly). GPUs come
+from `nvidia-smi` until TensorFlow is loaded.
 """
 
 from __future__ import annotations

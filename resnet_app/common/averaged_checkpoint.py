@@ -1,9 +1,7 @@
 """A run's averaged checkpoint (`resnet-app average`): `averaged/`, replaced whole.
 
-`averaged/` holds `avg-<step>` (the newest checkpoint averaged), only its
-`model` (so `checkpoint.restore_model` reads it), and `averaged.json`: what
-went in, how, and what it measured. `--checkpoint=averaged` picks it. It is
-swapped in whole as the best checkpoint is (`files.replace_directory`).
+It holds `avg-<step>` (only its `model`) and `averaged.json`; `--checkpoint=averaged`
+picks it.
 """
 
 from __future__ import annotations
@@ -30,10 +28,8 @@ def checkpoint_name(step: int) -> str:
 
 
 def write(model_dir: str, step: int, save: Callable[[str], None], record: dict[str, Any]) -> str:
-    """Replaces the run's averaged checkpoint, which `save(prefix)` writes; returns its prefix.
-
-    `averaged.json` holds `record` plus "step" (which names it) and "checkpoint".
-    """
+    """Replaces the run's averaged checkpoint, which `save(prefix)` writes, with `record`
+    in `averaged.json`; returns its prefix."""
     pid = os.getpid()
     staged = os.path.join(model_dir, f"{_STAGED}{pid}")
     aside = os.path.join(model_dir, f"{_ASIDE}{pid}")

@@ -1,14 +1,7 @@
-"""Run checkpoints: saved durably, verified before use, a best and an averaged one kept whole.
+"""Run checkpoints: saved durably, verified before use, the best one kept whole.
 
-TensorFlow writes a checkpoint's data, then its index, then repoints the
-`checkpoint` file, so a crash mid-save leaves the pointer on the previous one.
-We also never trust a file we have not read: `find_latest` lists checkpoints
-from the files themselves and reads every tensor of the newest (its index
-holds a CRC32C per tensor); an unreadable one is skipped with a warning.
-With `train.keep_best`, the best evaluation's checkpoint is copied to `best/`
-(`keep_best`), replaced whole. A training checkpoint holds what
-`engine/setup.py` gives it; `restore_model` restores only its model, or the
-moving average of the weights (`EMA`).
+No file is trusted unread: checkpoints are listed from the files, and every
+tensor of the one used is read back against its CRC32C.
 """
 
 from __future__ import annotations
@@ -59,10 +52,8 @@ def unreadable(prefix: str) -> str | None:
 
 
 def find_latest(directory: str) -> tuple[int, str] | None:
-    """The newest readable checkpoint (step, prefix), skipping unreadable ones with a warning.
-
-    None without checkpoints; ConfigError when none is readable.
-    """
+    """The newest readable checkpoint (step, prefix), skipping unreadable ones with a
+    warning; None without checkpoints, ConfigError when none is readable."""
     found = list_checkpoints(directory)
     for step, prefix in reversed(found):
         reason = unreadable(prefix)
@@ -173,23 +164,16 @@ def recover_best(model_dir: str) -> None:
 
 
 def make_durable(prefix: str) -> None:
-    """Syncs the files of the checkpoint at `prefix`, then its directory, to disk.
-
-    TensorFlow's own "sync" is a flush to the kernel. Called after every save,
-    before the older checkpoints are deleted.
-    """
+    """Syncs the checkpoint's files, then its directory (TensorFlow's "sync" is a flush):
+    after every save, before older checkpoints are deleted."""
     for path in _checkpoint_files(prefix):
         files.sync_file(path)
     files.sync_directory(os.path.dirname(prefix) or ".")
 
 
 def remove_leftovers(directory: str) -> list[str]:
-    """Removes what killed saves left in the run directory; returns it.
-
-    TensorFlow's temporary names (`ckpt-<step>_temp/`, `*.tempstate*`,
-    `checkpoint.tmp*`); only the trainer, holding the run lock, writes them, so
-    at its start any found is a leftover.
-    """
+    """Removes (and returns) TensorFlow's temporary files killed saves left: only the
+    trainer, holding the run lock, writes them, so at its start any found is a leftover."""
     patterns = (f"{PREFIX}-*_temp", "*.tempstate*", f"{run_dir.CHECKPOINT_INDEX_FILE}.tmp*")
     removed = []
     for pattern in patterns:
@@ -228,13 +212,8 @@ def _all_finite(variables):
 
 
 class RunCheckpoint:
-    """A run's `tf.train.Checkpoint` and its manager.
-
-    Every worker takes part in a save (the variables are read collectively),
-    but only the chief's is kept: the others write their newest one to a scratch
-    directory named by the run and the worker (a killed worker's is reused, not
-    leaked), removed by `close`. `objects` are what to save.
-    """
+    """A run's `tf.train.Checkpoint` of `objects` and its manager. Only the chief's saves
+    are kept; the others' go to a scratch directory per run and worker (`close`)."""
 
     def __init__(
         self,
@@ -272,15 +251,12 @@ class RunCheckpoint:
         )
 
     def finite(self) -> bool:
-        """Whether every floating-point variable of the model and optimizer is finite."""
+        """Whether every floating-point variable of the model, average and optimizer is finite."""
         return bool(_all_finite(self._variables))
 
     def save(self, step: int) -> str:
-        """Saves as `ckpt-<step>` and returns its prefix; the caller checked `finite()`.
-
-        A failed save leaves nothing of it and the earlier ones untouched; a full
-        disk is one line (`DiskFullError`).
-        """
+        """Saves as `ckpt-<step>` (the caller checked `finite()`); returns its prefix. A failed
+        save leaves nothing of it; a full disk is one line (`DiskFullError`)."""
         self._warn_if_space_is_low(step)
         with self._failed_save_cleaned(os.path.join(self.save_dir, run_dir.checkpoint_name(step))):
             # Ours runs before the manager's own callback deletes older checkpoints
@@ -435,12 +411,9 @@ class CheckpointGoneError(ConfigError):
 def restore_selected(
     model, directory: str, which: str, step: int, prefix: str, weights: str = "raw"
 ) -> tuple[int, str, str]:
-    """`restore_model` of (step, prefix), chosen by `select(directory, which)`; returns
-    (step, prefix, "ema" or "raw").
-
-    A running trainer rotates checkpoints and replaces its best: "latest" or
-    "best" gone by now is chosen again; a name gone is refused as `select` would.
-    """
+    """`restore_model` of (step, prefix) chosen by `select(directory, which)`; returns
+    (step, prefix, "ema" or "raw"). A "latest" or "best" rotated out meanwhile is
+    chosen again; a name gone is refused as `select` would."""
     for _ in range(_RECHOOSE_ATTEMPTS):
         try:
             return step, prefix, restore_model(model, prefix, weights)

@@ -1,8 +1,4 @@
-"""Command-line plumbing shared by every entry point.
-
-A user's mistake (a bad flag, model name, config key or path) is answered with
-one line on stderr and exit status 2; anything else is our bug and keeps its traceback.
-"""
+"""Command-line plumbing: a user's mistake is one line on stderr and status 2, not a traceback."""
 
 from __future__ import annotations
 
@@ -105,10 +101,8 @@ def attribute_help(cls: type) -> dict[str, str]:
 
 
 def define_config_flags(cls: type, module_name: str | None = None) -> None:
-    """One flag per field of dataclass `cls` (nested groups too), its "Attributes:" line as help.
-
-    Flags already defined are left alone; `module_name` is where --help lists them.
-    """
+    """One flag per field of dataclass `cls` (nested too), its "Attributes:" line as help;
+    `module_name`: where --help lists them."""
     help_text = attribute_help(cls)
     types = field_types(cls)
     for field in dataclasses.fields(cls):

@@ -1,9 +1,4 @@
-"""A full disk, told apart from a full memory, and said in one line.
-
-TensorFlow reports both as `ResourceExhaustedError`: a save fails in a save op
-with the OS's ENOSPC or EDQUOT text, a step with "OOM when allocating tensor".
-`is_disk_full` tells them apart by the text (no TensorFlow here).
-"""
+"""A full disk, told apart from a full memory (both `ResourceExhaustedError`), in one line."""
 
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
 """Towers: the `tf.distribute` strategy a run uses, picked from the machine.
 
-- `TF_CONFIG` (or a SLURM step of several tasks, `common/slurm.py`):
-  `MultiWorkerMirroredStrategy`, each worker's replicas its GPUs (or the first
-  `num_towers`), or its CPU (one replica: that strategy has no CPU towers);
-- GPUs: `MirroredStrategy` over them, or the first `num_towers`;
-- CPU only: one device, or with `num_towers=N` a `MirroredStrategy` over N
-  logical CPUs, so tower code runs (and is tested) anywhere.
-
-BatchNorm keeps its moving statistics per replica; `moving_statistics_sync`
-averages them before every evaluation and save. `collective_ops` lists what a
-traced function sends across replicas.
+TF_CONFIG (or a SLURM step): `MultiWorkerMirroredStrategy` over each worker's
+GPUs, or its CPU. GPUs: `MirroredStrategy`. CPU only: one device, or with
+`num_towers=N` a `MirroredStrategy` over N logical CPUs, so tower code runs
+(and is tested) anywhere. BatchNorm's per-replica statistics are averaged
+before every evaluation and save (`moving_statistics_sync`).
 """
 
 from __future__ import annotations
@@ -35,12 +30,8 @@ def _check_gpu_count(num_towers: int, num_gpus: int) -> None:
 def worker_resolver(
     cluster: dict, num_towers: int | None, num_gpus: int
 ) -> tf.distribute.cluster_resolver.ClusterResolver:
-    """The resolver that makes `MultiWorkerMirroredStrategy` use `num_towers` of `num_gpus`.
-
-    With `TFConfigClusterResolver` the strategy takes every local GPU; from any
-    other resolver it takes `num_accelerators()`, so a `SimpleClusterResolver`
-    of the same cluster and task asks for `num_towers` (None: all, or the CPU).
-    """
+    """The resolver for `MultiWorkerMirroredStrategy` to use `num_towers` of `num_gpus`:
+    from `TFConfigClusterResolver` it takes every GPU, from others `num_accelerators()`."""
     task = cluster.get("task")
     if not isinstance(task, dict) or "type" not in task or "index" not in task:
         raise ConfigError(
@@ -106,13 +97,8 @@ def mirrored_strategy(devices: list[str]) -> tf.distribute.MirroredStrategy:
 def create_strategy(
     num_towers: int | None = None, timeout: float | None = None
 ) -> tf.distribute.Strategy:
-    """The strategy for this machine (see the module docstring).
-
-    Args:
-      num_towers: towers to use on this worker (None: all GPUs, or one CPU).
-      timeout: with several workers, the seconds a collective waits for a peer
-        before `DeadlineExceededError` (None: only TensorFlow's heartbeats).
-    """
+    """The strategy for this machine; `timeout`: the seconds a collective waits for a
+    peer before `DeadlineExceededError` (None: only TensorFlow's heartbeats)."""
     slurm.export_tf_config()  # Under srun: the step's TF_CONFIG, unless one is set.
     cluster = tf_config.read()
     tf_config.check(cluster, "evaluate")  # train.py refused the evaluator's before TensorFlow.
@@ -156,11 +142,8 @@ def distribute_datasets(
     strategy: tf.distribute.Strategy,
     dataset_fn: Callable[[tf.distribute.InputContext], tf.data.Dataset],
 ) -> tf.data.Dataset | tf.distribute.DistributedDataset:
-    """`strategy.distribute_datasets_from_function(dataset_fn)`; on one CPU, the dataset itself.
-
-    One CPU has nothing to split a batch over, and there the distributed
-    iterator slows a step a lot (docs/performance.md, "On CPUs without oneDNN").
-    """
+    """`strategy.distribute_datasets_from_function(dataset_fn)`; on one CPU, the dataset
+    itself: the distributed iterator slows a CPU step a lot (docs/performance.md)."""
     if isinstance(strategy, tf.distribute.OneDeviceStrategy):
         (device,) = strategy.extended.worker_devices
         if tf.DeviceSpec.from_string(device).device_type == "CPU":
@@ -194,14 +177,14 @@ def broadcast_from_chief(strategy: tf.distribute.Strategy, values: list[float]) 
     at the same point. For what only the chief reads (the live LR override)."""
     if not is_multi_worker(strategy):
         return values
-    return _broadcast_function(strategy)(tf.constant(values, tf.float64)).tolist()
+    return _on_replicas(strategy, _chief_values, tf.constant(values, tf.float64))
 
 
 def gather_from_workers(strategy: tf.distribute.Strategy, value: float) -> list[float]:
     """`value` from every replica, in replica order (one machine: just `value`)."""
     if not is_multi_worker(strategy):
         return [value]
-    return _gather_function(strategy)(tf.constant([value], tf.float64)).tolist()
+    return _on_replicas(strategy, _gathered, tf.constant([value], tf.float64))
 
 
 def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
@@ -209,11 +192,24 @@ def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
     return max(gather_from_workers(strategy, float(flag))) > 0
 
 
-_FUNCTIONS: dict = {}
+def _chief_values(tensor: tf.Tensor) -> tf.Tensor:
+    context = tf.distribute.get_replica_context()
+    # Made here, on the replica's device: a tensor from outside has none to reduce to.
+    tensor = tf.identity(tensor)
+    mine = tf.where(context.replica_id_in_sync_group == 0, tensor, tf.zeros_like(tensor))
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, mine)
 
 
-def _cached(strategy: tf.distribute.Strategy, kind: str, replica_fn):
-    key = (id(strategy), kind)
+def _gathered(tensor: tf.Tensor) -> tf.Tensor:
+    return tf.distribute.get_replica_context().all_gather(tf.identity(tensor), axis=0)
+
+
+_FUNCTIONS: dict = {}  # (strategy id, replica function) -> (strategy, its traced run).
+
+
+def _on_replicas(strategy: tf.distribute.Strategy, replica_fn, tensor: tf.Tensor) -> list:
+    """The first local result of `replica_fn(tensor)` run on every replica, as a list."""
+    key = (id(strategy), replica_fn)
     if key not in _FUNCTIONS:
 
         @tf.function
@@ -221,26 +217,8 @@ def _cached(strategy: tf.distribute.Strategy, kind: str, replica_fn):
             result = strategy.run(replica_fn, args=(tensor,))
             return strategy.experimental_local_results(result)[0]
 
-        _FUNCTIONS[key] = (strategy, lambda tensor: run(tensor).numpy())
-    return _FUNCTIONS[key][1]
-
-
-def _broadcast_function(strategy: tf.distribute.Strategy):
-    def replica_fn(tensor):
-        context = tf.distribute.get_replica_context()
-        # Made here, on the replica's device: a tensor from outside has none to reduce to.
-        tensor = tf.identity(tensor)
-        mine = tf.where(context.replica_id_in_sync_group == 0, tensor, tf.zeros_like(tensor))
-        return context.all_reduce(tf.distribute.ReduceOp.SUM, mine)
-
-    return _cached(strategy, "broadcast", replica_fn)
-
-
-def _gather_function(strategy: tf.distribute.Strategy):
-    def replica_fn(tensor):
-        return tf.distribute.get_replica_context().all_gather(tf.identity(tensor), axis=0)
-
-    return _cached(strategy, "gather", replica_fn)
+        _FUNCTIONS[key] = (strategy, run)
+    return _FUNCTIONS[key][1](tensor).numpy().tolist()
 
 
 def moving_statistics_sync(

@@ -1,8 +1,4 @@
-"""Errors that are the user's to fix, as opposed to bugs.
-
-Entry points turn a `ConfigError` into one line on stderr and exit status 2
-(`common/cli.py`); anything else keeps its traceback, because it is ours.
-"""
+"""Errors that are the user's to fix (one line, exit status 2: `common/cli.py`), not bugs."""
 
 # Exit status of a worker that saved after losing a peer, or after a preemption
 # notice: running the same command again resumes (`resnet_app.launch` restarts on it).

@@ -1,14 +1,9 @@
 """A config field's type (from `typing.get_type_hints`) and its declared range, checked.
 
-Every way a value reaches a field (YAML, `--set`, flags) goes through here. A
-field is a bool, int, float or str, a tuple of ints, floats or strs, a dict of
-str to float (or `str | dict[str, float]`), any of these `| None`, or a nested
-dataclass of such fields (`data.augment`); `field_types` refuses anything else
-when the class is first read, so an unsupported field fails in the tests.
-
-A field declares its range once, with its default: `setting(0.0, FRACTION)`,
-checked by `check_declared` in `__post_init__`. Every range is a `Rule`, so a
-mistake reads the same everywhere: "WHAT must be a number >= 0, got VALUE".
+Every way a value reaches a field (YAML, `--set`, flags) goes through here;
+`field_types` refuses an unsupported type when the class is first read. A field
+declares its range once, with its default (`setting(0.0, FRACTION)`), as a
+`Rule`, so a mistake reads the same everywhere: "WHAT must be a number >= 0, got VALUE".
 """
 
 from __future__ import annotations
@@ -44,15 +39,9 @@ def resumable_keys(cls: type, section: str) -> set[str]:
 
 @dataclasses.dataclass(frozen=True)
 class FieldType:
-    """A field's type as a config reads it.
-
-    Attributes:
-      base: bool, int, float, str, tuple or dict.
-      optional: None is a valid value (the annotation is `T | None`).
-      item: the item type of a tuple (int, float or str) or the value type
-        of a dict (float; its keys are strs), else None.
-      or_word: a dict that may also be a word (`str | dict[str, float]`).
-    """
+    """A field's type: `base` (bool, int, float, str, tuple, dict or a nested dataclass),
+    `optional` (`| None`), `item` (a tuple's items', a dict's values'), `or_word`
+    (`str | dict[str, float]`)."""
 
     base: type
     optional: bool = False
@@ -61,21 +50,15 @@ class FieldType:
 
     @property
     def nested(self) -> bool:
-        """Whether the field is a group of settings of its own (a dataclass)."""
         return dataclasses.is_dataclass(self.base)
 
     @property
     def name(self) -> str:
-        """The base type's name, as error messages give it ("int", "tuple")."""
         return self.base.__name__
 
 
 def read_annotation(annotation: Any) -> FieldType:
-    """The `FieldType` of a type annotation (an object, never a string).
-
-    Raises:
-      TypeError: for a type a config field cannot have (a bug in the dataclass).
-    """
+    """The `FieldType` of a type annotation object; TypeError for one a field cannot have."""
     optional = False
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         members = typing.get_args(annotation)
@@ -116,25 +99,19 @@ def config_keys(cls: type) -> dict[str, FieldType]:
 
 
 def is_number(value: Any) -> bool:
-    """Whether `value` is a finite real number (a bool is not a number here)."""
+    """Whether `value` is a finite real number (not a bool)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def is_whole(value: Any) -> bool:
-    """Whether `value` is an integer (Python's or NumPy's; a bool is not one here)."""
+    """Whether `value` is an integer, Python's or NumPy's (not a bool)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 @dataclasses.dataclass(frozen=True)
 class Rule:
-    """A setting's valid values, declared once with the field (`setting`).
-
-    Attributes:
-      test: True for a valid value (never given None, an optional field's "unset").
-      wanted: completes "WHAT must be ...", or a function giving it (a registry
-        may still grow).
-      convert: what a valid value is stored as (`int`, `float`; None keeps it).
-    """
+    """A setting's valid values: `test` (never given None), `wanted` (completes "WHAT
+    must be ...", or a function giving it) and `convert` (what a value is stored as)."""
 
     test: Callable[[Any], bool]
     wanted: str | Callable[[], str]
@@ -194,11 +171,8 @@ def setting(default: Any = dataclasses.MISSING, rule: Rule | None = None, **meta
 
 
 def check_declared(instance: Any, name: str) -> None:
-    """Checks every field of a dataclass instance against its `Rule`, storing it converted.
-
-    A tuple's rule applies to each item, a mapping's to each value; None passes.
-    `name` names a field in messages, "{}" for its name: "train.{}".
-    """
+    """Checks every field against its `Rule` (each item of a tuple or mapping), storing
+    it converted; `name` names a field in messages ("train.{}")."""
     types = field_types(type(instance))
     for field in dataclasses.fields(instance):
         rule, value = field.metadata.get(CHECK), getattr(instance, field.name)
@@ -225,11 +199,8 @@ def check_positive_int(what: str, value: Any) -> int:
 
 
 def coerce(key: str, value: Any, kind: FieldType) -> Any:
-    """`value` in the field's type, or a ConfigError naming `key` ("train.batch_size").
-
-    An int passes for a float (a whole float for an int), a list for a tuple;
-    nothing else is converted.
-    """
+    """`value` in the field's type (an int for a float, a whole float for an int, a list for
+    a tuple), or a ConfigError naming `key`."""
     if value is None:
         if kind.optional:
             return None

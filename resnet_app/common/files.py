@@ -1,11 +1,8 @@
 """Files written whole and durably, and derived-data caches read safely.
 
-A write goes to a temporary file beside the destination (same filesystem),
-which is fsynced, renamed over it, and then the directory is fsynced: a reader
-sees the old file or the new one, never half, and after a power cut the new
-one is there once the call returned. The pid in the temporary name keeps
-concurrent writers apart and lets the next writer remove a killed one's
-leftovers. A plain open() (not mkstemp) keeps the usual permissions.
+A write goes to a temporary file beside the destination (its name holds the
+writer's pid), fsynced, renamed over it, then the directory is fsynced: a reader
+sees the old or the new file, and after a power cut the new one is there.
 `sync_*` give the same guarantee to files TensorFlow writes.
 """
 
@@ -32,10 +29,8 @@ TEMPORARY = ".{pid}.tmp"  # A writer's temporary file: `path + TEMPORARY.format(
 
 
 def write_atomically(path: str, write: Callable[[str], None]) -> None:
-    """Calls `write(temporary_path)`, then syncs it and renames the result to `path`.
-
-    On any failure the temporary file is removed and `path` is left as it was.
-    """
+    """Calls `write(temporary_path)`, syncs it and renames it to `path`; on a failure
+    `path` is as it was."""
     remove_leftovers(path)
     temporary = path + TEMPORARY.format(pid=os.getpid())
     try:
@@ -60,10 +55,7 @@ def remove_leftovers(path: str) -> list[str]:
 
 
 def left_by_dead_writers(path: str, suffix: str) -> list[str]:
-    """The siblings `path + suffix.format(pid=N)` whose process N no longer runs, sorted.
-
-    `suffix` holds `{pid}`: `TEMPORARY`, or an export's ".partial-{pid}".
-    """
+    """The siblings `path + suffix.format(pid=N)` whose process N is gone, sorted."""
     before, _, after = suffix.partition("{pid}")
     name = re.compile(re.escape(os.path.basename(path) + before) + r"(\d+)" + re.escape(after))
     found = []
@@ -97,11 +89,7 @@ def sync_file(path: str) -> None:
 
 
 def sync_directory(path: str) -> None:
-    """Makes the names in the directory `path` durable: files created, renamed, removed.
-
-    A filesystem that cannot sync a directory (EINVAL on some network and FUSE
-    mounts) is left to its own guarantees.
-    """
+    """Makes the names in directory `path` durable (EINVAL etc.: the filesystem's guarantees)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
@@ -123,11 +111,8 @@ def sync_tree(path: str) -> None:
 def replace_directory(final: str, staged: str, aside: str, fill: Callable[[str], None]) -> None:
     """Replaces the directory `final` whole, durably: a crash leaves the old or the new.
 
-    `fill(staged)` writes the new content into the empty `staged`, which is
-    synced; then `final` is renamed to `aside`, `staged` to `final`, the parent
-    synced and `aside` removed. On an error the old one is put back. After a
-    crash between the renames, `aside` holds the old one, complete (readers
-    look there too).
+    `fill(staged)` fills the empty `staged`, which is synced; `final` is renamed to
+    `aside`, `staged` to `final`, and `aside` removed (readers look there too).
     """
     import shutil
 
@@ -161,11 +146,8 @@ def write_text_atomically(path: str, text: str) -> None:
 
 
 def read_cache(path: str, read: Callable[[Any], T | None]) -> T | None:
-    """`read(np.load(path))` for a cache of derived data; None when it must be rebuilt.
-
-    None when the file is missing, stale (`read` returns None) or damaged (one
-    warning line names it; the caller rebuilds it).
-    """
+    """`read(np.load(path))` for a cache of derived data; None when missing, stale (`read`
+    returns None) or damaged (one warning): the caller rebuilds it."""
     import numpy as np
 
     remove_leftovers(path)  # A killed rebuild's temporary file, however large.

@@ -1,11 +1,8 @@
 """The CPU a process runs on: its model and the instruction sets that decide its speed.
 
-On AVX2-only CPUs TensorFlow emulates bfloat16, and a mixed-bfloat16 step runs
-several times slower than float32: the trainer warns, and benchmarks print
-what they ran on. TF uses oneDNN by default only on CPUs with AVX512_VNNI,
-AVX512_BF16, AVX_VNNI or AMX (else its Eigen kernels, as under
-`TF_ENABLE_ONEDNN_OPTS=0`); `ONEDNN_MAX_CPU_ISA` caps what oneDNN uses.
-No TensorFlow here.
+TF uses oneDNN by default only on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI
+or AMX (else its Eigen kernels), and emulates bfloat16, several times slower,
+without AVX512_BF16 or AMX. No TensorFlow here.
 """
 
 from __future__ import annotations
@@ -35,15 +32,8 @@ ONEDNN_VARIABLE = "TF_ENABLE_ONEDNN_OPTS"
 
 @dataclasses.dataclass(frozen=True)
 class CpuInfo:
-    """What the CPU offers.
-
-    Attributes:
-      model: the CPU's model name ("" if unknown).
-      isa: the instruction sets of `ISA_FLAGS` it has, by their usual names.
-      isa_cap: `ONEDNN_MAX_CPU_ISA`, if set.
-      onednn: whether TensorFlow uses its oneDNN kernels.
-      onednn_forced: `TF_ENABLE_ONEDNN_OPTS`, if set.
-    """
+    """What the CPU offers: its model, its `ISA_FLAGS` by usual name, `ONEDNN_MAX_CPU_ISA`
+    and `TF_ENABLE_ONEDNN_OPTS` if set, and whether TensorFlow uses oneDNN."""
 
     model: str
     isa: tuple[str, ...]

@@ -1,22 +1,12 @@
 """What a run reports: `metrics.jsonl`, TensorBoard events, and the console progress line.
 
-`metrics.jsonl` holds one JSON object per line, each with its "step":
-- training: "epoch", "loss", "accuracy", "learning_rate", "examples_per_sec",
-  "input_wait" (the fraction of time spent waiting for data), "time" (Unix s);
-- evaluation (`exact_eval.eval_record`): "split", "top1", "top5", "loss",
-  "num_examples", "precision", the trainer's "time" and "seconds", and
-  "ema_top1", "ema_top5", "ema_loss" with `train.ema_decay` (older records may
-  lack the later keys);
-- events ("event": "start", "end", an LR override, a resume's changes, a stop,
-  a rollback, ...);
-- `resnet-app evaluate`'s records: an evaluation plus "checkpoint", "report",
-  "tta", "weights", "ece", "nll" (with a temperature also "temperature",
-  "ece_scaled", "nll_scaled"), and "event": "evaluation"; `--watch` marks
-  them "watch": true.
-TensorBoard gets the trainer's scalars under `train/`, `eval/` and `eval_ema/`,
-`evaluate --watch`'s under `evaluator/` (`evaluator_ema/`), and the settings
-in the HParams plugin at the run directory. `read_records` reads the file back,
-robust to a run killed mid-line, without TensorFlow.
+`metrics.jsonl` holds one JSON object per line, each with its "step": training
+records ("epoch", "loss", "accuracy", "learning_rate", "examples_per_sec",
+"input_wait", "time"), evaluations ("split", "top1", "top5", "loss",
+"num_examples", "precision", "ema_*"...; `resnet-app evaluate`'s with "event":
+"evaluation"), and events ("event": "start", "end", ...). TensorBoard gets the
+scalars under train/, eval/, eval_ema/ (evaluator/ for `--watch`) and the
+settings in the HParams plugin. `read_records` needs no TensorFlow.
 """
 
 from __future__ import annotations
@@ -195,11 +185,8 @@ class Progress:
 
 
 def _parse_line(text: str) -> tuple[dict[str, Any] | None, bool]:
-    """(the record on a line, whether the line was only that record).
-
-    A run killed mid-write leaves a line without its end, and the next run's
-    "start" record lands on it: the complete object at a line's end counts.
-    """
+    """(the record on a line, whether it was the whole line): a run killed mid-write
+    leaves a line unended, and the next run's "start" lands on it."""
     decoder = json.JSONDecoder()
     start = text.find("{")
     while start != -1:

@@ -1,14 +1,9 @@
 """Old configs and run files read in today's shapes: the one migration step.
 
-Config files, `--set` keys and run directories written before a layout change
-keep working: each change is applied where a file or a layer of settings is
-read (`config/layers.py`, `data/settings.data_config`, `data/run_pipeline.py`),
-and nothing after loading knows an old name. The changes so far:
-- the data section nested its groups: the augmentation's keys (`data.flip`, ...)
-  under `data.augment`, Mixup/CutMix's under `data.mix` (`data.mix_switch_prob`
-  is `data.mix.switch_prob`), and data_info.json's "preprocessing" alike;
-- the model's `init_filter` (a kernel size) is `stem_kernel`, in config files,
-  `--set` and a saved model's Keras config.
+Applied where a file or a layer of settings is read; nothing after loading knows
+an old name. So far: the data section's augmentation and mixing keys moved
+under `data.augment` and `data.mix` (data_info.json's "preprocessing" alike),
+and the model's `init_filter` is `stem_kernel`.
 """
 
 from __future__ import annotations
@@ -66,10 +61,8 @@ def _moved(values: Mapping[str, Any], keys: Mapping[str, tuple[str, str]]) -> di
 
 
 def config_section(section: str, values: Mapping[str, Any]) -> Mapping[str, Any]:
-    """One config section's keys, as a file, `--set` or code gives them, in today's shape.
-
-    Example: ("data", {"flip": False}) -> {"augment": {"flip": False}}.
-    """
+    """A config section's keys in today's shape: ("data", {"flip": False}) ->
+    {"augment": {"flip": False}}."""
     if section == "data":
         return _moved(values, DATA_KEYS)
     return model_fields(values) if section == "model" else values

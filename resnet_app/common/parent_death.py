@@ -1,13 +1,9 @@
 """`python -m resnet_app.common.parent_death PARENT PROGRAM [ARGS...]`: PROGRAM, dying with PARENT.
 
-`resnet_app.launch` starts each worker through this: it asks Linux to SIGKILL
-the process when the launcher is gone (`prctl(PR_SET_PDEATHSIG)`), then execs
-PROGRAM, which keeps the setting; so a launcher killed outright leaves no worker
-holding the run lock, the accelerators or its ports. A program, not a
-`preexec_fn`: Python between fork and exec is unsafe with threads (the
-launcher's pumps). The signal comes when the *thread* that started the child
-ends (the launcher's main thread), and never if the parent died before `prctl`:
-hence the check of the parent after it.
+The launcher starts each worker through this: Linux SIGKILLs the process when
+the launcher's thread is gone (`prctl(PR_SET_PDEATHSIG)`, kept across exec), so
+no worker outlives a killed launcher. A program, not a `preexec_fn`: Python
+between fork and exec is unsafe with the launcher's threads.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""The names `train.precision` takes and what each computes in (no TensorFlow).
-
-One registry for the config's check, the images' dtype, the Keras dtype policy
-and the loss scaling; `auto` (`auto_precision.py`) resolves to one of these.
-"""
+"""The names `train.precision` takes and what each computes in (no TensorFlow)."""
 
 from __future__ import annotations
 
@@ -11,15 +7,8 @@ import dataclasses
 
 @dataclasses.dataclass(frozen=True)
 class Precision:
-    """One `train.precision`.
-
-    Attributes:
-      name: the config's name ("bf16").
-      compute_dtype: the layers' dtype, and the images' (unless `data.dtype` is
-        set); weights stay float32.
-      loss_scaling: wrap the optimizer in Keras's `LossScaleOptimizer` (float16's
-        narrow range).
-    """
+    """One `train.precision`: its `name`, the dtype the layers (and images) compute in
+    (weights stay float32), and whether the loss is scaled (float16)."""
 
     name: str
     compute_dtype: str

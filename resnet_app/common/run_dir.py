@@ -1,24 +1,11 @@
 """The run directory (`--model_dir`): the one module that names its files.
 
-- `config.yaml`: the run's config as the user chose it (`config/run_config.py`);
-- `metrics.jsonl`: one JSON record per line (`common/metrics.py`);
-- `data_info.json`: class names and resolved preprocessing, so that export and
-  predict need no dataset (`data/run_pipeline.py`);
-- `temperature.json`: the fitted softmax temperature (`evaluation/calibration.py`);
-- `schedule_script.json`: the schedule script the user allowed, with its SHA-256
-  (`config/script_permission.py`);
-- `lr_override`: a learning rate written while the run goes on, renamed
-  `lr_override.applied` once read (`engine/learning_rate.py`);
-- `ckpt-<step>.index`, `.data-*` and `checkpoint` (`common/checkpoint.py`);
-- `best/`: `best-<step>` and `best.json` (`train.keep_best`), replaced whole via
-  `best.partial-<pid>/` and `best.old-<pid>/`; `averaged/` alike
-  (`common/averaged_checkpoint.py`);
-- `train/`, `eval/`, `eval_ema/`: TensorBoard events; `reports/`: evaluation reports;
-- `previous-<time>/`: an earlier run moved aside by `--restart`;
-- `logs/worker<i>.log`: the launcher's worker output;
-- `trainer.lock` (`run_lock.py`), `.survivor.lock` (`engine/lost_worker.py`).
-Files written in place are opened never through a symbolic link (`open_file`).
-No TensorFlow.
+config.yaml, metrics.jsonl, data_info.json (classes and preprocessing, so that
+export and predict need no dataset), temperature.json, schedule_script.json,
+lr_override (renamed .applied once read), the checkpoints (`ckpt-N.*`,
+`checkpoint`), best/ and averaged/ (replaced whole via `.partial-<pid>` and
+`.old-<pid>`), TensorBoard's train/ eval/ eval_ema/, reports/, previous-<time>/
+(--restart), logs/ (the launcher's) and the locks. No TensorFlow.
 """
 
 from __future__ import annotations
@@ -69,11 +56,8 @@ T = TypeVar("T")
 
 
 def open_file(path: str, flags: int, mode: int = 0o644) -> int:
-    """`os.open` of a file of the run directory, never through a symbolic link.
-
-    A run directory received from someone else must not make a resume write over
-    another file (`trainer.lock` -> ~/.bashrc). A link is a one-line ConfigError.
-    """
+    """`os.open` never through a symbolic link: a run directory from someone else must not
+    make a resume write over another file (`trainer.lock` -> ~/.bashrc)."""
     try:
         return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     except OSError as error:
@@ -86,11 +70,8 @@ def open_file(path: str, flags: int, mode: int = 0o644) -> int:
 
 
 def unwritable(directory: str) -> str | None:
-    """Why no file can be created in `directory` (e.g. "Read-only file system"), or None.
-
-    Tried, not read from the mode bits: root ignores them, and a read-only mount
-    or full quota answers only to a write.
-    """
+    """Why no file can be created in `directory`, or None: tried, as root ignores mode bits
+    and a read-only mount or full quota answers only to a write."""
     probe = os.path.join(directory, f".write-test-{os.getpid()}")
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
@@ -101,7 +82,6 @@ def unwritable(directory: str) -> str | None:
 
 
 def open_append(path: str):
-    """`open(path, "a")` for a file of the run directory, never through a symbolic link."""
     return os.fdopen(open_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "a")
 
 
@@ -134,12 +114,11 @@ def reports_dir(model_dir: str) -> str:
 
 
 def checkpoint_name(step: int) -> str:
-    """`ckpt-4` for step 4."""
     return f"{CHECKPOINT_PREFIX}-{step}"
 
 
 def checkpoint_step(file_name: str) -> int | None:
-    """The step of a checkpoint's index file name (`ckpt-4.index`: 4), else None."""
+    """4 for `ckpt-4.index`, else None."""
     match = _CHECKPOINT_INDEX.match(file_name)
     return int(match.group(1)) if match else None
 
@@ -150,7 +129,7 @@ def is_checkpoint_name(name: str) -> bool:
 
 
 def has_checkpoints(model_dir: str) -> bool:
-    """Whether `model_dir` holds a checkpoint (an index file of one; readable or not)."""
+    """Whether `model_dir` holds a checkpoint's index file (readable or not)."""
     try:
         names = os.listdir(model_dir)
     except OSError:
@@ -168,7 +147,7 @@ def best_checkpoint_name(step: int) -> str:
 
 
 def best_work_dirs(model_dir: str) -> tuple[str, str]:
-    """This process's (staged, aside) directories for replacing `best/`."""
+    """This process's (staged, aside) directories for replacing `best/` whole."""
     pid = os.getpid()
     return (
         os.path.join(model_dir, f"{_BEST_STAGED}{pid}"),
@@ -177,7 +156,7 @@ def best_work_dirs(model_dir: str) -> tuple[str, str]:
 
 
 def best_leftovers(model_dir: str) -> tuple[list[str], list[str]]:
-    """(staged, aside) directories an interrupted replacement of `best/` left, oldest first."""
+    """(staged, aside) directories interrupted replacements of `best/` left, oldest first."""
     try:
         names = os.listdir(model_dir)
     except OSError:
@@ -230,7 +209,7 @@ def read_kept_record(path: str, remedy: str) -> dict[str, Any]:
 
 
 def chosen_step(which: str) -> int | None:
-    """The step `--checkpoint=ckpt-N` or `--checkpoint=N` names, else None."""
+    """N for `--checkpoint=ckpt-N` or `N`, else None."""
     match = _CHECKPOINT_CHOICE.fullmatch(which)
     return int(match.group(1)) if match else None
 
@@ -256,7 +235,7 @@ def read_data_info(model_dir: str, parse: Callable[[dict[str, Any]], T]) -> T | 
 
 
 def recorded_multi_label(model_dir: str) -> bool:
-    """Whether the run's data is multi-label, as data_info.json records (False before it did)."""
+    """Whether data_info.json records multi-label data (older files: False)."""
     return bool(read_data_info(model_dir, lambda info: bool(info.get("multi_label"))))
 
 
@@ -272,11 +251,8 @@ def create(model_dir: str) -> None:
 
 
 def move_aside(directory: str) -> str | None:
-    """Moves a run directory's contents into `previous-<time>/` (--restart); returns it.
-
-    None when there was nothing to move. A directory that does not look like a run
-    (a mistyped --model_dir must not move a source tree) is a ConfigError.
-    """
+    """Moves a run directory's contents into `previous-<time>/` (--restart); returns it, or
+    None. Refuses a directory that does not look like a run (a mistyped --model_dir)."""
     if not os.path.isdir(directory):
         return None
     # The lock (held by the trainer moving the run) and the launcher's logs stay.

@@ -1,12 +1,9 @@
 """One trainer per run directory: an exclusive `flock(2)` on `model_dir/trainer.lock`.
 
-Two trainers on one directory would interleave `metrics.jsonl` and overwrite
-each other's checkpoints. The trainer locks before it writes anything and
-holds the lock until it returns; a second one refuses in one line naming the
-holder (pid, host and start time, which the holder wrote into the file). The
-kernel drops the lock however its holder dies, so a stale file never blocks a
-resume. Only a multi-worker job's chief locks. NFS turns `flock` into a lock
-every client sees; a filesystem that refuses locks gets a warning. No TensorFlow.
+Two trainers would interleave metrics.jsonl and overwrite each other's
+checkpoints; a second one refuses in one line naming the holder (who wrote its
+pid, host and start into the file). The kernel drops the lock however its holder
+dies. Only a multi-worker job's chief locks. No TensorFlow.
 """
 
 from __future__ import annotations
@@ -85,10 +82,8 @@ class RunLock:
 
 
 def refuse_if_held(model_dir: str) -> None:
-    """Refuses at once, writing nothing, when another trainer holds `model_dir`'s lock.
-
-    For the command line, before TensorFlow loads; the trainer still takes the lock.
-    """
+    """Refuses at once, writing nothing, when another trainer holds `model_dir`'s lock
+    (the command line, before TensorFlow loads; the trainer still locks)."""
     path = run_dir.lock_path(model_dir)
     try:
         fd = os.open(path, os.O_RDONLY)

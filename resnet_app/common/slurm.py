@@ -1,16 +1,10 @@
 """SLURM: `srun resnet-app train ...` runs one worker per task, as `TF_CONFIG` would.
 
-Under `srun` with several tasks and no `TF_CONFIG`, each task writes the
-equivalent `TF_CONFIG` (from TensorFlow's `SlurmClusterResolver`) into its
-environment before the strategy is made, so every TF_CONFIG path runs unchanged:
-
-    {"cluster": {"worker": ["node1:20040", "node1:20041", "node2:20040", ...]},
-     "task": {"type": "worker", "index": SLURM_PROCID}}
-
-`check_before_tensorflow` checks SLURM's variables first (one line naming a
-missing one) and shares the node's GPUs out. Ports: the step's reserved ones
-(`srun --resv-ports`), else a block derived from SLURM_JOB_ID. A TF_CONFIG set
-by hand wins; one task trains alone, as without SLURM.
+Under `srun` with several tasks and no `TF_CONFIG`, each task writes its
+TF_CONFIG (from TensorFlow's `SlurmClusterResolver`) before the strategy is
+made, so every TF_CONFIG path runs unchanged. `check_before_tensorflow` checks
+SLURM's variables first and shares the node's GPUs out. Ports: `srun
+--resv-ports`, else a block derived from SLURM_JOB_ID.
 """
 
 from __future__ import annotations
@@ -38,18 +32,9 @@ SRUN_HINT = "run it as `srun resnet-app train ...` inside the allocation, or set
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One task's view of a SLURM step of several tasks.
-
-    Attributes:
-      rank: SLURM_PROCID.
-      num_tasks: the step's tasks.
-      hosts: the step's nodes, in SLURM's order (`scontrol show hostnames`).
-      tasks_per_node: the tasks on each of `hosts`.
-      port_base: a node's i-th task listens on port_base + i.
-      ports_from: where the ports came from, for the start line.
-      local_id: SLURM_LOCALID (None: not set).
-      node_name: SLURMD_NODENAME (None: not set).
-    """
+    """One task's view of a SLURM step: its SLURM_PROCID `rank`, the `hosts` and
+    `tasks_per_node`, `port_base` (a node's i-th task listens on port_base + i), its
+    SLURM_LOCALID and SLURMD_NODENAME (None: not set)."""
 
     rank: int
     num_tasks: int
@@ -143,11 +128,8 @@ def reserved_ports(text: str) -> list[int]:
 
 
 def choose_ports(tasks_on_busiest_node: int) -> tuple[int, str]:
-    """(the first port of every node's block, where it came from, for the start line).
-
-    A node's tasks listen on `base, base + 1, ...`: the reserved ports when srun
-    reserved enough, else a block chosen by the job id.
-    """
+    """(the first port of every node's block, whence, for the start line): the reserved
+    ports if srun reserved enough, else a block chosen by the job id."""
     reserved = os.environ.get("SLURM_STEP_RESV_PORTS")
     if reserved:
         ports = reserved_ports(reserved)
@@ -230,14 +212,9 @@ def visible_gpus() -> list[str]:
 
 
 def share_gpus(step: Step) -> str | None:
-    """Gives this task its share of the node's GPUs; returns the CUDA_VISIBLE_DEVICES set.
-
-    None (left alone) with `--gpus-per-task` (SLURM binds them) or one task per
-    node. Else the task with local index i takes the i-th equal slice, as
-    `SlurmClusterResolver` would; its own allocation numbers GPUs from 0,
-    ignoring a CUDA_VISIBLE_DEVICES already set, and comes after TensorFlow
-    may have looked at the devices.
-    """
+    """Gives this task its share of the node's GPUs, as `SlurmClusterResolver` would;
+    returns the CUDA_VISIBLE_DEVICES set. Left alone (None) with `--gpus-per-task` or
+    one task per node. (The resolver's own numbers GPUs from 0, too late.)"""
     gpus = visible_gpus()
     if not gpus or os.environ.get("SLURM_GPUS_PER_TASK") or step.local_id is None:
         return None
@@ -268,13 +245,8 @@ def check_before_tensorflow() -> bool:
 
 
 def cluster_tf_config(step: Step) -> dict:
-    """The TF_CONFIG of this task, from `SlurmClusterResolver`.
-
-    The resolver gives rank r the r-th address of its sorted list, which is this
-    task's own only under SLURM's block distribution over sorted nodes; so each
-    task takes the index of its own address (SLURMD_NODENAME, base +
-    SLURM_LOCALID) instead. Rank 0 may then not be the chief.
-    """
+    """This task's TF_CONFIG, from `SlurmClusterResolver`, at its own address's index
+    (the resolver's rank order holds only for a block distribution over sorted nodes)."""
     from tensorflow.python.distribute.cluster_resolver import slurm_cluster_resolver
 
     slots = max(step.tasks_per_node)

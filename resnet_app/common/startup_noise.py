@@ -1,17 +1,12 @@
 """TensorFlow's harmless start-up lines, kept off the terminal.
 
-TensorFlow's C++ code prints a few lines while it loads, before absl logging
-starts, so `TF_CPP_MIN_LOG_LEVEL` cannot silence them (the absl InitializeLog
-warning, the oneDNN and CPU-instructions notices, and without a GPU the cuda
-driver and cuInit lines). A user who made a mistake should see one `error:` line.
-
-`install()` filters them at fd 2, only while the first `import tensorflow` and
-its first look for devices run: fd 2 is then a pipe to a forked reader that
-drops exactly those lines and passes every other byte on, in order. Outside
-that window nothing stands between the process and its stderr (closed pipes,
-crashes, `\r`, ordering and `isatty()` as without the filter); inside it, the
-reader outlives a crash of ours and empties the pipe even when its output is
-gone. `--verbosity=1` or RESNET_APP_TF_STARTUP=show shows them all.
+TensorFlow's C++ code prints a few notices while it loads, before absl logging
+starts, so `TF_CPP_MIN_LOG_LEVEL` cannot silence them; a user who made a mistake
+should see one `error:` line. `install()` points fd 2 at a forked reader that
+drops exactly those lines, only while the first `import tensorflow` runs;
+outside that window stderr is untouched. The reader outlives a crash of ours
+and empties the pipe even if its output is gone. RESNET_APP_TF_STARTUP=show
+(or `--verbosity=1`) shows them.
 """
 
 from __future__ import annotations

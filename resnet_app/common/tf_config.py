@@ -1,17 +1,9 @@
 """`TF_CONFIG`, as written by hand, by `common/slurm.py`, or by Kubernetes operators. No TensorFlow.
 
-A multi-worker job's training tasks are its "worker" replicas and, if there is
-one, the "chief" (which then writes the run's files; else worker 0 does).
-Kubeflow's TFJob writes every pod's TF_CONFIG from its replica specs:
-
-    {"cluster": {"chief": ["job-chief-0.ns.svc:2222"],
-                 "worker": ["job-worker-0.ns.svc:2222", "job-worker-1.ns.svc:2222"],
-                 "evaluator": ["job-evaluator-0.ns.svc:2222"]},
-     "task": {"type": "worker", "index": 1}, "environment": "cloud"}
-
-An "evaluator" runs `resnet-app evaluate --watch` alone on its machine; the
-trainers ignore it. Other jobs ("ps", TF1's "master"), several chiefs and a
-task not in the cluster are refused by `check`, before TensorFlow loads.
+Training tasks are the "worker" replicas and the "chief" if any (which then
+writes the run's files; else worker 0 does). An "evaluator" runs `resnet-app
+evaluate --watch` alone; the trainers ignore it. Other jobs ("ps", "master"),
+several chiefs and a task outside the cluster are refused by `check`.
 """
 
 from __future__ import annotations

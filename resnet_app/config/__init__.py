@@ -1,9 +1,4 @@
-"""The training config: one typed tree of defaults, YAML recipes and `--set KEY=VALUE`.
-
-A recipe in `configs/` overrides a few fields; `--set section.key=value` any one
-(read as YAML). Unknown keys, wrong types and impossible values raise a
-`ConfigError` naming the key, before TensorFlow loads.
-"""
+"""The training config: one typed tree of defaults, YAML recipes and `--set KEY=VALUE`."""
 
 from resnet_app.config.differences import RESUMABLE_CHANGES, changes
 from resnet_app.config.layers import from_dict, resolve

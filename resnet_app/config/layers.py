@@ -1,10 +1,7 @@
 """A config as layers: the defaults, a recipe file, `--set`s, then flags; merged, then checked.
 
-Each layer is a tree {section: {key: value}}. A new optimizer class or schedule
-name starts its section afresh, from that kind's defaults, and one of two
-alternative keys (epochs or train_steps, ...) drops the other set before
-(`oneof.py`). The merged tree is read over `Config`'s defaults, each value
-checked against its field's type.
+A new optimizer class or schedule name starts its section afresh; one of two
+alternative keys (epochs or train_steps) drops the other set before.
 """
 
 from __future__ import annotations
@@ -44,14 +41,10 @@ def resolve(
     *,
     resumed: bool = False,
 ) -> Config:
-    """The validated `Config`: defaults, then the file, then `--set`s, then `overrides`.
+    """The validated `Config`: defaults, `config_file`, `sets`, then `overrides` (flags).
 
-    Args:
-      config_file: a YAML recipe, or None.
-      sets: `section.key=value` strings.
-      overrides: {section: {key: value}} from dedicated flags, applied last.
-      resumed: `config_file` is a run's own config.yaml, whose schedule stays as
-        trained when a flag changes the length (else `follow_length`).
+    `resumed`: the file is a run's own config.yaml, whose schedule stays as trained
+    when a flag changes the length (else `follow_length`).
     """
     tree: Tree = {}
     if config_file:
@@ -74,14 +67,9 @@ def _sets_length_only(layers: Iterable[Mapping[str, Mapping[str, Any]]]) -> bool
 
 
 def follow_length(tree: Tree, recipe: Tree, where: str) -> None:
-    """Makes a recipe's piecewise boundaries fractions of its length, when a flag changed it.
-
-    `--config=R --set train.epochs=3`: R's boundaries would fall past the end of
-    the shorter run; as fractions of R's length they fall at the same points.
-    Boundaries in another unit than the length are kept (`plan.py` warns).
-    `tree`'s schedule is rewritten in place; `recipe` is the file's settings
-    alone, `where` its name.
-    """
+    """Makes a recipe's piecewise boundaries fractions of its length when a flag changed it,
+    so that they fall at the same points of the new run (`--set train.epochs=3`).
+    Boundaries in another unit than the length are kept (`plan.py` warns)."""
     schedule = tree.get("schedule", {})
     if schedule.get("name", "piecewise") != "piecewise" or "boundaries" not in schedule:
         return

@@ -1,8 +1,4 @@
-"""YAML as a config reads and writes it, recipe files, and `--set KEY=VALUE`.
-
-`1e-4` reads as a float (YAML 1.1 wants `1.0e-4`); a string that would read as a
-number is quoted when written. Every mistake is a one-line `ConfigError`.
-"""
+"""YAML as a config reads and writes it (`1e-4` is a float), recipe files, and `--set`."""
 
 from __future__ import annotations
 

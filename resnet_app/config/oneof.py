@@ -1,11 +1,8 @@
 """Typed config sections that read as the YAML mappings they come from, and one-of sections.
 
-A `Section` is a frozen dataclass that also reads as the mapping a user writes
-(its fields set, not None, in YAML form) and equals a mapping describing it.
-A one-of section (`optimizer`, `schedule`) holds one of several kinds named by
-a key (`class`, `name`), each a dataclass declared as `class Adam(OptimizerSection,
-kind="adam")`; the family words the errors. `alternative(other)` fields replace
-each other across layers of settings (epochs or train_steps, `layers.py`).
+A `Section` is a frozen dataclass that also reads as (and equals) the mapping
+describing it. A one-of section (`optimizer`, `schedule`) holds one of several
+kinds named by a key (`class`, `name`): `class Adam(OptimizerSection, kind="adam")`.
 """
 
 from __future__ import annotations
@@ -29,10 +26,7 @@ def alternative(
     resumable: bool = False,
     rule: Rule | None = None,
 ) -> Any:
-    """A dataclass field that replaces `other`: a layer giving one drops the other.
-
-    `required`: one of the two must be given; `resumable`: a resume may change it.
-    """
+    """A field that replaces `other` across layers; `required`: one of the two is needed."""
     metadata = {ALTERNATIVE: other, REQUIRED: required, RESUMABLE: resumable}
     return setting(default, rule, **metadata)
 
@@ -74,11 +68,8 @@ def plain(value: Any) -> Any:
 
 
 class Section(Mapping):
-    """A typed config section that reads as its YAML mapping.
-
-    Subclasses are `@dataclasses.dataclass(frozen=True, eq=False)`: equality is
-    defined here, so that a section also equals a mapping describing it.
-    """
+    """A typed config section, `@dataclasses.dataclass(frozen=True, eq=False)`, that reads
+    as (and equals) its YAML mapping."""
 
     def field_values(self) -> dict[str, Any]:
         """Every field and its value, None included, in declaration order."""
@@ -120,13 +111,8 @@ class Section(Mapping):
 
 
 class OneOfSection(Section):
-    """The base of a one-of section's family; each kind subclasses it.
-
-    A family sets `KEY` (naming the kind), `KINDS = {}` (filled as kinds are
-    declared), `DEFAULT_KIND` (without `KEY`; None: `KEY` is required) and
-    `NULL_IS_ABSENT` (a null key takes the default), and may override the
-    `*_error` class methods.
-    """
+    """The base of a one-of family: `KEY` names the kind, `KINDS` fills as kinds are declared,
+    `DEFAULT_KIND` (None: `KEY` required), `NULL_IS_ABSENT`, and the `*_error` messages."""
 
     SECTION: ClassVar[str]
     KEY: ClassVar[str]

@@ -1,9 +1,7 @@
-"""The `optimizer:` section: one kind per optimizer class, with its arguments and defaults.
+"""The `optimizer:` section: one dataclass per optimizer class, its arguments and defaults.
 
-A kind is one dataclass: its fields are the class's arguments (each with its
-`Rule`), `OPTIMIZER` names the Keras class ("module:Class", imported only by
-`build`). No TensorFlow here, so a bad argument is answered before it loads.
-A new optimizer is its Keras class and one dataclass here.
+`OPTIMIZER` names the Keras class, imported only by `build`: a bad argument is
+answered before TensorFlow loads.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""The recipes in `resnet_app/recipes/` (`configs/` links there), found by name anywhere.
-
-`--config=cifar10_resnet56` (or `.yaml`) names a packaged recipe; an existing
-file path wins over a packaged name.
-"""
+"""The recipes in `resnet_app/recipes/` (`configs/` links there), found by name anywhere."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The config reference, docs/config.md, generated from the config's dataclasses.
+"""The config reference, docs/config.md, from the dataclasses' "Attributes:" help.
 
-    python -m resnet_app.config.reference --out=docs/config.md
-
-Every key with its default and its class's "Attributes:" help; tests/test_docs.py
-fails when docs/config.md is stale.
+python -m resnet_app.config.reference --out=docs/config.md
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""`config.yaml` in a run directory: what the user chose, every field spelled out.
-
-A default derived from another setting (`data.dtype`) is written as null, so that
-a resumed run derives it again; an older file's frozen value is kept.
-"""
+"""`config.yaml` in a run directory: every field spelled out, a derived default as null."""
 
 from __future__ import annotations
 

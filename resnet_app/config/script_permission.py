@@ -1,12 +1,9 @@
 """Schedule scripts run only when the user asked: a file that a config names is not enough.
 
-A `schedule: {name: script, path: PATH.py:FUNCTION}` runs PATH.py as Python; a
-recipe or run directory from someone else must not run their code. A script
-runs when the command line names it (`--lr_schedule=PATH.py:FUNCTION`), says
-`--allow_scripts`, or on a resume whose `schedule_script.json` records that this
-user allowed this very content: its path, SHA-256 and an HMAC tag under a key
-only this user holds (`$XDG_CONFIG_HOME/resnet_app/script_key`, mode 0600). A
-copied run directory lacks the sender's key, so its script is refused. No TensorFlow.
+A script runs when the command line names it (`--lr_schedule=PATH.py:FUNCTION`)
+or says `--allow_scripts`, or on a resume whose `schedule_script.json` records,
+under an HMAC key only this user holds (`$XDG_CONFIG_HOME/resnet_app/script_key`),
+that this user allowed this very content. No TensorFlow.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """Averages a run's checkpoints into one: `resnet-app average`.
 
-  resnet-app average --model_dir=runs/try                  # every kept checkpoint
   resnet-app average --model_dir=runs/try --last=3 --bn_batches=0
-  resnet-app average --model_dir=runs/try --best=3         # by the trainer's holdout records
   resnet-app average --model_dir=runs/try --mode=soup      # a greedy soup, held-out split
   resnet-app evaluate --model_dir=runs/try --checkpoint=averaged
-  resnet-app export --model_dir=runs/try --checkpoint=averaged --export_dir=out
 
-The mean of each weight over the chosen checkpoints (`--mode=uniform`), or a
-greedy soup (`--mode=soup`, Wortsman et al. 2022: each checkpoint kept if it
-does not lower the score on the run's held-out split, never the test split).
-BatchNorm's statistics are measured again on `--bn_batches` training batches.
-The result is the run's averaged checkpoint (`averaged/`, with `averaged.json`);
-its record is printed as one JSON line. See docs/evaluation.md.
+The mean of each weight, or a greedy soup (Wortsman et al. 2022), BatchNorm
+measured again, written to `averaged/`; its record is one JSON line. See
+docs/evaluation.md.
 """
 
 from __future__ import annotations

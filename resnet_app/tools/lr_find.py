@@ -1,22 +1,14 @@
 """Learning-rate range test: train briefly with an exponentially rising rate, watch the loss.
 
     resnet-app lr-find --config=configs/cifar10_resnet20.yaml
-    resnet-app lr-find --model_dir=runs/shapes_resnet20_20261130-060000 --steps=200
-    resnet-app lr-find --dataset=shapes --model=resnet20 --start_lr=1e-4 --end_lr=1
+    resnet-app lr-find --model_dir=runs/shapes_resnet20 --steps=200 --start_lr=1e-4
 
-Smith (2017), sec. 3.3: train a copy of a config for `--steps` steps while the
-learning rate rises exponentially, `lr(step) = start_lr * (end_lr / start_lr) **
-(step / (steps - 1))` (an `exponential` schedule). Each step's loss (of its
-batch, before its update) is smoothed by a bias-corrected moving average
-(`--smoothing`), and the test stops once it exceeds `--divergence` times its
-minimum or is not finite (fastai's `lr_find`). The suggestion is a tenth of the
-rate at the smoothed loss's minimum (Howard & Gugger 2020); the steepest
-descent's rate is printed too, both leaving out the first tenth of the steps
-and the last 5 rows, as fastai does.
-
-The config comes from the train flags, or from a run's `--model_dir` (only
-read). Training happens in `--work_dir` (a temporary directory unless given),
-deleted unless `--keep`. Prints a table, writes `--csv` and `--plot`.
+Smith (2017), sec. 3.3, as fastai's `lr_find`: a copy of the config trains for
+`--steps` steps at rates rising exponentially from `--start_lr` to `--end_lr`,
+until the bias-corrected smoothed loss exceeds `--divergence` times its minimum.
+It suggests a tenth of the rate at that minimum (Howard & Gugger 2020), leaving
+out the first tenth of the steps and the last 5. A run's `--model_dir` is only
+read; the test trains in `--work_dir`, deleted unless `--keep`.
 """
 
 from __future__ import annotations
@@ -60,13 +52,8 @@ COMPLETE = "range test complete"
 
 
 class RangeTest:
-    """The smoothed loss of every step, and when the test must stop (no TensorFlow).
-
-    Attributes:
-      rows: (step, learning rate, loss, smoothed loss) of every step so far.
-      stop_reason: why the test stopped before its end, or None.
-      lost: the loop lost a step to a non-finite loss or weights (and raises).
-    """
+    """The smoothed loss of every step (`rows`: step, rate, loss, smoothed), and why the
+    test stops (`stop_reason`, `lost`: the loop lost a step to non-finite values)."""
 
     def __init__(self, steps: int, divergence: float, beta: float):
         self.steps, self.divergence, self.beta = steps, divergence, beta
@@ -191,13 +178,6 @@ def make_work_dir() -> tuple[str, bool]:
     return work, created
 
 
-def remove_work_dir(work: str, created: bool) -> None:
-    """Deletes what the test wrote; an empty directory given by the user stays, empty."""
-    shutil.rmtree(work, ignore_errors=True)
-    if not created:
-        os.makedirs(work, exist_ok=True)
-
-
 def run_test(resolved: config.Config, test: RangeTest, work: str) -> None:
     """Trains `resolved` in `work` until `test`, a non-finite step or a signal stops it."""
     from resnet_app.engine import loop
@@ -216,14 +196,9 @@ def run_test(resolved: config.Config, test: RangeTest, work: str) -> None:
 
 
 def suggest(rows: list[tuple[int, float, float, float]], steps: int) -> dict[str, Any]:
-    """fastai's suggestions from the smoothed loss, leaving out the first `steps // 10` rows,
-    the last 5 and all from the first non-finite one.
-
-    Returns:
-      {"minimum": (row index, rate) of the lowest smoothed loss, "steepest": (row
-      index, rate) of its steepest descent over log(rate), "suggested": the
-      minimum's rate / 10}, or {} with fewer than 2 rows in the window.
-    """
+    """fastai's suggestions from the smoothed loss, without the first `steps // 10` rows,
+    the last 5 and all from the first non-finite one: {"minimum" and "steepest" descent
+    over log(rate): (row, rate), "suggested": the minimum's rate / 10}, or {}."""
     import numpy as np
 
     table = np.array([row[1:] for row in rows], dtype=np.float64).reshape(-1, 3)
@@ -243,13 +218,6 @@ def suggest(rows: list[tuple[int, float, float, float]], steps: int) -> dict[str
     }
 
 
-def table_rows(count: int, shown: int) -> list[int]:
-    """`shown` evenly spread indices of `count` rows, first and last included."""
-    if count <= shown:
-        return list(range(count))
-    return sorted({round(i * (count - 1) / (shown - 1)) for i in range(shown)})
-
-
 def report(resolved: config.Config, test: RangeTest, found: dict[str, Any]) -> list[str]:
     """The printed table and findings."""
     start, end, steps, rows = _START_LR.value, _END_LR.value, _STEPS.value, test.rows
@@ -260,7 +228,11 @@ def report(resolved: config.Config, test: RangeTest, found: dict[str, Any]) -> l
         f"(x{(end / start) ** (1 / (steps - 1)):.6g} a step)",
         f"{'step':>6} {'learning rate':>14} {'loss':>10} {'smoothed':>10}",
     ]
-    for index in table_rows(len(rows), _ROWS.value):
+    shown, last = _ROWS.value, len(rows) - 1  # Evenly spread rows, first and last included.
+    indices = (
+        range(len(rows)) if last < shown else {round(i * last / (shown - 1)) for i in range(shown)}
+    )
+    for index in sorted(indices):
         step, rate, loss, smoothed = rows[index]
         lines.append(f"{step:>6} {rate:>14.6g} {loss:>10.4g} {smoothed:>10.4g}")
     return lines + findings(test, found)
@@ -285,14 +257,6 @@ def findings(test: RangeTest, found: dict[str, Any]) -> list[str]:
     if found["suggested"] < rows[0][1]:
         lines.append("warning: the suggestion is below --start_lr; lower --start_lr")
     return lines
-
-
-def write_csv(rows: list[tuple[int, float, float, float]], path: str) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["step", "learning_rate", "loss", "smoothed_loss"])
-        writer.writerows(rows)
-    logging.info("Wrote %s", path)
 
 
 def plot(
@@ -322,10 +286,7 @@ def plot(
     finite = [row[3] for row in rows if math.isfinite(row[3])]
     if finite:  # Keep the explosion from flattening the rest.
         axes.set_ylim(min(finite) * 0.95, min(max(finite), 4 * finite[0]) * 1.05)
-    axes.set_xscale("log")
-    axes.set_xlabel("learning rate")
-    axes.set_ylabel("training loss")
-    axes.set_title(title)
+    axes.set(xscale="log", xlabel="learning rate", ylabel="training loss", title=title)
     axes.grid(alpha=0.3, which="both")
     axes.legend(fontsize=8)
     figure.tight_layout()
@@ -352,12 +313,18 @@ def main(argv: list[str]) -> None:
     finally:
         if _KEEP.value:
             logging.info("Kept the test's run directory %s", work)
-        else:
-            remove_work_dir(work, created)
+        else:  # A directory the user gave stays, empty.
+            shutil.rmtree(work, ignore_errors=True)
+            if not created:
+                os.makedirs(work, exist_ok=True)
     found = suggest(test.rows, test.steps)
     sys.stdout.write("\n".join(report(resolved, test, found)) + "\n")
     if _CSV.value:
-        write_csv(test.rows, _CSV.value)
+        with open(_CSV.value, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["step", "learning_rate", "loss", "smoothed_loss"])
+            writer.writerows(test.rows)
+        logging.info("Wrote %s", _CSV.value)
     if _PLOT.value and test.rows:
         title = f"LR range test: {resolved.model_name} on {resolved.data.dataset}"
         plot(test.rows, found, _PLOT.value, title)

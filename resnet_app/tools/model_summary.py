@@ -1,10 +1,6 @@
-"""`resnet-app model`: what a ResNet costs, stage by stage.
+"""`resnet-app model`: what a ResNet costs, stage by stage (`nets/summary.py`).
 
-    resnet-app model --model=resnet50
-    resnet-app model --model=resnet20 --num_classes=100 --json
-
-Prints each stage's output shape, the parameter counts and the
-multiply-accumulates per image (see `resnet_app/nets/summary.py`).
+resnet-app model --model=resnet20 --num_classes=100 --json
 """
 
 from __future__ import annotations

@@ -2,15 +2,9 @@
 
     resnet-app plot RUN_DIR... [--out=curves.png] [--x=step|epoch]
 
-    resnet-app plot runs/try
-    resnet-app plot runs/resnet20 runs/resnet56 --out=compare.png
-    resnet-app plot runs/batch128 runs/batch512 --x=epoch
-
-Four panels against the step (or epoch): training loss, training accuracy,
-evaluation top-1 and the learning rate; a colour per run, named by its
-directory. Only the newest attempt of a resumed run is drawn, and only the
-trainer's records. No TensorFlow, so it is quick while a run goes on. Needs
-`pip install -r requirements-plot.txt`.
+Four panels (training loss and accuracy, evaluation top-1, learning rate), a
+colour per run, the newest attempt of a resumed run. No TensorFlow. Needs
+requirements-plot.txt.
 """
 
 from __future__ import annotations
@@ -85,12 +79,8 @@ def _series(by_step: dict[int, float]) -> Series:
 
 
 def load_curves(run_dir: str) -> RunCurves:
-    """A run's curves from its `metrics.jsonl`, newest attempt only.
-
-    A "start" at step N (or a "rollback" to N) trains the steps after N again:
-    earlier records after N are dropped (those at N stay); a newer record of a
-    step replaces an older one.
-    """
+    """A run's curves, newest attempt only: a "start" at step N (or "rollback" to N) drops
+    the earlier records after N; a newer record of a step replaces an older one."""
     path = metrics_path(run_dir)
     train: dict[str, dict[int, float]] = {key: {} for key in TRAIN_KEYS}
     top1: dict[str, dict[int, float]] = {}

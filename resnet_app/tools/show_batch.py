@@ -1,16 +1,10 @@
 """Saves a grid of augmented training images with their label names.
 
   resnet-app show-batch --dataset=shapes --out=batch.png
-  resnet-app show-batch --dataset=folder:/data/flowers --image_size=224 --out=b.png
   resnet-app show-batch --dataset=cifar10 --split=test --out=test.png
 
-Shows exactly what the model is fed: the images come from the training
-pipeline (or the evaluation pipeline with --split), and are un-normalized with
-the pipeline's own mean and std for display. With AugMix's consistency loss
-each example's three views stand in a row: its plain image, then its two
-AugMix. Every data flag of training (--preprocessing, --crop_padding,
---area_range, ...) is accepted. Needs matplotlib: `pip install -r
-requirements-plot.txt`.
+Exactly what the model is fed (AugMix's views in a row), un-normalized for
+display; every data flag of training is accepted. Needs requirements-plot.txt.
 """
 
 import math

@@ -2,18 +2,12 @@
 
   resnet-app sweep --study_dir=sweeps/lr --config=cifar10_resnet20 \\
       --set data.validation_split=5000 \\
-      --param="optimizer.learning_rate=log(0.02, 0.5)" \\
-      --param="model.weight_decay=log(1e-5, 1e-3)" --trials=20
-  resnet-app sweep --study_dir=sweeps/aug --space=space.yaml --sampler=grid ...
+      --param="optimizer.learning_rate=log(0.02, 0.5)" --trials=20
   resnet-app train --config=sweeps/lr/best.yaml          # the best trial's settings
 
-Each trial is an ordinary `resnet-app train` run in `STUDY_DIR/trial-NNNN`, with
-the training flags given here and `--set KEY=VALUE` for each searched key,
-scored on a validation split (`data.validation_split`), never the test split.
-Optuna draws the values (`--sampler`) and stops weak trials early (`--pruner`).
-The study's database (`--storage`) lets the same command resume a stopped
-sweep. STUDY_DIR ends with `summary.csv`, `sweep.png` and `best.yaml` (the best
-trial as a recipe). Needs `pip install -r requirements-sweep.txt`; see docs/sweep.md.
+Each trial is a `resnet-app train` run in `STUDY_DIR/trial-NNNN`, scored on a
+validation split (never the test split); Optuna draws and prunes. The same
+command resumes a stopped sweep. Needs requirements-sweep.txt; see docs/sweep.md.
 """
 
 from __future__ import annotations
