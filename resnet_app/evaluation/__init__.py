@@ -1,11 +1,8 @@
-"""Evaluation: exact metrics over every example once, and reports on saved checkpoints.
+"""Evaluation of saved checkpoints: what `resnet-app evaluate` and `average` report and write.
 
-The exact evaluation itself (`engine/exact_eval.py`, `tta.py`, `label_metrics.py`)
-sits below, in the engine, which evaluates while it trains.
-- `checkpoint_eval.py`, `reports.py`, `multi_label_report.py`: what
-  `resnet-app evaluate` reports on a checkpoint (per-class tables, the confusion matrix).
-- `calibration.py`, `temperature.py`, `reliability_plot.py`: ECE, NLL, a fitted
-  temperature and the reliability diagram.
-
-Nothing here exports a model: `resnet_app/export/` does, and imports this.
+`checkpoint_eval.py` evaluates checkpoints (the exact evaluation itself is
+`engine/exact_eval.py`), `reports.py` writes their reports, `watch.py`
+follows a training run; `calibration.py`, `temperature.py` and
+`reliability_plot.py` measure and fix calibration; `soup.py` averages
+checkpoints. Nothing here exports a model.
 """

@@ -1,33 +1,11 @@
 """Calibration: how far a classifier's confidence is from its accuracy, and a fix for it.
 
-Guo et al. 2017, "On Calibration of Modern Neural Networks" (ICML), measure
-calibration and correct it after training:
-
-- `expected_calibration_error`: the ECE. The confidence of an example is its
-  largest probability; the examples are split into equal-width confidence
-  bins (15 by default, as in the paper), bin i holding confidences in
-  (i/B, (i+1)/B] and the first also 0; ECE = sum over bins of
-  |bin| / N * |accuracy(bin) - mean confidence(bin)|.
-- `reliability`: the same bins, one entry each (count, accuracy, mean
-  confidence; None for an empty bin), for a reliability diagram or a report.
-- `negative_log_likelihood`: the mean NLL of softmax(logits / T), computed
-  with log-sum-exp in float64, so huge logits stay finite.
-- `fit_temperature`: temperature scaling, the paper's one-parameter fix: the
-  T > 0 that minimizes the NLL of softmax(logits / T) on held-out examples.
-  The NLL is not convex in T, but it is convex in beta = 1/T (its second
-  derivative is the mean variance of the logits under softmax(beta * z)), so
-  the derivative in beta is bisected on [1/high, 1/low].
-- `apply_temperature`: softmax(logits / T). A positive scale keeps the order
-  of the logits, so temperature never changes the argmax, hence never the
-  accuracy: only the confidence moves.
-- `calibration_record`: ECE, NLL, temperature and the reliability bins as one
-  JSON-ready dict, for evaluation reports.
-- The reliability diagram of these bins is drawn by `reliability_plot.py`.
-- `save_temperature`, `read_temperature`: a run's fitted temperature, in its
-  run directory's `temperature.json` (`python -m resnet_app.evaluate
-  --fit_temperature` writes it; evaluate and the exports read it).
-
-Pure NumPy: no TensorFlow, and no SciPy (not a dependency).
+Guo et al. 2017, "On Calibration of Modern Neural Networks": the expected
+calibration error over equal-width confidence bins (`reliability` gives the
+bins), the negative log-likelihood, and temperature scaling, the T > 0 that
+minimizes the NLL of softmax(logits / T) on held-out examples (it never
+changes the argmax, only the confidence). A run's fitted temperature lives in
+its `temperature.json`. Pure NumPy, no SciPy.
 """
 
 from __future__ import annotations
@@ -44,12 +22,11 @@ from resnet_app.common import files, run_dir
 from resnet_app.common.errors import ConfigError
 
 DEFAULT_BINS = 15  # Guo et al. 2017.
-# What temperature.json holds: the fit, where it came from, and what it changed.
 TEMPERATURE_FIELDS = (
     "temperature",
     "checkpoint",
     "step",
-    "weights",  # "ema" or "raw" (a file written before EMA has none: raw).
+    "weights",  # "ema" or "raw" (a file from before EMA has none: raw).
     "split",
     "num_examples",
     "nll_before",
@@ -122,10 +99,33 @@ def _check_probabilities(probabilities: Any, labels: Any) -> tuple[np.ndarray, n
     return np.minimum(probabilities, 1.0), labels
 
 
-def _bin_statistics(
-    probabilities: np.ndarray, labels: np.ndarray, bins: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per bin: the edges, the count, the number correct and the sum of confidences."""
+def expected_calibration_error(
+    probabilities: np.ndarray, labels: np.ndarray, bins: int = DEFAULT_BINS
+) -> float:
+    """The ECE: sum over bins b of |b| / N * |accuracy(b) - mean confidence(b)|.
+
+    The confidence is an example's largest probability (rows need not sum to
+    1), the prediction its index (the first on a tie); bin i of B holds
+    confidences in (i/B, (i+1)/B], the first also 0.
+
+    Raises:
+      ValueError: for empty or mis-shaped input, non-finite values,
+        probabilities outside [0, 1], labels out of range or bins < 1.
+    """
+    return reliability(probabilities, labels, bins)["ece"]
+
+
+def reliability(
+    probabilities: np.ndarray, labels: np.ndarray, bins: int = DEFAULT_BINS
+) -> dict[str, Any]:
+    """The reliability diagram's numbers, JSON-ready: per-bin lists "bin_lower", "bin_upper",
+    "count", "accuracy" and "confidence" (None for an empty bin), and the "ece".
+
+    Raises:
+      ValueError: as `expected_calibration_error`.
+    """
+    bins = _check_bins(bins)
+    probabilities, labels = _check_probabilities(probabilities, labels)
     confidence = probabilities.max(axis=1)
     correct = probabilities.argmax(axis=1) == labels
     # Edges i / B, each correctly rounded; searchsorted(side="left") puts a
@@ -135,63 +135,6 @@ def _bin_statistics(
     count = np.bincount(index, minlength=bins)
     hits = np.bincount(index, weights=correct.astype(np.float64), minlength=bins)
     confidence_sum = np.bincount(index, weights=confidence, minlength=bins)
-    return edges, count, hits, confidence_sum
-
-
-def _ece(count: np.ndarray, hits: np.ndarray, confidence_sum: np.ndarray) -> float:
-    # |B|/N * |acc - conf| = |hits - sum of confidences| / N: no division by an empty bin.
-    return float(np.sum(np.abs(hits - confidence_sum)) / np.sum(count))
-
-
-def expected_calibration_error(
-    probabilities: np.ndarray, labels: np.ndarray, bins: int = DEFAULT_BINS
-) -> float:
-    """The expected calibration error (ECE) of Guo et al. 2017.
-
-    Args:
-      probabilities: [examples, classes] predicted probabilities, in [0, 1]
-        (rows need not sum to 1: only the largest entry and its index count).
-      labels: [examples] integer class ids.
-      bins: the number of equal-width confidence bins over [0, 1].
-
-    Returns:
-      sum over bins b of |b| / N * |accuracy(b) - mean confidence(b)|, where
-      the confidence is the largest probability, the prediction its index
-      (the first on a tie), and bin i holds confidences in (i/B, (i+1)/B], the
-      first bin also 0.
-
-    Raises:
-      ValueError: for empty or mis-shaped input, non-finite values,
-        probabilities outside [0, 1], labels out of range or bins < 1.
-    """
-    bins = _check_bins(bins)
-    probabilities, labels = _check_probabilities(probabilities, labels)
-    _, count, hits, confidence_sum = _bin_statistics(probabilities, labels, bins)
-    return _ece(count, hits, confidence_sum)
-
-
-def reliability(
-    probabilities: np.ndarray, labels: np.ndarray, bins: int = DEFAULT_BINS
-) -> dict[str, Any]:
-    """The reliability diagram's numbers: accuracy and confidence per bin, and the ECE.
-
-    Args:
-      probabilities: [examples, classes] predicted probabilities, in [0, 1].
-      labels: [examples] integer class ids.
-      bins: the number of equal-width confidence bins, as in
-        `expected_calibration_error`.
-
-    Returns:
-      A JSON-ready dict of plain Python values: per-bin lists "bin_lower",
-      "bin_upper" (floats), "count" (ints), "accuracy" and "confidence" (mean
-      confidence; floats, None for an empty bin), and "ece" (a float).
-
-    Raises:
-      ValueError: as `expected_calibration_error`.
-    """
-    bins = _check_bins(bins)
-    probabilities, labels = _check_probabilities(probabilities, labels)
-    edges, count, hits, confidence_sum = _bin_statistics(probabilities, labels, bins)
     filled = count > 0
     return {
         "bin_lower": [float(edge) for edge in edges[:-1]],
@@ -201,7 +144,8 @@ def reliability(
         "confidence": [
             float(s / n) if full else None for s, n, full in zip(confidence_sum, count, filled)
         ],
-        "ece": _ece(count, hits, confidence_sum),
+        # |B|/N * |acc - conf| = |hits - sum of confidences| / N: no division by an empty bin.
+        "ece": float(np.sum(np.abs(hits - confidence_sum)) / np.sum(count)),
     }
 
 
@@ -219,17 +163,8 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
 def negative_log_likelihood(
     logits: np.ndarray, labels: np.ndarray, temperature: float = 1.0
 ) -> float:
-    """The mean negative log-likelihood of softmax(logits / temperature).
-
-    Args:
-      logits: [examples, classes] finite logits (any float dtype; computed in
-        float64).
-      labels: [examples] integer class ids.
-      temperature: T > 0 dividing the logits.
-
-    Returns:
-      mean over examples of -log softmax(logits / T)[label], computed with
-      log-sum-exp, so it is finite however large the logits.
+    """The mean -log softmax(logits / T)[label], in float64 through log-sum-exp (finite for
+    any finite logits).
 
     Raises:
       ValueError: for empty or mis-shaped input, non-finite logits, labels
@@ -261,27 +196,12 @@ def fit_temperature(
 ) -> float:
     """Temperature scaling: the T in [low, high] minimizing the NLL of softmax(logits / T).
 
-    The NLL of softmax(beta * z) is convex in beta = 1/T, so its derivative in
-    beta is non-decreasing, and the minimum over [1/high, 1/low] is where the
-    derivative changes sign, found by bisection. Without a sign change the
-    minimum is at an end of the interval, which is returned (with a warning):
-    `low` when the NLL keeps falling as T shrinks (e.g. every example already
-    right with a margin), `high` when it keeps falling as T grows. When no
-    example's logits differ, the NLL does not depend on T and 1 is returned
-    (clipped into the interval).
-
-    Fit on held-out examples (the paper uses the validation set), not the
-    training set, on which the network is over-confident by construction.
-
-    Args:
-      logits: [examples, classes] finite logits.
-      labels: [examples] integer class ids.
-      low: the smallest temperature considered, > 0.
-      high: the largest temperature considered, > low.
-      tolerance: the bisection stops when the bracket of T is this narrow.
-
-    Returns:
-      The temperature, a float in [low, high].
+    The NLL of softmax(beta * z) is convex in beta = 1/T, so the minimum is
+    where its derivative changes sign, bisected until the bracket of T is
+    `tolerance` narrow. Without a sign change the minimum is an end of the
+    interval (returned with a warning); when no example's logits differ, T
+    does not matter and 1 is returned (clipped into the interval). Fit on
+    held-out examples: the network is over-confident on its training set.
 
     Raises:
       ValueError: for empty or mis-shaped input, non-finite logits, labels
@@ -328,11 +248,7 @@ def fit_temperature(
 def _zero_of_slope(
     logits: np.ndarray, labels: np.ndarray, beta_low: float, beta_high: float, tolerance: float
 ) -> float:
-    """Bisection for the beta where the NLL's slope crosses 0, given slope(low) < 0 < slope(high).
-
-    Stops when the bracket of T = 1/beta is narrower than `tolerance`, and
-    returns the middle of the bracket in beta.
-    """
+    """The beta where the NLL's slope crosses 0 (slope(low) < 0 < slope(high)), bisected."""
     while 1.0 / beta_low - 1.0 / beta_high > tolerance:
         middle = 0.5 * (beta_low + beta_high)
         if not beta_low < middle < beta_high:
@@ -348,18 +264,7 @@ def _zero_of_slope(
 
 
 def apply_temperature(logits: np.ndarray, temperature: float) -> np.ndarray:
-    """softmax(logits / temperature), stable for any finite logits.
-
-    A positive temperature keeps the order of each row's logits, so the argmax
-    (the prediction) never changes; only logits that differ by less than
-    float64 rounding can become tied.
-
-    Args:
-      logits: [examples, classes] finite logits.
-      temperature: T > 0.
-
-    Returns:
-      [examples, classes] float64 probabilities; each row sums to 1.
+    """softmax(logits / temperature) in float64, stable for any finite logits.
 
     Raises:
       ValueError: for empty or mis-shaped or non-finite logits, or a
@@ -373,21 +278,8 @@ def apply_temperature(logits: np.ndarray, temperature: float) -> np.ndarray:
 def calibration_record(
     logits: np.ndarray, labels: np.ndarray, temperature: float = 1.0, bins: int = DEFAULT_BINS
 ) -> dict[str, Any]:
-    """The calibration of softmax(logits / temperature), for an evaluation report.
-
-    Args:
-      logits: [examples, classes] finite logits.
-      labels: [examples] integer class ids.
-      temperature: T > 0, e.g. from `fit_temperature` on a validation split.
-      bins: the number of confidence bins.
-
-    Returns:
-      A JSON-ready dict: "temperature", "nll", "ece" (floats) and
-      "reliability", the dict of `reliability` (which `plot_reliability` draws).
-
-    Raises:
-      ValueError: as `negative_log_likelihood` and `reliability`.
-    """
+    """The calibration of softmax(logits / temperature), JSON-ready: "temperature", "nll",
+    "ece" and "reliability" (`reliability`'s bins)."""
     bins = _check_bins(bins)
     temperature = _check_temperature(temperature)
     logits, labels = _check_logits(logits, labels)
@@ -401,20 +293,8 @@ def calibration_record(
 
 
 def save_temperature(model_dir: str, record: dict[str, Any]) -> str:
-    """Writes a fitted temperature to the run's `temperature.json`, whole (atomically).
-
-    Args:
-      model_dir: the run directory.
-      record: `TEMPERATURE_FIELDS` at least: the temperature, the checkpoint
-        and step it was fitted from, the split ("holdout"), its number of
-        examples, and the NLL and ECE before and after.
-
-    Returns:
-      The file's path.
-
-    Raises:
-      ValueError: for a missing field or a temperature that is not finite and positive.
-    """
+    """Writes `record` (`TEMPERATURE_FIELDS` at least) to the run's `temperature.json`,
+    atomically; its path. ValueError for a missing field or a bad temperature."""
     missing = [field for field in TEMPERATURE_FIELDS if field not in record]
     if missing:
         raise ValueError(f"a temperature record needs {', '.join(missing)}")
@@ -425,12 +305,7 @@ def save_temperature(model_dir: str, record: dict[str, Any]) -> str:
 
 
 def read_temperature_record(model_dir: str) -> dict[str, Any] | None:
-    """The run's `temperature.json`, or None when it has none.
-
-    Raises:
-      ConfigError: naming the file and the fix, when it cannot be read or its
-        temperature is not a finite positive number.
-    """
+    """The run's `temperature.json`, or None; ConfigError (naming the fix) if it is damaged."""
     path = run_dir.temperature_path(model_dir)
     if not os.path.exists(path):
         return None
@@ -472,17 +347,6 @@ def warn_if_fitted_elsewhere(fitted: dict[str, Any] | None, prefix: str, weights
 
 
 def read_temperature(model_dir: str) -> float:
-    """The temperature fitted for the run (`evaluate --fit_temperature`); 1.0 when none was.
-
-    Divide the logits by it before the softmax (`apply_temperature`): the
-    predictions stay, the probabilities become calibrated.
-
-    Args:
-      model_dir: the run directory.
-
-    Raises:
-      ConfigError: when its `temperature.json` is damaged (the message names
-        the file and says to rerun --fit_temperature).
-    """
+    """The temperature fitted for the run (`evaluate --fit_temperature`); 1.0 when none was."""
     record = read_temperature_record(model_dir)
     return 1.0 if record is None else record["temperature"]

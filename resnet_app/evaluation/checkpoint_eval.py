@@ -1,21 +1,12 @@
 """A run's saved checkpoints, evaluated and reported: the work of `python -m resnet_app.evaluate`.
 
-`evaluate_checkpoints` restores each chosen checkpoint (only the model: the
-optimizer and the rest of the training state are not needed), evaluates it on
-every example of the split exactly once (`engine/exact_eval.py`), optionally
-averaged over flipped or cropped views (`engine/tta.py`), measures its
-calibration from every example's logits (`evaluation/calibration.py`; also with
-the run's fitted temperature, when it has one), hands its record to the caller
-as soon as it is known, appends it to the run's `metrics.jsonl` with "event":
-"evaluation", and writes its report directory `REPORT_ROOT/<checkpoint>-<split>`
-(`evaluation/reports.py`).
-
-`run_settings` and `create_model` are shared with `evaluation/temperature.py`
-(`evaluate --fit_temperature`).
-
-The run's config is read and the settings are checked before TensorFlow is
-imported, so a mistake in the command (no such run, a bad batch size) is
-answered at once; the functions that need TensorFlow import it themselves.
+Each chosen checkpoint's model is restored and evaluated on every example of
+the split once (`engine/exact_eval.py`, optionally over test-time augmented
+views), with its calibration (also at the run's fitted temperature); its
+record goes to the caller as soon as it is known, to the run's
+`metrics.jsonl` ("event": "evaluation") and to its report directory
+`REPORT_ROOT/<checkpoint>-<split>` (`evaluation/reports.py`). The run's config
+and the settings are checked before TensorFlow is imported.
 """
 
 from __future__ import annotations
@@ -46,58 +37,33 @@ Record = dict[str, Any]
 
 
 def evaluate_checkpoints(
-    model_dir: str,
-    which: str = "latest",
-    *,
-    split: str | None = None,
-    batch_size: int | None = None,
-    num_towers: int | None = None,
-    data_dir: str | None = None,
-    report_dir: str | None = None,
-    tta: str | None = None,
-    weights: str = "auto",
-    on_record: Callable[[Record], None] | None = None,
+    model_dir: str, which: str = "latest", *, weights: str = "auto", **options: Any
 ) -> list[Record]:
     """Evaluates a run's checkpoints, each on every example of a split, and reports each.
 
     Args:
-      model_dir: the run directory written by `python -m resnet_app.train`.
-      which: latest (the newest readable checkpoint), all, ckpt-N or N.
-      split, data_dir: the split to evaluate, and where the data is now; None
-        for the run's own (`data.eval_split`, `data.data_dir`).
-      batch_size: the global batch; None for the run's `train.eval_batch_size`,
-        else its `train.batch_size`.
-      num_towers: towers to evaluate on; None for every GPU, or the one CPU.
-      report_dir: where the report directories go; None for `model_dir/reports`.
-      tta: None, or test-time augmentation: "flip" (any run) or "crops"
-        (ImageNet-family runs), see `engine/tta.py`.
+      model_dir: the run directory.
+      which: latest (the newest readable checkpoint), all, best, averaged, ckpt-N or N.
       weights: "auto" (the moving average of the weights when kept), "ema" or "raw".
-      on_record: called with each record as soon as it is known (the command prints it).
+      **options: `open_session`'s: split and data_dir (None: the run's),
+        batch_size (None: the run's evaluation batch), num_towers (None: every
+        GPU, or the CPU), report_dir (None: `model_dir/reports`), tta (None,
+        "flip", or "crops" for ImageNet-family runs) and on_record (called
+        with each record as soon as it is known).
 
     Returns:
-      One record per checkpoint, in order: "checkpoint" (its name),
-      `exact_eval.eval_record`'s fields, "tta" (None for one view), "weights"
-      ("ema" or "raw"), the calibration "ece" and "nll" (None without
-      examples), with a fitted temperature also "temperature", "ece_scaled"
-      and "nll_scaled", and "report" (its report directory).
+      One record per checkpoint: "checkpoint", `exact_eval.eval_record`'s
+      fields, "tta", "weights", "ece" and "nll" (None without examples), with
+      a fitted temperature "temperature", "ece_scaled" and "nll_scaled", and
+      "report" (its directory).
 
     Raises:
       ConfigError: for a mistake: no such run or checkpoint, a checkpoint of
         another model, a report directory that cannot be made or is another
-        run's, an unknown `tta` or crops for a CIFAR-family run, a damaged
-        temperature.json.
+        run's, a bad `tta`, a damaged temperature.json.
     """
-    session = open_session(
-        model_dir,
-        split=split,
-        batch_size=batch_size,
-        num_towers=num_towers,
-        data_dir=data_dir,
-        report_dir=report_dir,
-        tta=tta,
-        on_record=on_record,
-        chosen=lambda: _chosen(model_dir, which, weights),  # Before the data loads.
-    )
+    # The checkpoints are chosen before the data loads.
+    session = open_session(model_dir, chosen=lambda: _chosen(model_dir, which, weights), **options)
     records = []
     try:
         for step, prefix, kind in session.chosen:
@@ -105,7 +71,7 @@ def evaluate_checkpoints(
             if record is not None:
                 records.append(record)
     finally:
-        session.close()
+        session.writer.close()
     return records
 
 
@@ -113,7 +79,8 @@ def evaluate_checkpoints(
 class Session:
     """A run's model, data, report directory and metrics, ready to evaluate checkpoints.
 
-    Made by `open_session`; `evaluate_checkpoints` and `evaluation/watch.py` use it.
+    `events` (TensorBoard's directory for "ema" or "raw" weights, None for no
+    events) and `tags` (fields added to each record) are the watcher's.
     """
 
     model_dir: str
@@ -130,59 +97,104 @@ class Session:
     chief: bool
     chosen: list[tuple[int, str, str]]
     on_record: Callable[[Record], None] | None
-    # Set by evaluation/watch.py: TensorBoard's directory for "ema" or "raw"
-    # weights (None: no events), and fields added to each record in metrics.jsonl.
     events: Callable[[str], str] | None = None
     tags: Record = dataclasses.field(default_factory=dict)
 
     def evaluate(self, which: str, step: int, prefix: str, kind: str) -> Record | None:
-        """Restores and evaluates one checkpoint, reports and saves its record; returns it.
+        """Restores, evaluates and reports one checkpoint (`kind` "ema" or "raw"); its record.
 
-        Args:
-          which: how it was chosen (`checkpoint.restore_selected`'s `which`).
-          step, prefix, kind: the checkpoint and "ema" or "raw".
-
-        Returns:
-          Its record; None when rotation removed it meanwhile (skipped, one warning).
+        `which` is how it was chosen (`checkpoint.restore_selected`'s). None
+        when rotation removed it meanwhile (skipped, one warning).
         """
-        # A shared --report_dir: not over another run's report (checked again: the
-        # watcher picks its checkpoints after the session opened).
+        from resnet_app.common import checkpoint
+        from resnet_app.engine import exact_eval
+        from resnet_app.evaluation import reports
+
+        # A shared --report_dir: checked again, as the watcher picks checkpoints later.
         _check_report_owners(
             self.model_dir, self.report_root, [(step, prefix, kind)], self.split, self.tta
         )
-        restored = _restored(self.model, self.model_dir, which, step, prefix, kind)
-        if restored is None:
+        try:
+            step, prefix, kind = checkpoint.restore_selected(
+                self.model, self.model_dir, which, step, prefix, kind
+            )
+        except checkpoint.CheckpointGoneError as gone:
+            logging.warning("Skipping it: %s", gone)
             return None
-        step, prefix, kind = restored
-        result = _evaluate(
-            self.model,
-            prefix,
-            kind,
-            self.pipeline,
-            self.batch_size,
-            self.strategy,
-            self.split,
-            self.tta,
-            self.fitted,
-            self.run_config.train.threshold,
-        )
-        record, reliability = _record(
-            prefix,
-            step,
-            kind,
-            self.split,
-            result,
-            self.run_config.train.precision,
-            self.report_root,
+        train = self.run_config.train
+        if self.pipeline.multi_label:  # Every example's scores; no confusion, no calibration.
+            result = exact_eval.evaluate(
+                self.model,
+                self.pipeline,
+                self.batch_size,
+                self.strategy,
+                self.split,
+                threshold=train.threshold,
+            )
+        else:
+            calibration.warn_if_fitted_elsewhere(self.fitted, prefix, kind)
+            result = exact_eval.evaluate(
+                self.model,
+                self.pipeline,
+                self.batch_size,
+                self.strategy,
+                self.split,
+                confusion=True,
+                collect_logits=True,
+                tta=self.tta,
+                temperature=None if self.fitted is None else self.fitted["temperature"],
+            )
+        name = os.path.basename(prefix)
+        record = {
+            "checkpoint": name,
+            **exact_eval.eval_record(step, self.split, result, train.precision),
+        }
+        record.update(tta=result.tta, weights=kind)
+        fields, reliability = _calibration(result)
+        record.update(fields)
+        record["report"] = os.path.join(
+            self.report_root, reports.report_name(name, self.split, result.tta, kind)
         )
         if self.on_record is not None:  # The numbers first, as soon as they are known.
             self.on_record(record)
-        events = None if self.events is None else self.events(kind)
-        _save(self, record, result, reliability, events)
+        self._save(record, result, reliability)
         return record
 
-    def close(self) -> None:
-        self.writer.close()
+    def _save(self, record: Record, result: EvalResult, reliability: Record | None) -> None:
+        """Appends the record to metrics.jsonl (and TensorBoard), then the chief writes its report.
+
+        Every worker holds the whole confusion matrix and every example's logits.
+        """
+        from resnet_app.engine.actions import EVAL_SCALARS, LABEL_SCALARS
+        from resnet_app.evaluation import reports
+
+        self.writer.write({**record, **self.tags, "event": "evaluation"})
+        if self.events is not None:
+            keys = (*EVAL_SCALARS, *LABEL_SCALARS)
+            scalars = {k: record[k] for k in keys if record.get(k) is not None}
+            self.writer.scalars(self.events(record["weights"]), record["step"], scalars)
+            self.writer.flush()
+        if not self.chief:
+            return
+        directory = record["report"]
+        details = {key: value for key, value in record.items() if key != "report"}
+        details["model_dir"] = os.path.realpath(self.model_dir)
+        names = self.pipeline.class_names
+        try:
+            if result.multi_label:
+                report = reports.write_multi_label_report(
+                    directory, details, result.scores, result.labels, names, result.threshold
+                )
+            else:
+                report = reports.write_report(
+                    directory, details, result.confusion, names, reliability
+                )
+        except OSError as error:
+            raise ConfigError(
+                f"the report {directory} cannot be written ({error.strerror}); the "
+                f"numbers above are in metrics.jsonl; free space or pick --report_dir"
+            ) from None
+        reports.log_summary(report)
 
 
 def open_session(
@@ -197,17 +209,12 @@ def open_session(
     tta: str | None = None,
     on_record: Callable[[Record], None] | None = None,
 ) -> Session:
-    """Reads the run, makes the strategy, data, model and report directory (`evaluate_checkpoints`'
-    arguments); `chosen()` picks the checkpoints once the strategy exists, before the data loads.
-
-    Raises:
-      ConfigError: as `evaluate_checkpoints`.
-    """
+    """Reads the run and makes the strategy, data, model and report directory (the options of
+    `evaluate_checkpoints`); `chosen()` picks the checkpoints before the data loads."""
     run_config, data_config, batch_size = run_settings(model_dir, split, batch_size, data_dir)
     _check_tta(tta)
     fitted = calibration.read_temperature_record(model_dir)  # A damaged file: now, not later.
-    # TensorFlow is imported only once the run directory is known to be one.
-    from resnet_app.common import distribute
+    from resnet_app.common import distribute, metrics
     from resnet_app.data import run_pipeline
 
     strategy = distribute.create_strategy(num_towers)  # Before TF runs any op.
@@ -218,6 +225,14 @@ def open_session(
     report_root = _prepare_report_root(model_dir, report_dir, picked, split, tta, strategy)
     model = create_model(run_config, pipeline, strategy)  # At the run's train.precision.
     chief = distribute.is_chief(strategy)
+    why = run_dir.unwritable(model_dir) if chief else None
+    if why:
+        logging.warning(
+            "The run directory %s is read-only (%s): the records go to stdout and the "
+            "reports only, not to its metrics.jsonl",
+            model_dir,
+            why,
+        )
     return Session(
         model_dir=model_dir,
         run_config=run_config,
@@ -229,38 +244,11 @@ def open_session(
         tta=tta,
         fitted=fitted,
         report_root=report_root,
-        writer=_metrics_writer(model_dir, chief),
+        writer=metrics.MetricsWriter(model_dir, enabled=chief and not why),
         chief=chief,
         chosen=picked,
         on_record=on_record,
     )
-
-
-def _restored(model, model_dir: str, which: str, step: int, prefix: str, kind: str):
-    """`checkpoint.restore_selected`'s (step, prefix, kind); None for one of
-    --checkpoint=all that rotation removed meanwhile (skipped, one warning)."""
-    from resnet_app.common import checkpoint
-
-    try:
-        return checkpoint.restore_selected(model, model_dir, which, step, prefix, kind)
-    except checkpoint.CheckpointGoneError as gone:
-        logging.warning("Skipping it: %s", gone)
-        return None
-
-
-def _metrics_writer(model_dir: str, chief: bool):
-    """The run's metrics.jsonl, appended to by the chief unless the run is read-only."""
-    from resnet_app.common import metrics
-
-    why = run_dir.unwritable(model_dir) if chief else None
-    if why:
-        logging.warning(
-            "The run directory %s is read-only (%s): the records go to stdout and the "
-            "reports only, not to its metrics.jsonl",
-            model_dir,
-            why,
-        )
-    return metrics.MetricsWriter(model_dir, enabled=chief and not why)
 
 
 def _chosen(model_dir: str, which: str, weights: str) -> list[tuple[int, str, str]]:
@@ -274,12 +262,8 @@ def _chosen(model_dir: str, which: str, weights: str) -> list[tuple[int, str, st
 
 
 def _check_tta(tta: str | None, family: str | None = None, multi_label: bool = False) -> None:
-    """An unknown --tta, crops for a run without ImageNet-style evaluation crops, or any
-    --tta for multi-label data.
-
-    Raises:
-      ConfigError: naming the fix.
-    """
+    """Refuses (ConfigError) an unknown --tta, crops for a run without ImageNet-style
+    evaluation crops, or any --tta for multi-label data."""
     if tta is not None and tta not in MODES:
         raise ConfigError(f"--tta={tta}: use {' or '.join(MODES)}")
     if tta and multi_label:
@@ -293,52 +277,11 @@ def _check_tta(tta: str | None, family: str | None = None, multi_label: bool = F
         )
 
 
-def _evaluate(
-    model: tf.keras.Model,
-    prefix: str,
-    weights: str,
-    pipeline: InputPipeline,
-    batch_size: int,
-    strategy: tf.distribute.Strategy,
-    split: str,
-    tta: str | None,
-    fitted: Record | None,
-    threshold: float,
-) -> EvalResult:
-    """Checkpoint `prefix`, restored, on the split: confusion, logits, logits at the fitted T.
-
-    Multi-label data: every example's scores instead (no confusion, no calibration).
-    """
-    from resnet_app.engine import exact_eval
-
-    if pipeline.multi_label:
-        return exact_eval.evaluate(
-            model, pipeline, batch_size, strategy, split, threshold=threshold
-        )
-    calibration.warn_if_fitted_elsewhere(fitted, prefix, weights)
-    return exact_eval.evaluate(
-        model,
-        pipeline,
-        batch_size,
-        strategy,
-        split,
-        confusion=True,
-        collect_logits=True,
-        tta=tta,
-        temperature=None if fitted is None else fitted["temperature"],
-    )
-
-
 def run_settings(
     model_dir: str, split: str | None, batch_size: int | None, data_dir: str | None
 ) -> tuple[config.Config, DataConfig, int]:
-    """The run's config, its data settings as asked, and the batch size; without TensorFlow.
-
-    Args:
-      model_dir: the run directory.
-      split, data_dir: the split to evaluate and where the data is now; None
-        for the run's own.
-      batch_size: the global batch; None for the run's evaluation batch.
+    """The run's config, its data settings with `split` and `data_dir` (None: the run's), and
+    the batch size (None: the run's evaluation batch); without TensorFlow.
 
     Raises:
       ConfigError: for no such run, or a batch size below 1.
@@ -347,7 +290,6 @@ def run_settings(
     if batch_size is None:
         batch_size = run_config.train.eval_batch_size or run_config.train.batch_size
     checks.at_least("--batch_size", batch_size)
-    # The data moved, or another split: both are data settings of the run's config.
     changed: dict[str, Any] = {}
     if data_dir:
         changed["data_dir"] = data_dir
@@ -356,23 +298,41 @@ def run_settings(
     return run_config, dataclasses.replace(run_config.data, **changed), batch_size
 
 
-def make_report_root(model_dir: str, report_dir: str | None) -> str:
-    """Creates the directory the reports go in, before any evaluation runs.
+def _prepare_report_root(
+    model_dir: str,
+    report_dir: str | None,
+    chosen: list[tuple[int, str, str]],
+    split: str,
+    tta: str | None,
+    strategy: tf.distribute.Strategy,
+) -> str:
+    """The reports' absolute directory, made and checked before hours of evaluation.
 
-    Args:
-      model_dir: the run directory.
-      report_dir: `--report_dir`, or None for `model_dir/reports`.
-
-    Returns:
-      Its absolute path, so the records in metrics.jsonl mean the same from anywhere.
-
-    Raises:
-      ConfigError: when it cannot be created (better now than after hours of evaluation).
+    Every worker must agree (one that stopped alone would leave the others
+    waiting in a collective), so a refusal anywhere is raised everywhere.
     """
+    from resnet_app.common import distribute
+
     root = os.path.abspath(report_dir or run_dir.reports_dir(model_dir))
+    refused = None
+    try:
+        if distribute.is_chief(strategy):  # Only the chief writes reports.
+            _make_writable(root, model_dir, report_dir)
+        _check_report_owners(model_dir, root, chosen, split, tta)
+    except ConfigError as error:
+        refused = error
+    another = distribute.any_worker(strategy, refused is not None)
+    if refused is not None:
+        raise refused
+    if another:
+        raise ConfigError("another worker refused to evaluate (see its error); fix it and rerun")
+    return root
+
+
+def _make_writable(root: str, model_dir: str, report_dir: str | None) -> None:
+    """Creates `root` and probes that it takes a file (read-only would fail only at the end)."""
     try:
         os.makedirs(root, exist_ok=True)
-        # Existing but read-only would fail only after the evaluation.
         probe = os.path.join(root, f".write-test-{os.getpid()}")
         with open(probe, "w"):
             pass
@@ -386,44 +346,6 @@ def make_report_root(model_dir: str, report_dir: str | None) -> str:
         raise ConfigError(
             f"--report_dir={report_dir}: cannot create it ({error.strerror}); pick another"
         ) from None
-    return root
-
-
-def _prepare_report_root(
-    model_dir: str,
-    report_dir: str | None,
-    chosen: list[tuple[int, str, str]],
-    split: str,
-    tta: str | None,
-    strategy: tf.distribute.Strategy,
-) -> str:
-    """The reports' directory, made and checked before hours of evaluation.
-
-    Every worker must agree: one that stopped alone would leave the others
-    waiting in a collective.
-
-    Returns:
-      Its absolute path.
-
-    Raises:
-      ConfigError: when this worker or another refused.
-    """
-    from resnet_app.common import distribute
-
-    report_root = os.path.abspath(report_dir or run_dir.reports_dir(model_dir))
-    try:
-        if distribute.is_chief(strategy):  # Only the chief writes reports.
-            make_report_root(model_dir, report_dir)
-        _check_report_owners(model_dir, report_root, chosen, split, tta)
-        refused = None
-    except ConfigError as error:
-        refused = error
-    another = distribute.any_worker(strategy, refused is not None)
-    if refused is not None:
-        raise refused
-    if another:
-        raise ConfigError("another worker refused to evaluate (see its error); fix it and rerun")
-    return report_root
 
 
 def _check_report_owners(
@@ -433,13 +355,10 @@ def _check_report_owners(
     split: str,
     tta: str | None,
 ) -> None:
-    """A shared --report_dir must not lose another run's reports.
+    """Refuses (ConfigError) to write over another run's report in a shared --report_dir.
 
     The default, inside the run directory, is the run's own even after a copy
     or a move, and is not checked.
-
-    Raises:
-      ConfigError: when a report to be written names another run directory.
     """
     from resnet_app.evaluation import reports
 
@@ -472,37 +391,9 @@ def create_model(
         )
 
 
-def _record(
-    prefix: str,
-    step: int,
-    weights: str,
-    split: str,
-    result: EvalResult,
-    precision: str,
-    report_root: str,
-) -> tuple[Record, dict[str, Any] | None]:
-    """A checkpoint's record, with its calibration and report directory; the reliability bins."""
-    from resnet_app.engine import exact_eval
-    from resnet_app.evaluation import reports
-
-    name = os.path.basename(prefix)
-    record = {"checkpoint": name, **exact_eval.eval_record(step, split, result, precision)}
-    record["tta"] = result.tta
-    record["weights"] = weights
-    fields, reliability = _calibration(result)
-    record.update(fields)
-    report = reports.report_name(name, split, result.tta, weights)
-    record["report"] = os.path.join(report_root, report)
-    return record, reliability
-
-
-def _calibration(result: EvalResult) -> tuple[Record, dict[str, Any] | None]:
-    """ECE (15 bins) and NLL of every example's softmax, also at the fitted temperature.
-
-    Returns:
-      ({"ece", "nll"} and with a temperature {"temperature", "ece_scaled",
-      "nll_scaled"}; None each without examples), and the reliability bins.
-    """
+def _calibration(result: EvalResult) -> tuple[Record, Record | None]:
+    """ECE (15 bins) and NLL of every example's softmax, also at the fitted temperature
+    (None each without examples); and the reliability bins."""
     temperature = result.temperature
     fields: Record = {"ece": None, "nll": None}
     if temperature is not None:
@@ -516,60 +407,3 @@ def _calibration(result: EvalResult) -> tuple[Record, dict[str, Any] | None]:
         scaled = calibration.calibration_record(result.scaled_logits, result.labels)
         fields.update(ece_scaled=scaled["ece"], nll_scaled=scaled["nll"])
     return fields, raw["reliability"]
-
-
-def _save(
-    session: Session,
-    record: Record,
-    result: EvalResult,
-    reliability: dict[str, Any] | None,
-    events: str | None = None,
-) -> None:
-    """Appends a checkpoint's record to metrics.jsonl, then writes its report directory.
-
-    The numbers go first, whatever happens to the report. Every worker holds
-    the whole confusion matrix (it is all-reduced) and every example's logits
-    (gathered); only the chief writes (metrics.jsonl, unless the run is read-only).
-    `events`: TensorBoard's directory for the record's scalars (None: none written).
-
-    Raises:
-      ConfigError: when the report cannot be written.
-    """
-    from resnet_app.evaluation import reports
-
-    writer, chief, model_dir = session.writer, session.chief, session.model_dir
-    class_names = session.pipeline.class_names
-    writer.write({**record, **session.tags, "event": "evaluation"})
-    if events is not None:
-        writer.scalars(events, record["step"], _scalars(record))
-        writer.flush()
-    if not chief:
-        return
-    report_dir = record["report"]
-    details = {key: value for key, value in record.items() if key != "report"}
-    details["model_dir"] = os.path.realpath(model_dir)
-    try:
-        if result.multi_label:
-            from resnet_app.evaluation import multi_label_report
-
-            report = multi_label_report.write_report(
-                report_dir, details, result.scores, result.labels, class_names, result.threshold
-            )
-            multi_label_report.log_summary(report)
-            return
-        report = reports.write_report(
-            report_dir, details, result.confusion, class_names, reliability
-        )
-    except OSError as error:
-        raise ConfigError(
-            f"the report {report_dir} cannot be written ({error.strerror}); the "
-            f"numbers above are in metrics.jsonl; free space or pick --report_dir"
-        ) from None
-    reports.log_summary(report)
-
-
-def _scalars(record: Record) -> dict[str, float]:
-    """The record's numbers TensorBoard shows, as the trainer's evaluation writes them."""
-    from resnet_app.engine.actions import EVAL_SCALARS, LABEL_SCALARS
-
-    return {k: record[k] for k in (*EVAL_SCALARS, *LABEL_SCALARS) if record.get(k) is not None}

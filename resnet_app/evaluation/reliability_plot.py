@@ -1,10 +1,4 @@
-"""The reliability diagram: accuracy per confidence bin against the diagonal, as a PNG.
-
-`plot_reliability(calibration.reliability(...), path)` draws the bins of
-`calibration.reliability` (Guo et al. 2017, figure 1), with the histogram of
-confidences below; it needs matplotlib, an optional extra, and without it logs
-a warning and returns False. `draw_reliability` gives the figure alone.
-"""
+"""The reliability diagram (Guo et al. 2017, figure 1) of `calibration.reliability`'s bins."""
 
 from __future__ import annotations
 
@@ -18,26 +12,13 @@ from resnet_app.common import files
 
 
 def draw_reliability(reliability: dict[str, Any], title: str = ""):
-    """Draws the reliability diagram: accuracy per bin against the diagonal, counts below.
+    """The reliability diagram as a figure (ImportError without matplotlib, an optional extra).
 
-    The top panel has a bar per non-empty bin up to its accuracy, the gap to
-    the bin's mean confidence hatched, and the diagonal a calibrated model
-    would follow. The bottom panel is the histogram of confidences: the
-    fraction of the examples in each bin.
-
-    Args:
-      reliability: a dict from the function `reliability`.
-      title: the first line of the title; the ECE and the number of examples
-        follow on the second.
-
-    Returns:
-      A `matplotlib.figure.Figure` with an Agg canvas, not registered with
-      pyplot (nothing global to close).
-
-    Raises:
-      ImportError: when matplotlib is not installed.
+    Above, a bar per non-empty bin up to its accuracy, the gap to its mean
+    confidence hatched, and the diagonal; below, the fraction of examples per
+    bin. The title's second line gives the ECE and the counts. The figure has
+    an Agg canvas, not registered with pyplot.
     """
-    # Imported here: matplotlib is an optional extra (requirements-plot.txt).
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -97,21 +78,10 @@ def _diagram_title(reliability: dict[str, Any], title: str) -> str:
 
 
 def plot_reliability(reliability: dict[str, Any], path: str, title: str = "") -> bool:
-    """Writes the reliability diagram of `reliability` to `path` as a PNG.
+    """Writes the reliability diagram to `path` as a PNG, atomically; whether it could.
 
-    The file is written atomically: a reader sees the previous picture or the
-    new one. Without matplotlib (an optional extra) the picture is skipped: a
-    warning is logged, a picture already at `path` is removed (it would
-    disagree with the new numbers) and False is returned.
-
-    Args:
-      reliability: a dict from the function `reliability` (or the "reliability" of a
-        `calibration_record`).
-      path: the PNG file to write.
-      title: the first line of the title (e.g. which checkpoint, which split).
-
-    Returns:
-      True when the picture is written, False when matplotlib is missing.
+    Without matplotlib a warning is logged, and an older picture at `path`
+    (which would disagree with the new numbers) is removed.
     """
     try:
         figure = draw_reliability(reliability, title)

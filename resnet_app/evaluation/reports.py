@@ -1,28 +1,17 @@
 """An evaluation report: per-class accuracy, the confusion matrix, calibration, pictures.
 
-`python -m resnet_app.evaluate` writes one report directory per checkpoint and
-split, `REPORT_ROOT/<checkpoint>-<split>/` (e.g. `ckpt-4000-validation/`; with
-test-time augmentation `<checkpoint>-<split>-<tta>/`, e.g. `ckpt-4000-validation-flip/`),
-holding
+`python -m resnet_app.evaluate` writes one directory per checkpoint and split,
+`REPORT_ROOT/<checkpoint>-<split>[-<tta>][-ema]/`, holding
 
-- `eval_results.json`: the evaluation record (checkpoint, step, split,
-  num_examples, top1, top5, loss, tta, ece, nll, ...), then per class {id,
-  name, examples, correct, accuracy, recall} (accuracy, the class's recall,
-  null for a class without examples), the confusion matrix (rows = true class, columns = predicted
-  class, in class-id order), the most-confused pairs (the largest
-  off-diagonal cells) and the reliability bins: per confidence bin {bin,
-  lower, upper, count, accuracy, confidence} (accuracy and mean confidence
-  null for an empty bin; `evaluation/calibration.py`);
-- `confusion_matrix.png`: the matrix, rows normalized for the colour, with
-  class names on the axes and counts in the cells when there are few classes;
-- `reliability.png`: the reliability diagram of the same bins (accuracy per
-  bin against the diagonal, the histogram of confidences below).
+- `eval_results.json`: the evaluation record, then per class {id, name,
+  examples, correct, accuracy, recall} (null without examples), the confusion
+  matrix (rows: true class, columns: predicted), the most-confused pairs and
+  the reliability bins (`evaluation/calibration.py`); for multi-label data,
+  per class {id, name, positives, average_precision, f1} and no matrix;
+- `confusion_matrix.png` and `reliability.png`, with matplotlib
+  (requirements-plot.txt; without it a warning says so).
 
-The pictures need matplotlib (`pip install -r requirements-plot.txt`);
-without it the JSON is still written and a warning says so.
-
-Files are written atomically: a reader sees the previous report or the new
-one, never half a file.
+Files are written atomically: a reader sees the previous report or the new one.
 """
 
 from __future__ import annotations
@@ -37,27 +26,22 @@ from absl import logging
 
 from resnet_app.common import files
 from resnet_app.common.metrics import json_text
+from resnet_app.engine import label_metrics
 from resnet_app.engine.exact_eval import per_class_accuracy
 from resnet_app.evaluation import reliability_plot
 
+Record = dict[str, Any]
 RESULTS_FILE = "eval_results.json"
 PICTURE_FILE = "confusion_matrix.png"
 RELIABILITY_FILE = "reliability.png"
 AXES_NOTE = "rows: true class, columns: predicted class, both in class-id order"
 MOST_CONFUSED = 10
-# Beyond this many classes the picture has no tick labels (1000 names do not fit).
-MAX_NAMED_CLASSES = 50
-# Beyond this many classes the cells are too small for their counts.
-MAX_COUNTED_CLASSES = 20
+MAX_NAMED_CLASSES = 50  # Beyond, the picture has no tick labels.
+MAX_COUNTED_CLASSES = 20  # Beyond, the cells are too small for their counts.
 
 
 def report_name(checkpoint: str, split: str, tta: str | None = None, weights: str = "raw") -> str:
-    """The report directory's name: `<checkpoint>-<split>`, e.g. `ckpt-4-test`.
-
-    A test-time augmented evaluation's ends in its kind, e.g. `ckpt-4-test-flip`,
-    and one of the moving average of the weights in `ema` (`ckpt-4-test-ema`),
-    so that neither replaces (or passes for) the other reports.
-    """
+    """The report directory's name, e.g. `ckpt-4-test`, `ckpt-4-test-flip`, `ckpt-4-test-ema`."""
     parts = [checkpoint, split, *([tta] if tta else []), *(["ema"] if weights == "ema" else [])]
     return "-".join(parts)
 
@@ -65,17 +49,8 @@ def report_name(checkpoint: str, split: str, tta: str | None = None, weights: st
 def most_confused(
     confusion: np.ndarray, class_names: Sequence[str], count: int = MOST_CONFUSED
 ) -> list[dict[str, Any]]:
-    """The largest off-diagonal cells: which true class is taken for which.
-
-    Args:
-      confusion: [classes, classes] counts, row = true class, column = predicted.
-      class_names: the name of each class id.
-      count: how many pairs at most.
-
-    Returns:
-      Up to `count` dicts {true_id, true_name, predicted_id, predicted_name,
-      count}, largest count first, ties in class-id order; cells of 0 left out.
-    """
+    """The `count` largest off-diagonal cells of a confusion matrix (rows: true class), as
+    {true_id, true_name, predicted_id, predicted_name, count}; ties in class-id order."""
     off_diagonal = confusion.copy()
     np.fill_diagonal(off_diagonal, 0)
     true_ids, predicted_ids = np.nonzero(off_diagonal)
@@ -95,26 +70,10 @@ def most_confused(
 
 
 def build_report(
-    record: dict[str, Any],
-    confusion: np.ndarray,
-    class_names: Sequence[str],
-    reliability: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The contents of `eval_results.json`.
-
-    Args:
-      record: the evaluation record (checkpoint, step, split, top1, top5,
-        loss, num_examples, ...), copied first.
-      confusion: [classes, classes] int counts, row = true class, column =
-        predicted class.
-      class_names: the name of each class id.
-      reliability: the reliability bins (`calibration.reliability`), if measured.
-
-    Returns:
-      A JSON-ready dict: the record, "classes", "confusion_matrix",
-      "confusion_matrix_axes", "most_confused" and, with `reliability`,
-      "reliability": one {bin, lower, upper, count, accuracy, confidence} per bin.
-    """
+    record: Record, confusion: np.ndarray, class_names: Sequence[str], reliability=None
+) -> Record:
+    """The contents of `eval_results.json`: the record, then "classes", the confusion matrix,
+    "most_confused" and, with `calibration.reliability`'s bins, one row per bin."""
     if confusion.shape != (len(class_names), len(class_names)):
         raise ValueError(f"a {confusion.shape} confusion matrix for {len(class_names)} classes")
     examples = confusion.sum(axis=1)
@@ -139,34 +98,14 @@ def build_report(
         "confusion_matrix": confusion.astype(int).tolist(),
         "most_confused": most_confused(confusion, class_names),
     }
-    if reliability is not None:
-        report["reliability"] = reliability_rows(reliability)
+    if reliability is not None:  # One line per bin in the JSON file.
+        columns = ("bin_lower", "bin_upper", "count", "accuracy", "confidence")
+        names = ("lower", "upper", "count", "accuracy", "confidence")
+        report["reliability"] = [
+            {"bin": index, **dict(zip(names, row))}
+            for index, row in enumerate(zip(*(reliability[key] for key in columns)))
+        ]
     return report
-
-
-def reliability_rows(reliability: dict[str, Any]) -> list[dict[str, Any]]:
-    """The reliability bins one dict per bin, for a JSON file read one line per bin.
-
-    Args:
-      reliability: a dict from `calibration.reliability` (lists per bin).
-
-    Returns:
-      [{"bin", "lower", "upper", "count", "accuracy", "confidence"}] in bin order.
-    """
-    columns = ("bin_lower", "bin_upper", "count", "accuracy", "confidence")
-    return [
-        {
-            "bin": index,
-            "lower": lower,
-            "upper": upper,
-            "count": count,
-            "accuracy": accuracy,
-            "confidence": confidence,
-        }
-        for index, (lower, upper, count, accuracy, confidence) in enumerate(
-            zip(*(reliability[key] for key in columns))
-        )
-    ]
 
 
 def to_json(report: dict[str, Any]) -> str:
@@ -186,25 +125,12 @@ def to_json(report: dict[str, Any]) -> str:
 
 
 def plot_confusion(confusion: np.ndarray, class_names: Sequence[str], title: str):
-    """Draws the confusion matrix; rows normalized, so each true class reads as fractions.
+    """The confusion matrix as a figure, rows normalized (ImportError without matplotlib).
 
-    Class names label both axes up to `MAX_NAMED_CLASSES` classes, and the
-    non-zero counts are written in the cells up to `MAX_COUNTED_CLASSES`.
-    Beyond, the title says the names are left out and the matrix is drawn alone.
-
-    Args:
-      confusion: [classes, classes] counts, row = true class, column = predicted.
-      class_names: the name of each class id.
-      title: the first line of the title (which checkpoint, which split).
-
-    Returns:
-      A `matplotlib.figure.Figure` with an Agg canvas, not registered with
-      pyplot (nothing global to close).
-
-    Raises:
-      ImportError: when matplotlib is not installed.
+    Class names label the axes up to `MAX_NAMED_CLASSES` classes, and counts
+    fill the cells up to `MAX_COUNTED_CLASSES`. The figure has an Agg canvas
+    and is not registered with pyplot (nothing global to close).
     """
-    # Imported here: matplotlib is an optional extra (requirements-plot.txt).
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -274,27 +200,10 @@ def _remove_stale(path: str) -> None:
 
 
 def write_report(
-    directory: str,
-    record: dict[str, Any],
-    confusion: np.ndarray,
-    class_names: Sequence[str],
-    reliability: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Writes `eval_results.json` and, with matplotlib, the confusion and reliability pictures.
-
-    Args:
-      directory: the report directory (created if needed).
-      record: the evaluation record: checkpoint, step, split, top1, top5,
-        loss, num_examples, and with calibration ece, nll, tta.
-      confusion: [classes, classes] int counts, row = true class, column =
-        predicted class.
-      class_names: the name of each class id.
-      reliability: the reliability bins (`calibration.reliability`); None for
-        no calibration (and no `reliability.png`: an older one is removed).
-
-    Returns:
-      The report written to `eval_results.json`.
-    """
+    directory: str, record: Record, confusion, class_names, reliability=None
+) -> Record:
+    """Writes `build_report`'s `eval_results.json` into `directory` and, with matplotlib,
+    the confusion and reliability pictures (a stale one is removed); the report."""
     os.makedirs(directory, exist_ok=True)
     report = build_report(record, confusion, class_names, reliability)
     text = to_json(report)
@@ -339,10 +248,47 @@ def _write_reliability(path: str, reliability: dict[str, Any] | None, title: str
         )
 
 
-def log_summary(report: dict[str, Any], worst: int = 5) -> None:
-    """Logs the classes with the lowest accuracy and the most-confused pair."""
-    measured = [c for c in report["classes"] if c["accuracy"] is not None]
-    measured.sort(key=lambda c: (c["accuracy"], -c["examples"], c["id"]))
+def write_multi_label_report(
+    directory: str, record: Record, scores, labels, class_names, threshold: float
+) -> Record:
+    """Writes a multi-label evaluation's `eval_results.json`: the record, then "classes"."""
+    average_precision = label_metrics.average_precision(scores, labels)
+    _, _, f1 = label_metrics.f1_scores(scores, labels, threshold)
+    positives = (np.asarray(labels) > 0.5).sum(axis=0)
+    classes = [
+        {
+            "id": class_id,
+            "name": name,
+            "positives": int(positives[class_id]),
+            "average_precision": None if np.isnan(ap) else float(ap),
+            "f1": None if np.isnan(f1[class_id]) else float(f1[class_id]),
+        }
+        for class_id, (name, ap) in enumerate(zip(class_names, average_precision))
+    ]
+    report = {**record, "classes": classes}
+    os.makedirs(directory, exist_ok=True)
+    files.write_text_atomically(os.path.join(directory, RESULTS_FILE), to_json(report))
+    return report
+
+
+def log_summary(report: Record, worst: int = 5) -> None:
+    """Logs the classes with the lowest accuracy (multi-label: average precision), and the
+    most-confused pair."""
+    multi = "confusion_matrix" not in report
+    key, count = ("average_precision", "positives") if multi else ("accuracy", "examples")
+    measured = [c for c in report["classes"] if c[key] is not None]
+    measured.sort(key=lambda c: (c[key], -c[count], c["id"]))
+    if multi:
+        listed = ", ".join(
+            f"{c['name']} {c[key]:.3f} ({c['positives']} positives)" for c in measured[:worst]
+        )
+        logging.info(
+            "Per-class average precision of %s on %s, worst first: %s",
+            report["checkpoint"],
+            report["split"],
+            listed or "no positives",
+        )
+        return
     listed = ", ".join(
         f"{c['name']} {c['accuracy']:.1%} ({c['correct']}/{c['examples']})"
         for c in measured[:worst]

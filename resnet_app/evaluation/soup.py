@@ -1,22 +1,15 @@
 """Checkpoint averaging, the work of `resnet-app average`: uniform, or a greedy soup.
 
-- Uniform: every model variable (weights and BatchNorm moving statistics) is
-  the mean of its values in the chosen checkpoints, as timm's
-  `avg_checkpoints.py` and torchvision's `average_checkpoints` do.
-- Greedy soup (Wortsman et al. 2022, "Model soups"): the checkpoints ranked by
-  their own score on a held-out split, best first; each joins the soup (the
-  uniform mean of its members) if the soup's score with it is no worse.
-- BatchNorm recomputed (Izmailov et al. 2018's SWA; PyTorch's
-  `swa_utils.update_bn`): the moving statistics of an average are not those
-  of the averaged network. With `bn_batches` > 0 they are measured again, in
-  training mode, on that many training batches: each BatchNorm's moving mean
-  and variance become the mean over the batches of its batch mean and
-  (biased) batch variance.
+- Uniform: every model variable is the mean of its values in the chosen
+  checkpoints (timm's `avg_checkpoints.py`).
+- Greedy soup (Wortsman et al. 2022): the checkpoints ranked by their own
+  score on a held-out split; each joins the soup if its score is no worse.
+- With `bn_batches` > 0, the average's BatchNorm statistics are measured
+  again on training batches (SWA's `update_bn`, Izmailov et al. 2018).
 
-The average is written as the run's averaged checkpoint (`averaged/`,
-`common/averaged_checkpoint.py`), which `--checkpoint=averaged` picks.
-A soup ranks and chooses on a split, so it refuses the test split: hold a
-validation split out of the training data (`data.validation_split`).
+The average is written as the run's averaged checkpoint (`averaged/`), which
+`--checkpoint=averaged` picks. A soup chooses on a split, so it refuses the
+test split.
 """
 
 from __future__ import annotations
@@ -41,17 +34,13 @@ TEST_SPLITS = ("test",)  # A soup never chooses on these.
 
 @dataclasses.dataclass(frozen=True)
 class AverageRequest:
-    """What `resnet-app average` was asked for.
+    """What `resnet-app average` was asked for: each field is the command's flag of that name.
 
     Attributes:
       last: average the newest `last` checkpoints (None: all kept).
-      best: or the `best` ones by the trainer's evaluation of each on a held-out split.
-      mode: "uniform" or "soup".
-      weights: each checkpoint's "auto" (its moving average when kept), "ema" or "raw".
+      best: or the `best` ones by the trainer's evaluations on a held-out split.
       bn_batches: training batches BatchNorm's statistics are measured on (0: averaged).
       split: the held-out split a soup scores on (None: the run's evaluation split).
-      batch_size: the batch of the BatchNorm passes and of the scoring.
-      data_dir: where the run's data is now (None: the run's).
     """
 
     last: int | None = setting(None, AT_LEAST_1)
@@ -64,7 +53,7 @@ class AverageRequest:
     data_dir: str | None = None
 
     def __post_init__(self):
-        check_declared(self, "--{}")  # Each field is the command's flag of that name.
+        check_declared(self, "--{}")
         if self.last and self.best:
             raise ConfigError("give --last or --best, not both")
 
@@ -81,16 +70,8 @@ def mean_weights(weight_sets: Sequence[Sequence[np.ndarray]]) -> list[np.ndarray
 def greedy_soup(
     ranked: Sequence[T], score: Callable[[list[T]], float], higher_is_better: bool = True
 ) -> tuple[list[T], float]:
-    """Wortsman et al.'s greedy soup over `ranked` (best alone first).
-
-    Args:
-      ranked: the ingredients, best first by their own score.
-      score: a soup's score (its members' uniform mean, evaluated).
-      higher_is_better: the score's direction.
-
-    Returns:
-      (the members, in the order they joined; the soup's score).
-    """
+    """(the members in the order they joined, the score) of the greedy soup over `ranked`
+    (best alone first); `score(members)` evaluates their uniform mean."""
     soup = [ranked[0]]
     best = score(soup)
     for candidate in ranked[1:]:
@@ -103,19 +84,16 @@ def greedy_soup(
 def recompute_batch_norm(model, batches: Iterable[dict[str, Any]], seed: int = 0) -> int:
     """Measures the BatchNorm moving statistics of `model`'s weights on training batches.
 
-    Each trainable BatchNorm's moving mean and variance become the mean over the
-    batches of its batch mean and biased variance (the momentum is set to 0
-    for the passes and then put back). Frozen BatchNorms keep theirs. A batch
-    with AugMix's views passes all of its images, as the step trained on them.
-
-    Returns:
-      The number of batches used.
+    Each trainable BatchNorm's moving mean and variance become the mean over
+    the batches of its batch mean and biased variance (frozen ones keep
+    theirs). A batch passes every image the step trained on, AugMix's views
+    too. Returns the number of batches used.
     """
     import keras
     import tensorflow as tf
 
     from resnet_app.common import compat
-    from resnet_app.engine import consistency
+    from resnet_app.engine.losses import consistency
     from resnet_app.nets import drop_path
 
     layers = [
@@ -140,7 +118,6 @@ def recompute_batch_norm(model, batches: Iterable[dict[str, Any]], seed: int = 0
         for layer in layers:
             layer.momentum = 0.0  # Read when traced: the moving statistics = the batch's.
         for batch in batches:
-            # Every image the step trained on: with AugMix's views, those too.
             images = consistency.stacked_images(batch)
             keys = (
                 drop_path.example_keys(seed, count, *consistency.stacked_keys(batch))
@@ -165,9 +142,8 @@ def recompute_batch_norm(model, batches: Iterable[dict[str, Any]], seed: int = 0
 def chosen_checkpoints(
     model_dir: str, request: AverageRequest, run_config: config.Config
 ) -> list[tuple[int, str]]:
-    """(step, prefix) of the readable checkpoints to average, oldest first: all, the
-    newest `request.last`, or the `request.best` best by the run's keep-best metric
-    (`train.best_by`: the moving average's with one) in the trainer's evaluations."""
+    """(step, prefix) of the readable checkpoints to average, oldest first: all, the newest
+    `request.last`, or the `request.best` best by the run's keep-best metric (`train.best_by`)."""
     from resnet_app.common import checkpoint
 
     found = checkpoint.select(model_dir, "all")
@@ -184,8 +160,7 @@ def best_recorded(
     """The `count` checkpoints of `found` the trainer's evaluations rank best, in step order.
 
     Raises:
-      ConfigError: when those evaluations were on the test split (ranking on it is
-        choosing on test), or a checkpoint has none.
+      ConfigError: when those evaluations were on the test split, or a checkpoint has none.
     """
     from resnet_app.common import metrics
 
@@ -211,22 +186,13 @@ def best_recorded(
     return sorted(ranked[:count])
 
 
-def soup_metric(run_config: config.Config) -> tuple[str, bool]:
-    """(the evaluation key a soup ranks by, whether higher is better): the run's
-    keep-best metric and direction (`train.best_by`, `best_direction`, as `--best`
-    ranks), of the weights themselves ("ema_top1" ranks by "top1")."""
-    train = run_config.train
-    return train.best_by.removeprefix("ema_"), train.best_direction == "max"
-
-
 def average_run(model_dir: str, request: AverageRequest) -> dict[str, Any]:
     """Averages a run's checkpoints as `request` says and writes the run's averaged checkpoint.
 
     Returns:
       The record `averaged.json` holds: "checkpoint" (its prefix), "step",
-      "mode", "members" (the checkpoints averaged), "weights", "bn_batches",
-      "metric", "scores" (each checkpoint's own, for a soup) and "evaluation"
-      (the average's record on the split).
+      "mode", "members", "weights", "bn_batches", "metric", "scores" (each
+      checkpoint's own, for a soup) and "evaluation" (the average's record).
 
     Raises:
       ConfigError: for no such run or no readable checkpoint, a soup on the
@@ -257,7 +223,9 @@ def average_run(model_dir: str, request: AverageRequest) -> dict[str, Any]:
     bench = _Bench(model, pipeline, batch_size, split, run_config, request.bn_batches)
     ingredients = [bench.load(prefix, kind) for (_, prefix), kind in zip(chosen, kinds)]
     names = [prefix.rsplit("/", 1)[-1] for _, prefix in chosen]
-    metric, higher = soup_metric(run_config)
+    # The run's keep-best metric of the weights themselves ("ema_top1" ranks by "top1").
+    metric = run_config.train.best_by.removeprefix("ema_")
+    higher = run_config.train.best_direction == "max"
     scores: dict[str, float] = {}
     members = list(range(len(chosen)))
     if request.mode == "soup":
@@ -297,6 +265,12 @@ def average_run(model_dir: str, request: AverageRequest) -> dict[str, Any]:
         split,
     )
     return {"checkpoint": prefix, "step": step, **record}
+
+
+def swa_checkpoint(model_dir: str, bn_batches: int) -> dict[str, Any]:
+    """SWA's end (`loop.train`): the run's last average, its BatchNorm measured on
+    `bn_batches` training batches, as the run's averaged checkpoint."""
+    return average_run(model_dir, AverageRequest(last=1, weights="ema", bn_batches=bn_batches))
 
 
 def _save_model(model, prefix: str) -> None:

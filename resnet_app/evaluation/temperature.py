@@ -1,14 +1,8 @@
-"""Temperature scaling of a run: fitted on its holdout split, stored in its run directory.
+"""Temperature scaling of a run (`evaluate --fit_temperature`): fitted on its holdout split.
 
-`fit_run_temperature` is the work of `python -m resnet_app.evaluate
---fit_temperature`: one checkpoint's logits on every example of the holdout
-split (the training examples the run held out, `data.validation_split`),
-the temperature T minimizing their NLL (Guo et al. 2017,
-`calibration.fit_temperature`), and `temperature.json` in the run directory
-(`calibration.save_temperature`), which evaluate and the exports read back
-with `calibration.read_temperature`.
-
-The settings are checked before TensorFlow is imported, as for evaluate.
+One checkpoint's logits on every example the run held out of training
+(`data.validation_split`), the T minimizing their NLL (`calibration.fit_temperature`),
+written to the run's `temperature.json`, which evaluate and the exports read.
 """
 
 from __future__ import annotations
@@ -42,24 +36,17 @@ def fit_run_temperature(
     weights: str = "auto",
     on_record: Callable[[Record], None] | None = None,
 ) -> Record:
-    """Fits one checkpoint's softmax temperature on the run's holdout split, and stores it.
+    """Fits one checkpoint's softmax temperature on every holdout example, and stores it.
 
-    Every example of the holdout split counts (`data.eval_examples` does not
-    limit the fit). In a multi-worker run the logits are gathered, so every
-    worker fits the same T, and the chief alone writes the file.
-
-    Args:
-      model_dir: the run directory.
-      which: latest, ckpt-N or N: one checkpoint.
-      batch_size, num_towers, data_dir, weights: as `checkpoint_eval.evaluate_checkpoints`.
-      on_record: called with the record before it is written (the command prints it).
+    The arguments are `checkpoint_eval.evaluate_checkpoints`'. Every worker
+    fits the same T from the gathered logits; the chief writes the file.
 
     Returns:
-      The record `calibration.TEMPERATURE_FIELDS` names, as temperature.json holds it.
+      The record temperature.json holds (`calibration.TEMPERATURE_FIELDS`).
 
     Raises:
       ConfigError: for `all` checkpoints, a run without a holdout split, and
-        the mistakes `evaluate_checkpoints` refuses (no such run or checkpoint).
+        the mistakes `evaluate_checkpoints` refuses.
     """
     run_config, data_config, batch_size = checkpoint_eval.run_settings(
         model_dir, None, batch_size, data_dir
@@ -71,7 +58,6 @@ def fit_run_temperature(
             f"{model_dir}, which cannot be written ({why}); copy the run somewhere writable"
         )
     _check_fit(model_dir, which, run_config)
-    # TensorFlow is imported only once the command is known to be sound.
     from resnet_app.common import checkpoint, distribute
     from resnet_app.data import run_pipeline
     from resnet_app.data.sources import HOLDOUT_SPLIT
@@ -106,11 +92,8 @@ def fit_run_temperature(
 
 
 def _check_fit(model_dir: str, which: str, run_config: config.Config) -> None:
-    """The refusals, before TensorFlow: one checkpoint only, and a run with a holdout split.
-
-    Raises:
-      ConfigError: naming the fix.
-    """
+    """Refuses (ConfigError), before TensorFlow, all checkpoints, multi-label data and a run
+    without a holdout split."""
     if which == "all":
         raise ConfigError(
             "--fit_temperature fits one checkpoint: pick --checkpoint=latest, ckpt-N or N, not all"

@@ -2,35 +2,17 @@
 
     resnet-app evaluate --watch --model_dir=/shared/runs/r50
 
-It follows a run directory that a trainer is writing (on this machine or
-another that shares the directory): every checkpoint that appears is
-evaluated exactly once, as `evaluate --checkpoint=ckpt-N` would evaluate it
-(the same record, the same numbers), and its record goes to stdout, to the
-run's `metrics.jsonl` (with "event": "evaluation" and "watch": true) and to
-TensorBoard under its step, in `MODEL_DIR/evaluator` (or `evaluator_ema` for
-the moving average of the weights), beside the trainer's `train` and `eval`.
-Each checkpoint also gets its report directory, as with `evaluate`.
-
-A run that had ended when the watcher started counts as ended until the
-trainer's next "start": to follow a finished run you extend, start the
-watcher after the trainer. The run's metrics.jsonl is appended to by both
-(one line per write, O_APPEND): atomic on a local filesystem, not promised
-across NFS clients.
-
-It reads and never writes what the trainer reads: it takes no lock, and a
-save is never delayed by it. A checkpoint that rotation removed before the
-watcher reached it is skipped with one line. It exits once the run has
-ended (the trainer's "end" record, after its last "start") and every
-checkpoint up to that step, the end's own included, is evaluated. Started
-before the trainer (a TFJob's evaluator pod may be), it waits for the run's
-`config.yaml`. Restarted, it goes on where it stopped: a checkpoint whose
-record a watcher with the same split, test-time augmentation and weights
-already wrote is not evaluated again. `--watch_timeout=S` gives up after S
-seconds with nothing new.
-
-The watcher runs on one machine. Under a TFJob it is the `evaluator`
-replica (its TF_CONFIG says so, and it stays out of the training cluster);
-under SLURM a step of one task; anywhere, a second process.
+Every checkpoint that appears in the run directory is evaluated as `evaluate
+--checkpoint=ckpt-N` would (the same record), its record written to stdout,
+the run's `metrics.jsonl` ("watch": true) and TensorBoard (`evaluator`, or
+`evaluator_ema` for the moving average), with its report directory. The
+watcher reads and never writes what the trainer reads (no lock, no delayed
+save); a checkpoint rotation removed first is skipped. It exits once the run
+has ended (an "end" record after its last "start") and every checkpoint up to
+that step is evaluated; started first, it waits for the run's config.yaml;
+restarted, it skips the checkpoints a watcher with the same settings already
+reported. It runs on one machine: a TFJob's `evaluator`, a SLURM step of one
+task, or a second process.
 """
 
 from __future__ import annotations
@@ -57,13 +39,11 @@ POLL_SECONDS = 10.0
 class RunLog:
     """What a watcher needs from a growing `metrics.jsonl`, read incrementally.
 
-    Only complete lines are read (the trainer may be writing the last one);
-    a line that is not JSON is passed over silently, as `metrics.read_records`
-    would warn about it on every poll.
+    Only complete lines are read; a line that is not JSON is passed over
+    silently (not warned about on every poll).
 
     Attributes:
-      ended_at: the step of the run's "end" record when no "start" came after
-        it (the run is over), else None.
+      ended_at: the step of the run's last "end" record if no "start" followed.
       records: the evaluation records written by a watcher, in order.
     """
 
@@ -74,12 +54,7 @@ class RunLog:
         self.records: list[Record] = []
 
     def read(self) -> None:
-        """Reads what was appended since the last call.
-
-        Raises:
-          ConfigError: when the file is shorter than what was read (replaced:
-            the run was started over with --restart).
-        """
+        """Reads what was appended since the last call; ConfigError if the file shrank."""
         try:
             with open(self._path, "rb") as file:
                 if os.fstat(file.fileno()).st_size < self._offset:
@@ -117,22 +92,14 @@ def watch_run(
     timeout: float | None = None,
     **options: Any,
 ) -> list[Record]:
-    """Evaluates each checkpoint of `model_dir` as it appears, until the run ends.
+    """Evaluates each checkpoint of `model_dir` as it appears, until the run ends; the records.
 
-    Args:
-      model_dir, weights: as `checkpoint_eval.evaluate_checkpoints`.
-      poll_seconds: how often the run directory is looked at.
-      timeout: give up after this many seconds without a new checkpoint (or
-        without the run's config.yaml); None waits for the run's end.
-      **options: `evaluate_checkpoints`' split, batch_size, num_towers,
-        data_dir, report_dir, tta and on_record.
-
-    Returns:
-      The records of the checkpoints this call evaluated, in order.
+    `weights` and `**options` are `checkpoint_eval.evaluate_checkpoints`';
+    `timeout` gives up after that many seconds with nothing new (None: wait
+    for the run's end).
 
     Raises:
-      ConfigError: as `evaluate_checkpoints`; also for a training TF_CONFIG
-        (the watcher runs on one machine, beside the trainers).
+      ConfigError: as `evaluate_checkpoints`; also for a trainer's TF_CONFIG.
     """
     cluster = tf_config.read()
     trainer = cluster is not None and tf_config.training_tasks(cluster) > 1
@@ -151,7 +118,7 @@ def watch_run(
     try:
         return _follow(session, weights, poll_seconds, timeout)
     finally:
-        session.close()
+        session.writer.close()
 
 
 def _follow(
@@ -198,7 +165,7 @@ def _follow(
 def _already_evaluated(
     written: list[Record], session: checkpoint_eval.Session, weights: str
 ) -> set[str]:
-    """The checkpoints a watcher with these settings already reported (a restarted watcher)."""
+    """The checkpoints a watcher with these settings already reported."""
     return {
         record.get("checkpoint")
         for record in written

@@ -1,13 +1,9 @@
 """Starting a run from pretrained weights (`train.init_from`).
 
-- `sources.py`: what the setting names, the network its weights belong to, and
-  the preprocessing they expect; `adopt` puts both into the run's config.
-- `keras_files.py`, `torch_files.py`, `run_files.py`: one reader per kind of
-  source, each returning the weights under our layer names and layouts.
-- `weights.py`: the check against the model, the assignment, the report.
-
-The engine calls `prepare(config, saved)` before it builds the run's data, and
-`load(model, source, ...)` once, when a run starts (never on resume).
+`sources.py` says what the setting names, its network and preprocessing; one
+reader per kind of source (`keras_files`, `torch_files`, `run_files`) gives
+the weights under our names; `weights.py` checks, assigns and reports. The
+engine calls `prepare` before it builds the data, `load` when a run starts.
 """
 
 from __future__ import annotations
@@ -27,18 +23,10 @@ __all__ = ["Source", "load", "prepare", "read_weights"]
 
 
 def prepare(config: Config, saved: Config | None = None) -> tuple[Config, Source | None]:
-    """The run's config with its source's network and preprocessing, and the source.
+    """(the config with its source's network and preprocessing, the source to load or None).
 
-    Args:
-      config: the resolved config.
-      saved: the config of the run being resumed (its config.yaml), or None
-        for a run that starts. A resumed run is not initialized again, so its
-        source is not read (it may be gone): the network and preprocessing
-        come from the saved config, and a changed `init_from` is left to the
-        resume guard.
-
-    Returns:
-      (config, the source to load, or None when there is nothing to load).
+    `saved` is the resumed run's config: a resumed run is not initialized
+    again, so its source is not read (it may be gone) and nothing is loaded.
 
     Raises:
       ConfigError: for a bad source, or a model field that contradicts it.
@@ -55,11 +43,7 @@ def prepare(config: Config, saved: Config | None = None) -> tuple[Config, Source
 
 
 def read_weights(source: Source, model, model_name: str) -> SourceWeights:
-    """The source's weights under `model`'s layer names (Keras's are fetched if not cached).
-
-    Raises:
-      ConfigError: for an unreadable file or one of another kind.
-    """
+    """The source's weights under `model`'s layer names (Keras's fetched if not cached)."""
     from resnet_app.pretrained import keras_files, run_files, torch_files
 
     if source.kind == sources.KERAS:
@@ -72,11 +56,7 @@ def read_weights(source: Source, model, model_name: str) -> SourceWeights:
 
 
 def load(model, source: Source, model_name: str, init_head: str = "auto") -> Report:
-    """Loads the source's weights into a built model and logs the report table.
-
-    Raises:
-      ConfigError: for weights of another network, naming the first difference.
-    """
+    """Loads the source's weights into a built model and logs the report table."""
     from resnet_app.pretrained.weights import assign
 
     weights = read_weights(source, model, model_name)

@@ -1,36 +1,21 @@
 """Keras applications' ResNet v1 weights (`keras.applications.ResNet50/101/152`), read exactly.
 
-Keras applications' ResNet v1 is the original Caffe ResNet: the stride of a
-downsampling unit on its first 1x1 convolution (`stride_in_1x1`), BatchNorm
-epsilon 1.001e-5, symmetric padding of the stem's convolution and max-pool,
-and a bias on every convolution. `sources.KERAS_FIELDS` makes our network that
-network; this module maps the file's layers onto it:
-
-(the names each part of the model declares, `parts.source_names`):
-
-    conv1_conv, conv1_bn                 stem_conv, stem_bn
-    conv{s+1}_block{u+1}_{k}_conv / _bn  stage{s}_unit{u}_conv{k} / _bn{k}  (k = 1, 2, 3)
-    conv{s+1}_block{u+1}_0_conv / _bn    stage{s}_unit{u}_shortcut_conv / _shortcut_bn
-    predictions                          logits
-
-Two conversions, both exact: a convolution's bias `b` followed by a BatchNorm
-is folded into that BatchNorm's moving mean (`mean - b`: at inference
-`(z + b - mean)` is `(z - (mean - b))`, and in training the batch mean takes
-`b` with it); and the stem kernel's input channels are reversed, because the
-file's network reads BGR images and ours reads RGB.
-
-The files are HDF5, in the layout Keras applications publish (Keras 2's
-`save_weights`: a `layer_names` attribute, and per layer a `weight_names`
-attribute naming its arrays in the layer's order), or Keras 3's
-`.weights.h5` (what `model.save_weights` writes), whose layers are numbered by
-class: those are loaded into the Keras applications model they fit, and read
-back by its layer names.
+That network is the original Caffe ResNet, which `sources.KERAS_FIELDS` makes
+ours (stride on the first 1x1, epsilon 1.001e-5, symmetric padding); the model
+declares its layers' names there (`parts.source_names`). Two conversions, both
+exact: a conv's bias `b` is folded into the next BatchNorm's moving mean
+(`mean - b`; in training the batch mean takes `b` with it), and the stem
+kernel's input channels are reversed (the file's network reads BGR). Files
+are Keras 2's HDF5 (`layer_names`, per layer `weight_names`) or Keras 3's
+`.weights.h5`, whose layers are numbered by class: those are loaded into the
+Keras applications model they fit and read back by its layer names.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import warnings
 
 import numpy as np
 
@@ -54,9 +39,7 @@ def file_names(name: str) -> tuple[str, str]:
 def find_or_fetch(name: str, with_top: bool) -> str:
     """The path of Keras applications' `name` weights: cached, or downloaded by Keras.
 
-    Args:
-      name: "resnet50", "resnet101" or "resnet152".
-      with_top: prefer the file with the 1000-class classifier.
+    `with_top` prefers the file with the 1000-class classifier.
 
     Raises:
       ConfigError: offline and not cached, naming where to put the file.
@@ -125,16 +108,8 @@ _APPLICATIONS = ("ResNet50", "ResNet101", "ResNet152")
 
 
 def _read_keras3(path: str) -> dict[str, list[np.ndarray]]:
-    """{layer name: arrays} of a Keras 3 `.weights.h5` file of a Keras applications ResNet.
-
-    Keras 3 numbers a file's layers by class (conv2d_12, ...), so the file
-    is loaded into the Keras applications model it was saved from, rebuilt
-    here (with or without its classifier, whose width the file gives), and
-    the weights are read back by that model's layer names.
-
-    Raises:
-      ConfigError: when no Keras applications ResNet v1 takes the file.
-    """
+    """{layer name: arrays} of a Keras 3 `.weights.h5` file of a Keras applications ResNet,
+    loaded into the model it fits (its classifier's width from the file)."""
     import h5py
     import keras
 
@@ -151,7 +126,11 @@ def _read_keras3(path: str) -> dict[str, list[np.ndarray]]:
             classifier_activation=None,
         )
         try:
-            model.load_weights(path)
+            # Keras warns once per layer it skips in another network's file; the
+            # error below says all of it.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                model.load_weights(path)
         except Exception:  # noqa: BLE001 - another network's file: try the next one.
             continue
         return {layer.name: [np.asarray(w) for w in layer.get_weights()] for layer in model.layers}
@@ -166,9 +145,6 @@ _UNIT_PREFIX = re.compile(r"^conv(\d+)_block(\d+)_")
 
 def read(path: str, model, model_name: str) -> SourceWeights:
     """The weights of a Keras applications ResNet v1 file, under `model`'s layer names.
-
-    The model declares each layer's Keras applications name
-    (`parts.source_names(model, KERAS)`).
 
     Raises:
       ConfigError: for an unreadable file, a ResNetV2 file, a file of

@@ -1,12 +1,9 @@
 """Weights from another run of this app: its newest readable checkpoint, or a chosen one.
 
-Only the network's weights and BatchNorm statistics are taken (their moving
-average when the source run kept one, `train.ema_decay`, as evaluate and
-export take it): never the optimizer's slots, the step, the data position or
-the learning-rate override.
-The source network is rebuilt from the config saved in the checkpoint, with as
-many classes as its logits have, and restored from it, so the weights come
-out under the same layer names whatever the checkpoint's layout.
+Only the network's weights and BatchNorm statistics (their moving average when
+the run kept one), never the optimizer or the step. The network is rebuilt
+from the config saved in the checkpoint and restored, so the weights come out
+under our layer names whatever the checkpoint's layout.
 """
 
 from __future__ import annotations
@@ -35,8 +32,7 @@ def _input_channels(shapes: dict) -> int:
 
 
 def build(prefix: str, key: str = "train.init_from"):
-    """(the network restored from the run checkpoint at `prefix`, the config it was trained
-    with, its input channels).
+    """(the network restored from the run checkpoint at `prefix`, its config, its input channels).
 
     Raises:
       ConfigError: for a checkpoint without a saved config or a model.
@@ -56,10 +52,6 @@ def build(prefix: str, key: str = "train.init_from"):
 
 
 def read(prefix: str) -> SourceWeights:
-    """The network weights of the run checkpoint at `prefix`, under our layer names.
-
-    Raises:
-      ConfigError: for a checkpoint without a saved config or a model.
-    """
+    """The network weights of the run checkpoint at `prefix`, under our layer names."""
     model, _, _ = build(prefix)
     return SourceWeights(layers=parts.get_weights(model), skipped={})

@@ -1,20 +1,12 @@
 """What `train.init_from` names, the network its weights belong to, and their preprocessing.
 
-`parse(spec)` turns the setting into a `Source`:
-
-- `keras:resnet50` (also resnet101, resnet152): Keras applications' ImageNet
-  weights, from Keras's cache (`$KERAS_HOME/models`, else ~/.keras/models),
-  downloaded by Keras when missing and the network answers;
-- `PATH.h5`: a Keras applications ResNet weights file;
-- `PATH.safetensors`: a torchvision (or timm) ResNet in torchvision's names;
-- a run directory of this app (its newest readable checkpoint), or one of its
-  checkpoints (`RUN/ckpt-N`).
-
-A source brings the network its weights were trained in (`model_fields`: the
-`ResNetConfig` fields that make our network exactly theirs) and the
-preprocessing they expect (`mean` and `std`, 0-255 scale, RGB). `adopt`
-puts both into a run's config, so that config.yaml, data_info.json,
-evaluate and export follow the weights.
+`parse(spec)` turns the setting into a `Source`: `keras:resnet50` (or 101,
+152: Keras applications' ImageNet weights, from Keras's cache or downloaded),
+a Keras applications `PATH.h5`, a torchvision or timm `PATH.safetensors`, a
+run directory of this app or one of its checkpoints (`RUN/ckpt-N`). A source
+brings the `ResNetConfig` fields that make our network exactly theirs and the
+mean and std they expect (0-255, RGB); `adopt` puts both into a run's config,
+so that config.yaml, evaluate and export follow the weights.
 """
 
 from __future__ import annotations
@@ -34,21 +26,24 @@ KERAS, TORCHVISION, RUN = "keras", "torchvision", "run"
 KERAS_PRESETS = ("resnet50", "resnet101", "resnet152")
 KERAS_V2 = ("resnet50v2", "resnet101v2", "resnet152v2")
 
-# Keras applications' ResNet v1 (Caffe's port): BGR images minus the ImageNet
-# mean, unscaled. The network reads RGB here, so the import reverses the stem
-# kernel's input channels instead of the images' (the same products, summed
-# in another order); the mean is the same numbers in RGB order.
+# Keras applications' ResNet v1 (Caffe's): images minus the ImageNet mean, unscaled
+# (its BGR order is undone on the stem kernel's input channels).
 KERAS_MEAN = (123.68, 116.779, 103.939)
 KERAS_STD = (1.0, 1.0, 1.0)
 # torchvision: RGB in [0, 1], minus the ImageNet mean, over its std.
 TORCHVISION_MEAN = tuple(255 * value for value in (0.485, 0.456, 0.406))
 TORCHVISION_STD = tuple(255 * value for value in (0.229, 0.224, 0.225))
 
-# The ResNetConfig fields whose values a source's network fixes (the rest,
-# depth and widths, are checked against the file's shapes).
+# The ResNetConfig fields a source's network fixes (depth and widths are checked on its shapes).
 EXACT_FIELDS = ("stride_in_1x1", "padding", "bn_epsilon")
 KERAS_FIELDS = {"stride_in_1x1": True, "padding": "symmetric", "bn_epsilon": 1.001e-5}
 TORCHVISION_FIELDS = {"stride_in_1x1": False, "padding": "symmetric", "bn_epsilon": 1e-5}
+# A weights file's kind by its suffix; a kind's (fields, mean, std).
+SUFFIXES = {".h5": KERAS, ".safetensors": TORCHVISION}
+NETWORKS = {
+    KERAS: (KERAS_FIELDS, KERAS_MEAN, KERAS_STD),
+    TORCHVISION: (TORCHVISION_FIELDS, TORCHVISION_MEAN, TORCHVISION_STD),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,14 +53,11 @@ class Source:
     Attributes:
       spec: the setting as given.
       kind: KERAS, TORCHVISION or RUN.
-      path: the file, run directory or checkpoint prefix; None for
-        `keras:NAME` (found or fetched when read).
+      path: the file, run directory or checkpoint prefix; None for `keras:NAME`.
       name: the Keras applications model of `keras:NAME`, else None.
       model_fields: `ResNetConfig` fields the source's network has.
-      mean: the per-channel mean the weights expect (0-255, RGB), or None.
-      std: the per-channel std the weights expect, or None.
-      key: the setting that names it, as messages say it (`train.teacher`
-        names a source too).
+      mean, std: the per-channel statistics the weights expect, or None.
+      key: the setting that names it (`train.teacher` names a source too).
     """
 
     spec: str
@@ -88,21 +80,11 @@ def parse(spec: str, key: str = "train.init_from") -> Source:
     if spec.startswith("keras:"):
         return _keras_source(spec, spec.split(":", 1)[1].strip().lower(), key)
     path = os.path.expanduser(spec)
-    if path.endswith(".h5"):
-        _check_file(spec, path, key)
-        return Source(spec, KERAS, path, None, dict(KERAS_FIELDS), KERAS_MEAN, KERAS_STD, key)
-    if path.endswith(".safetensors"):
-        _check_file(spec, path, key)
-        return Source(
-            spec,
-            TORCHVISION,
-            path,
-            None,
-            dict(TORCHVISION_FIELDS),
-            TORCHVISION_MEAN,
-            TORCHVISION_STD,
-            key,
-        )
+    kind = next((kind for suffix, kind in SUFFIXES.items() if path.endswith(suffix)), None)
+    if kind is not None:
+        if not os.path.isfile(path):
+            raise ConfigError(f"{key}={spec}: no such file; check the path")
+        return _network_source(spec, kind, path, None, key)
     if os.path.isdir(path) or os.path.isfile(path + ".index"):
         return Source(spec, RUN, path, key=key)
     if os.path.exists(path):
@@ -114,14 +96,9 @@ def parse(spec: str, key: str = "train.init_from") -> Source:
 
 
 def check_teacher(spec: str, model_name: str | None) -> None:
-    """Refuses a `train.teacher` that cannot load, without TensorFlow: a missing path,
-    a file of an unknown kind, or a weights file whose network is not named.
-
-    A directory passes (a run's or an export's, told apart when it is read).
-
-    Raises:
-      ConfigError: one line naming the problem and the fix.
-    """
+    """Refuses (ConfigError) a `train.teacher` that cannot load, without TensorFlow: a missing
+    path, a file of an unknown kind, or a weights file whose network is not named (a
+    directory passes: a run's or an export's, told apart when it is read)."""
     key = "train.teacher"
     if os.path.isdir(os.path.expanduser(spec)):
         return
@@ -146,12 +123,12 @@ def _keras_source(spec: str, name: str, key: str) -> Source:
             f"{key}={spec}: unknown Keras applications model; use one of "
             f"{', '.join('keras:' + preset for preset in KERAS_PRESETS)}"
         )
-    return Source(spec, KERAS, None, compact, dict(KERAS_FIELDS), KERAS_MEAN, KERAS_STD, key)
+    return _network_source(spec, KERAS, None, compact, key)
 
 
-def _check_file(spec: str, path: str, key: str) -> None:
-    if not os.path.isfile(path):
-        raise ConfigError(f"{key}={spec}: no such file; check the path")
+def _network_source(spec: str, kind: str, path: str | None, name: str | None, key: str) -> Source:
+    fields, mean, std = NETWORKS[kind]
+    return Source(spec, kind, path, name, dict(fields), mean, std, key)
 
 
 def describe(source: Source) -> str:
@@ -163,14 +140,8 @@ def describe(source: Source) -> str:
 
 
 def with_run_details(source: Source) -> Source:
-    """A RUN source with the network and preprocessing its run recorded.
-
-    Reads the checkpoint's saved config (the network the weights were trained
-    in) and the run's data_info.json (the preprocessing). Needs TensorFlow.
-
-    Raises:
-      ConfigError: for a directory without readable checkpoints.
-    """
+    """A RUN source with the network (its checkpoint's saved config) and preprocessing
+    (its run's data_info.json) the run recorded. Needs TensorFlow."""
     from resnet_app import config as config_lib
     from resnet_app.common import checkpoint
     from resnet_app.data import run_pipeline
@@ -195,11 +166,7 @@ def with_run_details(source: Source) -> Source:
 
 
 def checkpoint_of(source: Source) -> tuple[str, str]:
-    """(checkpoint prefix, its run directory) of a RUN source.
-
-    Raises:
-      ConfigError: for a directory without readable checkpoints.
-    """
+    """(checkpoint prefix, its run directory) of a RUN source; ConfigError without one."""
     from resnet_app.common import checkpoint
 
     path = source.path
@@ -235,12 +202,8 @@ def _exact_fields(config: Config) -> dict[str, Any]:
 def adopt(config: Config, source: Source) -> Config:
     """`config` with the source's network and preprocessing, unless the user set them.
 
-    A model field the user set to another value than the source's network has
-    is refused (the weights would compute something else); a mean or std the
-    user set is kept, with a warning naming what the weights expect.
-
-    Raises:
-      ConfigError: naming the conflicting model field.
+    A model field set to another value than the source's is refused
+    (ConfigError); a mean or std the user set is kept, with a warning.
     """
     given = config.model_overrides
     fields = {}
@@ -255,11 +218,8 @@ def adopt(config: Config, source: Source) -> Config:
     data = config.data
     if source.mean is not None:
         if data.mean is None and data.std is None:
-            mean, std = (
-                _in_channels(source.mean, data.channels),
-                _in_channels(source.std, data.channels),
-            )
-            data = dataclasses.replace(data, mean=mean, std=std)
+            mean = _in_channels(source.mean, data.channels)
+            data = dataclasses.replace(data, mean=mean, std=_in_channels(source.std, data.channels))
         elif (data.mean, data.std) != (source.mean, source.std):
             logging.warning(
                 "data.mean=%s, data.std=%s as set, but the weights of %s expect mean %s and "
@@ -274,12 +234,8 @@ def adopt(config: Config, source: Source) -> Config:
 
 
 def _in_channels(values: tuple[float, ...], channels: int | None) -> tuple[float, ...]:
-    """The weights' statistics for data.channels when it asks for the other kind.
-
-    RGB statistics for greyscale inputs: their luma-weighted mean (the grey
-    images' mean when they are RGB ones' luma; their std approximately). A
-    grey statistic for RGB inputs: the same in all three channels.
-    """
+    """The weights' statistics for data.channels when it asks for the other kind: RGB
+    ones' luma-weighted mean for greyscale, a grey one repeated for RGB."""
     if not channels or channels == len(values):
         return values
     if channels == image_channels.GREY:

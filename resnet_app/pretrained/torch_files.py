@@ -15,13 +15,10 @@ block's, the head's), for example
     layer{s}.{u}.se.fc1 / .fc2 / .conv  ..._se_fc1 / _se_fc2 / _se_conv
     fc                                  logits
 
-so this reader maps by name, never by position, and a file of another
-variant is refused at its first difference. Layouts convert: a convolution's
-OIHW kernel to HWIO, a linear layer's [out, in] matrix (or a 1x1 conv's
-[out, in, 1, 1]) to [in, out], a Conv1d's [1, 1, k] to [k, 1, 1]. BatchNorm
-`weight`, `bias`, `running_mean`, `running_var` are `gamma`, `beta`,
-`moving_mean`, `moving_variance`; `num_batches_tracked` has no counterpart
-and is skipped.
+so this reader maps by name, and refuses a file of another variant at its
+first difference. A convolution's OIHW kernel becomes HWIO, a linear layer's
+[out, in] [in, out], a Conv1d's [1, 1, k] [k, 1, 1]; `num_batches_tracked`
+is skipped.
 """
 
 from __future__ import annotations
@@ -73,9 +70,8 @@ def read(path: str, model, model_name: str) -> SourceWeights:
     """The weights of a torchvision- or timm-layout `.safetensors` file, under `model`'s names.
 
     Raises:
-      ConfigError: for an unreadable file, a network `model` cannot be
-        (v2), or a file of another depth or variant, naming the first
-        difference.
+      ConfigError: for an unreadable file, a network `model` cannot be (v2),
+        or a file of another depth or variant, naming the first difference.
     """
     tensors = _load(path)
     check_units(

@@ -1,12 +1,9 @@
 """Imported weights, checked against a model and assigned to it, with a report.
 
-Every reader (`keras_files`, `torch_files`, `run_files`) returns
-`SourceWeights`: arrays under our layer and variable names, in our layouts.
-`assign` checks them against the model (the same depth, the same layers, the
-same shapes; the first difference is one line) and assigns them. The head
-(logits) is loaded only when its shape fits and `init_head` is "auto";
-otherwise it keeps its fresh initialization. `report_lines` is the start-up
-table: per part, what was loaded, newly initialised or skipped, with shapes.
+Every reader returns `SourceWeights` (our layer and variable names and
+layouts). `assign` checks them against the model (the first difference is one
+line) and assigns them; the head is loaded only when its shape fits and
+`init_head` is "auto". `Report.lines` is the start-up table.
 """
 
 from __future__ import annotations
@@ -27,12 +24,8 @@ _UNIT = re.compile(r"^stage(\d+)_unit(\d+)_")
 
 @dataclasses.dataclass
 class SourceWeights:
-    """Weights read from a source, under our names.
-
-    Attributes:
-      layers: {layer name: {variable name: array}}.
-      skipped: tensors of the file that have no counterpart here: {name: shape}.
-    """
+    """Weights read from a source: {layer: {variable: array}}, and {name: shape} of the
+    file's tensors that have no counterpart here."""
 
     layers: dict[str, dict[str, np.ndarray]]
     skipped: dict[str, tuple[int, ...]]
@@ -71,11 +64,7 @@ def _summary(items: list[tuple[str, tuple[int, ...]]], shapes: bool = False) -> 
 
 
 def check_units(found: Iterable[tuple[int, int]], model, label: str, model_name: str) -> None:
-    """Refuses weights of another depth: (stage, unit) pairs found in the source, from 1 and 0.
-
-    Raises:
-      ConfigError: e.g. "stage3 has 6 units in the file, 23 in resnet101".
-    """
+    """Refuses (ConfigError) weights of another depth, from the source's (stage, unit) pairs."""
     units: dict[int, set[int]] = {}
     for stage, unit in found:
         units.setdefault(stage, set()).add(unit)
@@ -95,11 +84,7 @@ def check_units(found: Iterable[tuple[int, int]], model, label: str, model_name:
 
 
 def check_compatible(weights: SourceWeights, model, label: str, model_name: str) -> None:
-    """Refuses weights of another network, naming the first difference.
-
-    Raises:
-      ConfigError: e.g. "stage3 has 6 units in the file, 23 in resnet101".
-    """
+    """Refuses (ConfigError) weights of another network, naming the first difference."""
     ours = parts.get_weights(model)
     matches = [_UNIT.match(layer) for layer in weights.layers]
     check_units(
@@ -133,12 +118,8 @@ def check_compatible(weights: SourceWeights, model, label: str, model_name: str)
 def adapt_input_channels(weights: SourceWeights, model, label: str) -> SourceWeights:
     """Weights of an RGB network for a greyscale one, or the reverse (timm's rule).
 
-    The first convolution is the only layer that sees the images' channels.
-    RGB weights for a greyscale input: its kernel summed over the three input
-    channels, which is the RGB network on the grey image in all three
-    channels (`data/channels.py` converts so). Greyscale weights for RGB
-    inputs: the kernel repeated over the three, divided by three. Any other
-    difference is left to `check_compatible`.
+    The first kernel summed over its three input channels (the RGB network on
+    a grey image in all three), or repeated over them and divided by three.
     """
     ours = parts.get_weights(model)
     layer, name, kernel = next(
@@ -148,17 +129,13 @@ def adapt_input_channels(weights: SourceWeights, model, label: str) -> SourceWei
         if value.ndim == 4
     )
     theirs = weights.layers.get(layer, {}).get(name)
-    if theirs is None or theirs.ndim != 4 or theirs.shape == kernel.shape:
-        return weights
-    if theirs.shape[:2] != kernel.shape[:2] or theirs.shape[3] != kernel.shape[3]:
+    if theirs is None or theirs.ndim != 4:
         return weights
     have, want = theirs.shape[2], kernel.shape[2]
-    if (have, want) == (3, 1):
-        adapted = theirs.sum(axis=2, keepdims=True)
-    elif (have, want) == (1, 3):
-        adapted = np.repeat(theirs, 3, axis=2) / 3
-    else:
-        return weights
+    others_fit = theirs.shape[:2] == kernel.shape[:2] and theirs.shape[3] == kernel.shape[3]
+    if not others_fit or (have, want) not in ((3, 1), (1, 3)):
+        return weights  # Any other difference is `check_compatible`'s.
+    adapted = theirs.sum(axis=2, keepdims=True) if want == 1 else np.repeat(theirs, 3, axis=2) / 3
     logging.info(
         "%s: %s/%s takes %d input channels there and %d here: %s",
         label,
@@ -177,18 +154,8 @@ def assign(
 ) -> Report:
     """Assigns checked weights to a built model (in cross-replica context under a strategy).
 
-    Args:
-      model: the run's `ResNet`.
-      weights: the source's weights.
-      label: the source, as messages name it.
-      model_name: the model's preset, as messages name it.
-      init_head: "auto" (load the head when its shape fits) or "new".
-
-    Returns:
-      The `Report`.
-
-    Raises:
-      ConfigError: for weights of another network (`check_compatible`).
+    `label` and `model_name` name the source and the preset in messages;
+    `init_head` is "auto" (load the head when its shape fits) or "new".
     """
     weights = adapt_input_channels(weights, model, label)
     check_compatible(weights, model, label, model_name)
