@@ -1,143 +1,122 @@
-"""Training throughput, side by side: plain Keras `fit` against resnet_app's variants.
+"""The benchmarks, one command: `python scripts/benchmark.py SUBCOMMAND [options]`.
 
-    python scripts/benchmark.py                              # resnet20, 32 px, batch 128
-    python scripts/benchmark.py --model=resnet50 --image_size=224 --batch_size=32 --steps=5
-    python scripts/benchmark.py --variants=keras_fit,fp32,bf16 --json
+    step       training images/s: Keras `fit` against the trainer's variants; input; start-up
+    revisions  the trainer of a git revision beside the working tree's, in one run
+    race       time to accuracy: the trainer against Keras `fit` (`race.py`)
+    sync       all-reduce against local SGD (`sync_costs.py`)
 
-One run measures, on the same model, batch and synthetic data (made once, so
-the input costs nothing), each variant in a fresh process of its own (so that
-its peak memory is its own):
-- keras_fit: the same architecture with Keras's stock layers
-  (`keras.layers.BatchNormalization`), `model.compile(SGD(momentum=0.9),
-  from_logits cross-entropy, metrics=["accuracy"])` and `model.fit`, as a user
-  would write it (Keras's default jit_compile="auto" turns XLA on);
-  keras_fit_nojit: the same without XLA; keras_fit_our_layers: `fit` on
-  resnet_app's own model (its fused-kernel BatchNorm), which tells the gain of
-  the trainer's loop from that of its layers;
-- fp32, bf16, fp16, jit (XLA), towers2 (2 logical CPU devices, or 2 GPUs):
-  `python -m resnet_app.train`'s trainer, timed between its training records;
-  ema, drop_path, bce (ask for them with --variants): the trainer with the
-  modern recipe's per-step pieces, the moving average of the weights,
-  stochastic depth at 0.1, binary cross-entropy; last_step: the copy of the
-  last completed step that multi-worker runs keep (`engine/last_step.py`).
-Images/sec are the median of --windows timed windows of --steps steps after a
-warm-up window, wall clock, host overhead included; with --repeats=N each
-variant runs in N processes, in rounds (every variant once per round), and
-the median of their medians is shown: on a shared machine two processes of
-the same variant can differ by 10%. Each is shown as a ratio
-to keras_fit, with the model's training FLOPs per image (6 x the forward
-multiply-accumulates: forward 2, backward 4), the achieved GFLOP/s and their
-fraction of a matmul peak measured in the same run (float32, or bfloat16 for
-bf16), and the peak resident memory.
+    python scripts/benchmark.py step --model=resnet50 --image_size=224 --batch_size=32 --steps=3
+    python scripts/benchmark.py step --variants=input --set=data.augment.randaugment_ops=2
+    python scripts/benchmark.py revisions --before=d94b0ee --variants=fp32,bf16 --rounds=3
 
-Then, for the chosen --dataset: its training pipeline alone (images/sec, and
-how many times training's consumption it delivers), the trainer on it against
-the trainer on synthetic data (input-bound when it is slower), and the time
-from the command to the first training step. Ratios matter, not absolute
-numbers: the machines are shared and noisy, and of two kinds. The first line
-says which: the CPU model, its instruction sets (AVX2, AVX-512, AVX512_BF16,
-AMX-BF16), an `ONEDNN_MAX_CPU_ISA` cap if one is set, and whether bfloat16 is
-native; a bf16 row on a CPU without it is marked "emulated" (`--json`: "cpu").
-It also says whether TensorFlow runs its oneDNN kernels: TF turns them on only
-on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX, so an AVX2 machine
-runs TF's Eigen kernels; `TF_ENABLE_ONEDNN_OPTS=0` does the same on a newer
-CPU and is the closer AVX2 stand-in (`ONEDNN_MAX_CPU_ISA=AVX2` keeps oneDNN).
-And the CPU allocator: resnet_app picks TF's BFC allocator (`resnet_app/__init__.py`);
-the Keras rows run with TF's default, as a user's script would, unless
-TF_CPU_ALLOCATOR_USE_BFC is set for the whole benchmark.
-Under a cap that leaves out bfloat16 (an AVX2 stand-in on an AVX-512 machine),
-TF 2.21's bfloat16 kernels crash, so the bf16 peak and variant are skipped.
+A rate is the median of --windows windows of --steps steps after a warm-up
+window; every measurement runs in a process of its own, in --rounds rounds
+(`timing.py`). `step` rates each variant against `keras_fit` (Keras's stock
+layers and `model.fit`, as a user writes them: `keras_baseline.py`), with
+GFLOP/s against a matmul peak measured in the same run. The trainer's rows
+run `python -m resnet_app.train`, so `revisions` times a revision's trainer
+with this code, each side against a `keras_fit` timed beside it (which
+cancels most of the machine's drift), sides alternating round by round.
 """
+
+from __future__ import annotations
 
 import json
 import os
-import resource
-import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 
-from absl import flags
+import keras_baseline
+import race
+import sync_costs
+import timing
+from timing import REPO, median, number
 
 import resnet_app
-from resnet_app.common import cli, metrics, run_dir
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Variants of the trainer: --set assignments over the common settings.
+# The trainer's variants: --set assignments on top of the common settings.
 TRAINER_VARIANTS = {
     "fp32": [],
     "bf16": ["train.precision=bf16"],
     "fp16": ["train.precision=fp16"],
     "jit": ["train.jit=true"],
     "towers2": ["train.num_towers=2"],
-    # The modern recipe's per-step costs (not in the default list).
     "ema": ["train.ema_decay=0.999"],
     "drop_path": ["model.drop_path_rate=0.1"],
     "bce": ["train.loss=bce"],
-    # The copy of the last step a multi-worker run keeps (`engine/last_step.py`),
-    # here in one process (not in the default list).
-    "last_step": [],
+    "last_step": [],  # The copy of the last step multi-worker runs keep, in one process.
 }
 KERAS_VARIANTS = ("keras_fit", "keras_fit_nojit", "keras_fit_our_layers")
-# `model:NAME`: the trainer's fp32 row for another preset, at the same size and
-# batch (e.g. resnext50_32x4d against --model=resnet50); "x fp32" compares.
-MODEL_PREFIX = "model:"
-DEFAULT_VARIANTS = (
-    "keras_fit,keras_fit_nojit,keras_fit_our_layers,fp32,bf16,jit,towers2,input,startup"
-)
-
-_MODEL = flags.DEFINE_string("model", "resnet20", "The model preset.")
-_IMAGE_SIZE = flags.DEFINE_integer("image_size", None, "Image size (default: the model's).")
-_BATCH = flags.DEFINE_integer("batch_size", 128, "Global batch.")
-_STEPS = flags.DEFINE_integer("steps", 20, "Steps per timed window.")
-_WINDOWS = flags.DEFINE_integer("windows", 3, "Timed windows after the warm-up one (median).")
-_REPEATS = flags.DEFINE_integer(
-    "repeats", 1, "Processes per variant, run in rounds (the median of their medians)."
-)
-_VARIANTS = flags.DEFINE_string(
-    "variants",
-    DEFAULT_VARIANTS,
-    f"Comma-separated: {', '.join((*KERAS_VARIANTS, *TRAINER_VARIANTS))}, input (the "
-    "dataset's pipeline against synthetic data), startup (command to first step).",
-)
-_DATASET = flags.DEFINE_string("dataset", "shapes", "The dataset of the input measurements.")
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "Its data directory.")
-_JSON = flags.DEFINE_boolean("json", False, "Print one JSON object instead of a table.")
-_WORKER = flags.DEFINE_string("worker", None, "Internal: measure one variant and print JSON.")
+MODEL_PREFIX = "model:"  # The fp32 row of another preset at the same size and batch.
+OTHERS = ("input", "startup")
+DEFAULT_VARIANTS = ",".join((*KERAS_VARIANTS, "fp32,bf16,jit,towers2", *OTHERS))
 
 
-# -- workers: one variant each, in its own process ---------------------------------
+def data_sets(options: dict, dataset: str) -> list[str]:
+    """The --set assignments of the model and the data every run shares."""
+    sets = [f"model.name={options['model']}", f"data.dataset={dataset}"]
+    sets += [f"data.image_size={options['image_size']}"] if options["image_size"] else []
+    return sets + ([f"data.data_dir={options['data_dir']}"] if options["data_dir"] else [])
 
 
-def bfc_allocator() -> bool:
-    """Whether this process's environment asks TensorFlow for its BFC CPU allocator."""
-    return os.environ.get(resnet_app.CPU_ALLOCATOR_VARIABLE, "").lower() in ("1", "true")
+def trainer_rate(options: dict, variant: str, tree: str = REPO, dataset: str = "synthetic"):
+    """A trainer variant's images/s and input wait, from its records (`tree`'s code)."""
+    steps, batch = options["steps"], options["batch_size"]
+    preset = variant.removeprefix(MODEL_PREFIX) if variant.startswith(MODEL_PREFIX) else None
+    sets = data_sets(options, dataset)
+    sets += [f"data.eval_examples={batch}", f"train.batch_size={batch}", "train.eval_every=1000000"]
+    sets += [f"train.train_steps={steps * (options['windows'] + 1)}", f"train.log_every={steps}"]
+    sets += ["schedule.name=constant", *options["set"]]
+    sets += [f"model.name={preset}"] if preset else TRAINER_VARIANTS[variant]
+    with tempfile.TemporaryDirectory(prefix="benchmark_") as model_dir:
+        launched = time.time()  # The first window, with the start-up, is dropped.
+        args = [*(f"--set={s}" for s in sets), f"--model_dir={model_dir}"]
+        found = timing.run_trainer(variant, args, tree)
+        records = timing.read_records(os.path.join(model_dir, "metrics.jsonl"))
+    training = [r for r in records if "accuracy" in r]
+    times = [launched, *(r["time"] for r in training)]
+    rates = timing.window_rates(times, steps * batch)
+    found.update(windows=rates, images_per_sec=median(rates), first_step=times[1] - launched)
+    return {**found, "input_wait": median(r.get("input_wait", 0.0) for r in training[1:])}
 
 
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def spawn(variant: str, options: dict) -> dict:
+    """A worker process of this script measuring `variant`; its JSON."""
+    env = {}
+    if variant in KERAS_VARIANTS and resnet_app.CPU_ALLOCATOR_DEFAULTED:
+        env[resnet_app.CPU_ALLOCATOR_VARIABLE] = "false"  # As a user's script runs.
+    script = os.path.abspath(__file__)
+    return timing.run_child([script, "worker", variant, json.dumps(options)], env=env)
 
 
-def window_rates(times: list[float], images_per_window: int) -> list[float]:
-    """Images/sec of each window between consecutive timestamps, the first (warm-up) dropped."""
-    return [images_per_window / (b - a) for a, b in zip(times[1:], times[2:])]
+def worker(variant: str, options: dict) -> dict:
+    """Measures one variant in this process: Keras `fit`, the matmul peak, a pipeline, a race."""
+    import resource
+
+    if variant == "peak":
+        found = matmul_peak()
+    elif variant in KERAS_VARIANTS:
+        found = keras_fit(options, variant != "keras_fit_nojit", variant != "keras_fit_our_layers")
+    elif variant == "pipeline":
+        found = pipeline_rate(options)
+    else:
+        found = race.fit_worker(options)
+    bfc = os.environ.get(resnet_app.CPU_ALLOCATOR_VARIABLE, "").lower() in ("1", "true")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {**found, "peak_rss_mb": peak, "bfc_allocator": bfc}
 
 
-def measure_matmul_peak() -> dict:
-    """GFLOP/s of a large matmul in float32 and bfloat16: what the cores can do."""
+def matmul_peak() -> dict:
+    """GFLOP/s of a 2048^2 matmul in float32 and bfloat16: what the cores can do."""
     import tensorflow as tf
 
-    from resnet_app.common import hardware
-
-    peaks = {"bfloat16": None}
-    # Under an ONEDNN_MAX_CPU_ISA cap below bfloat16 (an AVX2 stand-in on an
-    # AVX-512 machine), TF 2.21's bfloat16 matmul crashes the process: skipped.
-    capped = hardware.read_cpu_info().bf16_capped
-    for dtype in ("float32",) if capped else ("float32", "bfloat16"):
-        n = 2048
-        a = tf.cast(tf.random.normal([n, n]), dtype)
-        b = tf.cast(tf.random.normal([n, n]), dtype)
+    peaks, n = {"bfloat16": None}, 2048
+    # Under an ONEDNN_MAX_CPU_ISA cap below bfloat16, TF 2.21's bfloat16 matmul crashes.
+    for dtype in ("float32",) if timing.cpu().bf16_capped else ("float32", "bfloat16"):
+        a, b = (tf.cast(tf.random.normal([n, n]), dtype) for _ in range(2))
         matmul = tf.function(lambda a, b: tf.reduce_sum(tf.matmul(a, b)))
         matmul(a, b).numpy()
         seconds = []
@@ -147,29 +126,27 @@ def measure_matmul_peak() -> dict:
                 result = matmul(a, b)
             result.numpy()
             seconds.append(time.perf_counter() - start)
-        peaks[dtype] = 2 * n**3 * 8 / statistics.median(seconds) / 1e9
+        peaks[dtype] = 2 * n**3 * 8 / median(seconds) / 1e9
     return {"peak_gflops": peaks}
 
 
-def measure_keras_fit(jit: bool, stock_layers: bool) -> dict:
+def keras_fit(options: dict, jit: bool, stock_layers: bool) -> dict:
+    """`model.fit` on synthetic batches, as a user writes it (XLA: Keras's "auto")."""
     import keras
     import tensorflow as tf
-    from keras_baseline import baseline_model
 
     from resnet_app.nets.resnet import create_model
 
-    size, batch, steps = image_size(), _BATCH.value, _STEPS.value
+    size, batch, steps = image_size(options), options["batch_size"], options["steps"]
     keras.utils.set_random_seed(0)
-    model = baseline_model(lambda: create_model(_MODEL.value, num_classes=10), stock_layers)
-    model.compile(
-        optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-        jit_compile="auto" if jit else False,
-    )
+    create = lambda: create_model(options["model"], num_classes=10)  # noqa: E731
+    model = keras_baseline.baseline_model(create, stock_layers)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    jit_compile = "auto" if jit else False
+    optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
+    model.compile(optimizer, loss, metrics=["accuracy"], jit_compile=jit_compile)
     images = tf.random.normal([batch, size, size, 3])
     labels = tf.random.uniform([batch], 0, 10, tf.int32)
-    dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
     times = []
 
     class Clock(keras.callbacks.Callback):
@@ -177,317 +154,278 @@ def measure_keras_fit(jit: bool, stock_layers: bool) -> dict:
             if index % steps == 0:
                 times.append(time.perf_counter())
 
-    model.fit(
-        dataset,
-        steps_per_epoch=steps * (_WINDOWS.value + 1) + 1,
-        epochs=1,
-        callbacks=[Clock()],
-        verbose=0,
-    )
-    return {"images_per_sec": window_rates(times, steps * batch)}
+    dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
+    total = steps * (options["windows"] + 1) + 1
+    model.fit(dataset, steps_per_epoch=total, epochs=1, callbacks=[Clock()], verbose=0)
+    rates = timing.window_rates(times, steps * batch)
+    return {"windows": rates, "images_per_sec": median(rates)}
 
 
-def measure_trainer(
-    sets: list[str], dataset: str = "synthetic", keep_last_step: bool = False
-) -> dict:
+def pipeline_rate(options: dict) -> dict:
+    """The --dataset's training pipeline alone (with the --set settings), nothing trained."""
     from resnet_app import config
-    from resnet_app.engine import loop, setup
-
-    steps = _STEPS.value
-    model_dir = tempfile.mkdtemp(prefix="benchmark_")
-    resolved = config.resolve(
-        sets=[
-            f"model.name={_MODEL.value}",
-            f"data.dataset={dataset}",
-            *([f"data.image_size={_IMAGE_SIZE.value}"] if _IMAGE_SIZE.value else []),
-            *([f"data.data_dir={_DATA_DIR.value}"] if _DATA_DIR.value else []),
-            f"data.eval_examples={_BATCH.value}",
-            f"train.batch_size={_BATCH.value}",
-            f"train.train_steps={steps * (_WINDOWS.value + 1)}",
-            f"train.log_every={steps}",
-            "train.eval_every=1000000",
-            "schedule.name=constant",
-            *sets,
-        ]
-    )
-    started = time.time()
-    loop.train(setup.build_run(resolved, model_dir), keep_last_step=keep_last_step or None)
-    records = metrics.read_records(run_dir.metrics_path(model_dir))
-    training = [r for r in records if "accuracy" in r]
-    # The first window starts when the run does: it holds the tracing (warm-up).
-    times = [started, *(r["time"] for r in training)]
-    return {
-        "images_per_sec": window_rates(times, steps * _BATCH.value),
-        "input_wait": statistics.median(r["input_wait"] for r in training[1:]),
-    }
-
-
-def measure_pipeline() -> dict:
-    """The dataset's training pipeline alone: images/sec, nothing trained."""
     from resnet_app.data import input_pipeline
-    from resnet_app.data.settings import DataConfig
     from resnet_app.nets.presets import get_config
 
-    pipeline = input_pipeline.create_pipeline(
-        DataConfig(dataset=_DATASET.value, data_dir=_DATA_DIR.value, image_size=_IMAGE_SIZE.value),
-        default_image_size=get_config(_MODEL.value).default_image_size,
-    )
-    iterator = iter(pipeline.train_dataset(_BATCH.value))
-    steps, times = _STEPS.value, []
-    for _ in range(_WINDOWS.value + 2):
+    resolved = config.resolve(sets=[*data_sets(options, options["dataset"]), *options["set"]])
+    default = get_config(resolved.model_name).default_image_size
+    pipeline = input_pipeline.create_pipeline(resolved.data, default_image_size=default)
+    iterator, times = iter(pipeline.train_dataset(options["batch_size"])), []
+    for _ in range(options["windows"] + 2):
         times.append(time.perf_counter())
-        for _ in range(steps):
-            next(iterator)["image"].numpy()
-    return {"images_per_sec": window_rates(times, steps * _BATCH.value)}
+        for _ in range(options["steps"]):
+            next(iterator)["image"].numpy()  # Touched: nothing left lazily undone.
+    rates = timing.window_rates(times, options["steps"] * options["batch_size"])
+    return {"windows": rates, "images_per_sec": median(rates)}
 
 
-def measure_startup() -> dict:
-    """Seconds from the command to the end of the first training step."""
-    model_dir = tempfile.mkdtemp(prefix="benchmark_")
-    args = [
-        f"--model={_MODEL.value}",
-        f"--dataset={_DATASET.value}",
-        *([f"--data_dir={_DATA_DIR.value}"] if _DATA_DIR.value else []),
-        f"--batch_size={_BATCH.value}",
-        "--train_steps=2",
-        "--log_every=1",
-        "--eval_every=1000000",
-        "--set=data.eval_examples=1",
-        f"--model_dir={model_dir}",
-    ]
-    started = time.time()
-    subprocess.run(
-        [sys.executable, "-m", "resnet_app.train", *args],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "2"},
-    )
-    first = next(
-        r for r in metrics.read_records(run_dir.metrics_path(model_dir)) if "accuracy" in r
-    )
-    return {"seconds": first["time"] - started}
-
-
-def image_size() -> int:
+def image_size(options: dict) -> int:
     from resnet_app.nets.presets import get_config
 
-    return _IMAGE_SIZE.value or get_config(_MODEL.value).default_image_size
+    return options["image_size"] or get_config(options["model"]).default_image_size
 
 
-def _known_model(name: str) -> bool:
-    from resnet_app.nets.presets import model_names
-
-    return name in model_names()
-
-
-def run_worker(variant: str) -> dict:
-    if variant == "peak":
-        result = measure_matmul_peak()
-    elif variant in KERAS_VARIANTS:
-        result = measure_keras_fit(
-            jit=variant != "keras_fit_nojit", stock_layers=variant != "keras_fit_our_layers"
-        )
-    elif variant in TRAINER_VARIANTS:
-        result = measure_trainer(TRAINER_VARIANTS[variant], keep_last_step=variant == "last_step")
-    elif variant.startswith(MODEL_PREFIX):  # Another preset, trained like fp32.
-        result = measure_trainer([f"model.name={variant.removeprefix(MODEL_PREFIX)}"])
-    elif variant == "input_trainer":
-        result = measure_trainer([], dataset=_DATASET.value)
-    elif variant == "pipeline":
-        result = measure_pipeline()
-    elif variant == "startup":
-        result = measure_startup()
-    else:
-        raise ValueError(variant)
-    return {**result, "peak_rss_mb": peak_rss_mb(), "bfc_allocator": bfc_allocator()}
-
-
-# -- the parent: runs the workers, prints the table ----------------------------------
-
-
-def spawn(variant: str) -> dict:
-    """Runs one worker process; returns its JSON (with the median rate)."""
-    argv = [a for a in sys.argv[1:] if not a.startswith("--worker")]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    if variant in KERAS_VARIANTS and resnet_app.CPU_ALLOCATOR_DEFAULTED:
-        # Keras as a user runs it: TF's default CPU allocator, not resnet_app's choice.
-        env[resnet_app.CPU_ALLOCATOR_VARIABLE] = "false"
-    completed = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), *argv, f"--worker={variant}"],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    if completed.returncode != 0:
-        tail = completed.stderr.strip().splitlines()[-3:]
-        raise RuntimeError(f"variant {variant} failed: {' | '.join(tail)}")
-    result = json.loads(completed.stdout.strip().splitlines()[-1])
-    if "images_per_sec" in result:
-        result["windows"] = result.pop("images_per_sec")
-        result["images_per_sec"] = statistics.median(result["windows"])
-    return result
-
-
-def training_flops_per_image(model: str | None = None) -> float:
+def flops(options: dict, model: str) -> float:
+    """Training FLOPs per image: forward 2 per multiply-accumulate, backward twice that."""
     from resnet_app.nets.summary import summarize
 
-    return 6.0 * summarize(model or _MODEL.value, image_size())["macs"]
+    return 6.0 * summarize(model, image_size(options))["macs"]
 
 
-def allocator() -> str:
-    """Which CPU allocator the trainer's rows ran with (and the Keras rows)."""
-    if resnet_app.CPU_ALLOCATOR_DEFAULTED:
-        return "BFC for resnet_app, TF's default for Keras"
-    chosen = "BFC" if bfc_allocator() else "default"
-    return f"{chosen} for all ({resnet_app.CPU_ALLOCATOR_VARIABLE} set)"
-
-
-def combine(results: tuple[dict, ...]) -> dict:
-    """One variant's processes as one: the median of their medians, every
-    window (in the order run), the highest peak memory."""
-    return {
-        **results[0],
-        "images_per_sec": statistics.median(r["images_per_sec"] for r in results),
-        "windows": [w for r in results for w in r["windows"]],
-        "peak_rss_mb": max(r["peak_rss_mb"] for r in results),
-        "process_rates": [r["images_per_sec"] for r in results],
-    }
-
-
-def build_report(variants: list[str]) -> dict:
-    from resnet_app.common import hardware
-
-    cpu = hardware.read_cpu_info()
-    report = {
-        "cpu": cpu.to_dict(),
-        "allocator": allocator(),
-        "model": _MODEL.value,
-        "image_size": image_size(),
-        "batch_size": _BATCH.value,
-        "train_flops_per_image": training_flops_per_image(),
-        "peak_gflops": spawn("peak")["peak_gflops"],
-        "variants": {},
-    }
-    flops = report["train_flops_per_image"]
-    timed = [
-        v
-        for v in variants
-        if v in (*KERAS_VARIANTS, *TRAINER_VARIANTS) or v.startswith(MODEL_PREFIX)
-    ]
+def step(options: dict) -> dict:
+    """Every variant asked for, in --rounds rounds; the report."""
+    cpu, variants = timing.cpu(), options["variants"]
+    timed = [v for v in variants if v not in OTHERS]
+    report = {"cpu": cpu.to_dict(), "allocator": allocator(), "model": options["model"]}
+    report.update(image_size=image_size(options), batch_size=options["batch_size"])
+    report.update(train_flops_per_image=flops(options, options["model"]), variants={})
+    report["peak_gflops"] = spawn("peak", options)["peak_gflops"]
     if "bf16" in timed and cpu.bf16_capped:  # TF 2.21 crashes there.
         report["skipped"] = {"bf16": "ONEDNN_MAX_CPU_ISA leaves out bfloat16"}
         timed.remove("bf16")
-    # --repeats rounds, each variant once per round in turn: a slow spell of
-    # the machine then falls on every variant rather than on one.
-    rounds = [[spawn(variant) for variant in timed] for _ in range(_REPEATS.value)]
-    for variant, results in zip(timed, zip(*rounds, strict=True), strict=True):
-        result = combine(results)
-        model = variant.removeprefix(MODEL_PREFIX) if variant.startswith(MODEL_PREFIX) else None
-        gflops = (
-            result["images_per_sec"] * (training_flops_per_image(model) if model else flops) / 1e9
-        )
+
+    def measure(variant):
+        keras = variant in KERAS_VARIANTS
+        return spawn(variant, options) if keras else trainer_rate(options, variant)
+
+    for variant, results in timing.in_rounds(timed, options["rounds"], measure).items():
+        rate = median(r["images_per_sec"] for r in results)
+        preset = variant.removeprefix(MODEL_PREFIX) if variant.startswith(MODEL_PREFIX) else None
+        gflops = rate * flops(options, preset or options["model"]) / 1e9
         peak = report["peak_gflops"]["bfloat16" if variant == "bf16" else "float32"]
-        fraction = gflops / peak if peak else None
-        report["variants"][variant] = {**result, "gflops": gflops, "peak_fraction": fraction}
-    base = report["variants"].get("keras_fit")
-    trainer = report["variants"].get("fp32")
-    for result in report["variants"].values():
-        result["vs_keras_fit"] = result["images_per_sec"] / base["images_per_sec"] if base else None
-        result["vs_fp32"] = (
-            result["images_per_sec"] / trainer["images_per_sec"] if trainer else None
-        )
-    if "input" in variants:
-        synthetic = report["variants"].get("fp32") or spawn("fp32")
-        real = spawn("input_trainer")
-        pipeline = spawn("pipeline")
-        report["input"] = {
-            "dataset": _DATASET.value,
-            "pipeline_images_per_sec": pipeline["images_per_sec"],
-            "pipeline_vs_training": pipeline["images_per_sec"] / synthetic["images_per_sec"],
-            "training_images_per_sec": real["images_per_sec"],
-            "training_vs_synthetic": real["images_per_sec"] / synthetic["images_per_sec"],
-            "input_wait": real["input_wait"],
+        report["variants"][variant] = {
+            **results[0],
+            "images_per_sec": rate,
+            "windows": [w for r in results for w in r["windows"]],
+            "process_rates": [r["images_per_sec"] for r in results],
+            "peak_rss_mb": max(r["peak_rss_mb"] for r in results),
+            "gflops": gflops,
+            "peak_fraction": gflops / peak if peak else None,
         }
+    rows = report["variants"]
+    for row, base in ((row, base) for row in rows.values() for base in ("keras_fit", "fp32")):
+        rate = rows[base]["images_per_sec"] if base in rows else None
+        row[f"vs_{base}"] = row["images_per_sec"] / rate if rate else None
+    if "input" in variants:
+        report["input"] = input_rates(options, rows.get("fp32"))
     if "startup" in variants:
-        report["startup_seconds"] = spawn("startup")["seconds"]
+        report["startup_seconds"] = startup_seconds(options)
     return report
 
 
-def format_report(report: dict) -> str:
+def input_rates(options: dict, synthetic: dict | None) -> dict:
+    """The --dataset's pipeline alone, and the trainer fed by it against synthetic data."""
+    synthetic = synthetic or trainer_rate(options, "fp32")
+    real = trainer_rate(options, "fp32", dataset=options["dataset"])
+    pipeline = spawn("pipeline", options)["images_per_sec"]
+    return {
+        "dataset": options["dataset"],
+        "pipeline_images_per_sec": pipeline,
+        "pipeline_vs_training": pipeline / synthetic["images_per_sec"],
+        "training_images_per_sec": real["images_per_sec"],
+        "training_vs_synthetic": real["images_per_sec"] / synthetic["images_per_sec"],
+        "input_wait": real["input_wait"],
+    }
+
+
+def startup_seconds(options: dict) -> float:
+    """Seconds from the command to the end of the first training step on --dataset."""
+    short = {**options, "steps": 1, "windows": 1}
+    return trainer_rate(short, "fp32", dataset=options["dataset"])["first_step"]
+
+
+def allocator() -> str:
+    """The CPU allocator of the trainer's rows and of the Keras rows."""
+    if resnet_app.CPU_ALLOCATOR_DEFAULTED:
+        return "BFC for resnet_app, TF's default for Keras"
+    chosen = os.environ[resnet_app.CPU_ALLOCATOR_VARIABLE].lower() in ("1", "true")
+    return f"{'BFC' if chosen else 'default'} for all ({resnet_app.CPU_ALLOCATOR_VARIABLE} set)"
+
+
+RATES = (("images_per_sec", 1), ("gflops", 1), ("peak_rss_mb", 0))
+
+
+def step_text(report: dict) -> str:
     from resnet_app.common import hardware
 
-    peak, cpu = report["peak_gflops"], hardware.CpuInfo.from_dict(report["cpu"])
-    bf16_peak = f"{peak['bfloat16']:.0f}" if peak["bfloat16"] else "n/a"
+    cpu, peak = hardware.CpuInfo.from_dict(report["cpu"]), report["peak_gflops"]
+    header = "variant,img/s,x keras_fit,x fp32,GFLOP/s,% of peak,peak RSS MB,windows (img/s)"
+    rows = []
+    for name, r in report["variants"].items():
+        name = "bf16 (emulated)" if name == "bf16" and not cpu.native_bf16 else name
+        ratios = [f"{r[k]:.2f}x" if r[k] else "-" for k in ("vs_keras_fit", "vs_fp32")]
+        share = f"{100 * r['peak_fraction']:.1f}%" if r["peak_fraction"] else "-"
+        windows = ", ".join(f"{w:.3g}" for w in r["windows"])
+        rate, gflops, memory = (f"{r[k]:.{d}f}" for k, d in RATES)
+        rows.append([name, rate, *ratios, gflops, share, memory, windows])
+    skipped = report.get("skipped", {}).items()
+    rows += [[name, f"skipped: {why}", *"------"] for name, why in skipped]
+    bf16 = "native" if cpu.native_bf16 else "emulated (slow)"
     lines = [
-        f"CPU: {cpu.describe()}; "
-        f"bfloat16 {'native' if cpu.native_bf16 else 'emulated (slow)'}; "
-        f"CPU allocator: {report['allocator']}",
+        f"{timing.cpu_line(report['cpu'])}; bfloat16 {bf16}; CPU allocator: {report['allocator']}",
         f"{report['model']} at {report['image_size']} px, batch {report['batch_size']}: "
         f"{report['train_flops_per_image'] / 1e9:.3f} GFLOP per training image; matmul peak "
-        f"{peak['float32']:.0f} GFLOP/s float32, {bf16_peak} bfloat16",
-        "",
-        f"{'variant':<26}{'img/s':>8}{'x keras_fit':>13}{'x fp32':>8}{'GFLOP/s':>9}"
-        f"{'% of peak':>11}{'peak RSS MB':>13}   windows (img/s)",
+        f"{peak['float32']:.0f} GFLOP/s float32, {number(peak['bfloat16'], '.0f')} bfloat16\n",
+        timing.markdown_table(header.split(","), rows),
     ]
-    for name, result in report["variants"].items():
-        ratio, fraction = result["vs_keras_fit"], result["peak_fraction"]
-        trainer_ratio = result.get("vs_fp32")
-        if name == "bf16" and not cpu.native_bf16:
-            name = "bf16 (emulated)"
-        lines.append(
-            f"{name:<26}{result['images_per_sec']:>8.1f}"
-            f"{(f'{ratio:.2f}x' if ratio else '-'):>13}"
-            f"{(f'{trainer_ratio:.2f}x' if trainer_ratio else '-'):>8}{result['gflops']:>9.1f}"
-            f"{(f'{100 * fraction:.1f}%' if fraction else '-'):>11}"
-            f"{result['peak_rss_mb']:>13.0f}   " + ", ".join(f"{w:.3g}" for w in result["windows"])
-        )
-    for name, why in report.get("skipped", {}).items():
-        lines.append(f"{name:<26}skipped: {why}")
     if "input" in report:
         found = report["input"]
-        verdict = "input-bound" if found["training_vs_synthetic"] < 0.95 else "not input-bound"
-        lines += [
-            "",
-            f"input ({found['dataset']}): the pipeline alone gives "
-            f"{found['pipeline_images_per_sec']:.0f} img/s, "
-            f"{found['pipeline_vs_training']:.1f}x what fp32 training consumes; training on it "
-            f"runs at {found['training_images_per_sec']:.1f} img/s, "
-            f"{found['training_vs_synthetic']:.2f}x synthetic, waiting for data "
-            f"{100 * found['input_wait']:.0f}% of the time: {verdict}",
-        ]
-    if "startup_seconds" in report:
+        bound = "input-bound" if found["training_vs_synthetic"] < 0.95 else "not input-bound"
         lines.append(
-            f"startup: {report['startup_seconds']:.1f} s from the command to the end of the "
-            "first training step"
+            f"\ninput ({found['dataset']}): the pipeline alone gives "
+            f"{found['pipeline_images_per_sec']:.0f} img/s, {found['pipeline_vs_training']:.1f}x "
+            f"what fp32 training consumes; training on it runs at "
+            f"{found['training_images_per_sec']:.1f} img/s, {found['training_vs_synthetic']:.2f}x "
+            f"synthetic, waiting for data {100 * found['input_wait']:.0f}% of the time: {bound}"
         )
+    if "startup_seconds" in report:
+        seconds = report["startup_seconds"]
+        lines.append(f"startup: {seconds:.1f} s from the command to the end of the first step")
     return "\n".join(lines)
 
 
+def export_revision(revision: str, directory: str, name: str) -> str:
+    """`revision`'s tree under `directory` (git archive); its path."""
+    archive = os.path.join(directory, f"{name}.tar")
+    command = ["git", "-C", REPO, "archive", "--format=tar", f"--output={archive}", revision]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        timing.fail(f"--{name}={revision}: git cannot export it ({done.stderr.strip()})")
+    with tarfile.open(archive) as tar:
+        tar.extractall(os.path.join(directory, name), filter="data")
+    return os.path.join(directory, name)
+
+
+def revisions(options: dict) -> dict:
+    """Each side's trainer variants against a `keras_fit` timed beside them, in rounds."""
+    variants = options["variants"]
+    with tempfile.TemporaryDirectory(prefix="benchmark_revisions_") as directory:
+        trees = {"before": export_revision(options["before"], directory, "before")}
+        after = options["after"]
+        trees["after"] = export_revision(after, directory, "after") if after else REPO
+
+        def measure(side):
+            fit = spawn("keras_fit", options)["images_per_sec"]  # This tree's: the reference.
+            rates = {v: trainer_rate(options, v, trees[side])["images_per_sec"] for v in variants}
+            shown = ", ".join(f"{v} {rate / fit:.3f}x keras_fit" for v, rate in rates.items())
+            sys.stderr.write(f"{side}: {shown}\n")
+            return {"keras_fit": fit, **rates}
+
+        found = timing.in_rounds(trees, options["rounds"], measure, alternate=True)
+    shown = ("before", "after", "model", "batch_size", "steps", "windows", "rounds")
+    report = {"cpu": timing.cpu().to_dict(), "options": {k: options[k] for k in shown}}
+    report["variants"] = {v: comparison(found["before"], found["after"], v) for v in variants}
+    return report
+
+
+def comparison(before: list[dict], after: list[dict], variant: str) -> dict:
+    """One variant: each side's ratios to keras_fit by round, and after / before."""
+    ratios = [[r[variant] / r["keras_fit"] for r in side] for side in (before, after)]
+    rates = [median(r[variant] for r in side) for side in (before, after)]
+    return {
+        "before_vs_keras_fit": ratios[0],
+        "after_vs_keras_fit": ratios[1],
+        "ratio": median(ratios[1]) / median(ratios[0]),
+        "images_per_sec_ratio": rates[1] / rates[0],
+    }
+
+
+def revisions_text(report: dict) -> str:
+    options, rows = report["options"], []
+    for variant, found in report["variants"].items():
+        sides = (found["before_vs_keras_fit"], found["after_vs_keras_fit"])
+        shown = [f"{median(r):.3f} ({' '.join(f'{x:.2f}' for x in r)})" for r in sides]
+        ratios = [f"{found[k]:.3f}" for k in ("ratio", "images_per_sec_ratio")]
+        rows.append([variant, *shown, *ratios])
+    header = ["variant", "before x keras_fit (rounds)", "after x keras_fit (rounds)"]
+    header += ["after / before", "img/s after / before"]
+    return (
+        f"{timing.cpu_line(report['cpu'])}\n{options['model']}, batch {options['batch_size']}, "
+        f"{options['steps']} steps x {options['windows']} windows, {options['rounds']} rounds; "
+        f"before = {options['before']}, after = {options['after'] or 'the working tree'}\n\n"
+        + timing.markdown_table(header, rows)
+    )
+
+
+def parser() -> timing.Parser:
+    common = timing.Parser(add_help=False)
+    common.add_argument("--model", default="resnet20", help="the model preset")
+    common.add_argument("--image_size", type=int, help="image size (default: the model's)")
+    common.add_argument("--batch_size", type=int, default=128, help="global batch")
+    common.add_argument("--steps", type=int, default=20, help="steps per timed window")
+    common.add_argument("--windows", type=int, default=3, help="timed windows (their median)")
+    common.add_argument("--rounds", type=int, default=1, help="processes per measurement")
+    common.add_argument("--dataset", default="shapes", help="the data of input and startup")
+    common.add_argument("--data_dir", help="its data directory")
+    common.add_argument("--set", action="append", default=[], help="KEY=VALUE for every run")
+    common.add_argument("--json", action="store_true", help="one JSON object, not a table")
+    top = timing.Parser(prog="benchmark.py", description=__doc__.splitlines()[0])
+    commands = top.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
+    known = ", ".join((*KERAS_VARIANTS, *TRAINER_VARIANTS, *OTHERS))
+    sub = commands.add_parser("step", parents=[common], help="training images/s and input")
+    sub.add_argument("--variants", default=DEFAULT_VARIANTS, help=f"some of {known}, model:NAME")
+    sub = commands.add_parser("revisions", parents=[common], help="a revision beside this tree")
+    sub.add_argument("--before", required=True, help="the git revision to compare against")
+    sub.add_argument("--after", help="the revision to compare (default: the working tree)")
+    sub.add_argument("--variants", default="fp32,bf16", help=", ".join(TRAINER_VARIANTS))
+    sub.set_defaults(rounds=3)
+    race.add_parser(commands)
+    sync_costs.add_parser(commands)
+    return top
+
+
 def main(argv: list[str]) -> None:
-    cli.reject_positional(argv)
-    if _WORKER.value:
-        sys.stdout.write(json.dumps(run_worker(_WORKER.value)) + "\n")
+    if argv[:1] == ["worker"]:  # Internal: one measurement, as one JSON line.
+        sys.stdout.write(json.dumps(worker(argv[1], json.loads(argv[2]))) + "\n")
         return
-    if _REPEATS.value < 1:
-        cli.fail(f"--repeats={_REPEATS.value}: use 1 or more processes per variant")
-    variants = [v.strip() for v in _VARIANTS.value.split(",") if v.strip()]
-    known = {*KERAS_VARIANTS, *TRAINER_VARIANTS, "input", "startup"}
-    unknown = sorted(
-        v
-        for v in set(variants) - known
-        if not (v.startswith(MODEL_PREFIX) and _known_model(v.removeprefix(MODEL_PREFIX)))
-    )
+    options = vars(parser().parse_args(argv))
+    if options["rounds"] < 1:
+        timing.fail(f"--rounds={options['rounds']}: use 1 or more processes per measurement")
+    command = options.pop("command")
+    if "variants" in options:
+        options["variants"] = [v.strip() for v in options["variants"].split(",") if v.strip()]
+        check_variants(options["variants"], command)
+    build, text = {
+        "step": (step, step_text),
+        "revisions": (revisions, revisions_text),
+        "race": (race.race, race.text),
+        "sync": (sync_costs.sync, sync_costs.text),
+    }[command]
+    timing.emit(build(options), text, options["json"])
+
+
+def check_variants(variants: list[str], command: str) -> None:
+    from resnet_app.nets.presets import model_names
+
+    known = {*TRAINER_VARIANTS}
+    if command == "step":
+        known |= {*KERAS_VARIANTS, *OTHERS, *(MODEL_PREFIX + name for name in model_names())}
+    unknown = sorted(set(variants) - known)
     if unknown:
-        cli.fail(
-            f"--variants: unknown {', '.join(unknown)}; use some of {', '.join(sorted(known))}, "
-            f"or {MODEL_PREFIX}NAME for a model preset"
-        )
-    report = build_report(variants)
-    sys.stdout.write(
-        (json.dumps(report, indent=1) if _JSON.value else format_report(report)) + "\n"
-    )
+        names = ", ".join(v for v in sorted(known) if not v.startswith(MODEL_PREFIX))
+        more = f", or {MODEL_PREFIX}NAME for a model preset" if command == "step" else ""
+        timing.fail(f"--variants: unknown {', '.join(unknown)}; use some of {names}{more}")
 
 
 if __name__ == "__main__":
-    cli.run(main)
+    main(sys.argv[1:])

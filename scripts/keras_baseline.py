@@ -1,28 +1,10 @@
-"""The Keras baseline the benchmarks compare against: a user's model for `model.fit`.
+"""The Keras side of the benchmarks: resnet_app's network trained as a user writes `fit`.
 
-A user writing the ResNet with Keras would get Keras's stock layers, so the
-baseline is resnet_app's architecture with `keras.layers.BatchNormalization`
-in place of resnet_app's fused-kernel BatchNorm (`nets/layers.py`); with
-`stock_layers=False` it keeps resnet_app's own layers, which tells the gain of
-the trainer's loop from that of its layers. `scripts/benchmark.py` times it on
-synthetic batches.
-
-`fit_recipe` trains a resnet_app recipe with it and `model.fit`, written as a
-user would: Keras's `SGD(momentum, nesterov)`, the L2 penalty as the layers'
-kernel regularizers, from-logits cross-entropy (label smoothing through one-hot
-targets), the images through `tf.data` (shuffle, `map` with resize,
-normalize, pad and random crop, flip and Cutout as the recipe asks, batch,
-prefetch), the split the trainer evaluates as `validation_data`, and Keras's
-default `jit_compile="auto"`. The images are the recipe's dataset held in
-memory as NumPy arrays: the source's own arrays (`idx:`, `cifar:`, `shapes`,
-small tfds sets), or an image folder or table decoded once into arrays, as a
-Keras user who loads a folder into memory would; streamed sources are refused.
-The learning rate is the recipe's, step by step, as a `LearningRateSchedule`:
-Keras's `LearningRateScheduler` callback sets it once per epoch, which would
-turn a per-step warmup and decay into a staircase. The model computes in the
-trainer's precision (`fit_precision`) and takes the run's channels.
-Recipes with parts it does not reproduce are refused (`unmirrored`).
-`scripts/time_to_accuracy.py` times it to a target accuracy.
+With Keras's stock BatchNormalization (`baseline_model`); `fit_recipe` trains a
+recipe with Keras SGD, a `tf.data` pipeline over its images held in memory, the
+split the trainer evaluates as `validation_data`, and its learning rate step by
+step (Keras's `LearningRateScheduler` would make it a staircase). Recipes with
+parts it does not reproduce are refused (`unmirrored`).
 """
 
 from __future__ import annotations
@@ -31,16 +13,10 @@ from collections.abc import Callable
 
 
 def baseline_model(create: Callable, stock_layers: bool = True):
-    """The model `create()` builds, with Keras's stock BatchNormalization when asked.
+    """`create()`'s model, with Keras's stock BatchNormalization when asked.
 
-    Args:
-      create: builds the model (called once, after the layer swap).
-      stock_layers: swap in `keras.layers.BatchNormalization` (in this process:
-        the benchmarks run each variant in a process of its own).
-
-    Raises:
-      RuntimeError: when the model holds other BatchNorm layers than the ones
-        asked for (the comparison would measure the wrong layers).
+    The swap holds for this process (each benchmark variant has its own). Raises
+    RuntimeError when the model holds other BatchNorm layers than asked for.
     """
     import keras
 
@@ -50,80 +26,41 @@ def baseline_model(create: Callable, stock_layers: bool = True):
     if stock_layers:  # What a user writing the ResNet with Keras would get.
         net_layers.BatchNorm = keras.layers.BatchNormalization
     model = create()
-    norms = {
-        type(layer)
-        for layer in compat.nested_layers(model)
-        if isinstance(layer, keras.layers.BatchNormalization)
-    }
+    layers = compat.nested_layers(model)
+    norms = {type(x) for x in layers if isinstance(x, keras.layers.BatchNormalization)}
     wanted = keras.layers.BatchNormalization if stock_layers else net_layers.BatchNorm
     if norms != {wanted}:
         raise RuntimeError(f"expected only {wanted.__name__} layers, built {norms}")
     return model
 
 
-# What `fit_recipe` reproduces of a recipe: settings outside these, changed from
-# their defaults, are refused (`unmirrored`). Model keys go to the same model
-# builder; the schedule becomes a table of per-step rates; the data keys are
-# mirrored by reading the trainer's pipeline (its splits after train_examples
-# and validation_split, its classes, channels, size and normalization).
-MIRRORED = (
-    "model.",
-    "schedule.",
-    "data.dataset",
-    "data.data_dir",
-    "data.num_classes",
-    "data.class_names",
-    "data.coarse_labels",
-    "data.validation_split",
-    "data.eval_split",
-    "data.channels",
-    "data.preprocessing",
-    "data.image_size",
-    "data.mean",
-    "data.std",
-    "data.dtype",
-    "data.seed",
-    "data.train_examples",
-    "data.eval_examples",
-    "data.augment.crop_padding",
-    "data.augment.flip",
-    "data.augment.cutout_size",
-    "optimizer.class",
-    "optimizer.learning_rate",
-    "optimizer.momentum",
-    "optimizer.nesterov",
-    "train.batch_size",
-    "train.epochs",
-    "train.train_steps",
-    "train.eval_every",
-    "train.log_every",
-    "train.steps_per_loop",
-    "train.checkpoint_every",
-    "train.keep_checkpoints",
-    "train.seed",
-    "train.label_smoothing",
-    "train.precision",
-    "train.eval_batch_size",
-)
+# What `fit_recipe` reproduces: other settings changed from their defaults are refused.
+_MIRRORED = """
+    model. schedule. data.dataset data.data_dir data.num_classes data.class_names
+    data.coarse_labels data.validation_split data.eval_split data.channels
+    data.preprocessing data.image_size data.mean data.std data.dtype data.seed
+    data.train_examples data.eval_examples data.augment.crop_padding data.augment.flip
+    data.augment.cutout_size optimizer.class optimizer.learning_rate optimizer.momentum
+    optimizer.nesterov train.batch_size train.epochs train.train_steps train.eval_every
+    train.log_every train.steps_per_loop train.checkpoint_every train.keep_checkpoints
+    train.seed train.label_smoothing train.precision train.eval_batch_size
+"""
+MIRRORED = tuple(_MIRRORED.split())
 
 
 def unmirrored(resolved, pipeline=None) -> list[str]:
     """The recipe's settings that `fit_recipe` does not reproduce (empty: all are).
 
-    The config alone tells most of them, before any data loads. What only the
-    loaded data tells (a tfds set too large to hold in memory is streamed; an
-    "auto" recipe picks the ImageNet recipe for large images) is checked when
-    `pipeline`, the recipe's `InputPipeline`, is given.
+    What only the loaded data tells (a streamed split, "auto" picking the
+    ImageNet recipe) is checked when `pipeline`, its `InputPipeline`, is given.
     """
     from resnet_app import config
     from resnet_app.config.differences import changes
     from resnet_app.data import sources
 
-    found = [
-        key
-        for key in changes(config.resolve(), resolved)
-        if not any(key == m or (m.endswith(".") and key.startswith(m)) for m in MIRRORED)
-    ]
+    changed = changes(config.resolve(), resolved)
+    found = [k for k in changed if not any(k.startswith(m) for m in MIRRORED if m[-1] == ".")]
+    found = [k for k in found if k not in MIRRORED]
     dataset = resolved.data.dataset
     kind, _ = sources.parse(dataset)
     if kind is None:
@@ -151,46 +88,29 @@ def _unmirrored_data(pipeline) -> list[str]:
         found.append(f"data.dataset={dataset} (streamed: fit holds the images in memory)")
     if pipeline.multi_label:
         found.append(f"data.dataset={dataset} (multi-label: fit takes one class per image)")
-    if pipeline.preprocessing.family != "cifar":
-        size = pipeline.preprocessing.image_size
+    family, size = pipeline.preprocessing.family, pipeline.preprocessing.image_size
+    if family != "cifar":
         found.append(
-            f"data.preprocessing={pipeline.preprocessing.family} (chosen for {size} px; "
-            "fit does the CIFAR recipe)"
+            f"data.preprocessing={family} (chosen for {size} px; fit does the CIFAR recipe)"
         )
     return found
 
 
 def fit_precision(resolved) -> str:
-    """The precision the trainer computes in for this recipe on this machine.
-
-    A resolved config already holds "auto"'s choice (`Config` asks
-    `auto_precision.auto_choice`, as the trainer's does); a config built
-    another way may still say "auto", which is resolved here the same way.
-    """
+    """The precision the trainer computes in for this recipe here ("auto" resolved)."""
     from resnet_app.common import auto_precision
 
     precision = resolved.train.precision
-    if precision == auto_precision.AUTO:
-        return auto_precision.auto_choice().precision
-    return precision
+    return auto_precision.auto_choice().precision if precision == auto_precision.AUTO else precision
 
 
 def fit_recipe(
     resolved, pipeline, train_steps: int, eval_every: int, write: Callable[[dict], None]
 ):
-    """Trains the recipe with `model.fit`, as a Keras user would write it; returns the model.
+    """Trains the recipe with `model.fit` for `train_steps`; returns the model.
 
-    The events go to `write` (see `run_timing.py`): the start, the first step
-    and the end of every `eval_every` steps, and an evaluation of the split
-    the trainer evaluates after each (Keras's validation:
-    `steps_per_epoch=eval_every`).
-
-    Args:
-      resolved: the recipe's config (`unmirrored` must find nothing).
-      pipeline: its `InputPipeline` (the trainer's data, sizes and normalization).
-      train_steps: the steps to train, a multiple of `eval_every`.
-      eval_every: steps between evaluations.
-      write: takes each event.
+    The events (`race.py`) go to `write`: the start, the first step, and every
+    `eval_every` steps a mark and an evaluation (`steps_per_epoch=eval_every`).
     """
     import keras
     import tensorflow as tf
@@ -215,32 +135,18 @@ def fit_recipe(
             last = tf.shape(self.values)[0] - 1
             return tf.gather(self.values, tf.minimum(tf.cast(step, tf.int32), last))
 
-    options = resolved.optimizer.to_dict()
-    precision, depth = fit_precision(resolved), pipeline.channels
-    model = baseline_model(
-        lambda: factory.create_run_model(resolved, classes, size, precision, depth)
-    )
-    model.compile(
-        optimizer=keras.optimizers.SGD(
-            StepRates(rates),
-            momentum=options.get("momentum") or 0.0,
-            nesterov=bool(options.get("nesterov")),
-        ),
-        loss=(
-            keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=smoothing)
-            if smoothing
-            else keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        ),
-        metrics=["accuracy"],
-    )
-
+    options, precision = resolved.optimizer.to_dict(), fit_precision(resolved)
+    create = lambda: factory.create_run_model(resolved, classes, size, precision, pipeline.channels)  # noqa: E731
+    model = baseline_model(create)
+    momentum, nesterov = options.get("momentum") or 0.0, bool(options.get("nesterov"))
+    optimizer = keras.optimizers.SGD(StepRates(rates), momentum=momentum, nesterov=nesterov)
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    if smoothing:
+        loss = keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=smoothing)
+    model.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"])
+    epochs = dict(epochs=train_steps // eval_every, steps_per_epoch=eval_every)
     model.fit(
-        train,
-        epochs=train_steps // eval_every,
-        steps_per_epoch=eval_every,
-        validation_data=test,
-        callbacks=[_clock(write, eval_every)],
-        verbose=0,
+        train, validation_data=test, callbacks=[_clock(write, eval_every)], **epochs, verbose=0
     )
     return model
 
@@ -252,8 +158,6 @@ def _clock(write: Callable[[dict], None], eval_every: int):
     import keras
 
     class Clock(keras.callbacks.Callback):
-        """The events: the start, the first step, each interval's end, each evaluation."""
-
         epoch, test_started = 0, 0.0
 
         def on_train_begin(self, logs=None):
@@ -270,30 +174,18 @@ def _clock(write: Callable[[dict], None], eval_every: int):
             self.test_started = time.monotonic()
 
         def on_epoch_end(self, epoch, logs=None):
-            write(
-                {
-                    "step": (epoch + 1) * eval_every,
-                    "top1": float(logs["val_accuracy"]),
-                    "time": time.time(),
-                    "seconds": time.monotonic() - self.test_started,
-                }
-            )
+            seconds = time.monotonic() - self.test_started
+            top1, step = float(logs["val_accuracy"]), (epoch + 1) * eval_every
+            write({"step": step, "top1": top1, "time": time.time(), "seconds": seconds})
 
     return Clock()
 
 
 def fit_datasets(resolved, pipeline):
-    """The `tf.data` pipelines a Keras user would write for the recipe: (train, evaluation).
+    """The `tf.data` pipelines a Keras user would write: (train, evaluation).
 
-    The images are the trainer's: its training split (after the recipe's
-    `train_examples` limit and `validation_split` hold-out) and the split it
-    evaluates (the holdout when one is held out), as NumPy arrays in memory
-    (`split_arrays`), resized and normalized as its pipeline does; training's
-    are shuffled, augmented as the recipe asks, batched and prefetched.
-
-    Args:
-      resolved: the recipe's config.
-      pipeline: its `InputPipeline` (the splits, sizes, channels and normalization).
+    Over the trainer's own splits held in memory (`split_arrays`), resized and
+    normalized as its pipeline does; training's shuffled, augmented, batched.
     """
     import numpy as np
     import tensorflow as tf
@@ -351,16 +243,11 @@ def fit_datasets(resolved, pipeline):
 
 
 def split_arrays(split, pipeline):
-    """A split's (uint8 [N, H, W, channels] images, int32 [N] labels) held in memory.
+    """A split's (uint8 [N, H, W, channels] images, int32 [N] labels) in memory.
 
-    Pixels the source holds are brought to the run's channels; encoded files
-    are decoded once, as the trainer decodes them, and dropped (with their
-    labels) when they do not decode, as the trainer skips them. Decoded images
-    that do not all have one size are resized to the training size the way
-    `fit_datasets` resizes, so that they stack into one array.
-
-    Raises:
-      ValueError: for a streamed split (`unmirrored` names it first).
+    Encoded files are decoded once as the trainer decodes them (those that do
+    not decode are dropped, as it skips them), and resized to the training
+    size when their sizes differ. A streamed split raises ValueError.
     """
     import numpy as np
 
@@ -376,11 +263,12 @@ def split_arrays(split, pipeline):
         images = channels.convert_array(split.images, pipeline.channels)
         return images, split.labels.astype(np.int32)
     decoded, labels = _decode_files(split, pipeline.channels)
-    if len({image.shape for image in decoded}) > 1:
-        size = pipeline.preprocessing.image_size
-        decoded = [_resized(image, size) for image in decoded]
-    shape = (0, 1, 1, pipeline.channels)
-    images = np.stack(decoded) if decoded else np.zeros(shape, np.uint8)
+    size = pipeline.preprocessing.image_size
+    if len({image.shape for image in decoded}) > 1:  # Resized as `fit_datasets` resizes.
+        decoded = [
+            image if image.shape[:2] == (size, size) else _resized(image, size) for image in decoded
+        ]
+    images = np.stack(decoded) if decoded else np.zeros((0, 1, 1, pipeline.channels), np.uint8)
     return images, np.asarray(labels, np.int32)
 
 
@@ -390,16 +278,12 @@ def _decode_files(split, depth: int) -> tuple[list, list]:
 
     from resnet_app.data import preprocessing
 
-    read = split.lookup()
-    stream = (
-        tf.data.Dataset.range(split.num_examples)
-        .map(read, num_parallel_calls=tf.data.AUTOTUNE)
-        .map(
-            lambda content, label: (preprocessing.decode_image(content, depth), label),
-            num_parallel_calls=tf.data.AUTOTUNE,
-        )
-        .ignore_errors(log_warning=True)
-    )
+    def decode(content, label):
+        return preprocessing.decode_image(content, depth), label
+
+    parallel = tf.data.AUTOTUNE
+    stream = tf.data.Dataset.range(split.num_examples).map(split.lookup(), parallel)
+    stream = stream.map(decode, parallel).ignore_errors(log_warning=True)
     decoded, labels = [], []
     for image, label in stream.as_numpy_iterator():
         decoded.append(image)
@@ -408,11 +292,9 @@ def _decode_files(split, depth: int) -> tuple[list, list]:
 
 
 def _resized(image, size: int):
-    """One image at `size` x `size`, rounded back onto uint8 pixels as `fit_datasets` rounds."""
+    """One image at `size` x `size`, rounded back onto uint8 pixels."""
     import numpy as np
     import tensorflow as tf
 
-    if image.shape[:2] == (size, size):
-        return image
     resized = tf.image.resize(tf.cast(image, tf.float32), [size, size])
     return np.clip(np.round(resized.numpy()), 0, 255).astype(np.uint8)

@@ -1,10 +1,8 @@
-"""Prints a Markdown table of every preset: depth, parameters and MACs.
+"""docs/models.md's table of every preset: depth, parameters and MACs (markdown).
 
   python scripts/model_table.py [--models=resnet20,resnet50]
 
-MACs are per image at the preset's native size (32 or 224 pixels), counted from
-the traced graph as `resnet-app model` does. The two deepest presets
-take about a minute each to trace.
+MACs per image at the preset's native size, as `resnet-app model` counts them.
 """
 
 import sys

@@ -160,7 +160,7 @@ MOVED: dict[str, tuple[str, str]] = {
     ),
     # A benchmark script end to end.
     "test_averaging.py::test_benchmark_counts_collectives_falling_by_the_interval": (
-        "scripts/averaging_benchmark.py end to end",
+        "scripts/benchmark.py sync end to end",
         "test_averaging.py::test_averaging_every_step_is_the_one_device_update",
     ),
     # The networks deeper than 50 layers.

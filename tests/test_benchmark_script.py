@@ -1,25 +1,33 @@
 """scripts/benchmark.py runs end to end (its numbers are measured, not tested)."""
 
 import json
+import os
 import statistics
+import sys
 
 import pytest
 
 import resnet_app
 from resnet_app.nets import presets
-from tests.commands import error_line, run_command
+from tests.commands import REPO, error_line, run_command
 from tests.reference import closed_form_macs
+
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+
+import benchmark  # noqa: E402
+import timing  # noqa: E402
 
 
 @pytest.mark.slow  # the benchmark end to end: 4 and 2 measuring processes
 def test_json_report_of_one_trainer_variant(tmp_path):
     result = run_command(
         "scripts/benchmark.py",
+        "step",
         "--model=tiny",
         "--batch_size=8",
         "--steps=2",
         "--windows=2",
-        "--repeats=2",
+        "--rounds=2",
         "--variants=keras_fit_our_layers,fp32,last_step",
         f"--data_dir={tmp_path}",
         "--json",
@@ -59,8 +67,12 @@ def test_json_report_of_one_trainer_variant(tmp_path):
 
 
 def test_unknown_variant_is_one_line():
-    line = error_line(run_command("scripts/benchmark.py", "--variants=fp32,turbo"))
+    line = error_line(run_command("scripts/benchmark.py", "step", "--variants=fp32,turbo"))
     assert "unknown turbo" in line
+    line = error_line(
+        run_command("scripts/benchmark.py", "revisions", "--before=HEAD", "--variants=keras_fit")
+    )
+    assert "unknown keras_fit" in line  # A revision's trainer, against this tree's keras_fit.
 
 
 @pytest.mark.slow  # the benchmark end to end: 4 and 2 measuring processes
@@ -72,6 +84,7 @@ def test_keras_variants_measure_the_layers_they_name(tmp_path):
     """
     result = run_command(
         "scripts/benchmark.py",
+        "step",
         "--model=tiny",
         "--batch_size=8",
         "--steps=2",
@@ -86,33 +99,16 @@ def test_keras_variants_measure_the_layers_they_name(tmp_path):
     assert set(report["variants"]) == {"keras_fit", "keras_fit_our_layers"}
 
 
-def test_repeats_below_one_is_one_line():
-    line = error_line(run_command("scripts/benchmark.py", "--repeats=0"))
-    assert "--repeats=0" in line
+def test_rounds_below_one_is_one_line():
+    line = error_line(run_command("scripts/benchmark.py", "step", "--rounds=0"))
+    assert "--rounds=0" in line
 
 
-@pytest.mark.slow  # 2 training runs and a watcher
-def test_the_evaluator_benchmark_prints_the_ratio_and_the_watcher_sees_every_checkpoint():
+@pytest.mark.slow  # a revision's trainer and this tree's, each beside a keras_fit
+def test_revisions_times_both_trees_in_one_run_and_divides_their_ratios():
     result = run_command(
-        "scripts/evaluator_benchmark.py",
-        "--config=shapes_quickstart",
-        "--epochs=0.5",  # 782 steps: checkpoints at 300, 600 and the end.
-        "--checkpoint_every=300",
-        "--rounds=1",
-        timeout=900,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = result.stdout.splitlines()
-    assert lines[0].startswith("CPU: ")
-    assert "the watcher reported 3 of 3 checkpoints" in result.stdout, result.stdout
-    ratio = float(lines[-1].split(": ")[1].split()[0])
-    assert ratio > 0
-
-
-@pytest.mark.slow  # two benchmark runs of two revisions, 2 measuring processes each
-def test_compare_revisions_runs_both_trees_and_divides_their_ratios():
-    result = run_command(
-        "scripts/compare_revisions.py",
+        "scripts/benchmark.py",
+        "revisions",
         "--before=HEAD",
         "--model=tiny",
         "--batch_size=8",
@@ -123,37 +119,52 @@ def test_compare_revisions_runs_both_trees_and_divides_their_ratios():
         timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    progress = [line for line in result.stderr.splitlines() if line.startswith(("before", "after"))]
+    assert [line.split(":")[0] for line in progress] == ["before", "after"]
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("round 1 before: {'fp32': ")
-    assert lines[1].startswith("round 1 after: {'fp32': ")
-    assert lines[2].startswith("CPU: ") and lines[-1].startswith("fp32 ")
+    assert lines[0].startswith("CPU: ") and "before = HEAD, after = the working tree" in lines[1]
+    assert lines[-1].startswith("| fp32 ")
 
 
-def test_compare_revisions_table_is_the_ratio_of_the_medians():
-    import sys
-
-    sys.path.insert(0, "scripts")
-    import compare_revisions
-
-    report = {
-        "variants": {"keras_fit": {"images_per_sec": 200.0}, "fp32": {"images_per_sec": 300.0}}
-    }
-    assert compare_revisions.ratios(report, ["fp32"]) == {"fp32": 1.5}
-    before = [{"fp32": 1.5}, {"fp32": 1.4}, {"fp32": 1.6}]
-    after = [{"fp32": 1.5}, {"fp32": 1.65}, {"fp32": 1.8}]
-    row = compare_revisions.table(before, after, ["fp32"])[1]
-    assert row.split()[0] == "fp32" and row.endswith(f"{1.65 / 1.5:.3f}")
-    assert "(1.50 1.40 1.60)" in row and "(1.50 1.65 1.80)" in row
+def test_revisions_table_is_the_ratio_of_the_medians():
+    before = [
+        {"keras_fit": 200.0, "fp32": 300.0},
+        {"keras_fit": 100, "fp32": 140},
+        {"keras_fit": 100, "fp32": 160},
+    ]
+    after = [
+        {"keras_fit": 200.0, "fp32": 300.0},
+        {"keras_fit": 100, "fp32": 165},
+        {"keras_fit": 100, "fp32": 180},
+    ]
+    found = benchmark.comparison(before, after, "fp32")
+    assert found["before_vs_keras_fit"] == [1.5, 1.4, 1.6]  # Each round against its keras_fit.
+    assert found["after_vs_keras_fit"] == [1.5, 1.65, 1.8]
+    assert found["ratio"] == pytest.approx(1.65 / 1.5)
+    assert found["images_per_sec_ratio"] == pytest.approx(180 / 160)
+    report = {"cpu": timing.cpu().to_dict(), "variants": {"fp32": found}}
+    report["options"] = dict(
+        before="A", after=None, model="tiny", batch_size=8, steps=2, windows=1, rounds=3
+    )
+    row = benchmark.revisions_text(report).splitlines()[-1]
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[0] == "fp32" and cells[3] == f"{1.65 / 1.5:.3f}"
+    assert cells[1:3] == ["1.500 (1.50 1.40 1.60)", "1.650 (1.50 1.65 1.80)"]
 
 
 @pytest.mark.parametrize(
     "args, message",
     [
-        ([], "--before: name the git revision"),
+        ([], "the following arguments are required: --before"),
         (["--before=no_such_revision_here"], "--before=no_such_revision_here: git cannot export"),
         (["--before=HEAD", "--rounds=0"], "--rounds=0: use 1 or more"),
     ],
 )
-def test_compare_revisions_bad_flags_are_one_line(args, message):
-    result = run_command("scripts/compare_revisions.py", *args)
+def test_revisions_bad_flags_are_one_line(args, message):
+    result = run_command("scripts/benchmark.py", "revisions", *args)
     assert result.returncode == 2 and message in error_line(result)
+
+
+def test_the_sync_benchmarks_intervals_must_divide_its_steps():
+    line = error_line(run_command("scripts/benchmark.py", "sync", "--steps=6", "--intervals=4"))
+    assert "--intervals=4: each must divide --steps=6" in line

@@ -6,9 +6,6 @@ block-diagonal kernel built in NumPy for the gradients (a dense conv's
 gradient is TF's own, the one every other layer here trains with).
 """
 
-import os
-import sys
-
 import keras
 import numpy as np
 import pytest
@@ -16,20 +13,16 @@ import tensorflow as tf
 
 from resnet_app.nets import grouped_conv, layers
 from resnet_app.nets.resnet import create_model
-from tests.commands import REPO
 from tests.torchvision_reference import conv2d as numpy_conv2d
 
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-import grouped_conv_alternatives  # noqa: E402  The formulations production does not pick.
+# Every formulation production may pick: each must be exact.
+EVERY = grouped_conv.FORMULATIONS
 
-# Production's formulations and the benchmark's others: each must be exact.
-EVERY = grouped_conv_alternatives.FORMULATIONS
-
-# native needs oneDNN for its gradient; native_xla is the slow one Keras runs.
-TRAINABLE = [name for name in EVERY if name not in ("native", "native_xla")]
+# native needs oneDNN for its gradient.
+TRAINABLE = [name for name in EVERY if name != "native"]
 
 
-# 16 groups: every fixed chunk count of FORMULATIONS (4, 8, 16) divides them.
+# 16 groups of 2 input channels each (32 channels).
 def _case(channels=32, out=48, groups=16, size=9, seed=0):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(2, size, size, channels)).astype("float32")

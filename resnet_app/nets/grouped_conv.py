@@ -9,7 +9,7 @@ Why: Keras compiles a grouped `Conv2D` with XLA on TF, whose CPU gradients are
 two orders of magnitude slower than a dense conv's; plain `tf.nn.conv2d` is
 fast with oneDNN, and without it (AVX2 CPUs) its gradient raises. So: oneDNN
 and float32 take `native`; no oneDNN, or an XLA-compiled step, `chunked_auto`;
-bfloat16 on a CPU that emulates it, `split` (scripts/grouped_conv_benchmark.py,
+bfloat16 on a CPU that emulates it, `split` (scripts/grouped_conv_benchmark.py at commit d94b0ee,
 docs/performance.md).
 """
 

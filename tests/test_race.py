@@ -1,6 +1,6 @@
-"""scripts/time_to_accuracy.py: reading a run's way to the target (against sums worked
+"""`scripts/benchmark.py race`: reading a run's way to the target (against sums worked
 out by hand), what Keras `fit` reproduces of a recipe and the images it reads (IDX files
-written here, against their own bytes), and the script end to end."""
+written here, against their own bytes), and the race end to end."""
 
 import json
 import os
@@ -11,12 +11,13 @@ import pytest
 
 from resnet_app import config
 from tests import own_data
-from tests.commands import REPO, error_line, run_code, run_command
+from tests.commands import REPO, error_line, run_command
 
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 
 import keras_baseline  # noqa: E402
-import run_timing  # noqa: E402
+import race  # noqa: E402
+import timing  # noqa: E402
 
 LAUNCHED = 1000.0
 
@@ -36,42 +37,42 @@ def events(input_wait=None):
 
 
 def test_the_crossing_and_where_the_time_went():
-    timing = run_timing.timing(events(), LAUNCHED, 0.85, batch_size=32, examples=6400)
-    assert timing.seconds == 44.0  # The end of the evaluation at step 200.
-    assert timing.without_evals == 40.0  # Less the two evaluations up to it.
-    assert (timing.step, timing.images, timing.epochs) == (200, 6400, 1.0)
-    assert timing.startup == 10.0
-    assert timing.compile == pytest.approx(10.0)  # 20 s for 100 steps at 0.1 s a step.
-    assert timing.evaluation == 4.0
-    assert timing.input is None  # Keras fit's events say nothing of its input.
-    assert timing.steps == pytest.approx(20.0)  # 44 - 10 - 10 - 4.
-    assert (timing.final_top1, timing.best_top1, timing.total) == (0.95, 0.95, 56.0)
+    found = race.time_to_target(events(), LAUNCHED, 0.85, batch=32, examples=6400)
+    assert found["seconds"] == 44.0  # The end of the evaluation at step 200.
+    assert found["without_evals"] == 40.0  # Less the two evaluations up to it.
+    assert (found["step"], found["images"], found["epochs"]) == (200, 6400, 1.0)
+    assert found["startup"] == 10.0
+    assert found["compile"] == pytest.approx(10.0)  # 20 s for 100 steps at 0.1 s a step.
+    assert found["evaluation"] == 4.0
+    assert found["input"] is None  # Keras fit's events say nothing of its input.
+    assert found["steps"] == pytest.approx(20.0)  # 44 - 10 - 10 - 4.
+    assert (found["final_top1"], found["best_top1"], found["total"]) == (0.95, 0.95, 56.0)
 
 
 def test_the_trainers_input_wait_is_its_share_of_each_interval():
-    timing = run_timing.timing(events(input_wait=0.1), LAUNCHED, 0.85, 32, 6400)
+    found = race.time_to_target(events(input_wait=0.1), LAUNCHED, 0.85, 32, 6400)
     # Up to step 200: 0.1 of the first interval's 20 s and of the second's 10 s.
-    assert timing.input == pytest.approx(3.0)
-    assert timing.steps == pytest.approx(17.0)
+    assert found["input"] == pytest.approx(3.0)
+    assert found["steps"] == pytest.approx(17.0)
 
 
 def test_a_missed_target_reports_the_best_and_no_time():
-    timing = run_timing.timing(events(), LAUNCHED, 0.99, 32, 6400)
-    assert timing.seconds is None and timing.step is None and timing.epochs is None
-    assert timing.best_top1 == 0.95
-    assert timing.evaluation == 6.0  # All three, up to the end.
-    faster = run_timing.timing(events(), LAUNCHED - 22.0, 0.85, 32, 6400)
-    assert run_timing.speedup([faster], [timing]) is None
+    found = race.time_to_target(events(), LAUNCHED, 0.99, 32, 6400)
+    assert found["seconds"] is None and found["step"] is None and found["epochs"] is None
+    assert found["best_top1"] == 0.95
+    assert found["evaluation"] == 6.0  # All three, up to the end.
+    faster = race.time_to_target(events(), LAUNCHED - 22.0, 0.85, 32, 6400)
+    assert race.speedup([faster], [found]) is None
 
 
 def test_the_speedup_is_a_ratio_of_medians():
     def at(launched):
-        return run_timing.timing(events(), launched, 0.85, 32, 6400)
+        return race.time_to_target(events(), launched, 0.85, 32, 6400)
 
     ours = [at(LAUNCHED), at(LAUNCHED + 4), at(LAUNCHED - 100)]  # 44, 40 and 144 s.
     theirs = [at(LAUNCHED - 44), at(LAUNCHED - 56)]  # 88 and 100 s.
-    assert run_timing.speedup(ours, theirs) == pytest.approx(94 / 44)
-    assert run_timing.speedup(ours, theirs, "without_evals") == pytest.approx(90 / 40)
+    assert race.speedup(ours, theirs) == pytest.approx(94 / 44)
+    assert race.speedup(ours, theirs, "without_evals") == pytest.approx(90 / 40)
 
 
 def test_fit_reproduces_the_quickstart_and_names_what_it_cannot():
@@ -99,21 +100,14 @@ def test_fit_reproduces_the_quickstart_and_names_what_it_cannot():
 
 
 def test_bad_flags_are_one_line_errors():
-    line = error_line(run_command("scripts/time_to_accuracy.py", "--target=97"))
-    assert "--target=97.0: give a test top-1 in (0, 1)" in line
-    line = error_line(run_command("scripts/time_to_accuracy.py", "--targets=0.9,1.5"))
-    assert "--targets=0.9,1.5: '1.5' is not a top-1 in (0, 1)" in line
-    line = error_line(run_command("scripts/time_to_accuracy.py", "--target=0.9", "--targets=0.8"))
-    assert "--target and --targets both given" in line
-    line = error_line(run_command("scripts/time_to_accuracy.py", "--runs=fit,keras"))
-    assert "--runs: unknown keras" in line
-    line = error_line(
-        run_command(
-            "scripts/time_to_accuracy.py",
-            "--config=configs/cifar10_resnet18_modern.yaml",
-            "--runs=fit,trainer",
-        )
-    )
+    def error(*args):
+        return error_line(run_command("scripts/benchmark.py", "race", *args))
+
+    assert "--targets=97: '97' is not a top-1 in (0, 1)" in error("--targets=97")
+    assert "--targets=0.9,1.5: '1.5' is not a top-1 in (0, 1)" in error("--targets=0.9,1.5")
+    assert "--runs: unknown keras" in error("--runs=fit,keras")
+    assert "--evals=1: use 2 or more" in error("--evals=1")
+    line = error("--config=configs/cifar10_resnet18_modern.yaml", "--runs=fit,trainer")
     assert "the fit run does not reproduce" in line and "--runs=trainer,fast" in line
 
 
@@ -128,12 +122,13 @@ def test_the_script_times_fit_and_the_trainer_to_a_target(tmp_path):
         "train: {batch_size: 32, epochs: 2.1}\n"
     )
     result = run_command(
-        "scripts/time_to_accuracy.py",
+        "scripts/benchmark.py",
+        "race",
         f"--config={recipe}",
         f"--fast_config={recipe}",
         "--runs=fit,trainer",
         "--evals=3",
-        "--target=0.01",
+        "--targets=0.01",
         f"--work_dir={tmp_path / 'runs'}",
         "--json",
         timeout=900,
@@ -144,13 +139,13 @@ def test_the_script_times_fit_and_the_trainer_to_a_target(tmp_path):
     assert report["recipes"]["fit"]["steps"] == 33 and report["recipes"]["fit"]["eval_every"] == 11
     assert report["targets"] == [0.01]
     for run in ("fit", "trainer"):
-        (timing,) = report["runs"][run]["0.01"]
-        assert report["medians"][run]["0.01"]["seconds"] == timing["seconds"]
-        assert timing["step"] == 11 and timing["images"] == 352  # The first evaluation.
-        assert 0 < timing["startup"] < timing["seconds"] <= timing["total"]
-    fit_events = run_timing.read_events(tmp_path / "runs" / "fit_0" / "fit_events.jsonl")
+        (found,) = report["runs"][run]["0.01"]
+        assert report["medians"][run]["0.01"]["seconds"] == found["seconds"]
+        assert found["step"] == 11 and found["images"] == 352  # The first evaluation.
+        assert 0 < found["startup"] < found["seconds"] <= found["total"]
+    fit_events = timing.read_records(tmp_path / "runs" / "fit_0" / "fit_events.jsonl")
     assert [e["step"] for e in fit_events if "top1" in e] == [11, 22, 33]
-    trainer = run_timing.read_events(tmp_path / "runs" / "trainer_0" / "metrics.jsonl")
+    trainer = timing.read_records(tmp_path / "runs" / "trainer_0" / "metrics.jsonl")
     assert [(e["step"], e["num_examples"]) for e in trainer if "top1" in e] == [
         (11, 200),
         (22, 200),
@@ -192,33 +187,24 @@ def test_fit_reads_the_trainers_images_prepared_alike():
 
 
 def test_the_report_gives_each_target_its_medians_and_rows():
-    # In a process of its own: the script defines flags that the trainer's module also
-    # defines, and a test worker may have imported both.
-    code = """
-import dataclasses, json, sys
-sys.path.insert(0, "scripts")
-import run_timing, time_to_accuracy as script
-events, launched = json.loads(sys.argv[1]), float(sys.argv[2])
-targets = [0.85, 0.99]
-starts = {"fit": launched - 44, "trainer": launched}  # 88 and 44 s to 85%.
-timings = {
-    run: {script._key(t): [run_timing.timing(events, start, t, 32, 6400)] for t in targets}
-    for run, start in starts.items()
-}
-report = {
-    "cpu": "a CPU", "dataset": "idx:/data/fashion", "targets": targets, "evals": 3,
-    "seeds": ["0"], "recipes": {run: {"path": "r.yaml"} for run in starts},
-    "runs": {r: {k: [dataclasses.asdict(t) for t in ts] for k, ts in by.items()}
-             for r, by in timings.items()},
-    "medians": {r: {k: script._medians(ts) for k, ts in by.items()} for r, by in timings.items()},
-    "rows": script._rows(timings, targets, native_bf16=False),
-}
-print(json.dumps({"report": report, "text": script.format_report(report)}))
-"""
-    result = run_code(code, json.dumps(events()), str(LAUNCHED))
-    assert result.returncode == 0, result.stderr[-3000:]
-    out = json.loads(result.stdout)
-    report, text = out["report"], out["text"]
+    targets = [0.85, 0.99]
+    starts = {"fit": LAUNCHED - 44, "trainer": LAUNCHED}  # 88 and 44 s to 85%.
+    timings = {
+        run: {race.key(t): [race.time_to_target(events(), start, t, 32, 6400)] for t in targets}
+        for run, start in starts.items()
+    }
+    report = {
+        "cpu": "a CPU",
+        "dataset": "idx:/data/fashion",
+        "targets": targets,
+        "evals": 3,
+        "seeds": ["0"],
+        "recipes": {run: {"path": "r.yaml"} for run in starts},
+        "runs": timings,
+        "medians": {r: {k: race.medians(ts) for k, ts in by.items()} for r, by in timings.items()},
+        "rows": race.rows(timings, targets, native_bf16=False),
+    }
+    text = race.text(report)
     assert report["medians"]["fit"]["0.85"] == {
         "seconds": 88.0,
         "without_evals": 84.0,
