@@ -1,19 +1,12 @@
 """Greyscale or RGB: images brought to the network's number of input channels.
 
-A run's images have one channel count (`data.channels`; by default the
-data's own: 1 when every training image is greyscale). Images of the other
-kind are converted, the same way wherever they come from (arrays in memory,
-decoded files, served images):
-- greyscale to RGB: the grey value in all three channels;
-- RGB to greyscale: the ITU-R 601-2 luma, 0.299 R + 0.587 G + 0.114 B, in
-  PIL's fixed-point arithmetic (weights 19595, 38470 and 7471 over 2**16,
-  rounded), so a grey image converted to RGB and back is itself and the
-  result is what PIL's `convert("L")` (and torchvision's `Grayscale`) gives;
-- an alpha channel is dropped (grey + alpha, RGBA), as decoding to RGB did.
-
-`convert` works on TensorFlow tensors, `convert_array` on NumPy arrays (the
-measurement of the data's statistics); `native` tells an array's kind.
-Nothing here imports TensorFlow at module level.
+A run's images have one channel count (`data.channels`; by default 1 when every training
+image is greyscale). Other images are converted the same way wherever they come from:
+grey to RGB repeats the grey value; RGB to grey is the ITU-R 601-2 luma in PIL's
+fixed-point arithmetic ((19595 R + 38470 G + 7471 B + 2**15) >> 16), which is what PIL's
+`convert("L")` and torchvision's `Grayscale` give and maps a grey image converted to RGB
+back to itself; an alpha channel is dropped. `convert` takes tensors, `convert_array`
+NumPy arrays. No TensorFlow at module level.
 """
 
 from __future__ import annotations
@@ -21,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 
 GREY, RGB = 1, 3
-# PIL's "L" conversion: (19595 R + 38470 G + 7471 B + 2**15) >> 16.
 LUMA_WEIGHTS = (19595, 38470, 7471)
 _LUMA_SHIFT = 16
 
@@ -50,10 +42,7 @@ def convert_array(images: np.ndarray, channels: int) -> np.ndarray:
 
 
 def convert(image, channels: int):
-    """uint8 [..., c] tensor pixels (c from 1 to 4, known or not) as [..., channels].
-
-    With a known channel count that is already `channels`, the image itself.
-    """
+    """uint8 [..., c] tensor pixels (c from 1 to 4, known or not) as [..., channels]."""
     import tensorflow as tf
 
     image = tf.convert_to_tensor(image)

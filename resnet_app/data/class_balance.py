@@ -1,20 +1,13 @@
 """Imbalanced classes: loss weights per class and class-balanced sampling.
 
-Two remedies for a training set whose classes are badly imbalanced:
-- `train.class_weights`: each example's loss is scaled by its class's
-  weight. "balanced" gives class c the weight n / (classes * count_c), the
-  classes being those with training examples (the convention of
-  scikit-learn's `compute_class_weight`), so every class adds
-  the same total weight to an epoch, and the weights' mean over the training
-  examples is exactly 1. A mapping names some classes' weights; the others
-  keep 1.
-- `data.sampling: balanced`: each position of an epoch draws a class
-  uniformly, then an example of it uniformly (with replacement), as a
-  stateless function of (seed, epoch, position): an epoch has as many draws
-  as the training split has examples, and a resumed run draws what the
-  interrupted one would have.
-
-Both are for single-label data: a multi-label image has no one class.
+- `train.class_weights`: each example's loss is scaled by its class's weight. "balanced"
+  gives class c the weight n / (classes * count_c) over the classes with training examples
+  (scikit-learn's `compute_class_weight`), so every class adds the same total weight to an
+  epoch and the weights' mean over the examples is 1; a mapping names some classes' weights.
+- `data.sampling: balanced`: each position of an epoch draws a class uniformly, then an
+  example of it (with replacement), a stateless function of (seed, epoch, position), so a
+  resumed run draws what the interrupted one would have.
+Both need one class per image.
 """
 
 from __future__ import annotations
@@ -28,17 +21,8 @@ SAMPLINGS = ("natural", "balanced")
 
 
 def class_weights(setting, class_names: list[str], counts: np.ndarray | None) -> np.ndarray | None:
-    """float32 [classes] loss weights from `train.class_weights` (None: no weights).
-
-    Args:
-      setting: None, "balanced" or {class name: weight >= 0}, as the config
-        checked it (`TrainSettings.class_weights`).
-      class_names: the data's classes.
-      counts: training examples per class (needed for "balanced").
-
-    Raises:
-      ConfigError: for class names the data does not have, or "balanced" without counts.
-    """
+    """float32 [classes] loss weights from `train.class_weights` (None, "balanced" or
+    {class name: weight}), or None; "balanced" needs the training examples per class."""
     if setting is None:
         return None
     classes = len(class_names)
@@ -74,12 +58,7 @@ def class_weights(setting, class_names: list[str], counts: np.ndarray | None) ->
 
 
 def check_single_label_options(config, multi_label: bool) -> None:
-    """Refuses, in one line, the options that need one class per image.
-
-    Args:
-      config: the run's `Config`.
-      multi_label: whether the data is multi-label.
-    """
+    """Refuses, in one line, the options of the run's `config` that need one class per image."""
     if not multi_label:
         return
     refused = []
@@ -99,18 +78,8 @@ def check_single_label_options(config, multi_label: bool) -> None:
 
 
 def balanced_order(labels, num_classes: int, seed: int, epoch, stream_seed) -> object:
-    """An epoch of class-balanced draws: example indices, a function of (seed, epoch).
-
-    Args:
-      labels: int64 [examples] training labels (NumPy).
-      num_classes: the number of classes.
-      seed: the run's seed.
-      epoch: the epoch (an int or an int tensor).
-      stream_seed: `seeds.stream_seed`, bound to its stream (`seeds.SAMPLE`).
-
-    Returns:
-      An int64 tensor: position i of the epoch reads example result[i].
-    """
+    """An epoch of class-balanced draws: int64 example indices (position i reads example
+    result[i]), a function of (seed, epoch) through `stream_seed(seed, epoch)`."""
     import tensorflow as tf
 
     counts = np.bincount(labels, minlength=num_classes)

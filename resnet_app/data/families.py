@@ -1,19 +1,11 @@
-"""The two preprocessing families as objects: what each does in training, evaluation and serving.
+"""The two preprocessing families (the CIFAR and ImageNet recipes) as objects.
 
-`Preprocessing.family` names one ("cifar" or "imagenet"; the start line calls
-them the CIFAR and ImageNet recipes); `of(preprocessing)` gives its `Family`,
-which answers what the pipeline and the exports ask of it:
-- `augment`: one training example's part of the augmentation;
-- `evaluate`: one evaluation image;
-- `crops`: whether multi-crop evaluation (`--tta=crops`) applies;
-- `eval_resize`: the shorter side before evaluation's central crop, checked;
-- `served_size`, `served_image`, `crop_served`: what a portable export
-  (`export/portable.py`) takes, how an image of any size is brought to it,
-  and what the export does to it before the network;
-- `resize_text`: that resizing in words, for the export's model_info.json.
-
-Nothing here imports TensorFlow at module level: command-line checks read
-`title` and `crops` before it loads.
+`of(preprocessing)` gives the `Family` of `Preprocessing.family`, which answers what the
+pipeline and the exports ask: `augment` (one training example's part), `evaluate` (one
+evaluation image), `crops` (whether multi-crop evaluation applies), `eval_resize` (the
+shorter side before evaluation's central crop), and for a portable export
+(`export/portable.py`) `served_size`, `served_image`, `crop_served` and `resize_text`.
+No TensorFlow at module level: command-line checks read `title` and `crops` before it loads.
 """
 
 from __future__ import annotations
@@ -34,15 +26,9 @@ class Family:
     resize_text: ClassVar[str]
 
     def augment(self, image, seed, config, encoded: bool, resize: bool) -> dict:
-        """One training example's augmentation: {"image": ...} and any per-example draws.
-
-        Args:
-          image: uint8 pixels, or encoded bytes when `encoded`.
-          seed: the example's int64 [2] seed.
-          config: the `Preprocessing`.
-          encoded: whether `image` holds encoded bytes.
-          resize: whether the image may differ from the training size.
-        """
+        """One training example's augmentation, {"image": ...} and any per-example draws,
+        from uint8 pixels (or encoded bytes) and its int64 [2] seed; `resize`: the image may
+        differ from the training size."""
         raise NotImplementedError
 
     def evaluate(self, image, config, encoded: bool, resize: bool = True, crops: bool = False):
@@ -50,7 +36,7 @@ class Family:
         raise NotImplementedError
 
     def eval_resize(self, eval_resize: int | None, eval_image_size: int | None, size: int) -> int:
-        """The shorter side before the central crop, from the settings; refuses what cannot work."""
+        """The shorter side before the central crop; refuses settings that cannot work."""
         raise NotImplementedError
 
     def served_size(self, config) -> int:
@@ -58,7 +44,7 @@ class Family:
         raise NotImplementedError
 
     def served_image(self, image, config):
-        """One uint8 image of any size as the portable classifier takes it (uint8, rounded)."""
+        """One uint8 image of any size as the portable classifier takes it."""
         import tensorflow as tf
 
         size = self.served_size(config)
@@ -83,7 +69,7 @@ class Cifar(Family):
 
         if encoded or resize:
             image = preprocessing.resize_only(image, config, encoded=encoded)
-        # Only the draws here: `preprocessing.cifar_train_batch` applies them batch-wise.
+        # Only the draws: `preprocessing.cifar_train_batch` applies them batch-wise.
         return preprocessing.cifar_augment(image, seed, config)
 
     def evaluate(self, image, config, encoded, resize=True, crops=False):

@@ -1,12 +1,10 @@
 """What a pipeline's images are made into, and why: their size, channels and statistics.
 
-Each comes from the first of: the config (`data.image_size`, `data.channels`,
-`data.mean`/`data.std`), what the run directory recorded (`Recorded`, read
-from data_info.json by `run_pipeline`), the source itself (an IDX file's
-size, an in-memory array's channels), a measurement of the training split
-(`image_facts`: only when the others leave something unsaid), or a fallback
-(the model preset's size, ImageNet's statistics). `choose` returns the
-result with the words the start line prints for each.
+Each comes from the first of: the config (`data.image_size`, `data.channels`, `data.mean`
+and `data.std`), what the run directory recorded (`Recorded`), the source itself, a
+measurement of the training split (`image_facts`, only for what the others leave unsaid),
+or a fallback (the preset's size, ImageNet's statistics). `choose` also gives the words
+the start line prints for each.
 """
 
 from __future__ import annotations
@@ -21,14 +19,9 @@ from resnet_app.data.settings import DataConfig
 
 @dataclasses.dataclass(frozen=True)
 class Recorded:
-    """What a run directory's data_info.json says about the data it trained on.
-
-    Attributes:
-      image_size: the size it trained at (None: nothing recorded).
-      stats: the (mean, std) it normalized with (None: measure them).
-      channels: the input channels of a run recorded without statistics
-        (older files: RGB); with statistics, they are their length.
-    """
+    """What a run directory's data_info.json says: the size it trained at, the (mean, std)
+    it normalized with, and the channels of a run recorded without statistics (older
+    files: RGB); None where it says nothing."""
 
     image_size: int | None = None
     stats: tuple[tuple[float, ...], tuple[float, ...]] | None = None
@@ -41,11 +34,8 @@ class Recorded:
 
 
 def _channels(config: DataConfig, recorded: Recorded, train) -> tuple[int | None, str]:
-    """(input channels, why) as far as they are known without measuring (None: measure).
-
-    data.channels, then what the run recorded, then the count data.mean or
-    data.std give, then the kind of images held in memory; files are sampled.
-    """
+    """(input channels, why), without measuring (None: measure): data.channels, what the
+    run recorded, the count data.mean or data.std give, the kind of images in memory."""
     given = config.mean or config.std
     if config.channels:
         return config.channels, "set by data.channels"
@@ -61,10 +51,8 @@ def _channels(config: DataConfig, recorded: Recorded, train) -> tuple[int | None
 
 
 def _stats(config: DataConfig, facts, recorded: Recorded, count: int) -> tuple[tuple, tuple, str]:
-    """(mean, std, where they come from): set, recorded, measured, or ImageNet's.
-
-    Each has `count` values, one per channel (ImageNet's, greyscale: their means).
-    """
+    """(mean, std, where they come from), `count` values each: set, recorded, measured, or
+    ImageNet's (greyscale: their means)."""
     if config.mean is not None and config.std is not None:
         return config.mean, config.std, "set by data.mean and data.std"
     if recorded.stats is not None:
@@ -107,17 +95,8 @@ def _image_size(config, dataset_size, facts, recorded: Recorded, preset_size, mo
 
 @dataclasses.dataclass(frozen=True)
 class Chosen:
-    """A pipeline's image size, channels and statistics, with where each comes from.
-
-    Attributes:
-      image_size: the `ImageSize` (the size and why).
-      channels: 1 (greyscale) or 3 (RGB).
-      channels_origin: e.g. "greyscale, the data's".
-      mean: one per channel, 0-255 scale.
-      std: likewise.
-      stats_origin: e.g. "measured on all 60,000 training images".
-      facts: the measurement, when one was made (`image_facts.Facts`), else None.
-    """
+    """A pipeline's image size, channels (1 or 3) and statistics (0-255 scale), with where
+    each comes from, and the measurement when one was made."""
 
     image_size: ImageSize
     channels: int
@@ -131,16 +110,8 @@ class Chosen:
 def choose(
     config: DataConfig, source, train, recorded: Recorded, preset_size, model_name
 ) -> Chosen:
-    """The `Chosen` of a pipeline; measures the training split only for what is unsaid.
-
-    Args:
-      config: the data config.
-      source: the loaded source (None for synthetic data).
-      train: its training split (after limiting and holding out), or None.
-      recorded: what the run directory records.
-      preset_size: the model preset's input size.
-      model_name: the preset's name, for the reason's words.
-    """
+    """The `Chosen` of a pipeline (`source` and its `train` split None for synthetic data);
+    the training split is measured only for what is unsaid."""
     dataset_size = source.image_size if source is not None else None
     needs_stats = (config.mean is None or config.std is None) and recorded.stats is None
     needs_size = not (dataset_size or config.image_size or recorded.image_size)

@@ -1,21 +1,11 @@
 """What a training split's images are: their size, kind and channel statistics, measured.
 
-Data held as pixels (cifar10, idx, shapes) is measured whole. Data held as
-encoded images (folders, CSV tables, TFRecords) is measured on a fixed
-sample: `SAMPLE_IMAGES` images drawn with `SAMPLE_SEED` (the same images
-whatever the run's seed, so the statistics are the dataset's, not the
-run's), decoded as the pipeline decodes them. That takes about a second for
-small images and a few for ImageNet's, however many files the split holds.
-A split whose sampled images all have one square size has that size: the
-pipeline still resizes any other image it meets, so a sample's claim cannot
-break a run. Likewise a split whose sampled images are all greyscale is
-greyscale (`data/channels.py`): a colour image met later is converted.
-The statistics are those of the images as the run's channels give them
-(grey repeated to RGB, or RGB as its luma).
-
-`Facts.describe` says what was measured and on how many images, for the
-start line; `run_pipeline` records the result in data_info.json, and a
-resumed run reuses it rather than measuring again.
+Pixels in memory are measured whole; encoded images on a fixed sample (`SAMPLE_IMAGES`
+drawn with `SAMPLE_SEED`, the same whatever the run's seed), decoded as the pipeline
+decodes them. A sample whose images all have one square size gives the split that size,
+and one whose images are all greyscale makes it greyscale: the pipeline still resizes or
+converts any other image it meets. `run_pipeline` records the result in data_info.json,
+and a resumed run reuses it.
 """
 
 from __future__ import annotations
@@ -29,25 +19,14 @@ from resnet_app.data import channels as image_channels
 
 SAMPLE_IMAGES = 1000
 SAMPLE_SEED = 0
-# Pixels per chunk of the in-memory measurement (memory-bounded float64 passes).
-_CHUNK = 1 << 22
+_CHUNK = 1 << 22  # Pixels per float64 pass over in-memory images.
 
 
 @dataclasses.dataclass(frozen=True)
 class Facts:
-    """A split's measured size and channel statistics.
-
-    Attributes:
-      size: the images' one square size, or None when they differ (or are
-        not square).
-      channels: the images' own kind: 1 when all are greyscale, else 3.
-      mean: per-channel mean of the pixel values (0-255), at the channels
-        asked for (default: `channels`).
-      std: per-channel standard deviation over all pixels.
-      measured: how many images were measured.
-      total: how many the split holds.
-      sizes: (smallest, largest) side seen, for the message when they vary.
-    """
+    """A split's measured facts: the images' one square size (None when they vary), their
+    own kind (1 when all are greyscale, else 3), per-channel mean and std (0-255) at the
+    channels asked for, images measured of the split's total, and (smallest, largest) side."""
 
     size: int | None
     channels: int
@@ -67,11 +46,8 @@ class Facts:
 def channel_stats(
     images: np.ndarray, channels: int | None = None
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(mean, std) per channel of uint8 [N, H, W, C] pixels, in float64.
-
-    With `channels` (1 or 3), of the pixels converted to that many
-    (`data/channels.py`), a chunk at a time: no converted copy of the whole.
-    """
+    """(mean, std) per channel of uint8 [N, H, W, C] pixels in float64; with `channels`, of
+    the pixels converted to that many, a chunk at a time (no converted copy of the whole)."""
     pixels = images.reshape(-1, images.shape[-1])
     channels = channels or pixels.shape[1]
 
@@ -91,17 +67,9 @@ def channel_stats(
 
 
 def measure(split, decode, channels: int | None = None) -> Facts:
-    """The facts of a training split: whole when in memory, else on a fixed sample.
-
-    Args:
-      split: a `sources.Split`.
-      decode: (encoded bytes, channels) -> uint8 [H, W, C] tensor (the
-        pipeline's decoder); channels None keeps the file's own.
-      channels: the statistics' channels, 1 or 3 (None: the images' own).
-
-    Returns:
-      The `Facts`.
-    """
+    """The facts of a training split: whole when in memory, else on the fixed sample decoded
+    by `decode(encoded, channels)`, the pipeline's decoder; `channels` (1, 3, or None: the
+    images' own) are the statistics'."""
     if not split.encoded:
         images = split.images
         height, width = images.shape[1:3]
@@ -136,15 +104,8 @@ def _summarize(images: list[np.ndarray], kind: int, total: int) -> Facts:
     sides = [side for shape in shapes for side in shape]
     (height, width), *others = sorted(shapes)
     size = height if not others and height == width else None
-    return Facts(
-        size,
-        kind,
-        tuple(mean.tolist()),
-        tuple(std.tolist()),
-        len(images),
-        total,
-        (min(sides), max(sides)),
-    )
+    stats = (tuple(mean.tolist()), tuple(std.tolist()))
+    return Facts(size, kind, *stats, len(images), total, (min(sides), max(sides)))
 
 
 def _sampled_images(split, decode):

@@ -1,14 +1,10 @@
 """The image size and preprocessing recipe of a pipeline: the one rule, and why.
 
-Size (`choose_image_size`): `data.image_size` if set; else the dataset's own
-size when all its images have one (cifar10, shapes: 32); else the model
-preset's input size (224 for the ImageNet-stem presets, 32 for the CIFAR ones).
-A run directory whose `data_info.json` records another size (a run trained
-before this rule) keeps its size. The recipe follows (`choose_recipe`): "auto"
-is the CIFAR recipe up to 64 px, the ImageNet one above. `describe_choice`
-says which size and recipe were chosen, and why, for the start-up log line.
-
-No TensorFlow: pure functions of the config and the sizes.
+Size (`choose_image_size`), the first that applies: `data.image_size`; the dataset's own
+size when all its images have one (cifar10, shapes: 32); the model preset's input size;
+224. A run whose data_info.json records another size (trained before this rule) keeps it.
+The recipe (`choose_recipe`): "auto" is the CIFAR one up to 64 px, the ImageNet one above.
+No TensorFlow.
 """
 
 from __future__ import annotations
@@ -18,20 +14,13 @@ import dataclasses
 from resnet_app.data.families import FAMILIES  # The titles; no TensorFlow.
 from resnet_app.data.settings import DataConfig
 
-# Images up to this size use the CIFAR recipe when the family is "auto".
-CIFAR_MAX_SIZE = 64
-# The size of data that has none, when no model says otherwise.
-FALLBACK_IMAGE_SIZE = 224
+CIFAR_MAX_SIZE = 64  # "auto": the CIFAR recipe up to this size.
+FALLBACK_IMAGE_SIZE = 224  # Data without a size, when no model says otherwise.
 
 
 @dataclasses.dataclass(frozen=True)
 class ImageSize:
-    """The size a pipeline produces, and why (see `choose_image_size`).
-
-    Attributes:
-      size: height and width in pixels.
-      reason: why this size, e.g. "the dataset's size".
-    """
+    """The size a pipeline produces, in pixels, and why ("the dataset's size")."""
 
     size: int
     reason: str
@@ -44,27 +33,8 @@ def choose_image_size(
     model_name: str | None = None,
     recorded_size: int | None = None,
 ) -> ImageSize:
-    """The one rule for the image size; the first that applies wins.
-
-    1. `data.image_size`, when set;
-    2. the dataset's own size, when every image has it (cifar10, shapes: 32);
-    3. the model preset's input size (224 for ImageNet stems, 32 for CIFAR
-       stems), else 224.
-
-    A run whose data_info.json records another size (trained before this
-    rule, when the model's preset won over the dataset) keeps that size.
-
-    Args:
-      config: the data config.
-      dataset_size: the source's fixed image size, or None when it varies
-        (folders, imagenet2012) or there is no source (synthetic).
-      model_size: the model preset's `default_image_size`.
-      model_name: the preset's name, for the reason.
-      recorded_size: the image size in the run's data_info.json, if any.
-
-    Returns:
-      The size, and why.
-    """
+    """The size (see the module doc) and why; `dataset_size` is None when the images vary
+    or there is no source, `recorded_size` the one in the run's data_info.json."""
     if config.image_size:
         return ImageSize(config.image_size, "set by data.image_size")
     if dataset_size:
@@ -86,31 +56,14 @@ def choose_image_size(
 
 
 def choose_recipe(requested: str, size: int) -> str:
-    """The preprocessing family: `data.preprocessing`, or by size when "auto".
-
-    Args:
-      requested: `data.preprocessing` ("auto", "cifar" or "imagenet").
-      size: the chosen image size.
-
-    Returns:
-      "cifar" or "imagenet".
-    """
+    """The family, "cifar" or "imagenet": `data.preprocessing`, or by `size` when "auto"."""
     if requested == "auto":
         return "cifar" if size <= CIFAR_MAX_SIZE else "imagenet"
     return requested
 
 
 def describe_choice(image_size: ImageSize, requested: str, family: str) -> str:
-    """The image size and recipe, and why, for the start-up log line.
-
-    Args:
-      image_size: the chosen size and its reason.
-      requested: `data.preprocessing`.
-      family: the chosen recipe (`choose_recipe`).
-
-    Returns:
-      E.g. "32 px, the dataset's size; CIFAR recipe (auto: up to 64 px)".
-    """
+    """E.g. "32 px, the dataset's size; CIFAR recipe (auto: up to 64 px)", for the start line."""
     if requested == "auto":
         bound = "up to" if family == "cifar" else "above"
         why = f"auto: {bound} {CIFAR_MAX_SIZE} px"

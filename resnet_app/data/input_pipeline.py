@@ -52,8 +52,6 @@ from resnet_app.data.sources.base import round_robin
 
 compat.trace_as_written()  # The maps below trace resnet_app code as written.
 
-__all__ = ["DataConfig", "InputPipeline", "create_pipeline"]
-
 SYNTHETIC_SPLIT_SIZES = {"train": 50_000, "test": 10_000}
 
 

@@ -1,22 +1,10 @@
 """The tf.data options every pipeline of a run uses.
 
-tf.data's autotuning model is off. Its background thread can keep an
-iterator's deletion waiting until its next optimization, which comes up to a
-minute apart once a pipeline has run for a while. Measured here with TF 2.21,
-over runs of 40 s or more: 7 of 25 logged their "Done:" line and then took 33
-to 41 s more to exit; with the model off, 14 of 14 exited within 1 s. The
-model's job is done by hand instead:
-
-- parallel maps use every CPU this process may run on (`parallel_calls`),
-  which is where the model settles for CPU-bound decoding and augmentation;
-  without the model, TF would use at most 16;
-- `prefetch(tf.data.AUTOTUNE)` keeps sizing its buffer: that tuner is not the
-  model and stays on.
-
-Measured on 2 cores, the training pipeline alone, one process per setting:
-JPEG folders at 224 px (the ImageNet recipe) 1,957 and 2,133 images/s with
-the model against 2,023 and 1,995 without; `shapes` at batch 128, 15,746
-against 25,780.
+tf.data's autotuning model is off: its background thread can hold an iterator's deletion
+until its next optimization, up to a minute apart, delaying a finished run's exit. Its job
+is done by hand: parallel maps use every CPU this process may run on (where the model
+settles for CPU-bound work), and `prefetch(tf.data.AUTOTUNE)`, a tuner of its own, still
+sizes its buffer.
 """
 
 from __future__ import annotations
@@ -35,7 +23,7 @@ def parallel_calls() -> int:
 
 
 def dataset_options() -> tf.data.Options:
-    """Deterministic order, parallelized maps, no autotuning model (see the module doc)."""
+    """Deterministic order, parallelized maps, no autotuning model."""
     options = tf.data.Options()
     options.deterministic = True
     options.experimental_optimization.map_parallelization = True

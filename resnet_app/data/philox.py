@@ -1,23 +1,15 @@
 """`tf.random.stateless_uniform` for a whole batch of seeds in one set of ops.
 
-`tf.random.stateless_uniform(shape, seed)` takes one seed, so drawing each
-example's numbers from its own seed costs one op call per example: in a
-`tf.data` map, tens of microseconds each. `uniform_rows(seeds, count)` gives
-row i equal, bit for bit, to `tf.random.stateless_uniform([count], seeds[i])`
-(float32, TensorFlow's CPU algorithm), for any number of rows at once.
-
-What TensorFlow computes (Salmon et al. 2011, Philox-4x32-10, as in
-`tensorflow/core/lib/random/philox_random.h` and the stateless kernels):
-- the seed (s0, s1), int64, is scrambled into a key and a counter by one
-  Philox block run on the counter (s0 lo, s0 hi, s1 lo, s1 hi) with the key
-  (0x3ec8f720, 0x02461e29): the block's first two words are the key, its last
-  two the counter's high half, its low half 0;
-- block g of the output is Philox run on that counter plus g (the low word);
-  each block gives four 32-bit words;
-- a word w becomes the float with w's low 23 bits as its mantissa and
-  exponent 0 (a value in [1, 2)), minus 1.
-
-`tests/test_batches.py` checks every row against TensorFlow's own op.
+That op takes one seed, so drawing each example's numbers from its own seed costs an op
+call per example. `uniform_rows(seeds, count)` gives row i equal, bit for bit, to
+`tf.random.stateless_uniform([count], seeds[i])` (float32, TensorFlow's CPU algorithm;
+`tests/test_batches.py` checks it against the op). What TensorFlow computes
+(Philox-4x32-10, `tensorflow/core/lib/random/philox_random.h`):
+- the int64 seed (s0, s1) is scrambled by one Philox block on the counter (s0 lo, s0 hi,
+  s1 lo, s1 hi) with key (0x3ec8f720, 0x02461e29): the block's first two words are the key,
+  its last two the counter's high half, its low half 0;
+- output block g is Philox on that counter plus g (low word), four 32-bit words each;
+- a word w becomes the float with w's low 23 bits as mantissa and exponent 0, minus 1.
 Words are held in uint64 tensors below 2^32, so a 32x32-bit product is exact.
 """
 
@@ -63,15 +55,8 @@ def _words(value: tf.Tensor) -> list[tf.Tensor]:
 
 
 def uniform_rows(seeds: tf.Tensor, count: int) -> tf.Tensor:
-    """Row i: `tf.random.stateless_uniform([count], seeds[i])`, bit for bit.
-
-    Args:
-      seeds: int64 [rows, 2], one stateless seed per row.
-      count: the floats drawn from each seed.
-
-    Returns:
-      float32 [rows, count] in [0, 1).
-    """
+    """float32 [rows, count]: row i is `tf.random.stateless_uniform([count], seeds[i])`,
+    bit for bit, for int64 `seeds` [rows, 2]."""
     seeds = tf.convert_to_tensor(seeds, tf.int64)
     first, second = _words(seeds[:, 0]), _words(seeds[:, 1])
     mixed = _block(first + second, [_constant(k) for k in _SCRAMBLE_KEY])

@@ -1,24 +1,13 @@
 """Progressive resizing: the training image size as a pure function of the epoch (no TF).
 
-Small images early and full-size ones late train faster for the same accuracy
-(fast.ai's DAWNBench ImageNet entry, 128 -> 224 -> 288 px; FFCV's ResNet-50,
-160 -> 192 px). `data.progressive` (`settings.ProgressiveSettings`) gives the
-sizes in one of two forms, a ramp or a list; `size_at_epoch` reads them.
-
-A step trains at the size of the epoch its first example belongs to: its
-epoch `step * batch / examples_per_epoch`, a real number. The list form's
-epochs may be fractions (a one-epoch run can change size mid-way); FFCV's ramp
-is FFCV's, one size per whole epoch, so a ramp that would not change the size
-within the run is refused. `size_schedule` lists the steps where the size
-changes. Both depend on the settings and the run's shape only, so a run
-resumed at any step, on any number of towers or workers, trains at the same
-size as the uninterrupted one, and each example keeps its augmentation draws
-(they are seeded by (seed, epoch, id), not by the size).
-
-The trainer builds one input stream per size, entered at the data position
-(`Controller`), and the compiled loop is traced once per size: a resumed run
-traces only the sizes still ahead. The global batch stays the same at every
-size.
+Small images early and full-size ones late train faster for the same accuracy (fast.ai's
+DAWNBench ImageNet entry, 128 -> 224 -> 288 px; FFCV's ResNet-50, 160 -> 192 px).
+`data.progressive` gives the sizes as a ramp (FFCV's, one size per whole epoch) or a list
+(whose epochs may be fractions). A step trains at the size of its first example's epoch,
+`step * batch / examples_per_epoch`, so a run resumed at any step, on any number of towers
+or workers, trains at the uninterrupted run's sizes, and each example keeps its draws
+(seeded by (seed, epoch, id), not by the size). The trainer builds one input stream per
+size, entered at the data position, and traces the loop once per size still ahead.
 """
 
 from __future__ import annotations
@@ -42,17 +31,8 @@ def rounding(settings: ProgressiveSettings, final_size: int) -> int:
 
 
 def size_at_epoch(settings: ProgressiveSettings, epoch: float, final_size: int) -> int:
-    """The training size at epoch `epoch` (counted from 0; the ramp reads whole epochs).
-
-    Args:
-      settings: `data.progressive`.
-      epoch: the epoch, a real number (a step's is `step_epoch`'s).
-      final_size: the run's image size (`data.image_size` as resolved): the
-        ramp's end by default, and the size when progressive resizing is off.
-
-    Returns:
-      The height and width of that epoch's training images.
-    """
+    """The training size at `epoch`, a real number counted from 0 (the ramp reads whole
+    epochs); `final_size` is the run's, the ramp's end by default and the size when off."""
     if settings.sizes:
         return settings.sizes[bisect.bisect_right(settings.epochs, epoch) - 1]
     if settings.start_size is None:
@@ -69,11 +49,6 @@ def size_at_epoch(settings: ProgressiveSettings, epoch: float, final_size: int) 
     return max(multiple, multiple * round((start + share * (end - start)) / multiple))
 
 
-def step_epoch(step: int, batch_size: int, examples_per_epoch: int) -> Fraction:
-    """The epoch of the first example of step `step`'s batch, exactly (a fraction)."""
-    return Fraction(step * batch_size, examples_per_epoch)
-
-
 def _exact(epoch: float) -> Fraction:
     """An epoch as written (0.4 is 2/5, not the float nearest it)."""
     return Fraction(repr(float(epoch)))
@@ -86,13 +61,8 @@ def _first_step(epoch: Fraction, batch_size: int, examples_per_epoch: int) -> in
 
 @dataclasses.dataclass(frozen=True)
 class SizeSchedule:
-    """The training size of every step: the sizes and the steps they start at.
-
-    Attributes:
-      starts: the first step of each size, increasing, the first 0.
-      sizes: the size from that step on (neighbours differ).
-      epochs: the epoch each size starts at (a fraction in the list form).
-    """
+    """The training size of every step: the first step of each size (increasing, from 0),
+    the size from there on (neighbours differ) and the epoch it starts at."""
 
     starts: tuple[int, ...]
     sizes: tuple[int, ...]
@@ -124,21 +94,8 @@ def size_schedule(
     examples_per_epoch: int,
     total_steps: int,
 ) -> SizeSchedule:
-    """The `SizeSchedule` of a run.
-
-    Args:
-      settings: `data.progressive`.
-      final_size: the run's image size (see `size_at_epoch`).
-      batch_size: the global batch.
-      examples_per_epoch: training examples per epoch.
-      total_steps: the run's length.
-
-    Returns:
-      The sizes and the steps they start at (one size when resizing is off).
-
-    Raises:
-      ConfigError: for a ramp that would train at one size throughout.
-    """
+    """The `SizeSchedule` of a run (one size when resizing is off); refuses a ramp that
+    would train at one size throughout."""
     if settings.sizes:
         changes: dict[int, tuple[int, float]] = {}  # Step: (size, epoch); a later one wins.
         for epoch, size in zip(settings.epochs, settings.sizes):
@@ -152,7 +109,7 @@ def size_schedule(
                 sizes.append(size)
                 epochs.append(epoch)
         return SizeSchedule(tuple(starts), tuple(sizes), tuple(epochs))
-    last_epoch = math.floor(step_epoch(max(0, total_steps - 1), batch_size, examples_per_epoch))
+    last_epoch = max(0, total_steps - 1) * batch_size // examples_per_epoch  # Of the last step.
     last_change = int(math.ceil(settings.end_epoch or 0))
     starts, sizes, epochs = [0], [size_at_epoch(settings, 0, final_size)], [0.0]
     for epoch in range(1, min(last_epoch, last_change) + 1):

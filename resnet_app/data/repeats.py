@@ -1,26 +1,13 @@
-"""Repeated augmentation (Hoffer et al. 2020): each example k times per epoch, each copy
-augmented on its own (`data.augment.repeats`; timm's `--aug-repeats`, torchvision's
-`RASampler`).
+"""Repeated augmentation (Hoffer et al. 2020; timm's `--aug-repeats`, torchvision's
+`RASampler`): each example k times per epoch, each copy augmented on its own.
 
-The samplers' rule, which this follows: an epoch's permutation is repeated
-element-wise, each example k times in a row ([a, a, a, b, b, b, ...]), and the
-epoch keeps the first E elements of that list, E being the training examples
-rounded down to a multiple of 256; so an epoch has about as many examples as
-without repeats, but only about 1/k of the distinct ones. Here E is also rounded
-down to a multiple of the global batch, so that no batch spans two epochs.
-
-Across replicas, the samplers give element m of the list to rank m mod R, as its
-(m div R)-th example; so the k copies of an example go to k consecutive
-replicas of the same step. A step's global batch is therefore a contiguous
-piece of the list, and `placement` puts each of its elements where this
-pipeline's sharding sends that rank's example: workers take the stream positions
-congruent to their index (`InputPipeline.train_dataset`), and each worker's
-towers take consecutive slices of its batch. With one replica nothing moves.
-
-Copy c of an example draws its augmentation from its own key (`seeds.augment_key`
-with `copy=c`), so the copies differ, and each is a function of (seed, epoch,
-id, copy): the stream can still be entered anywhere, and a resumed run redraws
-exactly. `epoch_length` and `placement` need no TensorFlow (the `schedule` tool).
+The samplers' rule: the epoch's permutation repeated element-wise ([a, a, a, b, b, b, ...]),
+keeping its first E elements, the examples rounded down to a multiple of 256 (here also of
+the global batch, so no batch spans two epochs). Element m of the list goes to replica
+m mod R, so an example's k copies go to k consecutive replicas of one step; `placement`
+puts each element where this pipeline's sharding sends that replica's example. Copy c
+draws from its own key (`seeds.augment_key(..., copy=c)`), a function of (seed, epoch,
+id, copy): the stream can still be entered anywhere. No TensorFlow at module level.
 """
 
 from __future__ import annotations
@@ -31,13 +18,12 @@ import numpy as np
 
 from resnet_app.common.errors import ConfigError
 
-# torchvision's and timm's samplers round an epoch's examples down to a multiple of this.
-ROUND = 256
+ROUND = 256  # The samplers round an epoch's examples down to a multiple of this.
 
 
 def epoch_length(num_examples: int, repeats: int, global_batch: int) -> int:
-    """Examples per epoch: all of them without repeats; with repeats, rounded down to a
-    multiple of 256 (the samplers' rule; below 256, all) and of the global batch."""
+    """Examples per epoch: all of them; with repeats, rounded down to a multiple of 256 (below
+    256, all) and of the global batch."""
     if repeats <= 1:
         return num_examples
     rounded = num_examples // ROUND * ROUND or num_examples
@@ -51,13 +37,12 @@ def epoch_length(num_examples: int, repeats: int, global_batch: int) -> int:
 
 
 def placement(global_batch: int, shards: int, replicas_per_shard: int) -> np.ndarray:
-    """For each position q of a global batch in this pipeline's stream, the element m
-    of the samplers' list that belongs there (int64 [global_batch]).
+    """int64 [global_batch]: for each position q of a global batch in this pipeline's
+    stream, the element m of the samplers' list that belongs there.
 
-    Position q goes to worker w = q mod S, as that worker's example l = q div S; the
-    worker's towers take consecutive slices of b = batch / (S * T) examples, so it is
-    example i = l mod b of tower t = l div b: replica r = w * T + t. The samplers
-    give that replica's i-th example of the step as element m = i * R + r.
+    Position q goes to worker w = q mod S as its example l = q div S; its towers take
+    slices of b = batch / (S * T) examples, so it is example i = l mod b of tower t = l div b,
+    replica r = w * T + t, which the samplers give element m = i * R + r.
     """
     replicas = shards * replicas_per_shard
     per_replica = global_batch // replicas
@@ -68,18 +53,12 @@ def placement(global_batch: int, shards: int, replicas_per_shard: int) -> np.nda
 
 
 def epoch_list(order: Any, repeats: int, length: int, arrange: np.ndarray) -> tuple:
-    """One epoch of the stream: (example indices, copy numbers), int64 [length] each.
-
-    Args:
-      order: the epoch's permutation of the examples.
-      repeats: k.
-      length: `epoch_length`, a multiple of the global batch.
-      arrange: `placement` of a global batch.
-    """
+    """One epoch of the stream from its permutation `order`: (example indices, copy
+    numbers), int64 [length] each (`length`: `epoch_length`, `arrange`: `placement`)."""
     import tensorflow as tf  # The rest of this module is read before TensorFlow loads.
 
     batch = len(arrange)
     positions = np.arange(length)
-    source = positions // batch * batch + arrange[positions % batch]  # Where each one comes from.
+    source = positions // batch * batch + arrange[positions % batch]  # Where each comes from.
     source = tf.constant(source, tf.int64)
     return tf.gather(order, source // repeats), source % repeats

@@ -1,13 +1,10 @@
 """The input of a run: its pipeline, and what its run directory records about it.
 
-`create_run_pipeline(config)` is the one factory training, evaluate and export
-call: the run's model preset gives its input size to data without a size of its
-own, and a run directory whose `data_info.json` records another size keeps it
-(see `image_size.choose_image_size`). `write_data_info` records the class names
-and the resolved preprocessing in `data_info.json`, so that export and predict
-need neither the dataset nor a re-measurement, and a resumed run normalizes
-with the statistics it started with; `read_data_info` reads them back.
-The file's name and its atomic write belong to `common/run_dir.py`.
+`create_run_pipeline(config)` is the one factory training, evaluate and export call.
+`write_data_info` records the class names and the resolved preprocessing in
+data_info.json, so that export and predict need neither the dataset nor a re-measurement
+and a resumed run normalizes with the statistics it started with; `read_data_info` reads
+them back. The file's name and atomic write belong to `common/run_dir.py`.
 """
 
 from __future__ import annotations
@@ -23,26 +20,10 @@ from resnet_app.data.input_pipeline import InputPipeline, Recorded
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.data.settings import AugmentSettings, DataConfig
 
-__all__ = [
-    "create_run_pipeline",
-    "parse_data_info",
-    "read_data_info",
-    "write_data_info",
-]
-
 
 def write_data_info(pipeline: InputPipeline, model_dir: str) -> None:
-    """Records the class names and the resolved preprocessing in `model_dir`.
-
-    A model is only usable with the exact preprocessing it was trained with,
-    including the per-channel statistics measured on the training split. With
-    this file, export and predict need neither the dataset nor a re-measurement.
-    Written atomically.
-
-    Args:
-      pipeline: the run's pipeline.
-      model_dir: the run directory.
-    """
+    """Records the class names and the resolved preprocessing (a model is only usable with
+    the exact preprocessing it trained with) in `model_dir`'s data_info.json, atomically."""
     info = {
         "dataset": pipeline.config.dataset,
         "class_names": list(pipeline.class_names),
@@ -53,12 +34,8 @@ def write_data_info(pipeline: InputPipeline, model_dir: str) -> None:
 
 
 def parse_data_info(info: dict) -> tuple[list[str], Preprocessing]:
-    """(class names, preprocessing) from `{"class_names", "preprocessing"}` as
-    `write_data_info` writes them (and the export's model_info.json holds them).
-
-    Files written before the augmentation nested (its keys beside the others)
-    read the same (`common/migration.py`).
-    """
+    """(class names, preprocessing) from `{"class_names", "preprocessing"}` as data_info.json
+    and the export's model_info.json hold them (older layouts through `common/migration.py`)."""
 
     def typed(values: dict) -> dict:
         return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
@@ -69,36 +46,18 @@ def parse_data_info(info: dict) -> tuple[list[str], Preprocessing]:
 
 
 def read_data_info(model_dir: str) -> tuple[list[str], Preprocessing] | None:
-    """The class names and preprocessing `write_data_info` recorded, or None if absent.
-
-    Args:
-      model_dir: the run directory.
-
-    Returns:
-      (class names, preprocessing), or None when the run has no data_info.json.
-
-    Raises:
-      ConfigError: when the file exists but is not one `write_data_info` wrote.
-    """
+    """(class names, preprocessing) as `write_data_info` recorded them, or None without
+    data_info.json; refuses a file `write_data_info` did not write."""
     return run_dir.read_data_info(model_dir, parse_data_info)
 
 
 def _recorded(model_dir: str, dataset: str, preset_size: int) -> Recorded:
     """What `model_dir`'s run was trained on, as far as the directory tells.
 
-    Its data_info.json records the image size and the mean and std it
-    normalized with, one per input channel (files from before the statistics
-    were recorded: RGB, as every run then was). A run directory with
-    checkpoints but without that file predates it (every run since writes it
-    before its first checkpoint): such runs were trained in RGB at the model
-    preset's size when data.image_size was unset, so that is their size. A
-    damaged file, or one of another dataset (changed on resume), records
-    nothing: the rules apply, and training writes the file anew.
-
-    Args:
-      model_dir: the run directory.
-      dataset: the run's `data.dataset`.
-      preset_size: the model preset's input size.
+    Its data_info.json records the image size and the mean and std, one per input channel
+    (files from before the statistics were recorded: RGB). Checkpoints without that file
+    predate it: such runs trained in RGB at the model preset's size. A damaged file, or one
+    of another `dataset` (changed on resume), records nothing, and training writes it anew.
     """
 
     def read(info: dict) -> tuple[str, Recorded]:
@@ -126,18 +85,13 @@ def create_run_pipeline(
 ) -> InputPipeline:
     """The input of a run, for training, evaluate and export alike.
 
-    The image size follows `image_size.choose_image_size`: the run's model preset gives
-    it to data without a size of its own.
-
     Args:
-      config: the run's resolved `Config`.
-      data_config: data settings in place of `config.data` (evaluate moves
-        `data_dir` or picks another split).
-      model_dir: the run directory of an existing run, whose data_info.json
-        may record its image size; None for a new run (or --restart).
-
-    Returns:
-      The `InputPipeline`.
+      config: the run's resolved `Config`; its model preset gives its input size to data
+        without a size of its own.
+      data_config: data settings in place of `config.data` (evaluate moves `data_dir` or
+        picks another split).
+      model_dir: an existing run's directory, whose data_info.json may record its image
+        size; None for a new run (or --restart).
     """
     from resnet_app.nets.presets import get_config  # Pure data: no TensorFlow.
 

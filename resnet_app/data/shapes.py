@@ -1,14 +1,11 @@
 """`shapes`: the built-in offline dataset of geometric shapes.
 
-32x32 RGB images in 10 classes, 50,000 for training and 10,000 for testing,
-like CIFAR-10, generated procedurally with NumPy so that a fresh machine with
-no network can train something real. Each image holds one shape of random
-colour, size, position and rotation, drawn anti-aliased over a random colour
-gradient with small distractor strokes and dots behind it, plus pixel noise.
-
-Deterministic: image `i` of a split depends only on (seed, split, i), because
-images are drawn in fixed chunks from `np.random.default_rng([seed, split,
-chunk])`. A prefix of a split is therefore the same whatever the total size.
+32x32 RGB images in 10 classes, 50,000 for training and 10,000 for testing like CIFAR-10,
+generated with NumPy so that a fresh machine with no network can train something real:
+one shape of random colour, size, position and rotation, anti-aliased over a colour
+gradient with distractor strokes and dots, plus pixel noise. Image i of a split depends
+only on (seed, split, i): images are drawn in fixed chunks from
+`np.random.default_rng([seed, split, chunk])`, so a prefix is the same whatever the total.
 """
 
 from __future__ import annotations
@@ -36,7 +33,7 @@ CLASS_NAMES = (
 )
 SPLIT_SIZES = {"train": 50_000, "test": 10_000}
 IMAGE_SIZE = 32
-CACHE_VERSION = 1  # Bump whenever the drawing changes, so old caches are not reused.
+CACHE_VERSION = 1  # Bumped whenever the drawing changes, so old caches are not reused.
 
 _SPLIT_IDS = {"train": 0, "test": 1}
 _CHUNK = 1000
@@ -44,7 +41,7 @@ _SUPERSAMPLE = 2  # Shapes are drawn at 64x64 and averaged down: anti-aliasing.
 
 
 def _polygon(rho: np.ndarray, phi: np.ndarray, sides: int) -> np.ndarray:
-    # Inside a regular polygon with vertices at radius 1, one of them at phi = 0.
+    # Inside a regular polygon with vertices at radius 1, one at phi = 0.
     sector = 2 * math.pi / sides
     local = np.mod(phi, sector) - sector / 2
     return rho * np.cos(local) <= math.cos(math.pi / sides)
@@ -102,11 +99,9 @@ def _grid(resolution: int) -> tuple[np.ndarray, np.ndarray]:
 def _generate_chunk(
     rng: np.random.Generator, count: int, keep: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    # Vectorized over the chunk. The background and clutter are drawn at 32x32;
-    # the shape's coverage is computed at 64x64 and averaged down (anti-aliasing),
-    # then blended over the background. Every random draw is made for all
-    # `count` images, in the same order, so the images do not depend on `keep`;
-    # only the first `keep` are drawn (each image's pixels are its own).
+    # Vectorized over the chunk: background and clutter at 32x32, the shape's coverage at
+    # 64x64 averaged down, then blended. Every random draw is made for all `count` images,
+    # so the first `keep` (the only ones drawn) do not depend on `keep`.
     keep = count if keep is None else keep
     size = IMAGE_SIZE
     grid_x, grid_y = _grid(size)
@@ -169,16 +164,8 @@ def _generate_chunk(
 
 
 def generate(split: str, count: int | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Draws the first `count` images of a split.
-
-    Args:
-      split: "train" or "test".
-      count: how many images (default: the full split, 50,000 or 10,000).
-      seed: the dataset's seed; the same seed gives the same images.
-
-    Returns:
-      (images uint8 [count, 32, 32, 3], labels int64 [count]).
-    """
+    """(uint8 [count, 32, 32, 3] images, int64 labels): the first `count` of a split
+    ("train" or "test"; default: all of it) drawn with the dataset's `seed`."""
     count = SPLIT_SIZES[split] if count is None else count
     if count == 0:
         return np.zeros((0, IMAGE_SIZE, IMAGE_SIZE, 3), np.uint8), np.zeros((0,), np.int64)
@@ -203,21 +190,8 @@ def default_cache_dir() -> str:
 def load(
     split: str, count: int | None = None, seed: int = 0, cache_dir: str | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Like `generate`, but kept in an .npz cache file between runs.
-
-    The cache is written atomically (a temporary file, then a rename), so an
-    interrupted run never leaves a half-written file behind. A damaged cache
-    file is reported in one warning line and regenerated.
-
-    Args:
-      split: "train" or "test".
-      count: how many images (default: the full split).
-      seed: the dataset's seed.
-      cache_dir: where to keep the file (default: `default_cache_dir()`).
-
-    Returns:
-      (images uint8 [count, 32, 32, 3], labels int64 [count]).
-    """
+    """`generate`'s images, kept in an .npz file in `cache_dir` (default:
+    `default_cache_dir()`) between runs; a damaged one is drawn again (one warning line)."""
     count = SPLIT_SIZES[split] if count is None else count
     cache_dir = cache_dir or default_cache_dir()
     path = os.path.join(cache_dir, f"shapes-v{CACHE_VERSION}-seed{seed}-{split}-{count}.npz")

@@ -1,13 +1,11 @@
-"""What a sweep leaves: the ranking of its trials, their curves, and the best recipe.
-
-- `summary.csv` and the table printed at the end: one row per trial, best first
-  (finished trials by their final value, then pruned ones by their last
-  evaluation, then those still running, then failures);
-- `sweep.png` (with matplotlib): each trial's evaluations against its steps, and
-  the final values in the order the trials were drawn;
-- `best.yaml`: the best finished trial's own `config.yaml`, with a header that
-  says what it scored and how to train it, as a recipe for `--config`.
-Each is written whole (atomically), replaced at every report.
+"""What a sweep leaves, each file written whole (atomically) at every report:
+- `summary.csv` and the table printed at the end: one row per trial, best first (finished
+  trials by their final value, then pruned ones by their last evaluation, then those
+  running, then failures);
+- `sweep.png` (with matplotlib): each trial's evaluations, and the final values in the
+  order the trials were drawn;
+- `best.yaml`: the best finished trial's own `config.yaml`, with a header saying what it
+  scored and how to train it: a recipe for `--config`.
 """
 
 from __future__ import annotations
@@ -30,36 +28,29 @@ _ORDER = {"COMPLETE": 0, "PRUNED": 1, "RUNNING": 2, "WAITING": 2, "FAIL": 3}
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-    """One trial as the summary shows it."""
+    """One trial as the summary shows it: its final value (complete) or last evaluation
+    (pruned, running) and that value's step, and a failure's error line in `note`."""
 
     number: int
     state: str
-    value: float | None  # Final value (complete), last evaluation (pruned, running).
-    step: int | None  # The step of `value`.
+    value: float | None
+    step: int | None
     params: dict[str, Any]
     run_dir: str
-    note: str  # A failure's error line.
+    note: str
 
 
 def rows(study: Any, higher: bool) -> list[Row]:
     """The study's trials, best first."""
     found = []
     for trial in study.get_trials(deepcopy=False):
-        steps = trial.intermediate_values
+        steps, attrs = trial.intermediate_values, trial.user_attrs
         last = max(steps) if steps else None
         complete = trial.state.name == "COMPLETE"
         value = trial.value if complete else (steps[last] if steps else None)
-        step = last
+        run, note = attrs.get(study_lib.RUN_DIR, ""), attrs.get(study_lib.ERROR, "")
         found.append(
-            Row(
-                number=trial.number,
-                state=trial.state.name,
-                value=value,
-                step=step,
-                params=dict(trial.params),
-                run_dir=trial.user_attrs.get(study_lib.RUN_DIR, ""),
-                note=trial.user_attrs.get(study_lib.ERROR, ""),
-            )
+            Row(trial.number, trial.state.name, value, last, dict(trial.params), run, note)
         )
     sign = -1 if higher else 1
 

@@ -1,18 +1,13 @@
 """The sweep: draws trials from the study, runs each as a training run, reports, prunes.
 
-Every trial is `resnet-app train` with the sweep's own training flags, the
-trial's `--set KEY=VALUE` for each searched key, and `--model_dir` =
-`STUDY_DIR/trial-NNNN`. Its evaluations, on the held-out split carved from
-the training data (`data.validation_split`; a sweep never scores on the test
-split), are reported to the study as they are written, and the pruner may stop
-the trial after any of them. Its value is the metric of the run's last
-evaluation at its end, by the run's keep-best metric (`train.best_metric`: by
-default top-1, or the moving average's top-1 when the run keeps one).
-
-A sweep that is stopped (a signal, a kill, a lost machine) leaves the trials
-it was running in the study as running; the same command on the same machine
-resumes each from its run directory's last checkpoint (bitwise, as any
-resumed run), then goes on drawing trials until the study holds `--trials`.
+Every trial is `resnet-app train` with the sweep's training flags, a `--set KEY=VALUE` per
+searched key and `--model_dir=STUDY_DIR/trial-NNNN`. Its evaluations, on the held-out
+split carved from the training data (`data.validation_split`; never the test split), are
+reported to the study as they are written, and the pruner may stop it after any of them.
+Its value is its last evaluation's metric at its end, by the run's `train.best_metric`.
+A stopped sweep leaves its trials running in the study; the same command on the same
+machine resumes each from its last checkpoint (bitwise), then draws until the study
+holds `--trials`.
 """
 
 from __future__ import annotations
@@ -37,7 +32,7 @@ from resnet_app.sweep import space as space_lib
 from resnet_app.sweep import study as study_lib
 from resnet_app.sweep.trial_run import TrialProcess
 
-HOLDOUT = "holdout"  # data.sources.HOLDOUT_SPLIT, named here without loading the sources.
+HOLDOUT = "holdout"  # data.sources.HOLDOUT_SPLIT, without loading the sources.
 TRIAL_DIR = "trial-{:04d}"
 # What decides how trials are scored: set once for the sweep, never searched.
 SCORING_KEYS = frozenset(
@@ -47,23 +42,9 @@ SCORING_KEYS = frozenset(
 
 @dataclasses.dataclass(frozen=True)
 class SweepRequest:
-    """What `resnet-app sweep` was asked for (each field is the command's flag).
-
-    Attributes:
-      study_dir: the sweep's directory: its trials' run directories, the study's
-        SQLite database (unless `storage`), the summary and the best recipe.
-      trials: how many trials the study holds when the sweep ends (every state counts).
-      sampler: "tpe" (Optuna's default), "random" or "grid".
-      pruner: "median", "hyperband" or "none".
-      prune_after: trials that finish before the median pruner stops any.
-      parallel: trials at once.
-      devices: the accelerators trials run on, one trial per device at once
-        (CUDA_VISIBLE_DEVICES); empty: `parallel` trials share what there is.
-      seed: the sampler's seed.
-      storage: a database URL Optuna takes (None: SQLite in `study_dir`).
-      study_name: the study's name in the database.
-      poll_seconds: how often running trials' records are read.
-    """
+    """What `resnet-app sweep` was asked for: each field is the command's flag of that name
+    (`devices`: one trial per device at once, by CUDA_VISIBLE_DEVICES; `poll_seconds`: how
+    often running trials' records are read)."""
 
     study_dir: str
     trials: int = setting(20, whole_at_least(1))
@@ -93,14 +74,15 @@ class SweepRequest:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """What every trial shares: its command line, the config it starts from, the metric."""
+    """What every trial shares: its command line, the searched keys, how a config is resolved
+    from `--set` assignments, and the metric."""
 
     base_argv: tuple[str, ...]
     space: tuple[space_lib.Param, ...]
     resolve: Callable[[Sequence[str]], config.Config]
     metric: str
     higher: bool
-    eval_every: int | None = None
+    eval_every: int | None
 
     @property
     def keys(self) -> list[str]:
@@ -113,17 +95,8 @@ def make_plan(
     resolve: Callable[[Sequence[str]], config.Config],
     flag_keys: dict[str, str],
 ) -> Plan:
-    """Checks the sweep before any trial: the base config, each key's ends, the split.
-
-    Args:
-      base_argv: the training flags every trial is given.
-      space: the searched keys.
-      resolve: the config of the base command line plus some `--set` assignments.
-      flag_keys: {config key: flag} of the shortcut flags given (`--batch_size`...).
-
-    Raises:
-      ConfigError: one line naming the key, value or flag, and the fix.
-    """
+    """The `Plan`, after checking the base config, each searched key's ends and the split;
+    `flag_keys` are {config key: flag} of the shortcut flags given (`--batch_size`...)."""
     base = resolve([])
     for param in space:
         if param.key in SCORING_KEYS:
@@ -142,16 +115,12 @@ def make_plan(
                 raise ConfigError(f"--param {param.key}={param.describe()}: {error}") from None
     check_scored_on_holdout(base)
     higher = base.train.best_direction == "max"
-    plan = Plan(tuple(base_argv), tuple(space), resolve, base.train.best_by, higher)
-    return dataclasses.replace(plan, eval_every=base.train.eval_every)
+    train = base.train
+    return Plan(tuple(base_argv), tuple(space), resolve, train.best_by, higher, train.eval_every)
 
 
 def check_scored_on_holdout(resolved: config.Config) -> None:
-    """Refuses a trial's config that would not be scored on the held-out training examples.
-
-    Raises:
-      ConfigError: naming the fix.
-    """
+    """Refuses a trial's config that would not be scored on held-out training examples."""
     data = resolved.data
     if data.validation_split <= 0 or (data.eval_split or HOLDOUT) != HOLDOUT:
         raise ConfigError(
@@ -238,7 +207,7 @@ class Sweep:
             if len(self.stopping) == 1:
                 process.stop()  # Each saves its step; the next sweep resumes it.
             else:
-                process.kill_now()  # A second signal: at once, from the last checkpoint.
+                process.stop(signal.SIGKILL)  # A second signal: at once, from the last checkpoint.
 
     def _unfinished(self) -> list[TrialProcess]:
         """This machine's trials left running by a sweep that stopped: resumed first."""
@@ -254,10 +223,9 @@ class Sweep:
 
     def _fill(self, waiting: list[TrialProcess]) -> None:
         """Starts trials on the free slots: those to resume first, then new ones."""
-        busy = [process.device for process in self.running]
         free = list(self.request.slots)
-        for device in busy:
-            free.remove(device)
+        for process in self.running:
+            free.remove(process.device)
         while free and not self.stopping and self.refused is None:
             if waiting:
                 process = waiting.pop(0)
@@ -290,12 +258,9 @@ class Sweep:
         run = os.path.join(os.path.abspath(self.request.study_dir), TRIAL_DIR.format(trial.number))
         sets = [space_lib.assignment(key, value) for key, value in values.items()]
         argv = [*self.plan.base_argv, *[f"--set={s}" for s in sets], f"--model_dir={run}"]
-        for key, value in (
-            (study_lib.RUN_DIR, run),
-            (study_lib.HOST, socket.gethostname()),
-            (study_lib.ARGV, argv),
-        ):
-            trial.set_user_attr(key, value)
+        trial.set_user_attr(study_lib.RUN_DIR, run)
+        trial.set_user_attr(study_lib.HOST, socket.gethostname())
+        trial.set_user_attr(study_lib.ARGV, argv)
         self.reported[trial.number] = set()
         try:  # A combination the config refuses fails here, in one line.
             check_scored_on_holdout(self.plan.resolve(sets))
@@ -347,8 +312,8 @@ class Sweep:
         else:
             error = process.error_line() if status else "stopped before its end"
             self._fail(trial, error)
-            # Refused before training started (the data, init_from, the run directory):
-            # every trial would be. A diverged or out-of-memory trial is this trial's own.
+            # Refused before training started (the data, init_from, the run directory): every
+            # trial would be. A diverged or out-of-memory trial is this trial's own.
             if status == cli.USAGE_ERROR and not process.started_training() and not self.refused:
                 self.refused = f"trial {process.number} ({process.run}) was refused: {error}"
 

@@ -1,7 +1,7 @@
 """What a sweep searches: config keys, each with a range or a list of values.
 
-A parameter is a `--set` key and a spec, written the same way in a space file
-(`KEY: SPEC` per line) and on the command line (`--param=KEY=SPEC`):
+A parameter is a `--set` key and a spec, the same in a space file (`KEY: SPEC` per line)
+and on the command line (`--param=KEY=SPEC`):
 
     optimizer.learning_rate: log(0.01, 1)      # log-uniform float
     train.label_smoothing: uniform(0, 0.2)     # uniform float; uniform(0, 0.2, 0.05) steps
@@ -10,8 +10,7 @@ A parameter is a `--set` key and a spec, written the same way in a space file
     schedule.name: choice(cosine, piecewise)   # one of these values (read as YAML)
     optimizer.weight_decay: [1e-4, 5e-4]       # a YAML list is a choice too
 
-Nothing here imports Optuna or TensorFlow: a space is read and checked before
-either loads. `suggest` asks an Optuna trial for a parameter's value.
+No Optuna or TensorFlow here: a space is checked before either loads.
 """
 
 from __future__ import annotations
@@ -37,16 +36,8 @@ Scalar = bool | int | float | str | None
 
 @dataclasses.dataclass(frozen=True)
 class Param:
-    """One searched key.
-
-    Attributes:
-      key: the config key (`section.key`, as `--set` takes it).
-      kind: one of `KINDS`.
-      low: the range's lower end (ranges only).
-      high: the range's upper end, included (ranges only).
-      step: the grid of a range (None: continuous for floats, 1 for whole numbers).
-      choices: the values of a choice.
-    """
+    """One searched config key (`section.key`, as `--set` takes it) of a kind in `KINDS`: a
+    range [low, high] on a grid of `step` (None: continuous floats, or 1), or `choices`."""
 
     key: str
     kind: str
@@ -60,7 +51,7 @@ class Param:
         return self.kind != "choice"
 
     def ends(self) -> tuple[Scalar, ...]:
-        """The values that bound what the parameter can take: each is checked by the config."""
+        """The values that bound what the parameter can take, for the config to check."""
         if not self.is_range:
             return self.choices
         whole = self.kind in ("int", "logint")
@@ -93,11 +84,7 @@ def _number_text(value: float) -> str:
 
 
 def parse_param(key: str, spec: Any, where: str = "") -> Param:
-    """A `Param` from its key and spec (text, or a YAML list for a choice).
-
-    Raises:
-      ConfigError: one line naming the key and the spec's form.
-    """
+    """A `Param` from its key and spec (text, or a YAML list for a choice)."""
     key = str(key).strip()
     if not re.fullmatch(r"[a-z_][a-z0-9_]*(\.[a-z0-9_]+)+", key):
         raise ConfigError(f"{where}{key!r} is not a config key: give section.key, e.g. {_EXAMPLE}")
@@ -162,11 +149,7 @@ def _range(key: str, kind: str, values: list[Any], where: str) -> Param:
 
 
 def parse_space(file_mapping: dict[str, Any] | None, params: Iterable[str]) -> tuple[Param, ...]:
-    """The space of a space file's mapping and the `--param=KEY=SPEC` flags, keys sorted.
-
-    Raises:
-      ConfigError: a malformed entry, or a key given twice.
-    """
+    """The space of a space file's mapping and the `--param=KEY=SPEC` flags, keys sorted."""
     found: dict[str, Param] = {}
     entries = [(k, v, "in --space: ") for k, v in (file_mapping or {}).items()]
     for text in params:
@@ -216,11 +199,7 @@ def suggest(trial: Any, param: Param, grid: bool = False) -> Scalar:
 
 
 def grid_space(space: Iterable[Param]) -> dict[str, list[Scalar]]:
-    """{key: every value} for a grid search.
-
-    Raises:
-      ConfigError: when a parameter is a continuous range.
-    """
+    """{key: every value} for a grid search; refuses a continuous range."""
     grid = {}
     for param in space:
         values = param.grid()

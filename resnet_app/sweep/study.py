@@ -1,12 +1,9 @@
 """A sweep's Optuna study: where it is stored, how trials are drawn and pruned.
 
-The study lives in a database: by default SQLite in the sweep's directory
-(`study.db`), so a killed sweep resumes where it stopped; any database URL
-Optuna takes (`--storage=postgresql://...`) lets sweeps on several machines
-share one study, each drawing trials from the common history. The study
-remembers what it searches (the space, the base command line, the metric);
-a sweep that names the same study with another space is refused rather than
-mixing two searches in one ranking.
+The study lives in a database: by default SQLite in the sweep's directory (`study.db`), so
+a killed sweep resumes where it stopped; any database URL Optuna takes lets sweeps on
+several machines share one study. The study remembers what it searches (the space, the
+base command line, the metric): a sweep naming it with another space is refused.
 """
 
 from __future__ import annotations
@@ -22,8 +19,7 @@ from resnet_app.common.errors import ConfigError, first_line
 
 STUDY_FILE = "study.db"
 SAMPLERS = ("tpe", "random", "grid")
-# What a study records about itself (user attributes), checked when it is opened again.
-FINGERPRINT = "resnet_app_sweep"
+FINGERPRINT = "resnet_app_sweep"  # What the study searches (a user attribute).
 # Each trial's record in the study (user attributes).
 RUN_DIR, HOST, ARGV, DEVICE, ERROR = "run_dir", "host", "argv", "device", "error"
 STARTED, ENDED = "started", "ended"  # Unix times: its first start, its last end.
@@ -55,8 +51,7 @@ def _none(prune_after: int, eval_every: int | None) -> Any:
     return optuna.pruners.NopPruner()
 
 
-# How weak trials are stopped early, from their evaluation records: Optuna's pruners,
-# each made from (--prune_after, the run's train.eval_every).
+# Optuna's pruners, each made from (--prune_after, the run's train.eval_every).
 PRUNERS: dict[str, Callable[[int, int | None], Any]] = {
     "median": _median,
     "hyperband": _hyperband,
@@ -85,13 +80,9 @@ def storage_url(study_dir: str, storage: str | None) -> str:
 
 
 def sampler_seed(name: str, seed: int, drawn: int, study_dir: str) -> int:
-    """The seed a sweep gives its sampler.
-
-    A grid is shuffled by its seed and its trials take the grid's points in that
-    order, so it keeps `seed` whatever was drawn before. The others continue a
-    study: a resumed sweep, or sweeps on several machines (or directories) at once,
-    must not draw the same values again, so their seed also depends on how many
-    trials the study holds and on this machine and directory.
+    """The seed a sweep gives its sampler: a grid's is `seed` (its trials take the points in
+    the order the seed shuffles them); the others continue a study, and must not draw the
+    same values again, so theirs also depends on the trials `drawn`, the machine and directory.
     """
     if name == "grid":
         return seed
@@ -120,11 +111,8 @@ def make_sampler(name: str, seed: int, grid: dict[str, list[Any]] | None) -> Any
 
 
 def open_study(url: str, name: str, direction: str, sampler: Any, pruner: Any) -> Any:
-    """Creates the study, or opens it when it exists.
-
-    Raises:
-      ConfigError: the database cannot be opened, or holds the study in the other direction.
-    """
+    """Creates the study, or opens it; refuses a database that cannot be opened or holds the
+    study in the other direction."""
     optuna = import_optuna()
     try:
         return optuna.create_study(
@@ -145,11 +133,8 @@ def open_study(url: str, name: str, direction: str, sampler: Any, pruner: Any) -
 
 
 def check_fingerprint(study: Any, name: str, fingerprint: dict[str, Any]) -> None:
-    """Records what the study searches, or refuses a sweep that searches something else in it.
-
-    Raises:
-      ConfigError: the study searched another space, command line, metric or sampler.
-    """
+    """Records what the study searches, or refuses a sweep that searches something else in
+    it (another space, command line, metric or sampler)."""
     recorded = study.user_attrs.get(FINGERPRINT)
     expected = json.loads(json.dumps(fingerprint))
     if recorded is None:

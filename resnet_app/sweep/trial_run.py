@@ -1,11 +1,9 @@
 """One trial of a sweep: an ordinary `resnet-app train` run in a directory of its own.
 
-The trial runs as its own process (its own process group, dying with the sweep:
-`common/parent_death.py`), its output appended to `logs/train.log` in its run
-directory. The sweep reads the evaluations it appends to `metrics.jsonl` as
-they come (whole lines only), and stops a pruned trial with SIGTERM: the
-trainer saves its step and exits, so a pruned trial's run directory can still
-be resumed or evaluated like any other.
+The trial runs in its own process group, dying with the sweep (`common/parent_death.py`),
+its output appended to the run's `logs/train.log`. The sweep reads the evaluations it
+appends to `metrics.jsonl` (whole lines only) and stops a pruned trial with SIGTERM: the
+trainer saves its step and exits, so its run directory can be resumed like any other.
 """
 
 from __future__ import annotations
@@ -26,8 +24,8 @@ LOG_FILE = "train.log"
 
 
 def trainer_evaluation(record: dict[str, Any], key: str, split: str) -> bool:
-    """Whether a metrics.jsonl record is one of the trainer's own evaluations on `split`
-    with `key` (`resnet-app evaluate` and `--watch` records carry "event" and "checkpoint")."""
+    """Whether a metrics.jsonl record is the trainer's own evaluation on `split` with `key`
+    (`resnet-app evaluate` and `--watch` records carry "event" and "checkpoint")."""
     own = "event" not in record and "checkpoint" not in record
     return own and key in record and record.get("split") == split
 
@@ -38,15 +36,9 @@ def _number(value: Any) -> float:
 
 
 class TrialProcess:
-    """A running trial: its process, and the evaluations read from its run so far.
-
-    Attributes:
-      number: the Optuna trial's number.
-      run: the run directory.
-      device: the accelerator it was given (CUDA_VISIBLE_DEVICES), or None.
-      started, ended: Unix times.
-      pruned_at: the step of the evaluation it was pruned after, or None.
-    """
+    """A running trial in its run directory `run`: its process (on `device`, by
+    CUDA_VISIBLE_DEVICES), Unix times `started` and `ended`, the step it was pruned after,
+    and the evaluations of `key` on `split` read from the run so far."""
 
     def __init__(
         self, trial: Any, argv: list[str], run: str, device: str | None, key: str, split: str
@@ -106,15 +98,10 @@ class TrialProcess:
             self.ended = time.time()
         return status
 
-    def stop(self) -> None:
-        """SIGTERM to the trainer's group: it saves its step and exits."""
+    def stop(self, number: int = signal.SIGTERM) -> None:
+        """A signal to the trainer's group: SIGTERM saves its step and exits."""
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-
-    def kill_now(self) -> None:
-        """SIGKILL to the trainer's group, not waited for (from a signal handler)."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+            os.killpg(self.process.pid, number)
 
     def started_training(self) -> bool:
         """Whether the trainer got as far as training (its "start" event in metrics.jsonl)."""
@@ -124,8 +111,7 @@ class TrialProcess:
         return any(r.get("event") == "start" for r in metrics.read_records(path))
 
     def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+        self.stop(signal.SIGKILL)
         self.process.wait()
 
     def final_value(self) -> float | None:
