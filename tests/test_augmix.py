@@ -24,7 +24,7 @@ from PIL import Image
 
 from resnet_app import config
 from resnet_app.common.errors import ConfigError
-from resnet_app.data import augmix, preprocessing
+from resnet_app.data import augment_ops, augmix, preprocessing
 from resnet_app.data import randaugment as ra
 from resnet_app.data.settings import data_config
 from resnet_app.engine import consistency, losses
@@ -85,7 +85,8 @@ def reference_op(name, image, index, sign):
 def apply(name, image, index, sign):
     """Our op at bin `index` on one image (a batch of one), AugMix's ranges."""
     signs, bins = tf.constant([float(sign)]), tf.constant([float(index)])
-    return ra.apply_op(name, tf.constant(image)[None], signs, bins, FILL, augmix.RANGES)[0].numpy()
+    images = tf.constant(image)[None]
+    return augment_ops.apply_op(name, images, signs, bins, FILL, augmix.RANGES)[0].numpy()
 
 
 # -- the ranges and the ops ------------------------------------------------------------
@@ -229,12 +230,11 @@ def test_a_batch_mixes_each_image_by_its_own_chains_as_torchvision():
 
 def test_greyscale_images_mix_as_their_rgb_copies_do():
     grey = np.stack([image[..., :1] for image in sample_images()])
-    drawn = {key: tf.constant(value[:, 0]) for key, value in draws_of(3).items()}
+    drawn = {key: tf.constant(value) for key, value in draws_of(3).items()}
     config = with_augment(CIFAR, auto_augment="augmix", mean=(120.0,), std=(60.0,))
-    mixer = preprocessing._in_rgb(augmix.mix)
-    got = mixer(tf.constant(grey), *(drawn[k] for k in augmix.FEATURES), (120,)).numpy()
+    got = preprocessing._on_pixels(augmix.AugMix(), tf.constant(grey), drawn, config).numpy()
     rgb = np.repeat(grey, 3, axis=-1)
-    want = augmix.mix(tf.constant(rgb), *(drawn[k] for k in augmix.FEATURES), (120,) * 3)
+    want = augmix.mix(tf.constant(rgb), *(drawn[k][:, 0] for k in augmix.FEATURES), (120,) * 3)
     np.testing.assert_array_equal(got, want.numpy()[..., :1])
     assert config.channels == 1
 

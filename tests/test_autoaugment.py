@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from resnet_app.data import augment_ops
 from resnet_app.data import autoaugment as aa
-from resnet_app.data import randaugment as ra
 from tests.test_randaugment import FILL, assert_per_example_and_enterable, over_seeds, sample_images
 from tests.test_trivialaugment import GEOMETRIC, SIGNED, linspace32, source_ties, tv_apply_op
 
@@ -38,14 +38,9 @@ def tv_magnitude(name, index, width, height):
 
 
 def apply(name, image, index, sign):
-    return ra.apply_op(
-        name,
-        tf.constant(image)[None],
-        tf.constant([float(sign)]),
-        tf.constant([float(index)]),
-        FILL,
-        aa.RANGES,
-    )[0].numpy()
+    signs, bins = tf.constant([float(sign)]), tf.constant([float(index)])
+    images = tf.constant(image)[None]
+    return augment_ops.apply_op(name, images, signs, bins, FILL, aa.RANGES)[0].numpy()
 
 
 def test_the_ranges_are_torchvisions_ten_bins():
@@ -95,9 +90,9 @@ def test_each_op_at_each_bin_equals_torchvision(name):
 
 def test_sub_policies_and_their_chances_are_drawn_as_the_policy_says():
     count = 4000
-    indices, signs, _ = over_seeds(
-        lambda seed: aa.choose(seed, "imagenet"), [(i, 11) for i in range(count)]
-    )
+    policy = aa.AutoAugment("imagenet")
+    drawn = over_seeds(lambda seed: policy.draw(seed, None), [(i, 11) for i in range(count)])
+    indices, signs = drawn["op_indices"], drawn["op_signs"]
     applied = indices != aa.OPS.index("Identity")
     # Over the policy, each op applies with the mean of its chances.
     expected = np.mean([[p for _, p, _ in pair] for pair in aa.POLICIES["imagenet"]], axis=0)
@@ -118,9 +113,8 @@ def test_the_pipeline_augments_each_example_by_its_own_draw_and_enters_anywhere(
     assert_per_example_and_enterable({"auto_augment": policy})
 
 
-def test_the_names_are_the_configs_choices():
-    from resnet_app.data import augment_draws
+def test_the_configs_choices_are_augmentations():
+    from resnet_app.data import augmentations
     from resnet_app.data.settings import AUTO_AUGMENTS
 
-    # AugMix mixes several chains (data/augmix.py): not one of the one-chain policies.
-    assert ("none", *augment_draws.POLICIES, "augmix") == AUTO_AUGMENTS
+    assert set(AUTO_AUGMENTS) - {"none"} <= set(augmentations.AUGMENTATIONS)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app.data import augment_draws, batches, input_pipeline, philox
+from resnet_app.data import augmentations, batches, input_pipeline, philox
 from resnet_app.data.settings import data_config
 from tests.test_idx_source import write_set
 
@@ -134,7 +134,7 @@ OPTIONS = {
 def test_batches_are_read_whole_only_when_no_example_draws_more(idx_dir, option):
     pipeline, _ = pipelines(idx_dir, augment=OPTIONS[option])
     config = pipeline.training_preprocessing()
-    drawn = augment_draws.augment_choices(tf.constant([1, 2], tf.int64), config)
-    assert augment_draws.draws_per_example(config) == bool(drawn)
+    drawn = augmentations.draws(tf.constant([1, 2], tf.int64), config)
+    assert augmentations.draws_per_example(config) == bool(drawn)
     assert batches.applies(pipeline.train_split, config, False) == (option == "none")
     assert not batches.applies(pipeline.train_split, config, True)  # A resize: per example.

@@ -23,7 +23,14 @@ import tensorflow as tf
 from PIL import Image, ImageEnhance, ImageOps
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.data import augment_draws, input_pipeline, preprocessing, run_pipeline, seeds
+from resnet_app.data import (
+    augment_ops,
+    augmentations,
+    input_pipeline,
+    preprocessing,
+    run_pipeline,
+    seeds,
+)
 from resnet_app.data import randaugment as ra
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.data.settings import AugmentSettings, data_config
@@ -111,7 +118,16 @@ def reference_op(name, image, magnitude, sign):
 def apply(name, image, magnitude, sign):
     """Op `name` on one image (a batch of one)."""
     signs = tf.constant([float(sign)])
-    return ra.apply_op(name, tf.constant(image)[None], signs, magnitude, FILL)[0].numpy()
+    images = tf.constant(image)[None]
+    return augment_ops.apply_op(name, images, signs, magnitude, FILL, ra.RANGES)[0].numpy()
+
+
+def one_by_one(image, indices, signs, magnitude, ranges=ra.RANGES):
+    """One image's ops in turn, as a batch of one (`apply_ops`)."""
+    args = (tf.constant(image)[None], *(tf.constant(np.asarray(x))[None] for x in (indices, signs)))
+    if not isinstance(magnitude, float):
+        magnitude = tf.constant(np.asarray(magnitude, np.float32))[None]
+    return augment_ops.apply_ops(*args, magnitude, FILL, ranges)[0].numpy()
 
 
 @pytest.mark.parametrize("name", [op for op in ra.OPS if op not in GEOMETRIC])
@@ -131,7 +147,8 @@ def test_auto_contrast_is_the_exact_integer_stretch():
     image = sample_images()[1].astype(np.int64)
     low, high = image.min(axis=(0, 1)), image.max(axis=(0, 1))
     expected = (image - low) * 255 // (high - low)
-    np.testing.assert_array_equal(ra.auto_contrast(tf.constant(image, tf.uint8)[None])[0], expected)
+    got = augment_ops.auto_contrast(tf.constant(image, tf.uint8)[None])[0]
+    np.testing.assert_array_equal(got, expected)
 
 
 def bilinear_exact(image, u, v):
@@ -235,7 +252,7 @@ def test_randaugment_applies_its_drawn_ops_in_turn():
         expected = image
         for name, sign in zip(names, signs.numpy()):
             expected = reference_op(name, expected, 7.0, sign)
-        got = ra.randaugment(tf.constant(image), indices, signs, 7.0, FILL).numpy()
+        got = one_by_one(image, indices, signs, 7.0)
         if not set(names) & set(GEOMETRIC):
             np.testing.assert_array_equal(got, expected, err_msg=str(names))
             exact += 1
@@ -250,18 +267,16 @@ def test_randaugment_applies_its_drawn_ops_in_turn():
 
 
 def test_a_batch_is_augmented_as_each_of_its_images():
-    # randaugment_batch runs each op once on the images that drew it; each
-    # image must come out as randaugment (one image, a switch per op) makes it.
+    # apply_ops runs each op once on the images that drew it; each image must
+    # come out as its ops make it alone.
     images = np.stack([image[:, :32] for image in sample_images()] * 10)
     rng = np.random.default_rng(4)
     indices = np.stack([rng.permutation(30) % 14 for _ in range(2)], axis=1).astype(np.int32)
     signs = rng.choice([-1.0, 1.0], indices.shape).astype(np.float32)
     assert set(indices[:, 0]) == set(range(14))  # Every op, with both signs.
-    batch = ra.randaugment_batch(tf.constant(images), indices, signs, 9.0, FILL).numpy()
-    for image, index, sign, got in zip(images, indices, signs, batch):
-        np.testing.assert_array_equal(
-            got, ra.randaugment(tf.constant(image), index, sign, 9.0, FILL)
-        )
+    batch = augment_ops.apply_ops(tf.constant(images), indices, signs, 9.0, FILL, ra.RANGES)
+    for image, index, sign, got in zip(images, indices, signs, batch.numpy()):
+        np.testing.assert_array_equal(got, one_by_one(image, index, sign, 9.0))
 
 
 def test_same_seed_same_image_other_seed_other_image():
@@ -288,11 +303,16 @@ def over_seeds(function, seeds):
     return tf.nest.map_structure(lambda value: value.numpy(), next(iter(dataset)))
 
 
+ERASE = augmentations.AUGMENTATIONS["erase"]
+
+
 def erase_boxes(count, probability, area_range, aspect_range, size):
     """The boxes of `count` examples' seeds."""
     example_seeds = [(11, i) for i in range(count)]
-    draws = over_seeds(lambda s: ra.erase_draws(ra.sub_seed(s, ra.ERASE_STREAM)), example_seeds)
-    return ra.erase_boxes(draws, size, size, probability, area_range, aspect_range).numpy()
+    config = with_augment(CIFAR, erase_probability=0.5)
+    draws = over_seeds(lambda s: ERASE.draw(s, config)["draws"], example_seeds)
+    boxes = augmentations.erase_boxes(draws, size, size, probability, area_range, aspect_range)
+    return boxes.numpy()
 
 
 def failure_per_attempt(size, area_range, aspect_range, count=400_000):
@@ -346,8 +366,8 @@ def test_erasing_replaces_exactly_the_box_with_normal_noise():
         config = with_augment(CIFAR, erase_probability=1.0)
         plain = preprocessing.cifar_train(image, seed, CIFAR).numpy()
         erased = preprocessing.cifar_train(image, seed, config).numpy()
-        draws = augment_draws.augment_choices(seed, config)["erase_draws"]
-        top, left, height, width = preprocessing.erase_boxes(draws[None], config)[0].numpy()
+        draws = augmentations.draws(seed, config)["erase"]["draws"]
+        top, left, height, width = ERASE.boxes(draws[None], config)[0].numpy()
         mask = np.zeros((32, 32, 1), bool)
         mask[top : top + height, left : left + width] = True
         assert mask.any()
@@ -413,7 +433,7 @@ def assert_per_example_and_enterable(augment: dict) -> np.ndarray:
     its own seed, and the stream entered mid-epoch is the rest of the whole one.
 
     Returns:
-      The stream's first 96 images.
+      The stream's first 96 images and their ids.
     """
     pipeline = shapes_pipeline(augment=augment)
     images, ids = take(pipeline.train_dataset(8), 96)
@@ -425,7 +445,7 @@ def assert_per_example_and_enterable(augment: dict) -> np.ndarray:
     entered, entered_ids = take(pipeline.train_dataset(8, start_example=56), 40)
     np.testing.assert_array_equal(entered_ids, ids[56:])
     np.testing.assert_array_equal(entered, images[56:])
-    return images
+    return images, ids
 
 
 def test_with_the_options_off_cifar_training_images_are_the_old_recipe_bitwise():

@@ -17,13 +17,7 @@ import pytest
 import tensorflow as tf
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.data import (
-    augment_draws,
-    preprocessing,
-    randaugment_magnitudes,
-    run_pipeline,
-    seeds,
-)
+from resnet_app.data import augment_ops, augmentations, preprocessing, run_pipeline, seeds
 from resnet_app.data import randaugment as ra
 from resnet_app.data.settings import data_config
 from tests.test_randaugment import (
@@ -35,6 +29,7 @@ from tests.test_randaugment import (
     assert_per_example_cifar_recipe,
     bilinear_exact,
     old_cifar_train,
+    one_by_one,
     over_seeds,
     reference_matrix,
     reference_op,
@@ -54,12 +49,13 @@ IDENTITY = ra.OPS.index("Identity")
 
 
 def choices(config, count, run=0):
-    """`augment_choices` of `count` examples' seeds, as NumPy arrays [count, ...]."""
+    """RandAugment's draws of `count` examples' seeds, as NumPy arrays [count, ...] (and
+    under "all", every augmentation's)."""
     dataset = tf.data.Dataset.range(count).map(
-        lambda i: augment_draws.augment_choices(seeds.example_seed(run, 0, i), config)
+        lambda i: augmentations.draws(seeds.example_seed(run, 0, i), config)
     )
-    batch = next(iter(dataset.batch(count)))
-    return {key: value.numpy() for key, value in batch.items()}
+    batch = tf.nest.map_structure(lambda value: value.numpy(), next(iter(dataset.batch(count))))
+    return {**batch["randaugment"], "all": batch}
 
 
 def normal_cdf(x):
@@ -88,7 +84,8 @@ def test_with_the_defaults_the_draws_are_the_old_draws():
     assert (RA.augment.randaugment_prob, RA.augment.randaugment_magnitude_std) == (1.0, 0.0)
     config = with_augment(RA, randaugment_ops=3, erase_probability=0.25)
     got = choices(config, 200)
-    assert set(got) == {"op_indices", "op_signs", "erase_draws", "erase_noise"}
+    assert set(got["all"]) == {"randaugment", "erase"}
+    assert set(got["all"]["randaugment"]) == {"op_indices", "op_signs"}
     for i in range(200):
         indices, signs = old_draws(seeds.example_seed(0, 0, i), 3)
         np.testing.assert_array_equal(got["op_indices"][i], indices)
@@ -114,12 +111,12 @@ def test_op_arguments_at_a_number_are_pythons_and_so_are_a_float32_tensors(magni
     expected = {
         "degrees": np.float32(30 * level),
         "threshold": max(0, 256 - int(256 * level)),
-        "factor": 0.9 * level,  # In double: apply_op rounds 1 +- it once.
+        "factor": 0.9 * level,  # In double: augment_ops.Enhance rounds 1 +- it once.
         "bits": max(1, 8 - int(4 * level)),
         "shear": np.float32(0.3 * level),
         "translate": np.float32(0.45 * level),
     }
-    for name, value in randaugment_magnitudes.op_arguments(magnitude).items():
+    for name, value in ra.op_arguments(magnitude).items():
         size = 8 if name == "factor" else 4
         assert value.numpy() == expected[name] and value.dtype.size == size, name
     # A per-image float32 magnitude: the Python arithmetic of its value.
@@ -130,7 +127,7 @@ def test_op_arguments_at_a_number_are_pythons_and_so_are_a_float32_tensors(magni
         threshold=max(0, 256 - int(256 * level)),
         bits=max(1, 8 - int(4 * level)),
     )
-    arguments = randaugment_magnitudes.op_arguments(tf.constant(per_image))
+    arguments = ra.op_arguments(tf.constant(per_image))
     for name in ("degrees", "threshold", "bits"):
         np.testing.assert_array_equal(arguments[name], [expected[name]] * 2, err_msg=name)
 
@@ -205,7 +202,7 @@ def test_the_ops_kept_are_pils_ops_and_the_skipped_ones_nothing():
         expected = image
         for name, sign in zip(names, signs[indices == drawn]):
             expected = reference_op(name, expected, 9.0, sign)
-        got = ra.randaugment(tf.constant(image), indices, signs, 9.0, FILL).numpy()
+        got = one_by_one(image, indices, signs, 9.0)
         np.testing.assert_array_equal(got, expected, err_msg=str(names))
         exact += 1
         skipped += (indices != drawn).sum()
@@ -243,7 +240,7 @@ def test_noisy_magnitudes_are_clipped_to_the_scale(magnitude, bound):
 
 
 def test_magnitudes_above_the_scale_are_clipped_to_m():
-    values = randaugment_magnitudes.noisy_magnitudes(tf.constant([1, 2], tf.int64), 4000, 15.0, 2.0)
+    values = ra.noisy_magnitudes(tf.constant([1, 2], tf.int64), 4000, 15.0, 2.0)
     values = values.numpy()
     assert values.max() == 15.0 and values.min() > 5
     within_4_sigma((values == 15.0).mean(), 0.5, math.sqrt(0.25 / 4000))
@@ -278,7 +275,8 @@ def test_each_op_at_drawn_per_image_magnitudes_equals_pil_at_them(name):
     assert len(set(magnitudes)) == count and (magnitudes % 1 != 0).all()  # Off the grid.
     image = sample_images()[0]
     images = tf.constant(np.repeat(image[None], count, axis=0))
-    batch = ra.apply_op(name, images, tf.constant(signs), tf.constant(magnitudes), FILL).numpy()
+    arguments = tf.constant(signs), tf.constant(magnitudes), FILL, ra.RANGES
+    batch = augment_ops.apply_op(name, images, *arguments).numpy()
     compared = 0
     for got, magnitude, sign in zip(batch, magnitudes.astype(float), signs):
         if name in GEOMETRIC:
@@ -299,9 +297,7 @@ def pil_policy(image, seed, config):
     lower, where ours is the exact integer (an old difference, kept: the
     default images must stay what they were).
     """
-    draws = {
-        key: value.numpy() for key, value in augment_draws.augment_choices(seed, config).items()
-    }
+    draws = {k: v.numpy() for k, v in augmentations.draws(seed, config)["randaugment"].items()}
     drawn, signs = old_draws(seed, config.augment.randaugment_ops)
     kept = draws["op_indices"] == drawn
     names = [ra.OPS[index] for index in drawn[kept]]
@@ -327,7 +323,7 @@ def test_cifar_training_images_use_the_drawn_skips_and_magnitudes():
 
 
 def test_imagenet_training_images_use_the_drawn_skips_and_magnitudes():
-    # The ImageNet recipe runs the per-image path (`randaugment`).
+    # The ImageNet recipe runs the per-example path (a batch of one).
     image = sample_images()[0]
     config = with_augment(
         preprocessing.Preprocessing("imagenet", 24, CIFAR.mean, CIFAR.std),
@@ -357,12 +353,13 @@ def test_a_batch_at_per_image_magnitudes_is_augmented_as_each_of_its_images():
     indices = np.stack([rng.permutation(30) % 14 for _ in range(2)], axis=1).astype(np.int32)
     signs = rng.choice([-1.0, 1.0], indices.shape).astype(np.float32)
     magnitudes = rng.uniform(0, 10, indices.shape).astype(np.float32)
-    batch = ra.randaugment_batch(tf.constant(images), indices, signs, magnitudes, FILL).numpy()
-    constant = ra.randaugment_batch(tf.constant(images), indices, signs, 6.0, FILL).numpy()
+    batch, constant = (
+        augment_ops.apply_ops(tf.constant(images), indices, signs, m, FILL, ra.RANGES).numpy()
+        for m in (magnitudes, 6.0)
+    )
     assert np.mean([not np.array_equal(a, b) for a, b in zip(batch, constant)]) > 0.5
     for image, index, sign, magnitude, got in zip(images, indices, signs, magnitudes, batch):
-        want = ra.randaugment(tf.constant(image), index, sign, magnitude, FILL)
-        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got, one_by_one(image, index, sign, magnitude))
 
 
 # -- the pipeline and the config -----------------------------------------------------

@@ -14,6 +14,7 @@ degrees hit along whole lines: measured here, at most 2.3% of a 32x40 image's
 pixels (`GEOMETRIC_MISMATCH` allows 3%), none elsewhere.
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -22,12 +23,14 @@ import tensorflow as tf
 from PIL import Image, ImageEnhance, ImageOps
 
 from resnet_app.common.errors import ConfigError
+from resnet_app.data import augment_ops, augmentations, seeds, settings, trivialaugment
 from resnet_app.data import randaugment as ra
-from resnet_app.data import trivialaugment
 from resnet_app.data.settings import data_config
 from tests.test_randaugment import (
     FILL,
     assert_per_example_and_enterable,
+    old_cifar_train,
+    one_by_one,
     over_seeds,
     sample_images,
     shapes_pipeline,
@@ -37,6 +40,8 @@ from tests.test_randaugment import (
 GEOMETRIC = ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY")
 SIGNED = (*GEOMETRIC, "Brightness", "Color", "Contrast", "Sharpness")
 BINS = (0, 1, 7, 14, 15, 16, 22, 29, 30)
+WIDE, TA = trivialaugment.WIDE_RANGES, trivialaugment.TA_WIDE
+KEYS = ("op_indices", "op_signs", "op_magnitudes")
 GEOMETRIC_MISMATCH = 0.03
 
 pytestmark = pytest.mark.usefixtures("private_shapes_cache")
@@ -126,14 +131,9 @@ def reference_op(name, image, index, sign):
 
 def apply(name, image, index, sign):
     """Our op at bin `index` on one image (a batch of one), TrivialAugment's ranges."""
-    return ra.apply_op(
-        name,
-        tf.constant(image)[None],
-        tf.constant([float(sign)]),
-        tf.constant([float(index)]),
-        FILL,
-        trivialaugment.WIDE_RANGES,
-    )[0].numpy()
+    signs, bins = tf.constant([float(sign)]), tf.constant([float(index)])
+    images = tf.constant(image)[None]
+    return augment_ops.apply_op(name, images, signs, bins, FILL, WIDE)[0].numpy()
 
 
 # -- the ranges --------------------------------------------------------------------
@@ -228,9 +228,8 @@ def test_translate_moves_whole_pixels_right_and_down_for_a_positive_sign():
 
 
 def test_ops_bins_and_signs_are_drawn_uniformly():
-    ops, signs, bins = (
-        values[:, 0] for values in over_seeds(trivialaugment.choose, [(i, 7) for i in range(3000)])
-    )
+    drawn = over_seeds(lambda seed: TA.draw(seed, None), [(i, 7) for i in range(3000)])
+    ops, signs, bins = (drawn[key][:, 0] for key in KEYS)
     assert set(ops) == set(range(14)) and set(bins) == set(range(31))
     # 3000 draws: each op's share within 5 standard deviations of 1/14, each bin's of 1/31.
     for values, count in ((ops, 14), (bins, 31)):
@@ -242,26 +241,22 @@ def test_ops_bins_and_signs_are_drawn_uniformly():
 
 def test_one_op_per_image_as_drawn_and_a_batch_as_each_of_its_images():
     images = np.stack(sample_images() * 4)  # 12 images.
-    drawn = [trivialaugment.choose(tf.constant([i, 3], tf.int64)) for i in range(12)]
-    indices, signs, bins = (tf.concat([d[k] for d in drawn], 0)[:, None] for k in range(3))
-    batch = ra.randaugment_batch(
-        tf.constant(images), indices, signs, bins, FILL, trivialaugment.WIDE_RANGES
-    ).numpy()
+    drawn = [TA.draw(tf.constant([i, 3], tf.int64), None) for i in range(12)]
+    indices, signs, bins = (tf.concat([d[k] for d in drawn], 0)[:, None] for k in KEYS)
+    batch = augment_ops.apply_ops(tf.constant(images), indices, signs, bins, FILL, WIDE).numpy()
     for i, (index, sign, bin_) in enumerate(zip(indices[:, 0], signs[:, 0], bins[:, 0])):
         name = ra.OPS[int(index)]
         expected = apply(name, images[i], int(bin_), float(sign))
         np.testing.assert_array_equal(batch[i], expected, err_msg=name)
-        single = ra.randaugment(
-            tf.constant(images[i]), indices[i], signs[i], bins[i], FILL, trivialaugment.WIDE_RANGES
-        )
-        np.testing.assert_array_equal(single.numpy(), expected, err_msg=name)
+        single = one_by_one(images[i], indices[i], signs[i], bins[i], WIDE)
+        np.testing.assert_array_equal(single, expected, err_msg=name)
 
 
 # -- the pipeline and the config -------------------------------------------------------
 
 
 def test_the_pipeline_augments_each_example_by_its_own_draw_and_enters_anywhere():
-    images = assert_per_example_and_enterable({"auto_augment": "ta_wide"})
+    images, _ = assert_per_example_and_enterable({"auto_augment": "ta_wide"})
     plain, _ = take(shapes_pipeline().train_dataset(8), 96)
     # One op in 14 is the Identity, and a few others change little: most images change.
     assert np.mean([not np.array_equal(a, b) for a, b in zip(images, plain)]) > 0.6
@@ -278,3 +273,42 @@ def test_it_replaces_randaugment_and_is_a_config_key():
     message = "auto_augment must be one of: none, ta_wide, imagenet, cifar10, svhn, augmix"
     with pytest.raises(ConfigError, match=message):
         config.resolve(sets=["data.augment.auto_augment=ta"])
+
+
+# -- a toy op, registered here with no other edit ----------------------------------------
+
+
+class Darken(augment_ops.Op):
+    """Toy op: each value halved, x // 2 (no magnitude)."""
+
+    def apply(self, images, signs, magnitude, fill, ranges):
+        return images // 2
+
+
+def test_a_toy_op_is_used_by_a_policy_checked_by_the_config_and_resumed_bitwise(monkeypatch):
+    """The op, a TrivialAugment over it and the Identity, and that policy's name: the
+    config takes the name; each image is the recipe (NumPy) on itself or on its halved
+    pixels, as its per-example path makes it, and the stream entered mid-epoch alike."""
+    from resnet_app import config
+
+    toy = trivialaugment.TrivialAugment(
+        "toy", dataclasses.replace(WIDE, ops=("Identity", "Darken")), 2, trivialaugment.STREAM
+    )
+    monkeypatch.setitem(augment_ops.OPS, "Darken", Darken())
+    monkeypatch.setitem(augmentations.AUGMENTATIONS, "toy", toy)
+    monkeypatch.setitem(settings.AUTO_AUGMENTS, "toy", None)
+    assert config.resolve(sets=["data.augment.auto_augment=toy"]).data.augment.auto_augment == "toy"
+    with pytest.raises(ConfigError, match="one of: none, .*, augmix, toy, got 'toys'"):
+        config.resolve(sets=["data.augment.auto_augment=toys"])
+    images, ids = assert_per_example_and_enterable({"auto_augment": "toy"})
+    pipeline = shapes_pipeline()
+    halved = 0
+    for position in range(0, 96, 3):
+        seed = seeds.example_seed(0, position // 64, ids[position])
+        original = pipeline.train_split.images[ids[position]]
+        plain, dark = (
+            old_cifar_train(x, seed, pipeline.preprocessing) for x in (original, original // 2)
+        )
+        assert np.array_equal(images[position], plain) or np.array_equal(images[position], dark)
+        halved += np.array_equal(images[position], dark) and not np.array_equal(plain, dark)
+    assert 5 < halved < 27  # Half of 32, within 4 sigma.

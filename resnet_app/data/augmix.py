@@ -1,4 +1,4 @@
-"""AugMix (Hendrycks et al. 2020), with torchvision's parameters, stateless.
+"""AugMix (Hendrycks et al. 2020), with torchvision's parameters.
 
 An image's AugMix is a convex mix of the image and `width` chains of ops:
 
@@ -11,8 +11,7 @@ from the first `severity` of 10, with a random sign for the signed ops. The
 sum is taken in float32 in that order and truncated to 0-255, as
 torchvision's `AugMix` does on uint8 images. The op set and its tables are
 torchvision's `AugMix._augmentation_space(10, size)` (the paper's ops; with
-`all_ops` also its four ImageNet-C-overlapping enhance ops), torch's float32
-linspace values:
+`all_ops` also its four ImageNet-C-overlapping enhance ops):
 
   ShearX, ShearY          0 to 0.3, signed
   TranslateX, -Y          0 to a third of the width (height), whole pixels, signed
@@ -23,20 +22,15 @@ linspace values:
   Brightness, Color,      a factor 1 + m, m from 0 to 0.9, signed (all_ops)
   Contrast, Sharpness
 
-The ops are RandAugment's (`data/randaugment.py`: PIL's arithmetic, which the
-paper's reference code calls, as torchvision's functional ops do on PIL
-images; torchvision's `AugMix` runs its tensor ops, which round otherwise, by
-at most one level inside the image: docs/training.md); the geometric ones
-sample bilinearly (torchvision's default for AugMix) and fill with the
-dataset's mean colour, as the other policies here do.
+The ops compute PIL's arithmetic, as the paper's reference code does
+(torchvision's `AugMix` runs tensor ops, which round otherwise, by at most one
+level inside the image: docs/training.md); the geometric ones sample
+bilinearly (torchvision's default for AugMix).
 
 With the Jensen-Shannon consistency loss (`augmix_jsd`), an example is seen
 as three views, the image and two AugMix of it drawn apart (`VIEWS`); the
-training transforms then return the three stacked, and the input pipeline
-hands the network the first as "image" and the others as "augmix_views".
-
-Every draw is a stateless op of the example's seed (`AUGMIX_STREAM`, then the
-view's number), so a resumed run redraws what the interrupted one drew.
+input pipeline hands the network the first as "image" and the others as
+"augmix_views".
 """
 
 from __future__ import annotations
@@ -46,7 +40,7 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from resnet_app.data import autoaugment, randaugment
+from resnet_app.data import augment_ops, autoaugment
 from resnet_app.data.settings import AUGMIX_VIEWS
 
 NUM_BINS = autoaugment.NUM_BINS  # torchvision's _PARAMETER_MAX: 10 bins, as AutoAugment's.
@@ -59,8 +53,8 @@ OPS = (
     *("AutoContrast", "Equalize", *ENHANCE_OPS),
 )
 VIEWS = AUGMIX_VIEWS  # With the consistency loss: the image and two AugMix of it.
-# The per-example draws, each [views, ...]: `choose`.
-FEATURES = ("augmix_ops", "augmix_signs", "augmix_bins", "augmix_weights")
+FEATURES = ("augmix_ops", "augmix_signs", "augmix_bins", "augmix_weights")  # Each [views, ...].
+STREAM = (1 << 40) + 8  # Folded into an example's seed, then the view's number.
 
 # AutoAugment's tables but Posterize's, which keeps 4 bits down to 0.
 TABLES = {
@@ -69,30 +63,17 @@ TABLES = {
 }
 
 
-def arguments(bins) -> dict[str, tf.Tensor]:
-    """Each op's argument at magnitude bin `bins` (a number, or float32 [batch])."""
-    index = tf.cast(tf.convert_to_tensor(bins), tf.int32)
-    return {name: tf.gather(tf.constant(table), index) for name, table in TABLES.items()}
-
-
 def translation(bins, size) -> tf.Tensor:
     """Whole pixels at `bins` of torch.linspace(0, size / 3, 10)."""
     return autoaugment.linspace_pixels(bins, tf.cast(size, tf.float64) / 3.0)
 
 
-RANGES = randaugment.OpRanges(
-    arguments, min_factor=None, translate_pixels=translation, interpolation="BILINEAR", ops=OPS
-)
+RANGES = augment_ops.OpRanges(OPS, augment_ops.binned(TABLES), None, translation, "BILINEAR")
 
 
 def op_count(all_ops: bool) -> int:
     """How many ops a chain draws from (Identity is not one of them)."""
     return len(OPS) - 1 - (0 if all_ops else len(ENHANCE_OPS))
-
-
-def chain_length(depth: int) -> int:
-    """The ops each chain holds (a shorter chain padded with the Identity)."""
-    return MAX_DEPTH if depth < 0 else depth
 
 
 def _dirichlet(seed: tf.Tensor, alpha: float, count: int) -> tf.Tensor:
@@ -103,7 +84,8 @@ def _dirichlet(seed: tf.Tensor, alpha: float, count: int) -> tf.Tensor:
 
 def _choose_view(seed: tf.Tensor, settings) -> dict[str, tf.Tensor]:
     """One view's chains and weights, from its seed (see `choose`)."""
-    width, length = settings.augmix_width, chain_length(settings.augmix_depth)
+    width = settings.augmix_width
+    length = MAX_DEPTH if settings.augmix_depth < 0 else settings.augmix_depth
     draws_seed, beta_seed, weights_seed = tf.unstack(
         tf.random.experimental.stateless_split(seed, 3)
     )
@@ -116,27 +98,22 @@ def _choose_view(seed: tf.Tensor, settings) -> dict[str, tf.Tensor]:
     weights = _dirichlet(weights_seed, settings.augmix_alpha, width) * beta[1]
     return {
         "augmix_ops": ops,
-        "augmix_signs": tf.where(draws[1] < 0.5, -1.0, 1.0),
+        "augmix_signs": augment_ops.signs_of(draws[1]),
         "augmix_bins": tf.floor(draws[2] * settings.augmix_severity),
         "augmix_weights": tf.concat([beta[:1], weights], axis=0),
     }
 
 
 def choose(seed: tf.Tensor, settings, views: int) -> dict[str, tf.Tensor]:
-    """One example's AugMix draws for `views` views (1, or 2 with the consistency loss).
-
-    Args:
-      seed: int64 [2], the example's seed.
-      settings: the `data.augment` settings (`augmix_*`).
-      views: how many AugMix views of the example to draw.
+    """One example's draws for `views` AugMix views (1, or 2 with the consistency loss).
 
     Returns:
       `FEATURES`: "augmix_ops" int32 [views, width, length] (indices into
-      `OPS`; the Identity past a chain's depth), "augmix_signs" float32 and
-      "augmix_bins" float32 (0 to severity - 1) alike, "augmix_weights"
-      float32 [views, width + 1] (the image's weight m0, then each chain's).
+      `OPS`; the Identity past a chain's depth), "augmix_signs" and
+      "augmix_bins" float32 alike, "augmix_weights" float32 [views, width + 1]
+      (the image's weight m0, then each chain's).
     """
-    base = randaugment.sub_seed(seed, randaugment.AUGMIX_STREAM)
+    base = augment_ops.sub_seed(seed, STREAM)
     per_view = [
         _choose_view(tf.random.experimental.stateless_fold_in(base, view), settings)
         for view in range(views)
@@ -152,23 +129,14 @@ def mix(
     weights: tf.Tensor,
     fill: Sequence[int],
 ) -> tf.Tensor:
-    """One AugMix of each image of a batch, by its own draws (one view's of `choose`).
+    """One AugMix of each image of a batch (uint8 [batch, H, W, 3]) by one view's draws.
 
-    All the chains of all the images run as one batch of `randaugment_batch`
-    (each op once per chain position, on the chains that drew it), which keeps
-    the graph the size of one chain's.
-
-    Args:
-      images: uint8 [batch, H, W, 3].
-      ops, signs, bins: [batch, width, length], each image's chains.
-      weights: float32 [batch, width + 1], the image's weight, then each chain's.
-      fill: the RGB colour geometric ops fill with.
-
-    Returns:
-      uint8 [batch, H, W, 3]: the weighted sum in float32, truncated.
+    All the chains of all the images run as one batch of `apply_ops`, which
+    keeps the graph the size of one chain's. Returns uint8 [batch, H, W, 3]:
+    the weighted sum in float32, truncated.
     """
     width, length = ops.shape[1], ops.shape[2]
-    chains = randaugment.randaugment_batch(
+    chains = augment_ops.apply_ops(
         tf.repeat(images, width, axis=0),  # Each image's copies side by side.
         *(tf.reshape(draws, [-1, length]) for draws in (ops, signs, bins)),
         fill,
@@ -182,26 +150,21 @@ def mix(
     return tf.cast(tf.clip_by_value(mixed, 0.0, 255.0), tf.uint8)
 
 
-def views(
-    images: tf.Tensor, draws: dict[str, tf.Tensor], fill: Sequence[int], mixer=mix
-) -> tf.Tensor:
-    """Each image's views, the image first with the consistency loss, stacked.
+class AugMix(augment_ops.Augmentation):
+    """Each image's AugMix; with the consistency loss [batch, VIEWS, H, W, 3]: the image,
+    then its two AugMix."""
 
-    Args:
-      images: uint8 [batch, H, W, C].
-      draws: the batched `choose` of the images, each [batch, views, ...].
-      fill: the colour geometric ops fill with.
-      mixer: `mix`, or it wrapped for images of C channels.
+    name = "augmix"
 
-    Returns:
-      uint8 [batch, H, W, C] (one view: the AugMix), or [batch, VIEWS, H, W, C]
-      (two: the image, then its two AugMix).
-    """
-    count = draws["augmix_ops"].shape[1]
-    # The views as one batch: each image repeated, each view's draws in its row.
-    flat = [tf.reshape(draws[key], [-1, *draws[key].shape[2:]]) for key in FEATURES]
-    mixed = mixer(tf.repeat(images, count, axis=0), *flat, fill)
-    if count == 1:
-        return mixed
-    mixed = tf.reshape(mixed, tf.concat([[-1, count], tf.shape(images)[1:]], axis=0))
-    return tf.concat([images[:, None], mixed], axis=1)
+    def draw(self, seed, config):
+        return choose(seed, config.augment, max(1, config.augment.views - 1))
+
+    def apply(self, images, draws, config, fill):
+        count = draws["augmix_ops"].shape[1]
+        # The views as one batch: each image repeated, each view's draws in its row.
+        flat = [tf.reshape(draws[key], [-1, *draws[key].shape[2:]]) for key in FEATURES]
+        mixed = mix(tf.repeat(images, count, axis=0), *flat, fill)
+        if count == 1:
+            return mixed
+        mixed = tf.reshape(mixed, tf.concat([[-1, count], tf.shape(images)[1:]], axis=0))
+        return tf.concat([images[:, None], mixed], axis=1)

@@ -5,9 +5,8 @@ applies and its magnitude, one of 10 bins. Each training image gets one
 sub-policy, drawn uniformly; each of its two ops applies with its
 probability, with a random sign for the signed ops. The ImageNet, CIFAR-10
 and SVHN policies are the paper's, as torchvision lists them. The ops are
-RandAugment's (`data/randaugment.py`: the same PIL arithmetic) and Invert;
-their ranges are torchvision's (`_augmentation_space(10, ...)`), torch's
-float32 linspace values:
+RandAugment's and Invert; their ranges are torchvision's
+(`_augmentation_space(10, ...)`), torch's float32 linspace values:
 
   ShearX, ShearY          0 to 0.3, signed
   TranslateX, -Y          0 to 150/331 of the width (height), whole pixels, signed
@@ -19,8 +18,7 @@ float32 linspace values:
   AutoContrast, Equalize, Invert  no magnitude
 
 Geometric ops sample the nearest pixel (torchvision's default) and fill with
-the dataset's mean colour. The draws are stateless ops of the example's seed
-(`AUTOAUGMENT_STREAM`), so a resumed run redraws what the interrupted one did.
+the dataset's mean colour.
 """
 
 from __future__ import annotations
@@ -28,11 +26,12 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from resnet_app.data import randaugment
+from resnet_app.data import augment_ops, randaugment
 from resnet_app.data.trivialaugment import torch_linspace
 
 NUM_BINS = 10
 OPS = (*randaugment.OPS, "Invert")
+STREAM = (1 << 40) + 7  # Folded into an example's seed: the sub-policy, chances and signs.
 
 # (op, probability, magnitude bin or None), two per sub-policy.
 POLICIES = {
@@ -129,18 +128,10 @@ TABLES = {
 }
 
 
-def arguments(bins) -> dict[str, tf.Tensor]:
-    """Each op's argument at magnitude bin `bins` (a number, or float32 [batch])."""
-    index = tf.cast(tf.convert_to_tensor(bins), tf.int32)
-    return {name: tf.gather(tf.constant(table), index) for name, table in TABLES.items()}
-
-
 def linspace_pixels(bins, end: tf.Tensor) -> tf.Tensor:
-    """Whole pixels at `bins` of torch.linspace(0, end, 10) (`end` float64), float32.
-
-    As torch computes it: the end rounded to float32, the step a ninth of it in
-    float32, each value one fused multiply-add; then Python's int().
-    """
+    """Whole pixels at `bins` of torch.linspace(0, end, 10) (`end` float64), float32:
+    the end rounded to float32, the step a ninth of it in float32, each value one
+    fused multiply-add (torch's arithmetic), then Python's int()."""
     end = tf.cast(tf.cast(end, tf.float32), tf.float64)
     step = tf.cast(tf.cast(end, tf.float32) / float(NUM_BINS - 1), tf.float64)
     index = tf.cast(tf.convert_to_tensor(bins), tf.float64)
@@ -153,29 +144,32 @@ def translation(bins, size) -> tf.Tensor:
     return linspace_pixels(bins, 150.0 / 331.0 * tf.cast(size, tf.float64))
 
 
-RANGES = randaugment.OpRanges(
-    arguments, min_factor=None, translate_pixels=translation, interpolation="NEAREST", ops=OPS
+RANGES = augment_ops.OpRanges(
+    OPS, augment_ops.binned(TABLES), None, translation, interpolation="NEAREST"
 )
 
 
-def _policy_tensors(policy: str) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """[25, 2] op indices into `OPS`, probabilities and bins (0 for none) of `policy`."""
-    table = POLICIES[policy]
-    ops = [[OPS.index(name) for name, _, _ in pair] for pair in table]
-    chances = [[p for _, p, _ in pair] for pair in table]
-    bins = [[float(b or 0) for _, _, b in pair] for pair in table]
-    return tf.constant(ops, tf.int32), tf.constant(chances, tf.float32), tf.constant(bins)
+class AutoAugment(augment_ops.OpPolicy):
+    """One of `policy`'s sub-policies per image; each of its ops applies with its chance."""
+
+    ranges = RANGES
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def draw(self, seed, config):
+        table = POLICIES[self.name]
+        ops = tf.constant([[OPS.index(name) for name, _, _ in pair] for pair in table], tf.int32)
+        chances = tf.constant([[p for _, p, _ in pair] for pair in table], tf.float32)
+        bins = tf.constant([[float(b or 0) for _, _, b in pair] for pair in table])
+        draws = tf.random.stateless_uniform([5], augment_ops.sub_seed(seed, STREAM))
+        chosen = tf.cast(tf.floor(draws[0] * len(table)), tf.int32)
+        applies = draws[1:3] <= chances[chosen]  # torchvision: probs[i] <= p.
+        return {
+            "op_indices": tf.where(applies, ops[chosen], OPS.index("Identity")),
+            "op_signs": augment_ops.signs_of(draws[3:5]),
+            "op_magnitudes": bins[chosen],
+        }
 
 
-def choose(seed: tf.Tensor, policy: str) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """One example's two ops: int32 [2] indices into `OPS` (Identity for one that does
-    not apply), float32 [2] signs and float32 [2] magnitude bins, from its seed."""
-    ops, chances, bins = _policy_tensors(policy)
-    draws = tf.random.stateless_uniform(
-        [5], randaugment.sub_seed(seed, randaugment.AUTOAUGMENT_STREAM)
-    )
-    chosen = tf.cast(tf.floor(draws[0] * len(POLICIES[policy])), tf.int32)
-    applies = draws[1:3] <= chances[chosen]  # torchvision: probs[i] <= p.
-    indices = tf.where(applies, ops[chosen], OPS.index("Identity"))
-    signs = tf.where(draws[3:5] < 0.5, -1.0, 1.0)
-    return indices, signs, bins[chosen]
+POLICY_AUGMENTATIONS = tuple(AutoAugment(name) for name in POLICIES)

@@ -2,23 +2,17 @@
 
 Mixup (Zhang et al. 2018) blends each image with its partner, `lam * x_i +
 (1 - lam) * x_partner`; CutMix (Yun et al. 2019) pastes a box of the partner
-into it, and `lam` becomes the fraction of the image left. The partner of
-example i is example B - 1 - i of the same global batch (timm's choice), so a
-batch mixes the same way on any number of towers: mixing happens on the host
-before the batch is split.
+into it, `lam` the share left. Example i's partner is B - 1 - i of the same
+global batch (timm's), mixed on the host before the batch is split, so any
+number of towers mixes alike. `lam` ~ Beta(alpha, alpha); with both alphas
+set, CutMix is chosen with probability `switch_prob`; one draw per batch
+("batch" mode) or per example ("example"), from the batch's seed (run seed and
+batch number), so a resumed run mixes as the uninterrupted one.
 
-`lam` ~ Beta(alpha, alpha) of the chosen method; with both alphas set, CutMix
-is chosen with probability `switch_prob`. In "batch" mode one draw serves the
-whole batch; in "example" mode each example draws its own. Every draw is a
-stateless function of the batch's seed (from the run's seed, the epoch and the
-batch's position in it), so a resumed run mixes exactly as the uninterrupted
-one did.
-
-The batch keeps "label" as the dominant label (the larger share; training
-accuracy is reported against it) and gains "mix_label" (the other) and
-"mix_weight" (the dominant label's share, >= 0.5): the training loss uses
-`mix_weight * onehot(label) + (1 - mix_weight) * onehot(mix_label)`; for
-multi-label data the multi-hot rows mix alike.
+The batch keeps "label" as the dominant label (the larger share) and gains
+"mix_label" (the other) and "mix_weight" (the dominant share, >= 0.5); the
+loss's target is `mix_weight * onehot(label) + (1 - mix_weight) *
+onehot(mix_label)` (multi-hot rows mix alike).
 """
 
 from __future__ import annotations
@@ -38,12 +32,8 @@ def _beta(seed: tf.Tensor, alpha: float, count: int) -> tf.Tensor:
 
 
 def draws(seed: tf.Tensor, settings: MixSettings, batch_size: int) -> dict[str, tf.Tensor]:
-    """The random choices of one batch: per example, CutMix or not, its share and box centre.
-
-    Returns:
-      {"cutmix": bool [B], "lam": float32 [B] (the drawn share), "centre":
-      float32 [B, 2] (the box centre as fractions of height and width)}.
-    """
+    """One batch's draws: "cutmix" bool [B], "lam" float32 [B] (the drawn share) and
+    "centre" float32 [B, 2] (the box centre as fractions of height and width)."""
     count = batch_size if settings.mode == "example" else 1
     seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 4)
     if settings.mixup_alpha > 0 and settings.cutmix_alpha > 0:
@@ -116,12 +106,8 @@ def mix_batch(batch: dict, seed: tf.Tensor, settings: MixSettings) -> dict:
 
 
 def mix_stream(stream, settings: MixSettings, seed: int, first_batch: int):
-    """A batched training stream with each batch mixed, if `settings` are on.
-
-    Each batch's draws come from (seed, its number since the start of epoch 0,
-    `first_batch` for the stream's first), so entering the stream anywhere
-    mixes alike.
-    """
+    """The batched training stream with each batch mixed, if `settings` are on, by its
+    number since epoch 0 (`first_batch` the stream's first): entered anywhere alike."""
     if not settings.enabled:
         return stream
     key = seeds.stream_seed(seed, seeds.MIX, 0)

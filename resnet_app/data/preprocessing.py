@@ -1,59 +1,43 @@
 """Per-example image preprocessing: the CIFAR and the ImageNet recipes.
 
-Every random choice is a stateless op driven by an explicit `seed` tensor of
-shape [2], so that an example's augmentation is a function of (run seed, epoch,
-example id) and a resumed run redraws exactly what the interrupted one would
-have drawn. The seeds come from `data/seeds.py`, through the input pipeline
-(`data/input_pipeline.py`).
+Every random choice is a stateless op of the example's seed (`data/seeds.py`),
+so an example's augmentation is a function of (run seed, epoch, example id)
+and a resumed run redraws exactly what the interrupted one drew.
 
-Two families:
-- CIFAR (He et al. 2015, section 4.2): per-channel mean/std normalization; for
-  training, pad 4 pixels (with zeros after normalization, i.e. the mean colour),
-  take a random crop of the original size and flip horizontally at random.
-- ImageNet (Szegedy et al. 2015 crops, as in every ResNet reference since):
-  for training, a random crop of 8-100% of the area with aspect ratio 3/4-4/3,
-  resized to the output size, and a random flip; for evaluation, the shorter
-  side is resized to 256 and the central 224x224 is kept (for another output
-  size S, the shorter side goes to S / 0.875). JPEG bytes are decoded only
-  inside the crop window (`decode_and_crop_jpeg`), which is much cheaper.
-  Multi-crop evaluation (`evaluate --tta=crops`) takes the centre and the four
-  corners of the same resized image (`imagenet_eval_crops`). An image longer
-  than 4:1 is not resized whole: only its crops' pixels are computed, by the
-  same arithmetic (`resized_crops`), so a 1x4000 strip costs what a square
-  image does instead of gigabytes.
+- CIFAR (He et al. 2015, section 4.2): per-channel normalization; in
+  training, pad 4 pixels (the mean colour, 0 once normalized), take a random
+  crop of the original size and flip at random. The pipeline draws per
+  example and augments whole batches (`cifar_train_batch`).
+- ImageNet (Szegedy et al. 2015 crops): in training, a random crop of 8-100%
+  of the area with aspect ratio 3/4-4/3, resized, and a random flip; JPEG
+  bytes are decoded only inside the crop window. In evaluation the shorter
+  side goes to 256 (S / 0.875 for size S) and the central 224 is kept, or
+  the centre and four corners (`--tta=crops`); an image longer than 4:1 has
+  only its crops' pixels computed (`resized_crops`).
 
-Optional, for training only, both off by default (`data/randaugment.py`):
-RandAugment, TrivialAugment, AutoAugment or AugMix (`data/trivialaugment.py`,
-`data/autoaugment.py`, `data/augmix.py`: the same ops) on the
-uint8 pixels (CIFAR: on the whole image, before the pad-crop-flip,
-AutoAugment's CIFAR order; ImageNet: on the resized crop after the flip,
-rounded to the 0-255 grid, timm's order), and random erasing after
-normalization (both: on the final image). Their random choices come from their
-own seeds, folded from the example's seed, so the crop and flip draws are the
-same with or without them.
-
-Images enter as uint8 (decoded pixels, or encoded bytes for the ImageNet family)
-and leave normalized, in the requested dtype.
+The optional augmentations (`data/augmentations.py`) apply at one site,
+`_train_batch`, the per-example paths as a batch of one: the op policies on
+the uint8 pixels (CIFAR: before the pad-crop-flip, AutoAugment's CIFAR order;
+ImageNet: on the resized crop after the flip, rounded, timm's order), Cutout
+and random erasing after normalization.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
-from resnet_app.data import augment_draws, augmix, philox, randaugment
+from resnet_app.data import augmentations, philox
 from resnet_app.data import channels as image_channels
 from resnet_app.data.settings import AugmentSettings
 
 # ImageNet's per-channel statistics on the 0-255 scale, the usual constants.
 IMAGENET_MEAN = (123.675, 116.28, 103.53)
 IMAGENET_STD = (58.395, 57.12, 57.375)
-# Evaluation resizes an image whole, as it always has, up to this aspect ratio
-# (longer side over shorter: 256 x 1024 floats, 3 MB, for the usual 256);
-# beyond it, only the crops' windows of the resized image are computed.
+# Evaluation resizes an image whole up to this aspect ratio (256 x 1024 floats,
+# 3 MB); beyond it, only the crops' windows of the resized image are computed.
 MAX_WHOLE_RESIZE_ASPECT = 4
 
 
@@ -69,7 +53,7 @@ class Preprocessing:
       dtype: output dtype name ("float32", "bfloat16" or "float16").
       eval_resize: ImageNet family: the shorter side before the central crop.
       eval_image_size: ImageNet family: the evaluation's crop size, when it
-        differs from `image_size` (None: the same); see `eval_size`.
+        differs from `image_size` (None: the same).
       augment: the training augmentation, as the config's `data.augment`.
     """
 
@@ -113,8 +97,7 @@ def decode_image(encoded: tf.Tensor, channels: int | None = image_channels.RGB) 
 
     The format is read from the bytes, never from a file name, so a PNG saved
     as `.jpg` decodes. Images of the other kind are converted to `channels`
-    (`data/channels.py`: grey to RGB, RGB to luma, alpha dropped); None
-    keeps the file's own channels (1 to 4).
+    (`data/channels.py`); None keeps the file's own channels (1 to 4).
     """
     if channels == image_channels.RGB:
         image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
@@ -130,16 +113,8 @@ def _resize(image: tf.Tensor, height: tf.Tensor, width: tf.Tensor) -> tf.Tensor:
 
 
 def cifar_choices(seed: tf.Tensor, config: Preprocessing) -> tf.Tensor:
-    """One example's random choices for the CIFAR recipe: [top, left, flip].
-
-    Args:
-      seed: int [2], this example's stateless seed.
-      config: the parameters.
-
-    Returns:
-      int32 [3]: the crop's top and left in the padded image (0 to 2 * padding)
-      and whether to flip (0 or 1; always 0 without `config.augment.flip`).
-    """
+    """int32 [3], one example's CIFAR draws from its seed: the crop's top and left in the
+    padded image (0 to 2 * padding) and whether to flip (0 or 1; 0 without flips)."""
     return _choices_of(tf.random.stateless_uniform([3], seed), config)
 
 
@@ -154,136 +129,92 @@ def _choices_of(uniform: tf.Tensor, config: Preprocessing) -> tf.Tensor:
     return tf.cast(tf.floor(uniform * scale), tf.int32)
 
 
-def cutout(images: tf.Tensor, corners: tf.Tensor, config: Preprocessing) -> tf.Tensor:
-    """Sets each normalized image's Cutout square to 0 (the mean colour).
-
-    Args:
-      images: float32 [batch, size, size, 3], normalized.
-      corners: int32 [batch, 2], the squares' top and left (`augment_choices`).
-      config: the parameters (`augment.cutout_size`, the square's side).
-    """
-    side = tf.fill(tf.shape(corners[:, :1]), min(config.augment.cutout_size, config.image_size))
-    boxes = tf.concat([corners, side, side], axis=1)
-    return randaugment.erase_batch(images, boxes, tf.zeros_like(images))
-
-
-def _in_rgb(augment):
-    """`augment` (RandAugment, on RGB pixels [..., 3]) for images of either kind.
+def _on_pixels(augmentation, images: tf.Tensor, draws: dict, config: Preprocessing) -> tf.Tensor:
+    """An augmentation on uint8 pixels of either kind, filling with the mean colour.
 
     A greyscale image goes through as RGB, its grey in all three channels,
     and comes back as its first channel: every op treats the three alike
-    (Color's blend with the luma is the identity on grey), so that is the op
-    on the grey image itself.
+    (Color's blend with the luma is the identity on grey).
     """
-
-    def on_pixels(images, *args):
-        if images.shape[-1] == image_channels.RGB:
-            return augment(images, *args)
-        *rest, fill = args
-        rgb = augment(image_channels.convert(images, image_channels.RGB), *rest, fill * 3)
-        return rgb[..., :1]
-
-    return on_pixels
+    fill = tuple(min(255, max(0, round(value))) for value in config.mean)
+    if images.shape[-1] == image_channels.RGB:
+        return augmentation.apply(images, draws, config, fill)
+    rgb = image_channels.convert(images, image_channels.RGB)
+    return augmentation.apply(rgb, draws, config, fill * 3)[..., :1]
 
 
-def _fill(config: Preprocessing) -> tuple[int, ...]:
-    # Geometric ops fill with the mean colour: about 0 once normalized.
-    return tuple(min(255, max(0, round(value))) for value in config.mean)
+def _train_batch(
+    images: tf.Tensor, draws: dict, config: Preprocessing, normalized: Callable
+) -> tf.Tensor:
+    """The training augmentations of a batch, each image by its draws: the one site.
 
+    Args:
+      images: [batch, H, W, C], uint8 pixels; or float32 (ImageNet's resized
+        crops), rounded to the 0-255 grid for the augmentations on pixels,
+        the first of AugMix's views keeping them as they are.
+      draws: each augmentation's batched draws by its name (`augmentations.draws`),
+        and what `normalized` reads.
+      config: the parameters.
+      normalized: (images, draws) -> the recipe's normalized float32 images.
 
-def erase_boxes(erase_draws: tf.Tensor, config: Preprocessing) -> tf.Tensor:
-    """int32 [batch, 4]: the boxes (top, left, height, width) of `augment_choices`' draws."""
-    size, area, aspect = (
-        config.image_size,
-        config.augment.erase_area_range,
-        config.augment.erase_aspect_range,
-    )
-    return randaugment.erase_boxes(
-        erase_draws, size, size, config.augment.erase_probability, area, aspect
-    )
+    Returns:
+      float32 [batch, size, size, C]; with AugMix's consistency loss
+      [batch, views, size, size, C].
+    """
+    active, views = augmentations.active(config.augment), config.augment.views
+    if any(augmentation.pixels for augmentation in active):
+        pixels = images
+        if images.dtype != tf.uint8:
+            pixels = tf.cast(tf.clip_by_value(tf.round(images), 0, 255), tf.uint8)
+        for augmentation in (a for a in active if a.pixels):
+            pixels = _on_pixels(augmentation, pixels, draws[augmentation.name], config)
+        if images.dtype == tf.uint8:
+            images = pixels
+        elif views == 1:
+            images = tf.cast(pixels, tf.float32)
+        else:
+            images = tf.concat([images[:, None], tf.cast(pixels[:, 1:], tf.float32)], axis=1)
+    later = {key: value for key, value in draws.items() if key not in augmentations.AUGMENTATIONS}
+    later.update({a.name: draws[a.name] for a in active if not a.pixels})
+    if views > 1:  # The views as a batch, each example's draws repeated: augmented alike.
+        images = tf.reshape(images, tf.concat([[-1], tf.shape(images)[2:]], axis=0))
+        later = tf.nest.map_structure(lambda value: tf.repeat(value, views, axis=0), later)
+    images = normalized(images, later)
+    for augmentation in (a for a in active if not a.pixels):
+        images = augmentation.apply(images, later[augmentation.name], config, None)
+    if views > 1:
+        images = tf.reshape(images, tf.concat([[-1, views], tf.shape(images)[1:]], axis=0))
+    return images
 
 
 def cifar_augment(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> dict:
     """One example's part of the CIFAR recipe, before batching: its draws.
 
-    Args:
-      image: uint8 [size, size, 3].
-      seed: int [2], this example's stateless seed.
-      config: the parameters.
-
     Returns:
-      {"image", "choices": `cifar_choices`} and `augment_choices`: with a batch
-      dimension, the arguments of `cifar_train_batch`.
+      {"image", "choices": `cifar_choices`} and, if any augmentation is on,
+      "draws" (`augmentations.draws`): batched, `cifar_train_batch`'s arguments.
     """
-    draws = augment_draws.augment_choices(seed, config)
-    return {"image": image, "choices": cifar_choices(seed, config), **draws}
-
-
-def _op_policy(images: tf.Tensor, augment: dict, config: Preprocessing) -> tf.Tensor:
-    """The op policy that is on (RandAugment, TrivialAugment, AutoAugment, AugMix)
-    on uint8 [batch, H, W, C] images, by each image's draws; with AugMix's
-    consistency loss, [batch, 3, H, W, C] (`augmix.views`)."""
-    if config.augment.auto_augment == "augmix":
-        draws = {key: augment[key] for key in augmix.FEATURES}
-        return augmix.views(images, draws, _fill(config), _in_rgb(augmix.mix))
-    if (ranges := augment_draws.op_ranges(config)) is None:
-        return images
-    return _in_rgb(functools.partial(randaugment.randaugment_batch, ranges=ranges))(
-        images,
-        augment["op_indices"],
-        augment["op_signs"],
-        augment.get("op_magnitudes", config.augment.randaugment_magnitude),
-        _fill(config),
-    )
-
-
-def _spread_views(images: tf.Tensor, draws: dict, views: int) -> tuple[tf.Tensor, dict]:
-    """[batch, views, ...] images as [batch * views, ...], each example's draws repeated
-    for its views: every view is cropped, flipped, cut out and erased alike."""
-    images = tf.reshape(images, tf.concat([[-1], tf.shape(images)[2:]], axis=0))
-    return images, {key: tf.repeat(value, views, axis=0) for key, value in draws.items()}
-
-
-def _gather_views(images: tf.Tensor, views: int) -> tf.Tensor:
-    """[batch * views, ...] back to [batch, views, ...] (one view: as it is)."""
-    if views == 1:
-        return images
-    return tf.reshape(images, tf.concat([[-1, views], tf.shape(images)[1:]], axis=0))
+    features = {"image": image, "choices": cifar_choices(seed, config)}
+    if augmentations.draws_per_example(config):
+        features["draws"] = augmentations.draws(seed, config)
+    return features
 
 
 def cifar_train_batch(
-    images: tf.Tensor, choices: tf.Tensor, config: Preprocessing, **augment: tf.Tensor
+    images: tf.Tensor, choices: tf.Tensor, config: Preprocessing, draws: dict | None = None
 ) -> tf.Tensor:
-    """The op policy, normalize, pad, crop, flip, erase a batch, each image by its own draws.
+    """The CIFAR recipe on a batch: each image augmented, normalized, padded, cropped and
+    flipped by its draws (`cifar_augment`'s, batched), in `config.dtype`.
 
-    Working on whole batches keeps the per-example work in the input pipeline
-    to drawing a few numbers, which matters on machines with few cores.
-
-    Args:
-      images: uint8 [batch, size, size, 3].
-      choices: int32 [batch, 3] from `cifar_choices`.
-      config: the parameters.
-      **augment: the batched `augment_choices` of the options that are on.
-
-    Returns:
-      [batch, size, size, 3] in `config.dtype`; with AugMix's consistency
-      loss, [batch, 3, size, size, 3], each example's views.
+    Working on whole batches keeps the per-example work to drawing a few
+    numbers, which matters on machines with few cores.
     """
-    views = config.augment.views
-    images = _op_policy(images, augment, config)
-    if views > 1:
-        per_example = ("cutout_corner", "erase_draws", "erase_noise")
-        draws = {key: augment[key] for key in per_example if key in augment}
-        images, draws = _spread_views(images, {"choices": choices, **draws}, views)
-        choices = draws.pop("choices")
-        augment = {**augment, **draws}
-    crops = _crop_normalized(images, choices, config)
-    if config.augment.cutout_size:
-        crops = cutout(crops, augment["cutout_corner"], config)
-    if config.augment.erase_probability:
-        boxes = erase_boxes(augment["erase_draws"], config)
-        crops = randaugment.erase_batch(crops, boxes, augment["erase_noise"])
-    return tf.cast(_gather_views(crops, views), config.dtype)
+
+    def crop(images, draws):
+        return _crop_normalized(images, draws["choices"], config)
+
+    images = _train_batch(images, {"choices": choices, **(draws or {})}, config, crop)
+    return tf.cast(images, config.dtype)
 
 
 def _crop_normalized(images: tf.Tensor, choices: tf.Tensor, config: Preprocessing) -> tf.Tensor:
@@ -316,24 +247,19 @@ def _crop_normalized(images: tf.Tensor, choices: tf.Tensor, config: Preprocessin
     return tf.ensure_shape(crops, [None, size, size, config.channels])
 
 
+def _one(features):
+    """One example's features as a batch of one."""
+    return tf.nest.map_structure(lambda value: value[None], features)
+
+
 def cifar_train(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> tf.Tensor:
-    """The CIFAR training recipe on one decoded image.
-
-    The same arithmetic as the pipeline's per-example (`cifar_augment`) and
-    batched (`cifar_train_batch`) parts, on a batch of one; with AugMix's
-    consistency loss, [3, image_size, image_size, 3], the example's views.
-
-    Args:
-      image: uint8 [H, W, 3] with H = W = `config.image_size`.
-      seed: int [2], this example's stateless seed.
-      config: the parameters.
-
-    Returns:
-      [image_size, image_size, 3] in `config.dtype`; with AugMix's consistency
-      loss, [3, image_size, image_size, 3], the example's views.
-    """
-    features = {key: value[None] for key, value in cifar_augment(image, seed, config).items()}
-    return cifar_train_batch(features.pop("image"), features.pop("choices"), config, **features)[0]
+    """The CIFAR training recipe on one decoded image (uint8 [size, size, C]): the
+    pipeline's per-example and batched parts on a batch of one. With AugMix's
+    consistency loss, [views, size, size, C]."""
+    features = _one(cifar_augment(image, seed, config))
+    return cifar_train_batch(features["image"], features["choices"], config, features.get("draws"))[
+        0
+    ]
 
 
 def cifar_eval(image: tf.Tensor, config: Preprocessing) -> tf.Tensor:
@@ -366,18 +292,18 @@ def _random_crop_pixels(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing
 def imagenet_train(
     image: tf.Tensor, seed: tf.Tensor, config: Preprocessing, encoded: bool = False
 ) -> tf.Tensor:
-    """Random-resized crop and random flip of one image (then RandAugment and erasing, if on).
+    """Random-resized crop and flip of one image, then the augmentations on a batch of one.
 
     Args:
-      image: uint8 [H, W, 3] pixels, or a scalar string of encoded bytes when
-        `encoded`. JPEG bytes are decoded inside the crop window only.
+      image: uint8 [H, W, C] pixels, or a scalar string of encoded bytes when
+        `encoded` (JPEG bytes are decoded inside the crop window only).
       seed: int [2], this example's stateless seed.
       config: the parameters.
       encoded: whether `image` holds encoded bytes.
 
     Returns:
-      [image_size, image_size, 3] in `config.dtype`; with AugMix's
-      consistency loss, [3, image_size, image_size, 3], the example's views.
+      [size, size, C] in `config.dtype`; with AugMix's consistency loss,
+      [views, size, size, C].
     """
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
     if encoded:
@@ -397,38 +323,16 @@ def imagenet_train(
     crop = _resize(crop, size, size)
     if config.augment.flip:
         crop = tf.image.stateless_random_flip_left_right(crop, seed=flip_seed)
-    augment = augment_draws.augment_choices(seed, config)
+    draws = _one(augmentations.draws(seed, config))
+    images = _train_batch(crop[None], draws, config, lambda images, _: normalize(images, config))
     views = config.augment.views  # One, or AugMix's three.
-    if augment_draws.op_ranges(config) is not None or config.augment.auto_augment == "augmix":
-        pixels = tf.cast(tf.clip_by_value(tf.round(crop), 0, 255), tf.uint8)
-        batched = {key: value[None] for key, value in augment.items()}
-        augmented = tf.cast(_op_policy(pixels[None], batched, config)[0], tf.float32)
-        # AugMix's views: the first is the crop as the recipe without them leaves it.
-        crop = augmented if views == 1 else tf.concat([crop[None], augmented[1:]], axis=0)
-    # The example's views as a batch.
-    images = normalize(crop if views > 1 else crop[None], config)
-    if config.augment.cutout_size:
-        corners = tf.repeat(augment["cutout_corner"][None], views, axis=0)
-        images = cutout(images, corners, config)
-    if config.augment.erase_probability:
-        boxes = tf.repeat(erase_boxes(augment["erase_draws"][None], config), views, axis=0)
-        noise = tf.repeat(augment["erase_noise"][None], views, axis=0)
-        images = tf.cond(  # Most images are not erased.
-            boxes[0, 2] > 0, lambda: randaugment.erase_batch(images, boxes, noise), lambda: images
-        )
-    if views == 1:
-        return _finish(images[0], config)
-    size = config.image_size
-    return tf.cast(tf.ensure_shape(images, [views, size, size, config.channels]), config.dtype)
+    shape = [size, size, config.channels] if views == 1 else [views, size, size, config.channels]
+    return tf.cast(tf.ensure_shape(images[0], shape), config.dtype)
 
 
 def _resized_shape(image: tf.Tensor, shorter_side: int) -> list[tf.Tensor]:
-    """[height, width] (int32) of `image` resized so that its shorter side is `shorter_side`.
-
-    A longer side beyond 2**30 (an image over a million times longer than
-    wide, at 256) is capped there, where int32 sizes would overflow: that
-    image is squeezed, rather than the evaluation stopped.
-    """
+    """int32 [height, width] of `image` resized so that its shorter side is `shorter_side`;
+    a longer side is capped at 2**30 (int32 sizes would overflow): squeezed, not refused."""
     shape = tf.cast(tf.shape(image)[:2], tf.float32)
     scale = shorter_side / tf.reduce_min(shape)
     return tf.unstack(tf.cast(tf.minimum(tf.round(shape * scale), 2.0**30), tf.int32))
@@ -437,15 +341,8 @@ def _resized_shape(image: tf.Tensor, shorter_side: int) -> list[tf.Tensor]:
 def _interpolation(
     out_indices: tf.Tensor, in_size: tf.Tensor, out_size: tf.Tensor
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """Bilinear resizing's source pixels and weights along one axis, for some output pixels.
-
-    TensorFlow's own arithmetic (`ResizeBilinear` with half-pixel centres), op
-    for op in float32: source position (i + 0.5) * in/out - 0.5, its floor
-    and ceiling clamped to the image, and the fraction between them.
-
-    Returns:
-      (lower, upper, fraction): int32, int32, float32, shaped like `out_indices`.
-    """
+    """Bilinear resizing's (lower, upper, fraction) source pixels along one axis, for some
+    output pixels: `ResizeBilinear`'s half-pixel arithmetic op for op in float32."""
     scale = tf.cast(in_size, tf.float32) / tf.cast(out_size, tf.float32)
     position = (tf.cast(out_indices, tf.float32) + 0.5) * scale - 0.5
     floor = tf.floor(position)
@@ -464,13 +361,8 @@ def _resized_window(
     left: tf.Tensor,
     size: int,
 ) -> tf.Tensor:
-    """The `size` x `size` window at (top, left) of `image` resized to height x width.
-
-    The same pixels as `_resize(image, height, width)[top:top + size, left:left + size]`,
-    computed without the rest of the resized image: each output pixel reads
-    its 4 source pixels (`tf.gather_nd`), so memory is a few windows' worth
-    whatever the image's shape.
-    """
+    """`_resize(image, height, width)[top:top + size, left:left + size]`, computed without
+    the rest of the resized image: each output pixel reads its 4 source pixels."""
     in_height, in_width = tf.unstack(tf.shape(image)[:2])
     offsets = tf.range(size)
     row_lower, row_upper, row_fraction = _interpolation(top + offsets, in_height, height)
@@ -493,23 +385,13 @@ def _resized_window(
 def resized_crops(
     image: tf.Tensor, shorter_side: int, size: int, corners: bool = False
 ) -> tf.Tensor:
-    """Crops of `image` resized (bilinear) so that its shorter side is `shorter_side`.
+    """float32 [1, size, size, C], the central crop of `image` resized (bilinear) so that its
+    shorter side is `shorter_side`; with `corners`, [5, ...]: the centre, top-left,
+    top-right, bottom-left and bottom-right.
 
-    An image up to `MAX_WHOLE_RESIZE_ASPECT` is resized whole and cropped,
-    as evaluation always did; a longer one (a 1x4000 strip resizes to
-    256x1,024,000: 3 GB of float32) has only its crops' windows computed,
-    pixel for pixel the same arithmetic (`_resized_window`), so its memory is
-    that of the crops.
-
-    Args:
-      image: uint8 [H, W, 3] pixels.
-      shorter_side: the resized image's shorter side (at least `size`).
-      size: the crops' height and width.
-      corners: also the four corners, after the centre.
-
-    Returns:
-      float32 [1, size, size, 3], the central crop; with `corners`, [5, size,
-      size, 3]: centre, top-left, top-right, bottom-left, bottom-right.
+    An image up to `MAX_WHOLE_RESIZE_ASPECT` is resized whole; a longer one
+    (a 1x4000 strip would resize to 3 GB of float32) has only its crops'
+    windows computed, by the same arithmetic (`_resized_window`).
     """
     height, width = _resized_shape(image, shorter_side)
     bottom, right = height - size, width - size
@@ -530,55 +412,33 @@ def resized_crops(
     return tf.cond(ordinary, whole, windows)
 
 
-def imagenet_eval(image: tf.Tensor, config: Preprocessing, encoded: bool = False) -> tf.Tensor:
-    """Resize the shorter side to `eval_resize`, then crop the centre (`resized_crops`).
+def imagenet_eval(
+    image: tf.Tensor, config: Preprocessing, encoded: bool = False, corners: bool = False
+) -> tf.Tensor:
+    """The shorter side resized to `eval_resize`, the central crop (`resized_crops`), in
+    `config.dtype`; with `corners`, [5, size, size, C], the four corners after it.
 
-    Args:
-      image: uint8 [H, W, 3] pixels, or encoded bytes when `encoded`.
-      config: the parameters.
-      encoded: whether `image` holds encoded bytes.
-
-    Returns:
-      [eval_size, eval_size, 3] in `config.dtype`.
+    `image`: uint8 [H, W, C] pixels, or encoded bytes when `encoded`.
     """
     if encoded:
         image = decode_image(image, config.channels)
     size = config.eval_size
-    crop = resized_crops(image, config.eval_resize, size)[0]
-    return _finish(normalize(crop, config), config, size)
+    crops = resized_crops(image, config.eval_resize, size, corners)
+    crops = [_finish(normalize(crop, config), config, size) for crop in tf.unstack(crops)]
+    return tf.stack(crops) if corners else crops[0]
 
 
 def imagenet_eval_crops(
     image: tf.Tensor, config: Preprocessing, encoded: bool = False
 ) -> tf.Tensor:
-    """The five crops of multi-crop evaluation: the centre, then the four corners.
-
-    The image is resized as for `imagenet_eval` (so the first crop is its
-    output); with their horizontal flips, which the evaluation step adds, these
-    are the 10 crops of Krizhevsky et al. 2012.
-
-    Args:
-      image: uint8 [H, W, 3] pixels, or encoded bytes when `encoded`.
-      config: the parameters.
-      encoded: whether `image` holds encoded bytes.
-
-    Returns:
-      [5, eval_size, eval_size, 3] in `config.dtype`: centre, top-left,
-      top-right, bottom-left, bottom-right.
-    """
-    if encoded:
-        image = decode_image(image, config.channels)
-    size = config.eval_size
-    crops = resized_crops(image, config.eval_resize, size, corners=True)
-    return tf.stack([_finish(normalize(crop, config), config, size) for crop in tf.unstack(crops)])
+    """Multi-crop evaluation's five crops (`imagenet_eval` with corners); with the flips
+    the evaluation step adds, Krizhevsky et al. 2012's 10 crops."""
+    return imagenet_eval(image, config, encoded, corners=True)
 
 
 def resize_only(image: tf.Tensor, config: Preprocessing, encoded: bool = False) -> tf.Tensor:
-    """Decodes if needed and resizes to the output size, for CIFAR-family files.
-
-    Small images read from files (a folder of 32x32 PNGs, say) may not all have
-    the configured size; they are resized, then treated as decoded pixels.
-    """
+    """A CIFAR-family file's image (decoded if `encoded`) at the output size: resized
+    (bilinear) if it differs, rounded to uint8 pixels."""
     if encoded:
         image = decode_image(image, config.channels)
     size = config.image_size

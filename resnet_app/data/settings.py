@@ -1,17 +1,10 @@
-"""`DataConfig`: every setting of the input pipeline, validated, without TensorFlow.
+"""`DataConfig`: every setting of the input pipeline, validated without TensorFlow (so
+command-line tools check flags before importing it).
 
-Kept apart from `data/input_pipeline.py` so that command-line tools can check a
-user's flags before paying for the TensorFlow import. The data section nests
-its groups, each stated once:
-- `data.augment` (`AugmentSettings`): the training augmentation, which the
-  resolved `Preprocessing` holds as it is;
-- `data.mix` (`MixSettings`): Mixup and CutMix;
-- `data.records` (`RecordSettings`): how `tfrecord:` shards are read;
-- `data.progressive` (`ProgressiveSettings`): the training size by epoch.
-
-Config files and `--set` keys of the flat layout before (`data.flip`,
-`data.mixup_alpha`, `data.mix_mode`, ...) keep working: `common/migration.py`
-moves them into their groups when they are read.
+The data section nests its groups: `data.augment` (`AugmentSettings`, which the
+resolved `Preprocessing` holds), `data.mix`, `data.records` and
+`data.progressive`. The flat keys before them (`data.flip`, `data.mix_mode`, ...)
+are moved into their groups when read (`common/migration.py`).
 """
 
 from __future__ import annotations
@@ -42,14 +35,14 @@ from resnet_app.data.class_balance import SAMPLINGS
 FAMILIES = ("auto", "cifar", "imagenet")
 # data.channels: unset (the data's own), greyscale or RGB.
 CHANNELS = (None, 1, 3)
-# RandAugment's op list has 14 ops (data/randaugment.py); magnitudes above the
-# 0-10 scale extrapolate, up to 30.
+# RandAugment's ops per image; magnitudes above the 0-10 scale extrapolate, up to 30.
 MAX_RANDAUGMENT_OPS = 14
 MAX_RANDAUGMENT_MAGNITUDE = 30.0
 MIX_MODES = ("batch", "example")
-# data.augment.auto_augment: torchvision's names (its reference scripts'
-# --auto-augment): TrivialAugment-wide, or AutoAugment's learned policies.
-AUTO_AUGMENTS = ("none", "ta_wide", "imagenet", "cifar10", "svhn", "augmix")
+# data.augment.auto_augment: torchvision's names (its --auto-augment), each an
+# augmentation of that name (`data/augmentations.py`). A dict, read when
+# checking, so that a policy registered later (a test's) is a valid choice.
+AUTO_AUGMENTS = dict.fromkeys(("none", "ta_wide", "imagenet", "cifar10", "svhn", "augmix"))
 AUGMIX_MAX_SEVERITY = 10  # torchvision's _PARAMETER_MAX: its 10 magnitude bins.
 AUGMIX_VIEWS = 3  # With AugMix's consistency loss: each example and two AugMix of it.
 
