@@ -121,7 +121,8 @@ class Group:
             command = worker_command(self._train_args)
             if stopping:
                 return
-            log = _open_log(os.path.join(self._log_dir, f"worker{index}.log"))
+            path = os.path.join(self._log_dir, f"worker{index}.log")
+            log = os.fdopen(run_dir.open_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab")
             tf_config = {"cluster": cluster, "task": {"type": "worker", "index": index}}
             process = subprocess.Popen(
                 # Not preexec_fn (unsafe with the pumps' threads): parent_death sets
@@ -208,11 +209,6 @@ def _kill(process: subprocess.Popen) -> None:
     """SIGKILL to a worker not yet waited for, and to anything in its process group."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-
-
-def _open_log(path: str) -> BinaryIO:
-    """A worker's log, appended to as bytes (never through a symbolic link)."""
-    return os.fdopen(run_dir.open_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab")
 
 
 class _Sink:

@@ -77,10 +77,7 @@ def select(directory: str, which: str) -> list[tuple[int, str]]:
         return [find_best(directory)]
     if which == averaged_checkpoint.CHOICE:
         step, prefix = averaged_checkpoint.find(directory)
-        reason = unreadable(prefix)
-        if reason:
-            raise ConfigError(f"the averaged checkpoint {prefix} is unreadable ({reason})")
-        return [(step, prefix)]
+        return [(step, _readable(prefix, "the averaged checkpoint"))]
     found = list_checkpoints(directory)
     if not found:
         raise ConfigError(f"{directory} holds no checkpoint ({PREFIX}-N.index); check --model_dir")
@@ -106,11 +103,15 @@ def select(directory: str, which: str) -> list[tuple[int, str]]:
         raise ConfigError(
             f"--checkpoint={which}: not in {directory}; use latest, all{kept} or one of: {names}"
         )
-    prefix = steps[chosen_step]
+    return [(chosen_step, _readable(steps[chosen_step], "checkpoint", "; pick another one"))]
+
+
+def _readable(prefix: str, what: str, fix: str = "") -> str:
+    """`prefix`, or a ConfigError "WHAT PREFIX is unreadable (WHY)FIX"."""
     reason = unreadable(prefix)
     if reason:
-        raise ConfigError(f"checkpoint {prefix} is unreadable ({reason}); pick another one")
-    return [(chosen_step, prefix)]
+        raise ConfigError(f"{what} {prefix} is unreadable ({reason}){fix}")
+    return prefix
 
 
 def find_best(directory: str) -> tuple[int, str]:
@@ -123,10 +124,7 @@ def find_best(directory: str) -> tuple[int, str]:
         )
     folder, record = found
     prefix = os.path.join(folder, record["checkpoint"])
-    reason = unreadable(prefix)
-    if reason:
-        raise ConfigError(f"the best checkpoint {prefix} is unreadable ({reason}); pick another")
-    return record["step"], prefix
+    return record["step"], _readable(prefix, "the best checkpoint", "; pick another")
 
 
 def keep_best(model_dir: str, step: int, record: dict[str, Any]) -> str:
@@ -240,7 +238,9 @@ class RunCheckpoint:
         self.checkpoint = tf.train.Checkpoint(**objects)
         # Checked by `finite`: other state may hold NaN on purpose.
         self._variables = [
-            v for name in ("model", EMA, "optimizer") for v in _variables_of(objects.get(name))
+            v
+            for name in ("model", EMA, "optimizer")
+            for v in getattr(objects.get(name), "variables", [])
         ]
         self.manager = tf.train.CheckpointManager(
             self.checkpoint,
@@ -355,10 +355,6 @@ def _remove_partial(prefix: str) -> None:
     for path in leftovers:
         with contextlib.suppress(OSError):
             os.remove(path)
-
-
-def _variables_of(obj) -> list[tf.Variable]:
-    return list(getattr(obj, "variables", [])) if obj is not None else []
 
 
 def has_ema(prefix: str) -> bool:

@@ -8,19 +8,24 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from absl import app, flags
+from absl import app, flags, logging
 
 from resnet_app.common import run_dir, startup_noise
-from resnet_app.common.errors import ConfigError
+from resnet_app.common.errors import ConfigError, WorkerLostError
 from resnet_app.common.fields import FieldType, field_types
 
 USAGE_ERROR = 2
 
 
-def fail(message: str, status: int = USAGE_ERROR) -> NoReturn:
-    """Prints `message` as a one-line error and exits with `status`."""
+def fail(message: str, status: int = USAGE_ERROR, at_once: bool = False) -> NoReturn:
+    """Prints `message` as a one-line error and exits with `status`; `at_once` skips the
+    teardown (a lost worker's survivor: its collectives are aborted, its files written)."""
     sys.stderr.write(f"error: {message}\n")
     sys.stderr.flush()
+    if at_once:
+        logging.flush()
+        sys.stdout.flush()
+        os._exit(status)
     sys.exit(status)
 
 
@@ -48,7 +53,8 @@ def run(main: Callable[[list[str]], None]) -> NoReturn:
         try:
             main(argv)
         except ConfigError as error:
-            fail(str(error), getattr(error, "exit_status", USAGE_ERROR))
+            status = getattr(error, "exit_status", USAGE_ERROR)
+            fail(str(error), status, at_once=isinstance(error, WorkerLostError))
 
     try:
         app.run(guarded_main, flags_parser=_parse_flags)
@@ -69,6 +75,17 @@ def reject_positional(argv: Sequence[str]) -> None:
 def flag_values(*names: str) -> dict[str, Any]:
     """{name: the value of --name}: a command's flags as keyword arguments."""
     return {name: flags.FLAGS[name].value for name in names}
+
+
+def use_matplotlib(command: str) -> None:
+    """Selects matplotlib's Agg backend (files, no display); a ConfigError without it."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ConfigError(
+            f"resnet-app {command} draws with matplotlib: pip install -r requirements-plot.txt"
+        ) from None
+    matplotlib.use("Agg")
 
 
 def define_weights_flag() -> flags.FlagHolder:

@@ -70,14 +70,7 @@ class CpuInfo:
 
     def to_dict(self) -> dict:
         """For JSON reports."""
-        return {
-            "model": self.model,
-            "isa": list(self.isa),
-            "isa_cap": self.isa_cap,
-            "onednn": self.onednn,
-            "onednn_forced": self.onednn_forced,
-            "native_bf16": self.native_bf16,
-        }
+        return {**dataclasses.asdict(self), "isa": list(self.isa), "native_bf16": self.native_bf16}
 
     @classmethod
     def from_dict(cls, data: dict) -> CpuInfo:

@@ -124,40 +124,23 @@ def merge(tree: Tree, layer: Mapping[str, Any], where: str) -> None:
                 raise ConfigError(f"{section} key {key!r} must be a name")
         values = migration.config_section(section, values)  # Old keys in today's places.
         given = tree.setdefault(section, {})
-        if _names_new_kind(section, given, values):
-            given.clear()  # A new kind starts its section afresh.
-        owner = _section_class(section, {**given, **values})
+        default, owner = _DEFAULTS[section], type(_DEFAULTS[section])
+        if isinstance(default, OneOfSection):  # The class of the kind named (None: unknown).
+            if default.KEY in values and values[default.KEY] != given.get(
+                default.KEY, default.kind
+            ):
+                given.clear()  # A new kind starts its section afresh.
+            owner = default.kind_class({**given, **values}.get(default.KEY, default.kind))
         for name, other in (alternatives(owner) if owner else {}).items():
             if values.get(name) is not None and values.get(other) is None:
                 given[other] = None
+        groups = {key for key, kind in field_types(owner).items() if kind.nested} if owner else ()
         for key, value in values.items():
             group = given.get(key)
-            if _is_group(owner, key) and isinstance(value, Mapping) and isinstance(group, Mapping):
+            if key in groups and isinstance(value, Mapping) and isinstance(group, Mapping):
                 given[key] = {**group, **value}  # A group's keys add up across layers.
             else:
                 given[key] = value
-
-
-def _is_group(owner: type | None, key: str) -> bool:
-    """Whether `key` of section class `owner` is a nested group of settings."""
-    kind = field_types(owner).get(key) if owner else None
-    return kind is not None and kind.nested
-
-
-def _names_new_kind(section: str, given: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
-    """Whether `values` name another kind than the one a one-of section has so far."""
-    default = _DEFAULTS[section]
-    if not isinstance(default, OneOfSection):
-        return False
-    return default.KEY in values and values[default.KEY] != given.get(default.KEY, default.kind)
-
-
-def _section_class(section: str, given: Mapping[str, Any]) -> type | None:
-    """The dataclass of a section's keys: its kind's for a one-of section (None if unknown)."""
-    default = _DEFAULTS[section]
-    if not isinstance(default, OneOfSection):
-        return type(default)
-    return default.kind_class(given.get(default.KEY, default.kind))
 
 
 def set_layer(sets: Iterable[str]) -> Tree:

@@ -208,17 +208,6 @@ def save_figure(figure: Figure, path: str) -> None:
     files.write_atomically(path, lambda temp: figure.savefig(temp, format=file_format, dpi=DPI))
 
 
-def _import_matplotlib() -> None:
-    """Selects matplotlib's Agg backend (files, no display); ConfigError without matplotlib."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise ConfigError(
-            "resnet-app plot draws with matplotlib: pip install -r requirements-plot.txt"
-        ) from None
-    matplotlib.use("Agg")
-
-
 def _summary(curves: RunCurves) -> str:
     steps = curves.train["loss"].steps
     parts = [f"{len(steps)} training records" + (f" to step {steps[-1]}" if steps else "")]
@@ -255,7 +244,7 @@ def main(argv: list[str]) -> None:
         if real in seen:
             raise ConfigError(f"{run_dir} is {seen[real]} again; give each run directory once")
         seen[real] = run_dir
-    _import_matplotlib()
+    cli.use_matplotlib("plot")
     from matplotlib.figure import Figure
 
     file_format = os.path.splitext(out)[1][1:].lower() or "png"

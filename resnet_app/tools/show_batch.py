@@ -10,7 +10,7 @@ display; every data flag of training is accepted. Needs requirements-plot.txt.
 import math
 import os
 
-from absl import flags
+from absl import flags, logging
 
 from resnet_app.common import checks, cli
 from resnet_app.common.errors import ConfigError
@@ -43,16 +43,8 @@ def main(argv: list[str]) -> None:
     out_dir = os.path.dirname(os.path.abspath(_OUT.value))
     if not os.path.isdir(out_dir):
         raise ConfigError(f"--out={_OUT.value}: directory {out_dir} does not exist")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ConfigError(
-            "resnet-app show-batch draws with matplotlib: pip install -r requirements-plot.txt"
-        ) from None
-
+    cli.use_matplotlib("show-batch")
+    import matplotlib.pyplot as plt
     import numpy as np
 
     from resnet_app.data import input_pipeline
@@ -92,8 +84,6 @@ def main(argv: list[str]) -> None:
     figure.suptitle(f"{config.dataset}: {pipeline.preprocessing.family} preprocessing", fontsize=9)
     figure.tight_layout()
     figure.savefig(_OUT.value, dpi=100)
-    from absl import logging
-
     logging.info("Wrote %d images to %s", len(pixels), _OUT.value)
 
 
