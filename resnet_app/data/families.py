@@ -18,30 +18,17 @@ EVAL_CROP_FRACTION = 0.875  # 224 / 256
 
 
 class Family:
-    """One family; subclasses are the CIFAR and ImageNet ones."""
+    """One family. Each gives `augment(image, seed, config, encoded, resize)`: one training
+    example's {"image": ...} and per-example draws, from uint8 pixels (or encoded bytes) and
+    its int64 [2] seed; `evaluate(image, config, encoded, resize, crops)`: one evaluation
+    image (with `crops`, [5, size, size, 3]); `eval_resize(eval_resize, eval_image_size,
+    size)`: the shorter side before the central crop, refusing settings that cannot work;
+    `served_size(config)`: the portable classifier's input size."""
 
     name: ClassVar[str]
     title: ClassVar[str]
     crops: ClassVar[bool]
     resize_text: ClassVar[str]
-
-    def augment(self, image, seed, config, encoded: bool, resize: bool) -> dict:
-        """One training example's augmentation, {"image": ...} and any per-example draws,
-        from uint8 pixels (or encoded bytes) and its int64 [2] seed; `resize`: the image may
-        differ from the training size."""
-        raise NotImplementedError
-
-    def evaluate(self, image, config, encoded: bool, resize: bool = True, crops: bool = False):
-        """One evaluation image (with `crops`, its [5, size, size, 3] crops)."""
-        raise NotImplementedError
-
-    def eval_resize(self, eval_resize: int | None, eval_image_size: int | None, size: int) -> int:
-        """The shorter side before the central crop; refuses settings that cannot work."""
-        raise NotImplementedError
-
-    def served_size(self, config) -> int:
-        """The height and width of the portable classifier's input."""
-        raise NotImplementedError
 
     def served_image(self, image, config):
         """One uint8 image of any size as the portable classifier takes it."""

@@ -62,21 +62,9 @@ def _limit(split: sources.Split, count: int | None) -> sources.Split:
 
 
 class InputPipeline:
-    """A loaded dataset and the preprocessing to apply; builds tf.data pipelines.
-
-    Args:
-      config: the data config.
-      default_image_size: the model preset's input size, for data without a size of its
-        own (`image_size.choose_image_size`).
-      model_name: the preset's name, for `describe`.
-      recorded: what the run's data_info.json records (`run_pipeline`).
-
-    Attributes:
-      source: the loaded source (None for `synthetic`).
-      train_split: the training `Split` (after limiting and holding out).
-      preprocessing: the resolved `Preprocessing`.
-      image_size: the chosen `ImageSize` (the size and why).
-    """
+    """A loaded dataset (`source`: None for synthetic data) and its resolved `preprocessing`;
+    builds tf.data pipelines. `default_image_size` is the model preset's, for data without
+    a size of its own; `recorded` what the run's data_info.json records (`run_pipeline`)."""
 
     def __init__(
         self,
@@ -88,8 +76,7 @@ class InputPipeline:
         self.config = config
         source = sources.load_source(config)
         if source is not None:
-            # Limit first, then hold out: --train_examples=N --validation_split=M
-            # trains on N - M examples.
+            # Limit, then hold out: --train_examples=N --validation_split=M trains on N - M.
             train = _limit(source.split("train"), config.train_examples)
             source = dataclasses.replace(source, splits={**source.splits, "train": train})
             source = sources.hold_out(source, config.validation_split)
@@ -161,15 +148,13 @@ class InputPipeline:
         return self.source.default_eval_split()
 
     def epoch_examples(self, global_batch: int) -> int:
-        """Examples in one training epoch: the training split's, or with repeated
-        augmentation the samplers' rounded length (`data/repeats.py`)."""
+        """Examples in one training epoch (with repeated augmentation, `repeats.epoch_length`)."""
         return repeats.epoch_length(
             self.num_train_examples, self.config.augment.repeats, global_batch
         )
 
     @property
     def num_train_examples(self) -> int:
-        """Examples in the training split."""
         if self.train_split is None:
             return self.config.train_examples or SYNTHETIC_SPLIT_SIZES["train"]
         return self.train_split.num_examples
@@ -250,22 +235,11 @@ class InputPipeline:
         image_size: int | None = None,
         replicas_per_shard: int = 1,
     ) -> tf.data.Dataset:
-        """The infinite training stream, batched.
-
-        Args:
-          global_batch_size: examples per step over all shards.
-          start_example: where to enter the stream (an example count from the
-            start of epoch 0, normally step * global_batch_size).
-          num_shards: input pipelines (workers) reading the stream.
-          shard_index: which of them this is.
-          image_size: the images' size (progressive resizing, `data/progressive.py`;
-            default: the run's). The examples and their draws do not depend on it.
-          replicas_per_shard: the towers each pipeline's batch is split over; with
-            repeated augmentation, where each copy of an example goes (`data/repeats.py`).
-
-        Returns:
-          Batches of global_batch_size / num_shards examples, infinitely.
-        """
+        """Pipeline `shard_index` of `num_shards`' batches of the infinite training stream,
+        entered at example `start_example` (normally step * global_batch_size), at
+        `image_size` (progressive resizing; default: the run's; the examples and their draws
+        do not depend on it), over `replicas_per_shard` towers (with repeated augmentation,
+        where each copy goes)."""
         if global_batch_size % num_shards:
             raise ConfigError(
                 f"global batch size {global_batch_size} is not divisible by the "
@@ -366,19 +340,12 @@ class InputPipeline:
         batches_multiple_of: int = 1,
         crops: bool = False,
     ) -> tf.data.Dataset:
-        """Every example of a split exactly once, in padded batches (padding has mask 0).
+        """Every example of `split` (default: `eval_split_name`) once, in padded batches.
 
         Pipeline `shard_index` of `num_shards` reads examples shard_index, shard_index +
         num_shards, ...; each yields the same number of batches, a multiple of
-        `batches_multiple_of` (its replicas), so no replica steps alone or gets an empty batch.
-
-        Args:
-          batch_size: examples per batch of this pipeline.
-          split: the split (default: `eval_split_name`).
-          num_shards: input pipelines (workers).
-          shard_index: which of them this is.
-          batches_multiple_of: round the number of batches up to this multiple.
-          crops: ImageNet family: each "image" is [5, size, size, 3] crops (multi-crop).
+        `batches_multiple_of` (its replicas), so no replica steps alone. With `crops` (the
+        ImageNet family), each "image" is [5, size, size, 3] crops.
         """
         total = self.num_eval_examples(split)
         data = self.eval_split(split)

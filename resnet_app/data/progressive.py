@@ -49,11 +49,6 @@ def size_at_epoch(settings: ProgressiveSettings, epoch: float, final_size: int) 
     return max(multiple, multiple * round((start + share * (end - start)) / multiple))
 
 
-def _exact(epoch: float) -> Fraction:
-    """An epoch as written (0.4 is 2/5, not the float nearest it)."""
-    return Fraction(repr(float(epoch)))
-
-
 def _first_step(epoch: Fraction, batch_size: int, examples_per_epoch: int) -> int:
     """The first step whose first example is at `epoch` or later."""
     return math.ceil(epoch * examples_per_epoch / batch_size)
@@ -99,7 +94,8 @@ def size_schedule(
     if settings.sizes:
         changes: dict[int, tuple[int, float]] = {}  # Step: (size, epoch); a later one wins.
         for epoch, size in zip(settings.epochs, settings.sizes):
-            start = _first_step(_exact(epoch), batch_size, examples_per_epoch)
+            exact = Fraction(repr(float(epoch)))  # As written: 0.4 is 2/5, not the nearest float.
+            start = _first_step(exact, batch_size, examples_per_epoch)
             if start < max(total_steps, 1):
                 changes[start] = (size, float(epoch))
         starts, sizes, epochs = [], [], []

@@ -83,16 +83,9 @@ def _recorded(model_dir: str, dataset: str, preset_size: int) -> Recorded:
 def create_run_pipeline(
     config, data_config: DataConfig | None = None, model_dir: str | None = None
 ) -> InputPipeline:
-    """The input of a run, for training, evaluate and export alike.
-
-    Args:
-      config: the run's resolved `Config`; its model preset gives its input size to data
-        without a size of its own.
-      data_config: data settings in place of `config.data` (evaluate moves `data_dir` or
-        picks another split).
-      model_dir: an existing run's directory, whose data_info.json may record its image
-        size; None for a new run (or --restart).
-    """
+    """The input of a run, for training, evaluate and export alike: `config`'s model preset
+    gives its input size to data without one, `data_config` replaces `config.data`
+    (evaluate's), and `model_dir`'s data_info.json (an existing run's) may record the size."""
     from resnet_app.nets.presets import get_config  # Pure data: no TensorFlow.
 
     data = data_config or config.data

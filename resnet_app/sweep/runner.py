@@ -182,22 +182,18 @@ class Sweep:
                 process.kill()
             for number, handler in previous.items():
                 signal.signal(number, handler)
-        ranked = self.write_report()
+        plan, study_dir = self.plan, self.request.study_dir
+        ranked = report.write_all(
+            self.study, study_dir, plan.keys, plan.metric, plan.higher, HOLDOUT
+        )
+        print(report.table(ranked, plan.keys, plan.metric), flush=True)
         if self.refused is not None:
             raise ConfigError(f"{self.refused}; the sweep stopped drawing trials")
         if not self.stopping and ranked and all(row.state == "FAIL" for row in ranked):
             raise ConfigError(
                 f"no trial of the sweep finished: each failed (their error lines are in "
-                f"{os.path.join(self.request.study_dir, report.SUMMARY_FILE)})"
+                f"{os.path.join(study_dir, report.SUMMARY_FILE)})"
             )
-        return ranked
-
-    def write_report(self) -> list[report.Row]:
-        plan = self.plan
-        ranked = report.write_all(
-            self.study, self.request.study_dir, plan.keys, plan.metric, plan.higher, HOLDOUT
-        )
-        print(report.table(ranked, plan.keys, plan.metric), flush=True)
         return ranked
 
     def _on_signal(self, number: int, frame: Any) -> None:

@@ -25,38 +25,30 @@ RUN_DIR, HOST, ARGV, DEVICE, ERROR = "run_dir", "host", "argv", "device", "error
 STARTED, ENDED = "started", "ended"  # Unix times: its first start, its last end.
 
 
-def _median(prune_after: int, eval_every: int | None) -> Any:
-    import optuna
-
-    del eval_every
-    return optuna.pruners.MedianPruner(n_startup_trials=prune_after, n_warmup_steps=0)
-
-
 def _hyperband(prune_after: int, eval_every: int | None) -> Any:
-    import optuna
-
     del prune_after  # Hyperband's brackets decide when a trial may be stopped.
     if not eval_every:
         raise ConfigError(
             "--pruner=hyperband counts its resource in training steps: give --eval_every=N "
             "(its smallest budget, one evaluation), or use --pruner=median"
         )
-    return optuna.pruners.HyperbandPruner(min_resource=eval_every, max_resource="auto")
-
-
-def _none(prune_after: int, eval_every: int | None) -> Any:
-    import optuna
-
-    del prune_after, eval_every
-    return optuna.pruners.NopPruner()
+    return _optuna().pruners.HyperbandPruner(min_resource=eval_every, max_resource="auto")
 
 
 # Optuna's pruners, each made from (--prune_after, the run's train.eval_every).
 PRUNERS: dict[str, Callable[[int, int | None], Any]] = {
-    "median": _median,
+    "median": lambda prune_after, _: _optuna().pruners.MedianPruner(
+        n_startup_trials=prune_after, n_warmup_steps=0
+    ),
     "hyperband": _hyperband,
-    "none": _none,
+    "none": lambda *_: _optuna().pruners.NopPruner(),
 }
+
+
+def _optuna() -> Any:
+    import optuna
+
+    return optuna
 
 
 def import_optuna() -> Any:

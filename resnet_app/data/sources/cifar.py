@@ -1,18 +1,12 @@
 """`--dataset=cifar:PATH`: the CIFAR-10 and CIFAR-100 archives as their authors distribute them.
 
-PATH is a tarball as downloaded (`cifar-10-binary.tar.gz`, `cifar-10-python.tar.gz`,
-`cifar-100-binary.tar.gz`, `cifar-100-python.tar.gz`), its extracted directory, or a
-directory holding one; which of the four it is comes from the files inside. A tarball is
-read in memory, without extracting it.
-- binary: records of 1 label byte (CIFAR-100: coarse then fine) and 3072 pixel bytes, the
-  red, green and blue 32x32 planes row by row;
-- python: dicts pickled by Python 2 (`data`, uint8 [N, 3072] in the same layout, and
-  `labels`, or `fine_labels` and `coarse_labels`), read by an unpickler that admits only
-  what a NumPy array needs (`array_pickle.py`): a file asking for more is refused, never run.
-
-Images come out uint8 [N, 32, 32, 3] in splits "train" and "test", class names from the
-archive's meta files; `data.coarse_labels` takes CIFAR-100's 20 superclasses. `find_archive`
-also serves tfds's `cifar10` and `cifar100` when tfds cannot (`tfds_source.py`).
+PATH is a tarball as downloaded (`cifar-10-binary.tar.gz`, ...), its extracted directory,
+or a directory holding one; which of the four it is comes from the files inside, and a
+tarball is read in memory. Binary files hold records of label bytes (CIFAR-100: coarse,
+fine) and 3072 pixel bytes, the red, green and blue planes; python ones dicts pickled by
+Python 2, read by an unpickler that runs no code (`array_pickle.py`). Images come out uint8
+[N, 32, 32, 3] in "train" and "test"; `data.coarse_labels` takes CIFAR-100's 20
+superclasses. `find_archive` also serves tfds's `cifar10` and `cifar100` offline.
 """
 
 from __future__ import annotations
@@ -171,12 +165,8 @@ def _read_layout(argument: str, archive: Archive) -> Archive:
 
 
 def locate(argument: str) -> Archive:
-    """The archive `cifar:PATH` names: a tarball, an extracted directory, or a directory of one.
-
-    Raises:
-      ConfigError: when PATH is missing, holds no CIFAR archive, or holds both CIFAR-10
-        and CIFAR-100.
-    """
+    """The archive `cifar:PATH` names: a tarball, an extracted directory, or a directory of
+    one (not of both CIFAR-10 and CIFAR-100)."""
     path = argument
     if os.path.isfile(path):
         return Archive(_tarball_layout(argument, path), path, tarball=True)
@@ -215,14 +205,8 @@ def _check_size(argument: str, path: str, size: int, layout: Layout) -> None:
 
 @register_check("cifar")
 def check(argument: str, config=None) -> Archive:
-    """The archive, checked without TensorFlow as far as takes no reading of its files: an
-    extracted directory's files are there and, binary ones, whole records; a tarball's first
-    member gives its layout (the rest is checked as it is loaded).
-
-    Raises:
-      ConfigError: one line: a missing path, no CIFAR archive there, a missing file, a
-        binary file cut short, or `data.coarse_labels` on CIFAR-10.
-    """
+    """The archive, checked without reading its files: an extracted directory's are there
+    (binary ones whole records); a tarball's first member gives its layout."""
     archive = locate(argument)
     layout = archive.layout
     _check_coarse(argument, layout, config)
@@ -261,12 +245,7 @@ def _read_files(argument: str, archive: Archive) -> dict[str, bytes]:
 
 
 def read_pickle(argument: str, name: str, data: bytes) -> dict:
-    """The dict a CIFAR pickle holds, keys as str, loaded without running code.
-
-    Raises:
-      ConfigError: one line naming the file, when it asks for another global than an
-        array's, or is not a readable pickle of a dict.
-    """
+    """The dict a CIFAR pickle holds, keys as str, loaded without running code."""
     try:
         loaded = array_pickle.load_arrays(data)
     except array_pickle.RefusedGlobalError as refused:
@@ -377,14 +356,8 @@ def _split(argument: str, layout: Layout, name: str, files, contents, coarse: bo
 
 
 def load_archive(argument: str, archive: Archive, config=None, name: str | None = None) -> Source:
-    """The source of a located archive: "train" and "test", uint8 [N, 32, 32, 3], int64 labels.
-
-    Args:
-      argument: the `cifar:` argument, for messages.
-      archive: from `check` or `find_archive`.
-      config: the `DataConfig` (`coarse_labels`, `class_names`).
-      name: the source's name (default: `cifar:PATH`).
-    """
+    """The source of a located archive (`argument` names it in messages, `name` the source;
+    default `cifar:PATH`): "train" and "test", uint8 [N, 32, 32, 3], int64 labels."""
     layout = archive.layout
     _check_coarse(argument, layout, config)
     coarse = bool(config is not None and config.coarse_labels)

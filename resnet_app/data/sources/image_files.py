@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import pathlib
 
 import numpy as np
 from absl import logging
@@ -53,11 +54,6 @@ def _inspect(path: str) -> tuple[str | None, int]:
     return (kind if kind and complete[kind] else None), size
 
 
-def _read_bytes(path: str) -> bytes:
-    with open(path, "rb") as file:
-        return file.read()
-
-
 class FileSplits:
     """Builds the splits of the source `dataset` from (paths, labels), counting what it skips."""
 
@@ -79,7 +75,8 @@ class FileSplits:
         files = np.array(paths)[good]
         contents = None
         if sum(sizes[i] for i in good) <= MEMORY_LIMIT_BYTES:
-            contents = np.array(list(self._pool.map(_read_bytes, files)), dtype=object)
+            read = self._pool.map(lambda path: pathlib.Path(path).read_bytes(), files)
+            contents = np.array(list(read), dtype=object)
         return Split(name, len(files), labels=labels[good], files=files, contents=contents)
 
     def finish(self) -> None:

@@ -29,16 +29,10 @@ BUILTIN_NAMES = ("synthetic",)  # No loader: the pipeline makes their batches it
 
 @dataclasses.dataclass(frozen=True)
 class SourceKind:
-    """A registered source.
-
-    Attributes:
-      scheme: the name before the colon ("folder"), or the whole name ("shapes").
-      load: `load(argument, data_config)` -> `Source`.
-      usage: how it is written, for messages ("folder:PATH").
-      needs_argument: whether it takes `scheme:argument` (else it stands alone).
-      example: None, or `example(directory, images, labels, splits)`, which writes uint8
-        images [N, H, W, C] with int labels, each in its split ("train" or "test"), in the
-        kind's format and returns the `--dataset` value that reads them.
+    """A registered source: its scheme ("folder", or a whole name: "shapes"), `load(argument,
+    data_config)`, its usage in messages ("folder:PATH"), whether it takes an argument, and
+    optionally `example(directory, images, labels, splits)`, which writes uint8 images with
+    int labels, each in its split, in its format and returns the `--dataset` that reads them.
     """
 
     scheme: str

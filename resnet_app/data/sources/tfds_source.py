@@ -135,15 +135,6 @@ def check(name: str, config) -> None:
         raise _offline(name, data_dir, manual)
 
 
-def _prepared(name: str, data_dir: str) -> bool:
-    """Whether tfds has prepared `name` (a version's dataset_info.json), read without tfds."""
-    folder = os.path.join(data_dir, name)
-    return os.path.isdir(folder) and any(
-        os.path.isfile(os.path.join(folder, version, "dataset_info.json"))
-        for version in os.listdir(folder)
-    )
-
-
 def cifar_archive(name: str, config) -> cifar.Archive | None:
     """CIFAR's own archive for tfds's `cifar10` or `cifar100`, or None when tfds has or can
     prepare the dataset. Looked for where a user copies it (`cifar.archive_places`) when
@@ -154,7 +145,12 @@ def cifar_archive(name: str, config) -> cifar.Archive | None:
       ConfigError: offline with no archive there, naming where to put one.
     """
     data_dir = tfds_data_dir(config.data_dir)
-    if not config.coarse_labels and (_prepared(name, data_dir) or network_available()):
+    folder = os.path.join(data_dir, name)  # Prepared: a version's dataset_info.json there.
+    prepared = os.path.isdir(folder) and any(
+        os.path.isfile(os.path.join(folder, version, "dataset_info.json"))
+        for version in os.listdir(folder)
+    )
+    if not config.coarse_labels and (prepared or network_available()):
         return None
     places = cifar.archive_places(config.data_dir, data_dir)
     found = cifar.find_archive(cifar.TFDS_NAMES[name], places)
@@ -299,6 +295,8 @@ def _image_and_label_keys(info) -> tuple[str | None, str | None]:
 
 @register_source(TFDS_SCHEME, usage="a tfds name (cifar10, imagenet2012, ...)")
 def load(name: str, config) -> Source:
+    """A tfds image-classification dataset ("cifar10", "imagenette/320px-v2"), downloaded
+    and prepared if needed (CIFAR's own archive when tfds cannot give it)."""
     archive = cifar_archive(name, config) if name in cifar.TFDS_NAMES else None
     if archive is not None:
         logging.info(
@@ -310,15 +308,9 @@ def load(name: str, config) -> Source:
             else f"not prepared in {tfds_data_dir(config.data_dir)}, and no network",
         )
         return cifar.load_archive(archive.path, archive, config, name=name)
-    return load_tfds(name, config.data_dir)
-
-
-def load_tfds(name: str, data_dir: str | None = None) -> Source:
-    """A tfds image-classification dataset ("cifar10", "imagenette/320px-v2"), downloaded
-    and prepared if needed, in `data_dir` (default: $TFDS_DATA_DIR or ~/tensorflow_datasets)."""
     import tensorflow_datasets as tfds
 
-    data_dir = tfds_data_dir(data_dir)
+    data_dir = tfds_data_dir(config.data_dir)
     try:
         builder = tfds.builder(name, data_dir=data_dir)
     except tfds.core.registered.DatasetNotFoundError:

@@ -1,21 +1,17 @@
 """`--dataset=tfrecord:DIR`: ImageNet-style TFRecord shards, streamed.
 
-The layout of TF's `build_imagenet_data.py` (read by TF Model Garden, NVIDIA's examples and
-the TPU reference models): shards `DIR/train-*`, `DIR/validation-*` (and `DIR/test-*`) of
-`tf.train.Example`s with the encoded image (`image/encoded`, JPEG or PNG), an int64 label
-(`image/class/label`) and optionally the class's name (`image/class/text`); the keys are
-`data.records.*_key`. ImageNet's files number classes from 1: `data.records.label_offset=1`.
-Counts and labels are scanned once and cached (`record_index.py`); an example's id is its
-position in the split, the sorted shards' records one after another.
+The layout of TF's `build_imagenet_data.py`: shards `DIR/train-*`, `DIR/validation-*` (and
+`DIR/test-*`) of `tf.train.Example`s with the encoded image, an int64 label and optionally
+the class's name (`data.records.*_key`; ImageNet's labels start at 1:
+`data.records.label_offset=1`). Counts and labels are scanned once and cached
+(`record_index.py`); an example's id is its position in the sorted shards.
 
-Training (`TFRecordStream.training`): with S pipelines (workers) and at least S shards,
-pipeline s reads only shards s, s + S, ... Each epoch visits its shards in an order drawn
-from (seed, epoch), in groups of `CYCLE_SHARDS` interleaved record by record and shuffled
-by a buffer seeded by (seed, epoch, group). Entering at an example reads from the start of
-its group only: earlier groups are never opened, skipped records never decoded. A
-pipeline's epoch is as long as its shards, so a run resumes exactly with the number of
-workers it started with. With fewer shards than pipelines, every pipeline reads every
-shard and keeps its own positions, as for tfds.
+Training: with S pipelines (workers) and at least S shards, pipeline s reads only shards
+s, s + S, ...; each epoch takes them in an order drawn from (seed, epoch), in groups of
+`CYCLE_SHARDS` interleaved and shuffled by a buffer seeded by (seed, epoch, group). Entering
+at an example opens only its group: nothing before is decoded. A run resumes exactly with
+the number of workers it started with. With fewer shards than pipelines, every pipeline
+reads every shard and keeps its own positions, as for tfds.
 """
 
 from __future__ import annotations
