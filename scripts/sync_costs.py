@@ -119,13 +119,13 @@ def measure(options: dict, interval: int | None) -> dict:
 
 
 def sync(options: dict) -> dict:
-    from resnet_app.common import distribute
-
     intervals = [int(k) for k in options["intervals"].split(",")]
     if any(k < 1 or options["steps"] % k for k in intervals):
         timing.fail(
             f"--intervals={options['intervals']}: each must divide --steps={options['steps']}"
         )
+    from resnet_app.common import distribute
+
     distribute.configure_towers(options["towers"])
     rows = {"allreduce": measure(options, None)}
     rows.update({f"model_average {k}": measure(options, k) for k in intervals})
