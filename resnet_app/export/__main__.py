@@ -6,35 +6,27 @@
         --quantize=none,float16,dynamic,int8
 
 Besides the SavedModel, `--format=tflite` writes one `.tflite` file per
-`--quantize` and `--format=onnx` a `model.onnx` (tf2onnx, an optional
-dependency: requirements-export.txt); both take uint8 images of one fixed size
-and return probabilities (`resnet_app/export/deploy.py`, `model_info.json`).
-Every export checks each format against the SavedModel on the run's
-evaluation split (`--eval_examples=N` of it): top-1 accuracy, agreement,
-largest probability difference, size and single-image latency, written to
-`export_report.json` and logged as a table. The run's fitted temperature
-(`evaluate --fit_temperature`) is applied to the probabilities of every
-format; `--tta=flip` averages each image with its mirror image.
+`--quantize` and `--format=onnx` a `model.onnx` (requirements-export.txt);
+both take uint8 images of one fixed size and return probabilities
+(`model_info.json`). Each format is checked against the SavedModel on the
+run's evaluation split (`--eval_examples=N` of it): top-1, agreement, largest
+probability difference, size and latency, in `export_report.json`. The run's
+fitted temperature applies to every format; `--tta=flip` averages each image
+with its mirror image.
 
 The SavedModel holds the network, the run's evaluation preprocessing and its
-class names, and has three signatures (`resnet_app/export/savedmodel.py` describes them):
-`serving_default` (uint8 images of any size), `serving_bytes` (encoded JPEG,
-PNG, BMP or GIF files) and `features` (the pooled features). It needs nothing from
-resnet_app to run:
+class names, with signatures `serving_default` (uint8 images of any size),
+`serving_bytes` (encoded image files) and `features`, and needs nothing from
+resnet_app:
 
     import tensorflow as tf
     classify = tf.saved_model.load("out").signatures["serving_default"]
     classify(images=uint8_batch)["top_k_names"]
 
-`saved_model_cli show --all --dir out` lists the signatures. Next to the model,
-`assets.extra/labels.txt` holds the class names, one per line in label order,
-and `assets.extra/export_info.json` says where it came from.
-
-The export is written beside its destination and renamed into place, so
-`--export_dir` never holds half a model. An existing export is replaced only
-with `--overwrite`, and nothing else is ever replaced: a non-empty directory
-that is not an export, or one that holds the run, is refused. On success one
-JSON line goes to stdout. A mistake gets one line on stderr and exit status 2.
+`assets.extra/` holds `labels.txt` and `export_info.json`. The export is
+written beside its destination and renamed into place; an existing export is
+replaced only with `--overwrite`, and nothing else ever is. On success one
+JSON line goes to stdout; a mistake gets one line on stderr and exit status 2.
 """
 
 from __future__ import annotations

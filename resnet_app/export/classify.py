@@ -1,19 +1,12 @@
 """Image files classified by an export or a run's checkpoint, for `python -m resnet_app.predict`.
 
 `load_classifier` gives a function from a batch of encoded images to the
-serving outputs (`top_k_ids`, `top_k_names`, `top_k_probabilities`), taken from
-a SavedModel's `serving_bytes` signature or from a run's checkpoint with the
-run's own evaluation preprocessing (`export/savedmodel.py`). `expand` turns the
-paths given into the files to classify, `classify_files` classifies them in
-batches (a file that cannot be read or decoded gets the reason instead of the
-outputs, and the others are still classified), and `format_result` writes one
-file's line, which `write_results` writes in what the stream's encoding can
-carry (`printable`). A file whose header (`image_shape`) gives more than
-`MAX_IMAGE_PIXELS` is refused before it is decoded.
-
-The paths and the run directory are checked before TensorFlow is imported, so
-a mistake in the command is answered at once; the functions that need
-TensorFlow import it themselves.
+serving outputs; `expand` turns the paths given into files; `classify_files`
+classifies them in batches (a file that cannot be read or decoded gets its
+reason, the others are still classified; a header of more than
+`MAX_IMAGE_PIXELS` is refused before decoding); `write_results` writes each
+file's line in what the stream's encoding can carry. The paths and the run
+directory are checked before TensorFlow is imported.
 """
 
 from __future__ import annotations
@@ -33,9 +26,7 @@ from resnet_app.export import formats
 
 OUTPUTS = {"top_k_ids", "top_k_names", "top_k_probabilities"}  # What the lines show.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
-# PIL's decompression-bomb limit (`Image.MAX_IMAGE_PIXELS`): 1 GiB as the
-# float32 RGB that resizing casts a decoded image to (12 bytes a pixel). A
-# 16383 x 16383 WebP or a 65535 x 65535 GIF of a few kilobytes is far above it.
+# A decompression-bomb guard: 1 GiB as the float32 RGB that resizing casts to.
 MAX_IMAGE_PIXELS = 1024**3 // 12
 # Surrogate escapes: how Python holds a file name's bytes that are not valid in
 # the file system's encoding (b"caf\xe9" read as UTF-8 is "caf\udce9").
@@ -56,16 +47,8 @@ def load_classifier(
     top_k: int | None = None,
     weights: str = "auto",
 ) -> Classifier:
-    """The model that classifies: an export, or a run's checkpoint.
-
-    Args:
-      export_dir: a SavedModel written by `python -m resnet_app.export`, or one
-        of the .tflite or .onnx files it wrote beside it; or None.
-      model_dir: or a run directory written by `python -m resnet_app.train`.
-      which: with `model_dir`, latest (the newest readable checkpoint), ckpt-N or N.
-      top_k: with `model_dir`, the classes in the top-k outputs (None: the
-        export's default).
-      weights: with `model_dir`, "auto", "ema" or "raw" (`checkpoint.restore_model`).
+    """The model that classifies: an export (a SavedModel, or a .tflite or .onnx file it
+    holds) or a run's checkpoint (`which`, `top_k` and `weights` apply to it).
 
     Returns:
       A function from `images=` (a string tensor [batch] of encoded images) to
@@ -73,7 +56,7 @@ def load_classifier(
 
     Raises:
       ConfigError: for neither or both given, no such run or checkpoint, or a
-        directory that holds no export of `python -m resnet_app.export`.
+        directory that holds no export.
     """
     if bool(export_dir) == bool(model_dir):
         raise ConfigError(
@@ -101,11 +84,8 @@ def _load_checkpoint(model_dir: str, which: str, top_k: int | None, weights: str
 
 
 def _load_portable(path: str) -> Classifier:
-    """A .tflite or .onnx file of `python -m resnet_app.export`, with its model_info.json.
-
-    The images get what the export's parity report gave them: brought to the
-    file's input size as evaluation would (`portable.fixed_size_image`).
-    """
+    """A .tflite or .onnx file of an export, its images brought to its size as the parity
+    report's were (`portable.fixed_size_image`)."""
     import json
 
     import numpy as np
@@ -189,19 +169,12 @@ def _log_unreadable_folder(error: OSError) -> None:
 def expand(
     paths: Sequence[str], on_unreadable: Callable[[OSError], None] | None = None
 ) -> list[str]:
-    """The files to classify.
+    """The files to classify, in the order given.
 
-    Each file as given, each directory's image files (by extension,
-    recursively but not into hidden folders or links to folders, sorted). A
-    directory without any stays, to be reported.
-
-    Args:
-      paths: the files and directories given.
-      on_unreadable: called with the error of a folder that cannot be listed
-        (its images are skipped); None logs a warning.
-
-    Returns:
-      The paths of the files, in the order given.
+    Each file as given, each directory's image files (by extension, recursively
+    but not into hidden folders or links to folders, sorted); a directory
+    without any stays, to be reported. `on_unreadable` gets the error of a
+    folder that cannot be listed (None: a warning).
     """
     files = []
     for path in paths:
@@ -228,18 +201,9 @@ def classify_files(
     batch_size: int,
     max_pixels: int | None = MAX_IMAGE_PIXELS,
 ) -> Iterator[list[tuple[str, Result]]]:
-    """Classifies files in batches of `batch_size`.
+    """Per batch of `batch_size`, (path, its outputs as NumPy or the reason it failed) pairs.
 
-    Args:
-      classify: from `load_classifier`.
-      paths: the files, e.g. from `expand`.
-      batch_size: files classified per call.
-      max_pixels: a file whose header gives more pixels is refused, not
-        decoded (None: no limit).
-
-    Yields:
-      Per batch, in the order given, (path, result) pairs: the result is the
-      file's outputs as NumPy values, or the reason it could not be classified.
+    A file whose header gives more than `max_pixels` is refused, not decoded.
     """
     for start in range(0, len(paths), batch_size):
         batch = paths[start : start + batch_size]
@@ -274,15 +238,8 @@ def _read(path: str) -> bytes:
 
 
 def image_shape(content: bytes) -> tuple[int, int] | None:
-    """(height, width) from an encoded image's header, without decoding it.
-
-    What the decoder allocates: PNG's IHDR, a JPEG's start-of-frame, GIF's
-    logical screen, BMP's info header, WebP's VP8X, VP8 or VP8L header.
-
-    Returns:
-      The size, or None for another format or a header cut short (the
-      decoder then says what is wrong).
-    """
+    """(height, width) from an encoded image's header (what the decoder allocates), or
+    None for another format or a header cut short (the decoder then says what is wrong)."""
     try:
         if content.startswith(b"\x89PNG\r\n\x1a\n") and content[12:16] == b"IHDR":
             width, height = struct.unpack(">II", content[16:24])
@@ -365,11 +322,7 @@ def _reason(message: str) -> str:
 
 
 def _classify(classify: Classifier, contents: list[bytes]) -> list[Result]:
-    """Classifies a batch; if one file fails to decode, classifies them one by one.
-
-    Returns:
-      Per file, the model's outputs as NumPy values, or the reason it failed.
-    """
+    """Per file, the outputs as NumPy or the reason it failed (one by one if one fails)."""
     import tensorflow as tf
 
     try:
@@ -383,36 +336,15 @@ def _classify(classify: Classifier, contents: list[bytes]) -> list[Result]:
 
 
 def format_result(path: str, result: dict[str, Any], top_k: int | None, as_json: bool) -> str:
-    """One file's line: `path: name probability, ...`, or a JSON object.
-
-    Args:
-      path: the file.
-      result: its outputs, from `classify_files`.
-      top_k: how many classes to show; None for all the model gives.
-      as_json: {"image": path, "top_k": [{"id", "name", "probability"}, ...]}
-        instead of text.
-
-    Returns:
-      The line, without its newline.
-    """
+    """One file's line, without its newline: `path: name probability, ...` (the first
+    `top_k`; multi-label: those at or above the threshold), or a JSON object."""
     ids = result["top_k_ids"][:top_k]
     names = [name.decode("utf-8") for name in result["top_k_names"][:top_k]]
     probabilities = result["top_k_probabilities"][:top_k]
-    if "threshold" in result:  # Multi-label: every class at or above the threshold.
-        threshold = float(result["threshold"])
+    threshold = float(result["threshold"]) if "threshold" in result else None
+    if threshold is not None:
         kept = [k for k, p in enumerate(probabilities) if p >= threshold]
-        ids, names = [ids[k] for k in kept], [names[k] for k in kept]
-        probabilities = [probabilities[k] for k in kept]
-        if as_json:
-            from resnet_app.common.metrics import json_text
-
-            labels = [
-                {"id": int(i), "name": n, "probability": float(p)}
-                for i, n, p in zip(ids, names, probabilities)
-            ]
-            return json_text({"image": path, "threshold": threshold, "labels": labels})
-        shown = ", ".join(f"{n} {p:.4f}" for n, p in zip(names, probabilities))
-        return f"{path}: " + (shown or f"no class reaches {threshold:g}")
+        ids, names, probabilities = ([row[k] for k in kept] for row in (ids, names, probabilities))
     if as_json:
         from resnet_app.common.metrics import json_text  # TensorFlow is loaded by now.
 
@@ -420,23 +352,19 @@ def format_result(path: str, result: dict[str, Any], top_k: int | None, as_json:
             {"id": int(i), "name": n, "probability": float(p)}
             for i, n, p in zip(ids, names, probabilities)
         ]
-        return json_text({"image": path, "top_k": top})
-    return f"{path}: " + ", ".join(f"{n} {p:.4f}" for n, p in zip(names, probabilities))
+        if threshold is None:
+            return json_text({"image": path, "top_k": top})
+        return json_text({"image": path, "threshold": threshold, "labels": top})
+    shown = ", ".join(f"{n} {p:.4f}" for n, p in zip(names, probabilities))
+    return f"{path}: " + (shown or ("" if threshold is None else f"no class reaches {threshold:g}"))
 
 
 def printable(text: str, encoding: str | None) -> str:
-    """`text` as a stream in `encoding` can carry it, escaped where it cannot.
+    """`text` as a stream in `encoding` (None: any) can carry it, escaped where it cannot.
 
-    A file name's undecodable byte becomes `\\xNN` (the byte), a character the
-    encoding lacks Python's backslash escape (`\\xe9`, `\\u20ac`), so a line
-    names its file recognisably on any stdout (PYTHONIOENCODING=ascii, a
-    strict UTF-8 one) instead of ending the command in UnicodeEncodeError,
-    and the output is valid text in its encoding. JSON lines are ASCII
-    already (`json_text`) and pass unchanged.
-
-    Args:
-      text: a line, e.g. with a path from the command line or `os.walk`.
-      encoding: the stream's encoding; None for any (a StringIO).
+    A file name's undecodable byte becomes `\\xNN`, a character the encoding
+    lacks Python's backslash escape, so a line names its file on any stdout
+    instead of ending in UnicodeEncodeError.
     """
     text = _UNDECODABLE.sub(lambda match: f"\\x{ord(match.group()) - 0xDC00:02x}", text)
     if encoding:
@@ -457,13 +385,6 @@ def write_results(
     stderr: TextIO | None = None,
 ) -> bool:
     """Writes each file's line to stdout, or its `error: FILE: reason` line to stderr.
-
-    Args:
-      batches: from `classify_files`.
-      top_k: the classes to show (None: all the model gives).
-      as_json: JSON objects instead of text lines.
-      stdout: where results go (default: sys.stdout).
-      stderr: where errors go (default: sys.stderr).
 
     Returns:
       Whether some file failed.

@@ -1,18 +1,14 @@
 """The export's other formats and its parity report: what `python -m resnet_app.export` adds.
 
-`check_request` validates the formats and quantizations before TensorFlow
-loads. `write_formats(staged, ...)` runs inside `savedmodel.save`, on the
-staged export, so that an export is all or nothing:
+`check_request` validates the request before TensorFlow loads;
+`write_formats` runs inside `savedmodel.save`, on the staged export, so that
+an export is all or nothing:
 
     EXPORT_DIR/saved_model.pb, variables/, assets.extra/   the SavedModel (always)
     EXPORT_DIR/model.tflite, model_float16.tflite, ...      one per --quantize
     EXPORT_DIR/model.onnx
     EXPORT_DIR/model_info.json    what the .tflite and .onnx files take and give
     EXPORT_DIR/export_report.json the parity report (`parity.py`)
-
-The TFLite and ONNX files hold `portable.PortableClassifier`: uint8 images of
-one fixed size (`model_info.json` "input_size") in, "probabilities" out, with
-the run's temperature and, if asked, the flip test-time augmentation.
 """
 
 from __future__ import annotations
@@ -34,14 +30,8 @@ MODEL_INFO, REPORT = "model_info.json", "export_report.json"
 
 @dataclasses.dataclass(frozen=True)
 class Request:
-    """What to export besides the SavedModel, and how to check it.
-
-    Attributes:
-      formats: names from `formats.names()` (the SavedModel is always written).
-      quantizations: variants of the formats that have them (`formats.quantizations()`).
-      calibration_images: training images that calibrate full int8.
-      eval_examples: evaluation images of the parity report (None: all).
-    """
+    """What to export besides the SavedModel (`formats.names()`, `formats.quantizations()`),
+    the training images that calibrate int8, and the parity report's images (None: all)."""
 
     formats: tuple[str, ...] = ("saved_model",)
     quantizations: tuple[str, ...] = ("none",)
@@ -50,11 +40,7 @@ class Request:
 
 
 def check_request(request: Request, tta: str = "none") -> None:
-    """Refuses unknown formats or quantizations, or a quantization without TFLite.
-
-    Raises:
-      ConfigError: one line naming the value and the choices.
-    """
+    """Refuses (ConfigError) unknown formats or quantizations, or a quantization without TFLite."""
     for name in request.formats:
         if name not in formats.names():
             raise ConfigError(f"--format={name}: use one of {', '.join(formats.names())}")
@@ -62,11 +48,7 @@ def check_request(request: Request, tta: str = "none") -> None:
         if name not in formats.quantizations():
             choices = ", ".join(formats.quantizations())
             raise ConfigError(f"--quantize={name}: use one of {choices}")
-    quantized = [
-        name
-        for name in request.formats
-        if name in formats.FORMATS and formats.FORMATS[name].variants
-    ]
+    quantized = any(formats.FORMATS[n].variants for n in request.formats if n in formats.FORMATS)
     if set(request.quantizations) != {formats.NO_VARIANT} and not quantized:
         raise ConfigError("--quantize applies to TFLite files; add --format=tflite")
     if tta not in TTA_CHOICES:
@@ -105,11 +87,7 @@ def _images(run_config, model_dir: str, preprocessing, request: Request):
 
 
 def write_formats(staged: str, served, source: dict, run_config, request: Request) -> dict:
-    """Writes the requested formats and the parity report into the staged export.
-
-    Returns:
-      The report (also written to `export_report.json`).
-    """
+    """Writes the requested formats and the parity report into the staged export; the report."""
     import tensorflow as tf
 
     from resnet_app.export import parity, portable

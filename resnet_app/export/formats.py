@@ -1,18 +1,13 @@
 """The registry of export formats besides the SavedModel: {name: Format}.
 
-A format is one module and one line here. Its module (imported only when the
-format is used, since converters are optional dependencies) provides:
+A format is one module and one line here. Its module (imported only when
+used: converters are optional dependencies) provides
 
     convert(classifier, variant, calibration, info) -> bytes
-        the file's bytes for a `portable.PortableClassifier`; `variant` is a
-        --quantize value for formats that have variants, else None;
-        `calibration` holds uint8 training images (int8) or None; `info` is
-        what `model_info.json` says about the file.
-    Runner(path)(images) -> probabilities
-        runs a written file on uint8 images at the file's input size.
-
-`deploy.py` writes each requested format, `parity.py` measures it against
-the SavedModel, and `classify.py` finds a file's format by its suffix.
+        a `portable.PortableClassifier`'s file; `variant` a --quantize value
+        (None without variants), `calibration` uint8 training images or None,
+        `info` what model_info.json says about the file;
+    Runner(path)(images) -> probabilities, on uint8 images of the file's size.
 """
 
 from __future__ import annotations
@@ -28,15 +23,8 @@ NO_VARIANT = "none"
 
 @dataclasses.dataclass(frozen=True)
 class Format:
-    """An export format.
-
-    Attributes:
-      name: the --format value.
-      suffix: the file's extension.
-      module: the module with `convert` and `Runner`.
-      variants: the --quantize values it is written in (each a file), or ()
-        for one file.
-    """
+    """An export format: its --format name, file suffix, module, and the --quantize
+    values it is written in (a file each; () for one file)."""
 
     name: str
     suffix: str

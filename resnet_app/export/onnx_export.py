@@ -1,12 +1,7 @@
-"""ONNX files of a run's classifier, through tf2onnx, run with onnxruntime.
+"""ONNX files of a run's classifier (`images` uint8 -> `probabilities`), through tf2onnx.
 
-`convert(classifier)` turns a `portable.PortableClassifier` into the bytes of
-an `.onnx` file: input `images`, uint8 [batch, S, S, C]; output
-`probabilities`, float32 [batch, classes] (opset 17). The converter and the
-runtime are optional dependencies (requirements-export.txt); without them the
-export refuses in one line. tf2onnx 1.17 is the converter checked with
-TensorFlow 2.21; Keras 3's own ONNX export goes through it too, and covers the
-bare network only, without the preprocessing.
+The converter and onnxruntime are optional dependencies
+(requirements-export.txt); without them the export refuses in one line.
 """
 
 from __future__ import annotations
@@ -24,11 +19,7 @@ _INSTALL = "pip install -r requirements-export.txt"
 def convert(classifier, variant=None, calibration=None, metadata: dict | None = None) -> bytes:
     """The `.onnx` bytes of `classifier`, with `metadata` as the model's properties.
 
-    ONNX has no variants and needs no calibration: `variant` and `calibration`
-    are the registry's common arguments (`formats.py`), unused.
-
-    Raises:
-      ConfigError: when tf2onnx is not installed, or the conversion fails.
+    `variant` and `calibration`, the registry's common arguments, are unused.
     """
     try:
         import onnx

@@ -1,19 +1,10 @@
 """How far each exported file is from the trained model: the export's parity report.
 
-Every format is run on the same uint8 images of the run's evaluation split,
-brought to the portable input size as evaluation would (`portable.split_images`),
-and compared with the SavedModel written beside it:
-
-- `top1`: accuracy against the labels (multi-label: the top class is one of
-  the image's);
-- `agreement`: the fraction of images whose top-1 class equals the SavedModel's;
-- `max_prob_diff`: the largest absolute difference of any probability;
-- `size_bytes`: the file's size (the SavedModel's directory in all);
-- `latency_ms`: the median of `LATENCY_RUNS` single-image calls on the CPU,
-  after one warm-up, all measured in this one process so they compare.
-
-`write` puts the report in `export_report.json`; `table_lines` is the table
-the export command logs.
+Every format runs on the same uint8 images of the run's evaluation split
+(`portable.split_images`) and is compared with the SavedModel beside it:
+`top1` (multi-label: the top class is one of the image's), `agreement` (the
+same top-1 class as the SavedModel), `max_prob_diff`, `size_bytes` and
+`latency_ms` (the median of `LATENCY_RUNS` single-image calls after a warm-up).
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """The classifier that TFLite and ONNX files hold: fixed-size uint8 images in, probabilities out.
 
-Converters and small runtimes want one static graph without string ops or
-`map_fn`, so the portable classifier takes images already brought to one size
-(`input_size`), and does the rest of the run's evaluation preprocessing inside:
-
-- CIFAR family: images of the training size (`image_size`); normalized with
-  the run's mean and std.
-- ImageNet family: square images of the evaluation resize (`eval_resize`, 256
-  for 224), i.e. the shorter side already resized to it and the centre
-  squared; the centre crop of the evaluation size (`eval_size`) is taken
-  inside, as evaluation does.
-
-`fixed_size_image` brings any image to that size exactly as evaluation would,
-so a caller (the parity report, predict) feeds the same pixels the SavedModel
-sees. Probabilities are `softmax(logits / temperature)` (the run's fitted
-temperature, 1 without one); with `tta="flip"` they are averaged with those of
-the horizontally flipped image (twice the compute).
+Converters want one static graph without string ops or `map_fn`, so the
+portable classifier takes images already brought to one size (`input_size`:
+CIFAR's training size, or ImageNet's evaluation resize, whose centre crop is
+taken inside) and does the rest of the evaluation preprocessing itself.
+`fixed_size_image` brings any image to that size as evaluation would, so the
+parity report and predict feed the pixels the SavedModel sees.
 """
 
 from __future__ import annotations
@@ -36,25 +26,13 @@ def input_size(preprocessing: Preprocessing) -> int:
 
 
 def fixed_size_image(image: tf.Tensor, preprocessing: Preprocessing) -> tf.Tensor:
-    """One uint8 image of any size as the portable classifier takes it (uint8, rounded).
-
-    CIFAR family: resized to `image_size` when it differs (as evaluation does
-    for files). ImageNet family: the shorter side resized to `eval_resize`,
-    then the centre square cropped (`Family.served_image`).
-    """
+    """One uint8 image of any size as the portable classifier takes it (`Family.served_image`)."""
     return families.of(preprocessing).served_image(image, preprocessing)
 
 
 def split_images(split, preprocessing: Preprocessing, count: int | None = None):
-    """(uint8 [N, S, S, C] images at `input_size`, int64 [N] labels) of a split's first examples.
-
-    C is the run's channels: images of the other kind are converted.
-
-    Args:
-      split: a `data.sources.Split` (arrays, files or records).
-      preprocessing: the run's preprocessing.
-      count: at most this many examples (None: all).
-    """
+    """(uint8 [N, S, S, C] images at `input_size`, int64 labels) of a `data.sources.Split`'s
+    first `count` examples (None: all), in the run's channels."""
     total = split.num_examples if count is None else min(count, split.num_examples)
     channels = preprocessing.channels
     images, labels = [], []
@@ -88,9 +66,10 @@ def split_images(split, preprocessing: Preprocessing, count: int | None = None):
 class PortableClassifier(tf.Module):
     """A run's network with its preprocessing, as one function for converters.
 
-    `classify(images)`: uint8 [batch, S, S, C] with S = `input_size` and C
-    the run's channels (1: greyscale, 3: RGB) ->
-    {"probabilities": float32 [batch, classes]}.
+    `classify(images)`: uint8 [batch, S, S, C] (S = `input_size`, C the run's
+    channels) -> {"probabilities": float32 [batch, classes]}: softmax(logits /
+    temperature), with `tta="flip"` averaged with the mirror image's;
+    multi-label, each class's sigmoid.
     """
 
     def __init__(
@@ -105,9 +84,8 @@ class PortableClassifier(tf.Module):
         super().__init__(name="resnet_app_portable")
         self.model = model
         self.multi_label = multi_label
-        # The converter freezes variables it can reach from the module; Keras 3
-        # keeps them behind its own Variable objects, which it cannot see, and
-        # would write a file with empty (NaN) weights.
+        # The converter freezes the variables it can reach from the module; Keras 3's
+        # own Variable objects hide them, and the file would have NaN weights.
         self.weights = [variable.value for variable in model.weights]
         self.preprocessing = preprocessing
         self.temperature = float(temperature)
@@ -117,24 +95,26 @@ class PortableClassifier(tf.Module):
         self.classify = tf.function(self._classify, input_signature=[spec])
 
     def _classify(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
-        # Grouped convs (ResNeXt) as one dense conv per group: every converter
-        # and runtime has the dense op, not all have the grouped one.
-        with grouped_conv.forced("split"):
-            return self._classify_images(images)
-
-    def _classify_images(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         config = self.preprocessing
         pixels = families.of(config).crop_served(tf.cast(images, tf.float32), config)
         # Constants made in the graph: some converters drop captured tensors.
         mean = tf.constant(np.asarray(config.mean, np.float32))
         std = tf.constant(np.asarray(config.std, np.float32))
         pixels = (pixels - mean) / std
-        if self.tta == tta.FLIP:  # The views' averaged probabilities (`engine/tta.py`).
-            views = tta.view_logits(self.model, pixels, tta.FLIP)
-            return {
-                "probabilities": tf.nn.softmax(tta.mean_probability_logits(views, self.temperature))
-            }
-        logits = tf.cast(self.model(pixels, training=False), tf.float32)
-        if self.multi_label:  # Each class's own probability.
-            return {"probabilities": tf.sigmoid(logits)}
-        return {"probabilities": tf.nn.softmax(logits / self.temperature)}
+        # Grouped convs (ResNeXt) as dense ones: not every converter has the grouped op.
+        with grouped_conv.forced("split"):
+            _, probabilities = classify_pixels(
+                self.model, pixels, self.tta, self.temperature, self.multi_label
+            )
+        return {"probabilities": probabilities}
+
+
+def classify_pixels(model, pixels, tta_mode: str, temperature: float, multi_label: bool):
+    """(logits, probabilities) of preprocessed images: softmax(logits / T); with flip the
+    views' averaged probabilities, the logits their log (`engine/tta.py`); multi-label,
+    each class's sigmoid."""
+    if tta_mode == tta.FLIP and not multi_label:
+        logits = tta.mean_probability_logits(tta.view_logits(model, pixels, tta.FLIP), temperature)
+        return logits, tf.nn.softmax(logits)
+    logits = tf.cast(model(pixels, training=False), tf.float32)
+    return logits, tf.sigmoid(logits) if multi_label else tf.nn.softmax(logits / temperature)

@@ -1,39 +1,23 @@
 """A trained model as serving functions: images in, class probabilities out.
 
-`ServingModel` wraps a run's restored network with the run's own evaluation
-preprocessing and class names, so a caller gives raw images and gets names.
-`python -m resnet_app.export` writes it as a SavedModel; `export/classify.py`
-calls it in process for `python -m resnet_app.predict --model_dir`. Its
-functions, which are the SavedModel's signatures:
+`ServingModel` wraps a run's restored network with its evaluation
+preprocessing and class names; `save` writes it as a SavedModel whose
+signatures are its functions:
 
-- `serving_default(images)`: uint8 [batch, height, width, channels], any
-  height and width (the images of one batch share a size), greyscale (1
-  channel) or RGB (3; 4 with alpha): they are brought to the run's channels
-  (`data/channels.py`: a greyscale run takes RGB images as their luma, an
-  RGB run greyscale ones in all three channels). Each image gets exactly the
-  evaluation preprocessing of training (for the CIFAR family, resized to the
-  training size if it differs, then normalized; for the ImageNet family, the
-  shorter side resized and the centre cropped). Returns
-  - `logits`: float32 [batch, classes] (with `--tta=flip`: the log of the
-    averaged probabilities);
-  - `probabilities`: `softmax(logits / T)`, indexed like the training classes,
-    with T the run's fitted temperature (`evaluate --fit_temperature`; 1
-    without one); with `--tta=flip`, averaged with the flipped image's;
-  - `top_k_ids`: int32 [batch, k], the most probable classes first;
-  - `top_k_probabilities`: float32 [batch, k];
-  - `top_k_names`: string [batch, k], the class names of `top_k_ids`.
-  For multi-label data, `probabilities` are each class's sigmoid, the top k
-  are every class, and `threshold` (float32 [batch], the run's
-  `train.threshold`) is the probability from which a class is predicted.
+- `serving_default(images)`: uint8 [batch, height, width, 1, 3 or 4] of any
+  size, brought to the run's channels and given the run's evaluation
+  preprocessing. Returns `logits` float32 [batch, classes] (with `--tta=flip`
+  the log of the averaged probabilities); `probabilities`, softmax(logits / T)
+  with the run's fitted temperature T; `top_k_ids` int32, `top_k_probabilities`
+  and `top_k_names` [batch, k]. Multi-label: each class's sigmoid, every class
+  ranked, and `threshold` float32 [batch], the run's `train.threshold`.
 - `serving_bytes(images)`: string [batch] of encoded JPEG, PNG, BMP or GIF
-  files, of any sizes; the same outputs.
-- `features(images)`: uint8 images as for `serving_default`; returns
-  `features`, float32 [batch, width]: the globally pooled activations the
-  logits layer reads, for transfer learning.
+  files; the same outputs.
+- `features(images)`: as `serving_default`'s input; `features` float32
+  [batch, width], the pooled activations the logits read.
 
-The network computes in float32 whatever precision it was trained in, on
-images rounded to the run's data dtype (bfloat16 for a bf16 run), exactly as
-`python -m resnet_app.evaluate` does.
+The network computes in float32 on images rounded to the run's data dtype,
+exactly as `python -m resnet_app.evaluate` does.
 """
 
 from __future__ import annotations
@@ -52,8 +36,8 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.data import channels as image_channels
 from resnet_app.data import families, run_pipeline
 from resnet_app.data.preprocessing import Preprocessing
-from resnet_app.engine import tta
 from resnet_app.evaluation import calibration
+from resnet_app.export import portable
 from resnet_app.nets import factory
 
 TOP_K = 5
@@ -61,13 +45,7 @@ SIGNATURES = ("serving_default", "serving_bytes", "features")
 
 
 class ServingModel(tf.Module):
-    """A classifier of raw images, from a trained network and its run's data settings.
-
-    Attributes:
-      model: the network (logits, no softmax).
-      class_names: the training classes, in label order.
-      top_k: how many classes the top-k outputs hold.
-    """
+    """A classifier of raw images, from a trained network and its run's data settings."""
 
     def __init__(
         self,
@@ -89,8 +67,6 @@ class ServingModel(tf.Module):
         self.top_k = max(1, min(top_k, len(self.class_names)))
         if multi_label:  # Every class, ranked: predict shows those above the threshold.
             self.top_k = len(self.class_names)
-        # Images in the run's data dtype (bfloat16 for a bf16 run), as
-        # `engine/exact_eval.py` feeds them; the network computes in float32 either way.
         self._preprocessing = preprocessing
         self._names = tf.constant(self.class_names, tf.string)
 
@@ -111,36 +87,21 @@ class ServingModel(tf.Module):
         )
 
     def _classify(self, pixels: tf.Tensor) -> dict[str, tf.Tensor]:
-        if self.multi_label:
-            logits = tf.cast(self.model(pixels, training=False), tf.float32)
-            top_ids = tf.math.top_k(logits, self.top_k).indices
-            probabilities = tf.sigmoid(logits)
-            return {
-                "logits": logits,
-                "probabilities": probabilities,
-                "top_k_ids": top_ids,
-                "top_k_probabilities": tf.gather(probabilities, top_ids, batch_dims=1),
-                "top_k_names": tf.gather(self._names, top_ids),
-                "threshold": tf.fill(tf.shape(logits)[:1], self.threshold),
-            }
-        if self.tta == tta.FLIP:
-            # Logits whose softmax is the views' averaged probabilities (`engine/tta.py`).
-            views = tta.view_logits(self.model, pixels, tta.FLIP)
-            logits = tta.mean_probability_logits(views, self.temperature)
-            probabilities = tf.nn.softmax(logits)
-        else:
-            logits = tf.cast(self.model(pixels, training=False), tf.float32)
-            probabilities = tf.nn.softmax(logits / self.temperature)
+        logits, probabilities = portable.classify_pixels(
+            self.model, pixels, self.tta, self.temperature, self.multi_label
+        )
         # Ranked by logits: probabilities that underflow to 0 would tie.
         top_ids = tf.math.top_k(logits, self.top_k).indices
-        top_probabilities = tf.gather(probabilities, top_ids, batch_dims=1)
-        return {
+        outputs = {
             "logits": logits,
             "probabilities": probabilities,
             "top_k_ids": top_ids,
-            "top_k_probabilities": top_probabilities,
+            "top_k_probabilities": tf.gather(probabilities, top_ids, batch_dims=1),
             "top_k_names": tf.gather(self._names, top_ids),
         }
+        if self.multi_label:
+            outputs["threshold"] = tf.fill(tf.shape(logits)[:1], self.threshold)
+        return outputs
 
     @tf.function(input_signature=[tf.TensorSpec([None, None, None, None], tf.uint8, name="images")])
     def serve_images(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -169,15 +130,12 @@ def _data_info(model_dir: str, run_config: config.Config) -> tuple[list[str], Pr
     recorded = run_pipeline.read_data_info(model_dir)
     if recorded is not None:
         return recorded
-    # A run from before data_info.json existed: measure the dataset again,
-    # as its training did.
     logging.warning(
         "%s has no %s; reading the dataset %s for the classes and preprocessing",
         model_dir,
         run_dir.DATA_INFO_FILE,
         run_config.data.dataset,
     )
-    # As training chose its image size for this run (see image_size.py).
     pipeline = run_pipeline.create_run_pipeline(run_config, model_dir=model_dir)
     return pipeline.class_names, pipeline.preprocessing
 
@@ -189,20 +147,10 @@ def load(
     tta: str = "none",
     weights: str = "auto",
 ) -> tuple[ServingModel, dict]:
-    """A run's checkpoint as a `ServingModel`.
+    """(a run's checkpoint as a `ServingModel`, where it came from: model_dir, checkpoint, ...).
 
-    Args:
-      model_dir: a run directory written by `python -m resnet_app.train`.
-      which: "latest", "ckpt-N" or "N".
-      top_k: classes in the top-k outputs (at most the number of classes).
-      tta: "none", or "flip" to average each image's probabilities with its
-        mirror image's (twice the compute).
-      weights: "auto" (the moving average of the weights when the run kept
-        one, else the weights), "ema" or "raw" (`checkpoint.restore_model`).
-
-    Returns:
-      (the serving model, a description of where it came from: model_dir,
-      checkpoint, step, weights ("ema" or "raw"), model, dataset, temperature, tta)
+    `which` is latest, ckpt-N or N; `tta` "none" or "flip"; `weights` "auto",
+    "ema" or "raw" (`checkpoint.restore_model`).
 
     Raises:
       ConfigError: for a directory that is not a run, an unknown or unreadable
@@ -265,15 +213,10 @@ def is_export(directory: str) -> bool:
 
 
 def check_destination(export_dir: str, overwrite: bool, model_dir: str | None = None) -> str:
-    """The absolute export directory; refused if writing it could lose anything.
+    """The absolute export directory; refused (ConfigError) if writing it could lose anything.
 
     Only an empty directory, or with `overwrite` a previous export, is replaced:
-    never a run directory, a folder of runs or any other non-empty directory.
-
-    Raises:
-      ConfigError: when it is a file, the run directory or one of its parents,
-        a non-empty directory that is not an export, or an export without
-        `overwrite`.
+    never a file, the run directory or a parent of it, or another directory.
     """
     # A link is followed: the export replaces what the link points to.
     export_dir = os.path.realpath(export_dir)
@@ -318,13 +261,8 @@ def _leftovers(export_dir: str, kind: str) -> list[str]:
 
 
 def recover(export_dir: str) -> None:
-    """Repairs what an interrupted export to `export_dir` left.
-
-    `save` writes `<export_dir>.partial-<pid>/`, renames the old export to
-    `<export_dir>.replaced-<pid>/`, the new one in, and removes the old one.
-    A kill between the renames leaves no `export_dir`: the old export is put
-    back. Unfinished copies and old exports already replaced are removed.
-    """
+    """Repairs what an interrupted export to `export_dir` left (see `save`): an old export a
+    kill left aside is put back; unfinished copies and replaced exports are removed."""
     replaced = _leftovers(export_dir, "replaced")
     if replaced and not os.path.lexists(export_dir) and is_export(replaced[-1]):
         logging.warning("Putting back the export %s, set aside by a killed export", replaced[-1])
@@ -336,13 +274,8 @@ def recover(export_dir: str) -> None:
 
 
 def readable(export_dir: str) -> str:
-    """Where the export `export_dir` is to be read: itself, or the one a killed export set aside.
-
-    An export killed between its two renames leaves no `export_dir`, and the
-    previous export whole as `<export_dir>.replaced-<pid>/`; readers take that
-    one (as `run_dir.find_best_dir` does for `best/`), without moving it: the
-    next export to `export_dir` puts it back (`recover`).
-    """
+    """Where the export `export_dir` is to be read: itself, or the one a killed export set aside
+    (read where it is; the next export puts it back, `recover`)."""
     if os.path.lexists(export_dir):
         return export_dir
     replaced = [path for path in _leftovers(export_dir, "replaced") if is_export(path)]
@@ -376,22 +309,12 @@ def save(
     overwrite: bool = False,
     more: Callable[[str], None] | None = None,
 ) -> str:
-    """Writes `served` as a SavedModel with `SIGNATURES`, all or nothing.
+    """Writes `served` as a SavedModel with `SIGNATURES`, all or nothing; its absolute path.
 
-    The model is written to a sibling directory and renamed into place, so
-    `export_dir` never holds half a model, and a previous export survives a
-    failed one.
-
-    Args:
-      served: the serving model.
-      source: where it came from (recorded in assets.extra/export_info.json).
-      export_dir: the destination.
-      overwrite: whether an existing non-empty destination may be replaced.
-      more: writes more files into the staged export (its path is the
-        argument) before it is renamed into place: other formats, the report.
-
-    Returns:
-      The absolute export directory.
+    It is written to `<export_dir>.partial-<pid>/`, the old export renamed to
+    `<export_dir>.replaced-<pid>/`, the new one in, and the old one removed, so
+    `export_dir` never holds half a model. `source` goes to
+    assets.extra/export_info.json; `more(staged)` writes other formats first.
     """
     export_dir = check_destination(export_dir, overwrite, source.get("model_dir"))
     staged = f"{export_dir}.partial-{os.getpid()}"

@@ -1,22 +1,12 @@
 """TFLite (LiteRT) files of a run's classifier: float32, float16, dynamic-range and full int8.
 
-`convert(classifier, quantize, representative)` turns a `portable.PortableClassifier`
-into the bytes of a `.tflite` file with one signature, `serving_default`:
-uint8 `images` [batch, S, S, C] -> float32 `probabilities` [batch, classes]
-(S = `portable.input_size`, C the run's channels, the batch may vary). Quantizations (TFLite's
-post-training options):
-
-- `none`: float32 weights and compute;
-- `float16`: float16 weights, float32 compute (about half the size);
-- `dynamic`: int8 weights, activations quantized on the fly (about a quarter);
-- `int8`: int8 weights and activations, calibrated on `representative`
-  (uint8 images of the run's training split, through its evaluation
-  preprocessing); the input stays uint8 and the output float32.
-
-Converting a Keras 3 model can silently write a file without weights (NaN
-outputs); `convert` refuses such a file. `Runner` runs a file with LiteRT's
-interpreter (`ai-edge-litert`, requirements-export.txt), or TensorFlow's own
-when that is not installed.
+`convert` writes a `portable.PortableClassifier` with one signature,
+`serving_default`: uint8 `images` -> float32 `probabilities`. Quantizations
+are TFLite's post-training ones: `float16` weights, `dynamic` (int8 weights),
+`int8` (weights and activations, calibrated on training images; uint8 in,
+float32 out). A converted Keras 3 model can silently lose its weights (NaN
+outputs): `convert` refuses such a file. `Runner` runs a file with
+`ai-edge-litert` (requirements-export.txt), or TensorFlow's interpreter.
 """
 
 from __future__ import annotations
@@ -34,17 +24,11 @@ def convert(
     representative: np.ndarray | None = None,
     info: dict | None = None,
 ) -> bytes:
-    """The `.tflite` bytes of `classifier` (a `PortableClassifier`).
-
-    Args:
-      classifier: the portable classifier.
-      quantize: one of the format's variants (`formats.FORMATS`, checked with the flags).
-      representative: int8: uint8 calibration images at the classifier's size.
-      info: what model_info.json says about the file (not stored in it).
+    """The `.tflite` bytes of a `PortableClassifier` (`info`, model_info.json's, is not stored).
 
     Raises:
-      ConfigError: for int8 without images, or a conversion that fails or
-        loses the weights.
+      ConfigError: for int8 without `representative` images, or a conversion
+        that fails or loses the weights.
     """
     function = classifier.classify.get_concrete_function()
     converter = tf.lite.TFLiteConverter.from_concrete_functions([function], classifier)
