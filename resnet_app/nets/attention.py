@@ -3,12 +3,9 @@
     se   x * sigmoid(fc2(relu(fc1(mean_hw(x)))))      Hu et al. 2018
     eca  x * sigmoid(conv1d_k(mean_hw(x)))             Wang et al. 2020
 
-SE's reduced width is `channels * se_ratio` rounded to a multiple of
-`spec.SE_DIVISOR` (timm's `make_divisible`); its 1x1 convolutions are dense
-layers on the pooled vector. ECA's kernel size follows from the channel count.
-The kinds are registered in `nets/kinds.py`. Every block names its attention
-layer `<unit>_se` whatever the kind, as timm's `se` attribute, so timm's
-weight names map one to one and saved runs keep their variable paths.
+SE's 1x1 convolutions are dense layers on the pooled vector. Every block names
+its attention layer `<unit>_se` whatever the kind, as timm does, so timm's
+weight names map one to one.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """BatchNorm on TensorFlow's fused kernel: Keras's layer, faster to train and to serve.
 
-Keras 3's `BatchNormalization` computes the moments and the normalization in
-separate element-wise passes; TensorFlow's `FusedBatchNormV3` (and its
-gradient) does each in one, and in inference the graph optimizer folds it
-into the convolution before it. `BatchNorm` keeps Keras's variables,
-checkpoints, moving-average rule and biased batch variance. Synchronized
-statistics, masks, renormalization, float64 and a frozen layer in training
-take Keras's own path.
+Keras 3 normalizes in separate element-wise passes; `FusedBatchNormV3` does
+it in one (and folds into the conv in inference). `BatchNorm` keeps Keras's
+variables and moving-average rule; synchronized statistics, masks, renorm,
+float64 and a frozen layer in training take Keras's own path.
 """
 
 from __future__ import annotations

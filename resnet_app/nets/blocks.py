@@ -3,19 +3,12 @@
     basic       two 3x3 convs
     bottleneck  1x1, 3x3 (grouped with `groups`), 1x1 to 4x the stage width
 
-v1 is post-activation (conv-BN-ReLU, ReLU after the add), v2 pre-activation
-(BN-ReLU-conv). Options: channel attention after the branch's last BatchNorm,
-dropout before its last conv, stochastic depth on the branch, and a shortcut
-that is the identity, zero padding (option A), a projection (B) or ResNet-D's
-average pool and projection. A block kind only declares its convolutions
-(`conv_specs`); a new kind is one subclass and one `register` line in
-`nets/kinds.py`.
-
-Checkpoints name variables by attribute (`conv1`, `bn1`, `preact_norm`, ...)
-and optimizer slots by their order in `model.trainable_variables`, which is
-the order of assignment: preact norm, convs, norms, attention, shortcut. Do
-not reorder the assignments. `source_names` gives each layer's name in
-torchvision/timm state dicts and Keras applications files.
+v1 post-activation, v2 pre-activation; with channel attention, dropout before
+the last conv, stochastic depth, and an identity, zero-pad (option A),
+projection (B) or ResNet-D average-pool shortcut. A block kind declares its
+convolutions (`conv_specs`) and one `register` line in `nets/kinds.py`.
+Checkpoints name variables by attribute and optimizer slots by the order of
+assignment (preact norm, convs, norms, attention, shortcut): do not reorder.
 """
 
 from __future__ import annotations
@@ -66,18 +59,10 @@ class ZeroPadShortcut(keras.layers.Layer):
 
 
 class Unit(keras.layers.Layer):
-    """A unit of a stage, as the network makes every kind: `make_layers` makes its layers.
+    """A unit of a stage, as the network makes every kind; `make_layers` makes its layers.
 
-    Args:
-      config: the network's config.
-      in_channels: channels of the unit's input.
-      width: the stage width.
-      stride: the unit's stride.
-      first_in_network: the network's first unit (its input is the stem's
-        output, already normalized and activated).
-      first_in_stage: the first unit of its stage.
-      drop_rate: its stochastic depth rate.
-      block_index: its position in the network, which keys its random draws.
+    `first_in_network`: its input is the stem's, already activated;
+    `block_index` (its position in the network) keys its random draws.
     """
 
     preact = False
@@ -240,12 +225,8 @@ class ResidualBlock(Unit):
     def source_names(self, layout: str, stage: int, unit: int) -> dict[str, str]:
         """{our layer name: its name in `layout`} for this unit's layers with weights.
 
-        Args:
-          layout: TORCH (torchvision's and timm's state-dict modules, e.g.
-            "layer2.0.downsample.1") or KERAS (Keras applications' ResNet v1
-            layers, e.g. "conv3_block1_0_conv").
-          stage: the unit's stage, from 1.
-          unit: its position in the stage, from 0.
+        `layout` is TORCH (state-dict modules, e.g. "layer2.0.downsample.1") or
+        KERAS (e.g. "conv3_block1_0_conv"); `stage` counts from 1, `unit` from 0.
 
         Raises:
           ConfigError: for a unit that layout has no names for.
@@ -255,8 +236,7 @@ class ResidualBlock(Unit):
                 f"{self.name} is a pre-activation (v2) unit, which no torchvision, timm or "
                 "Keras applications ResNet file holds; use a v1 model"
             )
-        name = self.name
-        numbers = range(1, self.num_convs + 1)
+        name, numbers = self.name, range(1, self.num_convs + 1)
         if layout == KERAS:
             if self.attention is not None or self.pool is not None:
                 raise ConfigError(
@@ -264,21 +244,19 @@ class ResidualBlock(Unit):
                     "shortcut; use a torchvision or timm file"
                 )
             base = f"conv{stage + 1}_block{unit + 1}"
-            names = {f"{name}_conv{n}": f"{base}_{n}_conv" for n in numbers}
-            names.update({f"{name}_bn{n}": f"{base}_{n}_bn" for n in numbers})
-            if self.projection is not None:
-                names[self.projection.name] = f"{base}_0_conv"
-                names[self.projection_norm.name] = f"{base}_0_bn"
-            return names
-        base = f"layer{stage}.{unit}"
-        names = {f"{name}_conv{n}": f"{base}.conv{n}" for n in numbers}
-        names.update({f"{name}_bn{n}": f"{base}.bn{n}" for n in numbers})
-        if self.projection is not None:
+            conv, norm = f"{base}_{{}}_conv", f"{base}_{{}}_bn"
+            shortcut = (f"{base}_0_conv", f"{base}_0_bn")
+        else:
+            base = f"layer{stage}.{unit}"
+            conv, norm = f"{base}.conv{{}}", f"{base}.bn{{}}"
             # timm's average-pool shortcut keeps the pool at index 0, even as
             # an identity at stride 1, so its conv and norm are 1 and 2.
             first = 1 if self.shortcut_kind == "avg_projection" else 0
-            names[self.projection.name] = f"{base}.downsample.{first}"
-            names[self.projection_norm.name] = f"{base}.downsample.{first + 1}"
+            shortcut = (f"{base}.downsample.{first}", f"{base}.downsample.{first + 1}")
+        names = {f"{name}_conv{n}": conv.format(n) for n in numbers}
+        names.update({f"{name}_bn{n}": norm.format(n) for n in numbers})
+        if self.projection is not None:
+            names[self.projection.name], names[self.projection_norm.name] = shortcut
         for leaf in ("fc1", "fc2", "conv"):
             layer = getattr(self.attention, leaf, None)
             if layer is not None:

@@ -1,16 +1,7 @@
 """The unit of Page 2018's ResNet-9 (`block: conv_pool`), the DAWNBench CIFAR-10 network.
 
-The `resnet9` preset's table:
-
-    prep    conv 3x3, 64, BN, ReLU                               (the plain stem)
-    layer1  conv 3x3, 128, BN, ReLU, max-pool 2; residual(128)   units 2
-    layer2  conv 3x3, 256, BN, ReLU, max-pool 2                  units 1
-    layer3  conv 3x3, 512, BN, ReLU, max-pool 2; residual(512)   units 2
-    head    global max-pool, linear (no bias), times 0.125
-
-where residual(c) is x + ReLU(BN(conv(ReLU(BN(conv(x)))))). A stage's first
-unit is the conv-pool (its max-pool's window and stride are the stage's
-stride), every later one a residual.
+A stage's first unit is conv 3x3, BN, ReLU and a max-pool of the stage's
+stride; every later one a residual x + ReLU(BN(conv(ReLU(BN(conv(x)))))).
 """
 
 from __future__ import annotations

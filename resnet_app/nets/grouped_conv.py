@@ -26,30 +26,27 @@ from resnet_app.common import compat, hardware
 GroupedConv = Callable[[tf.Tensor, tf.Tensor, int, int, str], tf.Tensor]
 
 
-def layout_dims(
-    x: tf.Tensor, kernel: tf.Tensor, groups: int
-) -> tuple[int, int, int, int, int, int]:
-    """(kh, kw, C, C/groups, out, out/groups), checked against the grouped layout."""
-    kh, kw, group_in, out = (int(d) for d in kernel.shape)
+def _check_layout(x: tf.Tensor, kernel: tf.Tensor, groups: int) -> None:
+    """Refuses (ValueError) a kernel that is not [kh, kw, C/groups, out] with out % groups == 0."""
+    group_in, out = int(kernel.shape[2]), int(kernel.shape[3])
     channels = int(x.shape[-1])
     if groups < 1 or channels != group_in * groups or out % groups:
         raise ValueError(
             f"grouped conv: input channels {channels}, kernel {tuple(kernel.shape)} "
             f"and groups {groups} do not fit [kh, kw, C/groups, out] with out % groups == 0"
         )
-    return kh, kw, channels, group_in, out, out // groups
 
 
 def native(x: tf.Tensor, kernel: tf.Tensor, groups: int, strides: int, padding: str) -> tf.Tensor:
     """`tf.nn.conv2d` on the grouped kernel: oneDNN's grouped kernels; without oneDNN
     its gradient raises ("Gradients for grouped convolutions are not supported on CPU")."""
-    layout_dims(x, kernel, groups)
+    _check_layout(x, kernel, groups)
     return tf.nn.conv2d(x, kernel, strides, padding)
 
 
 def split(x: tf.Tensor, kernel: tf.Tensor, groups: int, strides: int, padding: str) -> tf.Tensor:
     """One dense conv per group: split input and kernel, `groups` convs, concat."""
-    layout_dims(x, kernel, groups)
+    _check_layout(x, kernel, groups)
     inputs = tf.split(x, groups, axis=-1)
     kernels = tf.split(kernel, groups, axis=-1)
     return tf.concat(
@@ -57,7 +54,7 @@ def split(x: tf.Tensor, kernel: tf.Tensor, groups: int, strides: int, padding: s
     )
 
 
-def block_diagonal_kernel(kernel: tf.Tensor, groups: int) -> tf.Tensor:
+def _block_diagonal_kernel(kernel: tf.Tensor, groups: int) -> tf.Tensor:
     """The dense [kh, kw, C, out] kernel equal to the grouped one: zero off the diagonal blocks.
 
     A broadcast multiply with the identity, so its gradient is the diagonal
@@ -72,47 +69,30 @@ def block_diagonal_kernel(kernel: tf.Tensor, groups: int) -> tf.Tensor:
 def block_diagonal(
     x: tf.Tensor, kernel: tf.Tensor, groups: int, strides: int, padding: str
 ) -> tf.Tensor:
-    """One dense conv with `block_diagonal_kernel`: exact, at `groups` times the FLOPs."""
-    layout_dims(x, kernel, groups)
-    return tf.nn.conv2d(x, block_diagonal_kernel(kernel, groups), strides, padding)
-
-
-def chunked(
-    x: tf.Tensor, kernel: tf.Tensor, groups: int, strides: int, padding: str, chunks: int = 4
-) -> tf.Tensor:
-    """`block_diagonal` on `chunks` channel slices of whole groups (groups/chunks the FLOPs).
-
-    chunks == groups is `split`, chunks == 1 `block_diagonal`.
-    """
-    layout_dims(x, kernel, groups)
-    if groups % chunks:
-        raise ValueError(f"chunked: {chunks} chunks do not divide {groups} groups")
-    if chunks == 1:
-        return block_diagonal(x, kernel, groups, strides, padding)
-    inputs = tf.split(x, chunks, axis=-1)
-    kernels = tf.split(kernel, chunks, axis=-1)
-    per_chunk = groups // chunks
-    return tf.concat(
-        [
-            tf.nn.conv2d(xi, block_diagonal_kernel(ki, per_chunk), strides, padding)
-            for xi, ki in zip(inputs, kernels)
-        ],
-        axis=-1,
-    )
-
-
-def auto_chunks(channels: int, groups: int, chunk_channels: int = 16) -> int:
-    """Chunks of about `chunk_channels` input channels (whole groups), one group each at least."""
-    wanted = max(1, chunk_channels // max(1, channels // groups))
-    per_chunk = max(d for d in range(1, min(wanted, groups) + 1) if groups % d == 0)
-    return groups // per_chunk
+    """One dense conv with the block-diagonal kernel: exact, at `groups` times the FLOPs."""
+    _check_layout(x, kernel, groups)
+    return tf.nn.conv2d(x, _block_diagonal_kernel(kernel, groups), strides, padding)
 
 
 def chunked_auto(
     x: tf.Tensor, kernel: tf.Tensor, groups: int, strides: int, padding: str
 ) -> tf.Tensor:
-    """`chunked` with `auto_chunks`: dense convs of 16 input channels (`split` for wider groups)."""
-    return chunked(x, kernel, groups, strides, padding, auto_chunks(int(x.shape[-1]), groups))
+    """`block_diagonal` on channel chunks of about 16 inputs (whole groups; `split` beyond)."""
+    _check_layout(x, kernel, groups)
+    wanted = max(1, 16 // max(1, int(x.shape[-1]) // groups))  # Groups per chunk, at most.
+    per_chunk = max(d for d in range(1, min(wanted, groups) + 1) if groups % d == 0)
+    chunks = groups // per_chunk
+    if chunks == 1:
+        return block_diagonal(x, kernel, groups, strides, padding)
+    inputs = tf.split(x, chunks, axis=-1)
+    kernels = tf.split(kernel, chunks, axis=-1)
+    return tf.concat(
+        [
+            tf.nn.conv2d(xi, _block_diagonal_kernel(ki, per_chunk), strides, padding)
+            for xi, ki in zip(inputs, kernels)
+        ],
+        axis=-1,
+    )
 
 
 _FORCED: list[str] = []  # A formulation `forced` picks for the graphs built meanwhile.

@@ -158,8 +158,8 @@ def _torch_deep(count: int) -> dict[str, str]:
     return {**names, "stem_conv": f"conv1.{3 * (count - 1)}", "stem_bn": "bn1"}
 
 
-# The kinds. A new one is one line here; its class may live in any module.
-register(
+# The kinds. A new one is one entry here; its class may live in any module.
+for _kind in (
     StemKind(
         "plain",
         "one convolution of `stem_kernel`",
@@ -167,9 +167,7 @@ register(
         fields={"stem_kernel": "a plain stem's kernel"},
         torch_names=_torch_plain,
         keras_applications=True,
-    )
-)
-register(
+    ),
     StemKind(
         "deep",
         "three 3x3 convolutions, the first at `init_stride`: ResNet-C",
@@ -177,10 +175,8 @@ register(
         fields={"stem_widths": "a deep stem's widths"},
         check=_check_deep,
         torch_names=_torch_deep,
-    )
-)
-register(BlockKind("basic", "resnet_app.nets.blocks:BasicBlock", "two 3x3 convs"))
-register(
+    ),
+    BlockKind("basic", "resnet_app.nets.blocks:BasicBlock", "two 3x3 convs"),
     BlockKind(
         "bottleneck",
         "resnet_app.nets.blocks:BottleneckBlock",
@@ -188,9 +184,7 @@ register(
         expansion=4,
         convs=3,
         grouped=True,
-    )
-)
-register(
+    ),
     BlockKind(
         "conv_pool",
         "resnet_app.nets.conv_pool:ConvPoolUnit",
@@ -208,23 +202,20 @@ register(
             "zero_init_residual",
         ),
         about="ResNet-9's plain conv-BN-ReLU units",
-    )
-)
-register(AttentionKind("none", None))
-register(
+    ),
+    AttentionKind("none", None),
     AttentionKind(
         "se",
         "resnet_app.nets.attention:SqueezeExcite",
         "squeeze-excitation: global average, 1x1 reduce by `se_ratio`, ReLU, 1x1 expand, "
         "sigmoid gate",
         fields={"se_ratio": "squeeze-excitation's reduction"},
-    )
-)
-register(
+    ),
     AttentionKind(
         "eca",
         "resnet_app.nets.attention:EfficientChannelAttention",
         "efficient channel attention: a 1-D convolution across the channels of the global "
         "average, its kernel size from the channel count",
-    )
-)
+    ),
+):
+    register(_kind)
