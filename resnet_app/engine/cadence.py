@@ -1,17 +1,8 @@
 """What is due at a step, and how far a compiled call may run: pure functions of the step.
 
-The controller (`controller.py`) runs the compiled multi-step function up to
-the next boundary, `next_boundary`: the end of the run, `steps_per_loop`
-steps on (Orbit's `min(steps - current, steps_per_loop)`), or the next step
-that logs, evaluates or saves, whichever comes first. At that step it asks
-`due_at` which of the periodic jobs are due (big_vision's `itstime`): a
-training record (and with it a read of `model_dir/lr_override`) every
-`log_every` steps and at the end, an evaluation every `eval_every` steps and
-at the end, a checkpoint every `checkpoint_every` steps (the last evaluation
-and checkpoint before the end are left out when the end is under a quarter of
-their interval later: the end's evaluation and save come instead).
-
-No TensorFlow here: these are unit-tested in milliseconds.
+A call runs to `next_boundary`: the end, `steps_per_loop` steps on (Orbit's
+`min(steps - current, steps_per_loop)`) or the next step that logs, evaluates
+or saves. There `due_at` says what is due (big_vision's `itstime`).
 """
 
 from __future__ import annotations
@@ -19,25 +10,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+# A periodic evaluation or checkpoint under every/4 steps before the end is left to
+# the end's: "every epoch" of 468.75 steps would evaluate at 1,404 and again at 1,407.
+NEAR_END_FRACTION = 4
+
 
 def is_due(step: int, every: int, total: int | None = None) -> bool:
-    """Whether a job run every `every` steps (and at `total`, if given) is due at `step`.
-
-    Args:
-      step: the step just finished (1 or more).
-      every: the job's interval in steps.
-      total: the run's last step, when the job is also due there.
-
-    Returns:
-      True at every multiple of `every`, and at `total`.
-    """
+    """Whether a job run every `every` steps (and at `total`, if given) is due at `step`."""
     return step % every == 0 or step == total
-
-
-# A periodic evaluation or checkpoint this close to the end (under a quarter of
-# its interval) is left to the end's: with an epoch of 468.75 steps, "every
-# epoch" of a 3-epoch run would evaluate at 1,404 and again at 1,407.
-NEAR_END_FRACTION = 4
 
 
 def is_due_before_the_end(step: int, every: int, total: int) -> bool:
@@ -59,15 +39,8 @@ def round_up(every: int, multiple: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Intervals:
-    """How often the loop does each of its jobs, in steps.
-
-    Attributes:
-      total: the run's last step.
-      log_every: a training record (and a read of the LR override).
-      eval_every: an evaluation (also at the end).
-      checkpoint_every: a checkpoint (also at every evaluation).
-      steps_per_loop: the most steps one compiled call runs.
-    """
+    """The run's last step, and how often (in steps) it logs (and reads the LR
+    override), evaluates, saves, and the most steps one compiled call runs."""
 
     total: int
     log_every: int
@@ -85,42 +58,19 @@ def create_intervals(
     steps_per_loop: int | None = None,
     align: Callable[[str, int], int] | None = None,
 ) -> Intervals:
-    """The run's intervals from its `train.` settings, with their defaults.
-
-    Args:
-      total: the run's length in steps.
-      steps_per_epoch: the default of `eval_every`.
-      log_every: `train.log_every`, also the default of `steps_per_loop`.
-      eval_every: `train.eval_every`, or None for once per epoch.
-      checkpoint_every: `train.checkpoint_every`, or None for every evaluation.
-      steps_per_loop: `train.steps_per_loop`, or None for `log_every`.
-      align: (name, interval) -> the interval the sync policy allows (model
-        averaging rounds evaluations and checkpoints up to its averages).
-
-    Returns:
-      The `Intervals`.
-    """
+    """The intervals from the `train.` settings: evaluations once per epoch, checkpoints
+    at every evaluation and calls of `log_every` steps unless set; `align(name, every)`
+    is the sync policy's rounding (model averaging saves only at averages)."""
     align = align or (lambda name, every: every)
     evaluations = eval_every or steps_per_epoch
-    checkpoints = checkpoint_every or evaluations
-    return Intervals(
-        total=total,
-        log_every=log_every,
-        eval_every=align("eval_every", evaluations),
-        checkpoint_every=align("checkpoint_every", checkpoints),
-        steps_per_loop=steps_per_loop or log_every,
-    )
+    eval_every = align("eval_every", evaluations)
+    checkpoint_every = align("checkpoint_every", checkpoint_every or evaluations)
+    return Intervals(total, log_every, eval_every, checkpoint_every, steps_per_loop or log_every)
 
 
 @dataclasses.dataclass(frozen=True)
 class Due:
-    """Which periodic jobs are due at a step.
-
-    Attributes:
-      log: write a training record.
-      evaluate: evaluate the whole evaluation split.
-      checkpoint: save a checkpoint.
-    """
+    """Which periodic jobs are due at a step: a training record, an evaluation, a save."""
 
     log: bool = False
     evaluate: bool = False
@@ -133,18 +83,8 @@ class Due:
 
 
 def due_at(step: int, intervals: Intervals) -> Due:
-    """What is due at `step`, the last step of a call.
-
-    Args:
-      step: the step just finished.
-      intervals: the run's intervals.
-
-    Returns:
-      The `Due` jobs: records and evaluations every interval and at the end,
-      checkpoints every `checkpoint_every` steps (and, decided elsewhere, at
-      evaluations and after an override); an evaluation or checkpoint under a
-      quarter of its interval before the end is left to the end's.
-    """
+    """What is due at `step`, the last step of a call: records and evaluations also at
+    the end; the end's checkpoint is decided elsewhere (actions.py)."""
     return Due(
         log=is_due(step, intervals.log_every, intervals.total),
         evaluate=is_due_before_the_end(step, intervals.eval_every, intervals.total),
@@ -154,20 +94,8 @@ def due_at(step: int, intervals: Intervals) -> Due:
 
 
 def next_boundary(step: int, intervals: Intervals, *limits: int | None) -> int:
-    """The last step of the next compiled call, which starts after `step`.
-
-    A call never crosses the end of the run, a training record, an
-    evaluation or a checkpoint, nor runs more than `steps_per_loop` steps.
-
-    Args:
-      step: the step the call starts after.
-      intervals: the run's intervals.
-      *limits: more steps the call must not run past (None: no limit), e.g.
-        the next model average when a save waits for it.
-
-    Returns:
-      A step in (step, total].
-    """
+    """The last step of the next call after `step`, in (step, total]; `limits` are more
+    steps it must not run past (None: none), e.g. the next model average a save waits for."""
     return min(
         intervals.total,
         step + intervals.steps_per_loop,

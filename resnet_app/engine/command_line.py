@@ -1,10 +1,6 @@
 """The training command line: its flags, the config they describe, and the checks made
-before TensorFlow loads.
-
-`resnet-app train` (`resnet_app/train.py`) and the tools that take the same
-command line (`resnet-app lr-find`, `resnet-app schedule`) define these flags by
-importing this module; tests call `config_from_flags` and
-`check_before_tensorflow` in-process. No TensorFlow is imported here.
+before TensorFlow loads (no TensorFlow here). `resnet-app train`, `lr-find` and
+`schedule` define these flags by importing it.
 """
 
 from __future__ import annotations
@@ -45,14 +41,12 @@ ALLOW_CONFIG_CHANGE = flags.DEFINE_bool(
     False,
     "Resume even though settings that change what the run computes (model, "
     "data, batch, optimizer, schedule, seed, sync, towers with per-tower "
-    "BatchNorm or model averaging) "
-    "differ from the run's config.yaml.",
+    "BatchNorm or model averaging) differ from the run's config.yaml.",
 )
 LR_SCHEDULE = flags.DEFINE_string(
     "lr_schedule",
     None,
-    "A schedule script, PATH.py:FUNCTION, with FUNCTION(step, "
-    "steps_per_epoch) -> learning rate; see scripts/schedules/.",
+    "A schedule script, PATH.py:FUNCTION, with FUNCTION(step, steps_per_epoch) -> learning rate.",
 )
 ALLOW_SCRIPTS = flags.DEFINE_bool(
     "allow_scripts",
@@ -63,25 +57,15 @@ ALLOW_SCRIPTS = flags.DEFINE_bool(
 )
 # Flags for the most used config keys; --set reaches every other one.
 SHORTCUTS = {
-    "dataset": "data.dataset",
-    "data_dir": "data.data_dir",
-    "model": "model.name",
-    "batch_size": "train.batch_size",
-    "epochs": "train.epochs",
-    "train_steps": "train.train_steps",
-    "num_towers": "train.num_towers",
-    "eval_every": "train.eval_every",
-    "log_every": "train.log_every",
-    "steps_per_loop": "train.steps_per_loop",
-    "seed": "train.seed",
-    "deterministic": "train.deterministic",
-    "on_nan": "train.on_nan",
-    "precision": "train.precision",
-    "jit": "train.jit",
-    "init_from": "train.init_from",
-    "sync": "sync.mode",
-    "average_interval": "sync.interval",
-}
+    "dataset": "data.dataset", "data_dir": "data.data_dir", "model": "model.name",
+    "batch_size": "train.batch_size", "epochs": "train.epochs",
+    "train_steps": "train.train_steps", "num_towers": "train.num_towers",
+    "eval_every": "train.eval_every", "log_every": "train.log_every",
+    "steps_per_loop": "train.steps_per_loop", "seed": "train.seed",
+    "deterministic": "train.deterministic", "on_nan": "train.on_nan",
+    "precision": "train.precision", "jit": "train.jit", "init_from": "train.init_from",
+    "sync": "sync.mode", "average_interval": "sync.interval",
+}  # fmt: skip
 _OWNERS = {"data": DataConfig, "train": config.TrainSettings, "sync": config.SyncSettings}
 
 
@@ -102,13 +86,9 @@ FLAGS = flags.FLAGS
 
 
 def config_from_flags(extra_sets: Sequence[str] = ()) -> config.Config:
-    """The config the command line describes: defaults, --config, --set, then flags.
-
-    Without --config, an existing run directory's config.yaml takes its place:
-    `--model_dir=DIR` resumes a run with its own settings, plus any flag given.
-    `extra_sets` are `KEY=VALUE` assignments after the command line's own --set
-    (a sweep's trial).
-    """
+    """The config the command line describes: defaults, --config (else the run
+    directory's config.yaml: `--model_dir=DIR` resumes with its own settings), --set,
+    `extra_sets` (`KEY=VALUE`, a sweep trial's), then the flags."""
     config_file, resumed = CONFIG.value, False
     if not config_file and MODEL_DIR.value:
         saved = run_dir.config_path(MODEL_DIR.value)
@@ -122,16 +102,17 @@ def config_from_flags(extra_sets: Sequence[str] = ()) -> config.Config:
             overrides.setdefault(section, {})[field] = FLAGS[name].value
     if LR_SCHEDULE.value:
         overrides["schedule"] = {"name": "script", "path": os.path.abspath(LR_SCHEDULE.value)}
-    resolved = config.resolve(config_file, [*SET.value, *extra_sets], overrides, resumed=resumed)
+    sets = [*SET.value, *extra_sets]
+    resolved = config.resolve(config_file, sets, overrides, resumed=resumed)
     if resolved.schedule.RUNS_CODE:
         from resnet_app.config import script_permission
         from resnet_app.engine import schedules  # Pure Python: no TensorFlow.
 
         spec = resolved.schedule.path
-        given = [*SET.value, *extra_sets]
-        named = any(item.partition("=")[0].strip() == "schedule.path" for item in given)
         if LR_SCHEDULE.value:
             named = spec == os.path.abspath(LR_SCHEDULE.value)
+        else:
+            named = any(item.partition("=")[0].strip() == "schedule.path" for item in sets)
         script_permission.check_allowed(spec, named, ALLOW_SCRIPTS.value, MODEL_DIR.value)
         schedules.load_script(spec)  # A bad script is answered now.
     return resolved
@@ -141,12 +122,8 @@ def given_flags() -> tuple[list[str], dict[str, str]]:
     """The training flags given on the command line, as arguments again (--model_dir and
     --restart left out), and {config key: flag} of the shortcut flags among them."""
     names = ["config", "set", "lr_schedule", "allow_scripts", *SHORTCUTS]
-    argv = [
-        text
-        for name in names
-        if FLAGS[name].present
-        for text in FLAGS[name].serialize().split("\n")
-    ]
+    given = [name for name in names if FLAGS[name].present]
+    argv = [text for name in given for text in FLAGS[name].serialize().split("\n")]
     return argv, {key: name for name, key in SHORTCUTS.items() if FLAGS[name].present}
 
 
@@ -159,14 +136,8 @@ def default_model_dir(resolved: config.Config) -> str:
 
 
 def check_before_tensorflow(resolved: config.Config, model_dir: str | None, restart: bool) -> None:
-    """Answers, before TensorFlow loads, a dataset, `init_from` or teacher that cannot load.
-
-    A resumed run does not read its `init_from` or teacher again (it may be
-    gone), so only a run that starts is checked.
-
-    Raises:
-      ConfigError: one line naming the problem and the fix.
-    """
+    """Answers, before TensorFlow loads, a dataset, `init_from` or teacher that cannot
+    load (`ConfigError`); a resumed run does not read the last two again."""
     from resnet_app.data.sources import registry  # No TensorFlow.
     from resnet_app.pretrained import sources
 
@@ -174,5 +145,5 @@ def check_before_tensorflow(resolved: config.Config, model_dir: str | None, rest
     resumed = bool(model_dir) and os.path.isfile(run_dir.config_path(model_dir)) and not restart
     if resolved.train.init_from and not resumed:
         sources.parse(resolved.train.init_from)
-    if resolved.train.teacher and not resumed:  # A resumed run reads its own copy.
+    if resolved.train.teacher and not resumed:
         sources.check_teacher(resolved.train.teacher, resolved.train.teacher_model)

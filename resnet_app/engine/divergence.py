@@ -1,13 +1,9 @@
 """A run that diverged: a non-finite loss or weights, then an error or a rollback.
 
-The controller raises `DivergedError` when a call's loss is not finite, and
-`sync.GlobalModel` when the weights are not (checked before every evaluation
-and save, so a checkpoint with non-finite weights is never written). The
-trainer catches it around the controller and calls `roll_back`: with
-`train.on_nan=stop` (the default) that is a one-line error naming the step and
-the last good checkpoint; with `train.on_nan=rollback` it restores that
-checkpoint, multiplies the learning rate by `train.nan_lr_factor`, and the
-controller re-enters from there (at most `config.MAX_ROLLBACKS` times).
+The controller raises `DivergedError` for a non-finite loss, `sync.GlobalModel` for
+non-finite weights (checked before every evaluation and save). `roll_back` makes it
+a one-line error (`train.on_nan=stop`) or restores the last good checkpoint with the
+rate times `train.nan_lr_factor`, at most `config.MAX_ROLLBACKS` times.
 """
 
 from __future__ import annotations
@@ -26,11 +22,8 @@ if TYPE_CHECKING:
 
 
 class DivergedError(Exception):
-    """`what` ("the loss" or "the weights") went non-finite at `step`.
-
-    Never reaches the user: `roll_back` turns it into a `ConfigError` or a
-    rollback.
-    """
+    """`what` ("the loss" or "the weights") went non-finite at `step` (never shown:
+    `roll_back` turns it into a `ConfigError` or a rollback)."""
 
     def __init__(self, step: int, what: str):
         super().__init__(step, what)
@@ -39,20 +32,8 @@ class DivergedError(Exception):
 
 
 def roll_back(run: Run, writer: MetricsWriter, diverged: DivergedError) -> int:
-    """Handles a divergence: an error, or a rollback to the last good checkpoint.
-
-    Args:
-      run: the run (restored in place).
-      writer: where the "rollback" event goes.
-      diverged: what diverged, and at which step.
-
-    Returns:
-      The step rolled back to.
-
-    Raises:
-      ConfigError: with `train.on_nan=stop`, when there is no checkpoint to go
-        back to, or after `config.MAX_ROLLBACKS` rollbacks.
-    """
+    """Restores the last good checkpoint into `run` and returns its step, or raises
+    `ConfigError` (`on_nan=stop`, no checkpoint, or `MAX_ROLLBACKS` used up)."""
     train, step = run.config.train, diverged.step
     latest = checkpoint.find_latest(run.model_dir)
     kept = f"the last good checkpoint is {latest[1]}" if latest else "no checkpoint was written"
@@ -71,23 +52,16 @@ def roll_back(run: Run, writer: MetricsWriter, diverged: DivergedError) -> int:
     scale = run.learning_rate.state()[1]
     run.restore(latest[1], verb="Rolled back to")
     value, restored_scale = run.learning_rate.state()
-    # A second rollback to the same checkpoint lowers the rate further. The
-    # new rate is saved with the next checkpoint; the one rolled back to is
-    # not rewritten (a crash while overwriting it would lose it).
+    # A second rollback to the same checkpoint lowers the rate further; the checkpoint
+    # is not rewritten (a crash while overwriting it would lose it).
     new_scale = min(scale, restored_scale) * train.nan_lr_factor
     run.learning_rate.set_state(value, new_scale)
     run.rollback_count.assign(count + 1)
     logging.error(
         "ROLLBACK %d/%d: %s is not finite at step %d; restored step %d from %s and "
         "multiplied the learning rate by %g (now x%g of the schedule)",
-        count + 1,
-        config_lib.MAX_ROLLBACKS,
-        diverged.what,
-        step,
-        latest[0],
-        latest[1],
-        train.nan_lr_factor,
-        new_scale,
-    )
+        count + 1, config_lib.MAX_ROLLBACKS, diverged.what, step, latest[0], latest[1],
+        train.nan_lr_factor, new_scale,
+    )  # fmt: skip
     writer.write({"step": step, "event": "rollback", "to_step": latest[0], "lr_scale": new_scale})
     return latest[0]

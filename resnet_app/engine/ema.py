@@ -1,52 +1,16 @@
-"""An exponential moving average (EMA) of the weights (`train.ema_decay`).
+"""The moving average of the weights (`train.ema_decay`) and SWA's (`train.swa_start`).
 
-After every update the trainer moves a second copy of the model towards the
-trained one:
+After every update a second model of the network moves towards the trained one,
+`ema <- d * ema + (1 - d) * w`, BatchNorm statistics included (timm's
+`ModelEmaV2`): a model of its own, evaluated, saved (the checkpoint's `ema`) and
+exported as any, resumed bitwise. `train.ema_warmup` uses min(d, (1 + n) / (10 +
+n)) at update n. Each replica's copy follows its own weights; under model averaging
+(interval K) only the averaged weights, with d**K. An fp16 step that overflowed
+leaves the weights, but the average still steps (as timm's).
 
-    ema <- d * ema + (1 - d) * w
-
-for every variable of the model: the weights and the BatchNorm moving
-statistics (timm's `ModelEmaV2` and Model Garden's `ExponentialMovingAverage`
-average the statistics too; Keras's optimizer `use_ema` averages only the
-trainable weights, and keeps its average inside the optimizer). The copy
-starts equal to the model's weights (after `train.init_from`), is a model of
-its own (`WeightEMA.model`), so it is evaluated, saved (the checkpoint's
-`ema` object) and exported as any model is; and it is a pure function of the
-weights' history, so a run resumed from a checkpoint continues it bitwise.
-
-With `train.ema_warmup` the decay of update n (1 for the first) is
-min(d, (1 + n) / (10 + n)), the warm-up of TensorFlow's
-`tf.train.ExponentialMovingAverage(num_updates=...)`: early averages do not
-hold on to the random initialization.
-
-Replicas: the copy is mirrored, and every replica's copy of it is updated
-from that replica's own weights, with no communication; under the all-reduce
-every replica holds the same weights, so every copy of the average stays the
-same. (Per-tower BatchNorm, `model.bn_synchronized: false`, keeps moving
-statistics per tower, as TF1's towers did; each tower's average follows its
-own, and before every evaluation and save the towers' statistics of both are
-averaged, `sync.AllReduce`: the averages are linear, so the mean of the
-towers' averages is the average of the mean statistics.)
-
-With model averaging (`sync.mode: model_average`, interval K) the copies of
-the weights differ between averages, so the average is updated only right
-after the weights are averaged, once per K updates, from the averaged
-weights, with the decay d**K (min(...)**K while warming up): the same horizon
-in updates as the all-reduce run's. A run whose length is not a multiple of K
-averages once more at its end, and the average follows with d**(steps since).
-
-An fp16 step whose loss scale overflowed leaves the weights as they were; the
-average still takes its step towards them (as timm's `ModelEma` does).
-
-Stochastic weight averaging (`train.swa_start`, Izmailov et al. 2018;
-`SwaAverage`) is the same copy with another decay: before the start update S
-it follows the weights (decay 0); at update S + n*P (P = `train.swa_every`) it
-becomes the mean of the n + 1 models so far, a <- n/(n+1) * a + w/(n+1), the
-running mean of torch's `AveragedModel`; between those updates it holds (decay
-1). The decay is a function of the update count alone, so it too resumes
-bitwise. Its BatchNorm statistics are the mean of the models' moving ones;
-the run measures them again at its end for its averaged checkpoint
-(`loop._write_swa_average`), as SWA prescribes.
+SWA (`SwaAverage`, Izmailov et al. 2018) is the same copy with decay 0 before the
+start update S, n/(n+1) at update S + n*P (torch's `AveragedModel`) and 1
+between; its BatchNorm statistics are measured again at the run's end.
 """
 
 from __future__ import annotations
@@ -56,21 +20,9 @@ import tensorflow as tf
 
 
 class WeightEMA:
-    """The moving average of a model's variables, held in a second model of the same network.
-
-    Args:
-      model: the trained model.
-      average_model: a second instance of the same network, built in the same
-        strategy's scope (outside `averaging.local_variables()`); it becomes
-        the average.
-      decay: d, in (0, 1).
-      warmup: use min(d, (1 + n) / (10 + n)) for update n.
-      every: the average is updated once per this many optimizer updates
-        (model averaging's interval), with the decay raised to this power.
-
-    Raises:
-      ValueError: when the two models' variables do not correspond.
-    """
+    """The moving average of `model`'s variables, held in `average_model` (the same
+    network, built in the same scope but outside `averaging.local_variables()`), with
+    decay d in (0, 1), updated once per `every` optimizer updates with d**every."""
 
     def __init__(
         self,
@@ -82,11 +34,7 @@ class WeightEMA:
     ):
         if not 0 < decay < 1:
             raise ValueError(f"the EMA decay must be in (0, 1), got {decay}")
-        self.model = average_model
-        self.decay = decay
-        self.warmup = warmup
-        self.every = every
-        # The TensorFlow variables (distributed ones under a strategy) behind Keras's.
+        self.model, self.decay, self.warmup, self.every = average_model, decay, warmup, every
         pairs = zip(average_model.variables, model.variables, strict=True)
         self._pairs = [(a.value, w.value) for a, w in pairs]
         mismatched = [
@@ -102,8 +50,7 @@ class WeightEMA:
             average.assign(weight.read_value())
 
     def decay_at(self, updates: tf.Tensor, every: int | None = None) -> tf.Tensor:
-        """The decay applied after `updates` optimizer updates, `every` (default:
-        the interval) of them at once (float32)."""
+        """The decay after `updates` optimizer updates, `every` (default: the interval) at once."""
         every = self.every if every is None else every
         decay = tf.constant(self.decay, tf.float32)
         if self.warmup:
@@ -114,16 +61,8 @@ class WeightEMA:
     def update(
         self, strategy: tf.distribute.Strategy, updates: tf.Tensor, every: int | None = None
     ) -> None:
-        """In cross-replica context: one step of the average towards the weights.
-
-        Each replica's copy of the average moves towards that replica's own
-        weights (`extended.update` hands each device its own components).
-
-        Args:
-          strategy: the strategy the models were built in.
-          updates: the optimizer's update count after the step (`iterations`).
-          every: the optimizer updates this one stands for (default: the interval).
-        """
+        """In cross-replica context: each replica's average takes one step towards that
+        replica's weights; `updates` is the optimizer's count after the step."""
         decay = self.decay_at(updates, every)
 
         def step(average, weight):
@@ -133,22 +72,14 @@ class WeightEMA:
             strategy.extended.update(average, step, args=(weight,), group=False)
 
     def update_now(self, strategy: tf.distribute.Strategy, updates: tf.Variable) -> None:
-        """Eagerly, after an average off the interval (a run's last step): the
-        updates since the previous average, at once (decay d**(updates % K))."""
+        """Eagerly, after an average off the interval (a run's last step): the updates
+        since the previous average at once."""
         count = int(updates.numpy())
         self.update(strategy, tf.constant(count), every=count % self.every or self.every)
 
 
 class SwaAverage(WeightEMA):
-    """Stochastic weight averaging: the equal-weight mean of the models at updates
-    `start`, `start + period`, ... (see the module docstring).
-
-    Args:
-      model: the trained model.
-      average_model: a second instance of the same network (see `WeightEMA`).
-      start: the update count of the first model averaged (>= 1).
-      period: the updates between two models averaged (>= 1).
-    """
+    """SWA: the equal-weight mean of the models at updates `start`, `start + period`, ..."""
 
     def __init__(self, model: keras.Model, average_model: keras.Model, start: int, period: int):
         if start < 1 or period < 1:

@@ -1,11 +1,8 @@
-"""The large-batch optimizers: LAMB and LARS, with a trust ratio per variable.
+"""LAMB and LARS: the large-batch rules, with a trust ratio per variable.
 
-`Lamb` (You et al. 2020, Algorithm 2) and `Lars` (You, Gitman, Ginsburg 2017,
-Algorithm 1) scale each variable's step by the ratio of its weights' norm to
-its update's norm. BatchNorm gamma and beta and every bias (`NO_WEIGHT_DECAY`)
-get neither their weight decay nor the ratio (`exclude_from_adaptation`).
-`optim.create_optimizer` builds them from the `optimizer:` section's `lamb`
-and `lars` classes (`config/optimizer_kinds.py`).
+Each scales a variable's step by the ratio of its weights' norm to its update's.
+BatchNorm gamma and beta and every bias (`NO_WEIGHT_DECAY`) get neither the
+weight decay nor the ratio (`exclude_from_adaptation`).
 """
 
 from __future__ import annotations
@@ -37,14 +34,12 @@ def _trust_ratio(numerator: Any, denominator: Any, w_norm: Any, other_norm: Any)
 class _Layerwise(keras.optimizers.Optimizer):
     """What `Lamb` and `Lars` share: slots, the decay inside the rule, the exclusions.
 
-    `weight_decay` is part of the update rule (it enters the trust ratio), so it
-    is kept as `weight_decay_rate` and never given to Keras, whose
-    `apply_gradients` would decay the weights a second time. With
-    `exclude_from_adaptation`, variables whose path matches `NO_WEIGHT_DECAY`
-    (BatchNorm gamma and beta, every bias) get neither decay nor trust ratio.
+    The decay enters the trust ratio, so it is kept as `weight_decay_rate` and never
+    given to Keras, whose `apply_gradients` would decay the weights a second time.
     """
 
     SLOTS: tuple[str, ...] = ()
+    SETTINGS: tuple[str, ...] = ()  # The attributes `get_config` adds.
 
     def __init__(
         self,
@@ -61,7 +56,6 @@ class _Layerwise(keras.optimizers.Optimizer):
         self.exclude_from_adaptation = bool(exclude_from_adaptation)
 
     def build(self, var_list: list[keras.Variable]) -> None:
-        """Creates the zero slots of every variable; decides which ones adapt."""
         if self.built:
             return
         super().build(var_list)
@@ -85,6 +79,7 @@ class _Layerwise(keras.optimizers.Optimizer):
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update(
+            {name: getattr(self, name) for name in self.SETTINGS},
             weight_decay=self.weight_decay_rate,
             exclude_from_adaptation=self.exclude_from_adaptation,
         )
@@ -103,26 +98,13 @@ class Lamb(_Layerwise):
         u = r + wd * w
         w -= lr * (||w|| / ||u||) * u      (ratio 1 if ||w|| or ||u|| is 0)
 
-    An excluded variable (see `_Layerwise`) takes `w -= lr * r`: Adam. So do
-    timm's `Lamb` (used by the ResNet Strikes Back recipes) and TF Addons' for
-    the variables they do not decay; unlike timm, the ratio applies to every
-    other variable even when `wd` is 0, as in the paper. `keras.optimizers.Lamb`
-    is not used: its decay is Keras's, outside the ratio, and it cannot exclude
-    a variable from the ratio. The rate reaches the decay too, so a per-variable
-    rate multiplier (`lr_multipliers`) scales it.
-
-    Args:
-      learning_rate: a float (kept in a variable, see `set_learning_rate`).
-      beta_1: the first moment's decay, in [0, 1).
-      beta_2: the second moment's decay, in [0, 1).
-      epsilon: added to the root of the second moment.
-      weight_decay: `wd` above, >= 0.
-      exclude_from_adaptation: whether BatchNorm gamma/beta and biases are excluded.
-      name: the name scope of the optimizer's variables.
-      **kwargs: base `keras.optimizers.Optimizer` arguments (`clipnorm`, ...).
+    An excluded variable takes `w -= lr * r` (Adam), as in timm's `Lamb`; unlike timm,
+    the ratio applies even at `wd` 0, as in the paper. (`keras.optimizers.Lamb` decays
+    outside the ratio and excludes nothing.)
     """
 
     SLOTS = ("momentum", "velocity")
+    SETTINGS = ("beta_1", "beta_2", "epsilon")
 
     def __init__(
         self,
@@ -139,14 +121,12 @@ class Lamb(_Layerwise):
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
 
     def update_step(self, gradient: Any, variable: keras.Variable, learning_rate: Any) -> None:
-        """Applies one LAMB step to `variable`."""
         index = self._get_variable_index(variable)
         m, v = self.slots[0][index], self.slots[1][index]
         gradient = ops.cast(gradient, variable.dtype)
         beta_1 = self._constant(self.beta_1, variable)
         beta_2 = self._constant(self.beta_2, variable)
         step = ops.cast(self.iterations + 1, variable.dtype)
-
         new_m = ops.add(ops.multiply(beta_1, m), ops.multiply(1 - beta_1, gradient))
         new_v = ops.add(ops.multiply(beta_2, v), ops.multiply(1 - beta_2, ops.square(gradient)))
         self.assign(m, new_m)
@@ -164,11 +144,6 @@ class Lamb(_Layerwise):
             update = ops.multiply(update, _trust_ratio(w_norm, u_norm, w_norm, u_norm))
         self.assign_sub(variable, ops.multiply(ops.cast(learning_rate, variable.dtype), update))
 
-    def get_config(self) -> dict[str, Any]:
-        config = super().get_config()
-        config.update(beta_1=self.beta_1, beta_2=self.beta_2, epsilon=self.epsilon)
-        return config
-
 
 @keras.saving.register_keras_serializable(package="resnet_app")
 class Lars(_Layerwise):
@@ -181,27 +156,13 @@ class Lars(_Layerwise):
         w -= v                                         (nesterov=False)
         w -= momentum * v + lr * ratio * (g + wd * w)   (nesterov=True)
 
-    An excluded variable (see `_Layerwise`) takes ratio 1 and wd 0: Keras `SGD`'s
-    momentum. The ratio's denominator and `epsilon` are those of
-    `tf.contrib.opt.LARSOptimizer` (TF 1.x, used by the MLPerf ResNet-50
-    references) and PaddlePaddle's `LarsMomentumOptimizer`; TF Model Garden's
-    `LARS` divides by ||g + wd * w|| instead. As in the paper (and Keras `SGD`),
-    `v` holds rate-scaled steps: after a rate drop the old velocity decays at the
-    old rate, unlike `Momentum`.
-
-    Args:
-      learning_rate: a float (kept in a variable, see `set_learning_rate`).
-      momentum: in [0, 1).
-      eeta: the trust coefficient, > 0.
-      weight_decay: `wd` above, >= 0.
-      epsilon: added to the ratio's denominator, >= 0.
-      nesterov: whether to use Nesterov momentum.
-      exclude_from_adaptation: whether BatchNorm gamma/beta and biases are excluded.
-      name: the name scope of the optimizer's variables.
-      **kwargs: base `keras.optimizers.Optimizer` arguments (`clipnorm`, ...).
+    An excluded variable takes ratio 1 and wd 0: Keras `SGD`'s momentum. The
+    denominator is TF 1.x `LARSOptimizer`'s (MLPerf's ResNet-50); Model Garden's
+    divides by ||g + wd * w||. `v` holds rate-scaled steps, as `SGD`'s.
     """
 
     SLOTS = ("momentum",)
+    SETTINGS = ("momentum", "eeta", "epsilon", "nesterov")
 
     def __init__(
         self,
@@ -220,7 +181,6 @@ class Lars(_Layerwise):
         self.nesterov = bool(nesterov)
 
     def update_step(self, gradient: Any, variable: keras.Variable, learning_rate: Any) -> None:
-        """Applies one LARS step to `variable`."""
         index = self._get_variable_index(variable)
         velocity = self.slots[0][index]
         gradient = ops.cast(gradient, variable.dtype)
@@ -244,10 +204,3 @@ class Lars(_Layerwise):
             self.assign_sub(variable, ops.add(ops.multiply(momentum, new_velocity), step))
         else:
             self.assign_sub(variable, new_velocity)
-
-    def get_config(self) -> dict[str, Any]:
-        config = super().get_config()
-        config.update(
-            momentum=self.momentum, eeta=self.eeta, epsilon=self.epsilon, nesterov=self.nesterov
-        )
-        return config

@@ -1,26 +1,12 @@
 """A lost or stalled worker: the survivors save the last step every worker completed.
 
-When a worker of a multi-worker run dies (or stops answering for
-`sync.timeout` seconds, or TensorFlow's heartbeats miss it), the next
-collective fails on every other worker with `UnavailableError` (or
-`DeadlineExceededError`), and TensorFlow aborts this process's collectives
-for good. Each survivor then (`survive`):
-
-1. puts back `last_step.LastStep`'s copy of the last step it completed, which
-   under all-reduce is the last step every worker completed (a step is
-   complete on a worker once all its collectives returned, and they return
-   on every worker alike or fail): the weights, statistics, slots and
-   moving average of that step, bitwise; with model averaging the last
-   average;
-2. moves the global step and the data position back to that step;
-3. saves it as a normal checkpoint of the run directory (finite-checked,
-   complete or invisible), unless a checkpoint of that step or a later one
-   is already there: whichever survivor comes first (a lock file keeps them
-   apart), the chief or not, since the chief may be the one lost;
-4. stops with one line (`WorkerLostError`, exit status 3) that names the lost
-   worker, the step saved and how to restart.
-
-Every operation here is local: no collective can run any more.
+When a worker dies (or stalls past `sync.timeout`, or misses TensorFlow's
+heartbeats) the next collective fails on the others, and TensorFlow aborts their
+collectives for good. Each survivor (`survive`) puts back `last_step.LastStep`'s
+copy (a step's collectives return on every worker alike or fail), saves it unless
+a checkpoint of that step or later is there (under a lock file: the chief may be
+the one lost), and stops with one line (`WorkerLostError`, exit status 3).
+Everything here is local: no collective can run any more.
 """
 
 from __future__ import annotations
@@ -38,11 +24,9 @@ from resnet_app.engine.last_step import LastStep
 
 # What a failed collective raises when a peer is gone, stalled or refused.
 PEER_ERRORS = (
-    tf.errors.UnavailableError,
-    tf.errors.DeadlineExceededError,
-    tf.errors.AbortedError,
+    tf.errors.UnavailableError, tf.errors.DeadlineExceededError, tf.errors.AbortedError,
     tf.errors.CancelledError,
-)
+)  # fmt: skip
 _TASK = re.compile(r"/job:(worker|chief)/replica:\d+/task:(\d+)")
 _REASONS = (
     ("stopped sending heartbeats", "it stopped sending heartbeats"),
@@ -54,31 +38,27 @@ _REASONS = (
 
 
 def survive(run, last: LastStep | None, error: Exception) -> WorkerLostError:
-    """Saves what this survivor holds of the last complete step; returns the error to raise.
-
-    Args:
-      run: the `setup.Run`.
-      last: the copy of the last complete step, or None (`sync.keep_last_step`
-        off): then nothing beyond the last checkpoint is saved.
-      error: the failed collective's error.
-    """
+    """Saves what this survivor holds of the last complete step (`last`; None:
+    `sync.keep_last_step` off, nothing saved) after `error`; returns the error to raise."""
     lost = describe_lost(run.strategy, error, run.config.sync.timeout)
-    directory = run.model_dir
     if last is None:
-        latest = checkpoint.list_checkpoints(directory)
+        latest = checkpoint.list_checkpoints(run.model_dir)
         kept = os.path.basename(latest[-1][1]) if latest else "no checkpoint"
         return WorkerLostError(
             f"{lost}; with sync.keep_last_step=false the steps since {kept} are lost; restart "
             "every worker with the same command to resume"
         )
     step = last.restore()
-    _move_counters(run, step)
-    saved = _save(run, step)
-    restart = (
-        "restart every worker with the same command to resume from it "
-        "(python -m resnet_app.launch restarts them itself)"
+    # The step and data position of `step`, on this worker's copies only.
+    position = int(run.data_position.numpy())
+    position += (step - int(run.global_step.numpy())) * run.config.train.batch_size
+    for variable, value in ((run.global_step, step), (run.data_position, position)):
+        for local in run.strategy.experimental_local_results(variable):
+            local.assign(value)
+    return WorkerLostError(
+        f"{lost} at step {step}; {_save(run, step)}; restart every worker with the same "
+        "command to resume from it (python -m resnet_app.launch restarts them itself)"
     )
-    return WorkerLostError(f"{lost} at step {step}; {saved}; {restart}")
 
 
 def describe_lost(
@@ -105,19 +85,9 @@ def describe_lost(
     return f"{who} of {len(tasks)} was lost ({why})"
 
 
-def _move_counters(run, step: int) -> None:
-    """The global step and data position of `step`, set on this worker's copies only."""
-    live_step = int(run.global_step.numpy())
-    position = int(run.data_position.numpy()) + (step - live_step) * run.config.train.batch_size
-    for variable, value in ((run.global_step, step), (run.data_position, position)):
-        for local in run.strategy.experimental_local_results(variable):
-            local.assign(value)
-
-
 def _save(run, step: int) -> str:
     """Saves `step` in the run directory unless it or a later step is there; says what was done."""
-    directory = run.model_dir
-    name = run_dir.checkpoint_name(step)
+    directory, name = run.model_dir, run_dir.checkpoint_name(step)
     if not run.checkpoints.finite():
         return (
             f"its weights are not finite, so nothing was saved after the checkpoints in {directory}"

@@ -1,8 +1,7 @@
 """A run's plan: its length in steps, its learning-rate schedule and its image sizes.
 
-`plan_run(config, examples_per_epoch)` is pure Python: the trainer calls it
-before building anything, the resume guard (`resume.py`) calls it for the
-saved config too, and `resnet-app schedule` prints it.
+`plan_run` is pure Python: the trainer, the resume guard (for the saved config
+too) and `resnet-app schedule` call it before anything is built.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ import math
 
 from absl import logging
 
-from resnet_app.common import lr_curves
 from resnet_app.common.errors import ConfigError
 from resnet_app.config import Config
 from resnet_app.data import progressive
@@ -21,38 +19,18 @@ from resnet_app.engine import schedules
 
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
-    """The length of a run and its learning-rate schedule.
-
-    Attributes:
-      steps_per_epoch: whole steps per epoch (what epoch units in schedules use).
-      total_steps: the run's length in steps.
-      schedule: f(step, steps_per_epoch) -> learning rate.
-      sizes: the training image size of every step (`data.progressive`;
-        one size without it).
-    """
+    """Whole steps per epoch (the schedules' epoch unit), the run's length in steps,
+    its schedule f(step, steps_per_epoch) -> rate, and each step's training image size."""
 
     steps_per_epoch: int
     total_steps: int
-    schedule: lr_curves.Schedule
+    schedule: schedules.Schedule
     sizes: progressive.SizeSchedule
 
 
 def plan_run(config: Config, examples_per_epoch: int, image_size: int | None = None) -> RunPlan:
-    """Works out the run's length, schedule and sizes, and tries the schedule.
-
-    Args:
-      config: the resolved config.
-      examples_per_epoch: training examples per epoch.
-      image_size: the run's resolved image size (default: data.image_size,
-        else 32): the size without progressive resizing, and its ramp's end.
-
-    Returns:
-      The `RunPlan`.
-
-    Raises:
-      ConfigError: for a bad optimizer config, or a schedule that fails or is 0
-        throughout.
-    """
+    """Works out the run's length, schedule and sizes at `image_size` (default:
+    data.image_size, else 32), and tries the schedule (`ConfigError` if it fails or is 0)."""
     train = config.train
     steps_per_epoch = max(1, examples_per_epoch // train.batch_size)
     total_steps = train.train_steps or math.ceil(
@@ -80,11 +58,8 @@ def plan_run(config: Config, examples_per_epoch: int, image_size: int | None = N
 
 
 def describe_schedule(config: Config, plan: RunPlan) -> str:
-    """The learning rate over the run, for the start line.
-
-    E.g. "0.1, then 0.01 from step 704 (50%), 0.001 from step 1,055 (75%)",
-    or "cosine from 0.1 to 0 after a warmup of 390 steps".
-    """
+    """The learning rate over the run, for the start line, e.g. "0.1, then 0.01 from
+    step 704 (50%), ..." or "cosine from 0.1 to 0 after a warmup of 390 steps"."""
     spec, total = config.schedule, plan.total_steps
 
     def rate(step: int) -> str:

@@ -1,26 +1,14 @@
 """SIGTERM, SIGINT and SIGUSR1: stop after the step in progress, save, exit.
 
-A cluster preempts a job with SIGTERM; a person stops one with Ctrl-C. Either
-asks `StopRequest` to stop: the compiled training loop reads its flag before
-every step (`step.TrainStep.loop`), so the run stops after the step in
-progress, and the trainer saves a checkpoint and returns (exit status 0). A
-second Ctrl-C (SIGINT) exits at once, without a checkpoint; a repeated SIGTERM
-changes nothing.
+SIGTERM or Ctrl-C sets `StopRequest`'s flag, read by the compiled loop before every
+step; the trainer saves and returns (status 0). A second Ctrl-C exits at once,
+without a checkpoint; a repeated SIGTERM changes nothing. SIGUSR1, a scheduler's
+notice (SLURM's `--signal=B:USR1@120`), stops and saves alike, then raises
+`PreemptedError` (status 3) so the job is requeued; workers agree on it.
 
-SIGUSR1 is a scheduler's notice that the job is about to end (SLURM's
-`--signal=B:USR1@120`, forwarded to the tasks by `scripts/slurm/train.sbatch`,
-or `--signal=USR1@120`): the run stops and saves the same way, then the
-trainer raises `PreemptedError`, one line and exit status 3
-(`errors.RESTART_STATUS`), so the batch script requeues the job and the same
-command resumes from the checkpoint. On several workers the stop's step is
-agreed as for SIGTERM (`controller.Controller`), and so is the exit status
-(`preempted`): a worker whose notice came late still exits with 3.
-
-Python runs signal handlers only in the main thread and only between
-bytecodes, which never happens while the main thread is inside a long
-compiled call. So the handler itself does nothing; `signal.set_wakeup_fd`
-makes the interpreter write the signal's number to a pipe as it arrives, and a
-watcher thread reading that pipe sets the flag (a `tf.Variable`) at once.
+Python runs handlers only in the main thread between bytecodes, never during a
+long compiled call, so the handler does nothing: `signal.set_wakeup_fd` writes
+the signal's number to a pipe, and a watcher thread reading it sets the flag.
 """
 
 from __future__ import annotations
@@ -43,15 +31,9 @@ SIGNAL_NAMES = frozenset(s.name for s in (signal.SIGTERM, signal.SIGINT))
 
 
 class StopRequest:
-    """A stop flag set by SIGTERM, SIGINT or SIGUSR1 while installed (a context manager).
-
-    Attributes:
-      flag: a boolean `tf.Variable` (on the host, outside any strategy).
-      signal_name: the first signal received ("SIGTERM"), or the reason given
-        to `request` by the loop (an action's), or None.
-      preempted: a preemption notice (SIGUSR1) came, before or after another
-        stop: the run exits to be requeued.
-    """
+    """A stop flag (a host `tf.Variable`) set by SIGTERM, SIGINT or SIGUSR1 while installed
+    (a context manager); `signal_name` is the first signal or an action's reason, and
+    `preempted` whether a preemption notice came, before or after another stop."""
 
     def __init__(self):
         self.flag = tf.Variable(False, trainable=False, name="stop_requested")
@@ -63,20 +45,14 @@ class StopRequest:
         self._signalled = False  # A signal came (an action's request is not one).
 
     def request(self, name: str) -> None:
-        """Asks the run to stop: what a signal does, or an action of the loop.
-
-        Args:
-          name: the signal's name ("SIGTERM"), or why the run stops.
-        """
+        """Asks the run to stop, for a signal (its name) or an action (why)."""
         if self.signal_name is None:
-            self.signal_name = name
+            self.signal_name, after = name, ""
             if name in SIGNAL_NAMES:
                 after = " (send it again to exit at once, without one)"
             elif name == PREEMPTION_SIGNAL.name:
                 status = PreemptedError.exit_status
                 after = f" (a preemption notice), then exiting with status {status} to be requeued"
-            else:
-                after = ""
             logging.warning(
                 "%s: stopping after the step in progress, then saving a checkpoint%s", name, after
             )
@@ -88,7 +64,8 @@ class StopRequest:
         read_end, write_end = os.pipe()
         os.set_blocking(write_end, False)
         self._pipe = (read_end, write_end)
-        self._previous = {s: signal.signal(s, _noop) for s in SIGNALS}
+        # The handler does nothing: the watcher thread does the work.
+        self._previous = {s: signal.signal(s, lambda number, frame: None) for s in SIGNALS}
         self._previous_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
         self._watcher = threading.Thread(target=self._watch, args=(read_end,), daemon=True)
         self._watcher.start()
@@ -114,10 +91,8 @@ class StopRequest:
                         logging.warning(
                             "%s after %s: a preemption notice; exiting with status %d to be "
                             "requeued",
-                            name,
-                            self.signal_name,
-                            PreemptedError.exit_status,
-                        )
+                            name, self.signal_name, PreemptedError.exit_status,
+                        )  # fmt: skip
                 self.request(name)
         except OSError:
             pass
@@ -136,19 +111,8 @@ class StopRequest:
 
 
 def preempted(stop: StopRequest, strategy: tf.distribute.Strategy) -> bool:
-    """Whether a stopped run was preempted on any worker (every worker calls it, once).
-
-    The workers agree on the step to stop at, not on why: one whose SIGUSR1
-    came after the agreement stopped for "a signal on another worker". So they
-    agree here, after the save, and all exit alike.
-
-    Args:
-      stop: this worker's stop request.
-      strategy: the run's strategy (one machine: no collective).
-
-    Returns:
-      True when a preemption notice came to any worker.
-    """
+    """Whether a preemption notice came to any worker (every worker calls it once, after
+    the save: one whose SIGUSR1 came after the agreed stop must still exit with 3)."""
     return distribute.any_worker(strategy, stop.preempted)
 
 
@@ -159,7 +123,3 @@ def preempted_error(step: int, model_dir: str) -> PreemptedError:
         f"{run_dir.checkpoint_name(step)} in {model_dir}; the job resumes from it when "
         "requeued (the same command)"
     )
-
-
-def _noop(signum, frame) -> None:
-    """The Python-level handler: the watcher thread does the work."""
