@@ -10,19 +10,19 @@
     python scripts/benchmark.py revisions --before=d94b0ee --variants=fp32,bf16 --rounds=3
 
 A rate is the median of --windows windows of --steps steps after a warm-up
-window; every measurement runs in a process of its own, in --rounds rounds
-(`timing.py`). `step` rates each variant against `keras_fit` (Keras's stock
-layers and `model.fit`, as a user writes them: `keras_baseline.py`), with
-GFLOP/s against a matmul peak measured in the same run. The trainer's rows
-run `python -m resnet_app.train`, so `revisions` times a revision's trainer
-with this code, each side against a `keras_fit` timed beside it (which
-cancels most of the machine's drift), sides alternating round by round.
+window, each measurement a process of its own, in --rounds rounds (`timing.py`).
+`step` rates each variant against `keras_fit` (Keras's stock layers and `fit`, as
+a user writes them: `keras_baseline.py`), in GFLOP/s against a matmul peak of the
+same run. The trainer's rows run `python -m resnet_app.train`, so `revisions` times
+a revision's trainer, each side against a `keras_fit` timed beside it (cancelling
+most of the machine's drift), sides alternating round by round.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import tarfile
@@ -94,8 +94,6 @@ def spawn(variant: str, options: dict) -> dict:
 
 def worker(variant: str, options: dict) -> dict:
     """Measures one variant in this process: Keras `fit`, the matmul peak, a pipeline, a race."""
-    import resource
-
     if variant == "peak":
         found = matmul_peak()
     elif variant in KERAS_VARIANTS:
@@ -142,21 +140,20 @@ def keras_fit(options: dict, jit: bool, stock_layers: bool) -> dict:
     create = lambda: create_model(options["model"], num_classes=10)  # noqa: E731
     model = keras_baseline.baseline_model(create, stock_layers)
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    jit_compile = "auto" if jit else False
     optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
-    model.compile(optimizer, loss, metrics=["accuracy"], jit_compile=jit_compile)
+    model.compile(optimizer, loss, metrics=["accuracy"], jit_compile="auto" if jit else False)
     images = tf.random.normal([batch, size, size, 3])
     labels = tf.random.uniform([batch], 0, 10, tf.int32)
+    dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
     times = []
 
-    class Clock(keras.callbacks.Callback):
-        def on_train_batch_end(self, index, logs=None):
-            if index % steps == 0:
-                times.append(time.perf_counter())
+    def clock(index, logs):  # The start of each window.
+        if index % steps == 0:
+            times.append(time.perf_counter())
 
-    dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
+    callbacks = [keras.callbacks.LambdaCallback(on_train_batch_end=clock)]
     total = steps * (options["windows"] + 1) + 1
-    model.fit(dataset, steps_per_epoch=total, epochs=1, callbacks=[Clock()], verbose=0)
+    model.fit(dataset, steps_per_epoch=total, epochs=1, callbacks=callbacks, verbose=0)
     rates = timing.window_rates(times, steps * batch)
     return {"windows": rates, "images_per_sec": median(rates)}
 
@@ -228,8 +225,10 @@ def step(options: dict) -> dict:
         row[f"vs_{base}"] = row["images_per_sec"] / rate if rate else None
     if "input" in variants:
         report["input"] = input_rates(options, rows.get("fp32"))
-    if "startup" in variants:
-        report["startup_seconds"] = startup_seconds(options)
+    if "startup" in variants:  # From the command to the end of the first step on --dataset.
+        short = {**options, "steps": 1, "windows": 1}
+        found = trainer_rate(short, "fp32", dataset=options["dataset"])
+        report["startup_seconds"] = found["first_step"]
     return report
 
 
@@ -246,12 +245,6 @@ def input_rates(options: dict, synthetic: dict | None) -> dict:
         "training_vs_synthetic": real["images_per_sec"] / synthetic["images_per_sec"],
         "input_wait": real["input_wait"],
     }
-
-
-def startup_seconds(options: dict) -> float:
-    """Seconds from the command to the end of the first training step on --dataset."""
-    short = {**options, "steps": 1, "windows": 1}
-    return trainer_rate(short, "fp32", dataset=options["dataset"])["first_step"]
 
 
 def allocator() -> str:
@@ -342,12 +335,9 @@ def comparison(before: list[dict], after: list[dict], variant: str) -> dict:
     """One variant: each side's ratios to keras_fit by round, and after / before."""
     ratios = [[r[variant] / r["keras_fit"] for r in side] for side in (before, after)]
     rates = [median(r[variant] for r in side) for side in (before, after)]
-    return {
-        "before_vs_keras_fit": ratios[0],
-        "after_vs_keras_fit": ratios[1],
-        "ratio": median(ratios[1]) / median(ratios[0]),
-        "images_per_sec_ratio": rates[1] / rates[0],
-    }
+    found = {"before_vs_keras_fit": ratios[0], "after_vs_keras_fit": ratios[1]}
+    ratio = median(ratios[1]) / median(ratios[0])
+    return {**found, "ratio": ratio, "images_per_sec_ratio": rates[1] / rates[0]}
 
 
 def revisions_text(report: dict) -> str:

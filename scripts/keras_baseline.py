@@ -9,15 +9,13 @@ parts it does not reproduce are refused (`unmirrored`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 
 def baseline_model(create: Callable, stock_layers: bool = True):
-    """`create()`'s model, with Keras's stock BatchNormalization when asked.
-
-    The swap holds for this process (each benchmark variant has its own). Raises
-    RuntimeError when the model holds other BatchNorm layers than asked for.
-    """
+    """`create()`'s model, with Keras's stock BatchNormalization when asked (the swap
+    holds for this process); RuntimeError if it holds other BatchNorm layers than asked."""
     import keras
 
     from resnet_app.common import compat
@@ -74,16 +72,9 @@ def unmirrored(resolved, pipeline=None) -> list[str]:
         found.append(f"optimizer.class={kind}")
     if resolved.train.precision == "fp16":
         found.append("train.precision=fp16")
-    if pipeline is not None:
-        found += _unmirrored_data(pipeline)
-    return found
-
-
-def _unmirrored_data(pipeline) -> list[str]:
-    """What of the loaded data `fit_datasets` cannot read as the trainer does."""
-    dataset = pipeline.config.dataset
-    found = []
-    splits = (pipeline.train_split, pipeline.eval_split())
+    if pipeline is None:
+        return found
+    dataset, splits = pipeline.config.dataset, (pipeline.train_split, pipeline.eval_split())
     if any(split is not None and not split.indexed for split in splits):
         found.append(f"data.dataset={dataset} (streamed: fit holds the images in memory)")
     if pipeline.multi_label:
@@ -104,9 +95,7 @@ def fit_precision(resolved) -> str:
     return auto_precision.auto_choice().precision if precision == auto_precision.AUTO else precision
 
 
-def fit_recipe(
-    resolved, pipeline, train_steps: int, eval_every: int, write: Callable[[dict], None]
-):
+def fit_recipe(resolved, pipeline, train_steps: int, eval_every: int, write: Callable):
     """Trains the recipe with `model.fit` for `train_steps`; returns the model.
 
     The events (`race.py`) go to `write`: the start, the first step, and every
@@ -124,40 +113,23 @@ def fit_recipe(
     train, test = fit_datasets(resolved, pipeline)
     plan = plan_run(resolved, pipeline.num_train_examples, size)
     rates = [plan.schedule(step, plan.steps_per_epoch) for step in range(train_steps)]
+    values = tf.constant(rates, tf.float32)
 
     class StepRates(keras.optimizers.schedules.LearningRateSchedule):
-        """The recipe's learning rate at each step (the optimizer's iteration)."""
-
-        def __init__(self, values):
-            self.values = tf.constant(values, tf.float32)
-
-        def __call__(self, step):
-            last = tf.shape(self.values)[0] - 1
-            return tf.gather(self.values, tf.minimum(tf.cast(step, tf.int32), last))
+        def __call__(self, step):  # The recipe's rate at the optimizer's iteration.
+            return tf.gather(values, tf.minimum(tf.cast(step, tf.int32), len(rates) - 1))
 
     options, precision = resolved.optimizer.to_dict(), fit_precision(resolved)
     create = lambda: factory.create_run_model(resolved, classes, size, precision, pipeline.channels)  # noqa: E731
     model = baseline_model(create)
     momentum, nesterov = options.get("momentum") or 0.0, bool(options.get("nesterov"))
-    optimizer = keras.optimizers.SGD(StepRates(rates), momentum=momentum, nesterov=nesterov)
+    optimizer = keras.optimizers.SGD(StepRates(), momentum=momentum, nesterov=nesterov)
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     if smoothing:
         loss = keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=smoothing)
     model.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"])
-    epochs = dict(epochs=train_steps // eval_every, steps_per_epoch=eval_every)
-    model.fit(
-        train, validation_data=test, callbacks=[_clock(write, eval_every)], **epochs, verbose=0
-    )
-    return model
 
-
-def _clock(write: Callable[[dict], None], eval_every: int):
-    """The Keras callback that writes `fit_recipe`'s events to `write`."""
-    import time
-
-    import keras
-
-    class Clock(keras.callbacks.Callback):
+    class Clock(keras.callbacks.Callback):  # The events.
         epoch, test_started = 0, 0.0
 
         def on_train_begin(self, logs=None):
@@ -178,7 +150,9 @@ def _clock(write: Callable[[dict], None], eval_every: int):
             top1, step = float(logs["val_accuracy"]), (epoch + 1) * eval_every
             write({"step": step, "top1": top1, "time": time.time(), "seconds": seconds})
 
-    return Clock()
+    epochs = dict(epochs=train_steps // eval_every, steps_per_epoch=eval_every, verbose=0)
+    model.fit(train, validation_data=test, callbacks=[Clock()], **epochs)
+    return model
 
 
 def fit_datasets(resolved, pipeline):
@@ -250,8 +224,9 @@ def split_arrays(split, pipeline):
     size when their sizes differ. A streamed split raises ValueError.
     """
     import numpy as np
+    import tensorflow as tf
 
-    from resnet_app.data import channels
+    from resnet_app.data import channels, preprocessing
 
     if split is None or not split.indexed:
         kind = "synthetic" if split is None else "streamed"
@@ -262,39 +237,19 @@ def split_arrays(split, pipeline):
     if split.images is not None:
         images = channels.convert_array(split.images, pipeline.channels)
         return images, split.labels.astype(np.int32)
-    decoded, labels = _decode_files(split, pipeline.channels)
-    size = pipeline.preprocessing.image_size
-    if len({image.shape for image in decoded}) > 1:  # Resized as `fit_datasets` resizes.
-        decoded = [
-            image if image.shape[:2] == (size, size) else _resized(image, size) for image in decoded
-        ]
-    images = np.stack(decoded) if decoded else np.zeros((0, 1, 1, pipeline.channels), np.uint8)
-    return images, np.asarray(labels, np.int32)
-
-
-def _decode_files(split, depth: int) -> tuple[list, list]:
-    """Each file of an encoded split decoded to uint8 pixels with `depth` channels."""
-    import tensorflow as tf
-
-    from resnet_app.data import preprocessing
-
-    def decode(content, label):
-        return preprocessing.decode_image(content, depth), label
-
-    parallel = tf.data.AUTOTUNE
+    size, depth, parallel = pipeline.preprocessing.image_size, pipeline.channels, tf.data.AUTOTUNE
+    decode = lambda content, label: (preprocessing.decode_image(content, depth), label)  # noqa: E731
     stream = tf.data.Dataset.range(split.num_examples).map(split.lookup(), parallel)
-    stream = stream.map(decode, parallel).ignore_errors(log_warning=True)
-    decoded, labels = [], []
-    for image, label in stream.as_numpy_iterator():
-        decoded.append(image)
-        labels.append(label)
-    return decoded, labels
+    pairs = list(stream.map(decode, parallel).ignore_errors(log_warning=True).as_numpy_iterator())
+    images = [image for image, _ in pairs]
 
+    def resized(image):  # As `fit_datasets` resizes, rounded back onto uint8 pixels.
+        if image.shape[:2] == (size, size):
+            return image
+        image = tf.image.resize(tf.cast(image, tf.float32), [size, size]).numpy()
+        return np.clip(np.round(image), 0, 255).astype(np.uint8)
 
-def _resized(image, size: int):
-    """One image at `size` x `size`, rounded back onto uint8 pixels."""
-    import numpy as np
-    import tensorflow as tf
-
-    resized = tf.image.resize(tf.cast(image, tf.float32), [size, size])
-    return np.clip(np.round(resized.numpy()), 0, 255).astype(np.uint8)
+    if len({image.shape for image in images}) > 1:
+        images = [resized(image) for image in images]
+    images = np.stack(images) if images else np.zeros((0, 1, 1, depth), np.uint8)
+    return images, np.asarray([label for _, label in pairs], np.int32)

@@ -1,14 +1,12 @@
 """`benchmark.py race`: time to accuracy, the trainer against Keras `fit`, from the command.
 
-Each run is a fresh process, timed from its launch to the end of the first
-evaluation whose top-1 reaches each of --targets. Every run trains its recipe
-to the end with --evals evaluations (its steps rounded down to a multiple).
-Runs, each once per seed: `fit` (--config with Keras `fit`,
-`keras_baseline.fit_recipe`), `trainer` (`python -m resnet_app.train` on
---config) and `fast` (on --fast_config). A row is `fit`'s median time over
-the trainer's, against issue 29's targets. A run's events are metrics.jsonl's
-records (`fit_recipe` writes the same for `fit`): a start event, training
-marks (the trainer's with "input_wait") and evaluations with their "seconds".
+Runs, a fresh process per seed each, train their recipe with --evals evaluations:
+`fit` (--config through `keras_baseline.fit_recipe`), `trainer` (the trainer on
+--config) and `fast` (on --fast_config), timed from the launch to the end of the
+first evaluation reaching each of --targets; a row is `fit`'s median time over a
+trainer run's (issue 29's targets). Events: metrics.jsonl's records (`fit_recipe`
+writes alike), a start, training marks (the trainer's with "input_wait") and
+evaluations with their "seconds".
 """
 
 from __future__ import annotations
@@ -87,10 +85,8 @@ def resolve_recipe(path: str, dataset: str | None, seed: int = 0):
 
 @functools.cache  # The parent loads each recipe's data once.
 def load_recipe(path: str, dataset: str | None, evals: int, seed: int = 0):
-    """(the resolved config, its `InputPipeline`, how the runs train it).
-
-    The recipe's steps are rounded down to a multiple of `evals`.
-    """
+    """(the resolved config, its `InputPipeline`, how the runs train it: steps rounded
+    down to a multiple of `evals`)."""
     from resnet_app.data import input_pipeline
     from resnet_app.engine.plan import plan_run
     from resnet_app.nets.presets import get_config
@@ -113,11 +109,7 @@ def fit_worker(options: dict) -> dict:
     recipe = [options[key] for key in ("config", "dataset", "evals", "seed")]
     resolved, pipeline, recipe = load_recipe(*recipe)
     with open(options["events"], "w") as events:
-
-        def write(record: dict) -> None:
-            events.write(json.dumps(record) + "\n")
-            events.flush()
-
+        write = lambda record: print(json.dumps(record), file=events, flush=True)  # noqa: E731
         keras_baseline.fit_recipe(resolved, pipeline, recipe["steps"], recipe["eval_every"], write)
     return {}
 
@@ -164,10 +156,9 @@ def race(options: dict) -> dict:
     work = options["work_dir"] or tempfile.mkdtemp(prefix="race_")
 
     def measure(seed, run):  # Seed by seed, every run: a slow spell hits them all.
-        launched, events = launch(
-            run, recipes[run], seed, os.path.join(work, f"{run}_{seed}"), options
-        )
-        records, recipe = timing.read_records(events), recipes[run]
+        recipe, run_dir = recipes[run], os.path.join(work, f"{run}_{seed}")
+        launched, events = launch(run, recipe, seed, run_dir, options)
+        records = timing.read_records(events)
         return {
             key(t): time_to_target(records, launched, t, recipe["batch_size"], recipe["examples"])
             for t in targets
@@ -178,26 +169,18 @@ def race(options: dict) -> dict:
         run: {key(t): [found[s, run][key(t)] for s in options["seeds"]] for t in targets}
         for run in runs
     }
-    return {
-        "cpu": cpu.describe(),
-        "dataset": dataset,
-        "targets": targets,
-        "evals": evals,
-        "seeds": options["seeds"],
-        "recipes": recipes,
-        "runs": timings,
-        "medians": {run: {k: medians(ts) for k, ts in by.items()} for run, by in timings.items()},
-        "rows": rows(timings, targets, cpu.native_bf16),
+    report = {"cpu": cpu.describe(), "dataset": dataset, "targets": targets, "evals": evals}
+    report.update(seeds=options["seeds"], recipes=recipes, runs=timings)
+    report["medians"] = {
+        run: {k: medians(ts) for k, ts in by.items()} for run, by in timings.items()
     }
+    return {**report, "rows": rows(timings, targets, cpu.native_bf16)}
 
 
 def medians(timings: list[dict]) -> dict:
     """The median times over seeds to one target; None when a seed missed it."""
-    return {
-        "seconds": median(t["seconds"] for t in timings),
-        "without_evals": median(t["without_evals"] for t in timings),
-        "missed": sum(t["seconds"] is None for t in timings),
-    }
+    found = {k: median(t[k] for t in timings) for k in ("seconds", "without_evals")}
+    return {**found, "missed": sum(t["seconds"] is None for t in timings)}
 
 
 def rows(timings: dict, targets: list[float], native_bf16: bool) -> list[dict]:
@@ -254,13 +237,12 @@ def text(report: dict) -> str:
     for target in report["targets"]:
         parts = []
         for run, by_target in report["medians"].items():
-            found = by_target[key(target)]
-            if found["missed"]:
-                parts.append(f"{run} missed it ({found['missed']} of {len(report['seeds'])})")
-            else:
-                parts.append(
-                    f"{run} {found['seconds']:.1f} ({found['without_evals']:.1f} w/o evals)"
-                )
+            found, seeds = by_target[key(target)], len(report["seeds"])
+            seconds, without = found["seconds"], found["without_evals"]
+            missed = f"{run} missed it ({found['missed']} of {seeds})"
+            parts.append(
+                missed if found["missed"] else f"{run} {seconds:.1f} ({without:.1f} w/o evals)"
+            )
         lines.append(f"  {percent(target)}: " + ", ".join(parts))
     for row in report["rows"]:
         name = f"row {row['row']}, top-1 >= {percent(row['accuracy'])}"

@@ -116,10 +116,9 @@ def cpu_line(found: dict) -> str:
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence]) -> str:
     """A markdown table, columns padded to line up; columns of numbers right-aligned."""
     rows = [[str(cell) for cell in row] for row in rows]
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
-    numeric = [
-        i and all(r[i][:1].isdigit() or r[i] == "-" for r in rows) for i in range(len(header))
-    ]
+    columns = range(len(header))
+    widths = [max([len(header[i]), *(len(r[i]) for r in rows)]) for i in columns]
+    numeric = [i and all(r[i][:1].isdigit() or r[i] == "-" for r in rows) for i in columns]
 
     def line(cells):
         padded = (c.rjust(w) if n else c.ljust(w) for c, w, n in zip(cells, widths, numeric))
