@@ -110,7 +110,7 @@ BREAKAGES = (
     ),
     Breakage(
         "model averaging one step after its interval",
-        "resnet_app/engine/averaging.py",
+        "resnet_app/engine/local_sgd.py",
         "return tf.equal(step % tf.cast(self.interval, step.dtype), 0)",
         "return tf.equal(step % tf.cast(self.interval, step.dtype), 1)",
         ("tests/test_averaging.py",),
@@ -124,14 +124,14 @@ BREAKAGES = (
     ),
     Breakage(
         "the distillation loss without its T^2",
-        "resnet_app/engine/losses.py",
+        "resnet_app/engine/losses/distillation.py",
         "return loss * temperature**2",
         "return loss",
         ("tests/test_distill.py",),
     ),
     Breakage(
         "AugMix's views sharing the plain view's stochastic depth",
-        "resnet_app/engine/consistency.py",
+        "resnet_app/engine/losses/consistency.py",
         "copies = tf.concat([copy * VIEWS + view for view in range(VIEWS)], axis=0)",
         "copies = tf.concat([copy * VIEWS for view in range(VIEWS)], axis=0)",
         ("tests/test_augmix.py",),

@@ -11,8 +11,7 @@ import tensorflow as tf
 
 from resnet_app.common.distribute import mirrored_strategy
 from resnet_app.engine import optim
-from resnet_app.engine.step import TrainStep
-from resnet_app.engine.tower import Tower
+from resnet_app.engine.step import Tower, TrainStep
 from tests.reference import momentum_steps
 from tests.small_models import SIZE, initial_weights, no_bn, tiny_bn
 

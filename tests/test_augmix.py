@@ -27,8 +27,10 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.data import augment_ops, augmix, preprocessing
 from resnet_app.data import randaugment as ra
 from resnet_app.data.settings import data_config
-from resnet_app.engine import consistency, losses
-from resnet_app.engine.tower import Tower
+from resnet_app.engine.losses import Loss, consistency
+from resnet_app.engine.losses.consistency import Consistency
+from resnet_app.engine.losses.cross_entropy import CrossEntropy
+from resnet_app.engine.step import Tower
 from resnet_app.nets import drop_path
 from tests import runs
 from tests.small_models import SIZE, initial_weights, no_bn
@@ -298,19 +300,17 @@ def test_the_loss_is_the_usual_loss_plus_lambda_times_the_papers_js():
         consistency.LOGITS_KEY: tf.constant(np.stack([first, second])),
     }
     js = numpy_js(logits, first, second)
-    np.testing.assert_allclose(
-        consistency.js_divergence(logits, batch[consistency.LOGITS_KEY]), js, rtol=1e-5, atol=1e-7
-    )
+    np.testing.assert_allclose(Consistency().term(logits, batch), js, rtol=1e-5, atol=1e-7)
     for smoothing in (0.0, 0.1):
-        loss = losses.Loss(label_smoothing=smoothing, jsd_weight=12.0)
-        total, correct = loss(tf.constant(logits), batch)
+        sums = Loss((CrossEntropy(smoothing), Consistency(12.0)))(tf.constant(logits), batch)
+        total, correct = sums["loss"], sums["correct"]
         targets = np.eye(5)[labels] * (1 - smoothing) + smoothing / 5
         expected = (mask * (numpy_cross_entropy(logits, targets) + 12.0 * js)).sum()
         np.testing.assert_allclose(total.numpy(), expected, rtol=1e-5)
         assert correct.numpy() == (mask * (logits.argmax(-1) == labels)).sum()
     # Identical predictions diverge by nothing.
-    same = tf.constant(np.stack([logits, logits]))
-    np.testing.assert_allclose(consistency.js_divergence(logits, same), 0.0, atol=1e-6)
+    same = {consistency.LOGITS_KEY: tf.constant(np.stack([logits, logits]))}
+    np.testing.assert_allclose(Consistency().term(logits, same), 0.0, atol=1e-6)
 
 
 def test_a_tower_runs_the_three_views_as_one_batch_and_its_gradient_is_the_losss():
@@ -330,8 +330,9 @@ def test_a_tower_runs_the_three_views_as_one_batch_and_its_gradient_is_the_losss
     }
     import keras
 
-    tower = Tower(model, keras.optimizers.SGD(0.1), losses.Loss(jsd_weight=12.0))
-    gradients, loss_sum, _, _ = tower(batch, tf.constant(3.0), 1)
+    tower = Tower(model, keras.optimizers.SGD(0.1), Loss((CrossEntropy(), Consistency(12.0))))
+    gradients, sums = tower(batch, tf.constant(3.0), 1)
+    loss_sum = sums["loss"]
     with tf.GradientTape() as tape:
         probs = [tf.nn.softmax(model(tf.constant(view), training=True)) for view in images]
         log_mixture = tf.math.log(tf.clip_by_value(tf.add_n(probs) / 3, 1e-7, 1.0))

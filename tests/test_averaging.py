@@ -1,4 +1,4 @@
-"""Model averaging (`sync.mode: model_average`): local steps, averages every K steps.
+"""Local SGD (`sync.mode: model_average`): local steps, averages every K steps.
 
 References are computed another way: a single-device run written from the
 update rules (interval 1 is exactly the all-reduce update for SGD and
@@ -7,6 +7,7 @@ replicas' copies, taken from a run that never averages.
 """
 
 import contextlib
+import json
 import re
 
 import numpy as np
@@ -17,11 +18,9 @@ from resnet_app import config
 from resnet_app.common import checkpoint, distribute
 from resnet_app.common.distribute import mirrored_strategy
 from resnet_app.common.errors import ConfigError
-from resnet_app.engine import averaging, loop, optim, setup
+from resnet_app.engine import local_sgd, loop, optim, setup
 from resnet_app.engine.actions import Action
-from resnet_app.engine.step import TrainStep
-from resnet_app.engine.sync import ModelAverage
-from resnet_app.engine.tower import Tower
+from resnet_app.engine.step import Tower, TrainStep
 from tests import runs
 from tests.commands import error_line, run_command
 from tests.reference import momentum_steps
@@ -44,18 +43,16 @@ def _batches(steps: int, count: int = 8) -> dict:
 
 
 def _training(make_model, weights, optimizer_config, interval, towers=2):
-    """A TrainStep with model averaging every `interval` steps (None: all-reduce)."""
+    """A TrainStep with local SGD averaging every `interval` steps (None: all-reduce)."""
     strategy = mirrored_strategy([f"/cpu:{i}" for i in range(towers)])
-    local = averaging.local_variables() if interval else contextlib.nullcontext()
+    local = local_sgd.local_variables() if interval else contextlib.nullcontext()
     with strategy.scope(), local:
         model = make_model()
         model.build((None, SIZE, SIZE, 3))
         model.set_weights(weights)
         optimizer = optim.create_optimizer(optimizer_config)
         optimizer.build(model.trainable_variables)
-    policy = None
-    if interval:
-        policy = ModelAverage(averaging.ModelAveraging(model, optimizer, strategy, interval))
+    policy = local_sgd.LocalSGD(model, optimizer, strategy, interval) if interval else None
     return strategy, model, optimizer, TrainStep(Tower(model, optimizer), strategy, policy)
 
 
@@ -139,7 +136,7 @@ def test_copies_drift_between_averages_and_become_their_mean(towers):
 
     drifting[3].loop(iterators[0], [0.1])  # Step 4 without averaging.
     step.loop(iterators[1], [0.1])  # Step 4, then the average.
-    averaged_names = {v.path for v in step.policy.averaging.averaged}
+    averaged_names = {v.path for v in step.policy.averaged}
     not_averaged = {optimizer.iterations.path, optimizer.learning_rate.path}
     assert averaged_names == {v.path for v in variables} - not_averaged
     for variable, before in zip(variables, [*drifting[1].variables, *drifting[2].variables]):
@@ -344,21 +341,12 @@ def test_sync_section_round_trips_and_defaults_to_allreduce():
 
 def test_benchmark_counts_collectives_falling_by_the_interval():
     """The benchmark's profiler count: all-reduce 2 collectives per step (gradients,
-    example count); model averaging 1/K, and its bytes fall by K."""
-    result = run_command(
-        "scripts/averaging_benchmark.py",
-        "--model=tiny",
-        "--steps=4",
-        "--intervals=1,4",
-        "--windows=1",
-    )
+    example count); local SGD 1/K, and its bytes fall by K."""
+    args = ["sync", "--model=tiny", "--steps=4", "--intervals=1,4", "--windows=1", "--json"]
+    result = run_command("scripts/benchmark.py", *args)
     assert result.returncode == 0, result.stderr[-3000:]
-    rows = {
-        tuple(line.split()[:2]): [float(x) for x in line.split()[2:]]
-        for line in result.stdout.splitlines()
-        if line.startswith(("allreduce", "model_average"))
-    }
+    rows = json.loads(result.stdout)["rows"]
     assert [
-        rows[k][0] for k in [("allreduce", "-"), ("model_average", "1"), ("model_average", "4")]
+        rows[k]["collectives"] for k in ["allreduce", "model_average 1", "model_average 4"]
     ] == [2.0, 1.0, 0.25]
-    assert rows[("model_average", "4")][2] * 4 == rows[("model_average", "1")][2]
+    assert rows["model_average 4"]["bytes"] * 4 == rows["model_average 1"]["bytes"]

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from resnet_app.common import compat
 from resnet_app.common.distribute import mirrored_strategy
-from resnet_app.engine import averaging
+from resnet_app.engine import local_sgd
 from resnet_app.nets import resnet as model_lib
 from tests.commands import run_code
 
@@ -91,7 +91,7 @@ def test_apply_weight_decay_locally_decays_as_numpy_and_skips_excluded_variables
 def test_apply_weight_decay_locally_decays_each_replica_copy_from_its_own_value():
     """What model averaging needs: in replica context, each copy decays on its own."""
     strategy = mirrored_strategy(["/cpu:0", "/cpu:1"])
-    with strategy.scope(), averaging.local_variables():
+    with strategy.scope(), local_sgd.local_variables():
         kernel = keras.Variable(np.zeros((2, 2), "float32"), name="kernel")
         optimizer = keras.optimizers.SGD(learning_rate=0.5, weight_decay=0.1)
         optimizer.build([kernel])

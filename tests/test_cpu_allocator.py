@@ -19,7 +19,7 @@ import resource, tempfile
 from resnet_app import config
 from resnet_app.engine import setup
 from resnet_app.engine.step import TrainStep
-from resnet_app.engine.tower import Tower
+from resnet_app.engine.step import Tower
 resolved = config.resolve(sets=["model.name=resnet20", "data.dataset=synthetic",
     "train.batch_size=128", "train.train_steps=100", "schedule.name=constant",
     "data.eval_examples=128"])

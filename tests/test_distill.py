@@ -1,4 +1,4 @@
-"""Knowledge distillation (`train.teacher`, `engine/teacher.py`, `engine/losses.py`).
+"""Knowledge distillation (`train.teacher`, `engine/teacher.py`, `engine/losses/distillation.py`).
 
 The loss is checked against Hinton et al.'s formula in NumPy; the teacher's
 logits against the teacher run's own serving model (its evaluation
@@ -22,8 +22,10 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.data import run_pipeline
 from resnet_app.engine import loop, setup
 from resnet_app.engine import teacher as teacher_lib
-from resnet_app.engine.losses import Loss
-from resnet_app.engine.tower import Tower
+from resnet_app.engine.losses import Loss, create_loss
+from resnet_app.engine.losses.cross_entropy import CrossEntropy
+from resnet_app.engine.losses.distillation import Distillation
+from resnet_app.engine.step import Tower
 from resnet_app.export import savedmodel
 from tests import runs
 from tests.test_losses import numpy_bce, numpy_cross_entropy
@@ -57,6 +59,11 @@ def numpy_distillation(student, teacher, labels, mask, alpha, temperature, smoot
     return float((mask * per_example).sum())
 
 
+def distilled(teacher_logits, temperature, alpha):
+    """The distillation term of a teacher whose logits are `teacher_logits`."""
+    return Distillation(lambda images: tf.constant(teacher_logits), temperature, alpha)
+
+
 @pytest.mark.parametrize(
     "multi_label,alpha,temperature,smoothing",
     [(False, 0.9, 4.0, 0.0), (False, 0.3, 1.0, 0.1), (True, 0.5, 2.0, 0.0)],
@@ -70,9 +77,9 @@ def test_the_loss_is_hintons_distillation_against_numpy(multi_label, alpha, temp
         labels = (rng.random((12, 5)) < 0.4).astype(np.float32)
     else:
         labels = rng.integers(0, 5, 12).astype(np.int32)
-    loss = Loss(label_smoothing=smoothing, distill_alpha=alpha, distill_temperature=temperature)
-    batch = {"label": labels, "mask": mask, "teacher_logits": teacher}
-    total, _ = loss(tf.constant(student), {k: tf.constant(v) for k, v in batch.items()})
+    terms = (CrossEntropy(smoothing, weight=1 - alpha), distilled(teacher, temperature, alpha))
+    batch = {"label": labels, "mask": mask, "image": np.zeros(12, np.float32)}
+    total = Loss(terms)(tf.constant(student), {k: tf.constant(v) for k, v in batch.items()})["loss"]
     expected = numpy_distillation(student, teacher, labels, mask, alpha, temperature, smoothing)
     np.testing.assert_allclose(float(total), expected, rtol=2e-6)
 
@@ -80,9 +87,9 @@ def test_the_loss_is_hintons_distillation_against_numpy(multi_label, alpha, temp
 def test_a_student_equal_to_its_teacher_has_no_soft_loss():
     """KL(p || p) = 0: with alpha 1, a student whose logits are the teacher's costs nothing."""
     logits = np.random.default_rng(3).normal(size=(6, 4)).astype(np.float32)
-    batch = {"label": tf.zeros(6, tf.int32), "mask": tf.ones(6), "teacher_logits": logits}
-    loss = Loss(distill_alpha=1.0, distill_temperature=3.0)
-    total, _ = loss(tf.constant(logits), batch)
+    batch = {"label": tf.zeros(6, tf.int32), "mask": tf.ones(6), "image": tf.zeros(6)}
+    loss = Loss((CrossEntropy(weight=0.0), distilled(logits, 3.0, 1.0)))
+    total = loss(tf.constant(logits), batch)["loss"]
     assert abs(float(total)) < 1e-5
 
 
@@ -127,13 +134,12 @@ def test_the_towers_loss_distills_the_teacher_of_the_same_images(teacher_dir, tm
     resolved = _student(tmp_path, teacher_dir, "train.distill_alpha=0.7")
     run = setup.build_run(resolved, str(tmp_path / "run"))
     try:
-        loss = Loss(distill_alpha=0.7, distill_temperature=4.0)
-        tower = Tower(run.model, run.optimizer, loss, teacher=run.teacher)
+        tower = Tower(run.model, run.optimizer, create_loss(resolved, teacher=run.teacher))
         rng = np.random.default_rng(2)
         images = tf.constant(rng.normal(size=(8, 32, 32, 3)).astype(np.float32))
         labels = rng.integers(0, run.pipeline.num_classes, 8).astype(np.int32)
         batch = {"image": images, "label": tf.constant(labels), "mask": tf.ones(8)}
-        _, loss_sum, _, _ = tower(batch, tf.constant(8.0), 1)
+        loss_sum = tower(batch, tf.constant(8.0), 1)[1]["loss"]
         # Training mode normalizes by the batch's statistics: a second call gives the same.
         student = run.model(images, training=True).numpy()
         teacher = run.teacher(images).numpy()

@@ -7,8 +7,7 @@ import tensorflow as tf
 from resnet_app.common.distribute import mirrored_strategy
 from resnet_app.common.errors import ConfigError
 from resnet_app.engine import optim
-from resnet_app.engine.step import TrainStep
-from resnet_app.engine.tower import Tower
+from resnet_app.engine.step import Tower, TrainStep
 from resnet_app.nets import drop_path
 from resnet_app.nets.resnet import create_model
 

@@ -18,11 +18,9 @@ import tensorflow as tf
 from resnet_app.common import checkpoint
 from resnet_app.common.distribute import mirrored_strategy
 from resnet_app.common.errors import ConfigError
-from resnet_app.engine import averaging, loop, optim
+from resnet_app.engine import local_sgd, loop, optim
 from resnet_app.engine.ema import WeightEMA
-from resnet_app.engine.step import TrainStep
-from resnet_app.engine.sync import ModelAverage
-from resnet_app.engine.tower import Tower
+from resnet_app.engine.step import Tower, TrainStep
 from resnet_app.evaluation import calibration, checkpoint_eval
 from resnet_app.export import savedmodel
 from tests import runs
@@ -47,7 +45,7 @@ def _models(strategy, interval=None):
     """The trained model (per-tower BatchNorm) and a second one for the average."""
     make_model = lambda: tiny_bn(synchronized=False)  # noqa: E731
     weights = initial_weights(make_model)
-    local = averaging.local_variables() if interval else contextlib.nullcontext()
+    local = local_sgd.local_variables() if interval else contextlib.nullcontext()
     with strategy.scope(), local:
         model = make_model()
         model.build((None, SIZE, SIZE, 3))
@@ -103,11 +101,10 @@ def test_training_average_follows_every_replicas_weights(towers, interval, warmu
     every 2 steps only after the averages, with decay d**2 from the averaged weights."""
     strategy = mirrored_strategy([f"/cpu:{i}" for i in range(towers)])
     model, optimizer, average = _models(strategy, interval)
-    averager = averaging.ModelAveraging(model, optimizer, strategy, interval) if interval else None
+    averager = local_sgd.LocalSGD(model, optimizer, strategy, interval) if interval else None
     ema = WeightEMA(model, average, DECAY, warmup, interval or 1)
     ema.reset()
-    policy = ModelAverage(averager) if averager else None
-    step = TrainStep(Tower(model, optimizer), strategy, policy, ema)
+    step = TrainStep(Tower(model, optimizer), strategy, averager, ema)
     rng = np.random.default_rng(0)
     batches = {
         "image": rng.normal(size=(4, 8, SIZE, SIZE, 3)).astype(np.float32),

@@ -11,6 +11,7 @@ from resnet_app.config.sections import TrainSettings
 from resnet_app.data import class_balance, input_pipeline
 from resnet_app.data.settings import data_config
 from resnet_app.engine.losses import Loss
+from resnet_app.engine.losses.cross_entropy import CrossEntropy
 from resnet_app.nets.resnet import create_model
 from tests.test_losses import numpy_cross_entropy
 
@@ -51,7 +52,7 @@ def test_the_weighted_loss_against_numpy(smoothing):
     weights = np.array([0.5, 2.0, 1.0, 4.0, 0.25], np.float32)
     batch = {"label": tf.constant(labels), "mask": tf.constant(mask)}
     logits = model(images, training=True)
-    loss_sum, _ = Loss(label_smoothing=smoothing, class_weights=weights)(logits, batch)
+    loss_sum = Loss((CrossEntropy(smoothing),), weights)(logits, batch)["loss"]
     logits = logits.numpy()
     targets = np.eye(5)[labels] * (1 - smoothing) + smoothing / 5
     expected = np.sum(mask * weights[labels] * numpy_cross_entropy(logits, targets))

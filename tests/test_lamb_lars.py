@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from resnet_app.common.distribute import mirrored_strategy
 from resnet_app.common.errors import ConfigError
-from resnet_app.engine import averaging, large_batch, optim
+from resnet_app.engine import large_batch, local_sgd, optim
 
 RTOL = 1e-5
 STEPS = 6
@@ -130,7 +130,7 @@ for replica_gradients in GRADIENTS:
 def build(config, strategy=None, lr_multipliers=None, local=False):
     """(model, optimizer) in `strategy.scope()`, at INITIAL, the optimizer built."""
     strategy = strategy or tf.distribute.get_strategy()
-    with strategy.scope(), averaging.local_variables() if local else contextlib.nullcontext():
+    with strategy.scope(), local_sgd.local_variables() if local else contextlib.nullcontext():
         model = tiny_model()
         variables = model.trainable_variables
         assert [v.path for v in variables] == [f"tiny/{name}" for name in NAMES]
@@ -267,10 +267,10 @@ def test_two_replicas_apply_the_summed_gradient(config, two_replicas):
 
 @pytest.mark.parametrize("config", [CASES[1], CASES[3]])
 def test_model_averaging_updates_each_copy_with_its_own_gradient(config, two_replicas):
-    # `averaging.ModelAveraging.apply_locally` calls `update_step` directly; with
+    # `local_sgd.LocalSGD.apply_locally` calls `update_step` directly; with
     # no average in between, copy r follows the rule on replica r's gradient.
     model, optimizer = build(config, two_replicas, local=True)
-    averager = averaging.ModelAveraging(model, optimizer, two_replicas, interval=10**9)
+    averager = local_sgd.LocalSGD(model, optimizer, two_replicas, interval=10**9)
     history = train(model, optimizer, two_replicas, apply=averager.apply_locally)
     for replica in (0, 1):
         check(history, expected(config, replicas=(replica,)), copy=replica)

@@ -1,4 +1,7 @@
-"""The training loss options, against NumPy, and an out-of-memory step as one line."""
+"""The loss terms against NumPy, a toy term registered here, and an out-of-memory step."""
+
+import dataclasses
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -7,7 +10,8 @@ import tensorflow as tf
 from resnet_app.common.errors import ConfigError
 from resnet_app.config.sections import LOSSES
 from resnet_app.engine import controller, loop
-from resnet_app.engine.losses import PER_EXAMPLE, Loss
+from resnet_app.engine.losses import LabelTerm, Loss, label_term
+from resnet_app.engine.losses.consistency import LOGITS_KEY, Consistency
 from resnet_app.nets.resnet import create_model
 from tests import runs
 
@@ -25,6 +29,11 @@ def numpy_cross_entropy(logits, targets):
     return -(targets * log_softmax).sum(-1)
 
 
+def loss_of(kind, smoothing=0.0, **options):
+    """The `Loss` of the label term `kind` alone."""
+    return Loss((label_term(kind)(smoothing, **options),))
+
+
 @pytest.mark.parametrize(
     ("loss", "smoothing"), [("bce", 0.0), ("bce", 0.1), ("cross_entropy", 0.1)]
 )
@@ -37,7 +46,7 @@ def test_the_loss_of_a_batch_against_numpy(loss, smoothing):
     mask = np.array([1, 1, 1, 1, 1, 0], np.float32)  # The last example is padding.
     batch = {"label": tf.constant(labels), "mask": tf.constant(mask)}
     logits = model(images, training=True)
-    loss_sum, _ = Loss(loss, smoothing)(logits, batch)
+    loss_sum = loss_of(loss, smoothing)(logits, batch)["loss"]
     logits = logits.numpy()
     targets = np.eye(5)[labels] * (1 - smoothing) + smoothing / 5
     reference = numpy_bce if loss == "bce" else numpy_cross_entropy
@@ -77,7 +86,7 @@ def mixed_loss(weights, seed, loss, **options):
         "mask": tf.ones(3),
     }
     logits = model(images, training=True)
-    loss_sum, _ = Loss(loss, 0.1, **options)(logits, batch)
+    loss_sum = loss_of(loss, 0.1, **options)(logits, batch)["loss"]
     logits = logits.numpy()
     eye = np.eye(4)
     soft = weights[:, None] * eye[LABELS] + (1 - weights[:, None]) * eye[PARTNERS]
@@ -97,7 +106,7 @@ def test_bce_target_threshold_binarizes_mixed_smoothed_targets_as_numpy():
     """timm's target_threshold: targets above 0.2 count as 1, the rest 0 (after
     Mixup's shares and smoothing), against NumPy; a partner's share of 0.15 drops out."""
     weights = np.array([0.85, 0.6, 0.5], np.float32)
-    loss_sum, logits, soft = mixed_loss(weights, 2, "bce", bce_target_threshold=0.2)
+    loss_sum, logits, soft = mixed_loss(weights, 2, "bce", target_threshold=0.2)
     targets = (soft * 0.9 + 0.1 / 4 > 0.2).astype(np.float64)
     assert targets.sum(axis=1).tolist() == [1, 2, 2]  # 0.15 * 0.9 + 0.025 is below 0.2.
     assert loss_sum == pytest.approx(float(np.sum(numpy_bce(logits, targets))), rel=1e-5)
@@ -108,28 +117,53 @@ def test_bce_target_threshold_needs_bce(tmp_path):
         runs.small_config(tmp_path, "train.bce_target_threshold=0.2")
 
 
-def test_the_config_accepts_exactly_the_registered_loss_kinds():
-    assert set(LOSSES) == set(PER_EXAMPLE)
+def test_each_registered_name_builds_its_term():
+    for name in LOSSES:
+        assert label_term(name).name == name
 
 
-def test_a_registered_loss_kind_is_all_a_new_loss_needs(monkeypatch):
-    """A toy kind (squared error of the softmax against the soft targets),
-    registered from here, is the loss `Loss` computes: against NumPy."""
+@dataclasses.dataclass(frozen=True)
+class SquaredError(LabelTerm):
+    """A toy term: the squared error of the softmax against the soft targets."""
 
-    def squared_error(loss, batch, logits):
-        return tf.reduce_sum((tf.nn.softmax(logits) - loss.targets(batch, logits)) ** 2, -1)
+    name: ClassVar[str] = "squared_error"
 
-    monkeypatch.setitem(PER_EXAMPLE, "squared_error", squared_error)
-    logits = np.random.default_rng(4).normal(size=(4, 3)).astype(np.float32)
+    def term(self, logits, batch, model=None):
+        return tf.reduce_sum((tf.nn.softmax(logits) - self.targets(batch, logits)) ** 2, -1)
+
+
+def test_a_toy_term_registered_here_is_validated_trained_checked_and_logged(tmp_path, monkeypatch):
+    """Registered from here and nowhere else: the config takes its name, its sum and its
+    share beside AugMix's consistency term are NumPy's, and a run logs its share."""
+    from tests.test_augmix import numpy_js
+
+    monkeypatch.setitem(LOSSES, "squared_error", SquaredError)
+    with pytest.raises(
+        ConfigError, match="train.loss must be one of: .*squared_error, got 'hinge'"
+    ):
+        runs.small_config(tmp_path, "train.loss=hinge")
+    rng = np.random.default_rng(4)
+    logits, first, second = (rng.normal(size=(4, 3)).astype(np.float32) for _ in range(3))
     labels, mask = np.array([0, 2, 1, 2], np.int32), np.array([1, 1, 0, 1], np.float32)
-    batch = {"label": tf.constant(labels), "mask": tf.constant(mask)}
-    loss_sum, correct = Loss("squared_error", 0.3)(tf.constant(logits), batch)
+    batch = {"label": labels, "mask": mask, LOGITS_KEY: np.stack([first, second])}
+    batch = {key: tf.constant(value) for key, value in batch.items()}
+    sums = Loss((SquaredError(0.3), Consistency(2.0)))(tf.constant(logits), batch)
     x = logits.astype(np.float64)
     softmax = np.exp(x - x.max(-1, keepdims=True))
     softmax /= softmax.sum(-1, keepdims=True)
     targets = np.eye(3)[labels] * 0.7 + 0.1
-    expected = np.sum(mask * ((softmax - targets) ** 2).sum(-1))
-    assert float(loss_sum) == pytest.approx(expected, rel=1e-5)
-    assert float(correct) == np.sum(mask * (x.argmax(-1) == labels))
-    with pytest.raises(ValueError, match="unknown loss 'hinge'"):
-        Loss("hinge")
+    squared = np.sum(mask * ((softmax - targets) ** 2).sum(-1))
+    consistency = np.sum(mask * 2.0 * numpy_js(logits, first, second))
+    assert float(sums["loss_squared_error"]) == pytest.approx(squared, rel=1e-5)
+    assert float(sums["loss_consistency"]) == pytest.approx(consistency, rel=1e-5)
+    assert float(sums["loss"]) == pytest.approx(squared + consistency, rel=1e-5)
+    assert float(sums["correct"]) == np.sum(mask * (x.argmax(-1) == labels))
+
+    sets = ["train.loss=squared_error", "train.log_every=1", "data.augment.auto_augment=augmix"]
+    resolved = runs.small_config(tmp_path, *sets, "data.augment.augmix_jsd=2", train_steps=2)
+    loop.train_and_evaluate(resolved, str(tmp_path / "run"))
+    records = [r for r in runs.read_records(str(tmp_path / "run")) if "accuracy" in r]
+    assert [r["step"] for r in records] == [1, 2]
+    for record in records:
+        shares = record["loss_squared_error"] + record["loss_consistency"]
+        assert record["loss_squared_error"] > 0 and 0 <= shares <= record["loss"]

@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 
 from resnet_app.data import mixing, shapes
-from resnet_app.engine.losses import Loss
+from resnet_app.engine.losses import Loss, create_loss
+from resnet_app.engine.losses.cross_entropy import CrossEntropy
 from resnet_app.nets.resnet import create_model
 from tests import own_data
 from tests.commands import error_line, run_command
@@ -72,7 +73,8 @@ def test_the_loss_of_multi_hot_rows_mixed_against_numpy():
         "mix_weight": tf.constant([0.7, 0.5, 0.9]),
     }
     logits = model(images, training=True)
-    loss_sum, correct = Loss(label_smoothing=0.1)(logits, batch)
+    sums = Loss((CrossEntropy(0.1),))(logits, batch)
+    loss_sum, correct = sums["loss"], sums["correct"]
     logits = logits.numpy()
     weight = np.array([0.7, 0.5, 0.9])[:, None]
     targets = (weight * rows + (1 - weight) * rows[::-1]) * 0.9 + 0.1 / 4
@@ -237,7 +239,7 @@ def test_a_multi_label_run_distills_each_classs_sigmoid_from_a_multi_label_teach
     of the student's sigmoids against the labels and against the teacher's (NumPy)."""
     from resnet_app import config
     from resnet_app.engine import setup
-    from resnet_app.engine.tower import Tower
+    from resnet_app.engine.step import Tower
     from tests.test_distill import numpy_distillation
 
     model_dir, _ = run
@@ -264,13 +266,11 @@ def test_a_multi_label_run_distills_each_classs_sigmoid_from_a_multi_label_teach
             "label": tf.constant(labels[:8]),
             "mask": tf.ones(8),
         }
-        loss = Loss(distill_alpha=0.6, distill_temperature=2.0)
-        _, loss_sum, _, _ = Tower(student.model, student.optimizer, loss, teacher=student.teacher)(
-            batch, tf.constant(8.0), 1
-        )
+        loss = create_loss(resolved, teacher=student.teacher)
+        _, sums = Tower(student.model, student.optimizer, loss)(batch, tf.constant(8.0), 1)
         logits = student.model(batch["image"], training=True).numpy()
         teacher = student.teacher(batch["image"]).numpy()
     finally:
         student.close()
     expected = numpy_distillation(logits, teacher, labels[:8], np.ones(8), 0.6, 2.0)
-    np.testing.assert_allclose(float(loss_sum), expected, rtol=1e-5)
+    np.testing.assert_allclose(float(sums["loss"]), expected, rtol=1e-5)

@@ -17,8 +17,7 @@ from resnet_app.common.distribute import (
     moving_statistics_sync,
 )
 from resnet_app.engine import optim
-from resnet_app.engine.step import TrainStep
-from resnet_app.engine.tower import Tower, skips_empty_towers
+from resnet_app.engine.step import Tower, TrainStep, skips_empty_towers
 from tests.commands import run_command
 from tests.reference import momentum_steps
 from tests.small_models import SIZE, initial_weights, no_bn, tiny_bn

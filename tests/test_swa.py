@@ -19,6 +19,7 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.engine import loop, setup
 from resnet_app.engine.actions import Action
 from resnet_app.engine.ema import SwaAverage
+from resnet_app.evaluation.soup import swa_checkpoint
 from resnet_app.export import savedmodel
 from tests import runs
 from tests.small_models import SIZE, initial_weights, tiny_bn
@@ -106,7 +107,7 @@ def swa_run(tmp_path_factory):
         root, *SWA, train_steps=8, eval_every=4, checkpoint_every=1, keep_checkpoints=10
     )
     model_dir = root / "run"
-    loop.train_and_evaluate(resolved, str(model_dir))
+    loop.train_and_evaluate(resolved, str(model_dir), swa_checkpoint=swa_checkpoint)
     return root, model_dir
 
 
@@ -169,7 +170,7 @@ def test_a_stopped_run_resumes_to_the_same_average(swa_run, tmp_path):
     model_dir = str(tmp_path / "run")
     stopped = loop.train(setup.build_run(config(), model_dir), actions=[StopAt(5)])
     assert stopped.stopped == "SIGTERM"
-    loop.train(setup.build_run(config(), model_dir))
+    loop.train(setup.build_run(config(), model_dir), swa_checkpoint=swa_checkpoint)
     for resumed, straight in zip(_restored(model_dir, 8, "ema"), _restored(whole, 8, "ema")):
         np.testing.assert_allclose(resumed, straight, rtol=1e-6, atol=1e-8)
     assert os.path.isdir(os.path.join(model_dir, "averaged"))
@@ -189,7 +190,7 @@ def test_a_run_resumed_at_its_end_keeps_its_average(swa_run, tmp_path):
     resolved = runs.small_config(
         root, *SWA, train_steps=8, eval_every=4, checkpoint_every=1, keep_checkpoints=10
     )
-    loop.train_and_evaluate(resolved, str(copy))
+    loop.train_and_evaluate(resolved, str(copy), swa_checkpoint=swa_checkpoint)
     assert (copy / "averaged" / "averaged.json").read_text() == before
     records = metrics.read_records(str(copy / "metrics.jsonl"))
     assert len([r for r in records if r.get("event") == "swa"]) == 1

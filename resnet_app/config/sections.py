@@ -1,22 +1,13 @@
 """The config tree: `Config` and its typed sections, where every default lives.
 
-A config has six sections, each a YAML mapping:
-- `model`: `name` (a preset) plus any `ResNetConfig` field to override;
-- `data`: any `DataConfig` field except `seed` (which is `train.seed`);
-- `optimizer`: `class` and its arguments (`optimizer_kinds.py`);
-- `schedule`: `name` and its keys (`schedule_kinds.py`);
-- `train`: the `TrainSettings` below;
-- `sync`: how the towers and workers keep one model, the `SyncSettings` below.
-
-The defaults are He et al.'s CIFAR recipe for ResNet-20 (batch 128, momentum
-0.9, LR 0.1 divided by 10 at 32k and 48k steps, 64k steps, weight decay 1e-4):
-the field defaults below and those of the optimizer and schedule kinds. The
-LR boundaries are kept as He et al.'s fractions of the run (1/2 and 3/4), so
-a run of another length decays at the same points of its own.
-
-A default derived from another setting stays derived: `data.dtype` left unset
-follows `train.precision`; `Config.derived` names such keys, and `config.yaml`
-records them as null, so a resumed run derives them again.
+Six sections, each a YAML mapping: `model` (a preset `name` and any
+`ResNetConfig` field), `data` (`DataConfig` but `seed`, which is `train.seed`),
+`optimizer` (`optimizer_kinds.py`), `schedule` (`schedule_kinds.py`), `train`
+and `sync`. The defaults are He et al.'s CIFAR recipe for ResNet-20 (batch 128,
+momentum 0.9, LR 0.1 divided by 10 at 1/2 and 3/4 of 64k steps, weight decay
+1e-4). A default derived from another setting stays derived: `Config.derived`
+names such keys, which `config.yaml` records as given, so a resumed run derives
+them again.
 """
 
 from __future__ import annotations
@@ -54,7 +45,11 @@ from resnet_app.data.settings import DataConfig
 from resnet_app.nets import presets
 
 ON_NAN = ("stop", "rollback")
-LOSSES = ("cross_entropy", "bce")
+# train.loss: the label term each name builds ("module:Class", imported by the engine).
+LOSSES: dict[str, str | type] = {
+    "cross_entropy": "resnet_app.engine.losses.cross_entropy:CrossEntropy",
+    "bce": "resnet_app.engine.losses.bce:BinaryCrossEntropy",
+}
 INIT_HEADS = ("auto", "new")
 # train.best_metric: a key of the evaluation record, and the direction it improves in.
 BEST_METRICS = {
@@ -136,19 +131,16 @@ class TrainSettings:
         "rollback" to the last good checkpoint, multiply the learning rate by
         nan_lr_factor and go on (at most MAX_ROLLBACKS times).
       nan_lr_factor: the learning-rate multiplier of a rollback.
-      precision: "fp32", or mixed precision: "bf16" (bfloat16 compute with
-        float32 weights; CPUs with AVX512_BF16 or AMX, TPUs, Ampere+ GPUs) or
-        "fp16" (float16 with dynamic loss scaling; GPUs); or "auto": bf16
-        where the hardware has native bfloat16, else fp32, never fp16
-        (`common/auto_precision.py`; the start-up line says which and why).
-        Logits, loss and BatchNorm statistics stay float32.
+      precision: "fp32", or mixed precision with float32 weights, logits, loss
+        and BatchNorm statistics: "bf16" (CPUs with AVX512_BF16 or AMX, TPUs,
+        Ampere+ GPUs) or "fp16" (dynamic loss scaling; GPUs); or "auto": bf16
+        where the hardware has native bfloat16, else fp32 (the start-up line
+        says which and why).
       jit: compile each tower's forward and backward pass with XLA.
-      init_from: start from pretrained weights (not the optimizer, step or
-        data position): "keras:resnet50" (Keras applications' file, from
-        Keras's cache or downloaded), a Keras applications `.h5` file, a
-        `.safetensors` file in torchvision's layout, or another run's
-        directory or checkpoint. Applied once, when the run starts; a resumed
-        run continues from its own checkpoints. See `resnet_app/pretrained/`.
+      init_from: start from pretrained weights, once, when the run starts:
+        "keras:resnet50" (from Keras's cache or downloaded), a Keras
+        applications `.h5` file, a `.safetensors` file in torchvision's layout,
+        or another run's directory or checkpoint (`resnet_app/pretrained/`).
       init_head: "auto" (load the classifier when its shape fits, else
         initialise it anew) or "new" (always initialise it anew).
       freeze: parts whose weights stay fixed: stem, stage1 ... stageN, head.
@@ -172,27 +164,23 @@ class TrainSettings:
       bce_target_threshold: with loss bce, binarize the (smoothed, mixed)
         targets: above it 1, else 0 (timm's `target_threshold`, 0.2 in the A3
         recipe); default: soft targets.
-      accumulate_steps: split each tower's batch into this many micro-batches
-        whose gradients add up to one update: the same update (exactly, without
-        BatchNorm; BatchNorm normalizes each micro-batch by its own statistics)
-        in the memory of one micro-batch. The batch must divide evenly.
+      accumulate_steps: split each tower's batch into this many equal
+        micro-batches whose gradients add up to one update: the same update
+        (exactly, without BatchNorm) in the memory of one micro-batch.
       ema_decay: keep an exponential moving average of the weights and
         BatchNorm statistics, ema <- d * ema + (1 - d) * w after every update,
-        with this d (0 for none; e.g. 0.9999 for ImageNet's ~5000 steps per
-        epoch at batch 256). It is evaluated next to the weights (ema_top1 ...
-        in metrics.jsonl), checkpointed, and what evaluate, export and predict
-        use by default (--weights). See `engine/ema.py`.
+        with this d (0: none; e.g. 0.9999 on ImageNet). It is evaluated beside
+        the weights (ema_top1 ...), checkpointed, and what evaluate, export and
+        predict use by default (--weights). See `engine/ema.py`.
       ema_warmup: use the decay min(ema_decay, (1 + n) / (10 + n)) at update
         n (TensorFlow's `ExponentialMovingAverage` warm-up).
       swa_start: stochastic weight averaging (Izmailov et al. 2018): from this
         fraction of the run on (e.g. 0.75; 0: off), the average of the weights
-        is the equal-weight mean of the models every `swa_every` updates, in
-        place of the moving average (it is evaluated, checkpointed and used by
-        evaluate, export and predict as the moving average is, under the same
-        ema_ names). At the end the run's averaged checkpoint is written with
-        BatchNorm's statistics measured on `swa_bn_batches` training batches
-        (`--checkpoint=averaged`). Combine it with a schedule that keeps the
-        learning rate up in that part (constant, or cycles).
+        is the equal-weight mean of the models every `swa_every` updates, used
+        as the moving average is (under the same ema_ names). At the end the
+        run's averaged checkpoint (`--checkpoint=averaged`) gets BatchNorm's
+        statistics measured on `swa_bn_batches` training batches. Combine it
+        with a schedule that keeps the learning rate up then.
       swa_every: the updates between the models SWA averages (default: one
         epoch's, the paper's).
       swa_bn_batches: training batches BatchNorm's statistics of the SWA
@@ -203,16 +191,14 @@ class TrainSettings:
       threshold: multi-label data: a class is predicted when its sigmoid
         probability is at least this (the F1 scores, predict's labels).
       teacher: knowledge distillation (Hinton et al. 2015) from this trained
-        network: another run's directory or checkpoint, an export of one
-        (`resnet-app export`), keras:resnet50, a Keras applications `.h5`
-        file or a torchvision/timm `.safetensors` file (these two need
-        `teacher_model`). It sees each training batch as the model does, in
-        inference mode under the same strategy, and must have the data's
-        classes. The run keeps a copy of it (`model_dir/teacher/`), from
-        which a resumed run reads it. See `engine/teacher.py`.
+        network, in inference mode on each training batch: another run's
+        directory or checkpoint, an export of one, keras:resnet50, a Keras
+        applications `.h5` or a torchvision/timm `.safetensors` file (these two
+        need `teacher_model`), of the data's classes. The run keeps a copy of
+        it (`model_dir/teacher/`) for its resumes. See `engine/teacher.py`.
       teacher_model: the preset of a weights-file teacher (e.g. resnet50).
       distill_alpha: with a teacher, the weight of the distillation loss;
-        the usual loss weighs 1 - distill_alpha (`engine/losses.py`).
+        the usual loss weighs 1 - distill_alpha (`engine/losses/distillation.py`).
       distill_temperature: with a teacher, the temperature T both networks'
         logits are divided by in the distillation loss (times T^2).
     """
@@ -270,11 +256,6 @@ class TrainSettings:
         """Whether the run keeps an average of the weights: moving (EMA) or SWA's."""
         return self.ema_decay > 0 or self.swa_start > 0
 
-    def _distills_by_default(self) -> bool:
-        """Whether the distillation settings are all left at their defaults."""
-        names = ("teacher_model", "distill_alpha", "distill_temperature")
-        return not changed_from_defaults(self, names)
-
     @property
     def best_direction(self) -> str:
         """`best_mode` ("max" or "min"), or else the direction `best_by` improves in."""
@@ -303,7 +284,10 @@ class TrainSettings:
             "weights); keep one",
         )
         _require(
-            self.teacher is not None or self._distills_by_default(),
+            self.teacher is not None
+            or not changed_from_defaults(
+                self, ("teacher_model", "distill_alpha", "distill_temperature")
+            ),
             "train.teacher_model, distill_alpha and distill_temperature need train.teacher "
             "(a run directory, an export or a weights file); set it or drop them",
         )
@@ -322,7 +306,7 @@ class SyncSettings:
         "model_average" (local SGD: each replica steps on its own share of
         the batch, and the replicas average their weights, BatchNorm moving
         statistics and optimizer slots every `interval` steps; see
-        `averaging.py`).
+        `engine/local_sgd.py`).
       interval: steps between averages with mode model_average (1 or more;
         1 is the all-reduce update).
       timeout: seconds a cross-worker collective may wait before its peer
@@ -397,20 +381,10 @@ ModelSection.__doc__ = "The `model:` section: a preset `name` and the ResNetConf
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """A resolved, validated training config.
-
-    Attributes:
-      model: the preset and the `ResNetConfig` fields it overrides.
-      data: the input settings, with derived values filled in.
-      optimizer: the optimizer kind and its arguments.
-      schedule: the learning-rate schedule kind and its keys.
-      train: the training settings.
-      sync: how the replicas keep one model.
-      derived: the keys whose value was derived because the user left them
-        unset or asked for it: "data.dtype", from train.precision, and
-        "train.precision" from "auto" (`auto_precision.auto_choice`);
-        `to_dict` writes them as they were given (`DERIVED_AS`).
-    """
+    """A resolved, validated training config: its six sections, and `derived`, the keys
+    whose value was derived because the user left them unset or asked for it
+    ("data.dtype" from train.precision, "train.precision" from "auto"), which
+    `to_dict` writes as they were given (`DERIVED_AS`)."""
 
     model: ModelSection = ModelSection()
     data: DataConfig = DataConfig(dtype=None)
@@ -465,11 +439,10 @@ class Config:
 
     def _check_parts(self) -> None:
         """Refuses part names (train.freeze, train.lr_multipliers) the model does not have."""
-        train = self.train
-        stages = len(presets.get_config(self.model_name, **self.model_overrides).units)
-        check_parts = presets.check_parts
-        check_parts("train.freeze", train.freeze, stages, self.model_name)
-        check_parts("train.lr_multipliers", train.lr_multipliers or {}, stages, self.model_name)
+        train, name = self.train, self.model_name
+        stages = len(presets.get_config(name, **self.model_overrides).units)
+        presets.check_parts("train.freeze", train.freeze, stages, name)
+        presets.check_parts("train.lr_multipliers", train.lr_multipliers or {}, stages, name)
         _require(
             not set(presets.part_names(stages)) <= set(train.freeze),
             "train.freeze names every part, so nothing would train; leave at least the head out",
@@ -486,11 +459,8 @@ class Config:
         return self.model.overrides
 
     def to_dict(self, with_derived: bool = False) -> dict[str, dict[str, Any]]:
-        """The config as plain YAML-ready data, every field spelled out.
-
-        Args:
-          with_derived: write derived values as used, not as null.
-        """
+        """The config as plain YAML-ready data, every field spelled out (`with_derived`:
+        derived values as used, not as given)."""
         keys = config_keys(DataConfig)
         data = {key: value for key, value in dataclasses.asdict(self.data).items() if key in keys}
         tree = {

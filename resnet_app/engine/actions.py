@@ -1,33 +1,10 @@
 """The loop's periodic work, as actions the controller calls at every boundary.
 
-A boundary is the step a compiled call ended at (see `cadence.next_boundary`),
-or the step a stop request ends the run at. The controller builds a
-`Boundary` (the step, what is `Due` there, the learning rates of the call's
-steps, the training record when one is due) and calls each action in order;
-actions leave what they did on it for the actions after them:
-
-1. `TrainingRecords`: the training record to `metrics.jsonl`.
-2. `TensorBoard`: every step's learning rate and the record's scalars.
-3. `InputBoundWarner`: warns once when the steps wait for their data.
-4. `ProgressLine`: the console's progress bar, or a log line (chief only).
-5. `LrOverride`: reads `model_dir/lr_override` at every record; a change
-   asks for a save, so that the override survives a crash.
-6. `Evaluator`: evaluates the whole split (and the moving average of the
-   weights, with `train.ema_decay`); asks for a save.
-7. `KeepBest` (`train.keep_best`): an evaluation better than the best so far
-   asks for a save, and once saved the checkpoint is kept in `best/`.
-8. Any extra action given to `loop.train`: it sees the record and the
-   evaluation (`Boundary.evaluation`) and may ask for a save
-   (`Boundary.request_save`, e.g. a keep-best checkpoint) or a stop
-   (`Boundary.request_stop`).
-9. `Checkpointer`: saves when due or asked, once the replicas hold the
-   global model (with model averaging a save waits for the next average).
-
-Then every action's `after` hook sees the boundary as the others left it
-(`Boundary.saved` among the rest).
-
-A new periodic behaviour (EMA evaluation, a keep-best checkpoint, a second
-evaluator) is one more `Action`, not a flag threaded through the loop.
+A boundary is the step a compiled call ended at (`cadence.next_boundary`), or
+the step a stop ends the run at. The controller builds a `Boundary` and calls
+each action in the order `create_actions` gives; each leaves what it did on the
+boundary for the next, and then every action's `after` hook sees it whole. A
+new periodic behaviour is one more `Action`, not a flag threaded through the loop.
 """
 
 from __future__ import annotations
@@ -42,16 +19,14 @@ from absl import logging
 
 from resnet_app.common import checkpoint, distribute, run_dir
 from resnet_app.common.metrics import MetricsWriter, Progress, format_duration
+from resnet_app.engine import exact_eval
 from resnet_app.engine.cadence import Due
 from resnet_app.engine.sync import GlobalModel, SyncPolicy
-from resnet_app.engine import exact_eval
 
 if TYPE_CHECKING:
     from resnet_app.engine.setup import Run
 
-# A training record whose steps waited for data longer than this fraction of
-# their time is input-bound.
-INPUT_BOUND_WAIT = 0.1
+INPUT_BOUND_WAIT = 0.1  # The share of their time the steps may wait for data.
 EVAL_SCALARS = ("top1", "top5", "loss")  # In TensorBoard, for the weights and their average.
 # Also there when the data has them: single-label, multi-label.
 LABEL_SCALARS = ("balanced_accuracy", "map", "f1_micro", "f1_macro")
@@ -63,11 +38,9 @@ class Boundary:
 
     Attributes:
       step: the step the call ended at (the global step now).
-      due: what is due at the step (`cadence.due_at`); at a stop, only a
-        checkpoint.
+      due: what is due at the step (`cadence.due_at`); at a stop, only a checkpoint.
       rates: the learning rate of each step the call ran (the last is `step`'s).
-      record: the training record, when one was made here (due, or at a stop
-        with steps not yet recorded).
+      record: the training record, when one was made here.
       stopping: at a stop, why (the signal's name); else None.
       evaluation: the evaluation record, once the evaluator made one.
       saved: whether the checkpointer saved at this step.
@@ -90,11 +63,8 @@ class Boundary:
         self.save_requested = True
 
     def request_stop(self, reason: str) -> None:
-        """Asks the run to stop as a signal would: it saves a checkpoint and returns.
-
-        Args:
-          reason: what the run's result and its "stopped" event name.
-        """
+        """Asks the run to stop as a signal would (a checkpoint, then return); `reason`
+        names it in the run's result and its "stopped" event."""
         self.stop_requested = self.stop_requested or reason
 
 
@@ -102,13 +72,8 @@ class Action:
     """Periodic work of the loop; every hook does nothing unless overridden."""
 
     def enter(self, step: int, restored: bool) -> None:
-        """The loop starts, or starts again after a rollback, at `step`.
-
-        Args:
-          step: the step training goes on from.
-          restored: whether the state is a checkpoint of `step` (resumed or
-            rolled back), rather than a fresh start.
-        """
+        """The loop starts at `step`, or again after a rollback; `restored`: from a
+        checkpoint of `step` (resumed or rolled back) rather than a fresh start."""
 
     def next_due(self, step: int) -> int | None:
         """A step the next call must not run past, or None."""
@@ -125,18 +90,8 @@ class Action:
 
 
 class TrainingRecords(Action):
-    """Writes each training record to `metrics.jsonl`."""
-
-    def __init__(self, writer: MetricsWriter):
-        self.writer = writer
-
-    def __call__(self, boundary: Boundary) -> None:
-        if boundary.record is not None:
-            self.writer.write(boundary.record)
-
-
-class TensorBoard(Action):
-    """Writes every step's learning rate and each record's scalars under `model_dir/train`."""
+    """Writes each training record to `metrics.jsonl`, and every step's learning rate
+    and each record's scalars to TensorBoard (`model_dir/train`)."""
 
     SCALARS = ("loss", "accuracy", "examples_per_sec", "input_wait")
 
@@ -144,33 +99,31 @@ class TensorBoard(Action):
         self.writer = writer
 
     def __call__(self, boundary: Boundary) -> None:
+        record = boundary.record
+        if record is not None:
+            self.writer.write(record)
         first = boundary.step - len(boundary.rates) + 1
         for index, rate in enumerate(boundary.rates, start=first):
             # Each step's rate, against the step count after it.
             self.writer.scalars(run_dir.TRAIN_EVENTS_DIR, index, {"learning_rate": rate})
-        if boundary.record is not None:
-            record = boundary.record
-            self.writer.scalars(
-                run_dir.TRAIN_EVENTS_DIR, boundary.step, {k: record[k] for k in self.SCALARS}
-            )
+        if record is not None:
+            scalars = {k: record[k] for k in self.SCALARS}
+            self.writer.scalars(run_dir.TRAIN_EVENTS_DIR, boundary.step, scalars)
             self.writer.flush()
 
 
 class InputBoundWarner(Action):
     """Warns once when training waits for its input (after a first record of warm-up)."""
 
-    def __init__(self, writer: MetricsWriter, threshold: float = INPUT_BOUND_WAIT):
-        self.writer = writer
-        self.threshold = threshold
-        self.records = 0
-        self.warned = False
+    def __init__(self, writer: MetricsWriter):
+        self.writer, self.records, self.warned = writer, 0, False
 
     def __call__(self, boundary: Boundary) -> None:
         record = boundary.record
         if record is None:
             return
         self.records += 1
-        if self.records < 2 or self.warned or record["input_wait"] <= self.threshold:
+        if self.records < 2 or self.warned or record["input_wait"] <= INPUT_BOUND_WAIT:
             return
         self.warned = True
         logging.warning(
@@ -228,8 +181,7 @@ class LrOverride(Action):
     """Applies `model_dir/lr_override` at every training record (the chief's, on every worker)."""
 
     def __init__(self, run: Run, writer: MetricsWriter):
-        self.run = run
-        self.writer = writer
+        self.run, self.writer = run, writer
 
     def __call__(self, boundary: Boundary) -> None:
         if not boundary.due.read_override:
@@ -256,9 +208,7 @@ class Evaluator(Action):
     """
 
     def __init__(self, run: Run, writer: MetricsWriter, global_model: GlobalModel):
-        self.run = run
-        self.writer = writer
-        self.global_model = global_model
+        self.run, self.writer, self.global_model = run, writer, global_model
         self.last: dict[str, Any] | None = None
 
     def __call__(self, boundary: Boundary) -> None:
@@ -267,7 +217,8 @@ class Evaluator(Action):
             boundary.request_save()  # Every evaluation is saved.
 
     def evaluate(self, step: int) -> dict[str, Any]:
-        """Evaluates the global model at `step` and writes the record; returns it.
+        """Evaluates the global model (and its moving average) at `step`, writes the record
+        and returns it.
 
         Raises:
           DivergedError: when the weights are not finite (nothing is evaluated).
@@ -276,22 +227,20 @@ class Evaluator(Action):
         started = time.monotonic()
         run, train = self.run, self.run.config.train
         batch_size = train.eval_batch_size or train.batch_size
-        threshold = train.threshold
-        result = exact_eval.evaluate(
-            run.model, run.pipeline, batch_size, run.strategy, threshold=threshold
-        )
-        record = exact_eval.eval_record(step, run.pipeline.eval_split_name, result, train.precision)
+
+        def scores(model, split: str) -> dict[str, Any]:
+            result = exact_eval.evaluate(
+                model, run.pipeline, batch_size, run.strategy, threshold=train.threshold
+            )
+            return exact_eval.eval_record(step, split, result, train.precision)
+
+        record = scores(run.model, run.pipeline.eval_split_name)
         keys = [k for k in (*EVAL_SCALARS, *LABEL_SCALARS) if k in record]
         self.writer.scalars(run_dir.EVAL_EVENTS_DIR, step, {k: record[k] for k in keys})
-        if run.ema is not None:
-            # The moving average, on the same split: ema_top1 ... in the record,
-            # and the same tags in TensorBoard's eval_ema run, beside eval's.
-            ema = exact_eval.evaluate(
-                run.ema.model, run.pipeline, batch_size, run.strategy, threshold=threshold
-            )
-            ema_record = exact_eval.eval_record(step, "", ema, train.precision)
-            record.update({f"ema_{k}": ema_record[k] for k in keys})
-            self.writer.scalars(run_dir.EMA_EVAL_EVENTS_DIR, step, {k: ema_record[k] for k in keys})
+        if run.ema is not None:  # As ema_top1 ..., and TensorBoard's eval_ema run.
+            ema = scores(run.ema.model, "")
+            record.update({f"ema_{k}": ema[k] for k in keys})
+            self.writer.scalars(run_dir.EMA_EVAL_EVENTS_DIR, step, {k: ema[k] for k in keys})
         # When it ended and what it cost: time-to-accuracy reads the crossing from these.
         record.update(time=time.time(), seconds=time.monotonic() - started)
         self.writer.write(record)
@@ -301,19 +250,12 @@ class Evaluator(Action):
 
 
 class KeepBest(Action):
-    """Keeps the checkpoint of the best evaluation so far in `model_dir/best/` (chief only).
+    """Keeps the checkpoint of the best evaluation so far in `model_dir/best/`.
 
-    The best value so far is read back from `best/best.json` whenever the
-    loop starts (a resumed run replaces the best only when beaten); a
-    `best.json` of another metric or direction does not count. The chief
-    decides, and every worker asks for the save with it.
-
-    Args:
-      run: the run; its `train.best_by` (a key of the evaluation record)
-        and `train.best_direction` rank the evaluations.
-
-    Attributes:
-      best: the chief's best value so far, or None (None on other workers).
+    `train.best_by` and `best_direction` rank the evaluations. The best so far
+    (`best`, the chief's) is read back from `best/best.json` whenever the loop
+    starts, unless it ranks by another metric or direction. The chief decides,
+    and every worker takes part in the save.
     """
 
     def __init__(self, run: Run):
@@ -388,18 +330,15 @@ class KeepBest(Action):
 
 
 class Checkpointer(Action):
-    """Saves a checkpoint when due or asked for, once the replicas hold the global model.
+    """Saves a checkpoint when due or asked for, once the replicas hold the global
+    model (under local SGD a save between averages waits for the next one).
 
     Args:
       checkpoints: the run's checkpoint.
-      policy: the sync policy (with model averaging, a save between averages
-        waits for the next one).
+      policy: the sync policy.
       global_model: makes the model global and checks it before a save.
-      save_first: save on a fresh start too, so that a rollback has a
-        checkpoint to go back to (`train.on_nan=rollback`).
-
-    Attributes:
-      last_saved: the step of the last checkpoint written or restored, or None.
+      save_first: save on a fresh start too, so that a rollback has a checkpoint
+        to go back to (`train.on_nan=rollback`).
     """
 
     def __init__(
@@ -409,9 +348,7 @@ class Checkpointer(Action):
         global_model: GlobalModel,
         save_first: bool = False,
     ):
-        self.checkpoints = checkpoints
-        self.policy = policy
-        self.global_model = global_model
+        self.checkpoints, self.policy, self.global_model = checkpoints, policy, global_model
         self.save_first = save_first
         self.last_saved: int | None = None
         self.held = False  # A save waiting for the replicas to agree.
@@ -438,11 +375,7 @@ class Checkpointer(Action):
             boundary.saved = True
 
     def save(self, step: int) -> None:
-        """Saves the global model of `step`.
-
-        Raises:
-          DivergedError: when the weights are not finite (nothing is written).
-        """
+        """Saves the global model of `step` (DivergedError when it is not finite)."""
         self.global_model.ready(step)
         self.checkpoints.save(step)
         self.last_saved = step
@@ -456,23 +389,13 @@ def create_actions(
     start: int,
     extra: Sequence[Action] = (),
 ) -> tuple[list[Action], Evaluator]:
-    """The trainer's actions, in the order the module docstring gives.
-
-    Args:
-      run: the run.
-      writer: its metrics writer.
-      policy: its sync policy.
-      global_model: its `GlobalModel`.
-      start: the step the run starts (or resumes) from, for the ETA.
-      extra: more actions, run after the evaluator (and `KeepBest`) and before
-        the checkpointer.
-
-    Returns:
-      The actions, and the evaluator among them (the run's summary is its last record).
-    """
+    """The trainer's actions in order: records (metrics.jsonl, TensorBoard), the
+    input-bound warning, the progress line (chief), the learning-rate override, the
+    evaluator, keep-best, `extra`, and the checkpointer last; and the evaluator
+    (the run's summary is its last record). `start` is the first step, for the ETA."""
     train = run.config.train
     evaluator = Evaluator(run, writer, global_model)
-    actions: list[Action] = [TrainingRecords(writer), TensorBoard(writer), InputBoundWarner(writer)]
+    actions: list[Action] = [TrainingRecords(writer), InputBoundWarner(writer)]
     if run.chief:
         actions.append(ProgressLine(Progress(run.plan.total_steps, start)))
     actions += [LrOverride(run, writer), evaluator]

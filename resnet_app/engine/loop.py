@@ -1,28 +1,13 @@
 """Training a run: `train_and_evaluate(config, model_dir) -> RunResult`.
 
-The pieces, each in its module:
-- `setup.build_run`: the strategy, data, plan, model, optimizer, counters,
-  learning rate and checkpoint (the resume guard in `resume.py`);
-- `controller.Controller`: compiled calls up to the next boundary
-  (`cadence.py`), then the actions (`actions.py`) that log, evaluate and save;
-- `sync.py`: how the replicas stay one model (all-reduce, model averaging);
-- `divergence.py`: a non-finite loss or weights, an error or a rollback.
-
-`train` restores the run, writes its `config.yaml` and `data_info.json`,
-and runs the controller; a `DivergedError` is caught around it, rolled back
-(or turned into a one-line error), and the controller goes on from the step
-restored. The loop logs every `log_every` steps (and reads
-`model_dir/lr_override` then), evaluates every `eval_every` steps and at the
-end, and saves a checkpoint every `checkpoint_every` steps, at every
-evaluation, after a learning-rate override, when stopped and at the end.
-
-Stopping: SIGTERM or SIGINT stops the run after the step in progress; it saves
-a checkpoint and returns (see `preemption.py`). SIGUSR1, a scheduler's
-preemption notice, stops and saves the same way, then raises `PreemptedError`
-(exit status 3: requeue the job). A non-finite loss stops the
-run with an error naming the step, or with `train.on_nan=rollback` restores the
-last good checkpoint, lowers the learning rate and goes on. A checkpoint with
-non-finite weights is never written.
+`setup.build_run` builds the run; `train` restores it, writes its `config.yaml`
+and `data_info.json`, and runs the `controller.Controller`: compiled calls up
+to the next boundary (`cadence.py`), then the actions (`actions.py`) that log,
+evaluate and save. A `DivergedError` is rolled back (`train.on_nan=rollback`)
+or becomes a one-line error; a lost peer, a full disk or an exhausted memory
+end the run in one line. SIGTERM or SIGINT stop it after the step in progress
+with a checkpoint; SIGUSR1 does too, then raises `PreemptedError` (exit status
+3: requeue the job; `preemption.py`).
 """
 
 from __future__ import annotations
@@ -30,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import keras
@@ -38,7 +23,7 @@ import tensorflow as tf
 from absl import logging
 
 from resnet_app import config as config_lib
-from resnet_app.common import disk_space, distribute, run_dir
+from resnet_app.common import averaged_checkpoint, disk_space, distribute, run_dir
 from resnet_app.common.errors import ConfigError, first_line
 from resnet_app.common.metrics import MetricsWriter, format_duration, hparam_values
 from resnet_app.config import Config, script_permission
@@ -48,10 +33,14 @@ from resnet_app.engine import teacher as teacher_lib
 from resnet_app.engine.actions import Action, Evaluator, create_actions
 from resnet_app.engine.controller import Controller
 from resnet_app.engine.last_step import LastStep
-from resnet_app.engine.losses import Loss
+from resnet_app.engine.losses import create_loss
 from resnet_app.engine.plan import describe_schedule
-from resnet_app.engine.step import TrainStep
-from resnet_app.engine.tower import Tower
+from resnet_app.engine.step import Tower, TrainStep
+
+# (model_dir, bn_batches) -> its record: SWA's last average with BatchNorm measured on
+# that many training batches, evaluated and written as the run's averaged checkpoint
+# (the train command passes `evaluation/soup.py`'s).
+SwaCheckpoint = Callable[[str, int], dict[str, Any]]
 
 
 @dataclasses.dataclass
@@ -59,9 +48,8 @@ class RunResult:
     """What `train_and_evaluate` returns.
 
     Attributes:
-      summary: the final evaluation record plus "train_loss" (the last logged
-        training loss) and "examples_per_sec" (over the whole run); for a
-        stopped run, {"step", "stopped": the signal's name}.
+      summary: the final evaluation record plus "train_loss" (the last logged) and
+        "examples_per_sec"; for a stopped run, {"step", "stopped": the signal's name}.
       model: the trained model (moving statistics averaged over towers).
       stopped: the signal that stopped the run before its end, or None.
     """
@@ -77,47 +65,31 @@ def train_and_evaluate(
     restart: bool = False,
     allow_config_change: bool = False,
     actions: Sequence[Action] = (),
+    swa_checkpoint: SwaCheckpoint | None = None,
 ) -> RunResult:
-    """Trains and evaluates `config`, writing everything to `model_dir`.
-
-    Args:
-      config: the resolved config.
-      model_dir: the run directory (created if needed). If it holds a
-        checkpoint, training resumes from it.
-      restart: start over: move the directory's contents aside first.
-      allow_config_change: resume even if settings that change what the run
-        computes differ from the run's.
-      actions: more actions, run after the evaluator and before the checkpointer.
-
-    Returns:
-      The `RunResult`.
+    """Trains and evaluates `config` in `model_dir`, resumed when it holds a checkpoint
+    (`restart`: moved aside first; `allow_config_change`: even with settings that change
+    what the run computes), with `train`'s `actions` and `swa_checkpoint`.
 
     Raises:
-      ConfigError: for settings that do not fit the data or machine, a run
-        directory holding another model or other settings, unreadable
-        checkpoints, or a diverged run.
+      ConfigError: for settings that do not fit the data or machine, a run directory
+        of another model or settings, unreadable checkpoints, or a diverged run.
     """
-    return train(setup.build_run(config, model_dir, restart, allow_config_change), actions)
+    run = setup.build_run(config, model_dir, restart, allow_config_change)
+    return train(run, actions, swa_checkpoint)
 
 
 def train(
-    run: setup.Run, actions: Sequence[Action] = (), keep_last_step: bool | None = None
+    run: setup.Run, actions: Sequence[Action] = (), swa_checkpoint: SwaCheckpoint | None = None
 ) -> RunResult:
-    """Trains a run built by `setup.build_run` to its end (or a stop), evaluating and saving.
+    """Trains a run built by `setup.build_run` (not yet restored) to its end or a stop.
 
     Args:
-      run: the run, not yet restored.
-      actions: more actions, run after the evaluator and before the
-        checkpointer at every boundary: they see the record and the evaluation
-        (`Boundary.evaluation`) and may ask for a save (`Boundary.request_save`)
-        or a stop (`Boundary.request_stop`); their `after` hook sees
-        `Boundary.saved`.
-      keep_last_step: keep a copy of the last step (`last_step.py`); None:
-        when `keeps_last_step` says (multi-worker runs). True in a single
-        process measures what the copy costs (`scripts/benchmark.py`).
-
-    Returns:
-      The `RunResult`.
+      run: the run.
+      actions: more actions, after the evaluator and before the checkpointer: they
+        see the record and the evaluation and may ask for a save or a stop.
+      swa_checkpoint: with `train.swa_start`, writes the averaged checkpoint at the
+        end; None: the log names the command that does.
 
     Raises:
       ConfigError: for unreadable checkpoints, or a diverged run.
@@ -125,7 +97,7 @@ def train(
     writer = MetricsWriter(run.model_dir, enabled=run.chief)
     with preemption.StopRequest() as stop:
         try:
-            return _train(run, writer, stop, actions, keep_last_step)
+            return _train(run, writer, stop, actions, swa_checkpoint)
         finally:
             writer.close()
             run.close()
@@ -136,7 +108,7 @@ def _train(
     writer: MetricsWriter,
     stop: preemption.StopRequest,
     extra: Sequence[Action],
-    keep_last_step: bool | None,
+    swa_checkpoint: SwaCheckpoint | None,
 ) -> RunResult:
     train = run.config.train
     policy = sync.create_policy(run)
@@ -151,32 +123,15 @@ def _train(
     )
     start = run.restore(run.resume_from[1] if run.resume_from else None)
     _record_settings(run, writer, start)
-    last = _last_step(run, keep_last_step)
+    last = _last_step(run)
     global_model = sync.GlobalModel(policy, run.checkpoints, run.strategy)
     actions, evaluator = create_actions(run, writer, policy, global_model, start, extra)
-    loss = Loss(
-        train.loss,
-        train.label_smoothing,
-        train.bce_target_threshold,
-        run.class_weights,
-        train.distill_alpha,
-        train.distill_temperature,
-        run.config.data.augment.augmix_jsd,
-    )
-    tower = Tower(
-        run.model,
-        run.optimizer,
-        loss,
-        train.seed,
-        train.accumulate_steps,
-        train.jit,
-        teacher=run.teacher,
-    )
+    loss = create_loss(run.config, run.class_weights, run.teacher)
+    tower = Tower(run.model, run.optimizer, loss, train.seed, train.accumulate_steps, train.jit)
     if run.teacher is not None:
         _log_teacher_cost(run, writer, start)
-    train_step = TrainStep(
-        tower, run.strategy, policy, run.ema, last, time_input=not train.deterministic
-    )
+    time_input = not train.deterministic
+    train_step = TrainStep(tower, run.strategy, policy, run.ema, last, time_input)
     controller = Controller(run, train_step, policy, global_model, intervals, actions, stop)
     _announce(run, writer, start, intervals)
     step, restored = start, run.resume_from is not None
@@ -205,7 +160,7 @@ def _train(
         if preemption.preempted(stop, run.strategy):  # Exit status 3: requeue the job.
             raise preemption.preempted_error(step, run.model_dir)
         return result
-    return _finish(run, writer, controller, evaluator, step)
+    return _finish(run, writer, controller, evaluator, step, swa_checkpoint)
 
 
 def _log_teacher_cost(run: setup.Run, writer: MetricsWriter, start: int) -> None:
@@ -223,14 +178,14 @@ def keeps_last_step(run: setup.Run) -> bool:
     return distribute.is_multi_worker(run.strategy) and run.config.sync.keep_last_step
 
 
-def _last_step(run: setup.Run, keep: bool | None) -> LastStep | None:
+def _last_step(run: setup.Run) -> LastStep | None:
     """The copy of the last completed step (`last_step.py`), when the run keeps one."""
-    if not (keeps_last_step(run) if keep is None else keep):
+    if not keeps_last_step(run):
         return None
     variables = [*run.model.variables, *run.optimizer.variables]
     if run.ema is not None:
         variables += run.ema.model.variables
-    return LastStep(run.strategy, variables, run.averaging)
+    return LastStep(run.strategy, variables, run.local_sgd)
 
 
 def _worker_lost(
@@ -321,7 +276,12 @@ def _stopped(run: setup.Run, writer: MetricsWriter, step: int, reason: str) -> R
 
 
 def _finish(
-    run: setup.Run, writer: MetricsWriter, controller: Controller, evaluator: Evaluator, step: int
+    run: setup.Run,
+    writer: MetricsWriter,
+    controller: Controller,
+    evaluator: Evaluator,
+    step: int,
+    swa_checkpoint: SwaCheckpoint | None,
 ) -> RunResult:
     last_eval = evaluator.last
     if last_eval is None:  # Resumed at the end: report what is there.
@@ -359,18 +319,15 @@ def _finish(
             last_eval["ema_loss"],
         )
     if train.swa_start and run.chief:
-        summary["swa"] = _write_swa_average(run, writer, step)
+        summary["swa"] = _write_swa_checkpoint(run, writer, step, swa_checkpoint)
     return RunResult(summary=summary, model=run.model)
 
 
-def _write_swa_average(run: setup.Run, writer: MetricsWriter, step: int) -> dict[str, Any]:
-    """SWA's last step: the average with BatchNorm's statistics measured on training
-    batches, evaluated and written as the run's averaged checkpoint (`average`'s)."""
-    from resnet_app.common import averaged_checkpoint
-    from resnet_app.evaluation import soup
-
-    train = run.config.train
-    start, period = setup.swa_updates(train, run.plan)
+def _write_swa_checkpoint(
+    run: setup.Run, writer: MetricsWriter, step: int, swa_checkpoint: SwaCheckpoint | None
+) -> dict[str, Any]:
+    """SWA's end: its average with BatchNorm measured again, as the run's averaged checkpoint."""
+    start, period = setup.swa_updates(run.config.train, run.plan)
     models = (step - start) // period + 1 if step >= start else 0
     command = f"resnet-app average --model_dir={run.model_dir} --last=1 --weights=ema"
     found = averaged_checkpoint.read(run.model_dir)
@@ -378,15 +335,16 @@ def _write_swa_average(run: setup.Run, writer: MetricsWriter, step: int) -> dict
         # Resumed at its end: written then (or replaced since by `resnet-app average`).
         logging.info("SWA: the run's averaged checkpoint of step %d is there already", step)
         return found[1]
-    if distribute.is_multi_worker(run.strategy):
-        # Minutes of BatchNorm passes on the chief alone would outlast the job's shutdown.
+    if swa_checkpoint is None or distribute.is_multi_worker(run.strategy):
+        # Multi-worker: minutes of BatchNorm passes on the chief alone would outlast
+        # the job's shutdown.
         logging.info("SWA: measure the average's BatchNorm statistics with: %s", command)
         return {}
-    request = soup.AverageRequest(last=1, weights="ema", bn_batches=train.swa_bn_batches)
-    record = soup.average_run(run.model_dir, request)
+    record = swa_checkpoint(run.model_dir, run.config.train.swa_bn_batches)
     evaluation = record["evaluation"]
-    keys = ("split", "top1", "top5", "loss")
-    scores = {key: evaluation[key] for key in keys if key in evaluation}
+    scores = {
+        key: evaluation[key] for key in ("split", "top1", "top5", "loss") if key in evaluation
+    }
     writer.write(
         {
             "step": step,

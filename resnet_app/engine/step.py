@@ -1,100 +1,159 @@
-"""The training step: every tower's gradients applied, as the sync policy says.
+"""The training step: each tower's gradients, applied as the sync policy says.
 
-`TrainStep` is a composition: a `tower.Tower` computes one tower's gradients
-and loss sums (the `losses.Loss`, stochastic depth keys, gradient
-accumulation, an empty tower's guard); the sync policy (`sync.AllReduce` or
-`sync.ModelAverage`) says how they are applied, what the loss is divided by
-and when a stop may happen; after each step the policy's `after_step` (an
-average when due), the moving average of the weights (`ema.WeightEMA`) and
-the copy of the last step (`last_step.LastStep`) each do their one job.
-
-`TrainStep.loop` runs several steps per call of one compiled function and
-assigns the learning rate before each of them from a vector the host computed:
-the TF2 form of feeding the learning rate through a placeholder every step.
-It checks each step's metrics for NaN/Inf (they are reduced anyway, so this is
-free) and ends the call at the first non-finite one; and it reads a stop flag
-before every step, so a preempted run stops after the step in progress.
+A `Tower` sums its batch's loss terms over the real examples and divides by the
+policy's `count` (the global batch's real examples under all-reduce, the
+tower's own under local SGD), plus the regularization divided by the towers
+that share it: one device's update on the whole batch, however split. Gradient
+accumulation sums the gradients of `accumulate_steps` slices run one after
+another. `TrainStep.loop` runs several steps per call of one compiled function,
+each at the learning rate the host computed, reads a stop flag before every
+step, and ends the call after a step whose sums are not finite.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-
+import keras
 import tensorflow as tf
 
 from resnet_app.common import compat
-from resnet_app.engine import ema as ema_lib
 from resnet_app.engine import optim, sync
-from resnet_app.engine.last_step import LastStep
-from resnet_app.engine.tower import Tower
-from resnet_app.engine.train_metrics import SUMS
+from resnet_app.engine.losses import Loss, consistency
+from resnet_app.engine.train_metrics import LoopResult
+from resnet_app.nets import drop_path
 
 SUM = tf.distribute.ReduceOp.SUM
 
 
-@dataclasses.dataclass(frozen=True)
-class LoopResult:
-    """What one call of `TrainStep.loop` did.
-
-    Attributes:
-      steps: the steps run (fewer than asked when stopped or diverged).
-      sums: `train_metrics.SUMS` summed over those steps: "examples", "loss" (summed
-        cross-entropy), "correct", "regularization" (summed over steps).
-      input_wait: seconds the steps waited for their batches.
-    """
-
-    steps: int
-    sums: dict[str, float]
-    input_wait: float = 0.0
-
-    @property
-    def finite(self) -> bool:
-        return all(math.isfinite(v) for v in self.sums.values())
+def skips_empty_towers(model, strategy: tf.distribute.Strategy, partial_batches: bool) -> bool:
+    """Whether a tower guards against an empty batch, whose per-tower BatchNorm statistics
+    would be 0/0 (a costly cond: only with partial batches on several towers)."""
+    return (
+        partial_batches
+        and strategy.num_replicas_in_sync > 1
+        and not any(
+            isinstance(layer, keras.layers.BatchNormalization) and layer.synchronized
+            for layer in compat.nested_layers(model)
+        )
+    )
 
 
-def _local_tensors(strategy: tf.distribute.Strategy, batch) -> list[tf.Tensor]:
-    """Every local component of a distributed batch (for control dependencies)."""
+def _dense(gradients: list, variables: list) -> list[tf.Tensor]:
+    """Zeros for variables the loss does not reach: both branches of a cond must match."""
     return [
-        t for value in tf.nest.flatten(batch) for t in strategy.experimental_local_results(value)
+        tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+        for g, v in zip(gradients, variables)
     ]
 
 
-class TrainStep:
-    """The distributed training loop of a tower's gradients.
+class Tower:
+    """One tower's gradients and sums (`names`).
 
     Args:
-      tower: the `Tower` (its model and optimizer built in `strategy.scope()`,
-        the optimizer with `optimizer.build(model.trainable_variables)`).
-      strategy: the distribution strategy.
-      policy: the sync policy (`sync.create_policy`); None: all-reduce.
-      ema: the moving average of the weights, updated after every step (with
-        model averaging, after every average), or None.
-      last_step: the copy of the last completed step (multi-worker runs,
-        `last_step.py`), committed after every step, or None.
-      time_input: measure the time each step waits for its batch (clock
-        reads are refused under TensorFlow's op determinism).
+      model, optimizer: built in the strategy's scope.
+      loss: the `losses.Loss` (default: cross-entropy).
+      seed: with the step and each example's id, keys stochastic depth and dropout.
+      accumulate_steps: micro-batches per tower batch.
+      jit: compile the forward and backward pass with XLA.
+      skip_empty: guard against an empty batch (`skips_empty_towers`).
     """
 
     def __init__(
-        self,
-        tower: Tower,
-        strategy: tf.distribute.Strategy,
-        policy: sync.SyncPolicy | None = None,
-        ema: ema_lib.WeightEMA | None = None,
-        last_step: LastStep | None = None,
-        time_input: bool = True,
+        self, model, optimizer, loss=None, seed=0, accumulate_steps=1, jit=False, skip_empty=False
     ):
-        self.tower = tower
-        self.optimizer = tower.optimizer
-        self.strategy = strategy
+        self.model, self.optimizer, self.seed = model, optimizer, seed
+        self.loss = Loss() if loss is None else loss
+        self.accumulate_steps, self.skip_empty = accumulate_steps, skip_empty
+        self.names = (*self.loss.names, "regularization")
+        self._forward_backward = (
+            tf.function(self._gradients, jit_compile=True) if jit else self._gradients
+        )
+
+    def __call__(self, batch: dict, count: tf.Tensor, shares: int) -> tuple[list, dict]:
+        """(gradients, sums): `count` divides the loss, `shares` the regularization."""
+        if not self.skip_empty:
+            return self._accumulated(batch, count, shares)
+        return tf.cond(
+            tf.shape(batch["label"])[0] > 0,
+            lambda: self._accumulated(batch, count, shares),
+            lambda: self._regularization_only(shares),
+        )
+
+    def logits(self, batch: dict) -> tf.Tensor:
+        """Training-mode logits of the images and AugMix's views, in one forward pass."""
+        images = consistency.stacked_images(batch)
+        if not getattr(self.model, "uses_example_keys", False):
+            return self.model(images, training=True)
+        # Keyed by the step about to be applied: the optimizer's count, restored on resume.
+        ids, copies = consistency.stacked_keys(batch)
+        keys = drop_path.example_keys(self.seed, self.optimizer.iterations, ids, copies)
+        return self.model(images, training=True, drop_keys=keys)
+
+    def regularization(self) -> tf.Tensor:
+        """The model's L2 penalties (computed from the weights when read)."""
+        return tf.add_n([tf.cast(x, tf.float32) for x in self.model.losses] or [tf.constant(0.0)])
+
+    def _zeros(self, regularization: tf.Tensor) -> dict[str, tf.Tensor]:
+        return {**dict.fromkeys(self.names, tf.constant(0.0)), "regularization": regularization}
+
+    def _gradients(self, batch: dict, count: tf.Tensor, shares: int) -> tuple[list, dict]:
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            logits, batch = consistency.split(self.logits(batch), batch)
+            sums = {**self.loss(logits, batch, self.model), "regularization": self.regularization()}
+            # The regularization counted once over all towers and micro-batches.
+            loss = tf.math.divide_no_nan(sums["loss"], count) + sums["regularization"] / (
+                shares * self.accumulate_steps
+            )
+            scaled = self.optimizer.scale_loss(loss)  # fp16's loss scale; else the identity.
+        return _dense(tape.gradient(scaled, variables), variables), sums
+
+    def _regularization_only(self, shares: int) -> tuple[list, dict]:
+        """An empty tower's part: no forward pass, its share of the regularization."""
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            regularization = self.regularization()
+            loss = self.optimizer.scale_loss(regularization / shares)
+        return _dense(tape.gradient(loss, variables), variables), self._zeros(regularization)
+
+    @compat.converted_by_autograph
+    def _accumulated(self, batch: dict, count: tf.Tensor, shares: int) -> tuple[list, dict]:
+        """`accumulate_steps` consecutive slices, each divided by the whole batch's count;
+        BatchNorm normalizes each by its own statistics."""
+        steps = self.accumulate_steps
+        if steps == 1:
+            return self._forward_backward(batch, count, shares)
+        size = tf.shape(batch["label"])[0] // steps
+        gradients = [tf.zeros(v.shape, v.dtype) for v in self.model.trainable_variables]
+        sums = self._zeros(tf.constant(0.0))
+        for i in tf.range(steps):
+            micro = {key: value[i * size : (i + 1) * size] for key, value in batch.items()}
+            more, micro_sums = self._forward_backward(micro, count, shares)
+            gradients = [a + b for a, b in zip(gradients, more, strict=True)]
+            sums = {  # The regularization is the same in every slice.
+                name: value if name == "regularization" else sums[name] + value
+                for name, value in micro_sums.items()
+            }
+        return gradients, sums
+
+
+class TrainStep:
+    """The compiled training loop of a `Tower` under a strategy.
+
+    Args:
+      tower: the `Tower`.
+      strategy: the distribution strategy.
+      policy: the sync policy (`sync.create_policy`); None: all-reduce.
+      ema: the moving average of the weights (it follows the global model), or None.
+      last_step: the copy of the last completed step (`last_step.py`), or None.
+      time_input: time each step's wait for its batch (op determinism refuses clocks).
+    """
+
+    def __init__(self, tower, strategy, policy=None, ema=None, last_step=None, time_input=True):
+        self.tower, self.optimizer, self.strategy = tower, tower.optimizer, strategy
         self.policy = sync.AllReduce(tower.model, strategy) if policy is None else policy
-        self.ema = ema
-        self.last_step = last_step
-        self.time_input = time_input
-        # One compiled loop per input shape (progressive resizing's sizes), each
-        # traced for its exact shapes (`loop` pads the rates to keep theirs fixed).
-        self._loops: dict[str, tf.types.experimental.GenericFunction] = {}
+        self.ema, self.last_step, self.time_input = ema, last_step, time_input
+        self.names = ("examples", *tower.names)  # The sums a step returns.
+        self._loops = {}  # One compiled loop per input shape (progressive resizing).
 
     def compiled_loop(self, iterator) -> tf.types.experimental.GenericFunction:
         """The compiled multi-step loop for `iterator`'s batches (made on first use)."""
@@ -104,24 +163,20 @@ class TrainStep:
         return self._loops[key]
 
     def replica_step(self, batch: dict) -> tf.Tensor:
-        """One tower's part of a step: gradients applied, its `train_metrics.SUMS` returned."""
+        """One tower's part of a step: its gradients applied, its sums (`names`) returned."""
         policy = self.policy
-        count = policy.denominator(batch["mask"])
-        gradients, loss_sum, correct, regularization = self.tower(batch, count, policy.shares())
+        gradients, sums = self.tower(batch, policy.denominator(batch["mask"]), policy.shares())
         policy.apply(self.optimizer, gradients, self.tower.model.trainable_variables)
-        # In SUMS order, reduced as one vector. The regularization is the
-        # same on every replica: its share here sums back to one copy.
+        # The same regularization on every replica: its share here sums back to one copy.
         replicas = tf.distribute.get_replica_context().num_replicas_in_sync
-        return tf.stack(
-            [tf.reduce_sum(batch["mask"]), loss_sum, correct, regularization / replicas]
-        )
+        sums = {**sums, "examples": tf.reduce_sum(batch["mask"])}
+        sums["regularization"] /= replicas
+        return tf.stack([sums[name] for name in self.names])
 
     @compat.converted_by_autograph
-    def run_steps(
-        self, iterator, learning_rates: tf.Tensor, count: tf.Tensor, stop: tf.Variable | None
-    ):
-        """The compiled loop's body: up to `count` steps; (summed SUMS, steps, input wait)."""
-        totals = tf.zeros([len(SUMS)])
+    def run_steps(self, iterator, learning_rates, count, stop):
+        """The compiled loop's body: up to `count` steps; (summed sums, steps, input wait)."""
+        totals = tf.zeros([len(self.names)])
         done = tf.constant(0)
         waited = tf.constant(0.0, tf.float64)
         for i in tf.range(count):
@@ -129,12 +184,16 @@ class TrainStep:
                 break
             optim.set_learning_rate(self.optimizer, learning_rates[i])
             if self.time_input:
-                # The time spent waiting for the batch: ~0 unless the input is the bottleneck.
                 with tf.control_dependencies([totals]):  # After the previous step.
                     asked = tf.timestamp()
                 with tf.control_dependencies([asked]):
                     batch = next(iterator)
-                with tf.control_dependencies(_local_tensors(self.strategy, batch)):
+                local = [
+                    t
+                    for v in tf.nest.flatten(batch)
+                    for t in self.strategy.experimental_local_results(v)
+                ]
+                with tf.control_dependencies(local):
                     waited += tf.timestamp() - asked
             else:
                 batch = next(iterator)
@@ -152,46 +211,23 @@ class TrainStep:
         return totals, done, waited
 
     def _update_ema(self) -> None:
-        """The moving average follows the weights whenever they are the global model."""
-
-        def update():
-            self.ema.update(self.strategy, self.optimizer.iterations)
-
-        due = self.policy.global_now()
+        due = self.policy.global_now()  # None: the weights are always the global model.
         if due is None:
-            update()
+            self.ema.update(self.strategy, self.optimizer.iterations)
         else:
-            tf.cond(due, update, lambda: None)
+            tf.cond(
+                due, lambda: self.ema.update(self.strategy, self.optimizer.iterations), lambda: None
+            )
 
-    def loop(
-        self,
-        iterator,
-        learning_rates,
-        stop: tf.Variable | None = None,
-        pad_to: int | None = None,
-    ) -> LoopResult:
-        """Runs up to len(learning_rates) steps, step i with learning rate learning_rates[i].
-
-        The call ends early, after the step in progress, once `stop` is True
-        (read before every step; another thread may set it; the policy's
-        `may_stop` may make it wait for an average), or right after a step
-        whose loss is not finite.
-
-        Args:
-          iterator: over the distributed training dataset.
-          learning_rates: one value per step.
-          stop: a boolean variable outside any strategy, or None.
-          pad_to: the most steps any call runs (`steps_per_loop`): the rates
-            are padded to it, so calls of any length share one trace.
-
-        Returns:
-          The `LoopResult`.
-        """
+    def loop(self, iterator, learning_rates, stop=None, pad_to=None) -> LoopResult:
+        """Runs up to len(learning_rates) steps, step i at learning_rates[i], until
+        `stop` (a boolean variable another thread may set) is True and the policy lets
+        it. `pad_to` (the most steps any call runs) pads the rates: one trace for all."""
         count = len(learning_rates)
         rates = list(learning_rates) + [0.0] * max(0, (pad_to or 0) - count)
         compiled = self.compiled_loop(iterator)
         totals, done, waited = compiled(
             iterator, tf.constant(rates, tf.float32), tf.constant(count), stop
         )
-        sums = {name: float(value) for name, value in zip(SUMS, totals.numpy())}
-        return LoopResult(steps=int(done), sums=sums, input_wait=float(waited))
+        sums = {name: float(value) for name, value in zip(self.names, totals.numpy())}
+        return LoopResult(int(done), sums, float(waited))

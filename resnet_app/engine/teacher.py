@@ -1,35 +1,21 @@
 """The teacher of knowledge distillation (`train.teacher`): a trained network, frozen.
 
-`create(...)` loads the network that `train.teacher` names, checks it against
-the data, and returns a `Teacher`: a callable from a training batch's images,
-as the student sees them (augmented, mixed, normalized by the run's mean and
-std), to the teacher's float32 logits, computed in inference mode (BatchNorm's
-moving statistics, no dropout or stochastic depth) under the run's strategy.
-The tower adds them to the batch (`tower.py`) and the loss distills them
-(`losses.py`).
+`create` loads what `train.teacher` names and checks its classes against the
+data's (as many, and the same names in the same order when both name them). A
+`Teacher` maps a training batch's images, as the student sees them, to float32
+logits in inference mode under the run's strategy; the `losses.Distillation`
+term distills them. A teacher is another run of this app (its newest readable
+checkpoint, the moving average when kept, or one `RUN/ckpt-N`, the network
+rebuilt from its config), `keras:resnet50`, a Keras applications `.h5` or a
+torchvision/timm `.safetensors` file (`train.teacher_model` names its network),
+or an export of a run (`resnet-app export`), given uint8 pixels. Each sees the
+pixels recovered from the student's normalization, normalized its own way and
+brought to its channels.
 
-What a teacher can be:
-- another run of this app (its directory: the newest readable checkpoint,
-  the moving average when it kept one; or one checkpoint `RUN/ckpt-N`), its
-  network rebuilt from the config saved in the checkpoint;
-- `keras:resnet50`, a Keras applications `.h5` file or a torchvision/timm
-  `.safetensors` file (`pretrained/`), whose network `train.teacher_model`
-  names;
-- an export of a run (`resnet-app export`): its `serving_default` signature,
-  given the images as uint8 pixels (the export applies its own evaluation
-  preprocessing: for the CIFAR family a resize to its training size if the
-  sizes differ, for the ImageNet family its central crop).
-Each sees the images in its own preprocessing: the pixels are recovered from
-the student's normalization and normalized by the teacher's mean and std
-(the teacher run's data_info.json, or the weights' published statistics), and
-brought to its channels (grey in all three, or RGB as luma).
-
-The teacher must have the data's classes: as many, and the same names in the
-same order when both sides name them. The first run writes a copy of it into
-`model_dir/teacher/` (its weights and `teacher.json`, or the export), durably,
-and a resumed run reads the copy: the teacher a run resumes with is the one it
-started with, bitwise, even when the source has trained on, rotated its
-checkpoints or gone.
+The first run writes a copy of the teacher into `model_dir/teacher/` (its
+weights and `teacher.json`, or the export), durably, and a resumed run reads
+the copy: it resumes with the teacher it started with, bitwise, even when the
+source has trained on, rotated its checkpoints or gone.
 """
 
 from __future__ import annotations
@@ -63,20 +49,11 @@ KEY = "train.teacher"
 
 @dataclasses.dataclass(frozen=True)
 class TeacherInfo:
-    """What a teacher is, as `model_dir/teacher/teacher.json` records it.
-
-    Attributes:
-      spec: `train.teacher` as given.
-      kind: NETWORK (weights in a network of ours) or SERVED (an export).
-      description: what it is and where it came from, for logs.
-      num_classes: its logits' width.
-      class_names: its classes' names, or None when it does not name them.
-      model_name: NETWORK: its preset.
-      model_overrides: NETWORK: the preset's fields it changes.
-      channels: NETWORK: its input channels.
-      mean: NETWORK: the per-channel mean it expects (0-255).
-      std: NETWORK: the per-channel std it expects.
-    """
+    """What a teacher is, as `model_dir/teacher/teacher.json` records it: `train.teacher`
+    as given, NETWORK (weights in a network of ours) or SERVED (an export), a
+    description for logs, its classes (and their names, if it names them); for a
+    NETWORK its preset, the fields it overrides, its input channels and the
+    per-channel mean and std (0-255) it expects."""
 
     spec: str
     kind: str
@@ -142,11 +119,8 @@ def create(
     student: Preprocessing,
     resuming: bool,
 ) -> Teacher | None:
-    """The run's teacher, or None without `train.teacher`.
-
-    A resumed run reads the copy in `model_dir/teacher/`; a run that starts
-    reads the source, checks it against the data, and (the chief) writes the
-    copy.
+    """The run's teacher, or None without `train.teacher`: a resumed run's copy, or
+    the source, checked against the data, whose copy the chief writes.
 
     Raises:
       ConfigError: for a source that is not a teacher, one of other classes,
@@ -191,15 +165,19 @@ def _check_classes(info: TeacherInfo, class_names: list[str]) -> None:
         )
 
 
+def _is_export(path: str) -> bool:
+    """Whether `path` holds an export (`resnet-app export`'s layout)."""
+    info = os.path.join(path, "assets.extra", "export_info.json")
+    return tf.saved_model.contains_saved_model(path) and os.path.isfile(info)
+
+
 def _read_source(
     config: config_lib.Config, strategy: tf.distribute.Strategy, student: Preprocessing, classes
 ):
     """(info, network, a function writing the run's copy into a directory) of the source."""
-    from resnet_app.export import savedmodel
-
     spec = config.train.teacher
     path = os.path.expanduser(spec)
-    if os.path.isdir(path) and savedmodel.is_export(path):
+    if os.path.isdir(path) and _is_export(path):
         loaded = tf.saved_model.load(path)
         info = _export_info(spec, path, loaded, student)
 
@@ -254,20 +232,11 @@ def _network_weights(config: config_lib.Config, classes: int):
                 "run directory that has trained with this app, or an export of it"
             )
         names, preprocessing = recorded
-        weights = parts.get_weights(model)
-        info = TeacherInfo(
-            spec,
-            NETWORK,
-            f"{saved.model_name} of the run {prefix}",
-            int(model.logits.units),
-            names,
-            saved.model_name,
-            dict(saved.model_overrides),
-            channels,
-            tuple(preprocessing.mean),
-            tuple(preprocessing.std),
-        )
-        return info, weights
+        name, classes = saved.model_name, int(model.logits.units)
+        mean, std = tuple(preprocessing.mean), tuple(preprocessing.std)
+        fields, about = dict(saved.model_overrides), f"{name} of the run {prefix}"
+        info = TeacherInfo(spec, NETWORK, about, classes, names, name, fields, channels, mean, std)
+        return info, parts.get_weights(model)
     sources.check_teacher(spec, config.train.teacher_model)
     name = config.train.teacher_model or source.name
     overrides = dict(source.model_fields)
@@ -275,18 +244,9 @@ def _network_weights(config: config_lib.Config, classes: int):
     weights = adapt_input_channels(pretrained.read_weights(source, model, name), model, spec)
     head = weights.layers.get(HEAD_LAYER, {}).get("kernel")
     found = classes if head is None else int(head.shape[-1])
-    info = TeacherInfo(
-        spec,
-        NETWORK,
-        f"{name} from {sources.describe(source)}",
-        found,
-        None,
-        name,
-        overrides,
-        image_channels.RGB,
-        tuple(source.mean),
-        tuple(source.std),
-    )
+    about = f"{name} from {sources.describe(source)}"
+    mean, std = tuple(source.mean), tuple(source.std)
+    info = TeacherInfo(spec, NETWORK, about, found, None, name, overrides, mean=mean, std=std)
     return info, weights.layers
 
 
@@ -325,10 +285,7 @@ def _read_copy(directory: str, strategy, student: Preprocessing, precision: str)
         with open(os.path.join(directory, INFO)) as f:
             fields = json.load(f)
         info = TeacherInfo(
-            **{
-                key: tuple(value) if key in ("mean", "std") else value
-                for key, value in fields.items()
-            }
+            **{k: tuple(v) if k in ("mean", "std") else v for k, v in fields.items()}
         )
         if info.kind == SERVED:
             return info, tf.saved_model.load(os.path.join(directory, EXPORT))
@@ -346,11 +303,8 @@ def _read_copy(directory: str, strategy, student: Preprocessing, precision: str)
 
 
 def log_cost(teacher: Teacher, batch_shape: list[int], dtype: tf.DType) -> float:
-    """Times one teacher forward pass on a tower's batch, logs it and returns the seconds.
-
-    Measured once at start-up, on the default device after a first call that
-    traces and warms it: what the teacher adds to every training step.
-    """
+    """Times one warm teacher forward pass on a tower's batch (what it adds to every
+    step), logs it and returns the seconds."""
     forward = tf.function(teacher.__call__)
     images = tf.zeros(batch_shape, dtype)
     forward(images).numpy()

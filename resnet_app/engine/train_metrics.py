@@ -1,32 +1,35 @@
-"""The training metrics of the steps since the last record, as one object.
+"""The training metrics of the steps since the last record, as one object (no TensorFlow).
 
-The controller adds every compiled call's result (`add`); when a record is due
-it takes the record of the interval, which starts the next one (`take`); a
-rollback drops the interval (`reset`). A call's result gives the sums of the
-metrics over its steps (see `step.LoopResult`): "examples" (real ones),
-"loss" (the summed cross-entropy), "correct" and "regularization" (summed
-over steps), and the seconds its steps waited for their batches.
-
-No TensorFlow here.
+The controller adds every compiled call's result (`add`); a record takes the
+interval's, which starts the next (`take`); a rollback drops it (`reset`). A
+result's sums (`step.TrainStep.names`) are "examples" (real ones), "loss" (the
+summed loss terms), "correct", "regularization" (summed over steps) and, when
+the loss has several terms, each term's share ("loss_<term>").
 """
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+import math
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
-# The metrics a call of the compiled step sums over its steps, in the order
-# `step.TrainStep` packs them.
-SUMS = ("examples", "loss", "correct", "regularization")
+NOT_SHARES = ("examples", "loss", "correct", "regularization")
 
 
-class CallResult(Protocol):
-    """What `Interval.add` reads of a compiled call's result (`step.LoopResult`)."""
+@dataclasses.dataclass(frozen=True)
+class LoopResult:
+    """One compiled call (`step.TrainStep.loop`): its steps, their sums, their input wait (s)."""
 
     steps: int
     sums: dict[str, float]
-    input_wait: float
+    input_wait: float = 0.0
+
+    @property
+    def finite(self) -> bool:
+        return all(math.isfinite(v) for v in self.sums.values())
 
 
 class Interval:
@@ -42,42 +45,36 @@ class Interval:
 
     def reset(self) -> None:
         """Starts an empty interval."""
-        self.sums = dict.fromkeys(SUMS, 0.0)
+        self.sums: dict[str, float] = collections.defaultdict(float)
         self.input_wait = 0.0
         self.steps = 0
         self.seconds = 0.0
 
-    def add(self, result: CallResult, seconds: float) -> None:
-        """Adds a call's result and the seconds the call took (a call of 0 steps adds time)."""
-        for name in SUMS:
-            self.sums[name] += result.sums[name]
+    def add(self, result: LoopResult, seconds: float) -> None:
+        """Adds a call's result and the seconds it took (a call of 0 steps adds time)."""
+        for name, value in result.sums.items():
+            self.sums[name] += value
         self.input_wait += result.input_wait
         self.steps += result.steps
         self.seconds += seconds
 
     def record(self, step: int, epoch: float, learning_rate: float) -> dict[str, Any]:
-        """The training record of the interval, ending at `step`.
-
-        Args:
-          step: the interval's last step.
-          epoch: the epochs trained at `step`.
-          learning_rate: the rate of the interval's last step.
-
-        Returns:
-          {"step", "epoch", "loss" (the mean cross-entropy over the interval's
-          examples plus the mean regularization per step), "accuracy",
-          "learning_rate", "examples_per_sec", "input_wait" (the fraction of
-          the time the steps waited for their batches), "time"}.
-        """
-        examples = max(self.sums["examples"], 1.0)
+        """The training record of the interval, ending at `step` (at `epoch`, with
+        `learning_rate` its last step's): "loss" is the mean loss per example plus the
+        mean regularization per step, each term's share is per example, and
+        "input_wait" is the fraction of the time the steps waited for their batches."""
+        sums = self.sums
+        examples = max(sums["examples"], 1.0)
         seconds = max(self.seconds, 1e-9)
+        shares = {k: v / examples for k, v in sums.items() if k not in NOT_SHARES}
         return {
             "step": step,
             "epoch": epoch,
-            "loss": self.sums["loss"] / examples + self.sums["regularization"] / max(self.steps, 1),
-            "accuracy": self.sums["correct"] / examples,
+            "loss": sums["loss"] / examples + sums["regularization"] / max(self.steps, 1),
+            **shares,
+            "accuracy": sums["correct"] / examples,
             "learning_rate": learning_rate,
-            "examples_per_sec": self.sums["examples"] / seconds,
+            "examples_per_sec": sums["examples"] / seconds,
             "input_wait": min(self.input_wait / seconds, 1.0),
             "time": self._clock(),  # Wall clock, for rates that include the host.
         }
