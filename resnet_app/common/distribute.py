@@ -154,9 +154,7 @@ def distribute_datasets(
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
     """Whether this process writes the run's files (always, unless multi-worker)."""
     resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not resolver.task_type:
-        return True
-    if resolver.task_type == "chief":
+    if resolver is None or not resolver.task_type or resolver.task_type == "chief":
         return True
     spec = resolver.cluster_spec().as_dict()
     return resolver.task_type == "worker" and resolver.task_id == 0 and "chief" not in spec

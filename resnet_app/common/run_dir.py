@@ -85,32 +85,23 @@ def open_append(path: str):
     return os.fdopen(open_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "a")
 
 
-def config_path(model_dir: str) -> str:
-    return os.path.join(model_dir, CONFIG_FILE)
+def _in_run(name: str) -> Callable[[str], str]:
+    """The function `model_dir -> model_dir/name`."""
+
+    def path(model_dir: str) -> str:
+        return os.path.join(model_dir, name)
+
+    return path
 
 
-def lock_path(model_dir: str) -> str:
-    return os.path.join(model_dir, LOCK_FILE)
-
-
-def metrics_path(model_dir: str) -> str:
-    return os.path.join(model_dir, METRICS_FILE)
-
-
-def data_info_path(model_dir: str) -> str:
-    return os.path.join(model_dir, DATA_INFO_FILE)
-
-
-def temperature_path(model_dir: str) -> str:
-    return os.path.join(model_dir, TEMPERATURE_FILE)
-
-
-def lr_override_path(model_dir: str) -> str:
-    return os.path.join(model_dir, LR_OVERRIDE_FILE)
-
-
-def reports_dir(model_dir: str) -> str:
-    return os.path.join(model_dir, REPORTS_DIR)
+config_path = _in_run(CONFIG_FILE)
+lock_path = _in_run(LOCK_FILE)
+metrics_path = _in_run(METRICS_FILE)
+data_info_path = _in_run(DATA_INFO_FILE)
+temperature_path = _in_run(TEMPERATURE_FILE)
+lr_override_path = _in_run(LR_OVERRIDE_FILE)
+reports_dir = _in_run(REPORTS_DIR)
+best_dir = _in_run(BEST_DIR)
 
 
 def checkpoint_name(step: int) -> str:
@@ -135,10 +126,6 @@ def has_checkpoints(model_dir: str) -> bool:
     except OSError:
         return False
     return any(_CHECKPOINT_INDEX.match(name) for name in names)
-
-
-def best_dir(model_dir: str) -> str:
-    return os.path.join(model_dir, BEST_DIR)
 
 
 def best_checkpoint_name(step: int) -> str:

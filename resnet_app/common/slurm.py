@@ -238,10 +238,9 @@ def share_gpus(step: Step) -> str | None:
 def check_before_tensorflow() -> bool:
     """Whether this process is a worker of a SLURM step (checked, its GPUs shared)."""
     step = read_step()
-    if step is None:
-        return False
-    share_gpus(step)
-    return True
+    if step is not None:
+        share_gpus(step)
+    return step is not None
 
 
 def cluster_tf_config(step: Step) -> dict:

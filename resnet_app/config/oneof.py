@@ -27,8 +27,7 @@ def alternative(
     rule: Rule | None = None,
 ) -> Any:
     """A field that replaces `other` across layers; `required`: one of the two is needed."""
-    metadata = {ALTERNATIVE: other, REQUIRED: required, RESUMABLE: resumable}
-    return setting(default, rule, **metadata)
+    return setting(default, rule, **{ALTERNATIVE: other, REQUIRED: required, RESUMABLE: resumable})
 
 
 def alternatives(cls: type) -> dict[str, str]:
