@@ -41,15 +41,9 @@ def evaluate_checkpoints(
 ) -> list[Record]:
     """Evaluates a run's checkpoints, each on every example of a split, and reports each.
 
-    Args:
-      model_dir: the run directory.
-      which: latest (the newest readable checkpoint), all, best, averaged, ckpt-N or N.
-      weights: "auto" (the moving average of the weights when kept), "ema" or "raw".
-      **options: `open_session`'s: split and data_dir (None: the run's),
-        batch_size (None: the run's evaluation batch), num_towers (None: every
-        GPU, or the CPU), report_dir (None: `model_dir/reports`), tta (None,
-        "flip", or "crops" for ImageNet-family runs) and on_record (called
-        with each record as soon as it is known).
+    `which`: latest, all, best, averaged, ckpt-N or N; `weights`: "auto" (the
+    moving average when kept), "ema" or "raw"; `options`: `open_session`'s
+    (None: the run's own split, data_dir and batch; every GPU; `reports/`).
 
     Returns:
       One record per checkpoint: "checkpoint", `exact_eval.eval_record`'s
@@ -58,9 +52,7 @@ def evaluate_checkpoints(
       "report" (its directory).
 
     Raises:
-      ConfigError: for a mistake: no such run or checkpoint, a checkpoint of
-        another model, a report directory that cannot be made or is another
-        run's, a bad `tta`, a damaged temperature.json.
+      ConfigError: for a mistake in the command or the run.
     """
     # The checkpoints are chosen before the data loads.
     session = open_session(model_dir, chosen=lambda: _chosen(model_dir, which, weights), **options)
@@ -122,28 +114,17 @@ class Session:
             logging.warning("Skipping it: %s", gone)
             return None
         train = self.run_config.train
-        if self.pipeline.multi_label:  # Every example's scores; no confusion, no calibration.
-            result = exact_eval.evaluate(
-                self.model,
-                self.pipeline,
-                self.batch_size,
-                self.strategy,
-                self.split,
-                threshold=train.threshold,
-            )
-        else:
+        # Multi-label data: every example's scores, no confusion and no calibration.
+        options: Record = {"threshold": train.threshold}
+        if not self.pipeline.multi_label:
             calibration.warn_if_fitted_elsewhere(self.fitted, prefix, kind)
-            result = exact_eval.evaluate(
-                self.model,
-                self.pipeline,
-                self.batch_size,
-                self.strategy,
-                self.split,
-                confusion=True,
-                collect_logits=True,
-                tta=self.tta,
-                temperature=None if self.fitted is None else self.fitted["temperature"],
+            temperature = None if self.fitted is None else self.fitted["temperature"]
+            options = dict(
+                confusion=True, collect_logits=True, tta=self.tta, temperature=temperature
             )
+        result = exact_eval.evaluate(
+            self.model, self.pipeline, self.batch_size, self.strategy, self.split, **options
+        )
         name = os.path.basename(prefix)
         record = {
             "checkpoint": name,
