@@ -188,7 +188,7 @@ def locate(argument: str) -> Archive:
 
 
 def _check_coarse(argument: str, layout: Layout, config) -> None:
-    if config is not None and config.coarse_labels and layout.classes != 100:
+    if config.coarse_labels and layout.classes != 100:
         raise _refuse(
             argument, f"data.coarse_labels needs CIFAR-100, and this is {layout.title}; drop it"
         )
@@ -204,7 +204,7 @@ def _check_size(argument: str, path: str, size: int, layout: Layout) -> None:
 
 
 @register_check("cifar")
-def check(argument: str, config=None) -> Archive:
+def check(argument: str, config) -> Archive:
     """The archive, checked without reading its files: an extracted directory's are there
     (binary ones whole records); a tarball's first member gives its layout."""
     archive = locate(argument)
@@ -355,15 +355,15 @@ def _split(argument: str, layout: Layout, name: str, files, contents, coarse: bo
     return Split(name, len(labels), labels=labels, images=images)
 
 
-def load_archive(argument: str, archive: Archive, config=None, name: str | None = None) -> Source:
+def load_archive(argument: str, archive: Archive, config, name: str | None = None) -> Source:
     """The source of a located archive (`argument` names it in messages, `name` the source;
     default `cifar:PATH`): "train" and "test", uint8 [N, 32, 32, 3], int64 labels."""
     layout = archive.layout
     _check_coarse(argument, layout, config)
-    coarse = bool(config is not None and config.coarse_labels)
+    coarse = bool(config.coarse_labels)
     contents = _read_files(argument, archive)
     classes = _class_names(argument, layout, contents, coarse)
-    if config is not None and config.class_names:
+    if config.class_names:
         if len(config.class_names) != len(classes):
             raise _refuse(
                 argument,
@@ -380,7 +380,7 @@ def load_archive(argument: str, archive: Archive, config=None, name: str | None 
 
 
 @register_source("cifar", usage="cifar:PATH")
-def load(argument: str, config=None) -> Source:
+def load(argument: str, config) -> Source:
     """The CIFAR-10 or CIFAR-100 archive at `argument` (a tarball or a directory) in memory."""
     return load_archive(argument, check(argument, config), config)
 

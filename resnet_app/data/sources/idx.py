@@ -176,13 +176,13 @@ def read_idx(argument: str, path: str, what: str) -> np.ndarray:
 
 
 def _class_names(directory: str, files: dict, config) -> list[str]:
-    if config is not None and config.class_names:
+    if config.class_names:
         return list(config.class_names)
     named = [os.path.basename(os.path.abspath(directory))]
     named += [os.path.basename(path) for path in files.values()]
     if any("fashion" in name.lower() for name in named):
         return list(FASHION_CLASSES)
-    return [str(i) for i in range(config.num_classes if config is not None else 10)]
+    return [str(i) for i in range(config.num_classes)]
 
 
 def _split(argument: str, name: str, files: dict, classes: list[str]) -> Split:
@@ -207,7 +207,7 @@ def _split(argument: str, name: str, files: dict, classes: list[str]) -> Split:
 
 
 @register_source("idx", usage="idx:DIR")
-def load(argument: str, config=None) -> Source:
+def load(argument: str, config) -> Source:
     """The IDX files of `DIR` or `DIR/PREFIX` as in-memory "train" and "test"."""
     files = check(argument, config)
     for path in files.values():
