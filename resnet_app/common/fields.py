@@ -188,16 +188,6 @@ def check_declared(instance: Any, name: str) -> None:
         object.__setattr__(instance, field.name, value)
 
 
-def check_number(what: str, value: Any, *, positive: bool = False) -> float:
-    """`value` as a float if it is a finite number >= 0 (> 0 if `positive`), else ConfigError."""
-    return (MORE_THAN_0 if positive else AT_LEAST_0).check(what, value)
-
-
-def check_positive_int(what: str, value: Any) -> int:
-    """`value` as an int if it is a whole number >= 1 (not a bool), else ConfigError."""
-    return AT_LEAST_1.check(what, value)
-
-
 def coerce(key: str, value: Any, kind: FieldType) -> Any:
     """`value` in the field's type (an int for a float, a whole float for an int, a list for
     a tuple), or a ConfigError naming `key`."""
