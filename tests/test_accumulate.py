@@ -1,9 +1,5 @@
-"""Gradient accumulation: micro-batches summed into one update, against one device on the batch.
-
-The reference (`tests/reference.py`'s `momentum_steps`) is one GradientTape over
-the whole batch on one device and TF1's momentum rule by hand, written
-independently of `step.py`.
-"""
+"""Gradient accumulation: micro-batches summed into one update, against one device on the
+whole batch (`tests/reference.py`'s `momentum_steps`)."""
 
 import numpy as np
 import pytest

@@ -1,9 +1,8 @@
 """Local SGD (`sync.mode: model_average`): local steps, averages every K steps.
 
-References are computed another way: a single-device run written from the
-update rules (interval 1 is exactly the all-reduce update for SGD and
-momentum, which are linear in the gradient), and the NumPy mean of the
-replicas' copies, taken from a run that never averages.
+References: a single-device run written from the update rules (interval 1 is the
+all-reduce update for SGD and momentum), and the NumPy mean of the copies of a run
+that never averages.
 """
 
 import contextlib

@@ -1,12 +1,9 @@
 """Knowledge distillation (`train.teacher`, `engine/teacher.py`, `engine/losses/distillation.py`).
 
-The loss is checked against Hinton et al.'s formula in NumPy; the teacher's
-logits against the teacher run's own serving model (its evaluation
-preprocessing and statistics, another code path); the plumbing by a run whose
-distillation weighs nothing, which must train bitwise as one without a
-teacher; two towers against one; a kill -9 mid-epoch against the
-uninterrupted run, bit for bit, with the teacher's source gone before the
-resume (the run reads its own copy).
+The loss against Hinton et al.'s formula in NumPy; the teacher's logits against its
+run's serving model; a distillation that weighs nothing against no teacher, bitwise;
+two towers against one; a kill -9 against the uninterrupted run, bitwise, with the
+teacher's source gone before the resume.
 """
 
 import json

@@ -1,9 +1,7 @@
 """The training loop observed through its actions: boundaries, saves, stops, checks.
 
-An extra action given to `loop.train_and_evaluate` sees every boundary
-(after the evaluator, before the checkpointer; its `after` hook once every
-action has run); these tests compare what it saw with what was worked out by
-hand.
+An extra action sees every boundary (after the evaluator, before the checkpointer);
+what it saw is compared with what was worked out by hand.
 """
 
 import numpy as np

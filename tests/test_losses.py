@@ -29,11 +29,6 @@ def numpy_cross_entropy(logits, targets):
     return -(targets * log_softmax).sum(-1)
 
 
-def loss_of(kind, smoothing=0.0, **options):
-    """The `Loss` of the label term `kind` alone."""
-    return Loss((label_term(kind)(smoothing, **options),))
-
-
 @pytest.mark.parametrize(
     ("loss", "smoothing"), [("bce", 0.0), ("bce", 0.1), ("cross_entropy", 0.1)]
 )
@@ -46,7 +41,7 @@ def test_the_loss_of_a_batch_against_numpy(loss, smoothing):
     mask = np.array([1, 1, 1, 1, 1, 0], np.float32)  # The last example is padding.
     batch = {"label": tf.constant(labels), "mask": tf.constant(mask)}
     logits = model(images, training=True)
-    loss_sum = loss_of(loss, smoothing)(logits, batch)["loss"]
+    loss_sum = Loss((label_term(loss)(smoothing),))(logits, batch)["loss"]
     logits = logits.numpy()
     targets = np.eye(5)[labels] * (1 - smoothing) + smoothing / 5
     reference = numpy_bce if loss == "bce" else numpy_cross_entropy
@@ -86,7 +81,7 @@ def mixed_loss(weights, seed, loss, **options):
         "mask": tf.ones(3),
     }
     logits = model(images, training=True)
-    loss_sum = loss_of(loss, 0.1, **options)(logits, batch)["loss"]
+    loss_sum = Loss((label_term(loss)(0.1, **options),))(logits, batch)["loss"]
     logits = logits.numpy()
     eye = np.eye(4)
     soft = weights[:, None] * eye[LABELS] + (1 - weights[:, None]) * eye[PARTNERS]
@@ -123,9 +118,7 @@ def test_each_registered_name_builds_its_term():
 
 
 @dataclasses.dataclass(frozen=True)
-class SquaredError(LabelTerm):
-    """A toy term: the squared error of the softmax against the soft targets."""
-
+class SquaredError(LabelTerm):  # A toy: the softmax's squared error against the targets.
     name: ClassVar[str] = "squared_error"
 
     def term(self, logits, batch, model=None):
@@ -133,14 +126,11 @@ class SquaredError(LabelTerm):
 
 
 def test_a_toy_term_registered_here_is_validated_trained_checked_and_logged(tmp_path, monkeypatch):
-    """Registered from here and nowhere else: the config takes its name, its sum and its
-    share beside AugMix's consistency term are NumPy's, and a run logs its share."""
+    """The config takes its name; its share beside AugMix's is NumPy's; a run logs it."""
     from tests.test_augmix import numpy_js
 
     monkeypatch.setitem(LOSSES, "squared_error", SquaredError)
-    with pytest.raises(
-        ConfigError, match="train.loss must be one of: .*squared_error, got 'hinge'"
-    ):
+    with pytest.raises(ConfigError, match="train.loss must be one of: .*_error, got 'hinge'"):
         runs.small_config(tmp_path, "train.loss=hinge")
     rng = np.random.default_rng(4)
     logits, first, second = (rng.normal(size=(4, 3)).astype(np.float32) for _ in range(3))
@@ -158,9 +148,10 @@ def test_a_toy_term_registered_here_is_validated_trained_checked_and_logged(tmp_
     assert float(sums["loss_consistency"]) == pytest.approx(consistency, rel=1e-5)
     assert float(sums["loss"]) == pytest.approx(squared + consistency, rel=1e-5)
     assert float(sums["correct"]) == np.sum(mask * (x.argmax(-1) == labels))
-
-    sets = ["train.loss=squared_error", "train.log_every=1", "data.augment.auto_augment=augmix"]
-    resolved = runs.small_config(tmp_path, *sets, "data.augment.augmix_jsd=2", train_steps=2)
+    jsd = ["data.augment.auto_augment=augmix", "data.augment.augmix_jsd=2"]
+    resolved = runs.small_config(
+        tmp_path, "train.loss=squared_error", *jsd, train_steps=2, log_every=1
+    )
     loop.train_and_evaluate(resolved, str(tmp_path / "run"))
     records = [r for r in runs.read_records(str(tmp_path / "run")) if "accuracy" in r]
     assert [r["step"] for r in records] == [1, 2]

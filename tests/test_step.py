@@ -1,9 +1,6 @@
-"""Towers against one device: the update of a distributed step equals the single-device one.
-
-The reference is written here, independently of `step.py`: one GradientTape
-over the whole batch on one device, mean cross-entropy plus the sum of the
-regularization losses, and TF1's momentum rule applied by hand.
-"""
+"""Towers against one device: a distributed step's update is the single-device one, written
+by hand (one GradientTape over the whole batch, mean cross-entropy plus the regularization
+losses, TF1's momentum rule)."""
 
 import os
 

@@ -1,10 +1,5 @@
-"""Stochastic weight averaging (`train.swa_start`, `engine/ema.py`'s `SwaAverage`) against NumPy.
-
-The reference is the plain mean, in float64, of the weights the run left at the
-averaged updates (read back from its checkpoints), so a model averaged twice, one
-left out, a start or a period off by one, or weights read before their update,
-all give other numbers.
-"""
+"""Stochastic weight averaging (`train.swa_start`) against the float64 mean of the weights the
+run left at the averaged updates (read back from its checkpoints)."""
 
 import json
 import os

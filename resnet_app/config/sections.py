@@ -51,22 +51,12 @@ LOSSES: dict[str, str | type] = {
     "bce": "resnet_app.engine.losses.bce:BinaryCrossEntropy",
 }
 INIT_HEADS = ("auto", "new")
-# train.best_metric: a key of the evaluation record, and the direction it improves in.
+# train.best_metric: a key of the evaluation record (the moving average's with ema_;
+# imbalanced and multi-label data's), and the direction it improves in.
 BEST_METRICS = {
-    "top1": "max",
-    "top5": "max",
-    "loss": "min",
-    # The moving average's evaluation (train.ema_decay).
-    "ema_top1": "max",
-    "ema_top5": "max",
-    "ema_loss": "min",
-    # Imbalanced and multi-label data.
-    "balanced_accuracy": "max",
-    "map": "max",
-    "f1_micro": "max",
-    "f1_macro": "max",
-    "ema_balanced_accuracy": "max",
-    "ema_map": "max",
+    key: "min" if key.endswith("loss") else "max"
+    for key in ("top1", "top5", "loss", "ema_top1", "ema_top5", "ema_loss", "balanced_accuracy")
+    + ("map", "f1_micro", "f1_macro", "ema_balanced_accuracy", "ema_map")
 }
 BEST_MODES = ("max", "min")
 # train.precision's names -> their `Precision` (the images' dtype, data.dtype, unless set).

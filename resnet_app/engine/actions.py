@@ -147,11 +147,8 @@ def status(record: dict[str, Any]) -> str:
 
 
 class ProgressLine(Action):
-    """The progress bar on a terminal, else a log line, at every training record.
-
-    Args:
-      progress: the bar (it measures the ETA).
-    """
+    """The progress bar (which measures the ETA) on a terminal, else a log line, at
+    every training record."""
 
     def __init__(self, progress: Progress):
         self.progress = progress
@@ -201,11 +198,8 @@ class LrOverride(Action):
 
 
 class Evaluator(Action):
-    """Evaluates the whole evaluation split when due, then asks for a save.
-
-    Attributes:
-      last: the last evaluation record, or None.
-    """
+    """Evaluates the whole evaluation split when due, then asks for a save; `last` is
+    the last evaluation record, or None."""
 
     def __init__(self, run: Run, writer: MetricsWriter, global_model: GlobalModel):
         self.run, self.writer, self.global_model = run, writer, global_model
@@ -218,11 +212,7 @@ class Evaluator(Action):
 
     def evaluate(self, step: int) -> dict[str, Any]:
         """Evaluates the global model (and its moving average) at `step`, writes the record
-        and returns it.
-
-        Raises:
-          DivergedError: when the weights are not finite (nothing is evaluated).
-        """
+        and returns it (DivergedError when the weights are not finite)."""
         self.global_model.ready(step)
         started = time.monotonic()
         run, train = self.run, self.run.config.train

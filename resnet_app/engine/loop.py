@@ -12,6 +12,7 @@ with a checkpoint; SIGUSR1 does too, then raises `PreemptedError` (exit status
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -95,72 +96,61 @@ def train(
       ConfigError: for unreadable checkpoints, or a diverged run.
     """
     writer = MetricsWriter(run.model_dir, enabled=run.chief)
-    with preemption.StopRequest() as stop:
-        try:
-            return _train(run, writer, stop, actions, swa_checkpoint)
-        finally:
-            writer.close()
-            run.close()
-
-
-def _train(
-    run: setup.Run,
-    writer: MetricsWriter,
-    stop: preemption.StopRequest,
-    extra: Sequence[Action],
-    swa_checkpoint: SwaCheckpoint | None,
-) -> RunResult:
-    train = run.config.train
-    policy = sync.create_policy(run)
-    intervals = cadence.create_intervals(
-        run.plan.total_steps,
-        run.plan.steps_per_epoch,
-        train.log_every,
-        train.eval_every,
-        train.checkpoint_every,
-        train.steps_per_loop,
-        align=policy.align,
-    )
-    start = run.restore(run.resume_from[1] if run.resume_from else None)
-    _record_settings(run, writer, start)
-    last = _last_step(run)
-    global_model = sync.GlobalModel(policy, run.checkpoints, run.strategy)
-    actions, evaluator = create_actions(run, writer, policy, global_model, start, extra)
-    loss = create_loss(run.config, run.class_weights, run.teacher)
-    tower = Tower(run.model, run.optimizer, loss, train.seed, train.accumulate_steps, train.jit)
-    if run.teacher is not None:
-        _log_teacher_cost(run, writer, start)
-    time_input = not train.deterministic
-    train_step = TrainStep(tower, run.strategy, policy, run.ema, last, time_input)
-    controller = Controller(run, train_step, policy, global_model, intervals, actions, stop)
-    _announce(run, writer, start, intervals)
-    step, restored = start, run.resume_from is not None
-    while True:
-        try:
-            if last is not None:
-                last.commit_now(step)  # What a survivor saves until a step completes.
-            step, stopped = controller.train(step, restored)
-            break
-        except lost_worker.PEER_ERRORS as error:
-            if not distribute.is_multi_worker(run.strategy):
-                raise
-            raise _worker_lost(run, writer, last, error) from None
-        except divergence.DivergedError as diverged:
-            controller.interrupt()
-            step, restored = divergence.roll_back(run, writer, diverged), True
-        except tf.errors.ResourceExhaustedError as error:
-            if disk_space.is_disk_full(error):  # A write outside the checkpointer's save.
-                raise disk_space.DiskFullError(
-                    f"no space left in {run.model_dir} ({first_line(error)}); free some space "
-                    "and rerun the same command to resume from the last checkpoint"
-                ) from None
-            raise _out_of_memory(run, error) from None
-    if stopped:
-        result = _stopped(run, writer, step, stopped)
-        if preemption.preempted(stop, run.strategy):  # Exit status 3: requeue the job.
-            raise preemption.preempted_error(step, run.model_dir)
-        return result
-    return _finish(run, writer, controller, evaluator, step, swa_checkpoint)
+    # On the way out: the writer closed, then the run, then the signal handlers restored.
+    with preemption.StopRequest() as stop, contextlib.closing(run), contextlib.closing(writer):
+        settings = run.config.train
+        policy = sync.create_policy(run)
+        intervals = cadence.create_intervals(
+            run.plan.total_steps,
+            run.plan.steps_per_epoch,
+            settings.log_every,
+            settings.eval_every,
+            settings.checkpoint_every,
+            settings.steps_per_loop,
+            align=policy.align,
+        )
+        start = run.restore(run.resume_from[1] if run.resume_from else None)
+        _record_settings(run, writer, start)
+        last = _last_step(run)
+        global_model = sync.GlobalModel(policy, run.checkpoints, run.strategy)
+        actions, evaluator = create_actions(run, writer, policy, global_model, start, actions)
+        loss = create_loss(run.config, run.class_weights, run.teacher)
+        tower = Tower(
+            run.model, run.optimizer, loss, settings.seed, settings.accumulate_steps, settings.jit
+        )
+        if run.teacher is not None:
+            _log_teacher_cost(run, writer, start)
+        time_input = not settings.deterministic
+        train_step = TrainStep(tower, run.strategy, policy, run.ema, last, time_input)
+        controller = Controller(run, train_step, policy, global_model, intervals, actions, stop)
+        _announce(run, writer, start, intervals)
+        step, restored = start, run.resume_from is not None
+        while True:
+            try:
+                if last is not None:
+                    last.commit_now(step)  # What a survivor saves until a step completes.
+                step, stopped = controller.train(step, restored)
+                break
+            except lost_worker.PEER_ERRORS as error:
+                if not distribute.is_multi_worker(run.strategy):
+                    raise
+                raise _worker_lost(run, writer, last, error) from None
+            except divergence.DivergedError as diverged:
+                controller.interrupt()
+                step, restored = divergence.roll_back(run, writer, diverged), True
+            except tf.errors.ResourceExhaustedError as error:
+                if disk_space.is_disk_full(error):  # A write outside the checkpointer's save.
+                    raise disk_space.DiskFullError(
+                        f"no space left in {run.model_dir} ({first_line(error)}); free some space "
+                        "and rerun the same command to resume from the last checkpoint"
+                    ) from None
+                raise _out_of_memory(run, error) from None
+        if stopped:
+            result = _stopped(run, writer, step, stopped)
+            if preemption.preempted(stop, run.strategy):  # Exit status 3: requeue the job.
+                raise preemption.preempted_error(step, run.model_dir)
+            return result
+        return _finish(run, writer, controller, evaluator, step, swa_checkpoint)
 
 
 def _log_teacher_cost(run: setup.Run, writer: MetricsWriter, start: int) -> None:

@@ -250,25 +250,14 @@ def _network_weights(config: config_lib.Config, classes: int):
     return info, weights.layers
 
 
-def _network(
-    info: TeacherInfo,
-    strategy: tf.distribute.Strategy,
-    image_size: int,
-    precision: str,
-    weights: dict[str, dict[str, np.ndarray]],
-):
-    """The teacher's network in the strategy's scope, in the run's precision, frozen."""
+def _network(info: TeacherInfo, strategy, image_size: int, precision: str, weights: dict):
+    """The teacher's network in the strategy's scope, in the run's precision, frozen;
+    `weights` is {layer: {variable: array}}."""
     from resnet_app.pretrained.weights import SourceWeights, assign
 
+    preset = (info.model_name, info.model_overrides, info.num_classes)
     with strategy.scope():
-        network = factory.create_network(
-            info.model_name,
-            info.model_overrides,
-            info.num_classes,
-            image_size,
-            precision,
-            info.channels,
-        )
+        network = factory.create_network(*preset, image_size, precision, info.channels)
     network.trainable = False
     assign(network, SourceWeights(layers=weights, skipped={}), info.spec, info.model_name)
     return network
