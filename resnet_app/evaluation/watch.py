@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
 from typing import Any
 
 from absl import logging
@@ -109,9 +108,7 @@ def watch_run(
             'its TF_CONFIG "task": {"type": "evaluator", "index": 0}, or run it as a SLURM '
             "step of one task (srun --ntasks=1), or unset TF_CONFIG"
         )
-    _wait_for(
-        lambda: os.path.isfile(run_dir.config_path(model_dir)), model_dir, poll_seconds, timeout
-    )
+    _wait_for_run(model_dir, poll_seconds, timeout)
     session = checkpoint_eval.open_session(model_dir, chosen=list, **options)
     session.events = lambda kind: EMA_EVENTS_DIR if kind == "ema" else EVENTS_DIR
     session.tags = {"watch": True}
@@ -134,7 +131,13 @@ def _follow(
     logging.info("Watching %s for new checkpoints (every %g s)", model_dir, poll_seconds)
     while True:
         log.read()
-        done.update(_already_evaluated(log.records, session, weights))
+        done.update(  # What a watcher with these settings already reported.
+            record.get("checkpoint")
+            for record in log.records
+            if record.get("split") == session.split
+            and record.get("tta") == session.tta
+            and weights in ("auto", record.get("weights"))
+        )
         listed = checkpoint.list_checkpoints(model_dir)
         newest = max([newest, *(step for step, _ in listed)])
         new = [(s, p) for s, p in listed if os.path.basename(p) not in done]
@@ -162,19 +165,6 @@ def _follow(
         time.sleep(poll_seconds)
 
 
-def _already_evaluated(
-    written: list[Record], session: checkpoint_eval.Session, weights: str
-) -> set[str]:
-    """The checkpoints a watcher with these settings already reported."""
-    return {
-        record.get("checkpoint")
-        for record in written
-        if record.get("split") == session.split
-        and record.get("tta") == session.tta
-        and weights in ("auto", record.get("weights"))
-    }
-
-
 def _evaluate(
     session: checkpoint_eval.Session, step: int, prefix: str, weights: str
 ) -> Record | None:
@@ -194,17 +184,16 @@ def _evaluate(
     return session.evaluate("all", step, prefix, kind)
 
 
-def _wait_for(
-    ready: Callable[[], bool], model_dir: str, poll_seconds: float, timeout: float | None
-) -> None:
+def _wait_for_run(model_dir: str, poll_seconds: float, timeout: float | None) -> None:
     """Waits for the trainer to create the run (its config.yaml)."""
-    if ready():
+    path = run_dir.config_path(model_dir)
+    if os.path.isfile(path):
         return
     logging.info(
         "Waiting for a trainer to start the run %s (its %s)", model_dir, run_dir.CONFIG_FILE
     )
     started = time.monotonic()
-    while not ready():
+    while not os.path.isfile(path):
         if timeout is not None and time.monotonic() - started > timeout:
             raise ConfigError(
                 f"no run appeared in {model_dir} within --watch_timeout={timeout:g} s "
