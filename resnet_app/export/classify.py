@@ -65,13 +65,8 @@ def load_classifier(
             if export_dir
             else "give --export_dir (an exported SavedModel) or --model_dir (a run directory)"
         )
-    if model_dir:
-        return _load_checkpoint(model_dir, which, top_k, weights)
-    return _load_export(export_dir)
-
-
-def _load_checkpoint(model_dir: str, which: str, top_k: int | None, weights: str) -> Classifier:
-    """A run's checkpoint with the run's evaluation preprocessing, in process."""
+    if not model_dir:
+        return _load_export(export_dir)
     config.read_run_config(model_dir)  # A wrong directory is named before TF loads.
     from resnet_app.export import savedmodel
 

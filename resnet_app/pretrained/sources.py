@@ -227,8 +227,8 @@ def adopt(config: Config, source: Source) -> Config:
                 data.mean,
                 data.std,
                 source.spec,
-                _rounded(source.mean),
-                _rounded(source.std),
+                tuple(round(value, 3) for value in source.mean),
+                tuple(round(value, 3) for value in source.std),
             )
     return dataclasses.replace(config, model=model, data=data)
 
@@ -242,7 +242,3 @@ def _in_channels(values: tuple[float, ...], channels: int | None) -> tuple[float
         weights = image_channels.LUMA_WEIGHTS
         return (sum(w * v for w, v in zip(weights, values, strict=True)) / sum(weights),)
     return tuple(values) * image_channels.RGB
-
-
-def _rounded(values) -> tuple[float, ...]:
-    return tuple(round(value, 3) for value in values)
