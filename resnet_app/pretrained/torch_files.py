@@ -1,11 +1,8 @@
 """torchvision and timm ResNet weights in a `.safetensors` file, read exactly, by name.
 
-torchvision's ResNet (v1.5), ResNeXt and wide ResNets, and timm's ResNets,
-ResNet-C/D/S, SE/ECA variants and ResNet-RS are our v1 networks with the
-stride on the 3x3 convolution and symmetric padding
-(`sources.TORCHVISION_FIELDS`). The model declares the state-dict name of
-each of its layers (`parts.source_names(model, TORCH)`: the stem's, each
-block's, the head's), for example
+torchvision's and timm's ResNets (and ResNeXt, wide, C/D/S, SE/ECA, RS) are
+our v1 networks with `sources.TORCHVISION_FIELDS`; the model declares each
+layer's state-dict name (`parts.source_names(model, TORCH)`), for example
 
     conv1, bn1                          stem_conv, stem_bn            (plain stem)
     conv1.0, conv1.1, ... conv1.6, bn1  stem_conv1, stem_bn1, ... stem_bn (timm's deep stem)
