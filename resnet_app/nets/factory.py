@@ -26,14 +26,8 @@ def dtype_policy(name: str) -> Iterator[None]:
 def create_run_model(
     config, num_classes: int, image_size: int, precision: str = "fp32", channels: int = 3
 ) -> keras.Model:
-    """The config's model with `num_classes` logits, built for `image_size` inputs.
-
-    Create it in a strategy's scope to distribute it. `precision` is a
-    `train.precision` value; `channels` 3 (RGB) or 1 (greyscale).
-
-    Raises:
-      ConfigError: when `model.num_classes` contradicts `num_classes`.
-    """
+    """The config's model with `num_classes` logits, built for `image_size` inputs in
+    `precision` (`train.precision`); ConfigError if `model.num_classes` contradicts it."""
     classes = config.model_overrides.get("num_classes")
     if classes is not None and classes != num_classes:
         raise ConfigError(

@@ -109,10 +109,7 @@ def source_names(model, layout: str) -> dict[str, str]:
     """{our layer name: its name in `layout`} for every layer with weights, input to output.
 
     `layout` is `blocks.TORCH` (torchvision's and timm's state dicts) or
-    `blocks.KERAS` (Keras applications' ResNet v1); each part declares its names.
-
-    Raises:
-      ConfigError: for a network that layout cannot hold (naming the part).
+    `blocks.KERAS` (Keras applications' v1); ConfigError for a network it cannot hold.
     """
     names = stem_lib.source_names(model.config, layout)
     for stage, units in enumerate(model.stages, start=1):

@@ -178,11 +178,8 @@ def model_names(include_test_only: bool = False) -> list[str]:
 
 
 def get_config(name: str, **overrides: Any) -> ResNetConfig:
-    """The validated config of preset `name` with `ResNetConfig` fields `overrides`.
-
-    Raises:
-      ConfigError: for an unknown preset, an unknown field or a bad value.
-    """
+    """The validated config of preset `name` with `ResNetConfig` fields `overrides`
+    (ConfigError for an unknown preset, an unknown field or a bad value)."""
     if name not in PRESETS:
         close = difflib.get_close_matches(name, model_names(), n=3)
         hint = f" (did you mean {' or '.join(close)}?)" if close else ""

@@ -25,11 +25,7 @@ from resnet_app.nets.presets import ResNetConfig, get_config
 
 def create_model(name: str, **overrides: Any) -> ResNet:
     """Preset `name` with `ResNetConfig` fields `overrides`, unbuilt, e.g.
-    `create_model("resnet50", num_classes=10)`.
-
-    Raises:
-      ConfigError: for an unknown preset, field or bad value.
-    """
+    `create_model("resnet50", num_classes=10)` (ConfigError for a bad one)."""
     return ResNet(get_config(name, **overrides), name=name)
 
 

@@ -62,11 +62,7 @@ def call(model, inputs, training=None):
 
 
 def source_names(config: ResNetConfig, layout: str) -> dict[str, str]:
-    """{our layer name: its name in `layout`} for the stem's layers.
-
-    Raises:
-      ConfigError: for a stem that `layout` has no names for.
-    """
+    """{our layer name: its name in `layout`} for the stem's layers (ConfigError if none)."""
     if layout == KERAS:
         if not config.stem_kind.keras_applications or config.replace_stem_pool:
             raise ConfigError(

@@ -25,11 +25,8 @@ __all__ = ["Source", "load", "prepare", "read_weights"]
 def prepare(config: Config, saved: Config | None = None) -> tuple[Config, Source | None]:
     """(the config with its source's network and preprocessing, the source to load or None).
 
-    `saved` is the resumed run's config: a resumed run is not initialized
-    again, so its source is not read (it may be gone) and nothing is loaded.
-
-    Raises:
-      ConfigError: for a bad source, or a model field that contradicts it.
+    `saved` is a resumed run's config: its source is not read again (it may be
+    gone). ConfigError for a bad source, or a model field that contradicts it.
     """
     spec = config.train.init_from
     if not spec:

@@ -37,13 +37,8 @@ def file_names(name: str) -> tuple[str, str]:
 
 
 def find_or_fetch(name: str, with_top: bool) -> str:
-    """The path of Keras applications' `name` weights: cached, or downloaded by Keras.
-
-    `with_top` prefers the file with the 1000-class classifier.
-
-    Raises:
-      ConfigError: offline and not cached, naming where to put the file.
-    """
+    """The path of Keras applications' `name` weights (`with_top`: preferably with the
+    classifier): cached, or downloaded by Keras; offline and not cached, ConfigError."""
     home = compat.keras_home()
     cache = os.path.join(home, "models")
     top, notop = file_names(name)
@@ -144,12 +139,8 @@ _UNIT_PREFIX = re.compile(r"^conv(\d+)_block(\d+)_")
 
 
 def read(path: str, model, model_name: str) -> SourceWeights:
-    """The weights of a Keras applications ResNet v1 file, under `model`'s layer names.
-
-    Raises:
-      ConfigError: for an unreadable file, a ResNetV2 file, a file of
-        another depth, or layers that `model` does not have.
-    """
+    """The weights of a Keras applications ResNet v1 file, under `model`'s layer names;
+    ConfigError for an unreadable, V2 or other-depth file, or layers `model` lacks."""
     arrays = {name: values for name, values in _read_arrays(path).items() if values}
     if any(name == "post_bn" or name.endswith("_preact_bn") for name in arrays):
         raise ConfigError(

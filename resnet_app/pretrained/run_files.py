@@ -32,11 +32,8 @@ def _input_channels(shapes: dict) -> int:
 
 
 def build(prefix: str, key: str = "train.init_from"):
-    """(the network restored from the run checkpoint at `prefix`, its config, its input channels).
-
-    Raises:
-      ConfigError: for a checkpoint without a saved config or a model.
-    """
+    """(the network restored from the run checkpoint at `prefix`, its config, its input
+    channels); ConfigError for a checkpoint without a saved config or a model."""
     saved = checkpoint.read_value(prefix, "config")
     shapes = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
     if saved is None or _LOGITS_KEY not in shapes:

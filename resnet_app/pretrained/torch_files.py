@@ -64,12 +64,8 @@ def _load(path: str) -> dict[str, np.ndarray]:
 
 
 def read(path: str, model, model_name: str) -> SourceWeights:
-    """The weights of a torchvision- or timm-layout `.safetensors` file, under `model`'s names.
-
-    Raises:
-      ConfigError: for an unreadable file, a network `model` cannot be (v2),
-        or a file of another depth or variant, naming the first difference.
-    """
+    """The weights of a torchvision- or timm-layout `.safetensors` file, under `model`'s names;
+    ConfigError for an unreadable file or another network, naming the first difference."""
     tensors = _load(path)
     check_units(
         [(int(m.group(1)), int(m.group(2))) for m in map(_UNIT.match, tensors) if m],
