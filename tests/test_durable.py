@@ -151,7 +151,7 @@ def test_the_best_checkpoint_is_on_disk_before_it_replaces_the_old_best(tmp_path
     saved.save(2)
     events = Events(monkeypatch)
     best = checkpoint.keep_best(str(tmp_path), 2, {"metric": "top1", "value": 0.6})
-    staged, _ = run_dir.best_work_dirs(str(tmp_path))
+    staged, _ = files.swap_directories(run_dir.best_dir(str(tmp_path)))
     swap = events.index("replace", run_dir.best_dir(str(tmp_path)))
     for name in os.listdir(run_dir.best_dir(str(tmp_path))):
         assert events.index("fsync", os.path.join(staged, name)) < swap

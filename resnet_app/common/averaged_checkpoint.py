@@ -6,7 +6,6 @@ picks it.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -19,8 +18,6 @@ from resnet_app.common.errors import ConfigError
 DIR = "averaged"
 FILE = "averaged.json"
 CHOICE = "averaged"  # --checkpoint=averaged
-_STAGED = DIR + ".partial-"
-_ASIDE = DIR + ".old-"
 
 
 def checkpoint_name(step: int) -> str:
@@ -30,11 +27,8 @@ def checkpoint_name(step: int) -> str:
 def write(model_dir: str, step: int, save: Callable[[str], None], record: dict[str, Any]) -> str:
     """Replaces the run's averaged checkpoint, which `save(prefix)` writes, with `record`
     in `averaged.json`; returns its prefix."""
-    pid = os.getpid()
-    staged = os.path.join(model_dir, f"{_STAGED}{pid}")
-    aside = os.path.join(model_dir, f"{_ASIDE}{pid}")
     final = os.path.join(model_dir, DIR)
-    for leftover in glob.glob(os.path.join(glob.escape(model_dir), _STAGED + "*")):
+    for leftover in files.swap_leftovers(final)[0]:
         shutil.rmtree(leftover, ignore_errors=True)  # Killed writers' halves.
     name = checkpoint_name(step)
 
@@ -43,20 +37,19 @@ def write(model_dir: str, step: int, save: Callable[[str], None], record: dict[s
         content = json.dumps({**record, "step": step, "checkpoint": name}, indent=1)
         files.write_text_atomically(os.path.join(staged, FILE), content)
 
-    files.replace_directory(final, staged, aside, fill)
+    files.replace_directory(final, *files.swap_directories(final), fill)
     return os.path.join(final, name)
 
 
 def read(model_dir: str) -> tuple[str, dict[str, Any]] | None:
     """(its directory, `averaged.json`): `averaged/` once complete, else one a crash left
     aside mid-swap; None without one."""
-    candidates = [os.path.join(model_dir, DIR)]
-    candidates += sorted(glob.glob(os.path.join(glob.escape(model_dir), _ASIDE + "*")))
-    for directory in candidates:
-        path = os.path.join(directory, FILE)
-        if os.path.isfile(path):
-            return directory, run_dir.read_kept_record(path, "run resnet-app average again")
-    return None
+    directory = files.find_complete(os.path.join(model_dir, DIR), FILE)
+    if directory is None:
+        return None
+    return directory, run_dir.read_kept_record(
+        os.path.join(directory, FILE), "run resnet-app average again"
+    )
 
 
 def find(model_dir: str) -> tuple[int, str]:

@@ -98,7 +98,9 @@ def select(directory: str, which: str) -> list[tuple[int, str]]:
     steps = {step: prefix for step, prefix in found}
     if chosen_step not in steps:
         names = ", ".join(run_dir.checkpoint_name(step) for step in steps)
-        kept = ", best" if run_dir.find_best_dir(directory) else ""
+        kept = (
+            ", best" if files.find_complete(run_dir.best_dir(directory), run_dir.BEST_FILE) else ""
+        )
         kept += ", averaged" if averaged_checkpoint.read(directory) else ""
         raise ConfigError(
             f"--checkpoint={which}: not in {directory}; use latest, all{kept} or one of: {names}"
@@ -134,7 +136,6 @@ def keep_best(model_dir: str, step: int, record: dict[str, Any]) -> str:
     source = os.path.join(model_dir, run_dir.checkpoint_name(step))
     name = run_dir.best_checkpoint_name(step)
     best = run_dir.best_dir(model_dir)
-    staged, aside = run_dir.best_work_dirs(model_dir)
 
     def fill(staged: str) -> None:
         for path in _checkpoint_files(source):
@@ -144,21 +145,15 @@ def keep_best(model_dir: str, step: int, record: dict[str, Any]) -> str:
             os.path.join(staged, run_dir.BEST_FILE), json.dumps(content, indent=1)
         )
 
-    files.replace_directory(best, staged, aside, fill)
+    files.replace_directory(best, *files.swap_directories(best), fill)
     return os.path.join(best, name)
 
 
 def recover_best(model_dir: str) -> None:
     """Puts back a best checkpoint a crash left aside, and removes unfinished copies."""
-    best = run_dir.best_dir(model_dir)
-    found = run_dir.find_best_dir(model_dir)
-    if found is not None and found != best:
+    found = files.recover_directory(run_dir.best_dir(model_dir), run_dir.BEST_FILE)
+    if found is not None:
         logging.warning("Putting back the best checkpoint %s, set aside by a crash", found)
-        shutil.rmtree(best, ignore_errors=True)  # Incomplete: it has no best.json.
-        os.replace(found, best)
-    staged, aside = run_dir.best_leftovers(model_dir)
-    for path in staged + aside:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def make_durable(prefix: str) -> None:

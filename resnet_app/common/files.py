@@ -135,6 +135,55 @@ def replace_directory(final: str, staged: str, aside: str, fill: Callable[[str],
                 os.replace(aside, final)  # A failed swap: the old one back in its place.
 
 
+def swap_directories(final: str) -> tuple[str, str]:
+    """This process's (staged, aside) directories for replacing `final` whole."""
+    return f"{final}.partial-{os.getpid()}", f"{final}.old-{os.getpid()}"
+
+
+def swap_leftovers(final: str) -> tuple[list[str], list[str]]:
+    """(staged, aside) directories interrupted replacements of `final` left, oldest first."""
+    parent, name = os.path.split(final)
+    try:
+        names = os.listdir(parent or ".")
+    except OSError:
+        return [], []
+
+    def oldest_first(prefix: str) -> list[str]:
+        found = []
+        for entry in names:
+            path = os.path.join(parent, entry)
+            with contextlib.suppress(OSError):  # Gone since the listing: not left over.
+                if entry.startswith(prefix):
+                    found.append((os.stat(path).st_mtime, path))
+        return [path for _, path in sorted(found)]
+
+    return oldest_first(name + ".partial-"), oldest_first(name + ".old-")
+
+
+def find_complete(final: str, record: str) -> str | None:
+    """`final` once complete (it holds the file `record`), else the newest copy a crash
+    left aside mid-swap (`<final>.old-<pid>/`), else None."""
+    for directory in [final, *reversed(swap_leftovers(final)[1])]:
+        if os.path.isfile(os.path.join(directory, record)):
+            return directory
+    return None
+
+
+def recover_directory(final: str, record: str) -> str | None:
+    """Puts back the copy of `final` a crash left aside (returned; None if none), and
+    removes unfinished copies."""
+    import shutil
+
+    found = find_complete(final, record)
+    if found is not None and found != final:
+        shutil.rmtree(final, ignore_errors=True)  # Incomplete: it has no record.
+        os.replace(found, final)
+    staged, aside = swap_leftovers(final)
+    for path in staged + aside:
+        shutil.rmtree(path, ignore_errors=True)
+    return found if found != final else None
+
+
 def write_text_atomically(path: str, text: str) -> None:
     """Writes `text` to `path` whole."""
 

@@ -10,7 +10,6 @@ lr_override (renamed .applied once read), the checkpoints (`ckpt-N.*`,
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -43,8 +42,6 @@ BEST_DIR = "best"
 BEST_FILE = "best.json"
 BEST_CHOICE = "best"  # --checkpoint=best
 WEIGHTS = ("auto", "ema", "raw")  # --weights (`checkpoint.restore_model`)
-_BEST_STAGED = BEST_DIR + ".partial-"  # A best being written.
-_BEST_ASIDE = BEST_DIR + ".old-"  # The best it replaces, until the new one is in place.
 
 _CHECKPOINT_INDEX = re.compile(rf"^{CHECKPOINT_PREFIX}-(\d+)\.index$")
 # A name TensorFlow would take for a checkpoint prefix, or one of its files.
@@ -133,47 +130,9 @@ def best_checkpoint_name(step: int) -> str:
     return f"{BEST_DIR}-{step}"
 
 
-def best_work_dirs(model_dir: str) -> tuple[str, str]:
-    """This process's (staged, aside) directories for replacing `best/` whole."""
-    pid = os.getpid()
-    return (
-        os.path.join(model_dir, f"{_BEST_STAGED}{pid}"),
-        os.path.join(model_dir, f"{_BEST_ASIDE}{pid}"),
-    )
-
-
-def best_leftovers(model_dir: str) -> tuple[list[str], list[str]]:
-    """(staged, aside) directories interrupted replacements of `best/` left, oldest first."""
-    try:
-        names = os.listdir(model_dir)
-    except OSError:
-        return [], []
-
-    def oldest_first(prefix: str) -> list[str]:
-        found = []
-        for name in names:
-            path = os.path.join(model_dir, name)
-            with contextlib.suppress(OSError):  # Gone since the listing: not left over.
-                if name.startswith(prefix):
-                    found.append((os.stat(path).st_mtime, path))
-        return [path for _, path in sorted(found)]
-
-    return oldest_first(_BEST_STAGED), oldest_first(_BEST_ASIDE)
-
-
-def find_best_dir(model_dir: str) -> str | None:
-    """`best/` once complete (it holds `best.json`), else the previous best a crash left
-    aside mid-swap (`best.old-<pid>/`), else None."""
-    candidates = [best_dir(model_dir), *reversed(best_leftovers(model_dir)[1])]
-    for directory in candidates:
-        if os.path.isfile(os.path.join(directory, BEST_FILE)):
-            return directory
-    return None
-
-
 def read_best(model_dir: str) -> tuple[str, dict[str, Any]] | None:
     """(its directory, `best.json`) of the run's best checkpoint, or None if it has none."""
-    directory = find_best_dir(model_dir)
+    directory = files.find_complete(best_dir(model_dir), BEST_FILE)
     if directory is None:
         return None
     remedy = f"delete {directory} to start keeping the best anew"
