@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app.data import augment_ops
 from resnet_app.data import autoaugment as aa
-from tests.test_randaugment import FILL, assert_per_example_and_enterable, over_seeds, sample_images
+from tests.test_randaugment import apply as apply_ranges
+from tests.test_randaugment import assert_per_example_and_enterable, over_seeds, sample_images
 from tests.test_trivialaugment import GEOMETRIC, SIGNED, linspace32, source_ties, tv_apply_op
 
 pytestmark = pytest.mark.usefixtures("private_shapes_cache")
@@ -38,9 +38,7 @@ def tv_magnitude(name, index, width, height):
 
 
 def apply(name, image, index, sign):
-    signs, bins = tf.constant([float(sign)]), tf.constant([float(index)])
-    images = tf.constant(image)[None]
-    return augment_ops.apply_op(name, images, signs, bins, FILL, aa.RANGES)[0].numpy()
+    return apply_ranges(name, image, tf.constant([float(index)]), sign, aa.RANGES)
 
 
 def test_the_ranges_are_torchvisions_ten_bins():

@@ -1,15 +1,11 @@
-"""RandAugment and random erasing: each op against PIL, the policy, erasing's
-statistics, statelessness, the pipeline with the options off (bitwise the old
-recipe) and on (per example, on any number of towers), and the config checks.
+"""RandAugment and random erasing: each op against PIL, the policy, erasing's statistics,
+statelessness, the pipeline with the options off (bitwise the old recipe) and on (per
+example, on any number of towers), and the config checks.
 
-Tolerances. The pointwise, histogram and blend ops compute what PIL computes,
-in the same integer or float32 arithmetic, so they must match PIL exactly.
-The geometric ops sample bilinearly in float32 where PIL uses doubles; both
-truncate, so they must match exactly except where the exact interpolated value
-lies within 2e-3 of an integer (the two roundings may then put the truncation
-on either side: a difference of 1). Along the image's edge (a source point
-less than one pixel inside or outside) PIL repeats the edge pixel and we blend
-with the fill: those pixels are left out; farther outside both are the fill.
+Tolerances: pointwise, histogram and blend ops equal PIL's exactly. Geometric ops
+sample bilinearly in float32 where PIL uses doubles: exact but within 2e-3 of an
+integer (then 1 apart at most); along the edge, where PIL repeats the edge pixel and
+we blend with the fill, left out.
 """
 
 import dataclasses
@@ -115,11 +111,10 @@ def reference_op(name, image, magnitude, sign):
     return np.asarray(out)
 
 
-def apply(name, image, magnitude, sign):
+def apply(name, image, magnitude, sign, ranges=ra.RANGES):
     """Op `name` on one image (a batch of one)."""
-    signs = tf.constant([float(sign)])
-    images = tf.constant(image)[None]
-    return augment_ops.apply_op(name, images, signs, magnitude, FILL, ra.RANGES)[0].numpy()
+    images, signs = tf.constant(image)[None], tf.constant([float(sign)])
+    return augment_ops.apply_op(name, images, signs, magnitude, FILL, ranges)[0].numpy()
 
 
 def one_by_one(image, indices, signs, magnitude, ranges=ra.RANGES):
@@ -171,32 +166,36 @@ def bilinear_exact(image, u, v):
     return top + (bottom - top) * dy, certain
 
 
+def assert_geometric_equals_pil(name, image, magnitude, sign, got):
+    """A geometric op's image against PIL's: the fill outside; inside exact but where the
+    exact value is within 2e-3 of an integer (then 1 apart at most). Returns the count
+    of values compared exactly."""
+    height, width = image.shape[:2]
+    want = reference_op(name, image, magnitude, sign).astype(int)
+    got = got.astype(int)
+    a, b, c, d, e, f = reference_matrix(name, magnitude, sign, width, height)
+    y, x = np.mgrid[0:height, 0:width] + 0.5
+    u, v = a * x + b * y + c - 0.5, d * x + e * y + f - 0.5  # integer centres
+    inside = (u >= -1e-6) & (u <= width - 1 + 1e-6) & (v >= -1e-6) & (v <= height - 1 + 1e-6)
+    outside = (u < -1 - 1e-6) | (u > width + 1e-6) | (v < -1 - 1e-6) | (v > height + 1e-6)
+    assert (got[outside] == FILL).all() and (want[outside] == FILL).all()
+    exact, certain = bilinear_exact(image, np.clip(u, 0, width - 1), np.clip(v, 0, height - 1))
+    ambiguous = (np.abs(exact - np.round(exact)) < 2e-3) & ~certain
+    sure = inside[..., None] & ~ambiguous
+    message = f"{name} M={magnitude} sign={sign}"
+    np.testing.assert_array_equal(got[sure], want[sure], err_msg=message)
+    assert np.abs(got - want)[inside].max(initial=0) <= 1, message
+    return sure.sum()
+
+
 @pytest.mark.parametrize("name", GEOMETRIC)
 def test_geometric_ops_equal_pil_inside_and_fill_outside(name):
     compared = total = 0
     for image in sample_images():
-        height, width = image.shape[:2]
         for magnitude in MAGNITUDES:
             for sign in (-1, 1):
-                got = apply(name, image, magnitude, sign).astype(int)
-                want = reference_op(name, image, magnitude, sign).astype(int)
-                a, b, c, d, e, f = reference_matrix(name, magnitude, sign, width, height)
-                y, x = np.mgrid[0:height, 0:width] + 0.5
-                u, v = a * x + b * y + c - 0.5, d * x + e * y + f - 0.5  # integer centres
-                margin = 1e-6
-                inside = (u >= -margin) & (u <= width - 1 + margin)
-                inside &= (v >= -margin) & (v <= height - 1 + margin)
-                outside = (u < -1 - margin) | (u > width + margin)
-                outside |= (v < -1 - margin) | (v > height + margin)
-                assert (got[outside] == FILL).all() and (want[outside] == FILL).all()
-                u, v = np.clip(u, 0, width - 1), np.clip(v, 0, height - 1)
-                exact, certain = bilinear_exact(image, u, v)
-                ambiguous = (np.abs(exact - np.round(exact)) < 2e-3) & ~certain
-                message = f"{name} M={magnitude} sign={sign}"
-                sure = inside[..., None] & ~ambiguous
-                np.testing.assert_array_equal(got[sure], want[sure], err_msg=message)
-                assert np.abs(got - want)[inside].max(initial=0) <= 1, message
-                compared += sure.sum()
+                got = apply(name, image, magnitude, sign)
+                compared += assert_geometric_equals_pil(name, image, magnitude, sign, got)
                 total += got.size
     assert compared > 0.4 * total  # Not vacuous: most pixels of most cases are compared.
 
@@ -257,9 +256,8 @@ def test_randaugment_applies_its_drawn_ops_in_turn():
             np.testing.assert_array_equal(got, expected, err_msg=str(names))
             exact += 1
         elif names[-1] in GEOMETRIC and not set(names[:-1]) & set(GEOMETRIC):
-            # Before a geometric op the images are equal; it differs by 1 at most
-            # inside (see the module docstring). Earlier geometric ops would
-            # carry their edge differences into the ops after them.
+            # Equal before a geometric op, which differs by 1 at most inside (earlier
+            # ones would carry their edge differences into the ops after them).
             difference = np.abs(got[2:-2, 2:-2].astype(int) - expected[2:-2, 2:-2])
             assert (difference <= 1).mean() > 0.9, names
             close += 1
@@ -267,8 +265,7 @@ def test_randaugment_applies_its_drawn_ops_in_turn():
 
 
 def test_a_batch_is_augmented_as_each_of_its_images():
-    # apply_ops runs each op once on the images that drew it; each image must
-    # come out as its ops make it alone.
+    # apply_ops runs each op once on the images that drew it: as each image alone.
     images = np.stack([image[:, :32] for image in sample_images()] * 10)
     rng = np.random.default_rng(4)
     indices = np.stack([rng.permutation(30) % 14 for _ in range(2)], axis=1).astype(np.int32)
@@ -311,8 +308,10 @@ def erase_boxes(count, probability, area_range, aspect_range, size):
     example_seeds = [(11, i) for i in range(count)]
     config = with_augment(CIFAR, erase_probability=0.5)
     draws = over_seeds(lambda s: ERASE.draw(s, config)["draws"], example_seeds)
-    boxes = augmentations.erase_boxes(draws, size, size, probability, area_range, aspect_range)
-    return boxes.numpy()
+    augment = AugmentSettings(
+        erase_probability=probability, erase_area_range=area_range, erase_aspect_range=aspect_range
+    )
+    return augmentations.erase_boxes(draws, size, augment).numpy()
 
 
 def failure_per_attempt(size, area_range, aspect_range, count=400_000):
@@ -346,8 +345,7 @@ def test_erased_boxes_stay_inside_with_area_and_aspect_in_range(size, area_range
     assert (top >= 0).all() and (left >= 0).all()
     assert (top + height <= size).all() and (left + width <= size).all()
     assert (height < size).all() and (width < size).all()
-    # height = round(sqrt(area * aspect)), width = round(sqrt(area / aspect)):
-    # each within 0.5 of its unrounded value.
+    # height = round(sqrt(area * aspect)), width = round(sqrt(area / aspect)), each +-0.5.
     tiny = 1e-4
     area = size * size
     assert ((height - 0.5) * (width - 0.5) <= area * area_range[1] * (1 + tiny)).all()
@@ -367,7 +365,8 @@ def test_erasing_replaces_exactly_the_box_with_normal_noise():
         plain = preprocessing.cifar_train(image, seed, CIFAR).numpy()
         erased = preprocessing.cifar_train(image, seed, config).numpy()
         draws = augmentations.draws(seed, config)["erase"]["draws"]
-        top, left, height, width = ERASE.boxes(draws[None], config)[0].numpy()
+        boxes = augmentations.erase_boxes(draws[None], 32, config.augment)
+        top, left, height, width = boxes[0].numpy()
         mask = np.zeros((32, 32, 1), bool)
         mask[top : top + height, left : left + width] = True
         assert mask.any()
@@ -433,7 +432,7 @@ def assert_per_example_and_enterable(augment: dict) -> np.ndarray:
     its own seed, and the stream entered mid-epoch is the rest of the whole one.
 
     Returns:
-      The stream's first 96 images and their ids.
+      The stream's first 96 images, their ids and the pipeline.
     """
     pipeline = shapes_pipeline(augment=augment)
     images, ids = take(pipeline.train_dataset(8), 96)
@@ -445,7 +444,7 @@ def assert_per_example_and_enterable(augment: dict) -> np.ndarray:
     entered, entered_ids = take(pipeline.train_dataset(8, start_example=56), 40)
     np.testing.assert_array_equal(entered_ids, ids[56:])
     np.testing.assert_array_equal(entered, images[56:])
-    return images, ids
+    return images, ids, pipeline
 
 
 def test_with_the_options_off_cifar_training_images_are_the_old_recipe_bitwise():
@@ -527,11 +526,7 @@ def test_imagenet_pipeline_with_the_options_on_is_the_per_example_recipe(folder)
 
 
 def test_entering_an_augmented_stream_anywhere_gives_the_same_images():
-    pipeline = shapes_pipeline(randaugment_ops=2, erase_probability=0.25)
-    reference, reference_ids = take(pipeline.train_dataset(8), 96)
-    entered, entered_ids = take(pipeline.train_dataset(8, start_example=56), 40)
-    np.testing.assert_array_equal(entered_ids, reference_ids[56:])
-    np.testing.assert_array_equal(entered, reference[56:])
+    assert_per_example_and_enterable({"randaugment_ops": 2, "erase_probability": 0.25})
 
 
 def test_the_augmented_batch_of_a_step_is_the_same_on_1_and_3_towers(tmp_path):

@@ -1,13 +1,7 @@
-"""RandAugment's per-op probability and magnitude noise (timm's "p" and "mstd").
-
-Checked: the draws with both options at their defaults are the old draws (the
-stream written out here with raw TensorFlow ops) and the op arguments at a
-number M are Python's (so the images are the old images); the skip rate and
-the noisy magnitudes' mean, spread and clipping against closed forms (within
-4 sigma); skipped ops leave the image as it was; an image augmented at its
-drawn magnitudes equals PIL's ops at those magnitudes (the references of
-tests/test_randaugment.py); the batch and the per-image paths agree; the
-pipeline and config wiring.
+"""RandAugment's per-op probability and magnitude noise (timm's "p" and "mstd"): at the
+defaults the old draws (written here with raw TF ops) and Python's arguments; skip
+rates and noisy magnitudes against closed forms (4 sigma); images at drawn magnitudes
+against PIL's ops (tests/test_randaugment.py); batch against per image; the wiring.
 """
 
 import math
@@ -26,12 +20,11 @@ from tests.test_randaugment import (
     GEOMETRIC,
     MEAN,
     STD,
+    assert_geometric_equals_pil,
     assert_per_example_cifar_recipe,
-    bilinear_exact,
     old_cifar_train,
     one_by_one,
     over_seeds,
-    reference_matrix,
     reference_op,
     sample_images,
     shapes_pipeline,
@@ -246,26 +239,6 @@ def test_magnitudes_above_the_scale_are_clipped_to_m():
     within_4_sigma((values == 15.0).mean(), 0.5, math.sqrt(0.25 / 4000))
 
 
-def assert_geometric_equals_pil(name, image, magnitude, sign, got):
-    """tests/test_randaugment.py's geometric comparison, for one image: exact
-    inside except within 2e-3 of an integer (then 1 at most), the fill outside."""
-    height, width = image.shape[:2]
-    want = reference_op(name, image, magnitude, sign).astype(int)
-    got = got.astype(int)
-    a, b, c, d, e, f = reference_matrix(name, magnitude, sign, width, height)
-    y, x = np.mgrid[0:height, 0:width] + 0.5
-    u, v = a * x + b * y + c - 0.5, d * x + e * y + f - 0.5
-    inside = (u >= -1e-6) & (u <= width - 1 + 1e-6) & (v >= -1e-6) & (v <= height - 1 + 1e-6)
-    outside = (u < -1 - 1e-6) | (u > width + 1e-6) | (v < -1 - 1e-6) | (v > height + 1e-6)
-    assert (got[outside] == FILL).all() and (want[outside] == FILL).all()
-    exact, certain = bilinear_exact(image, np.clip(u, 0, width - 1), np.clip(v, 0, height - 1))
-    ambiguous = (np.abs(exact - np.round(exact)) < 2e-3) & ~certain
-    sure = inside[..., None] & ~ambiguous
-    np.testing.assert_array_equal(got[sure], want[sure], err_msg=f"{name} M={magnitude}")
-    assert np.abs(got - want)[inside].max(initial=0) <= 1
-    return sure.sum()
-
-
 @pytest.mark.parametrize("name", ra.OPS)
 def test_each_op_at_drawn_per_image_magnitudes_equals_pil_at_them(name):
     count = 24
@@ -289,14 +262,9 @@ def test_each_op_at_drawn_per_image_magnitudes_equals_pil_at_them(name):
 
 
 def pil_policy(image, seed, config):
-    """PIL's ops of an example at its drawn magnitudes, the kept ones only.
-
-    The ops and signs are the old draws. None when one is geometric (not
-    exact) or AutoContrast: PIL computes x * (255 / (high - low)) - low * (...)
-    in doubles, which can fall just below an exact integer and truncate 1
-    lower, where ours is the exact integer (an old difference, kept: the
-    default images must stay what they were).
-    """
+    """PIL's kept ops of an example (the old draws) at its drawn magnitudes; None when one
+    is geometric (not exact) or AutoContrast (PIL's doubles can truncate 1 below our
+    exact integer: an old difference, kept so that default images stay)."""
     draws = {k: v.numpy() for k, v in augmentations.draws(seed, config)["randaugment"].items()}
     drawn, signs = old_draws(seed, config.augment.randaugment_ops)
     kept = draws["op_indices"] == drawn

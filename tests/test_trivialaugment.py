@@ -2,16 +2,11 @@
 torchvision's PIL path (written here from torchvision's `_apply_op`), the draws, the
 pipeline (per example, enterable anywhere) and the config checks.
 
-The reference is what torchvision's `TrivialAugmentWide(interpolation=NEAREST,
-fill=...)` does to a PIL image: its ops call PIL (`Image.transform` with the
-inverse affine matrix torchvision computes, `Image.rotate`, `ImageEnhance`,
-`ImageOps`), with its magnitudes from float32 `torch.linspace`. Tolerances:
-the pointwise, histogram and blend ops must equal PIL exactly. The geometric
-ops pick the nearest pixel from float32 coordinates where PIL uses doubles: a
-pixel may differ only where its exact source point lies on a pixel boundary (a
-tie the two arithmetics break apart), which rotations by multiples of 45
-degrees hit along whole lines: measured here, at most 2.3% of a 32x40 image's
-pixels (`GEOMETRIC_MISMATCH` allows 3%), none elsewhere.
+The reference is torchvision's `TrivialAugmentWide(interpolation=NEAREST, fill=...)`
+on a PIL image (PIL's transforms with torchvision's inverse affine matrices, float32
+`torch.linspace` magnitudes). Pointwise, histogram and blend ops are exact; geometric
+ops may differ only where a source point lies on a pixel boundary (a tie float32 and
+doubles break apart; rotations by 45 degrees hit whole lines: `GEOMETRIC_MISMATCH`).
 """
 
 import dataclasses
@@ -36,6 +31,7 @@ from tests.test_randaugment import (
     shapes_pipeline,
     take,
 )
+from tests.test_randaugment import apply as apply_ranges
 
 GEOMETRIC = ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY")
 SIGNED = (*GEOMETRIC, "Brightness", "Color", "Contrast", "Sharpness")
@@ -131,9 +127,7 @@ def reference_op(name, image, index, sign):
 
 def apply(name, image, index, sign):
     """Our op at bin `index` on one image (a batch of one), TrivialAugment's ranges."""
-    signs, bins = tf.constant([float(sign)]), tf.constant([float(index)])
-    images = tf.constant(image)[None]
-    return augment_ops.apply_op(name, images, signs, bins, FILL, WIDE)[0].numpy()
+    return apply_ranges(name, image, tf.constant([float(index)]), sign, WIDE)
 
 
 # -- the ranges --------------------------------------------------------------------
@@ -256,7 +250,7 @@ def test_one_op_per_image_as_drawn_and_a_batch_as_each_of_its_images():
 
 
 def test_the_pipeline_augments_each_example_by_its_own_draw_and_enters_anywhere():
-    images, _ = assert_per_example_and_enterable({"auto_augment": "ta_wide"})
+    images, _, _ = assert_per_example_and_enterable({"auto_augment": "ta_wide"})
     plain, _ = take(shapes_pipeline().train_dataset(8), 96)
     # One op in 14 is the Identity, and a few others change little: most images change.
     assert np.mean([not np.array_equal(a, b) for a, b in zip(images, plain)]) > 0.6
@@ -300,8 +294,7 @@ def test_a_toy_op_is_used_by_a_policy_checked_by_the_config_and_resumed_bitwise(
     assert config.resolve(sets=["data.augment.auto_augment=toy"]).data.augment.auto_augment == "toy"
     with pytest.raises(ConfigError, match="one of: none, .*, augmix, toy, got 'toys'"):
         config.resolve(sets=["data.augment.auto_augment=toys"])
-    images, ids = assert_per_example_and_enterable({"auto_augment": "toy"})
-    pipeline = shapes_pipeline()
+    images, ids, pipeline = assert_per_example_and_enterable({"auto_augment": "toy"})
     halved = 0
     for position in range(0, 96, 3):
         seed = seeds.example_seed(0, position // 64, ids[position])

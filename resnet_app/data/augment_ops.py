@@ -1,17 +1,11 @@
 """The pixel ops the policies name (`OPS`), and the base of an augmentation (`Augmentation`).
 
-A pixel op maps uint8 [batch, H, W, 3] images in the 0-255 domain, each
-image with its own sign and magnitude, and computes what PIL's `ImageOps`,
-`ImageEnhance` and `Image.transform` compute, PIL's truncation to the 0-255
-grid included. A policy (RandAugment, TrivialAugment, AutoAugment, AugMix) is
-a table over these ops: the op names its draws index, and an `OpRanges`
-saying how its magnitude becomes each op's argument and how its ops sample.
-A new op is one `Op` in `OPS`; a policy names it in its table.
-
-An `Augmentation` is one training augmentation: when it is on, its draws for
-one example from a seed stream of its own, and its transform of a batch by
-those draws (`data/augmentations.py` registers them; `data/preprocessing.py`
-applies them).
+A pixel op maps uint8 [batch, H, W, 3] images, each by its own sign and
+magnitude, computing what PIL's `ImageOps`, `ImageEnhance` and
+`Image.transform` compute, truncation included. A policy (RandAugment,
+TrivialAugment, AutoAugment, AugMix) is a table over them, an `OpRanges`: the
+op names its draws index and how its magnitude becomes each op's argument. A
+new op is one `Op` in `OPS`, which a policy names.
 """
 
 from __future__ import annotations
@@ -35,13 +29,12 @@ def signs_of(uniform: tf.Tensor) -> tf.Tensor:
 
 
 class Augmentation:
-    """One training augmentation: its settings' test, its seeded draws, its batch transform.
+    """One training augmentation (`data/augmentations.py` registers them): when it is on,
+    one example's draws from a seed stream of its own, its transform of a batch.
 
-    Attributes:
-      name: the key of its draws (and, for a policy `data.augment.auto_augment`
-        names, that name).
-      pixels: it maps uint8 pixels before the crop and normalization (the op
-        policies); else normalized float32 images after them.
+    `name` keys its draws (and is the `data.augment.auto_augment` value of a
+    policy); `pixels`: it maps uint8 pixels before the crop and normalization,
+    else normalized float32 images after them.
     """
 
     name: ClassVar[str]
@@ -63,20 +56,16 @@ class Augmentation:
 
 @dataclasses.dataclass(frozen=True)
 class OpRanges:
-    """How a policy's magnitude becomes each op's argument, and how its ops sample.
+    """A policy's table: the op names its indices refer to, and how they sample.
 
     Attributes:
-      ops: the op names (in `OPS`) the policy's indices refer to.
-      arguments: magnitude (a number, or float32 [batch]) -> the ops' arguments:
-        float32 "degrees", "shear", "translate" (a fraction of the size),
-        float64 "factor" (the enhance ops' distance from 1), int32 "threshold"
-        and "bits".
-      min_factor: the enhance ops' factor 1 +- f is at least this (timm's
-        0.1), or None for no floor.
-      translate_pixels: (magnitude, the width for TranslateX or height for
-        TranslateY, float32) -> the shift in whole pixels, a positive one
-        moving the content right or down (torchvision's); None: "translate"
-        is a fraction of the size that moves it left or up (timm's).
+      ops: names in `OPS`.
+      arguments: magnitude (a number, or float32 [batch]) -> the ops' float32
+        "degrees", "shear", "translate" (a fraction of the size), float64
+        "factor" (the enhance ops' distance from 1), int32 "threshold", "bits".
+      min_factor: the enhance ops' factor 1 +- f is at least this (timm's 0.1).
+      translate_pixels: (magnitude, width or height) -> whole pixels, right or
+        down (torchvision's); None: "translate" moves left or up (timm's).
       interpolation: "BILINEAR" (timm's) or "NEAREST" (torchvision's default).
     """
 
@@ -192,24 +181,15 @@ def smooth(images: tf.Tensor) -> tf.Tensor:
     return tf.concat([pixels[:, :1], middle, pixels[:, -1:]], axis=1)
 
 
-def affine(
-    images: tf.Tensor, matrices: tf.Tensor, fill: Sequence[int], interpolation: str = "BILINEAR"
-) -> tf.Tensor:
+def affine(images: tf.Tensor, matrices: tf.Tensor, fill: Sequence[int], interpolation: str):
     """PIL's `Image.transform(size, AFFINE, matrix)` of each image.
 
-    Args:
-      images: uint8 [batch, H, W, 3].
-      matrices: float32 [batch, 6], (a, b, c, d, e, f): the output pixel whose
-        centre is (x, y) reads the input at (a x + b y + c, d x + e y + f), in
-        PIL's coordinates (the image's top-left corner at (0, 0)).
-      fill: the RGB colour of the area read from outside the image.
-      interpolation: "BILINEAR", or "NEAREST" (PIL's, which floors the point's
-        coordinates, as TensorFlow's rounding of them less half a pixel does).
-
-    Returns:
-      uint8 [batch, H, W, 3]. Bilinearly, a pixel whose 4 sampled neighbours
-      are all inside equals PIL's; along the edge this blends the outside with
-      `fill` where PIL repeats the edge pixel.
+    `matrices` float32 [batch, 6], (a, b, c, d, e, f): the output pixel centred
+    at (x, y) reads the input at (a x + b y + c, d x + e y + f), PIL's
+    coordinates; outside reads `fill` (RGB). "NEAREST" is PIL's (a floor, as
+    TensorFlow's rounding less half a pixel). Bilinearly, a pixel whose 4
+    neighbours are inside equals PIL's; along the edge this blends with `fill`
+    where PIL repeats the edge.
     """
     a, b, c, d, e, f = tf.unstack(matrices, axis=1)
     zero = tf.zeros_like(a)
@@ -344,26 +324,20 @@ def apply_op(name: str, images, signs, magnitude, fill, ranges: OpRanges) -> tf.
 
 
 def apply_ops(images, indices, signs, magnitude, fill, ranges: OpRanges) -> tf.Tensor:
-    """Each image's ops in turn: each op runs once per step, on the images that drew it.
-
-    Args:
-      images: uint8 [batch, H, W, 3].
-      indices: int32 [batch, steps] into `ranges.ops`.
-      signs: float32 [batch, steps], +1 or -1.
-      magnitude: a number for all, or float32 [batch, steps].
-      fill: the RGB colour geometric ops fill with.
-      ranges: the policy's arguments and sampling.
-    """
+    """Each image's ops in turn (int32 indices into `ranges.ops`, float32 signs, and a
+    magnitude for all or float32, each [batch, steps]): each op runs once per step,
+    on the images that drew it; `fill`: the RGB colour geometric ops fill with."""
     positions = tf.range(tf.shape(images)[0])
+    constant = isinstance(magnitude, (int, float))
+    if not constant:
+        magnitude = tf.convert_to_tensor(magnitude, tf.float32)
     for step in range(indices.shape[1]):
         groups = tf.dynamic_partition(positions, indices[:, step], len(ranges.ops))
         outputs = []
         for name, group in zip(ranges.ops, groups):
-            at = magnitude
-            if not isinstance(magnitude, (int, float)):
-                at = tf.gather(tf.convert_to_tensor(magnitude, tf.float32)[:, step], group)
-            step_signs = tf.gather(signs[:, step], group)
-            outputs.append(apply_op(name, tf.gather(images, group), step_signs, at, fill, ranges))
+            at = magnitude if constant else tf.gather(magnitude[:, step], group)
+            chosen, chosen_signs = tf.gather(images, group), tf.gather(signs[:, step], group)
+            outputs.append(apply_op(name, chosen, chosen_signs, at, fill, ranges))
         images = tf.ensure_shape(tf.dynamic_stitch(groups, outputs), images.shape)
     return images
 

@@ -1,27 +1,20 @@
 """The training augmentations, registered once (`AUGMENTATIONS`), and random erasing and Cutout.
 
-Each is an `augment_ops.Augmentation`: whether the `data.augment` settings
-turn it on, one example's draws from a seed stream of its own folded from the
-example's seed (so the crop and flip draws, and every other augmentation's,
-do not depend on it), and its transform of a batch by those draws. The
-draws travel with the example through the pipeline, under the
-augmentation's name; `data/preprocessing.py` applies every one that is on,
-in the order here, at one site. A new augmentation is a class and its entry
-below.
+Each is an `augment_ops.Augmentation`, its draws from a seed stream of its
+own folded from the example's (so no other draw depends on it), carried with
+the example under its name; `data/preprocessing.py` applies each one that is
+on, in this order, at one site. A new augmentation is a class and its entry.
 
 Random erasing (Zhong et al. 2020) picks, with probability p, a box of area
-fraction in `erase_area_range` and aspect ratio (height / width, log-uniform)
-in `erase_aspect_range`, in up to 10 attempts (an attempt whose box does not
-fit is redrawn; timm's rule), and replaces it, after normalization, with
-per-pixel N(0, 1) noise (timm's "pixel" mode; zeros would be the mean colour).
-Cutout (DeVries & Taylor 2017, as Page 2018's ResNet-9 uses it) sets a square
-wholly inside the image to 0, the mean colour.
+fraction in `erase_area_range` and log-uniform aspect in `erase_aspect_range`
+in up to 10 attempts (timm's rule), and fills it after normalization with
+N(0, 1) noise (timm's "pixel" mode). Cutout (DeVries & Taylor 2017) sets a
+square wholly inside the image to 0, the mean colour.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import tensorflow as tf
 
@@ -34,24 +27,18 @@ ERASE_ATTEMPTS = 10
 ERASE_DRAWS = 3 + 2 * ERASE_ATTEMPTS
 
 
-def erase_boxes(
-    draws: tf.Tensor,
-    height: int,
-    width: int,
-    probability: float,
-    area_range: Sequence[float],
-    aspect_range: Sequence[float],
-) -> tf.Tensor:
+def erase_boxes(draws: tf.Tensor, size: int, augment) -> tf.Tensor:
     """The box each example erases: int32 [batch, 4] (top, left, height, width), 0s for none.
 
-    Of the `ERASE_ATTEMPTS` boxes `draws` (float32 [batch, ERASE_DRAWS]) give,
-    the first that fits (at least a pixel; height < `height`, width < `width`)
-    is placed uniformly; if none fits, nothing is erased.
+    Of the `ERASE_ATTEMPTS` boxes `draws` (float32 [batch, ERASE_DRAWS]) give
+    by the `data.augment` settings, the first that fits (at least a pixel,
+    less than `size` a side) is placed uniformly; if none fits, none is erased.
     """
+    height = width = size
     tries = tf.reshape(draws[:, 3:], [-1, ERASE_ATTEMPTS, 2])
-    low, high = area_range
+    low, high = augment.erase_area_range
     area = height * width * (low + tries[..., 0] * (high - low))
-    log_low, log_high = math.log(aspect_range[0]), math.log(aspect_range[1])
+    log_low, log_high = (math.log(bound) for bound in augment.erase_aspect_range)
     aspect = tf.exp(log_low + tries[..., 1] * (log_high - log_low))
     box_height = tf.cast(tf.round(tf.sqrt(area * aspect)), tf.int32)
     box_width = tf.cast(tf.round(tf.sqrt(area / aspect)), tf.int32)
@@ -63,7 +50,7 @@ def erase_boxes(
     top = tf.cast(draws[:, 1] * tf.cast(height - box_height + 1, tf.float32), tf.int32)
     left = tf.cast(draws[:, 2] * tf.cast(width - box_width + 1, tf.float32), tf.int32)
     box = tf.stack([top, left, box_height, box_width], axis=1)
-    erase = (draws[:, 0] < probability) & tf.reduce_any(fits, axis=1)
+    erase = (draws[:, 0] < augment.erase_probability) & tf.reduce_any(fits, axis=1)
     return tf.where(erase[:, None], box, tf.zeros_like(box))
 
 
@@ -100,19 +87,8 @@ class RandomErasing(Augmentation):
         )
         return {"draws": draws, "noise": noise}
 
-    def boxes(self, draws: tf.Tensor, config) -> tf.Tensor:
-        augment, size = config.augment, config.image_size
-        return erase_boxes(
-            draws,
-            size,
-            size,
-            augment.erase_probability,
-            augment.erase_area_range,
-            augment.erase_aspect_range,
-        )
-
     def apply(self, images, draws, config, fill):
-        boxes = self.boxes(draws["draws"], config)
+        boxes = erase_boxes(draws["draws"], config.image_size, config.augment)
         return tf.cond(  # Most images are not erased.
             tf.reduce_any(boxes[:, 2] > 0),
             lambda: erase_batch(images, boxes, draws["noise"]),
@@ -128,17 +104,13 @@ class Cutout(Augmentation):
         return augment.cutout_size > 0
 
     def draw(self, seed, config):
-        # Wholly inside the image: top and left in [0, size - side].
-        positions = max(1, config.image_size - config.augment.cutout_size + 1)
-        corner = tf.random.stateless_uniform(
-            [2], sub_seed(seed, self.STREAM), 0, positions, tf.int32
-        )
-        return {"corner": corner}
+        positions = max(1, config.image_size - config.augment.cutout_size + 1)  # Wholly inside.
+        seed = sub_seed(seed, self.STREAM)
+        return {"corner": tf.random.stateless_uniform([2], seed, 0, positions, tf.int32)}
 
     def apply(self, images, draws, config, fill):
         corners = draws["corner"]
-        side = min(config.augment.cutout_size, config.image_size)
-        side = tf.fill(tf.shape(corners[:, :1]), side)
+        side = tf.fill(tf.shape(corners[:, :1]), min(config.augment.cutout_size, config.image_size))
         boxes = tf.concat([corners, side, side], axis=1)
         return erase_batch(images, boxes, tf.zeros_like(images))
 

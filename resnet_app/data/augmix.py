@@ -5,13 +5,11 @@ An image's AugMix is a convex mix of the image and `width` chains of ops:
   mixed = m0 * image + sum_i w_i * chain_i(image),   (m0, m1) ~ Dirichlet(alpha, alpha),
                                                      w ~ m1 * Dirichlet(alpha, ..., alpha)
 
-Each chain applies `depth` ops in turn (-1: a depth drawn from 1 to 3 per
-chain), each op drawn uniformly from the op set, at a magnitude bin drawn
-from the first `severity` of 10, with a random sign for the signed ops. The
-sum is taken in float32 in that order and truncated to 0-255, as
-torchvision's `AugMix` does on uint8 images. The op set and its tables are
-torchvision's `AugMix._augmentation_space(10, size)` (the paper's ops; with
-`all_ops` also its four ImageNet-C-overlapping enhance ops):
+Each chain applies `depth` ops (-1: 1 to 3, drawn), each drawn uniformly, at
+a bin drawn from the first `severity` of 10, with a random sign; the sum is
+float32 in that order, truncated, as torchvision's `AugMix` on uint8 images.
+The ops and tables are its `_augmentation_space(10, size)` (`all_ops` adds the
+four enhance ops the paper leaves out):
 
   ShearX, ShearY          0 to 0.3, signed
   TranslateX, -Y          0 to a third of the width (height), whole pixels, signed
@@ -22,15 +20,10 @@ torchvision's `AugMix._augmentation_space(10, size)` (the paper's ops; with
   Brightness, Color,      a factor 1 + m, m from 0 to 0.9, signed (all_ops)
   Contrast, Sharpness
 
-The ops compute PIL's arithmetic, as the paper's reference code does
-(torchvision's `AugMix` runs tensor ops, which round otherwise, by at most one
-level inside the image: docs/training.md); the geometric ones sample
-bilinearly (torchvision's default for AugMix).
-
-With the Jensen-Shannon consistency loss (`augmix_jsd`), an example is seen
-as three views, the image and two AugMix of it drawn apart (`VIEWS`); the
-input pipeline hands the network the first as "image" and the others as
-"augmix_views".
+The ops are PIL's arithmetic, as the paper's code (torchvision's tensor ops
+round otherwise, by at most a level: docs/training.md), sampling bilinearly.
+With the consistency loss (`augmix_jsd`) an example has `VIEWS` views, itself
+and two AugMix drawn apart: "image" and "augmix_views" in the batch.
 """
 
 from __future__ import annotations
@@ -105,14 +98,10 @@ def _choose_view(seed: tf.Tensor, settings) -> dict[str, tf.Tensor]:
 
 
 def choose(seed: tf.Tensor, settings, views: int) -> dict[str, tf.Tensor]:
-    """One example's draws for `views` AugMix views (1, or 2 with the consistency loss).
-
-    Returns:
-      `FEATURES`: "augmix_ops" int32 [views, width, length] (indices into
-      `OPS`; the Identity past a chain's depth), "augmix_signs" and
-      "augmix_bins" float32 alike, "augmix_weights" float32 [views, width + 1]
-      (the image's weight m0, then each chain's).
-    """
+    """One example's draws for `views` AugMix views (1, or 2 with the consistency loss):
+    "augmix_ops" int32 [views, width, length] (into `OPS`; the Identity past a
+    chain's depth), "augmix_signs" and "augmix_bins" float32 alike, and
+    "augmix_weights" float32 [views, width + 1] (the image's m0, then each chain's)."""
     base = augment_ops.sub_seed(seed, STREAM)
     per_view = [
         _choose_view(tf.random.experimental.stateless_fold_in(base, view), settings)
@@ -121,20 +110,10 @@ def choose(seed: tf.Tensor, settings, views: int) -> dict[str, tf.Tensor]:
     return {key: tf.stack([view[key] for view in per_view]) for key in FEATURES}
 
 
-def mix(
-    images: tf.Tensor,
-    ops: tf.Tensor,
-    signs: tf.Tensor,
-    bins: tf.Tensor,
-    weights: tf.Tensor,
-    fill: Sequence[int],
-) -> tf.Tensor:
-    """One AugMix of each image of a batch (uint8 [batch, H, W, 3]) by one view's draws.
-
-    All the chains of all the images run as one batch of `apply_ops`, which
-    keeps the graph the size of one chain's. Returns uint8 [batch, H, W, 3]:
-    the weighted sum in float32, truncated.
-    """
+def mix(images: tf.Tensor, ops, signs, bins, weights, fill: Sequence[int]) -> tf.Tensor:
+    """One AugMix of each image (uint8 [batch, H, W, 3]) by one view's draws (ops, signs,
+    bins [batch, width, length], weights [batch, width + 1]): every chain of every
+    image in one `apply_ops` (a graph of one chain's size); the sum truncated."""
     width, length = ops.shape[1], ops.shape[2]
     chains = augment_ops.apply_ops(
         tf.repeat(images, width, axis=0),  # Each image's copies side by side.

@@ -46,12 +46,8 @@ def draws(seed: tf.Tensor, settings: MixSettings, batch_size: int) -> dict[str, 
         _beta(seeds[2], settings.mixup_alpha, count),
     )
     centre = tf.random.stateless_uniform([count, 2], seeds[3])
-    repeat = batch_size // count
-    return {
-        "cutmix": tf.repeat(cutmix, repeat),
-        "lam": tf.repeat(lam, repeat),
-        "centre": tf.repeat(centre, repeat, axis=0),
-    }
+    drawn = {"cutmix": cutmix, "lam": lam, "centre": centre}
+    return {key: tf.repeat(value, batch_size // count, axis=0) for key, value in drawn.items()}
 
 
 def cutmix_box(lam: tf.Tensor, centre: tf.Tensor, height: int, width: int) -> tf.Tensor:
@@ -97,14 +93,6 @@ def mix_with(batch: dict, choices: dict) -> dict:
     }
 
 
-def mix_batch(batch: dict, seed: tf.Tensor, settings: MixSettings) -> dict:
-    """Mixup or CutMix of a whole batch, drawn from `seed` (int64 [2])."""
-    size = batch["image"].shape[0]
-    if size is None:
-        raise ValueError("mixing needs batches of a static size (drop_remainder=True)")
-    return mix_with(batch, draws(seed, settings, size))
-
-
 def mix_stream(stream, settings: MixSettings, seed: int, first_batch: int):
     """The batched training stream with each batch mixed, if `settings` are on, by its
     number since epoch 0 (`first_batch` the stream's first): entered anywhere alike."""
@@ -113,7 +101,11 @@ def mix_stream(stream, settings: MixSettings, seed: int, first_batch: int):
     key = seeds.stream_seed(seed, seeds.MIX, 0)
 
     def mix_numbered(number, batch):
-        return mix_batch(batch, tf.random.experimental.stateless_fold_in(key, number), settings)
+        size = batch["image"].shape[0]
+        if size is None:
+            raise ValueError("mixing needs batches of a static size (drop_remainder=True)")
+        seed = tf.random.experimental.stateless_fold_in(key, number)
+        return mix_with(batch, draws(seed, settings, size))
 
     return stream.enumerate(start=first_batch).map(
         mix_numbered, num_parallel_calls=options.parallel_calls()

@@ -1,25 +1,18 @@
-"""Per-example image preprocessing: the CIFAR and the ImageNet recipes.
+"""The CIFAR and ImageNet recipes, each random choice a stateless op of the example's
+seed (`data/seeds.py`), so a resumed run redraws what the interrupted one drew.
 
-Every random choice is a stateless op of the example's seed (`data/seeds.py`),
-so an example's augmentation is a function of (run seed, epoch, example id)
-and a resumed run redraws exactly what the interrupted one drew.
-
-- CIFAR (He et al. 2015, section 4.2): per-channel normalization; in
-  training, pad 4 pixels (the mean colour, 0 once normalized), take a random
-  crop of the original size and flip at random. The pipeline draws per
-  example and augments whole batches (`cifar_train_batch`).
-- ImageNet (Szegedy et al. 2015 crops): in training, a random crop of 8-100%
-  of the area with aspect ratio 3/4-4/3, resized, and a random flip; JPEG
-  bytes are decoded only inside the crop window. In evaluation the shorter
-  side goes to 256 (S / 0.875 for size S) and the central 224 is kept, or
-  the centre and four corners (`--tta=crops`); an image longer than 4:1 has
-  only its crops' pixels computed (`resized_crops`).
+- CIFAR (He et al. 2015): normalize; in training pad 4 pixels (the mean
+  colour), crop at random and flip; drawn per example, applied per batch.
+- ImageNet (Szegedy et al. 2015 crops): in training a random crop of 8-100%
+  of the area, aspect 3/4-4/3, resized, flipped (JPEG decoded inside the
+  window only); in evaluation the shorter side to S / 0.875 and the centre
+  (or also the corners, `--tta=crops`).
 
 The optional augmentations (`data/augmentations.py`) apply at one site,
 `_train_batch`, the per-example paths as a batch of one: the op policies on
-the uint8 pixels (CIFAR: before the pad-crop-flip, AutoAugment's CIFAR order;
-ImageNet: on the resized crop after the flip, rounded, timm's order), Cutout
-and random erasing after normalization.
+uint8 pixels (CIFAR: before the pad-crop-flip, AutoAugment's order; ImageNet:
+on the rounded crop after the flip, timm's), Cutout and erasing after
+normalization.
 """
 
 from __future__ import annotations
@@ -43,19 +36,10 @@ MAX_WHOLE_RESIZE_ASPECT = 4
 
 @dataclasses.dataclass(frozen=True)
 class Preprocessing:
-    """Resolved preprocessing parameters; `InputPipeline` fills them from the config.
-
-    Attributes:
-      family: "cifar" or "imagenet".
-      image_size: output height and width.
-      mean: per-channel mean on the 0-255 scale.
-      std: per-channel standard deviation on the 0-255 scale.
-      dtype: output dtype name ("float32", "bfloat16" or "float16").
-      eval_resize: ImageNet family: the shorter side before the central crop.
-      eval_image_size: ImageNet family: the evaluation's crop size, when it
-        differs from `image_size` (None: the same).
-      augment: the training augmentation, as the config's `data.augment`.
-    """
+    """Resolved preprocessing parameters (`InputPipeline` fills them from the config):
+    the family ("cifar" or "imagenet"), output size, per-channel mean and std on the
+    0-255 scale, output dtype, ImageNet's evaluation resize and crop size (None: the
+    training size), and the config's `data.augment`."""
 
     family: str
     image_size: int
@@ -79,10 +63,8 @@ class Preprocessing:
 
 def normalize(image: tf.Tensor, config: Preprocessing) -> tf.Tensor:
     """uint8 pixels [..., channels] as float32 (pixel - mean) / std."""
-    image = tf.cast(image, tf.float32)
-    mean = tf.constant(config.mean, tf.float32)
-    std = tf.constant(config.std, tf.float32)
-    return (image - mean) / std
+    mean, std = (tf.constant(values, tf.float32) for values in (config.mean, config.std))
+    return (tf.cast(image, tf.float32) - mean) / std
 
 
 def _finish(image: tf.Tensor, config: Preprocessing, size: int | None = None) -> tf.Tensor:
@@ -93,19 +75,12 @@ def _finish(image: tf.Tensor, config: Preprocessing, size: int | None = None) ->
 
 
 def decode_image(encoded: tf.Tensor, channels: int | None = image_channels.RGB) -> tf.Tensor:
-    """Decodes JPEG, PNG, BMP or GIF (its first frame) bytes to uint8 pixels.
-
-    The format is read from the bytes, never from a file name, so a PNG saved
-    as `.jpg` decodes. Images of the other kind are converted to `channels`
-    (`data/channels.py`); None keeps the file's own channels (1 to 4).
-    """
-    if channels == image_channels.RGB:
-        image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
-        return tf.ensure_shape(image, [None, None, 3])
-    image = tf.io.decode_image(encoded, channels=0, expand_animations=False)
-    if channels is None:
-        return tf.ensure_shape(image, [None, None, None])
-    return image_channels.convert(tf.ensure_shape(image, [None, None, None]), channels)
+    """JPEG, PNG, BMP or GIF (first frame) bytes, the format read from the bytes, as uint8
+    pixels of `channels` (`data/channels.py` converts; None: the file's own)."""
+    rgb = channels == image_channels.RGB
+    image = tf.io.decode_image(encoded, channels=3 if rgb else 0, expand_animations=False)
+    image = tf.ensure_shape(image, [None, None, 3 if rgb else None])
+    return image if rgb or channels is None else image_channels.convert(image, channels)
 
 
 def _resize(image: tf.Tensor, height: tf.Tensor, width: tf.Tensor) -> tf.Tensor:
@@ -130,12 +105,9 @@ def _choices_of(uniform: tf.Tensor, config: Preprocessing) -> tf.Tensor:
 
 
 def _on_pixels(augmentation, images: tf.Tensor, draws: dict, config: Preprocessing) -> tf.Tensor:
-    """An augmentation on uint8 pixels of either kind, filling with the mean colour.
-
-    A greyscale image goes through as RGB, its grey in all three channels,
-    and comes back as its first channel: every op treats the three alike
-    (Color's blend with the luma is the identity on grey).
-    """
+    """An augmentation on uint8 pixels, filling with the mean colour. Greyscale goes
+    through as RGB and comes back as its first channel: every op treats the three
+    alike (Color's blend with the luma is the identity on grey)."""
     fill = tuple(min(255, max(0, round(value))) for value in config.mean)
     if images.shape[-1] == image_channels.RGB:
         return augmentation.apply(images, draws, config, fill)
@@ -143,30 +115,27 @@ def _on_pixels(augmentation, images: tf.Tensor, draws: dict, config: Preprocessi
     return augmentation.apply(rgb, draws, config, fill * 3)[..., :1]
 
 
-def _train_batch(
-    images: tf.Tensor, draws: dict, config: Preprocessing, normalized: Callable
-) -> tf.Tensor:
+def _train_batch(images: tf.Tensor, draws: dict, config: Preprocessing, normalized: Callable):
     """The training augmentations of a batch, each image by its draws: the one site.
 
     Args:
-      images: [batch, H, W, C], uint8 pixels; or float32 (ImageNet's resized
-        crops), rounded to the 0-255 grid for the augmentations on pixels,
-        the first of AugMix's views keeping them as they are.
-      draws: each augmentation's batched draws by its name (`augmentations.draws`),
-        and what `normalized` reads.
+      images: [batch, H, W, C] uint8 pixels, or float32 (ImageNet's crops,
+        rounded for the augmentations on pixels; AugMix's first view keeps them).
+      draws: each augmentation's batched draws by its name, and what
+        `normalized` reads.
       config: the parameters.
       normalized: (images, draws) -> the recipe's normalized float32 images.
 
     Returns:
-      float32 [batch, size, size, C]; with AugMix's consistency loss
-      [batch, views, size, size, C].
+      float32 [batch, size, size, C]; with AugMix's views [batch, views, ...].
     """
     active, views = augmentations.active(config.augment), config.augment.views
-    if any(augmentation.pixels for augmentation in active):
+    on_pixels = [augmentation for augmentation in active if augmentation.pixels]
+    if on_pixels:
         pixels = images
         if images.dtype != tf.uint8:
             pixels = tf.cast(tf.clip_by_value(tf.round(images), 0, 255), tf.uint8)
-        for augmentation in (a for a in active if a.pixels):
+        for augmentation in on_pixels:
             pixels = _on_pixels(augmentation, pixels, draws[augmentation.name], config)
         if images.dtype == tf.uint8:
             images = pixels
@@ -174,8 +143,7 @@ def _train_batch(
             images = tf.cast(pixels, tf.float32)
         else:
             images = tf.concat([images[:, None], tf.cast(pixels[:, 1:], tf.float32)], axis=1)
-    later = {key: value for key, value in draws.items() if key not in augmentations.AUGMENTATIONS}
-    later.update({a.name: draws[a.name] for a in active if not a.pixels})
+    later = {key: value for key, value in draws.items() if key not in {a.name for a in on_pixels}}
     if views > 1:  # The views as a batch, each example's draws repeated: augmented alike.
         images = tf.reshape(images, tf.concat([[-1], tf.shape(images)[2:]], axis=0))
         later = tf.nest.map_structure(lambda value: tf.repeat(value, views, axis=0), later)
@@ -188,12 +156,8 @@ def _train_batch(
 
 
 def cifar_augment(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> dict:
-    """One example's part of the CIFAR recipe, before batching: its draws.
-
-    Returns:
-      {"image", "choices": `cifar_choices`} and, if any augmentation is on,
-      "draws" (`augmentations.draws`): batched, `cifar_train_batch`'s arguments.
-    """
+    """One example's part of the CIFAR recipe: {"image", "choices"} and, if an augmentation
+    is on, "draws" (`augmentations.draws`); batched, `cifar_train_batch`'s arguments."""
     features = {"image": image, "choices": cifar_choices(seed, config)}
     if augmentations.draws_per_example(config):
         features["draws"] = augmentations.draws(seed, config)
@@ -203,12 +167,8 @@ def cifar_augment(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> d
 def cifar_train_batch(
     images: tf.Tensor, choices: tf.Tensor, config: Preprocessing, draws: dict | None = None
 ) -> tf.Tensor:
-    """The CIFAR recipe on a batch: each image augmented, normalized, padded, cropped and
-    flipped by its draws (`cifar_augment`'s, batched), in `config.dtype`.
-
-    Working on whole batches keeps the per-example work to drawing a few
-    numbers, which matters on machines with few cores.
-    """
+    """The CIFAR recipe on a batch, each image by its draws (`cifar_augment`'s), in
+    `config.dtype`: per example only draws, which matters with few cores."""
 
     def crop(images, draws):
         return _crop_normalized(images, draws["choices"], config)
@@ -218,13 +178,9 @@ def cifar_train_batch(
 
 
 def _crop_normalized(images: tf.Tensor, choices: tf.Tensor, config: Preprocessing) -> tf.Tensor:
-    """Each image's crop of itself padded by `crop_padding` with the mean colour, flipped
-    by its choice, normalized: float32 [batch, size, size, channels].
-
-    The crop is taken from the pixels as they are (uint8: a quarter of float32's
-    bytes) and normalized after; the window's rows and columns outside the
-    image read its edge and are then set to 0, which is the normalized mean colour.
-    """
+    """Each image's crop of itself padded by `crop_padding`, flipped by its choice,
+    normalized: float32 [batch, size, size, channels]. Cropped as uint8 (a quarter of
+    the bytes), then normalized; the padding is set to 0, the normalized mean colour."""
     size, pad = config.image_size, config.augment.crop_padding
     top, left, flip = tf.unstack(choices, axis=1)
     window = tf.range(size, dtype=tf.int32)
@@ -256,10 +212,8 @@ def cifar_train(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> tf.
     """The CIFAR training recipe on one decoded image (uint8 [size, size, C]): the
     pipeline's per-example and batched parts on a batch of one. With AugMix's
     consistency loss, [views, size, size, C]."""
-    features = _one(cifar_augment(image, seed, config))
-    return cifar_train_batch(features["image"], features["choices"], config, features.get("draws"))[
-        0
-    ]
+    one = _one(cifar_augment(image, seed, config))
+    return cifar_train_batch(one["image"], one["choices"], config, one.get("draws"))[0]
 
 
 def cifar_eval(image: tf.Tensor, config: Preprocessing) -> tf.Tensor:
@@ -292,19 +246,9 @@ def _random_crop_pixels(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing
 def imagenet_train(
     image: tf.Tensor, seed: tf.Tensor, config: Preprocessing, encoded: bool = False
 ) -> tf.Tensor:
-    """Random-resized crop and flip of one image, then the augmentations on a batch of one.
-
-    Args:
-      image: uint8 [H, W, C] pixels, or a scalar string of encoded bytes when
-        `encoded` (JPEG bytes are decoded inside the crop window only).
-      seed: int [2], this example's stateless seed.
-      config: the parameters.
-      encoded: whether `image` holds encoded bytes.
-
-    Returns:
-      [size, size, C] in `config.dtype`; with AugMix's consistency loss,
-      [views, size, size, C].
-    """
+    """Random-resized crop and flip of one image (uint8 [H, W, C], or encoded bytes when
+    `encoded`), then the augmentations on a batch of one: [size, size, C] in
+    `config.dtype`, with AugMix's views [views, size, size, C]."""
     crop_seed, flip_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
     if encoded:
 
@@ -338,9 +282,7 @@ def _resized_shape(image: tf.Tensor, shorter_side: int) -> list[tf.Tensor]:
     return tf.unstack(tf.cast(tf.minimum(tf.round(shape * scale), 2.0**30), tf.int32))
 
 
-def _interpolation(
-    out_indices: tf.Tensor, in_size: tf.Tensor, out_size: tf.Tensor
-) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+def _interpolation(out_indices: tf.Tensor, in_size: tf.Tensor, out_size: tf.Tensor):
     """Bilinear resizing's (lower, upper, fraction) source pixels along one axis, for some
     output pixels: `ResizeBilinear`'s half-pixel arithmetic op for op in float32."""
     scale = tf.cast(in_size, tf.float32) / tf.cast(out_size, tf.float32)
@@ -353,14 +295,7 @@ def _interpolation(
     return lower, upper, position - floor
 
 
-def _resized_window(
-    image: tf.Tensor,
-    height: tf.Tensor,
-    width: tf.Tensor,
-    top: tf.Tensor,
-    left: tf.Tensor,
-    size: int,
-) -> tf.Tensor:
+def _resized_window(image: tf.Tensor, height, width, top, left, size: int) -> tf.Tensor:
     """`_resize(image, height, width)[top:top + size, left:left + size]`, computed without
     the rest of the resized image: each output pixel reads its 4 source pixels."""
     in_height, in_width = tf.unstack(tf.shape(image)[:2])
@@ -382,17 +317,11 @@ def _resized_window(
     return upper_row + (lower_row - upper_row) * row_fraction[:, None, None]
 
 
-def resized_crops(
-    image: tf.Tensor, shorter_side: int, size: int, corners: bool = False
-) -> tf.Tensor:
-    """float32 [1, size, size, C], the central crop of `image` resized (bilinear) so that its
-    shorter side is `shorter_side`; with `corners`, [5, ...]: the centre, top-left,
-    top-right, bottom-left and bottom-right.
-
-    An image up to `MAX_WHOLE_RESIZE_ASPECT` is resized whole; a longer one
-    (a 1x4000 strip would resize to 3 GB of float32) has only its crops'
-    windows computed, by the same arithmetic (`_resized_window`).
-    """
+def resized_crops(image: tf.Tensor, shorter_side: int, size: int, corners: bool = False):
+    """float32 [1, size, size, C], the centre of `image` resized (bilinear) to a shorter
+    side of `shorter_side`; with `corners` [5, ...], then top-left, top-right,
+    bottom-left, bottom-right. An image longer than `MAX_WHOLE_RESIZE_ASPECT` (a
+    1x4000 strip would resize to 3 GB) has only its crops' windows computed."""
     height, width = _resized_shape(image, shorter_side)
     bottom, right = height - size, width - size
     origins = [(bottom // 2, right // 2)]
@@ -415,11 +344,8 @@ def resized_crops(
 def imagenet_eval(
     image: tf.Tensor, config: Preprocessing, encoded: bool = False, corners: bool = False
 ) -> tf.Tensor:
-    """The shorter side resized to `eval_resize`, the central crop (`resized_crops`), in
-    `config.dtype`; with `corners`, [5, size, size, C], the four corners after it.
-
-    `image`: uint8 [H, W, C] pixels, or encoded bytes when `encoded`.
-    """
+    """The central crop of an image (pixels, or bytes when `encoded`) resized to a shorter
+    side of `eval_resize`, in `config.dtype`; with `corners` also the corners."""
     if encoded:
         image = decode_image(image, config.channels)
     size = config.eval_size
@@ -428,9 +354,7 @@ def imagenet_eval(
     return tf.stack(crops) if corners else crops[0]
 
 
-def imagenet_eval_crops(
-    image: tf.Tensor, config: Preprocessing, encoded: bool = False
-) -> tf.Tensor:
+def imagenet_eval_crops(image: tf.Tensor, config: Preprocessing, encoded: bool = False):
     """Multi-crop evaluation's five crops (`imagenet_eval` with corners); with the flips
     the evaluation step adds, Krizhevsky et al. 2012's 10 crops."""
     return imagenet_eval(image, config, encoded, corners=True)
@@ -444,10 +368,6 @@ def resize_only(image: tf.Tensor, config: Preprocessing, encoded: bool = False) 
     size = config.image_size
     shape = tf.shape(image)
     same = tf.logical_and(tf.equal(shape[0], size), tf.equal(shape[1], size))
-    resized = tf.cond(
-        same,
-        lambda: tf.cast(image, tf.float32),
-        lambda: _resize(image, size, size),
-    )
+    resized = tf.cond(same, lambda: tf.cast(image, tf.float32), lambda: _resize(image, size, size))
     # Round back to the 0-255 grid so that both branches give the same dtype.
     return tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)

@@ -16,13 +16,11 @@ magnitude grows more severe with it and is the identity at M = 0 (timm's
   ShearX, ShearY    +-0.3 * level, about the top-left corner (as timm)
   TranslateX, -Y    +-0.45 * level of the width or height (timm's relative form)
 
-where +- is a random sign per op. timm's two variations are options: each op
-applies with a probability p, else it is the Identity (`randaugment_prob`),
-and each op's magnitude is drawn per image from N(M, std), clipped to
-[0, max(10, M)] (`randaugment_magnitude_std`; timm's "mstd"). Their draws have
-streams of their own, so the ops and signs drawn are the same with or without
-them. Geometric ops sample bilinearly and fill with the dataset's mean colour
-(timm's training transform fills with the mean it normalizes by).
+where +- is a random sign per op. timm's variations are options, drawn from
+streams of their own (the ops and signs stay): each op applies with a
+probability p (`randaugment_prob`), and its magnitude is drawn from N(M, std)
+(`randaugment_magnitude_std`). Geometric ops sample bilinearly and fill with
+the mean colour (timm's, which fills with the mean it normalizes by).
 """
 
 from __future__ import annotations
@@ -45,14 +43,9 @@ MAGNITUDE_SCALE = 10.0  # The scale's top: noisy magnitudes are clipped to it (o
 
 
 def op_arguments(magnitude) -> dict[str, tf.Tensor]:
-    """Each op's argument at M (a number, or float32 [batch]), before the sign.
-
-    In float64, rounded to float32 at the end: Python's arithmetic on a number
-    M, then the rounding a Python float gets when it meets a float32 tensor,
-    so a float32 magnitude equal to M gives M's arguments bit for bit.
-    "factor" stays float64: `augment_ops.Enhance` rounds 1 +- it once, as PIL's
-    C blend takes a float.
-    """
+    """Each op's argument at M (a number, or float32 [batch]), before the sign: Python's
+    float64 arithmetic, rounded to float32 at the end, so a float32 M gives M's
+    arguments bit for bit ("factor" stays float64: `Enhance` rounds 1 +- it once)."""
     if isinstance(magnitude, (tf.Tensor, tf.Variable)):
         level = tf.cast(magnitude, tf.float64) / 10
     else:  # tf.cast(6.3, tf.float64) would round 6.3 to float32 first.
@@ -106,12 +99,9 @@ class RandAugment(augment_ops.OpPolicy):
             indices = tf.where(keep < augment.randaugment_prob, indices, identity)
         draws = {"op_indices": indices, "op_signs": signs}
         if augment.randaugment_magnitude_std > 0:
-            draws["op_magnitudes"] = noisy_magnitudes(
-                sub_seed(seed, MAGNITUDE_STREAM),
-                count,
-                augment.randaugment_magnitude,
-                augment.randaugment_magnitude_std,
-            )
+            magnitude, std = augment.randaugment_magnitude, augment.randaugment_magnitude_std
+            seed = sub_seed(seed, MAGNITUDE_STREAM)
+            draws["op_magnitudes"] = noisy_magnitudes(seed, count, magnitude, std)
         return draws
 
     def magnitude(self, draws, config):

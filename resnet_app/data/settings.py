@@ -98,10 +98,8 @@ def _check(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-AUGMIX_SETTINGS = (
-    *("augmix_severity", "augmix_width", "augmix_depth", "augmix_alpha", "augmix_all_ops"),
-    "augmix_jsd",
-)
+AUGMIX_SETTINGS = tuple(f"augmix_{name}" for name in ("severity", "width", "depth", "alpha"))
+AUGMIX_SETTINGS += ("augmix_all_ops", "augmix_jsd")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,25 +111,21 @@ class AugmentSettings:
       flip: random horizontal flips in training.
       area_range: ImageNet recipe: the crop's area fraction range.
       aspect_ratio_range: ImageNet recipe: the crop's aspect ratio range.
-      randaugment_ops: RandAugment (Cubuk et al. 2020) in training: ops applied
-        to each image, drawn from 14 (0: off; 2 is the usual choice).
-      randaugment_magnitude: RandAugment's magnitude M, on the 0-10 scale of
-        TF and timm (up to 30 extrapolates); 9 is the usual ImageNet value.
-      randaugment_prob: the chance each of an image's RandAugment ops is
-        applied (else skipped); 1 applies them all (the paper), timm's
-        default is 0.5 ("ResNet strikes back" used it).
+      randaugment_ops: RandAugment (Cubuk et al. 2020): ops per image, each
+        drawn from 14 (0: off; 2 is usual).
+      randaugment_magnitude: RandAugment's magnitude M on TF's and timm's 0-10
+        scale (up to 30 extrapolates); 9 is the usual ImageNet value.
+      randaugment_prob: the chance each RandAugment op applies (timm's p, 0.5
+        in "ResNet strikes back"; 1, all of them, is the paper's).
       randaugment_magnitude_std: each op's magnitude drawn per image from
-        N(M, std), clipped to [0, max(10, M)] (timm's "mstd"; 0.5 in "ResNet
-        strikes back"); 0 uses M for all.
-      auto_augment: an augmentation policy in training, instead of RandAugment,
-        as torchvision's: "ta_wide", TrivialAugment-wide (Müller & Hutter
-        2021; its ResNet-50 V2 recipe): one of the 14 ops per image at a
-        magnitude drawn from 31 wide bins (`data/trivialaugment.py`);
-        "imagenet", "cifar10" or "svhn", AutoAugment's learned policy (Cubuk
-        et al. 2019): one of its 25 two-op sub-policies per image
-        (`data/autoaugment.py`); "augmix", AugMix (Hendrycks et al. 2020):
-        a mix of the image and `augmix_width` chains of ops
-        (`data/augmix.py`); "none": off.
+        N(M, std), clipped to [0, max(10, M)] (timm's "mstd", 0.5 in "ResNet
+        strikes back"); 0: M for all.
+      auto_augment: a policy instead of RandAugment, by torchvision's names:
+        "ta_wide", TrivialAugment-wide (Müller & Hutter 2021): one op per
+        image at one of 31 bins; "imagenet", "cifar10" or "svhn",
+        AutoAugment's learned policies (Cubuk et al. 2019): one of 25 two-op
+        sub-policies; "augmix", AugMix (Hendrycks et al. 2020): the image
+        mixed with `augmix_width` chains of ops; "none": off.
       augmix_severity: AugMix's ops draw their magnitude from the first
         `severity` of 10 bins (torchvision's; default 3).
       augmix_width: AugMix's chains per image (3).
@@ -141,28 +135,26 @@ class AugmentSettings:
         Sharpness (torchvision's default; the paper leaves them out, as they
         overlap ImageNet-C's corruptions).
       augmix_jsd: the weight lambda of AugMix's Jensen-Shannon consistency
-        loss (the paper's 12; 0: off). Each training example then goes
-        through the network as three views, itself and two AugMix of it
-        drawn apart, and its loss is the usual loss of the first plus lambda
-        times the Jensen-Shannon divergence of the three predictions
-        (`engine/consistency.py`). Three times the forward and backward work
-        per example; single-label data, without Mixup/CutMix or a teacher.
-      erase_probability: random erasing (Zhong et al. 2020) in training: the
-        chance an image has a box replaced by normal noise (0: off; 0.25 in
-        timm's recipes).
+        loss (the paper's 12; 0: off): each example goes through the network
+        as itself and two AugMix of it, and lambda times the divergence of
+        the three predictions joins its loss (`engine/losses/consistency.py`).
+        Three times the work; single-label data, without Mixup/CutMix or a
+        teacher.
+      erase_probability: random erasing (Zhong et al. 2020): the chance an
+        image has a box replaced by normal noise (0: off; 0.25 in timm's
+        recipes).
       erase_area_range: random erasing: the box's area fraction range.
       erase_aspect_range: random erasing: the box's height / width range.
-      cutout_size: Cutout (DeVries & Taylor 2017, as Page 2018's ResNet-9
-        uses it): a square of this side, placed at random wholly inside the
-        image, set to 0 after normalization (the mean colour); 0: off.
+      cutout_size: Cutout (DeVries & Taylor 2017; Page 2018's ResNet-9): a
+        square of this side, wholly inside the image, set to the mean
+        colour; 0: off.
       repeats: repeated augmentation (Hoffer et al. 2020; timm's
         `--aug-repeats`, torchvision's `RASampler`, 4 in its ResNet-50 V2
-        recipe, 3 in "ResNet strikes back"): each example k times in a row in
-        the epoch's order, each copy augmented on its own and the copies
-        spread over the replicas of a step; an epoch keeps the training
-        examples rounded down to a multiple of 256 and of the global batch
-        (`data/repeats.py`). 1: off. Needs data read by index (not tfds's
-        streamed records) and uniform sampling.
+        recipe): each example k times in a row, each copy augmented apart,
+        the copies spread over a step's replicas; an epoch keeps the
+        examples rounded down to 256s and to the global batch
+        (`data/repeats.py`). 1: off. Needs data read by index and uniform
+        sampling.
     """
 
     crop_padding: int = setting(4, WHOLE_OR_0)
@@ -263,12 +255,11 @@ class RecordSettings:
 class ProgressiveSettings:
     """Progressive resizing: the training image size by epoch (`data.progressive.` keys).
 
-    Two forms (`data/progressive.py` computes the sizes):
-    - a ramp (FFCV's): `start_size` until `start_epoch`, then linear to
-      `end_size` at `end_epoch`, rounded to a multiple of `multiple`;
-    - a list: `sizes[i]` from epoch `epochs[i]` on (fast.ai's 128, 224, 288).
-    Evaluation stays at the evaluation size (`data.eval_image_size`, else
-    `data.image_size`), and so do export and predict.
+    A ramp (FFCV's): `start_size` until `start_epoch`, then linear to
+    `end_size` at `end_epoch`, rounded to a multiple of `multiple`; or a list:
+    `sizes[i]` from epoch `epochs[i]` on (fast.ai's 128, 224, 288)
+    (`data/progressive.py`). Evaluation, export and predict keep the
+    evaluation size.
 
     Attributes:
       start_size: the ramp's first size (None: no ramp).
@@ -334,27 +325,23 @@ class DataConfig:
       data_dir: tfds data directory, and where `shapes` and the TFRecord
         indexes are cached (default: tfds's ~/tensorflow_datasets and
         ~/.cache/resnet_app).
-      image_size: output size (default: the dataset's own size when all its
-        images have one, e.g. 32 for cifar10 and shapes; else the model
-        preset's input size, 224 for the ImageNet-stem presets and 32 for
-        the CIFAR ones; a run trained with another size keeps it).
+      image_size: output size (default: the dataset's own when all its images
+        have one, e.g. 32 for cifar10; else the model preset's input size; a
+        run trained with another size keeps it).
       preprocessing: "cifar", "imagenet" or "auto" (CIFAR up to 64 pixels).
-      channels: the network's input channels: 1 (greyscale) or 3 (RGB)
-        (default: the data's own: 1 when every training image is greyscale,
-        as IDX files, MNIST and most Fashion-MNIST folders are; else 3).
-        Images of the other kind are converted (grey repeated to RGB; RGB to
-        luma, 0.299 R + 0.587 G + 0.114 B). Export and predict take the
-        trained number.
+      channels: the network's input channels, 1 (greyscale) or 3 (RGB)
+        (default: 1 when every training image is greyscale, else 3); images
+        of the other kind are converted (grey repeated; RGB to luma). Export
+        and predict take the trained number.
       mean: per-channel mean, 0-255 scale, one value per channel (default:
         measured on the training split, or a fixed sample of it).
       std: per-channel standard deviation, 0-255 scale (default: as `mean`).
       eval_resize: ImageNet recipe: shorter side before the central crop
         (default: the evaluation size / 0.875, so 256 for 224).
       eval_image_size: ImageNet recipe: the evaluation's central crop, when
-        it differs from the training size (default: image_size). Testing at
-        a larger size than training corrects the apparent objects' size
-        (Touvron et al. 2019); Wightman et al. 2021's A3 trains at 160 and
-        tests at 224. Export and predict use it too.
+        it differs from the training size (default: image_size), as testing
+        larger than training does (Touvron et al. 2019; A3 trains at 160,
+        tests at 224). Export and predict use it too.
       augment: the training augmentation (`AugmentSettings`).
       mix: Mixup and CutMix (`MixSettings`).
       validation_split: training examples held out as the "holdout" split for
@@ -367,20 +354,18 @@ class DataConfig:
       shuffle_buffer: streamed datasets: examples in the shuffle buffer.
       seed: the data order and augmentation seed (in a training config:
         train.seed).
-      dtype: the images' dtype: float32, bfloat16 or float16. In a training
-        config it defaults to None, meaning train.precision's (see
-        `config.Config`); the pipeline needs it set.
+      dtype: the images' dtype: float32, bfloat16 or float16 (in a training
+        config None: train.precision's).
       num_classes: `synthetic`: the number of labels. `csv:`: confirms integer
         ids far sparser than the classes they imply (ids 0 to num_classes - 1).
         `idx:`: the classes, ids 0 to num_classes - 1 (EMNIST's sets have more
         than 10).
-      class_names: `csv:`, `tfrecord:` and `idx:` sources: the classes, in label
-        order, when the labels are integer ids (default: the class texts of
-        TFRecords; a table's label names, sorted; Fashion-MNIST's names for IDX
-        files with "fashion" in their directory's name; else the ids themselves).
-      coarse_labels: CIFAR-100 (`cifar:PATH` of its archive, or `cifar100`
-        read from it): the 20 coarse classes (superclasses) instead of the 100
-        fine ones.
+      class_names: `csv:`, `tfrecord:` and `idx:` sources: the classes in label
+        order, for integer labels (default: TFRecords' class texts, a table's
+        sorted names, Fashion-MNIST's for IDX files in a "fashion" directory,
+        else the ids).
+      coarse_labels: CIFAR-100 (`cifar:PATH`, or `cifar100`): the 20 coarse
+        classes instead of the 100 fine ones.
       multi_label: `csv:` sources: several labels per image (default: when a
         label cell holds several names); true or false forces it.
       label_separator: `csv:` sources: what separates a cell's labels; the
@@ -458,13 +443,9 @@ class DataConfig:
 
 
 def data_config(**keys: Any) -> DataConfig:
-    """A `DataConfig` from keys as a config file's data section gives them.
-
-    Groups may be mappings (`augment={"flip": False}`) and the old flat names
-    are accepted (`flip=False`, `common/migration.py`); every value is checked as a
-    config's would be. `seed`, which a training config sets as train.seed,
-    may be given too.
-    """
+    """A `DataConfig` from keys as a config file's data section gives them (groups as
+    mappings, `augment={"flip": False}`, or the old flat names), checked as a config's;
+    `seed` (a training config's train.seed) too."""
     from resnet_app.common.fields import replace_from
 
     seed = keys.pop("seed", 0)
