@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.data import image_size, input_pipeline, run_pipeline, seeds, sources
+from resnet_app.data import image_choices, input_pipeline, run_pipeline, seeds, sources
 from resnet_app.data.settings import data_config
 from tests import image_files
 from tests.tfds_mock import closed_port, mock_tfds
@@ -631,7 +631,7 @@ def test_data_image_size_and_preprocessing_always_win(tmp_path):
 )
 def test_choose_image_size(data, dataset_size, model_size, recorded, expected):
     config = data_config(**data)
-    chosen = image_size.choose_image_size(config, dataset_size, model_size, "m", recorded)
+    chosen = image_choices.choose_image_size(config, dataset_size, model_size, "m", recorded)
     assert chosen.size == expected[0]
     assert chosen.reason.startswith(expected[1])
 

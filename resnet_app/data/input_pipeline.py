@@ -44,8 +44,7 @@ from resnet_app.data import (
     seeds,
     sources,
 )
-from resnet_app.data.image_choices import Recorded
-from resnet_app.data.image_size import choose_recipe, describe_choice
+from resnet_app.data.image_choices import Recorded, choose_recipe, describe_choice
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.data.settings import DataConfig
 from resnet_app.data.sources.base import round_robin
@@ -180,15 +179,6 @@ class InputPipeline:
             return self.preprocessing
         return dataclasses.replace(self.preprocessing, image_size=image_size)
 
-    def _augment(self, image: tf.Tensor, seed: tf.Tensor, encoded: bool, config) -> dict:
-        """One training example's part of the augmentation.
-
-        The ImageNet recipe runs whole here. The CIFAR recipe only draws its
-        choices here; `_augment_batch` applies them to the whole batch at once.
-        """
-        resize = self.source.image_size != config.image_size
-        return families.of(config).augment(image, seed, config, encoded, resize)
-
     @staticmethod
     def _augment_batch(batch: dict, config: Preprocessing) -> dict:
         """The batch's part of the augmentation; AugMix's views, when the consistency
@@ -203,11 +193,6 @@ class InputPipeline:
             views = batch.pop("image")
             batch.update(image=views[:, 0], augmix_views=views[:, 1:])
         return batch
-
-    def _evaluate_transform(self, image: tf.Tensor, encoded: bool, crops: bool) -> tf.Tensor:
-        config = self.preprocessing
-        resize = self.source.image_size != config.image_size
-        return families.of(config).evaluate(image, config, encoded, resize, crops)
 
     def epoch_order(self, epoch: int) -> np.ndarray:
         """The example indices of training epoch `epoch` in visiting order (indexed data)."""
@@ -253,12 +238,13 @@ class InputPipeline:
             return self._synthetic(batch, config.image_size)
         seed, split = self.config.seed, self.train_split
         repeated = self.config.augment.repeats > 1
+        resize = self.source.image_size != config.image_size
         if split.indexed:  # (augmentation key, index, copy)
             arrange = repeats.placement(global_batch_size, num_shards, replicas_per_shard)
             examples = self._indexed_stream(start_example, arrange).shard(num_shards, shard_index)
         else:  # (augmentation key, id, copy, image, label)
             examples = self._streamed(start_example, num_shards, shard_index)
-        if batches.applies(split, config, self.source.image_size != config.image_size):
+        if batches.applies(split, config, resize):
             stream = batches.training(examples, batch, self._lookup(split), config, repeated)
         else:
             if split.indexed:
@@ -269,9 +255,12 @@ class InputPipeline:
                 )
 
             def transform(key, example_id, copy, image, label):
-                # Each example's augmentation depends on (seed, epoch, id, copy) only.
+                # Each example's augmentation depends on (seed, epoch, id, copy) only. The
+                # ImageNet recipe runs whole here; the CIFAR one only draws its choices, which
+                # `_augment_batch` applies to the whole batch at once.
                 augment_seed = tf.stack([key, example_id])
-                features = self._augment(image, augment_seed, split.encoded, config)
+                family = families.of(config)
+                features = family.augment(image, augment_seed, config, split.encoded, resize)
                 if repeated:  # Its copies draw their stochastic depth apart (`drop_path.py`).
                     features["copy"] = copy
                 return batches.example(features, label, example_id)
@@ -376,7 +365,8 @@ class InputPipeline:
             )
 
         def transform(example_id, image, label):
-            image = self._evaluate_transform(image, data.encoded, crops)
+            config = self.preprocessing
+            image = families.of(config).evaluate(image, config, data.encoded, resize, crops)
             return batches.example({"image": image}, label, example_id)
 
         stream = _map_examples(stream, transform, data.encoded)

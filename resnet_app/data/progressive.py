@@ -75,6 +75,17 @@ class SizeSchedule:
     def progressive(self) -> bool:
         return len(self.sizes) > 1
 
+    @staticmethod
+    def of(changes) -> SizeSchedule:
+        """From (first step, size, epoch) in step order: where the size changes."""
+        starts, sizes, epochs = [], [], []
+        for start, size, epoch in changes:
+            if not sizes or size != sizes[-1]:
+                starts.append(start)
+                sizes.append(size)
+                epochs.append(epoch)
+        return SizeSchedule(tuple(starts), tuple(sizes), tuple(epochs))
+
     def describe(self) -> str:
         """E.g. "16 px from epoch 0, 24 from epoch 2 (step 48), 32 from epoch 4 (step 97)"."""
         changes = zip(self.starts[1:], self.sizes[1:], self.epochs[1:])
@@ -98,26 +109,22 @@ def size_schedule(
             start = _first_step(exact, batch_size, examples_per_epoch)
             if start < max(total_steps, 1):
                 changes[start] = (size, float(epoch))
-        starts, sizes, epochs = [], [], []
-        for start, (size, epoch) in sorted(changes.items()):
-            if not sizes or size != sizes[-1]:
-                starts.append(start)
-                sizes.append(size)
-                epochs.append(epoch)
-        return SizeSchedule(tuple(starts), tuple(sizes), tuple(epochs))
+        return SizeSchedule.of((start, *change) for start, change in sorted(changes.items()))
     last_epoch = max(0, total_steps - 1) * batch_size // examples_per_epoch  # Of the last step.
     last_change = int(math.ceil(settings.end_epoch or 0))
-    starts, sizes, epochs = [0], [size_at_epoch(settings, 0, final_size)], [0.0]
-    for epoch in range(1, min(last_epoch, last_change) + 1):
-        size = size_at_epoch(settings, epoch, final_size)
-        if size != sizes[-1]:
-            starts.append(_first_step(Fraction(epoch), batch_size, examples_per_epoch))
-            sizes.append(size)
-            epochs.append(float(epoch))
+    schedule = SizeSchedule.of(
+        (
+            _first_step(Fraction(epoch), batch_size, examples_per_epoch),
+            size_at_epoch(settings, epoch, final_size),
+            float(epoch),
+        )
+        for epoch in range(min(last_epoch, last_change) + 1)
+    )
+    sizes = schedule.sizes
     if settings.start_size is not None and len(sizes) == 1 and sizes[0] != final_size:
         raise ConfigError(
             f"data.progressive: the ramp (FFCV's form) sets one size per whole epoch, so this "
             f"run of {last_epoch + 1} epoch(s) would train at {sizes[0]} px throughout; ramp "
             f"over more epochs, or give data.progressive.sizes and .epochs (fractions allowed)"
         )
-    return SizeSchedule(tuple(starts), tuple(sizes), tuple(epochs))
+    return schedule

@@ -32,23 +32,17 @@ def _hyperband(prune_after: int, eval_every: int | None) -> Any:
             "--pruner=hyperband counts its resource in training steps: give --eval_every=N "
             "(its smallest budget, one evaluation), or use --pruner=median"
         )
-    return _optuna().pruners.HyperbandPruner(min_resource=eval_every, max_resource="auto")
+    return import_optuna().pruners.HyperbandPruner(min_resource=eval_every, max_resource="auto")
 
 
 # Optuna's pruners, each made from (--prune_after, the run's train.eval_every).
 PRUNERS: dict[str, Callable[[int, int | None], Any]] = {
-    "median": lambda prune_after, _: _optuna().pruners.MedianPruner(
+    "median": lambda prune_after, _: import_optuna().pruners.MedianPruner(
         n_startup_trials=prune_after, n_warmup_steps=0
     ),
     "hyperband": _hyperband,
-    "none": lambda *_: _optuna().pruners.NopPruner(),
+    "none": lambda *_: import_optuna().pruners.NopPruner(),
 }
-
-
-def _optuna() -> Any:
-    import optuna
-
-    return optuna
 
 
 def import_optuna() -> Any:
@@ -94,12 +88,10 @@ def tell(study: Any, trial: Any, *args: Any, **kwargs: Any) -> None:
 
 def make_sampler(name: str, seed: int, grid: dict[str, list[Any]] | None) -> Any:
     """Optuna's sampler `name`; `grid` is the grid sampler's {key: values}."""
-    optuna = import_optuna()
+    samplers = import_optuna().samplers
     if name == "grid":
-        return optuna.samplers.GridSampler(grid, seed=seed)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    return optuna.samplers.TPESampler(seed=seed)
+        return samplers.GridSampler(grid, seed=seed)
+    return {"random": samplers.RandomSampler, "tpe": samplers.TPESampler}[name](seed=seed)
 
 
 def open_study(url: str, name: str, direction: str, sampler: Any, pruner: Any) -> Any:

@@ -270,9 +270,7 @@ def load(root: str, config) -> Source:
         split: record_index.load(paths, config.records.label_key, text_key, config.data_dir)
         for split, paths in found.items()
     }
-    texts = {}
-    for index in indexes.values():
-        texts.update(index.texts)
+    texts = {label: text for index in indexes.values() for label, text in index.texts.items()}
     records = config.records
     train_labels = indexes["train"].labels
     if not len(train_labels):
