@@ -1,5 +1,7 @@
 """The training config: one typed tree of defaults, YAML recipes and `--set KEY=VALUE`."""
 
+# ruff: noqa: F401 - the names below are the package's interface.
+
 from resnet_app.config.differences import RESUMABLE_CHANGES, changes
 from resnet_app.config.layers import from_dict, resolve
 from resnet_app.config.loading import read_yaml
@@ -19,23 +21,3 @@ from resnet_app.config.sections import (
     SyncSettings,
     TrainSettings,
 )
-
-__all__ = [
-    "CONFIG_FILE",
-    "MAX_ROLLBACKS",
-    "PRECISIONS",
-    "RESUMABLE_CHANGES",
-    "Config",
-    "ModelSection",
-    "ScheduleSection",
-    "SyncSettings",
-    "TrainSettings",
-    "changes",
-    "from_dict",
-    "from_yaml",
-    "read_run_config",
-    "read_yaml",
-    "resolve",
-    "to_yaml",
-    "write_yaml",
-]
