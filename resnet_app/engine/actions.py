@@ -89,42 +89,55 @@ class Action:
         """The steps since the last boundary are lost (a rollback follows)."""
 
 
-class TrainingRecords(Action):
-    """Writes each training record to `metrics.jsonl`, and every step's learning rate
-    and each record's scalars to TensorBoard (`model_dir/train`)."""
+def status(record: dict[str, Any]) -> str:
+    """A training record in a few words, for the console."""
+    return (
+        f"loss {record['loss']:.4f} acc {record['accuracy']:.4f} "
+        f"lr {record['learning_rate']:.4g} {record['examples_per_sec']:.0f} img/s"
+    )
+
+
+class Records(Action):
+    """Every step's learning rate and each training record: to TensorBoard
+    (`model_dir/train`) and `metrics.jsonl`, a warning once when training waits
+    for its input (after a first record of warm-up), and with `progress` (the
+    chief's) the progress bar, which measures the ETA, or a log line."""
 
     SCALARS = ("loss", "accuracy", "examples_per_sec", "input_wait")
 
-    def __init__(self, writer: MetricsWriter):
-        self.writer = writer
+    def __init__(self, writer: MetricsWriter, progress: Progress | None):
+        self.writer, self.progress = writer, progress
+        self.records, self.warned = 0, False
 
     def __call__(self, boundary: Boundary) -> None:
-        record = boundary.record
-        if record is not None:
-            self.writer.write(record)
-        first = boundary.step - len(boundary.rates) + 1
+        step, record = boundary.step, boundary.record
+        first = step - len(boundary.rates) + 1
         for index, rate in enumerate(boundary.rates, start=first):
             # Each step's rate, against the step count after it.
             self.writer.scalars(run_dir.TRAIN_EVENTS_DIR, index, {"learning_rate": rate})
         if record is not None:
+            self.writer.write(record)
             scalars = {k: record[k] for k in self.SCALARS}
-            self.writer.scalars(run_dir.TRAIN_EVENTS_DIR, boundary.step, scalars)
+            self.writer.scalars(run_dir.TRAIN_EVENTS_DIR, step, scalars)
             self.writer.flush()
-
-
-class InputBoundWarner(Action):
-    """Warns once when training waits for its input (after a first record of warm-up)."""
-
-    def __init__(self, writer: MetricsWriter):
-        self.writer, self.records, self.warned = writer, 0, False
-
-    def __call__(self, boundary: Boundary) -> None:
-        record = boundary.record
-        if record is None:
+            self.records += 1
+            if self.records >= 2 and not self.warned and record["input_wait"] > INPUT_BOUND_WAIT:
+                self.warn_input_bound(step, record)
+        if self.progress is None:
             return
-        self.records += 1
-        if self.records < 2 or self.warned or record["input_wait"] <= INPUT_BOUND_WAIT:
-            return
+        if boundary.due.log and record is not None:
+            if self.progress.interactive:
+                self.progress.update(step, status(record))
+            else:
+                eta = format_duration(self.progress.eta(step))
+                total, epoch = self.progress.total, record["epoch"]
+                logging.info(
+                    "step %d/%d epoch %.2f: %s, ETA %s", step, total, epoch, status(record), eta
+                )
+        if boundary.due.evaluate:
+            self.progress.finish()  # The evaluation's log lines start on a line of their own.
+
+    def warn_input_bound(self, step: int, record: dict[str, Any]) -> None:
         self.warned = True
         logging.warning(
             "Training is input-bound: the steps waited for data %.0f%% of the time (at "
@@ -134,44 +147,12 @@ class InputBoundWarner(Action):
             record["examples_per_sec"],
         )
         self.writer.write(
-            {"step": boundary.step, "event": "input_bound", "input_wait": record["input_wait"]}
+            {"step": step, "event": "input_bound", "input_wait": record["input_wait"]}
         )
 
-
-def status(record: dict[str, Any]) -> str:
-    """A training record in a few words, for the console."""
-    return (
-        f"loss {record['loss']:.4f} acc {record['accuracy']:.4f} "
-        f"lr {record['learning_rate']:.4g} {record['examples_per_sec']:.0f} img/s"
-    )
-
-
-class ProgressLine(Action):
-    """The progress bar (which measures the ETA) on a terminal, else a log line, at
-    every training record."""
-
-    def __init__(self, progress: Progress):
-        self.progress = progress
-
-    def __call__(self, boundary: Boundary) -> None:
-        step, progress = boundary.step, self.progress
-        if boundary.due.log and boundary.record is not None:
-            if progress.interactive:
-                progress.update(step, status(boundary.record))
-            else:
-                logging.info(
-                    "step %d/%d epoch %.2f: %s, ETA %s",
-                    step,
-                    progress.total,
-                    boundary.record["epoch"],
-                    status(boundary.record),
-                    format_duration(progress.eta(step)),
-                )
-        if boundary.due.evaluate:
-            progress.finish()  # The evaluation's log lines start on a line of their own.
-
     def interrupt(self) -> None:
-        self.progress.finish()
+        if self.progress is not None:
+            self.progress.finish()
 
 
 class LrOverride(Action):
@@ -267,19 +248,14 @@ class KeepBest(Action):
         found = run_dir.read_best(model_dir)
         if found is None:
             return
-        record = found[1]
-        value = record.get("value")
-        same = (record.get("metric"), record.get("mode")) == (self.metric, self.direction)
-        if same and isinstance(value, (int, float)):
+        path, record = found
+        value, kept = record.get("value"), (record.get("metric"), record.get("mode"))
+        if kept == (self.metric, self.direction) and isinstance(value, (int, float)):
             self.best = value
         else:
             logging.warning(
                 "%s holds the best %s (%s); keeping the best %s (%s) from here on",
-                found[0],
-                record.get("metric"),
-                record.get("mode"),
-                self.metric,
-                self.direction,
+                *(path, *kept, self.metric, self.direction),
             )
 
     def __call__(self, boundary: Boundary) -> None:
@@ -379,20 +355,14 @@ def create_actions(
     start: int,
     extra: Sequence[Action] = (),
 ) -> tuple[list[Action], Evaluator]:
-    """The trainer's actions in order: records (metrics.jsonl, TensorBoard), the
-    input-bound warning, the progress line (chief), the learning-rate override, the
+    """The trainer's actions in order: the records, the learning-rate override, the
     evaluator, keep-best, `extra`, and the checkpointer last; and the evaluator
     (the run's summary is its last record). `start` is the first step, for the ETA."""
     train = run.config.train
+    progress = Progress(run.plan.total_steps, start) if run.chief else None
     evaluator = Evaluator(run, writer, global_model)
-    actions: list[Action] = [TrainingRecords(writer), InputBoundWarner(writer)]
-    if run.chief:
-        actions.append(ProgressLine(Progress(run.plan.total_steps, start)))
-    actions += [LrOverride(run, writer), evaluator]
-    if train.keep_best:
-        actions.append(KeepBest(run))
-    actions += [
-        *extra,
-        Checkpointer(run.checkpoints, policy, global_model, train.on_nan == "rollback"),
-    ]
-    return actions, evaluator
+    best = [KeepBest(run)] if train.keep_best else []
+    save_first = train.on_nan == "rollback"
+    checkpointer = Checkpointer(run.checkpoints, policy, global_model, save_first)
+    actions = [Records(writer, progress), LrOverride(run, writer), evaluator, *best, *extra]
+    return [*actions, checkpointer], evaluator

@@ -1,17 +1,9 @@
 """Metrics from per-class counts and scores, in NumPy: imbalanced and multi-label data.
 
-- Per-class recall and balanced accuracy (single-label): recall of class c is
-  the share of its examples predicted as c; balanced accuracy is the mean
-  recall over the classes that have examples (scikit-learn's
-  `balanced_accuracy_score`).
-- Average precision (multi-label), per class, from the scores of every example:
-  AP = sum over thresholds of (R_n - R_(n-1)) * P_n, the thresholds being the
-  distinct scores, high to low (scikit-learn's `average_precision_score`,
-  tied scores taken together). mAP is the mean over the classes with at least
-  one positive example.
-- F1 at a threshold (multi-label): micro F1 = 2 TP / (2 TP + FP + FN) over
-  every (example, class) pair; macro F1 = the mean of each class's F1 over
-  the classes with a positive example or prediction.
+Balanced accuracy is the mean per-class recall over the classes with examples,
+and average precision is scikit-learn's (`balanced_accuracy_score`,
+`average_precision_score`, tied scores taken together); mAP and macro F1 are
+means over the classes that have a positive example (or, for F1, a prediction).
 """
 
 from __future__ import annotations
@@ -32,11 +24,10 @@ def balanced_accuracy(class_examples: np.ndarray, class_correct: np.ndarray) -> 
 
 
 def average_precision(scores: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """float64 [classes]: each class's average precision; NaN for a class without positives.
+    """float64 [classes]: each class's AP; NaN for a class without positives.
 
-    Args:
-      scores: [examples, classes] scores (probabilities or logits: only their order counts).
-      targets: [examples, classes] 0/1 labels.
+    AP = sum over the distinct scores, high to low, of (R_n - R_(n-1)) * P_n;
+    `scores` only count by their order, `targets` are 0/1, both [examples, classes].
     """
     scores = np.asarray(scores, np.float64)
     targets = np.asarray(targets) > 0.5
@@ -69,8 +60,8 @@ def f1_scores(
 ) -> tuple[float, float, np.ndarray]:
     """(micro F1, macro F1, per-class F1) with a class predicted at probability >= threshold.
 
-    A class with no positive example and no prediction has no F1 (NaN) and is
-    left out of the macro mean.
+    Micro F1 = 2 TP / (2 TP + FP + FN) over every (example, class) pair; a
+    class with no positive and no prediction has F1 NaN, out of the macro mean.
     """
     predicted = np.asarray(probabilities) >= threshold
     actual = np.asarray(targets) > 0.5

@@ -134,7 +134,10 @@ def train(
             except lost_worker.PEER_ERRORS as error:
                 if not distribute.is_multi_worker(run.strategy):
                     raise
-                raise _worker_lost(run, writer, last, error) from None
+                lost = lost_worker.survive(run, last, error)  # The last complete step saved.
+                at = int(run.global_step.numpy())
+                writer.write({"step": at, "event": "worker_lost", "message": str(lost)})
+                raise lost from None  # The command prints it, once.
             except divergence.DivergedError as diverged:
                 controller.interrupt()
                 step, restored = divergence.roll_back(run, writer, diverged), True
@@ -178,17 +181,6 @@ def _last_step(run: setup.Run) -> LastStep | None:
     return LastStep(run.strategy, variables, run.local_sgd)
 
 
-def _worker_lost(
-    run: setup.Run, writer: MetricsWriter, last: LastStep | None, error: Exception
-) -> ConfigError:
-    """A peer lost: the last complete step saved, the event recorded, the one line returned."""
-    lost = lost_worker.survive(run, last, error)
-    writer.write(
-        {"step": int(run.global_step.numpy()), "event": "worker_lost", "message": str(lost)}
-    )
-    return lost  # The command prints it, once.
-
-
 def _out_of_memory(run: setup.Run, error: Exception) -> ConfigError:
     """A training step that ran out of memory, as one line naming what to change."""
     replicas = run.strategy.num_replicas_in_sync
@@ -216,34 +208,23 @@ def _record_settings(run: setup.Run, writer: MetricsWriter, start: int) -> None:
 def _announce(
     run: setup.Run, writer: MetricsWriter, start: int, intervals: cadence.Intervals
 ) -> None:
-    total, train = intervals.total, run.config.train
+    total, config, pipeline = intervals.total, run.config, run.pipeline
+    batch, examples = config.train.batch_size, run.examples_per_epoch
+    replicas = run.strategy.num_replicas_in_sync
     logging.info(
         "Training %s on %s (%s): %d steps (%.2f epochs of %d examples), global batch %d "
         "on %d replica(s), evaluating on %s every %d steps; run directory %s",
-        run.config.model_name,
-        run.config.data.dataset,
-        run.pipeline.describe(),
-        total,
-        total * train.batch_size / run.examples_per_epoch,
-        run.examples_per_epoch,
-        train.batch_size,
-        run.strategy.num_replicas_in_sync,
-        run.pipeline.eval_split_name,
-        intervals.eval_every,
-        run.model_dir,
+        *(config.model_name, config.data.dataset, pipeline.describe(), total),
+        *(total * batch / examples, examples, batch, replicas, pipeline.eval_split_name),
+        *(intervals.eval_every, run.model_dir),
     )
-    logging.info(
-        "Learning rate (schedule.%s): %s",
-        run.config.schedule.kind,
-        describe_schedule(run.config, run.plan),
-    )
+    schedule = describe_schedule(config, run.plan)
+    logging.info("Learning rate (schedule.%s): %s", config.schedule.kind, schedule)
     sizes = run.plan.sizes
     if sizes.progressive:
         logging.info(
             "Progressive resizing (data.progressive): %s; evaluated at %d px; the batch stays %d",
-            sizes.describe(),
-            run.pipeline.preprocessing.eval_size,
-            train.batch_size,
+            *(sizes.describe(), pipeline.preprocessing.eval_size, batch),
         )
     writer.write({"step": start, "event": "start", "total_steps": total, "time": time.time()})
     settings = hparam_values(run.config.to_dict(with_derived=True))
@@ -257,10 +238,7 @@ def _stopped(run: setup.Run, writer: MetricsWriter, step: int, reason: str) -> R
     logging.warning(
         "Stopped by %s at step %d of %d; saved a checkpoint in %s. Rerun the same command "
         "to resume.",
-        reason,
-        step,
-        run.plan.total_steps,
-        run.model_dir,
+        *(reason, step, run.plan.total_steps, run.model_dir),
     )
     return RunResult(summary={"step": step, "stopped": reason}, model=run.model, stopped=reason)
 
@@ -283,30 +261,22 @@ def _finish(
         "examples_per_sec": controller.trained_examples / max(elapsed, 1e-9),
     }
     writer.write({"step": step, "event": "end", "seconds": elapsed})
+    scores = [last_eval[k] for k in ("split", "top1", "top5", "loss", "num_examples")]
     logging.info(
         "Done: %d steps in %s (%.0f examples/s); %s top-1 %.4f, top-5 %.4f, loss %.4f on "
         "%d examples; run directory %s",
-        step,
-        format_duration(elapsed),
-        summary["examples_per_sec"],
-        last_eval["split"],
-        last_eval["top1"],
-        last_eval["top5"],
-        last_eval["loss"],
-        last_eval["num_examples"],
-        run.model_dir,
+        *(step, format_duration(elapsed), summary["examples_per_sec"], *scores, run.model_dir),
     )
     train = run.config.train
     if "ema_top1" in last_eval:
+        if train.swa_start:
+            average = f"SWA's average of the weights (train.swa_start={train.swa_start:g})"
+        else:
+            average = f"Moving average of the weights (train.ema_decay={train.ema_decay:g})"
         logging.info(
             "%s: top-1 %.4f, top-5 %.4f, loss %.4f; evaluate, export and predict use it unless "
             "given --weights=raw",
-            f"SWA's average of the weights (train.swa_start={train.swa_start:g})"
-            if train.swa_start
-            else f"Moving average of the weights (train.ema_decay={train.ema_decay:g})",
-            last_eval["ema_top1"],
-            last_eval["ema_top5"],
-            last_eval["ema_loss"],
+            *(average, last_eval["ema_top1"], last_eval["ema_top5"], last_eval["ema_loss"]),
         )
     if train.swa_start and run.chief:
         summary["swa"] = _write_swa_checkpoint(run, writer, step, swa_checkpoint)
@@ -335,27 +305,15 @@ def _write_swa_checkpoint(
     scores = {
         key: evaluation[key] for key in ("split", "top1", "top5", "loss") if key in evaluation
     }
-    writer.write(
-        {
-            "step": step,
-            "event": "swa",
-            "checkpoint": record["checkpoint"],
-            "models": models,
-            "bn_batches": record["bn_batches"],
-            **scores,
-        }
-    )
+    bn_batches, checkpoint = record["bn_batches"], record["checkpoint"]
+    event = {"step": step, "event": "swa", "checkpoint": checkpoint, "models": models}
+    writer.write({**event, "bn_batches": bn_batches, **scores})
+    top1 = evaluation.get("top1", float("nan"))
     logging.info(
         "SWA: the mean of %d models (updates %d, %d, ... every %d) with BatchNorm measured on %d "
         "training batches: top-1 %.4f on %s; the run's averaged checkpoint %s "
         "(evaluate and export --checkpoint=averaged)",
-        models,
-        start,
-        start + period,
-        period,
-        record["bn_batches"],
-        evaluation.get("top1", float("nan")),
-        evaluation.get("split"),
-        record["checkpoint"],
+        *(models, start, start + period, period, bn_batches, top1, evaluation.get("split")),
+        checkpoint,
     )
     return record

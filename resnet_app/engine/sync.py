@@ -13,49 +13,33 @@ once per step, whoever asks first (the evaluator or the checkpointer).
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import keras
 import tensorflow as tf
 
 from resnet_app.common import checkpoint, distribute
 from resnet_app.engine.divergence import DivergedError
+from resnet_app.engine.local_sgd import LocalSGD
 
 SUM = tf.distribute.ReduceOp.SUM
 
 if TYPE_CHECKING:
-    from resnet_app.engine.local_sgd import LocalSGD
     from resnet_app.engine.setup import Run
 
 
-class SyncPolicy(Protocol):
-    """What the controller, its actions and the step ask of the way replicas synchronize.
-
-    `align` gives the interval a kind of work (evaluations, saves) may have;
-    `at_sync` says whether the replicas hold the global model at a step, and
-    `next_sync` the first step after it where they do (a waiting save or stop ends
-    there); `make_global` makes them hold it, before an evaluation or a save. The
-    step's side, in replica context: `denominator` (the tower's loss denominator
-    from its mask), `shares` (the towers sharing the regularization), `apply` (a
-    tower's gradients); then in cross-replica context, inside the compiled loop:
-    `after_step`, `global_now` (whether the replicas hold the global model after
-    the step; None: always) and `may_stop` (whether a requested stop may happen).
-    """
-
-    def align(self, name: str, every: int) -> int: ...
-    def at_sync(self, step: int) -> bool: ...
-    def next_sync(self, step: int) -> int: ...
-    def make_global(self, step: int) -> None: ...
-    def denominator(self, mask: tf.Tensor) -> tf.Tensor: ...
-    def shares(self) -> int: ...
-    def apply(self, optimizer, gradients: list[tf.Tensor], variables: list) -> None: ...
-    def after_step(self) -> None: ...
-    def global_now(self) -> tf.Tensor | None: ...
-    def may_stop(self, stop: tf.Variable) -> tf.Tensor: ...
-
-
 class AllReduce:
-    """Gradients all-reduced (summed) every step.
+    """Gradients all-reduced (summed) every step: the default sync policy.
+
+    A policy is what the controller, its actions and the step ask. `align`
+    gives the interval a kind of work may have; `at_sync` says whether the
+    replicas hold the global model at a step, `next_sync` the first step after
+    it where they do (a waiting save or stop ends there), and `make_global`
+    makes them hold it. In replica context: `denominator` (the tower's loss
+    denominator), `shares` (the towers sharing the regularization), `apply` (a
+    tower's gradients); in cross-replica context, inside the compiled loop:
+    `after_step`, `global_now` (whether the model is global after the step;
+    None: always) and `may_stop` (whether a requested stop may happen).
 
     Args:
       model: the model, built in `strategy.scope()`.
@@ -110,7 +94,10 @@ class AllReduce:
         return stop
 
 
-def create_policy(run: Run) -> AllReduce | LocalSGD:
+SyncPolicy = AllReduce | LocalSGD  # LocalSGD answers the same questions.
+
+
+def create_policy(run: Run) -> SyncPolicy:
     """The run's sync policy: its local SGD, which averages at its last step, or all-reduce."""
     if run.local_sgd is not None:
         run.local_sgd.total, run.local_sgd.ema = run.plan.total_steps, run.ema
