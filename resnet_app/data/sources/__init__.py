@@ -7,26 +7,11 @@ fix is one line (`ConfigError`). Nothing here imports TensorFlow at module level
 command-line tools check a `--dataset` before paying for it.
 """
 
-# The source modules register their schemes when imported.
-from resnet_app.data.sources import cifar, folder, idx, shapes_source, table, tfds_source, tfrecord  # noqa: F401
+# The source modules register their schemes when imported; the names below are the package's.
+# ruff: noqa: F401
+from resnet_app.data.sources import cifar, folder, idx, shapes_source, table, tfds_source, tfrecord
 from resnet_app.data.sources.base import HOLDOUT_SPLIT, Source, Split, eval_batches, hold_out
 from resnet_app.data.sources.folder import load as load_folder
 from resnet_app.data.sources.registry import load_source, parse, register_source
 from resnet_app.data.sources.shapes_source import load_shapes
 from resnet_app.data.sources.tfds_source import NETWORK_PROBE_ENV, network_available
-
-__all__ = [
-    "HOLDOUT_SPLIT",
-    "NETWORK_PROBE_ENV",
-    "Source",
-    "Split",
-    "eval_batches",
-    "hold_out",
-    "load_folder",
-    "load_shapes",
-    "load_source",
-    "network_available",
-    "parse",
-    "register_source",
-    "tfds_source",
-]
