@@ -142,16 +142,25 @@ def read_best(model_dir: str) -> tuple[str, dict[str, Any]] | None:
 def read_kept_record(path: str, remedy: str) -> dict[str, Any]:
     """The JSON record beside a kept checkpoint (best.json, averaged.json), with its "step"
     and "checkpoint" name; a damaged one is ConfigError "PATH is damaged (...); REMEDY"."""
-    try:
-        with open(path) as f:
-            record = json.load(f)
+
+    def checked(record: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(record["step"], int) or not isinstance(record["checkpoint"], str):
             raise TypeError("step or checkpoint of the wrong type")
+        return record
+
+    return read_json(path, checked, remedy)
+
+
+def read_json(path: str, parse: Callable[[Any], T], remedy: str) -> T:
+    """`parse(the JSON at path)`; ConfigError "PATH is damaged (...); REMEDY" when it cannot
+    be read or `parse` raises KeyError, TypeError or ValueError."""
+    try:
+        with open(path) as f:
+            return parse(json.load(f))
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise ConfigError(
             f"{path} is damaged ({type(error).__name__}: {error}); {remedy}"
         ) from None
-    return record
 
 
 def chosen_step(which: str) -> int | None:
@@ -170,14 +179,8 @@ def read_data_info(model_dir: str, parse: Callable[[dict[str, Any]], T]) -> T | 
     path = data_info_path(model_dir)
     if not os.path.isfile(path):
         return None
-    try:
-        with open(path) as f:
-            return parse(json.load(f))
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ConfigError(
-            f"{path} is damaged ({type(error).__name__}: {error}); delete it to take the "
-            f"classes and preprocessing from the dataset again"
-        ) from None
+    remedy = "delete it to take the classes and preprocessing from the dataset again"
+    return read_json(path, parse, remedy)
 
 
 def recorded_multi_label(model_dir: str) -> bool:
