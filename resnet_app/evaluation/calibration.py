@@ -83,20 +83,16 @@ def _check_labels(labels: Any, num_examples: int, num_classes: int) -> np.ndarra
     return labels.astype(np.int64)
 
 
-def _check_logits(logits: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
-    logits = _check_scores(logits, "logits")
-    return logits, _check_labels(labels, *logits.shape)
-
-
-def _check_probabilities(probabilities: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
-    probabilities = _check_scores(probabilities, "probabilities")
-    if np.any(probabilities < 0) or np.any(probabilities > 1 + PROBABILITY_SLACK):
-        raise ValueError(
-            "probabilities must lie in [0, 1], got values in "
-            f"[{probabilities.min()}, {probabilities.max()}]"
-        )
-    labels = _check_labels(labels, *probabilities.shape)
-    return np.minimum(probabilities, 1.0), labels
+def _check_examples(scores: Any, labels: Any, name: str = "logits") -> tuple[np.ndarray, ...]:
+    """`_check_scores` and `_check_labels`; probabilities must also lie in [0, 1]."""
+    scores = _check_scores(scores, name)
+    if name == "probabilities":
+        if np.any(scores < 0) or np.any(scores > 1 + PROBABILITY_SLACK):
+            raise ValueError(
+                f"probabilities must lie in [0, 1], got values in [{scores.min()}, {scores.max()}]"
+            )
+        scores = np.minimum(scores, 1.0)
+    return scores, _check_labels(labels, *scores.shape)
 
 
 def expected_calibration_error(
@@ -125,7 +121,7 @@ def reliability(
       ValueError: as `expected_calibration_error`.
     """
     bins = _check_bins(bins)
-    probabilities, labels = _check_probabilities(probabilities, labels)
+    probabilities, labels = _check_examples(probabilities, labels, "probabilities")
     confidence = probabilities.max(axis=1)
     correct = probabilities.argmax(axis=1) == labels
     # Edges i / B, each correctly rounded; searchsorted(side="left") puts a
@@ -171,7 +167,7 @@ def negative_log_likelihood(
         out of range or a temperature that is not finite and positive.
     """
     temperature = _check_temperature(temperature)
-    logits, labels = _check_logits(logits, labels)
+    logits, labels = _check_examples(logits, labels)
     log_probabilities = _log_softmax(logits / temperature)
     return float(-np.mean(log_probabilities[np.arange(len(labels)), labels]))
 
@@ -212,7 +208,7 @@ def fit_temperature(
         raise ValueError(f"the temperature interval needs 0 < low < high, got [{low}, {high}]")
     if not (math.isfinite(tolerance) and tolerance > 0):
         raise ValueError(f"tolerance must be finite and > 0, got {tolerance}")
-    logits, labels = _check_logits(logits, labels)
+    logits, labels = _check_examples(logits, labels)
 
     beta_low, beta_high = 1.0 / high, 1.0 / low
     slope_low = _nll_slope(logits, labels, beta_low)
@@ -280,9 +276,7 @@ def calibration_record(
 ) -> dict[str, Any]:
     """The calibration of softmax(logits / temperature), JSON-ready: "temperature", "nll",
     "ece" and "reliability" (`reliability`'s bins)."""
-    bins = _check_bins(bins)
-    temperature = _check_temperature(temperature)
-    logits, labels = _check_logits(logits, labels)
+    temperature = _check_temperature(temperature)  # The others are checked where they are used.
     bins_record = reliability(apply_temperature(logits, temperature), labels, bins)
     return {
         "temperature": temperature,

@@ -279,29 +279,19 @@ def log_summary(report: Record, worst: int = 5) -> None:
     measured = [c for c in report["classes"] if c[key] is not None]
     measured.sort(key=lambda c: (c[key], -c[count], c["id"]))
     if multi:
-        listed = ", ".join(
-            f"{c['name']} {c[key]:.3f} ({c['positives']} positives)" for c in measured[:worst]
-        )
-        logging.info(
-            "Per-class average precision of %s on %s, worst first: %s",
-            report["checkpoint"],
-            report["split"],
-            listed or "no positives",
-        )
-        return
-    listed = ", ".join(
-        f"{c['name']} {c['accuracy']:.1%} ({c['correct']}/{c['examples']})"
-        for c in measured[:worst]
-    )
+        shown = [f"{c['name']} {c[key]:.3f} ({c['positives']} positives)" for c in measured]
+    else:
+        shown = [f"{c['name']} {c[key]:.1%} ({c['correct']}/{c['examples']})" for c in measured]
     empty = len(report["classes"]) - len(measured)
     logging.info(
-        "Per-class accuracy of %s on %s, worst first: %s%s",
+        "Per-class %s of %s on %s, worst first: %s%s",
+        "average precision" if multi else "accuracy",
         report["checkpoint"],
         report["split"],
-        listed or "no examples",
-        f"; classes without examples: {empty}" if empty else "",
+        ", ".join(shown[:worst]) or f"no {count}",
+        f"; classes without examples: {empty}" if empty and not multi else "",
     )
-    if report["most_confused"]:
+    if report.get("most_confused"):
         pair = report["most_confused"][0]
         logging.info(
             "Most confused: %s taken for %s %d times",

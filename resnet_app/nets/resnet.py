@@ -54,16 +54,17 @@ class ResNet(keras.Model):
         # Units are attributes named stage2_unit0, ... (checkpoints follow
         # attributes, not lists); `stage_names` keeps the table's order.
         block = block_class(config)
-        rates = iter(drop_path.block_rates(config.drop_path_rate, sum(config.units)))
-        stage_names = []
+        rates = drop_path.block_rates(config.drop_path_rate, sum(config.units))
+        self.stage_names = tuple(
+            tuple(f"stage{stage}_unit{unit}" for unit in range(units))
+            for stage, units in enumerate(config.units, start=1)
+        )
         in_channels = config.stem_filters
         index = 0
-        for stage, (units, width, stride) in enumerate(
-            zip(config.units, config.widths, config.strides), start=1
+        for stage, (names, width, stride) in enumerate(
+            zip(self.stage_names, config.widths, config.strides), start=1
         ):
-            names = []
-            for unit in range(units):
-                name = f"stage{stage}_unit{unit}"
+            for unit, name in enumerate(names):
                 layer = block(
                     config,
                     in_channels=in_channels,
@@ -71,22 +72,17 @@ class ResNet(keras.Model):
                     stride=stride if unit == 0 else 1,
                     first_in_network=stage == 1 and unit == 0,
                     first_in_stage=unit == 0,
-                    drop_rate=next(rates),
+                    drop_rate=rates[index],
                     block_index=index,
                     name=name,
                 )
-                index += 1
                 setattr(self, name, layer)
-                names.append(name)
+                index += 1
                 in_channels = width * config.expansion
-            stage_names.append(tuple(names))
-        self.stage_names = tuple(stage_names)
 
         self.final_bn = make.batch_norm("final_bn") if config.version == "v2" else None
-        if config.head_pool == "max":  # ResNet-9's.
-            self.pool = keras.layers.GlobalMaxPooling2D(name="pool")
-        else:
-            self.pool = keras.layers.GlobalAveragePooling2D(name="pool")
+        pools = {"avg": keras.layers.GlobalAveragePooling2D, "max": keras.layers.GlobalMaxPooling2D}
+        self.pool = pools[config.head_pool](name="pool")  # ResNet-9's is "max".
         # Logits stay float32 under a mixed-precision policy.
         self.logits = make.dense(config.num_classes, "logits", bias=config.head_bias)
 
