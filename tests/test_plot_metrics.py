@@ -10,7 +10,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from resnet_app.common import metrics
+from resnet_app.common import files, metrics
 from resnet_app.tools import plot_metrics
 from tests.commands import REPO, blocked_packages, error_line, run_command
 
@@ -243,7 +243,7 @@ def test_failed_save_leaves_the_previous_picture(tmp_path):
             raise OSError("No space left on device")
 
     with pytest.raises(OSError):
-        plot_metrics.save_figure(FailingFigure(), str(out))
+        files.save_figure(FailingFigure(), str(out))
     assert out.read_bytes() == b"the previous picture"
     assert os.listdir(tmp_path) == ["curves.png"]
 

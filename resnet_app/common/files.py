@@ -184,6 +184,13 @@ def recover_directory(final: str, record: str) -> str | None:
     return found if found != final else None
 
 
+def save_figure(figure: Any, path: str, dpi: int = 100) -> None:
+    """Writes a matplotlib `figure` to `path` whole, in the format of its extension (PNG
+    if none)."""
+    file_format = os.path.splitext(path)[1][1:].lower() or "png"
+    write_atomically(path, lambda temporary: figure.savefig(temporary, format=file_format, dpi=dpi))
+
+
 def write_text_atomically(path: str, text: str) -> None:
     """Writes `text` to `path` whole."""
 

@@ -25,7 +25,7 @@ from typing import Any
 from absl import flags, logging
 
 from resnet_app import config
-from resnet_app.common import cli, run_dir
+from resnet_app.common import cli, files, run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.engine import command_line
 
@@ -290,7 +290,7 @@ def plot(
     axes.grid(alpha=0.3, which="both")
     axes.legend(fontsize=8)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    files.save_figure(figure, path)
     plt.close(figure)
     logging.info("Wrote %s", path)
 

@@ -17,7 +17,7 @@ import sys
 
 from absl import flags, logging
 
-from resnet_app.common import cli
+from resnet_app.common import cli, files
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import repeats
 from resnet_app.engine import command_line
@@ -128,7 +128,7 @@ def plot(rates: list[float], steps_per_epoch: int, path: str, title: str) -> Non
     axes.set_title(f"{title} schedule, {len(rates)} steps")
     axes.grid(alpha=0.3)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    files.save_figure(figure, path)
     logging.info("Wrote %s", path)
 
 

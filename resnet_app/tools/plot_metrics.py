@@ -202,12 +202,6 @@ def plot_runs(run_dirs: Sequence[str], x: str = "step") -> Figure:
     return plot_curves(runs, x=x)
 
 
-def save_figure(figure: Figure, path: str) -> None:
-    """Writes `figure` to `path` atomically, in the format of its extension (PNG if none)."""
-    file_format = os.path.splitext(path)[1][1:].lower() or "png"
-    files.write_atomically(path, lambda temp: figure.savefig(temp, format=file_format, dpi=DPI))
-
-
 def _summary(curves: RunCurves) -> str:
     steps = curves.train["loss"].steps
     parts = [f"{len(steps)} training records" + (f" to step {steps[-1]}" if steps else "")]
@@ -252,7 +246,7 @@ def main(argv: list[str]) -> None:
         raise ConfigError(f"--out={out}: matplotlib cannot write .{file_format}; use .png")
 
     try:
-        save_figure(plot_runs(run_dirs, x=flags.FLAGS.x), out)
+        files.save_figure(plot_runs(run_dirs, x=flags.FLAGS.x), out, dpi=DPI)
     except OSError as error:
         raise ConfigError(f"--out={out}: cannot write it ({error.strerror}); pick another") from (
             None

@@ -12,7 +12,7 @@ import os
 
 from absl import flags, logging
 
-from resnet_app.common import checks, cli
+from resnet_app.common import checks, cli, files
 from resnet_app.common.errors import ConfigError
 from resnet_app.data.settings import DataConfig
 from resnet_app.data.sources import registry
@@ -83,7 +83,7 @@ def main(argv: list[str]) -> None:
         axis.set_title(label_text(label, pipeline.class_names), fontsize=8)
     figure.suptitle(f"{config.dataset}: {pipeline.preprocessing.family} preprocessing", fontsize=9)
     figure.tight_layout()
-    figure.savefig(_OUT.value, dpi=100)
+    files.save_figure(figure, _OUT.value)
     logging.info("Wrote %d images to %s", len(pixels), _OUT.value)
 
 
