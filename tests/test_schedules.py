@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from resnet_app import config
 from resnet_app.common.errors import ConfigError
 from resnet_app.engine import schedules
 
@@ -452,17 +453,20 @@ def test_create_schedule_rejects(spec, message):
 
 
 @pytest.mark.parametrize(
-    "arguments, message",
+    "setting, message",
     [
-        (dict(base_lr=-0.1), "optimizer.learning_rate must be a number >= 0, got -0.1"),
-        (dict(base_lr=float("nan")), "optimizer.learning_rate must be a number >= 0"),
-        (dict(global_batch_size=0), "the global batch size must be a whole number >= 1"),
-        (dict(total_steps=0), "the run's total_steps must be a whole number >= 1"),
+        (
+            "optimizer.learning_rate=-0.1",
+            "argument 'learning_rate' must be a number >= 0, got -0.1",
+        ),
+        ("optimizer.learning_rate=.nan", "argument 'learning_rate' must be a number >= 0"),
+        ("train.batch_size=0", "train.batch_size must be a whole number >= 1"),
+        ("train.train_steps=0", "train.train_steps must be a whole number >= 1"),
     ],
 )
-def test_create_schedule_rejects_arguments(arguments, message):
+def test_the_config_checks_what_a_schedule_is_built_from(setting, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
-        create({"name": "constant"}, **arguments)
+        config.resolve(sets=[setting])
 
 
 # --- A new kind: its dataclass and its registration, nothing else ----------------------
@@ -473,7 +477,6 @@ def test_a_new_kind_takes_its_dataclass_and_registration_only(monkeypatch):
     `kind=`) is read, checked, built and documented from a config, with no other edit."""
     import dataclasses
 
-    from resnet_app import config
     from resnet_app.common.fields import AT_LEAST_1, setting
     from resnet_app.config import reference, schedule_kinds
     from resnet_app.engine.plan import plan_run
@@ -639,6 +642,8 @@ def test_check_schedule_on_a_plain_callable():
         schedules.check_schedule(lambda step, steps_per_epoch: 1 / (1 - step), 10, 100)
     with pytest.raises(ConfigError, match="steps_per_epoch must be a whole number >= 1"):
         schedules.check_schedule(lambda step, steps_per_epoch: 0.1, 0, 100)
+    with pytest.raises(ConfigError, match="the run's total_steps must be a whole number >= 1"):
+        schedules.check_schedule(lambda step, steps_per_epoch: 0.1, 10, 0)
     # Ranges are checked once, by the config; a curve computes what it is given.
     with pytest.raises(ConfigError, match=re.escape("returned -0.2 at step 0")):
         schedules.check_schedule(lambda step, steps_per_epoch: -0.2, 10, 100)

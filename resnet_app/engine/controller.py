@@ -10,6 +10,7 @@ agree on; a non-finite loss raises `DivergedError`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -26,32 +27,26 @@ from resnet_app.engine.sync import GlobalModel, SyncPolicy
 from resnet_app.engine.train_metrics import Interval
 
 
+@dataclasses.dataclass(eq=False)
 class Controller:
     """Trains a run to its end, calling its actions at every boundary; keeps the last
     record's `train_loss`, the `trained_examples` and when it `started` (monotonic)."""
 
-    def __init__(
-        self,
-        run: Run,
-        train_step: TrainStep,
-        policy: SyncPolicy,
-        global_model: GlobalModel,
-        intervals: cadence.Intervals,
-        actions: Sequence[Action],
-        stop: preemption.StopRequest,
-    ):
-        self.run = run
-        self.train_step = train_step
-        self.policy = policy
-        self.global_model = global_model
-        self.intervals = intervals
-        self.actions = list(actions)
-        self.stop = stop
-        self.multi_worker = distribute.is_multi_worker(run.strategy)
+    run: Run
+    train_step: TrainStep
+    policy: SyncPolicy
+    global_model: GlobalModel
+    intervals: cadence.Intervals
+    actions: Sequence[Action]
+    stop: preemption.StopRequest
+    train_loss: float = math.nan
+    trained_examples: float = 0.0
+    started: float | None = None
+
+    def __post_init__(self):
+        self.actions = list(self.actions)
+        self.multi_worker = distribute.is_multi_worker(self.run.strategy)
         self.interval = Interval()
-        self.train_loss = math.nan
-        self.trained_examples = 0.0
-        self.started: float | None = None
 
     def train(self, step: int, restored: bool) -> tuple[int, str | None]:
         """Trains from `step` (`restored`: a checkpoint of it) to the end or a stop;

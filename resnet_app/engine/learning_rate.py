@@ -76,22 +76,20 @@ class LearningRate:
             if seen == self._stuck:
                 return None  # Reported already; reported again once it changes.
             self._stuck = seen
-            logging.error(
-                "Ignored %s: it cannot be renamed to %s once read (%s), so it would apply "
-                "again at every interval; remove it and write it again",
+            return _ignored(
                 path,
+                "it cannot be renamed to %s once read (%s), so it would apply again at every "
+                "interval; remove it and write it again",
                 run_dir.LR_OVERRIDE_APPLIED,
                 first_line(error, with_type=True),
             )
-            return None
         if text is None:
-            logging.error(
-                "Ignored %s: it cannot be read as text (%s); write a rate (0.01) or a "
-                "multiplier (x0.1) as plain text",
+            return _ignored(
                 path,
+                "it cannot be read as text (%s); write a rate (0.01) or a multiplier (x0.1) as "
+                "plain text",
                 reason,
             )
-            return None
         value, scale = self.state()
         try:
             if text.lower().startswith("x"):
@@ -106,12 +104,13 @@ class LearningRate:
             self.set_state(fixed, 1.0)
             return f"fixed rate {fixed:g}"
         except ValueError:
-            logging.error(
-                "Ignored %s: %r is neither a learning rate (0.01) nor a multiplier (x0.1)",
-                path,
-                text,
-            )
-            return None
+            why = "%r is neither a learning rate (0.01) nor a multiplier (x0.1)"
+            return _ignored(path, why, text)
+
+
+def _ignored(path: str, why: str, *args) -> None:
+    """Logs that the override file at `path` was not applied, and `why`."""
+    logging.error("Ignored %s: " + why, path, *args)
 
 
 def _identity(path: str) -> tuple | None:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from resnet_app.common.errors import ConfigError
-from resnet_app.common.fields import AT_LEAST_0, AT_LEAST_1
+from resnet_app.common.fields import AT_LEAST_1
 from resnet_app.config.schedule_kinds import Schedule, ScheduleSection, Script
 
 
@@ -39,9 +39,6 @@ def create_schedule(
         spec = ScheduleSection.from_mapping({} if spec is None else spec)
     if isinstance(spec, Script):
         return load_script(spec.path)
-    base_lr = AT_LEAST_0.check("optimizer.learning_rate", base_lr)
-    AT_LEAST_1.check("the global batch size", global_batch_size)
-    AT_LEAST_1.check("the run's total_steps", total_steps)
     return spec.build(base_lr, global_batch_size, total_steps)
 
 

@@ -9,7 +9,6 @@ checkpoint. The data is a function of (seed, epoch, example), so the data positi
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 from typing import Any
 
@@ -43,34 +42,80 @@ from resnet_app.nets.presets import get_config
 from resnet_app.pretrained import sources
 
 
-@dataclasses.dataclass
 class Run:
-    """One run's settings, data and state, made by `build_run`: `checkpoints` holds the
-    model, optimizer and variables; `resume_from` is the (step, prefix) to resume
-    from, `config_changes` "section.key" -> (saved, new), `lock` held until `close`."""
+    """One run's settings, data and state, made by `build_run`: its variables, each
+    created in `strategy.scope()`, and `checkpoints`, their checkpoint. `resume_from`
+    is the (step, prefix) to resume from, `config_changes` "section.key" -> (saved,
+    new), `lock` held until `close`."""
 
-    config: Config
-    model_dir: str
-    strategy: tf.distribute.Strategy
-    chief: bool
-    pipeline: input_pipeline.InputPipeline
-    plan: RunPlan
-    model: keras.Model
-    optimizer: keras.optimizers.Optimizer
-    learning_rate: LearningRate
-    global_step: tf.Variable
-    data_position: tf.Variable
-    num_replicas: tf.Variable
-    rollback_count: tf.Variable
-    saved_config: tf.Variable
-    checkpoints: checkpoint.RunCheckpoint
-    local_sgd: local_sgd.LocalSGD | None
-    ema: WeightEMA | None
     resume_from: tuple[int, str] | None = None
-    config_changes: dict[str, tuple[Any, Any]] = dataclasses.field(default_factory=dict)
+    config_changes: dict[str, tuple[Any, Any]]
     lock: run_lock.RunLock | None = None
     class_weights: np.ndarray | None = None
     teacher: teacher_lib.Teacher | None = None
+
+    def __init__(
+        self,
+        config: Config,
+        model_dir: str,
+        strategy: tf.distribute.Strategy,
+        chief: bool,
+        pipeline: input_pipeline.InputPipeline,
+        plan: RunPlan,
+        optimizer_config: dict[str, Any],
+    ):
+        self.config, self.model_dir, self.strategy, self.chief = config, model_dir, strategy, chief
+        self.pipeline, self.plan, self.config_changes = pipeline, plan, {}
+        train, size = config.train, pipeline.preprocessing.image_size
+
+        def create_network() -> keras.Model:
+            return factory.create_run_model(
+                config, pipeline.num_classes, size, train.precision, pipeline.channels
+            )
+
+        # Model averaging with one replica would be the all-reduce run.
+        average = config.sync.mode == "model_average" and strategy.num_replicas_in_sync > 1
+        keras.utils.set_random_seed(train.seed)
+        with strategy.scope(), local_sgd.local_variables() if average else contextlib.nullcontext():
+            model = create_network()
+            parts.freeze(model, train.freeze, train.freeze_batch_norm)
+            multipliers = parts.lr_multipliers(model, train.lr_multipliers or {})
+            optimizer = optim.create_optimizer(optimizer_config, multipliers)
+            if precision.get(train.precision).loss_scaling:
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+            optimizer.build(model.trainable_variables)
+        self.model, self.optimizer, self.local_sgd, self.ema = model, optimizer, None, None
+        if average:
+            self.local_sgd = local_sgd.LocalSGD(model, optimizer, strategy, config.sync.interval)
+        if train.keeps_average:
+            with strategy.scope():  # Mirrored, also under model averaging (`ema.py`).
+                average_model = create_network()
+            if train.swa_start:
+                self.ema = SwaAverage(model, average_model, *swa_updates(train, plan))
+            else:
+                every = 1 if self.local_sgd is None else self.local_sgd.interval
+                self.ema = WeightEMA(model, average_model, train.ema_decay, train.ema_warmup, every)
+
+        def counter(name: str, value: int = 0) -> tf.Variable:
+            return tf.Variable(value, dtype=tf.int64, trainable=False, name=name)
+
+        with strategy.scope():
+            self.learning_rate = LearningRate(plan.schedule, plan.steps_per_epoch)
+            self.global_step, self.data_position = counter("global_step"), counter("data_position")
+            self.num_replicas = counter("num_replicas", strategy.num_replicas_in_sync)
+            self.rollback_count = counter("rollbacks")
+        # The settings each checkpoint was trained with, for the resume guard.
+        self.saved_config = tf.Variable(config_lib.to_yaml(config), trainable=False, name="config")
+        self.checkpoints = checkpoint.RunCheckpoint(
+            model_dir, chief=chief, max_to_keep=train.keep_checkpoints,
+            keep_every_n_hours=train.keep_checkpoint_every_n_hours,
+            worker=distribute.worker_index(strategy),
+            model=model, optimizer=optimizer, global_step=self.global_step,
+            data_position=self.data_position, num_replicas=self.num_replicas,
+            rollbacks=self.rollback_count, config=self.saved_config,
+            lr_value=self.learning_rate.value, lr_scale=self.learning_rate.scale,
+            **({} if self.ema is None else {checkpoint.EMA: self.ema.model}),
+        )  # fmt: skip
 
     def close(self) -> None:
         """Removes the scratch checkpoints and lets another trainer have the directory."""
@@ -194,7 +239,7 @@ def build_run(
             config, plan, changes = _check_resume(
                 config, plan, pipeline, strategy, resume_from, model_dir, allow_config_change
             )
-        run = _create_state(config, model_dir, strategy, chief, pipeline, plan, optimizer_config)
+        run = Run(config, model_dir, strategy, chief, pipeline, plan, optimizer_config)
         run.lock, run.class_weights = lock, weights
         run.resume_from, run.config_changes = resume_from, changes
         if source is not None and resume_from is None:  # Once, when the run starts.
@@ -210,74 +255,6 @@ def build_run(
         if lock is not None:
             lock.release()
         raise
-
-
-def _create_state(
-    config: Config,
-    model_dir: str,
-    strategy: tf.distribute.Strategy,
-    chief: bool,
-    pipeline: input_pipeline.InputPipeline,
-    plan: RunPlan,
-    optimizer_config: dict[str, Any],
-) -> Run:
-    """The run's variables, each created in `strategy.scope()`, and their checkpoint."""
-    train, size = config.train, pipeline.preprocessing.image_size
-
-    def create_network() -> keras.Model:
-        return factory.create_run_model(
-            config, pipeline.num_classes, size, train.precision, pipeline.channels
-        )
-
-    # Model averaging with one replica would be the all-reduce run.
-    average = config.sync.mode == "model_average" and strategy.num_replicas_in_sync > 1
-    keras.utils.set_random_seed(train.seed)
-    with strategy.scope(), local_sgd.local_variables() if average else contextlib.nullcontext():
-        model = create_network()
-        parts.freeze(model, train.freeze, train.freeze_batch_norm)
-        multipliers = parts.lr_multipliers(model, train.lr_multipliers or {})
-        optimizer = optim.create_optimizer(optimizer_config, multipliers)
-        if precision.get(train.precision).loss_scaling:
-            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-        optimizer.build(model.trainable_variables)
-    averager = None
-    if average:
-        averager = local_sgd.LocalSGD(model, optimizer, strategy, config.sync.interval)
-    ema = None
-    if train.keeps_average:
-        with strategy.scope():  # Mirrored, also under model averaging (`ema.py`).
-            average_model = create_network()
-        if train.swa_start:
-            ema = SwaAverage(model, average_model, *swa_updates(train, plan))
-        else:
-            every = 1 if averager is None else averager.interval
-            ema = WeightEMA(model, average_model, train.ema_decay, train.ema_warmup, every)
-    with strategy.scope():
-        learning_rate = LearningRate(plan.schedule, plan.steps_per_epoch)
-        global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        data_position = tf.Variable(0, dtype=tf.int64, trainable=False, name="data_position")
-        num_replicas = tf.Variable(
-            strategy.num_replicas_in_sync, dtype=tf.int64, trainable=False, name="num_replicas"
-        )
-        rollback_count = tf.Variable(0, dtype=tf.int64, trainable=False, name="rollbacks")
-    # The settings each checkpoint was trained with, for the resume guard.
-    saved_config = tf.Variable(config_lib.to_yaml(config), trainable=False, name="config")
-    checkpoints = checkpoint.RunCheckpoint(
-        model_dir, chief=chief, max_to_keep=train.keep_checkpoints,
-        keep_every_n_hours=train.keep_checkpoint_every_n_hours,
-        worker=distribute.worker_index(strategy),
-        model=model, optimizer=optimizer, global_step=global_step, data_position=data_position,
-        num_replicas=num_replicas, rollbacks=rollback_count, config=saved_config,
-        lr_value=learning_rate.value, lr_scale=learning_rate.scale,
-        **({} if ema is None else {checkpoint.EMA: ema.model}),
-    )  # fmt: skip
-    return Run(
-        config=config, model_dir=model_dir, strategy=strategy, chief=chief, pipeline=pipeline,
-        plan=plan, model=model, optimizer=optimizer, learning_rate=learning_rate,
-        global_step=global_step, data_position=data_position, num_replicas=num_replicas,
-        rollback_count=rollback_count, saved_config=saved_config, checkpoints=checkpoints,
-        local_sgd=averager, ema=ema,
-    )  # fmt: skip
 
 
 def _check_resume(
