@@ -139,14 +139,14 @@ def test_interval_record_by_hand():
     }
     # Taken: the next interval starts empty.
     assert interval.steps == 0 and interval.seconds == 0 and not any(interval.sums.values())
-    empty = interval.record(step=3, epoch=0.75, learning_rate=0.05)
+    empty = interval.take(step=3, epoch=0.75, learning_rate=0.05)
     assert empty["loss"] == 0 and empty["accuracy"] == 0 and math.isfinite(empty["input_wait"])
 
 
 def test_input_wait_is_a_fraction():
     interval = Interval()
     interval.add(Result(1, 16.0, 16.0, 4.0, 0.0, input_wait=3.0), seconds=2.0)
-    assert interval.record(1, 0.25, 0.1)["input_wait"] == 1.0
+    assert interval.take(1, 0.25, 0.1)["input_wait"] == 1.0
 
 
 def test_the_pure_loop_modules_need_no_tensorflow():

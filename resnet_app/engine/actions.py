@@ -77,7 +77,6 @@ class Action:
 
     def next_due(self, step: int) -> int | None:
         """A step the next call must not run past, or None."""
-        return None
 
     def __call__(self, boundary: Boundary) -> None:
         """The work at a boundary."""
@@ -121,8 +120,16 @@ class Records(Action):
             self.writer.scalars(run_dir.TRAIN_EVENTS_DIR, step, scalars)
             self.writer.flush()
             self.records += 1
-            if self.records >= 2 and not self.warned and record["input_wait"] > INPUT_BOUND_WAIT:
-                self.warn_input_bound(step, record)
+            wait = record["input_wait"]
+            if self.records >= 2 and not self.warned and wait > INPUT_BOUND_WAIT:
+                self.warned = True
+                logging.warning(
+                    "Training is input-bound: the steps waited for data %.0f%% of the time (at "
+                    "%.0f images/s). Faster input: more CPU cores for tf.data, data on a faster "
+                    "disk, or a smaller data.image_size; scripts/benchmark.py measures both sides",
+                    *(100 * wait, record["examples_per_sec"]),
+                )
+                self.writer.write({"step": step, "event": "input_bound", "input_wait": wait})
         if self.progress is None:
             return
         if boundary.due.log and record is not None:
@@ -136,19 +143,6 @@ class Records(Action):
                 )
         if boundary.due.evaluate:
             self.progress.finish()  # The evaluation's log lines start on a line of their own.
-
-    def warn_input_bound(self, step: int, record: dict[str, Any]) -> None:
-        self.warned = True
-        logging.warning(
-            "Training is input-bound: the steps waited for data %.0f%% of the time (at "
-            "%.0f images/s). Faster input: more CPU cores for tf.data, data on a faster "
-            "disk, or a smaller data.image_size; scripts/benchmark.py measures both sides",
-            100 * record["input_wait"],
-            record["examples_per_sec"],
-        )
-        self.writer.write(
-            {"step": step, "event": "input_bound", "input_wait": record["input_wait"]}
-        )
 
     def interrupt(self) -> None:
         if self.progress is not None:

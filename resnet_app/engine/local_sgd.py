@@ -1,19 +1,16 @@
 """Local SGD (`sync.mode: model_average`): replicas train alone and average every K steps.
 
-`--sync=model_average --average_interval=K` replaces the per-step gradient
-all-reduce (TF1's `tf.contrib.opt.ModelAverageOptimizer`). Every replica updates
-its own copy of every variable and slot from the mean loss of its own share of
-the batch (plus the whole regularization); whenever K divides the step count,
-one all-reduce replaces every copy of the weights, BatchNorm statistics and
-slots by their mean. K=1 is the all-reduce update when the update is linear in
-the gradient (SGD, momentum).
+It replaces the per-step gradient all-reduce (TF1's `ModelAverageOptimizer`):
+every replica updates its own copy of every variable and slot from its share of
+the batch (plus the whole regularization), and whenever K divides the step
+count one all-reduce replaces every copy of the weights, BatchNorm statistics
+and slots by their mean. K=1 is the all-reduce update for SGD and momentum.
 
 `local_variables()` makes every variable built inside it a `SyncOnReadVariable`:
-replica-context reads and updates touch the replica's copy, a cross-replica
-read is the copies' mean (the iteration count and learning rate: the first
-copy's), and a cross-replica assignment (a restore) writes every copy.
-Checkpoints and evaluations happen right after an average, when the copies are
-equal: resuming is exact.
+replica reads and updates touch the replica's copy, a cross-replica read is the
+copies' mean (the iteration count and learning rate: the first copy's), and a
+restore writes every copy. Checkpoints and evaluations happen right after an
+average, when the copies are equal: resuming is exact.
 """
 
 from __future__ import annotations
@@ -134,10 +131,7 @@ class LocalSGD:
             logging.info(
                 "Model averaging every %d steps: %s %d -> %d (evaluations and checkpoints "
                 "need the averaged model)",
-                self.interval,
-                name,
-                every,
-                rounded,
+                *(self.interval, name, every, rounded),
             )
         return rounded
 

@@ -12,6 +12,8 @@ step, and ends the call after a step whose sums are not finite.
 
 from __future__ import annotations
 
+import functools
+
 import keras
 import tensorflow as tf
 
@@ -188,12 +190,8 @@ class TrainStep:
                     asked = tf.timestamp()
                 with tf.control_dependencies([asked]):
                     batch = next(iterator)
-                local = [
-                    t
-                    for v in tf.nest.flatten(batch)
-                    for t in self.strategy.experimental_local_results(v)
-                ]
-                with tf.control_dependencies(local):
+                local = self.strategy.experimental_local_results(batch)
+                with tf.control_dependencies(tf.nest.flatten(local)):
                     waited += tf.timestamp() - asked
             else:
                 batch = next(iterator)
@@ -211,13 +209,12 @@ class TrainStep:
         return totals, done, waited
 
     def _update_ema(self) -> None:
+        update = functools.partial(self.ema.update, self.strategy, self.optimizer.iterations)
         due = self.policy.global_now()  # None: the weights are always the global model.
         if due is None:
-            self.ema.update(self.strategy, self.optimizer.iterations)
+            update()
         else:
-            tf.cond(
-                due, lambda: self.ema.update(self.strategy, self.optimizer.iterations), lambda: None
-            )
+            tf.cond(due, update, lambda: None)
 
     def loop(self, iterator, learning_rates, stop=None, pad_to=None) -> LoopResult:
         """Runs up to len(learning_rates) steps, step i at learning_rates[i], until

@@ -46,9 +46,7 @@ class Interval:
     def reset(self) -> None:
         """Starts an empty interval."""
         self.sums: dict[str, float] = collections.defaultdict(float)
-        self.input_wait = 0.0
-        self.steps = 0
-        self.seconds = 0.0
+        self.input_wait, self.steps, self.seconds = 0.0, 0, 0.0
 
     def add(self, result: LoopResult, seconds: float) -> None:
         """Adds a call's result and the seconds it took (a call of 0 steps adds time)."""
@@ -58,16 +56,16 @@ class Interval:
         self.steps += result.steps
         self.seconds += seconds
 
-    def record(self, step: int, epoch: float, learning_rate: float) -> dict[str, Any]:
-        """The training record of the interval, ending at `step` (at `epoch`, with
-        `learning_rate` its last step's): "loss" is the mean loss per example plus the
-        mean regularization per step, each term's share is per example, and
-        "input_wait" is the fraction of the time the steps waited for their batches."""
+    def take(self, step: int, epoch: float, learning_rate: float) -> dict[str, Any]:
+        """The training record of the interval, which then starts anew, ending at `step`
+        (at `epoch`, with `learning_rate` its last step's): "loss" is the mean loss per
+        example plus the mean regularization per step, each term's share is per example,
+        and "input_wait" is the fraction of the time the steps waited for their batches."""
         sums = self.sums
         examples = max(sums["examples"], 1.0)
         seconds = max(self.seconds, 1e-9)
         shares = {k: v / examples for k, v in sums.items() if k not in NOT_SHARES}
-        return {
+        record = {
             "step": step,
             "epoch": epoch,
             "loss": sums["loss"] / examples + sums["regularization"] / max(self.steps, 1),
@@ -78,9 +76,5 @@ class Interval:
             "input_wait": min(self.input_wait / seconds, 1.0),
             "time": self._clock(),  # Wall clock, for rates that include the host.
         }
-
-    def take(self, step: int, epoch: float, learning_rate: float) -> dict[str, Any]:
-        """The interval's `record`, then a new empty interval."""
-        record = self.record(step, epoch, learning_rate)
         self.reset()
         return record

@@ -11,7 +11,7 @@ with a teacher, AugMix's consistency with its views.
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import pkgutil
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -64,10 +64,7 @@ class LabelTerm:
 def label_term(name: str) -> type[LabelTerm]:
     """The label term class `train.loss` names (imported now if named as "module:Class")."""
     found = LOSSES[name]
-    if isinstance(found, str):
-        module, _, cls = found.partition(":")
-        found = getattr(importlib.import_module(module), cls)
-    return found
+    return pkgutil.resolve_name(found) if isinstance(found, str) else found
 
 
 @dataclasses.dataclass(frozen=True)
