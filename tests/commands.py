@@ -23,11 +23,9 @@ def run_command(command, *args, env=None, unset=(), timeout=300, fresh=False):
       env: extra environment variables.
       unset: environment variables the command must not inherit.
       timeout: seconds before the test fails.
-      fresh: a new interpreter even when a fork of tests/zygote.py would do
-        (for a test whose subject is what happens while Python starts).
+      fresh: a new interpreter, not a fork of tests/zygote.py (to test Python's start).
     """
-    target = [os.path.join(REPO, command)] if command.endswith(".py") else ["-m", command]
-    return _run_python([*target, *args], env, unset, timeout, fresh)
+    return _run_python([*_target(command), *args], env, unset, timeout, fresh)
 
 
 def run_code(code, *args, env=None, unset=(), timeout=300, fresh=False):
@@ -39,12 +37,10 @@ def start_command(command, *args, env=None, merged=False):
     """Starts `run_command`'s command without waiting: the workers of one job, side by side.
 
     Returns:
-      A process with `pid`, `communicate(timeout)` -> (stdout, stderr) and
-      `returncode`, as `subprocess.Popen(..., text=True)` (stderr None when
+      A process read as `subprocess.Popen(..., text=True)` (stderr None when
       `merged` puts it in stdout, as `2>&1`).
     """
-    target = [os.path.join(REPO, command)] if command.endswith(".py") else ["-m", command]
-    return _start_python([*target, *args], env, merged)
+    return _start_python([*_target(command), *args], env, merged)
 
 
 def start_code(code, *args, env=None, merged=False):
@@ -52,16 +48,18 @@ def start_code(code, *args, env=None, merged=False):
     return _start_python(["-c", code, *args], env, merged)
 
 
+def _target(command):
+    return [os.path.join(REPO, command)] if command.endswith(".py") else ["-m", command]
+
+
 def _environment(env, unset):
     inherited = {k: v for k, v in os.environ.items() if k not in unset}
     return {**inherited, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": REPO, **(env or {})}
 
 
-def _run_python(argv, env, unset, timeout, fresh=False):
+def _run_python(argv, env, unset, timeout, fresh):
     environment = _environment(env, unset)
-    process = (
-        None if fresh or not _forks.matches(environment) else _forks.start(argv, environment, REPO)
-    )
+    process = None if fresh else _forks.start(argv, environment)
     if process is not None:
         stdout, stderr = process.communicate(timeout)
         return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
@@ -77,10 +75,7 @@ def _run_python(argv, env, unset, timeout, fresh=False):
 
 def _start_python(argv, env, merged):
     environment = _environment(env, ())
-    process = _forks.start(argv, environment, REPO, merged) if _forks.matches(environment) else None
-    if process is not None:
-        return process
-    return subprocess.Popen(
+    return _forks.start(argv, environment, merged) or subprocess.Popen(
         [sys.executable, *argv],
         cwd=REPO,
         env=environment,
@@ -95,27 +90,19 @@ _IMPORT_TIME = ("TF_", "PYTHON", "KERAS_", "CUDA", "XLA_", "OMP_", "MKL_", "KMP_
 
 
 def _import_settings(environment):
-    return {
-        key: value
-        for key, value in environment.items()
-        if key.startswith(_IMPORT_TIME) and key != "TF_CONFIG"
-    }
+    return {k: v for k, v in environment.items() if k.startswith(_IMPORT_TIME) and k != "TF_CONFIG"}
 
 
 class _Forks:
-    """The client of tests/zygote.py: a command forked from a process that imported TensorFlow.
+    """The client of tests/zygote.py: commands forked from a process that imported TensorFlow.
 
     One server per test process, started at the first command; a command whose
     import-time environment differs from the server's runs in a new interpreter.
     """
 
     def __init__(self):
-        self._server = None
-        self._settings = None
+        self._server = self._settings = None
         self._ended = {}  # pid -> waitpid status, of children nobody waited for yet.
-
-    def matches(self, environment):
-        return self._settings is None or _import_settings(environment) == self._settings
 
     def _start(self, environment):
         """Whether a server runs; one that cannot import TensorFlow (the first
@@ -139,15 +126,23 @@ class _Forks:
         self._server, self._settings = None, None
         return False
 
-    def start(self, argv, environment, cwd, merged=False):
+    def start(self, argv, environment, merged=False):
         """The command forked by the server, or None where no server can run it."""
+        if self._settings is not None and _import_settings(environment) != self._settings:
+            return None
         running = self._server is not None and self._server.poll() is None
         if not running and not self._start(environment):
             return None
         folder = tempfile.mkdtemp(prefix="forked_")
         stdout = os.path.join(folder, "stdout")
         stderr = stdout if merged else os.path.join(folder, "stderr")
-        request = {"argv": argv, "env": environment, "cwd": cwd, "stdout": stdout, "stderr": stderr}
+        request = {
+            "argv": argv,
+            "env": environment,
+            "cwd": REPO,
+            "stdout": stdout,
+            "stderr": stderr,
+        }
         self._server.stdin.write(json.dumps(request).encode() + b"\n")
         self._server.stdin.flush()
         while True:  # Another child's end may come first.
@@ -196,9 +191,8 @@ class _Forked:
 
     def communicate(self, timeout=None):
         self.wait(timeout)
-        names = ("stdout",) if self._merged else ("stdout", "stderr")
         texts = []
-        for name in names:
+        for name in ("stdout",) if self._merged else ("stdout", "stderr"):
             with open(os.path.join(self._folder, name), encoding="utf-8", errors="replace") as f:
                 texts.append(f.read())
         shutil.rmtree(self._folder, ignore_errors=True)
@@ -218,12 +212,8 @@ def error_line(result):
 
 
 def blocked_packages(folder, *packages):
-    """A folder for PYTHONPATH in which each of `packages` raises ImportError when imported.
-
-    First on the path, it stands in for a package that is installed but must
-    not be used (TensorFlow before a mistake is answered, resnet_app where an
-    export runs on its own).
-    """
+    """A folder for PYTHONPATH in which each of `packages` raises ImportError when imported:
+    first on the path, it hides an installed package that must not be used."""
     for package in packages:
         os.makedirs(os.path.join(folder, package), exist_ok=True)
         with open(os.path.join(folder, package, "__init__.py"), "w") as f:

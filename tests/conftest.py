@@ -1,6 +1,5 @@
-"""Session setup: the CPU is split into 3 logical devices, so that tests can
-run towers (MirroredStrategy replicas) on any machine. This must happen before
-TensorFlow initializes its devices, hence at import, before any test runs."""
+"""Session setup: the tiers (tests/tiers.py), and the CPU split into 3 logical devices at import,
+before TensorFlow initializes its devices, so that tests can run towers on any machine."""
 
 import collections
 import contextlib
@@ -32,19 +31,12 @@ def pytest_addoption(parser):
 
 @pytest.hookimpl(tryfirst=True)  # Before xdist reads the groups.
 def pytest_collection_modifyitems(config, items):
-    """Marks `integration` every test that trains, exports or starts a process (tests/tiers.py),
-    and `slow` the repeats that tests/slow_tier.py names, before `-m` selects.
+    """Marks `integration` (tests/tiers.py) and `slow` (tests/slow_tier.py), before `-m` selects.
 
-    Tests share a worker process only when they share what their module keeps
-    (a trained run, a dataset, built networks): they are one `xdist_group`. The
-    other tests that start processes or run several towers are one group too,
-    so they run one after another while the other worker runs tests in its own
-    process: two tests' processes never contend for the two cores (their thread
-    pools spin while they wait, and a stalled peer's timeouts stretch), and
-    towers, whose replicas meet at every collective, do not wait on a process's
-    threads (three towers averaging their copies took 24 s beside a launcher's
-    workers, 4 s alone). Every other test goes to whichever worker is free
-    (`--dist loadgroup`).
+    The tests sharing what their module keeps are one `xdist_group`, so it is built once. The
+    other tests that start processes or run towers are one group too: they run one at a time,
+    so no two processes contend for the cores, and towers, whose replicas meet at every
+    collective, never wait on another process's threads. The rest go to any free worker.
     """
     from tests import slow_tier, tiers
 
@@ -54,11 +46,10 @@ def pytest_collection_modifyitems(config, items):
         reason = analysis.item(item)
         if reason:
             item.add_marker(pytest.mark.integration(reason=reason))
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        slow = slow_tier.reason(item.nodeid.removeprefix("tests/"), params)
+        nodeid, callspec = item.nodeid.removeprefix("tests/"), getattr(item, "callspec", None)
+        slow = collected[nodeid] = slow_tier.reason(nodeid, getattr(callspec, "params", {}))
         if slow:
             item.add_marker(pytest.mark.slow(reason=slow))
-        collected[item.nodeid.removeprefix("tests/")] = slow
         if tiers.shares_module_state(item):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
         elif grouped.item(item):
@@ -66,24 +57,18 @@ def pytest_collection_modifyitems(config, items):
     problems = slow_tier.check(collected)
     if problems:
         raise pytest.UsageError("\n".join(problems))
-    # The files with the most training runs and processes first, each file's
-    # tests together: the light ones fill the end, and neither process waits
-    # alone on a long file after the other has finished.
+    # The files with the most integration tests first, so that the light ones fill the end.
     heavy = collections.Counter(i.module.__name__ for i in items if "integration" in i.keywords)
     items.sort(key=lambda item: -heavy[item.module.__name__])
-    if not config.getoption("--fast"):
-        return
-    kept = [item for item in items if "integration" not in item.keywords]
-    config.hook.pytest_deselected(items=[item for item in items if item not in kept])
-    items[:] = kept
+    if config.getoption("--fast"):
+        config.hook.pytest_deselected(items=[i for i in items if "integration" in i.keywords])
+        items[:] = [item for item in items if "integration" not in item.keywords]
 
 
 def _guarded(item):
     from tests import tiers
 
-    if "integration" in item.keywords:
-        return contextlib.nullcontext()
-    return tiers.guard(item.nodeid)
+    return contextlib.nullcontext() if "integration" in item.keywords else tiers.guard(item.nodeid)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -100,8 +85,7 @@ def pytest_runtest_call(item):
 
 @pytest.fixture
 def op_determinism_off_after():
-    """`train.deterministic` turns TensorFlow's op determinism on for the whole process
-    (and a later test's input timing would fail): off again after the test."""
+    """`train.deterministic` turns op determinism on for the whole process: off after the test."""
     yield
     from tensorflow.python.framework import config as tf_config
 
@@ -113,15 +97,9 @@ EVAL_EXAMPLES = 37  # Not a multiple of any batch size used in tests: the last b
 
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
-    """A 4-step run of the tiny network on 64 `shapes` images, checkpoints at steps 2 and 4.
-
-    Shared by the tests of the commands that use a trained run (evaluate,
-    export, predict, plot_metrics). Tests that change the run directory work
-    on a copy; appending to its metrics.jsonl is allowed.
-
-    Returns:
-      (resolved config, model_dir as a pathlib.Path)
-    """
+    """(resolved config, model_dir): a 4-step tiny run on 64 `shapes` images, checkpoints at
+    steps 2 and 4. Tests that change the run directory work on a copy; appending to its
+    metrics.jsonl is allowed."""
     from resnet_app.common import checkpoint
     from resnet_app.engine import loop
     from tests import runs
@@ -156,15 +134,10 @@ def tiny_export(tiny_run, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def private_shapes_cache(tmp_path_factory):
-    """The module's tests keep the `shapes` cache in a temporary folder, out of the user's home."""
-    cache = tmp_path_factory.mktemp("cache")
-    previous = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(cache)
-    yield
-    if previous is None:
-        del os.environ["XDG_CACHE_HOME"]
-    else:
-        os.environ["XDG_CACHE_HOME"] = previous
+    """The module's `shapes` cache in a temporary folder, out of the user's home."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -1,21 +1,12 @@
 """The no-traceback matrix: every command on every kind of dataset, every export format.
 
-Each cell runs a command as a user would, and either works (exit 0) or
-refuses in one line (exit 2, one `error:` line); nothing ends in a traceback.
-The cells of one kind of dataset share one tiny run: train it, then evaluate
-it, export it, predict with the run and with the export, and run the tools on
-its data.
-
-Pairwise, not the full cross product: every command runs on every kind once,
-and the export's formats and TFLite variants (and predict on each file) once
-per kind of classifier head, on `FULL_EXPORT`'s kinds: single-label,
-multi-label and a run on synthetic data (no images to calibrate or compare
-on). What an export holds does not depend on where the training images came
-from; the other kinds export the SavedModel and predict with it. The matrix is
-split over two test files so that the suite's two processes share it. The
-default suite runs it on shapes and tfds offline; the other kinds, multi-label
-and synthetic data among them, are in the slow tier (tests/slow_tier.py),
-which CI runs too.
+Each cell runs a command as a user would, and either works (exit 0) or refuses in one line
+(exit 2, one `error:` line). The cells of one kind share one tiny run: train it, evaluate,
+export and predict with it, and run the tools on its data. Pairwise, not the full product:
+every command runs on every kind, and every export format and TFLite variant once per kind of
+classifier head (`FULL_EXPORT`), since what an export holds does not depend on where the images
+came from; the other kinds export the SavedModel. tests/slow_tier.py names the kinds in the
+slow tier.
 """
 
 import os
@@ -35,7 +26,6 @@ TRAIN = [
     "--set=data.image_size=16",
     "--set=data.eval_examples=12",
 ]
-EXPORT_FORMATS = ("saved_model", "tflite", "onnx")
 TFLITE_VARIANTS = ("none", "float16", "dynamic", "int8")
 # The kinds whose run is exported to every format and variant: one per head type.
 FULL_EXPORT = {"single-label": "shapes", "multi-label": "multi-label csv", "synthetic": "synthetic"}
@@ -116,38 +106,17 @@ def run_kind(kind, dataset, root, env=None):
     records = ["--label_offset=1"] if dataset.startswith("tfrecord:") else []
     if dataset == "shapes":
         records.append("--train_examples=48")  # Not the default 50,000 images to draw.
+    show = [f"--dataset={dataset}", f"--data_dir={root / 'cache'}", f"--out={work / 'batch.png'}"]
     cell(
-        "show-batch",
-        "resnet_app.tools.show_batch",
-        f"--dataset={dataset}",
-        f"--data_dir={root / 'cache'}",
-        f"--out={work / 'batch.png'}",
-        "--count=4",
-        "--image_size=16",
-        *records,
+        "show-batch", "resnet_app.tools.show_batch", *show, "--count=4", "--image_size=16", *records
     )
-    cell(
-        "lr-find",
-        "resnet_app.tools.lr_find",
-        *data,
-        *TRAIN[:1],
-        "--batch_size=8",
-        "--set=data.image_size=16",
-        "--steps=6",
-        f"--csv={work / 'lr.csv'}",
-        f"--plot={work / 'lr.png'}",
-    )
+    lr_find = ["--model=tiny", "--batch_size=8", "--set=data.image_size=16", "--steps=6"]
+    lr_find += [f"--csv={work / 'lr.csv'}", f"--plot={work / 'lr.png'}"]
+    cell("lr-find", "resnet_app.tools.lr_find", *data, *lr_find)
     if not trained:
         # The launcher's workers meet the same mistake: one line, no restart.
-        cell(
-            "launch",
-            "resnet_app.launch",
-            "--workers=2",
-            "--",
-            *data,
-            *TRAIN,
-            f"--model_dir={work / 'launched'}",
-        )
+        launch = ["--workers=2", "--", *data, *TRAIN, f"--model_dir={work / 'launched'}"]
+        cell("launch", "resnet_app.launch", *launch)
         return cells
     cell("evaluate", "resnet_app.evaluate", f"--model_dir={run}", f"--report_dir={work / 'r'}")
     cell("average", "resnet_app.tools.average", f"--model_dir={run}", "--bn_batches=1")
@@ -163,20 +132,11 @@ def run_kind(kind, dataset, root, env=None):
         exports = {"": []}  # The SavedModel.
     for suffix, flags in exports.items():
         target = f"{exported}{suffix.strip(' ()').replace(' ', '_')}"
-        if (
-            cell(
-                f"export{suffix}",
-                "resnet_app.export",
-                f"--model_dir={run}",
-                f"--export_dir={target}",
-                "--eval_examples=4",
-                *flags,
-            )
-            != "works"
-        ):
+        export = [f"--model_dir={run}", f"--export_dir={target}", "--eval_examples=4", *flags]
+        if cell(f"export{suffix}", "resnet_app.export", *export) != "works":
             continue
         # predict on each format (the TFLite variants share a runner).
-        for name in ("saved_model", "model.tflite", "model.onnx")[: 3 if exports[suffix] else 1]:
+        for name in ("saved_model", "model.tflite", "model.onnx")[: 3 if flags else 1]:
             path = target if name == "saved_model" else os.path.join(target, name)
             cell(f"predict {name}", "resnet_app.predict", f"--export_dir={path}", *photos)
         break

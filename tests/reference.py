@@ -1,15 +1,9 @@
-"""Independent references for the tests.
+"""Independent references for the tests: training steps written out by hand (without step.py
+or optim.py), and closed-form parameter and MAC counts from the papers (He et al. 2015, 2016),
+not from model.py, so that a mistake in the builder is not copied.
 
-Closed-form parameter and MAC counts, written from the papers' description of
-the architecture (He et al. 2015, 2016), not from model.py, so that a mistake in
-the builder shows up as a mismatch instead of being copied. And training steps
-on one device written out by hand, without step.py or optim.py.
-
-The stem, block and attention kinds' formulas are tables by kind name
-(`STEM_CONVS`, `UNIT_CONVS`, `ATTENTION_PARAMS`, `ATTENTION_MACS`), deliberately not read
-from `nets/kinds.py`: a kind's own facts cannot check themselves. A kind
-without an entry raises a KeyError saying so; a test of a new kind adds its
-closed form with `monkeypatch.setitem` (tests/test_toy_kinds.py).
+The kinds' formulas are tables by kind name, not read from `nets/kinds.py` (a kind's own facts
+cannot check themselves); a test of a new kind adds its closed form with `monkeypatch.setitem`.
 """
 
 import numpy as np
@@ -19,12 +13,9 @@ from resnet_app.nets import presets
 
 
 def momentum_steps(model, batches, learning_rates, momentum: float) -> None:
-    """Trains `model` in place, one step per (images, labels) batch, on one device.
-
-    The loss is the mean cross-entropy plus the model's regularization losses,
-    and the update TF1's momentum rule (a = m*a + g; w -= lr*a); plain SGD when
-    momentum is 0.
-    """
+    """Trains `model` in place, one step per (images, labels) batch, on one device: the mean
+    cross-entropy plus the model's regularization losses, and TF1's momentum rule
+    (a = m*a + g; w -= lr*a), plain SGD when momentum is 0."""
     variables = model.trainable_variables
     accumulators = [np.zeros(v.shape, np.float32) for v in variables]
     for (images, labels), learning_rate in zip(batches, learning_rates):

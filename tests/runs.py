@@ -31,12 +31,9 @@ def small_config(tmp_path, *sets, **train):
 
 
 def read_records(model_dir):
-    """The run's metrics.jsonl records, read by the app's reader.
-
-    A line may be damaged only where a killed process left it: then the next
-    record is the restarted run's "start" event (on that line or the next),
-    or the line is the file's last.
-    """
+    """The run's metrics.jsonl records, read by the app's reader, after checking that a line
+    is damaged only where a killed process left it: the file's last line, or one followed by
+    the restarted run's "start" event (on that line or the next)."""
     path = os.path.join(model_dir, metrics.METRICS_FILE)
     with open(path) as f:
         lines = [line.strip() for line in f if line.strip()]
@@ -44,22 +41,16 @@ def read_records(model_dir):
         record, whole = metrics._parse_line(line)
         if whole:
             continue
-        following = (
-            record
-            if record is not None
-            else (metrics._parse_line(lines[i + 1])[0] if i + 1 < len(lines) else None)
-        )
+        if record is None and i + 1 < len(lines):
+            record = metrics._parse_line(lines[i + 1])[0]
         last = record is None and i + 1 == len(lines)
-        assert last or (following or {}).get("event") == "start", f"{path}: line {i + 1}: {line}"
+        assert last or (record or {}).get("event") == "start", f"{path}: line {i + 1}: {line}"
     return metrics.read_records(path)
 
 
 def fault_rng():
-    """The random source of a test's fault point (where a process is killed), fixed by its id.
-
-    The same test draws the same points on every run, so a failure replays;
-    the seed is printed, and pytest shows it with the failure.
-    """
+    """The random source of a test's fault points (where a process is killed), seeded by the
+    test's id and printed, so that a failure replays."""
     import random
     import zlib
 
@@ -89,10 +80,8 @@ def assert_same_checkpoints(expected_prefix, actual_prefix, context=""):
 
 
 def copy_with_temperature(model_dir, destination, temperature, step):
-    """A copy of a run directory holding a temperature "fitted" on checkpoint ckpt-`step`.
-
-    The record's other numbers are placeholders: only the temperature is read back.
-    """
+    """A copy of a run directory holding a temperature "fitted" on checkpoint ckpt-`step`
+    (the record's other numbers are placeholders)."""
     import shutil
 
     from resnet_app.evaluation import calibration

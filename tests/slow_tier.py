@@ -1,26 +1,17 @@
-"""The tests that run in the slow tier (`pytest -m slow`, which CI runs after the
-suite), each with the test that checks its guarantee in the default suite.
+"""The slow tier (`pytest -m slow`, run by CI after the suite): repeats of what the default suite
+checks once, each named with the test that keeps its guarantee in the default suite.
 
-The default suite keeps every guarantee at least once, at its cheapest: one
-scenario of each kind of process (a killed worker, a preemption notice, a
-sweep, the no-traceback matrix once per kind of classifier head) and every
-network up to 50 layers. The slow tier adds the repeats: the same scenario on
-other data sources or in other arrangements, and the builds of the networks
-deeper than 50 layers. `conftest.py` marks them; `test_tiers.py` checks that
-every representative named here exists and stays in the default suite.
-
-Keys are node ids under tests/: "file.py::test" (every parameter of it),
-"file.py::test[id]" (one), or "file.py::test" with DEEPER (its parameters
-that name a preset deeper than DEEPEST_DEFAULT layers).
+Keys are node ids under tests/: "file.py::test" (every parameter), "file.py::test[id]" (one),
+or "file.py::test" with DEEPER (its parameters naming a preset deeper than DEEPEST_DEFAULT).
+`conftest.py` marks them and fails the collection when `check` finds a key or a representative
+that is not a test, or a representative that is slow too.
 """
 
 from __future__ import annotations
 
 from tests import tiers
 
-# A test whose parameter is a preset deeper than this builds an ImageNet-size
-# graph of more than 50 layers; ResNet-50 and its family stay in the suite.
-DEEPEST_DEFAULT = 50
+DEEPEST_DEFAULT = 50  # ResNet-50 and its family stay in the suite.
 DEEPER = "deeper"
 
 MATRIX_OWN = "test_matrix_own_data.py::test_every_command_works_or_refuses_in_one_line"
@@ -28,19 +19,16 @@ MATRIX_BUILTIN = "test_matrix_builtin.py::test_every_command_works_or_refuses_in
 FAMILY_EXPORT = "test_export_formats.py::" + (
     "test_the_familys_layers_export_to_every_format_with_the_trained_numbers"
 )
-MATRIX_KIND = (
-    "every command on one more kind of data: the matrix runs in the suite on shapes and "
-    "tfds offline; the source's own tests train on it"
-)
+MATRIX_KIND = "every command on one more kind of data (its source's own tests train on it)"
+KILLED_CHIEF = "test_worker_loss.py::test_a_killed_chief_costs_no_step_and_a_rerun_resumes_bitwise"
+SIGKILL = "test_checkpoint.py::test_sigkill_between_checkpoints_then_resume_is_bitwise_identical"
+EXPORT = "test_export.py::test_export_in_a_process_without_resnet_app_equals_the_evaluation"
+AVERAGING = "test_averaging.py::test_averaging_every_step_is_the_one_device_update"
 
 # {key: (what it adds to its representative, the representative in the default suite)}
 MOVED: dict[str, tuple[str, str]] = {
-    # The no-traceback matrix: in the suite on shapes (every export format and
-    # variant) and tfds offline (the refusals).
-    f"{MATRIX_OWN}[folder]": (
-        MATRIX_KIND,
-        "test_export.py::test_export_in_a_process_without_resnet_app_equals_the_evaluation",
-    ),
+    # The no-traceback matrix stays on shapes and tfds offline.
+    f"{MATRIX_OWN}[folder]": (MATRIX_KIND, EXPORT),
     f"{MATRIX_OWN}[csv]": (
         MATRIX_KIND,
         "test_multi_label.py::test_training_reports_map_and_f1_and_keeps_the_best_by_map",
@@ -59,7 +47,7 @@ MOVED: dict[str, tuple[str, str]] = {
         "test_tfrecord.py::test_a_mid_epoch_kill_resumes_bitwise",
     ),
     f"{MATRIX_BUILTIN}[synthetic]": (
-        "every command on synthetic data (no images to calibrate int8 on or compare with)",
+        "every command on synthetic data (no images for int8 or parity)",
         "test_export_formats.py::test_a_run_on_synthetic_data_exports_without_a_parity_report",
     ),
     "test_source_plugin.py::test_the_matrix_runs_every_command_on_the_plugins_example": (
@@ -69,15 +57,15 @@ MOVED: dict[str, tuple[str, str]] = {
     # Several workers: one scenario of each kind stays.
     "test_worker_loss.py::test_a_killed_worker_costs_no_step_and_the_launcher_resumes_bitwise": (
         "the launcher restarting the pair after a kill -9 of worker 1",
-        "test_worker_loss.py::test_a_killed_chief_costs_no_step_and_a_rerun_resumes_bitwise",
+        KILLED_CHIEF,
     ),
     "test_worker_loss.py::test_a_stalled_worker_is_found_within_the_timeout": (
         "a SIGSTOPped worker found by sync.timeout",
-        "test_worker_loss.py::test_a_killed_chief_costs_no_step_and_a_rerun_resumes_bitwise",
+        KILLED_CHIEF,
     ),
     "test_multiworker.py::test_two_workers_end_with_identical_weights_and_resume": (
         "two workers trained, stopped and resumed without a fault",
-        "test_worker_loss.py::test_a_killed_chief_costs_no_step_and_a_rerun_resumes_bitwise",
+        KILLED_CHIEF,
     ),
     "test_slurm.py::test_two_tasks_under_srun_train_as_two_workers_as_a_tfjob_does": (
         "two SLURM tasks training as the workers of a TFJob",
@@ -105,7 +93,7 @@ MOVED: dict[str, tuple[str, str]] = {
     ),
     "test_averaging.py::test_two_workers_end_with_the_same_global_model": (
         "model averaging across two worker processes",
-        "test_averaging.py::test_averaging_every_step_is_the_one_device_update",
+        AVERAGING,
     ),
     # Towers: three where two show the mechanism.
     "test_averaging.py::test_copies_drift_between_averages_and_become_their_mean[3]": (
@@ -113,18 +101,17 @@ MOVED: dict[str, tuple[str, str]] = {
         "test_averaging.py::test_copies_drift_between_averages_and_become_their_mean[2]",
     ),
     "test_step.py::test_empty_tower_with_synchronized_batch_norm_without_onednn": (
-        "an empty tower where the convolution takes an empty batch (a process without oneDNN)",
+        "an empty tower's convolution on an empty batch (a process without oneDNN)",
         "test_step.py::test_empty_tower_with_per_tower_batch_norm",
     ),
     # Resume and export of one more network of the family.
     "test_modern_resume.py::test_sigkill_of_a_family_network_resumes_bitwise": (
         "kill -9 and resume of a family network",
-        "test_checkpoint.py::test_sigkill_between_checkpoints_then_resume_is_bitwise_identical",
+        SIGKILL,
     ),
     "test_modern_resume.py::test_sigkill_with_every_modern_piece_on_resumes_bitwise": (
-        "kill -9 and resume with every piece of the modern recipe on at once (each piece "
-        "resumes bitwise in its own file's tests)",
-        "test_checkpoint.py::test_sigkill_between_checkpoints_then_resume_is_bitwise_identical",
+        "kill -9 and resume with every piece of the modern recipe on at once",
+        SIGKILL,
     ),
     f"{FAMILY_EXPORT}[eca]": ("ECA's layer in every format", f"{FAMILY_EXPORT}[se]"),
     # Sweeps: a killed sweep and trials side by side stay.
@@ -142,26 +129,24 @@ MOVED: dict[str, tuple[str, str]] = {
     ),
     # Processes that check one more setting of what a first one checks.
     "test_hardware.py::test_the_onednn_rule_agrees_with_tensorflow_here[0]": (
-        "the rule with TF_ENABLE_ONEDNN_OPTS=0 against TensorFlow in a fresh process",
+        "the rule with TF_ENABLE_ONEDNN_OPTS=0 in a fresh process",
         "test_hardware.py::test_the_onednn_rule_agrees_with_tensorflow_here[None]",
     ),
     "test_hardware.py::test_the_onednn_rule_agrees_with_tensorflow_here[1]": (
-        "the rule with TF_ENABLE_ONEDNN_OPTS=1 against TensorFlow in a fresh process",
+        "the rule with TF_ENABLE_ONEDNN_OPTS=1 in a fresh process",
         "test_hardware.py::test_the_onednn_rule_agrees_with_tensorflow_here[None]",
     ),
     "test_export.py::test_saved_model_cli_lists_the_signatures": (
         "TensorFlow's saved_model_cli reading the export",
-        "test_export.py::test_export_in_a_process_without_resnet_app_equals_the_evaluation",
+        EXPORT,
     ),
-    # Watching a run while it trains.
     "test_watch.py::test_a_watcher_beside_a_training_run_reports_what_evaluate_does_afterwards": (
         "the watcher beside a training process",
         "test_watch.py::test_each_checkpoint_once_as_evaluate_does_and_a_rotated_one_skipped",
     ),
-    # A benchmark script end to end.
     "test_averaging.py::test_benchmark_counts_collectives_falling_by_the_interval": (
         "scripts/benchmark.py sync end to end",
-        "test_averaging.py::test_averaging_every_step_is_the_one_device_update",
+        AVERAGING,
     ),
     # The networks deeper than 50 layers.
     "test_model.py::test_parameter_counts_match_the_closed_form_and_the_published_tables": (
@@ -189,30 +174,24 @@ MOVED: dict[str, tuple[str, str]] = {
 
 def reason(nodeid: str, params: dict) -> str | None:
     """Why the collected test `nodeid` (relative to tests/) runs in the slow tier, or None."""
-    base = nodeid.split("[")[0]
-    if nodeid in MOVED:
-        adds, kept = MOVED[nodeid]
-    elif base in MOVED:
-        adds, kept = MOVED[base]
-        if adds == DEEPER:
-            depths = [
-                tiers.preset_depth(value) for value in params.values() if isinstance(value, str)
-            ]
-            deepest = max(depths, default=0)
-            if deepest <= DEEPEST_DEFAULT:
-                return None
-            adds = f"a preset of {deepest} layers"
-    else:
+    key = nodeid if nodeid in MOVED else nodeid.split("[")[0]
+    if key not in MOVED:
         return None
+    adds, kept = MOVED[key]
+    if adds == DEEPER and key != nodeid:
+        strings = [value for value in params.values() if isinstance(value, str)]
+        deepest = max(map(tiers.preset_depth, strings), default=0)
+        if deepest <= DEEPEST_DEFAULT:
+            return None
+        adds = f"a preset of {deepest} layers"
     return f"{adds}; in the suite: {kept}"
 
 
 def check(collected: dict[str, str | None], moved=None) -> list[str]:
     """What is wrong with `moved` (MOVED), given {node id: its slow reason or None} of a collection.
 
-    Only the files that were collected are judged (a run of one file collects
-    that file): each key must name a collected test, and each representative a
-    collected test (or a parameter of it) that stays in the default suite.
+    Only the collected files are judged: each key must name a collected test, and each
+    representative a collected test (or a parameter of it) that stays in the default suite.
     """
 
     def matching(name):

@@ -1,7 +1,6 @@
 """tests/tiers.py: a test's tier follows from what it uses, and the fast tier cannot lie.
 
-The toy tests here are compiled from source text, so that the analysis of
-these tests themselves does not follow them into the integration tier.
+The toy tests are compiled from text, so that the analysis does not make these tests integration.
 """
 
 import subprocess
@@ -108,8 +107,7 @@ def test_a_test_that_runs_towers_runs_in_the_process_group(request):
 
 
 def test_a_test_that_starts_a_process_runs_in_the_process_group(request):
-    """Its own module keeps nothing for it, so collection puts it in the one group of
-    process tests: they run one at a time while the other worker runs in-process tests."""
+    """Its module keeps nothing for it: it joins the tests that run one at a time."""
     subprocess.run(["true"], check=True)
     group = request.node.get_closest_marker("xdist_group")
     assert group is not None and group.args == ("processes",)
@@ -168,29 +166,17 @@ def test_every_test_moved_to_the_slow_tier_names_its_cover_in_the_suite():
     ]
 
 
+FORWARD = "test_model.py::test_forward_pass_logits_and_hidden_states"
+DRIFT = "test_averaging.py::test_copies_drift_between_averages_and_become_their_mean"
+
+
 @pytest.mark.parametrize(
     "nodeid,params,moved",
     [
-        (
-            "test_model.py::test_forward_pass_logits_and_hidden_states[resnet101]",
-            {"name": "resnet101"},
-            True,
-        ),
-        (
-            "test_model.py::test_forward_pass_logits_and_hidden_states[resnet50]",
-            {"name": "resnet50"},
-            False,
-        ),
-        (
-            "test_averaging.py::test_copies_drift_between_averages_and_become_their_mean[2]",
-            {"towers": 2},
-            False,
-        ),
-        (
-            "test_averaging.py::test_copies_drift_between_averages_and_become_their_mean[3]",
-            {"towers": 3},
-            True,
-        ),
+        (f"{FORWARD}[resnet101]", {"name": "resnet101"}, True),
+        (f"{FORWARD}[resnet50]", {"name": "resnet50"}, False),
+        (f"{DRIFT}[2]", {"towers": 2}, False),
+        (f"{DRIFT}[3]", {"towers": 3}, True),
     ],
 )
 def test_the_slow_tier_takes_the_deeper_presets_and_the_named_parameters(nodeid, params, moved):

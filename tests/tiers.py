@@ -1,18 +1,10 @@
 """The two tiers, decided by what a test uses: nobody marks a test `integration` by hand.
 
-A test is in the integration tier when its code, a fixture it requests, or a
-helper of the test suite that either calls (followed to any depth) uses one of
-`HEAVY` (a training run, an export, a subprocess, several towers, a run's whole
-input pipeline), or when its parameter is a preset network deeper than
-`DEEPEST_FAST`. The analysis reads code
-objects (the names a function loads, its nested functions' too), so it sees a
-call however deep in `tests/` it is made.
-
-What the analysis cannot see (a heavy call reached through an object the test
-builds at run time) is caught when it happens: `guard()` makes every heavy
-entry point fail a fast-tier test, in the whole suite as in `--fast`, naming
-the entry point; the fix is to reach it through a helper or fixture that the
-analysis sees.
+A test is integration when its code, a fixture it requests or a helper of the
+suite they call (to any depth, read from code objects) uses one of `HEAVY`, or
+when its parameter is a preset deeper than `DEEPEST_FAST`. What the analysis
+cannot see (a heavy call through an object built at run time) fails the test
+through `guard()`, naming the entry point to reach through a helper or fixture.
 """
 
 from __future__ import annotations
@@ -32,28 +24,20 @@ HEAVY = {
     "resnet_app.export.tflite": ("convert",),
     "resnet_app.export.onnx_export": ("convert",),
     "tests.commands": ("run_command", "run_code", "start_command", "start_code"),
-    # The whole input pipeline of a run: a dataset read, decoded, augmented, batched.
-    "resnet_app.data.input_pipeline": ("create_pipeline",),
-    # Several towers: replicas that train in step, each with its own threads.
-    "resnet_app.common.distribute": ("mirrored_strategy",),
-    # A sweep: each trial a training process.
-    "resnet_app.sweep.runner": ("Sweep",),
+    "resnet_app.data.input_pipeline": ("create_pipeline",),  # A run's whole input pipeline.
+    "resnet_app.common.distribute": ("mirrored_strategy",),  # Several towers.
+    "resnet_app.sweep.runner": ("Sweep",),  # Each trial a training process.
 }
 
-
-# The entry points of HEAVY that start processes: the tests that reach them run
-# one at a time (`conftest.py`), so two tests' processes never share the cores.
+# The entry points that start processes, and those that run towers (whose replicas
+# wait on each other when another process holds the cores): conftest.py runs the
+# tests that reach either one at a time.
 PROCESSES = {
     module: HEAVY[module] for module in ("subprocess", "tests.commands", "resnet_app.sweep.runner")
 }
-# Several towers in the test's own process (or a `num_towers` setting): their
-# replicas meet at every collective, and wait the longest when another
-# process's threads hold the cores; they run in the same group as PROCESSES.
 TOWERS = {"resnet_app.common.distribute": HEAVY["resnet_app.common.distribute"]}
 
-
-# A test of a preset network this deep or deeper (by its parameter) builds an
-# ImageNet-size graph: ResNet-34 is the deepest in the fast tier.
+# Deeper presets build an ImageNet-size graph: ResNet-34 is the deepest in the fast tier.
 DEEPEST_FAST = 49
 
 
@@ -66,39 +50,22 @@ def preset_depth(name: str) -> int:
     return presets.get_config(name).depth
 
 
-def _heavy_objects(entries: dict) -> dict[int, str]:
-    found = {}
-    for module_name, names in entries.items():
-        module = importlib.import_module(module_name)
-        for name in names:
-            found[id(getattr(module, name))] = f"{module_name}.{name}"
-    return found
-
-
-def _module_attribute_is_heavy(
-    module: types.ModuleType, names: set[str], entries: dict
-) -> str | None:
-    """`module.NAME` where NAME is one of the entry points of that module."""
-    for name in entries.get(module.__name__, ()):
-        if name in names:
-            return f"{module.__name__}.{name}"
-    return None
+def _codes(code: types.CodeType):
+    """`code` and its nested functions' code, outer first."""
+    yield code
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            yield from _codes(constant)
 
 
 def _names(code: types.CodeType) -> set[str]:
     """Every global and attribute name a code object loads, nested functions included."""
-    names = set(code.co_names)
-    for constant in code.co_consts:
-        if isinstance(constant, types.CodeType):
-            names |= _names(constant)
-    return names
+    return set().union(*(nested.co_names for nested in _codes(code)))
 
 
 def _towers(code: types.CodeType) -> str | None:
     """A run configured with `num_towers` (a keyword or a `train.num_towers=` setting)."""
-    for constant in code.co_consts:
-        if isinstance(constant, types.CodeType) and _towers(constant):
-            return "train.num_towers"
+    for constant in (c for nested in _codes(code) for c in nested.co_consts):
         setting = isinstance(constant, str) and "num_towers=" in constant
         if setting or (isinstance(constant, tuple) and "num_towers" in constant):
             return "train.num_towers"
@@ -107,20 +74,19 @@ def _towers(code: types.CodeType) -> str | None:
 
 def _imports(code: types.CodeType) -> dict:
     """What the function's own `import` statements bind: {local name: module or object}."""
-    bound, module, value = {}, None, None
-    for instruction in dis.get_instructions(code):
-        if instruction.opname == "IMPORT_NAME":
-            module = value = _load(instruction.argval)
-        elif instruction.opname == "IMPORT_FROM" and module is not None:
-            value = getattr(module, instruction.argval, None) or _load(
-                f"{module.__name__}.{instruction.argval}"
-            )
-        elif instruction.opname.startswith("STORE_") and value is not None:
-            bound[instruction.argval] = value
-            value = None
-    for constant in code.co_consts:
-        if isinstance(constant, types.CodeType):
-            bound.update(_imports(constant))
+    bound = {}
+    for nested in _codes(code):
+        module = value = None
+        for instruction in dis.get_instructions(nested):
+            if instruction.opname == "IMPORT_NAME":
+                module = value = _load(instruction.argval)
+            elif instruction.opname == "IMPORT_FROM" and module is not None:
+                value = getattr(module, instruction.argval, None) or _load(
+                    f"{module.__name__}.{instruction.argval}"
+                )
+            elif instruction.opname.startswith("STORE_") and value is not None:
+                bound[instruction.argval] = value
+                value = None
     return bound
 
 
@@ -132,27 +98,37 @@ def _load(name: str):
 
 
 def _own(obj) -> bool:
-    """A function or class of the test suite (its helpers), which the analysis follows."""
+    """A module, function or class of the test suite, which the analysis follows."""
     module = (obj.__name__ if isinstance(obj, types.ModuleType) else obj.__module__) or ""
     return module == "tests" or module.startswith("tests.") or module.startswith("test_")
 
 
+def _fixtures(item):
+    """(name, definition) of each fixture the collected test requests."""
+    infos = getattr(item, "_fixtureinfo", None)
+    definitions = infos.name2fixturedefs if infos else {}
+    return [(name, d) for name in item.fixturenames for d in definitions.get(name, ())]
+
+
 class Analysis:
-    """Remembers what each function uses, so a helper shared by many tests is read once.
+    """Finds what tests reach, reading each function once.
 
     Args:
-      entries: the entry points looked for, by module (default `HEAVY`, with
-        runs on several towers; `PROCESSES` finds the tests that start
-        processes, `TOWERS` those that run several towers).
+      entries: the entry points looked for, by module: `HEAVY` (the default,
+        with `num_towers` settings), `PROCESSES` or `TOWERS`.
     """
 
     def __init__(self, entries: dict | None = None):
         self._entries = HEAVY if entries is None else entries
-        self._heavy = _heavy_objects(self._entries)
+        self._heavy = {
+            id(getattr(importlib.import_module(module), name)): f"{module}.{name}"
+            for module, names in self._entries.items()
+            for name in names
+        }
         self._seen: dict[int, str | None] = {}
 
     def function(self, function) -> str | None:
-        """The heavy entry point `function` reaches (a dotted name), or None."""
+        """The entry point `function` reaches (a dotted name), or None."""
         function = inspect.unwrap(function)
         key = id(function)
         if key in self._seen:
@@ -169,43 +145,32 @@ class Analysis:
         return found
 
     def _names_in(self, names: set[str], scope: dict) -> str | None:
-        for name in sorted(names):
-            if name not in scope:
-                continue
+        for name in sorted(names & scope.keys()):
             value = scope[name]
             if id(value) in self._heavy:
                 return self._heavy[id(value)]
+            candidates = [value]
             if isinstance(value, types.ModuleType):
-                found = _module_attribute_is_heavy(value, names, self._entries)
-                if found is None and _own(value):
-                    found = self._module_functions(value, names)
-            elif inspect.isclass(value) and _own(value):
-                found = self._class(value)
-            elif callable(value) and _own(value):
-                found = self.function(value)
-            else:
-                continue
+                # `module.NAME`: an entry point of that module, or a helper of the suite.
+                heavy = [n for n in self._entries.get(value.__name__, ()) if n in names]
+                if heavy:
+                    return f"{value.__name__}.{heavy[0]}"
+                candidates = [getattr(value, n, None) for n in sorted(names)] if _own(value) else []
+            for candidate in candidates:
+                found = callable(candidate) and _own(candidate) and self._follow(candidate)
+                if found:
+                    return found
+        return None
+
+    def _follow(self, value) -> str | None:
+        """What a function reaches, or the first method of a class that reaches something."""
+        if not inspect.isclass(value):
+            return self.function(value)
+        for method in vars(value).values():
+            method = getattr(method, "__func__", method)
+            found = inspect.isfunction(method) and self.function(method)
             if found:
                 return found
-        return None
-
-    def _module_functions(self, module: types.ModuleType, names: set[str]) -> str | None:
-        """`helpers.NAME(...)` for a module of the suite: follows NAME."""
-        for name in sorted(names):
-            value = getattr(module, name, None)
-            if callable(value) and _own(value):
-                found = self._class(value) if inspect.isclass(value) else self.function(value)
-                if found:
-                    return found
-        return None
-
-    def _class(self, cls) -> str | None:
-        for value in vars(cls).values():
-            value = getattr(value, "__func__", value)
-            if inspect.isfunction(value):
-                found = self.function(value)
-                if found:
-                    return found
         return None
 
     def item(self, item) -> str | None:
@@ -213,17 +178,14 @@ class Analysis:
         found = self.function(item.function)
         if found:
             return found
-        infos = getattr(item, "_fixtureinfo", None)
-        for name in item.fixturenames:
-            for definition in infos.name2fixturedefs.get(name, ()) if infos else ():
-                found = self.function(definition.func)
-                if found:
-                    return f"{found} (fixture {name})"
+        for name, definition in _fixtures(item):
+            found = self.function(definition.func)
+            if found:
+                return f"{found} (fixture {name})"
         for value in getattr(getattr(item, "callspec", None), "params", {}).values():
-            if callable(value) and _own(value):
-                found = self.function(value)
-                if found:
-                    return found
+            found = callable(value) and _own(value) and self.function(value)
+            if found:
+                return found
             depth = preset_depth(value) if isinstance(value, str) else 0
             if depth > DEEPEST_FAST and self._entries is HEAVY:
                 return f"the {value} network ({depth} layers)"
@@ -231,21 +193,13 @@ class Analysis:
 
 
 def shares_module_state(item) -> bool:
-    """Whether the test uses what its module keeps for several tests: a fixture of
-    module or wider scope that the module defines, or a cached function of it."""
+    """Whether the test uses what its module keeps for several tests: a cached
+    function of the module, or a fixture of module or wider scope it defines."""
     scope = getattr(item.function, "__globals__", {})
-    for name in _names(item.function.__code__):
-        if hasattr(scope.get(name), "cache_info"):
-            return True
-    infos = getattr(item, "_fixtureinfo", None)
-    if infos is None:
-        return False
-    for name in item.fixturenames:
-        for definition in infos.name2fixturedefs.get(name, ()):
-            in_module = definition.baseid == item.nodeid.split("::")[0]
-            if in_module and definition.scope != "function":
-                return True
-    return False
+    if any(hasattr(scope.get(name), "cache_info") for name in _names(item.function.__code__)):
+        return True
+    module = item.nodeid.split("::")[0]
+    return any(d.baseid == module and d.scope != "function" for _, d in _fixtures(item))
 
 
 class FastTierError(AssertionError):
@@ -255,7 +209,6 @@ class FastTierError(AssertionError):
 @contextlib.contextmanager
 def guard(test_id: str):
     """Inside a fast-tier test, every HEAVY entry point fails the test instead of running."""
-    originals = []
 
     def refuse(dotted):
         def refused(*args, **kwargs):
@@ -267,17 +220,17 @@ def guard(test_id: str):
 
         return refused
 
+    # Every way of starting a process ends in _execute_child, however Popen was imported.
+    patches = [(subprocess.Popen, "_execute_child", "a subprocess")]
     for module_name, names in HEAVY.items():
-        if module_name in ("tests.commands", "subprocess"):
-            continue  # They start processes: guarded below, however Popen was imported.
-        module = importlib.import_module(module_name)
-        for name in names:
-            originals.append((module, name, getattr(module, name)))
-            setattr(module, name, refuse(f"{module_name}.{name}"))
-    originals.append((subprocess.Popen, "_execute_child", subprocess.Popen._execute_child))
-    subprocess.Popen._execute_child = refuse("a subprocess")
+        if module_name not in ("tests.commands", "subprocess"):
+            module = importlib.import_module(module_name)
+            patches += [(module, name, f"{module_name}.{name}") for name in names]
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    for owner, name, dotted in patches:
+        setattr(owner, name, refuse(dotted))
     try:
         yield
     finally:
-        for module, name, original in originals:
-            setattr(module, name, original)
+        for owner, name, original in originals:
+            setattr(owner, name, original)

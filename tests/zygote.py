@@ -1,25 +1,15 @@
 """A process that has imported TensorFlow once and forks each command the tests run.
 
-`python -m resnet_app.train ...` spends about 6 s of a CPU core importing
-TensorFlow and Keras before it reads its first flag; the suite runs hundreds of
-commands. This server imports them once (and nothing of resnet_app, whose
-import reads the environment), then, for each request, forks a child that
-becomes the command: its own environment, working directory, argv, stdin from
-/dev/null, stdout and stderr to files, and `runpy` runs the module, script or
-`-c` code as `__main__`, so it exits as the command would (its exit status, an
-uncaught exception's traceback and status 1, atexit handlers). No TensorFlow op
-has run in the server, so each child starts TensorFlow's runtime afresh.
+Importing TensorFlow and Keras costs seconds of CPU per command. This server imports them (and
+nothing of resnet_app, whose import reads the environment) and forks a child per request that
+becomes the command: its environment, working directory and argv, stdin from /dev/null, stdout
+and stderr to files, the module, script or `-c` code run as `__main__`, exiting as the command
+would. No TensorFlow op has run in the server, so each child starts the runtime afresh.
+`tests/commands.py` sends a command here only when the variables read at import match the server's.
 
-What a forked child cannot reproduce is the import itself: variables that
-TensorFlow, Keras or Python read when they load. `tests/commands.py` sends a
-command here only when those match the server's, and runs a fresh interpreter
-otherwise (and for tests whose subject is the interpreter's start).
-
-Protocol: {"ready"} on stdout once the imports are done; then one JSON
-request a line on stdin ({argv, env, cwd, stdout, stderr}), answered on stdout
-at once with {"pid"}, and with {"pid", "status"} (a waitpid status) when that
-child ends. Children run side by side (the workers of a job), so status lines
-come in the order the children end.
+Protocol: {"ready"} on stdout once imported; then one JSON request a line on stdin ({argv, env,
+cwd, stdout, stderr}), answered at once with {"pid"}, and with {"pid", "status"} (a waitpid
+status) when that child ends; children run side by side, so statuses come as they end.
 """
 
 import atexit
@@ -39,9 +29,7 @@ import keras  # noqa: E402, F401
 import numpy  # noqa: E402, F401
 import tensorflow  # noqa: E402
 
-# TensorFlow looks for GPUs once per process (without starting its runtime or a
-# thread) and prints "failed call to cuInit" where there is none: here, where
-# the line goes nowhere, not in each child before its stderr filter is on.
+# The GPU search prints "failed call to cuInit" where there is none: here, not in each child.
 tensorflow.config.list_physical_devices()
 
 # Packages the child finds already imported only when it imports them itself.
@@ -49,12 +37,8 @@ PRELOADED = ("tensorflow", "keras", "tf_keras", "tensorboard", "tensorflow_datas
 
 
 class _Preloaded(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Keeps PRELOADED's modules out of sys.modules until the command imports one of them.
-
-    A fresh interpreter has not imported TensorFlow when a command starts, and
-    the app reads that (`"tensorflow" in sys.modules`); the child looks the
-    same. The first import of any of them puts them all back, as they were.
-    """
+    """Keeps PRELOADED's modules out of sys.modules until the command imports one of them
+    (which puts them all back): the app reads `"tensorflow" in sys.modules`, as when fresh."""
 
     def __init__(self):
         self._hidden = {
@@ -65,9 +49,7 @@ class _Preloaded(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self._specs = {name: module.__spec__ for name, module in self._hidden.items()}
 
     def find_spec(self, name, path=None, target=None):
-        if name not in self._hidden:
-            return None
-        return importlib.machinery.ModuleSpec(name, self)
+        return importlib.machinery.ModuleSpec(name, self) if name in self._hidden else None
 
     def create_module(self, spec):
         module = self._hidden[spec.name]
@@ -78,26 +60,15 @@ class _Preloaded(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module):
         module.__spec__ = self._specs[module.__name__]
 
-    def used(self):
-        return self not in sys.meta_path
-
-    def install(self):
-        sys.meta_path.insert(0, self)
-
 
 def _serve():
-    """Forks a child per request; returns the request in the child, never in the server.
-
-    Children run side by side (the workers of one job): each request is
-    answered with the child's pid at once, and each child's end with its
-    status when it comes, in whatever order they end.
-    """
+    """Forks a child per request; returns the request in the child, never in the server."""
     requests = os.fdopen(os.dup(0), "rb", buffering=0)
     replies = os.fdopen(os.dup(1), "wb", buffering=0)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
-    replies.write(b'{"ready": true}\n')  # TensorFlow imported: requests are welcome.
+    replies.write(b'{"ready": true}\n')
     children = set()
     open_requests = True
     while open_requests or children:
@@ -142,16 +113,15 @@ def _become(request):
         os.dup2(opened, fd)
         os.close(opened)
     preloaded = _Preloaded()
-    preloaded.install()
+    sys.meta_path.insert(0, preloaded)
     try:
         _run(request["argv"])
     except SystemExit as done:
         status = done.code
     else:
         status = 0
-    if not preloaded.used():
-        # The command never loaded TensorFlow, as in a fresh interpreter: its
-        # libraries, loaded here by the server, must not run their exit code.
+    if preloaded in sys.meta_path:  # The command never imported TensorFlow.
+        # As in a fresh interpreter, the libraries the server loaded must not run their exit code.
         _exit_without_libraries(status)
     sys.exit(status)
 
