@@ -62,7 +62,6 @@ class Run:
         chief: bool,
         pipeline: input_pipeline.InputPipeline,
         plan: RunPlan,
-        optimizer_config: dict[str, Any],
     ):
         self.config, self.model_dir, self.strategy, self.chief = config, model_dir, strategy, chief
         self.pipeline, self.plan, self.config_changes = pipeline, plan, {}
@@ -80,7 +79,7 @@ class Run:
             model = create_network()
             parts.freeze(model, train.freeze, train.freeze_batch_norm)
             multipliers = parts.lr_multipliers(model, train.lr_multipliers or {})
-            optimizer = optim.create_optimizer(optimizer_config, multipliers)
+            optimizer = optim.create_optimizer(config.optimizer, multipliers)
             if precision.get(train.precision).loss_scaling:
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
             optimizer.build(model.trainable_variables)
@@ -198,7 +197,6 @@ def build_run(
     Raises:
       ConfigError: for settings that do not fit the data, the machine or the run.
     """
-    optimizer_config = optim.check_optimizer_config(config.optimizer)  # Before any loading.
     saved = _saved_config(model_dir, restart)
     config, source = pretrained.prepare(config, saved)  # Its network, before the data.
     if config.train.teacher and saved is None:  # A resume reads its own copy.
@@ -226,7 +224,7 @@ def build_run(
             logging.warning(
                 "%s decays the weights itself, and model.weight_decay=%g adds an L2 "
                 "penalty on top; set model.weight_decay=0 unless both are meant",
-                optimizer_config["class"], decay,
+                config.optimizer.kind, decay,
             )  # fmt: skip
         # The data and the schedule work: on --restart, move the old run aside.
         if restart and chief and (aside := run_dir.move_aside(model_dir)):
@@ -239,7 +237,7 @@ def build_run(
             config, plan, changes = _check_resume(
                 config, plan, pipeline, strategy, resume_from, model_dir, allow_config_change
             )
-        run = Run(config, model_dir, strategy, chief, pipeline, plan, optimizer_config)
+        run = Run(config, model_dir, strategy, chief, pipeline, plan)
         run.lock, run.class_weights = lock, weights
         run.resume_from, run.config_changes = resume_from, changes
         if source is not None and resume_from is None:  # Once, when the run starts.
