@@ -271,11 +271,8 @@ def run_settings(
     if batch_size is None:
         batch_size = run_config.train.eval_batch_size or run_config.train.batch_size
     checks.at_least("--batch_size", batch_size)
-    changed: dict[str, Any] = {}
-    if data_dir:
-        changed["data_dir"] = data_dir
-    if split:
-        changed["eval_split"] = split
+    given = {"data_dir": data_dir, "eval_split": split}
+    changed = {field: value for field, value in given.items() if value}
     return run_config, dataclasses.replace(run_config.data, **changed), batch_size
 
 
@@ -297,8 +294,8 @@ def _prepare_report_root(
     root = os.path.abspath(report_dir or run_dir.reports_dir(model_dir))
     refused = None
     try:
-        if distribute.is_chief(strategy):  # Only the chief writes reports.
-            _make_writable(root, model_dir, report_dir)
+        if distribute.is_chief(strategy):  # Only the chief writes reports: a probe file now.
+            _probe(root, model_dir, report_dir)
         _check_report_owners(model_dir, root, chosen, split, tta)
     except ConfigError as error:
         refused = error
@@ -310,22 +307,20 @@ def _prepare_report_root(
     return root
 
 
-def _make_writable(root: str, model_dir: str, report_dir: str | None) -> None:
-    """Creates `root` and probes that it takes a file (read-only would fail only at the end)."""
+def _probe(root: str, model_dir: str, report_dir: str | None) -> None:
+    """Creates `root` and checks that it takes a file (read-only would fail only at the end)."""
+    probe = os.path.join(root, f".write-test-{os.getpid()}")
     try:
         os.makedirs(root, exist_ok=True)
-        probe = os.path.join(root, f".write-test-{os.getpid()}")
         with open(probe, "w"):
             pass
         os.remove(probe)
     except OSError as error:
-        if not report_dir:
-            raise ConfigError(
-                f"cannot write the reports into the run directory {model_dir} "
-                f"({error.strerror}): pass --report_dir=DIR to write them elsewhere"
-            ) from None
         raise ConfigError(
             f"--report_dir={report_dir}: cannot create it ({error.strerror}); pick another"
+            if report_dir
+            else f"cannot write the reports into the run directory {model_dir} "
+            f"({error.strerror}): pass --report_dir=DIR to write them elsewhere"
         ) from None
 
 

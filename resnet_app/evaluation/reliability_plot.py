@@ -35,25 +35,11 @@ def draw_reliability(reliability: dict[str, Any], title: str = ""):
     figure = Figure(figsize=(6.0, 7.0), layout="constrained")
     FigureCanvasAgg(figure)
     top, bottom = figure.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
-    top.bar(
-        centers[filled],
-        accuracy[filled],
-        width=widths[filled],
-        color="tab:blue",
-        edgecolor="black",
-        label="accuracy",
-    )
-    top.bar(
-        centers[filled],
-        (confidence - accuracy)[filled],
-        bottom=accuracy[filled],
-        width=widths[filled],
-        color="tab:red",
-        alpha=0.3,
-        hatch="//",
-        edgecolor="tab:red",
-        label="gap to mean confidence",
-    )
+    at, width, accurate = centers[filled], widths[filled], accuracy[filled]
+    top.bar(at, accurate, width=width, color="tab:blue", edgecolor="black", label="accuracy")
+    hatched = dict(color="tab:red", alpha=0.3, hatch="//", edgecolor="tab:red")
+    gap = (confidence - accuracy)[filled]
+    top.bar(at, gap, bottom=accurate, width=width, label="gap to mean confidence", **hatched)
     top.plot([0, 1], [0, 1], linestyle="--", color="gray", label="perfect calibration")
     top.set_xlim(0.0, 1.0)
     top.set_ylim(0.0, 1.0)

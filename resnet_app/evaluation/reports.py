@@ -144,13 +144,8 @@ def plot_confusion(confusion: np.ndarray, class_names: Sequence[str], title: str
     axes = figure.add_subplot()
     # With more cells than pixels, nearest-neighbour sampling would drop whole
     # classes; antialiasing averages them instead.
-    image = axes.imshow(
-        fractions,
-        cmap="Blues",
-        vmin=0.0,
-        vmax=1.0,
-        interpolation="nearest" if named else "antialiased",
-    )
+    interpolation = "nearest" if named else "antialiased"
+    image = axes.imshow(fractions, cmap="Blues", vmin=0.0, vmax=1.0, interpolation=interpolation)
     figure.colorbar(image, ax=axes, shrink=0.8, label="fraction of the true class")
     axes.set_xlabel("predicted class")
     axes.set_ylabel("true class")
@@ -170,15 +165,10 @@ def plot_confusion(confusion: np.ndarray, class_names: Sequence[str], title: str
         )
     if num_classes <= MAX_COUNTED_CLASSES:
         for true_id, predicted_id in zip(*np.nonzero(confusion)):
-            dark = fractions[true_id, predicted_id] > 0.5
+            count = str(int(confusion[true_id, predicted_id]))
+            color = "white" if fractions[true_id, predicted_id] > 0.5 else "black"
             axes.text(
-                predicted_id,
-                true_id,
-                str(int(confusion[true_id, predicted_id])),
-                ha="center",
-                va="center",
-                fontsize=8,
-                color="white" if dark else "black",
+                predicted_id, true_id, count, ha="center", va="center", fontsize=8, color=color
             )
     return figure
 

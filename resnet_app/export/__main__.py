@@ -87,11 +87,9 @@ def main(argv: list[str]) -> None:
     from resnet_app import config
     from resnet_app.export import deploy
 
+    formats, quantizations = tuple(_FORMAT.value), tuple(_QUANTIZE.value)
     request = deploy.Request(
-        formats=tuple(_FORMAT.value),
-        quantizations=tuple(_QUANTIZE.value),
-        calibration_images=_CALIBRATION_IMAGES.value,
-        eval_examples=_EVAL_EXAMPLES.value,
+        formats, quantizations, _CALIBRATION_IMAGES.value, _EVAL_EXAMPLES.value
     )
     deploy.check_request(request, _TTA.value)
     # A wrong directory is named before TF loads.

@@ -59,7 +59,6 @@ class Runner:
         [images] = self.session.get_inputs()
         if images.name != "images":
             raise ConfigError(f"{path} takes {images.name!r}, not images; export it again")
-        self.input_size = int(images.shape[1])
 
     def __call__(self, images: np.ndarray) -> np.ndarray:
         feed = {"images": np.asarray(images, np.uint8)}

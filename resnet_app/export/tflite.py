@@ -91,8 +91,6 @@ class Runner:
         details = self.interpreter.get_signature_list()["serving_default"]
         if details["inputs"] != ["images"] or "probabilities" not in details["outputs"]:
             raise ConfigError(f"{path} has no images -> probabilities signature; export it again")
-        shape = self.interpreter.get_input_details()[0]["shape"]
-        self.input_size = int(shape[1])
 
     def __call__(self, images: np.ndarray) -> np.ndarray:
         return np.asarray(self.signature(images=np.asarray(images, np.uint8))["probabilities"])

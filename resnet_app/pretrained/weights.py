@@ -86,10 +86,8 @@ def check_units(found: Iterable[tuple[int, int]], model, label: str, model_name:
 def check_compatible(weights: SourceWeights, model, label: str, model_name: str) -> None:
     """Refuses (ConfigError) weights of another network, naming the first difference."""
     ours = parts.get_weights(model)
-    matches = [_UNIT.match(layer) for layer in weights.layers]
-    check_units(
-        [(int(m.group(1)), int(m.group(2))) for m in matches if m], model, label, model_name
-    )
+    units = [(int(m.group(1)), int(m.group(2))) for m in map(_UNIT.match, weights.layers) if m]
+    check_units(units, model, label, model_name)
     body = {layer: variables for layer, variables in ours.items() if layer != HEAD_LAYER}
     for layer in body:
         if layer not in weights.layers:
