@@ -41,15 +41,8 @@ class _Layerwise(keras.optimizers.Optimizer):
     SLOTS: tuple[str, ...] = ()
     SETTINGS: tuple[str, ...] = ()  # The attributes `get_config` adds.
 
-    def __init__(
-        self,
-        learning_rate: Any,
-        weight_decay: float,
-        exclude_from_adaptation: bool,
-        name: str,
-        **kwargs: Any,
-    ):
-        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+    def __init__(self, weight_decay: float, exclude_from_adaptation: bool, **kwargs: Any):
+        super().__init__(**kwargs)
         if not weight_decay >= 0:
             raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
         self.weight_decay_rate = float(weight_decay)
@@ -117,7 +110,9 @@ class Lamb(_Layerwise):
         name: str = "lamb",
         **kwargs: Any,
     ):
-        super().__init__(learning_rate, weight_decay, exclude_from_adaptation, name, **kwargs)
+        super().__init__(
+            weight_decay, exclude_from_adaptation, learning_rate=learning_rate, name=name, **kwargs
+        )
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
 
     def update_step(self, gradient: Any, variable: keras.Variable, learning_rate: Any) -> None:
@@ -176,7 +171,9 @@ class Lars(_Layerwise):
         name: str = "lars",
         **kwargs: Any,
     ):
-        super().__init__(learning_rate, weight_decay, exclude_from_adaptation, name, **kwargs)
+        super().__init__(
+            weight_decay, exclude_from_adaptation, learning_rate=learning_rate, name=name, **kwargs
+        )
         self.momentum, self.eeta, self.epsilon = float(momentum), float(eeta), float(epsilon)
         self.nesterov = bool(nesterov)
 
