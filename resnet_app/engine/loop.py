@@ -150,7 +150,8 @@ def train(
                 raise _out_of_memory(run, error) from None
         if stopped:
             result = _stopped(run, writer, step, stopped)
-            if preemption.preempted(stop, run.strategy):  # Exit status 3: requeue the job.
+            # A notice to any worker, even after the agreed stop: exit status 3, requeue.
+            if distribute.any_worker(run.strategy, stop.preempted):
                 raise preemption.preempted_error(step, run.model_dir)
             return result
         return _finish(run, writer, controller, evaluator, step, swa_checkpoint)

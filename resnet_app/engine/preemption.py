@@ -20,7 +20,7 @@ import threading
 import tensorflow as tf
 from absl import logging
 
-from resnet_app.common import distribute, run_dir, startup_noise
+from resnet_app.common import run_dir, startup_noise
 from resnet_app.common.errors import PreemptedError
 
 # The scheduler's notice that the job is about to end: save, exit to be requeued.
@@ -108,12 +108,6 @@ class StopRequest:
         os.close(self._pipe[1])  # The watcher reads end-of-file and returns.
         self._watcher.join(timeout=5)
         self._pipe = None
-
-
-def preempted(stop: StopRequest, strategy: tf.distribute.Strategy) -> bool:
-    """Whether a preemption notice came to any worker (every worker calls it once, after
-    the save: one whose SIGUSR1 came after the agreed stop must still exit with 3)."""
-    return distribute.any_worker(strategy, stop.preempted)
 
 
 def preempted_error(step: int, model_dir: str) -> PreemptedError:
