@@ -68,7 +68,7 @@ def test_a_run_starts_from_another_runs_weights_and_nothing_else(tiny_run, tmp_p
             else:
                 np.testing.assert_array_equal(value, expected[layer][name])
     assert int(run.global_step.numpy()) == 0 and int(run.data_position.numpy()) == 0
-    assert all(not np.any(slot.numpy()) for slot in run.optimizer.accumulators)
+    assert all(not np.any(slot.numpy()) for slot in run.optimizer.slots[0])
     # The source's preprocessing, as its run recorded it.
     _, recorded = run_pipeline.read_data_info(str(source_dir))
     assert run.pipeline.preprocessing.mean == tuple(recorded.mean)

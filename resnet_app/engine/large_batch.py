@@ -15,6 +15,7 @@ from absl import logging
 from keras import ops
 
 from resnet_app.config.optimizer_kinds import NO_WEIGHT_DECAY
+from resnet_app.engine.optim import SlotOptimizer
 
 _EXCLUDED = re.compile("|".join(NO_WEIGHT_DECAY))
 
@@ -31,15 +32,12 @@ def _trust_ratio(numerator: Any, denominator: Any, w_norm: Any, other_norm: Any)
     return ops.where(ops.greater(w_norm, 0), ops.where(ops.greater(other_norm, 0), ratio, one), one)
 
 
-class _Layerwise(keras.optimizers.Optimizer):
-    """What `Lamb` and `Lars` share: slots, the decay inside the rule, the exclusions.
+class _Layerwise(SlotOptimizer):
+    """What `Lamb` and `Lars` share: the decay inside the rule, the exclusions.
 
     The decay enters the trust ratio, so it is kept as `weight_decay_rate` and never
     given to Keras, whose `apply_gradients` would decay the weights a second time.
     """
-
-    SLOTS: tuple[str, ...] = ()
-    SETTINGS: tuple[str, ...] = ()  # The attributes `get_config` adds.
 
     def __init__(self, weight_decay: float, exclude_from_adaptation: bool, **kwargs: Any):
         super().__init__(**kwargs)
@@ -52,10 +50,6 @@ class _Layerwise(keras.optimizers.Optimizer):
         if self.built:
             return
         super().build(var_list)
-        self.slots = [
-            [self.add_variable_from_reference(variable, slot) for variable in var_list]
-            for slot in self.SLOTS
-        ]
         self.adapted = [
             not (self.exclude_from_adaptation and _EXCLUDED.search(variable.path))
             for variable in var_list
@@ -65,14 +59,9 @@ class _Layerwise(keras.optimizers.Optimizer):
             self.name, self.weight_decay_rate, sum(self.adapted), len(var_list),
         )  # fmt: skip
 
-    def _constant(self, value: float, variable: keras.Variable) -> Any:
-        # Not ops.cast(value, ...): a Python float goes through float32 first.
-        return ops.convert_to_tensor(value, variable.dtype)
-
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update(
-            {name: getattr(self, name) for name in self.SETTINGS},
             weight_decay=self.weight_decay_rate,
             exclude_from_adaptation=self.exclude_from_adaptation,
         )

@@ -27,12 +27,39 @@ OPTIMIZERS: dict[str, dict[str, Any]] = {
 }
 
 
+class SlotOptimizer(keras.optimizers.Optimizer):
+    """A Keras optimizer with a slot per variable for each of `SLOTS` (`self.slots[i]`),
+    and `SETTINGS`, the attributes `get_config` adds."""
+
+    SLOTS: tuple[str, ...] = ()
+    SETTINGS: tuple[str, ...] = ()
+
+    def build(self, var_list: list[keras.Variable]) -> None:
+        if self.built:
+            return
+        super().build(var_list)
+        self.slots = [
+            [self.add_variable_from_reference(variable, slot) for variable in var_list]
+            for slot in self.SLOTS
+        ]
+
+    def _constant(self, value: float, variable: keras.Variable) -> Any:
+        # Not ops.cast(value, ...): a Python float goes through float32 first.
+        return ops.convert_to_tensor(value, variable.dtype)
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), **{name: getattr(self, name) for name in self.SETTINGS}}
+
+
 @keras.saving.register_keras_serializable(package="resnet_app")
-class Momentum(keras.optimizers.Optimizer):
+class Momentum(SlotOptimizer):
     """TF1's `MomentumOptimizer` rule: `a = momentum * a + g`, then `w -= lr * a`, or
     with `nesterov` `w -= lr * (g + momentum * a)`. After a rate change TF1 rescales the
     whole velocity at once; Keras `SGD` lets it decay at the old rate. Gradients apply
     densely: `IndexedSlices` decay every row."""
+
+    SLOTS = ("momentum",)
+    SETTINGS = ("momentum", "nesterov")
 
     def __init__(
         self,
@@ -47,20 +74,11 @@ class Momentum(keras.optimizers.Optimizer):
             raise ValueError(f"momentum must be in [0, 1), got {momentum}")
         self.momentum, self.nesterov = float(momentum), bool(nesterov)
 
-    def build(self, var_list: list[keras.Variable]) -> None:
-        if self.built:
-            return
-        super().build(var_list)
-        self.accumulators = [
-            self.add_variable_from_reference(variable, "momentum") for variable in var_list
-        ]
-
     def update_step(self, gradient: Any, variable: keras.Variable, learning_rate: Any) -> None:
         learning_rate = ops.cast(learning_rate, variable.dtype)
         gradient = ops.cast(gradient, variable.dtype)
-        # Not ops.cast(self.momentum, ...): a Python float goes through float32 first.
-        momentum = ops.convert_to_tensor(self.momentum, variable.dtype)
-        accumulator = self.accumulators[self._get_variable_index(variable)]
+        momentum = self._constant(self.momentum, variable)
+        accumulator = self.slots[0][self._get_variable_index(variable)]
         new_accumulator = ops.add(ops.multiply(accumulator, momentum), gradient)
         self.assign(accumulator, new_accumulator)
         if self.nesterov:
@@ -68,11 +86,6 @@ class Momentum(keras.optimizers.Optimizer):
         else:
             step = new_accumulator
         self.assign_sub(variable, ops.multiply(step, learning_rate))
-
-    def get_config(self) -> dict[str, Any]:
-        config = super().get_config()
-        config.update({"momentum": self.momentum, "nesterov": self.nesterov})
-        return config
 
 
 def check_optimizer_config(config: Mapping[str, Any]) -> dict[str, Any]:
