@@ -111,8 +111,11 @@ def test_the_pipeline_augments_each_example_by_its_own_draw_and_enters_anywhere(
     assert_per_example_and_enterable({"auto_augment": policy})
 
 
-def test_the_configs_choices_are_augmentations():
-    from resnet_app.data import augmentations
+def test_the_configs_choices_are_augmentations_each_kind_with_streams_of_its_own():
+    from resnet_app.data.augmentations import AUGMENTATIONS
     from resnet_app.data.settings import AUTO_AUGMENTS
 
-    assert set(AUTO_AUGMENTS) - {"none"} <= set(augmentations.AUGMENTATIONS)
+    assert set(AUTO_AUGMENTS) - {"none"} <= set(AUGMENTATIONS)
+    # AutoAugment's policies share their class's stream: one is on at most.
+    streams = [s for kind in {type(a) for a in AUGMENTATIONS.values()} for s in kind.streams]
+    assert len(streams) == len(set(streams))

@@ -135,6 +135,6 @@ def test_batches_are_read_whole_only_when_no_example_draws_more(idx_dir, option)
     pipeline, _ = pipelines(idx_dir, augment=OPTIONS[option])
     config = pipeline.training_preprocessing()
     drawn = augmentations.draws(tf.constant([1, 2], tf.int64), config)
-    assert augmentations.draws_per_example(config) == bool(drawn)
+    assert bool(augmentations.active(config.augment)) == bool(drawn)
     assert batches.applies(pipeline.train_split, config, False) == (option == "none")
     assert not batches.applies(pipeline.train_split, config, True)  # A resize: per example.

@@ -286,7 +286,7 @@ def test_a_toy_op_is_used_by_a_policy_checked_by_the_config_and_resumed_bitwise(
     from resnet_app import config
 
     toy = trivialaugment.TrivialAugment(
-        "toy", dataclasses.replace(WIDE, ops=("Identity", "Darken")), 2, trivialaugment.STREAM
+        "toy", dataclasses.replace(WIDE, ops=("Identity", "Darken")), 2
     )
     monkeypatch.setitem(augment_ops.OPS, "Darken", Darken())
     monkeypatch.setitem(augmentations.AUGMENTATIONS, "toy", toy)

@@ -19,8 +19,9 @@ import tensorflow as tf
 
 
 def sub_seed(seed: tf.Tensor, stream: int) -> tf.Tensor:
-    """An int64 [2] seed for one augmentation of an example, from its seed."""
-    return tf.random.experimental.stateless_fold_in(seed, tf.constant(stream, tf.int64))
+    """The int64 [2] seed of one augmentation stream of an example, from its seed: the
+    stream folded in above any example id (2**40), so it is never an example's seed."""
+    return tf.random.experimental.stateless_fold_in(seed, tf.constant((1 << 40) + stream, tf.int64))
 
 
 def signs_of(uniform: tf.Tensor) -> tf.Tensor:
@@ -34,11 +35,13 @@ class Augmentation:
 
     `name` keys its draws (and is the `data.augment.auto_augment` value of a
     policy); `pixels`: it maps uint8 pixels before the crop and normalization,
-    else normalized float32 images after them.
+    else normalized float32 images after them; `streams`: its seed streams
+    (`sub_seed`), no other kind's (tests check), so no other draw depends on them.
     """
 
     name: ClassVar[str]
     pixels: ClassVar[bool] = True
+    streams: ClassVar[tuple[int, ...]]
 
     def on(self, augment) -> bool:
         """Whether the `data.augment` settings turn it on."""
@@ -47,6 +50,14 @@ class Augmentation:
     def draw(self, seed: tf.Tensor, config) -> dict[str, tf.Tensor]:
         """One example's draws, from its int64 [2] seed and the `Preprocessing`."""
         raise NotImplementedError
+
+    def seed(self, seed: tf.Tensor, stream: int = 0) -> tf.Tensor:
+        """The seed of its `stream`-th stream for the example of `seed`."""
+        return sub_seed(seed, self.streams[stream])
+
+    def uniform(self, seed: tf.Tensor, shape, stream: int = 0) -> tf.Tensor:
+        """float32 draws in [0, 1) from its `stream`-th stream for the example of `seed`."""
+        return tf.random.stateless_uniform(shape, self.seed(seed, stream))
 
     def apply(self, images: tf.Tensor, draws: dict, config, fill: Sequence[int]) -> tf.Tensor:
         """A batch, each image by its draws (batched `draw`); `fill`: the RGB colour
@@ -347,6 +358,12 @@ class OpPolicy(Augmentation):
     "op_magnitudes", [steps] each, applied in turn (`apply_ops`)."""
 
     ranges: OpRanges
+
+    @staticmethod
+    def op_draws(indices, signs, magnitudes=None) -> dict[str, tf.Tensor]:
+        """The draws under their names; `signs` are uniform draws, signed by `signs_of`."""
+        draws = {"op_indices": indices, "op_signs": signs_of(signs)}
+        return draws if magnitudes is None else {**draws, "op_magnitudes": magnitudes}
 
     def magnitude(self, draws: dict, config):
         return draws["op_magnitudes"]

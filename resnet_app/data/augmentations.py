@@ -19,7 +19,7 @@ import math
 import tensorflow as tf
 
 from resnet_app.data import augmix, autoaugment, randaugment, trivialaugment
-from resnet_app.data.augment_ops import Augmentation, sub_seed
+from resnet_app.data.augment_ops import Augmentation
 
 ERASE_ATTEMPTS = 10
 # Per example: whether to erase, the box's top and left, then per attempt its
@@ -67,14 +67,13 @@ def erase_batch(images: tf.Tensor, boxes: tf.Tensor, noise: tf.Tensor) -> tf.Ten
 
 
 class RandomErasing(Augmentation):
-    name, pixels = "erase", False
-    STREAM = (1 << 40) + 2
+    name, pixels, streams = "erase", False, (2,)
 
     def on(self, augment):
         return augment.erase_probability > 0
 
     def draw(self, seed, config):
-        seed = sub_seed(seed, self.STREAM)
+        seed = self.seed(seed)
         draws = tf.random.stateless_uniform([ERASE_DRAWS], seed)
         # Only the draws and the noise per example: the boxes are computed on batches.
         shape = [config.image_size, config.image_size, config.channels]
@@ -97,16 +96,14 @@ class RandomErasing(Augmentation):
 
 
 class Cutout(Augmentation):
-    name, pixels = "cutout", False
-    STREAM = (1 << 40) + 5
+    name, pixels, streams = "cutout", False, (5,)
 
     def on(self, augment):
         return augment.cutout_size > 0
 
     def draw(self, seed, config):
         positions = max(1, config.image_size - config.augment.cutout_size + 1)  # Wholly inside.
-        seed = sub_seed(seed, self.STREAM)
-        return {"corner": tf.random.stateless_uniform([2], seed, 0, positions, tf.int32)}
+        return {"corner": tf.random.stateless_uniform([2], self.seed(seed), 0, positions, tf.int32)}
 
     def apply(self, images, draws, config, fill):
         corners = draws["corner"]
@@ -132,11 +129,6 @@ AUGMENTATIONS: dict[str, Augmentation] = {
 def active(augment) -> list[Augmentation]:
     """The augmentations the `data.augment` settings turn on, in order."""
     return [augmentation for augmentation in AUGMENTATIONS.values() if augmentation.on(augment)]
-
-
-def draws_per_example(config) -> bool:
-    """Whether an example draws anything beyond its crop and flip."""
-    return bool(active(config.augment))
 
 
 def draws(seed: tf.Tensor, config) -> dict[str, dict[str, tf.Tensor]]:

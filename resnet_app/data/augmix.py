@@ -47,7 +47,6 @@ OPS = (
 )
 VIEWS = AUGMIX_VIEWS  # With the consistency loss: the image and two AugMix of it.
 FEATURES = ("augmix_ops", "augmix_signs", "augmix_bins", "augmix_weights")  # Each [views, ...].
-STREAM = (1 << 40) + 8  # Folded into an example's seed, then the view's number.
 
 # AutoAugment's tables but Posterize's, which keeps 4 bits down to 0.
 TABLES = {
@@ -102,7 +101,7 @@ def choose(seed: tf.Tensor, settings, views: int) -> dict[str, tf.Tensor]:
     "augmix_ops" int32 [views, width, length] (into `OPS`; the Identity past a
     chain's depth), "augmix_signs" and "augmix_bins" float32 alike, and
     "augmix_weights" float32 [views, width + 1] (the image's m0, then each chain's)."""
-    base = augment_ops.sub_seed(seed, STREAM)
+    base = augment_ops.sub_seed(seed, AugMix.streams[0])  # Then the view's number.
     per_view = [
         _choose_view(tf.random.experimental.stateless_fold_in(base, view), settings)
         for view in range(views)
@@ -130,10 +129,9 @@ def mix(images: tf.Tensor, ops, signs, bins, weights, fill: Sequence[int]) -> tf
 
 
 class AugMix(augment_ops.Augmentation):
-    """Each image's AugMix; with the consistency loss [batch, VIEWS, H, W, 3]: the image,
-    then its two AugMix."""
+    """Each image's AugMix; with the consistency loss its two, [batch, VIEWS - 1, H, W, 3]."""
 
-    name = "augmix"
+    name, streams = "augmix", (8,)
 
     def draw(self, seed, config):
         return choose(seed, config.augment, max(1, config.augment.views - 1))
@@ -145,5 +143,4 @@ class AugMix(augment_ops.Augmentation):
         mixed = mix(tf.repeat(images, count, axis=0), *flat, fill)
         if count == 1:
             return mixed
-        mixed = tf.reshape(mixed, tf.concat([[-1, count], tf.shape(images)[1:]], axis=0))
-        return tf.concat([images[:, None], mixed], axis=1)
+        return tf.reshape(mixed, tf.concat([[-1, count], tf.shape(images)[1:]], axis=0))

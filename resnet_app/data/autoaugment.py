@@ -31,7 +31,6 @@ from resnet_app.data.trivialaugment import torch_linspace
 
 NUM_BINS = 10
 OPS = (*randaugment.OPS, "Invert")
-STREAM = (1 << 40) + 7  # Folded into an example's seed: the sub-policy, chances and signs.
 
 # (op, probability, magnitude bin or None), two per sub-policy.
 POLICIES = {
@@ -152,7 +151,7 @@ RANGES = augment_ops.OpRanges(
 class AutoAugment(augment_ops.OpPolicy):
     """One of `policy`'s sub-policies per image; each of its ops applies with its chance."""
 
-    ranges = RANGES
+    ranges, streams = RANGES, (7,)  # Its stream: the sub-policy, the chances and the signs.
 
     def __init__(self, name: str):
         self.name = name
@@ -162,14 +161,11 @@ class AutoAugment(augment_ops.OpPolicy):
         ops = tf.constant([[OPS.index(name) for name, _, _ in pair] for pair in table], tf.int32)
         chances = tf.constant([[p for _, p, _ in pair] for pair in table], tf.float32)
         bins = tf.constant([[float(b or 0) for _, _, b in pair] for pair in table])
-        draws = tf.random.stateless_uniform([5], augment_ops.sub_seed(seed, STREAM))
+        draws = self.uniform(seed, [5])
         chosen = tf.cast(tf.floor(draws[0] * len(table)), tf.int32)
         applies = draws[1:3] <= chances[chosen]  # torchvision: probs[i] <= p.
-        return {
-            "op_indices": tf.where(applies, ops[chosen], OPS.index("Identity")),
-            "op_signs": augment_ops.signs_of(draws[3:5]),
-            "op_magnitudes": bins[chosen],
-        }
+        indices = tf.where(applies, ops[chosen], OPS.index("Identity"))
+        return self.op_draws(indices, draws[3:5], bins[chosen])
 
 
 POLICY_AUGMENTATIONS = tuple(AutoAugment(name) for name in POLICIES)

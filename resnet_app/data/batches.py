@@ -37,7 +37,7 @@ def applies(split: sources.Split | None, config: preprocessing.Preprocessing, re
         and not split.encoded
         and not resize
         and config.family == "cifar"
-        and not augmentations.draws_per_example(config)
+        and not augmentations.active(config.augment)
     )
 
 

@@ -120,7 +120,7 @@ def _train_batch(images: tf.Tensor, draws: dict, config: Preprocessing, normaliz
 
     Args:
       images: [batch, H, W, C] uint8 pixels, or float32 (ImageNet's crops,
-        rounded for the augmentations on pixels; AugMix's first view keeps them).
+        rounded for the augmentations on pixels; AugMix's plain view keeps them).
       draws: each augmentation's batched draws by its name, and what
         `normalized` reads.
       config: the parameters.
@@ -137,12 +137,9 @@ def _train_batch(images: tf.Tensor, draws: dict, config: Preprocessing, normaliz
             pixels = tf.cast(tf.clip_by_value(tf.round(images), 0, 255), tf.uint8)
         for augmentation in on_pixels:
             pixels = _on_pixels(augmentation, pixels, draws[augmentation.name], config)
-        if images.dtype == tf.uint8:
-            images = pixels
-        elif views == 1:
-            images = tf.cast(pixels, tf.float32)
-        else:
-            images = tf.concat([images[:, None], tf.cast(pixels[:, 1:], tf.float32)], axis=1)
+        pixels = tf.cast(pixels, images.dtype)
+        # With AugMix's views, the plain view first: the image as it came.
+        images = pixels if views == 1 else tf.concat([images[:, None], pixels], axis=1)
     later = {key: value for key, value in draws.items() if key not in {a.name for a in on_pixels}}
     if views > 1:  # The views as a batch, each example's draws repeated: augmented alike.
         images = tf.reshape(images, tf.concat([[-1], tf.shape(images)[2:]], axis=0))
@@ -159,7 +156,7 @@ def cifar_augment(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> d
     """One example's part of the CIFAR recipe: {"image", "choices"} and, if an augmentation
     is on, "draws" (`augmentations.draws`); batched, `cifar_train_batch`'s arguments."""
     features = {"image": image, "choices": cifar_choices(seed, config)}
-    if augmentations.draws_per_example(config):
+    if augmentations.active(config.augment):
         features["draws"] = augmentations.draws(seed, config)
     return features
 

@@ -28,17 +28,11 @@ from __future__ import annotations
 import tensorflow as tf
 
 from resnet_app.data import augment_ops
-from resnet_app.data.augment_ops import sub_seed
 
 OPS = (
     *("Identity", "AutoContrast", "Equalize", "Rotate", "Solarize", "Color", "Posterize"),
     *("Contrast", "Brightness", "Sharpness", "ShearX", "ShearY", "TranslateX", "TranslateY"),
 )
-# Folded into an example's seed. Above any example id, so a derived seed
-# [h(seed), stream] is never an example's seed.
-STREAM = (1 << 40) + 1  # The ops and signs.
-KEEP_STREAM = (1 << 40) + 3  # Which ops apply.
-MAGNITUDE_STREAM = (1 << 40) + 4  # The per-op magnitudes.
 MAGNITUDE_SCALE = 10.0  # The scale's top: noisy magnitudes are clipped to it (or to M).
 
 
@@ -69,7 +63,7 @@ RANGES = augment_ops.OpRanges(OPS, op_arguments)
 
 def choose_ops(seed: tf.Tensor, num_ops: int) -> tuple[tf.Tensor, tf.Tensor]:
     """int32 [num_ops] indices into `OPS` and float32 [num_ops] signs, from the
-    example's RandAugment seed (`sub_seed(seed, STREAM)`)."""
+    example's RandAugment seed (its first stream's)."""
     draws = tf.random.stateless_uniform([2, num_ops], seed)
     indices = tf.cast(tf.floor(draws[0] * len(OPS)), tf.int32)
     return indices, augment_ops.signs_of(draws[1])
@@ -77,7 +71,7 @@ def choose_ops(seed: tf.Tensor, num_ops: int) -> tuple[tf.Tensor, tf.Tensor]:
 
 def noisy_magnitudes(seed: tf.Tensor, num_ops: int, magnitude: float, std: float) -> tf.Tensor:
     """float32 [num_ops]: N(M, std) clipped to [0, max(10, M)], from the example's
-    `sub_seed(seed, MAGNITUDE_STREAM)` (timm clips to [0, 10], or [0, mmax])."""
+    seed of the magnitudes' stream (timm clips to [0, 10], or [0, mmax])."""
     noise = tf.random.stateless_normal([num_ops], seed)
     top = max(MAGNITUDE_SCALE, magnitude)
     return tf.clip_by_value(magnitude + std * noise, 0.0, top)
@@ -85,23 +79,23 @@ def noisy_magnitudes(seed: tf.Tensor, num_ops: int, magnitude: float, std: float
 
 class RandAugment(augment_ops.OpPolicy):
     name, ranges = "randaugment", RANGES
+    streams = (1, 3, 4)  # The ops and signs; which ops apply; the magnitudes.
 
     def on(self, augment):
         return augment.randaugment_ops > 0
 
     def draw(self, seed, config):
         augment, count = config.augment, config.augment.randaugment_ops
-        indices, signs = choose_ops(sub_seed(seed, STREAM), count)
+        indices, signs = choose_ops(self.seed(seed), count)
         if augment.randaugment_prob < 1:
             # timm applies an op when random() <= p, random() in [0, 1): the same chance.
-            keep = tf.random.stateless_uniform([count], sub_seed(seed, KEEP_STREAM))
+            keep = self.uniform(seed, [count], stream=1)
             identity = tf.constant(OPS.index("Identity"), indices.dtype)
             indices = tf.where(keep < augment.randaugment_prob, indices, identity)
         draws = {"op_indices": indices, "op_signs": signs}
         if augment.randaugment_magnitude_std > 0:
             magnitude, std = augment.randaugment_magnitude, augment.randaugment_magnitude_std
-            seed = sub_seed(seed, MAGNITUDE_STREAM)
-            draws["op_magnitudes"] = noisy_magnitudes(seed, count, magnitude, std)
+            draws["op_magnitudes"] = noisy_magnitudes(self.seed(seed, 2), count, magnitude, std)
         return draws
 
     def magnitude(self, draws, config):

@@ -12,24 +12,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from resnet_app.common import migration, precision
+from resnet_app.common import fields, migration, precision
 from resnet_app.common.errors import ConfigError
-from resnet_app.common.fields import (
-    AT_LEAST_0,
-    AT_LEAST_1,
-    MORE_THAN_0,
-    SET_BY,
-    Rule,
-    changed_from_defaults,
-    check_declared,
-    interval,
-    is_number,
-    is_whole,
-    one_of,
-    resumable,
-    setting,
-    whole_at_least,
-)
+from resnet_app.common.fields import Rule, setting
 from resnet_app.data.class_balance import SAMPLINGS
 
 FAMILIES = ("auto", "cifar", "imagenet")
@@ -53,33 +38,36 @@ def dtypes() -> list[str]:
 
 
 # What each setting's values may be (`common/fields.Rule`), declared with its field.
-IMAGE_SIZE = whole_at_least(8)
-WHOLE_OR_0 = whole_at_least(0)
-CHANCE = interval(0, 1, high_in=True)  # [0, 1]: from never to always.
-AREA = interval(0, 1, low_in=False, high_in=True)  # A share of the image, (0, 1].
-RANDAUGMENT_OPS = Rule(
-    lambda x: is_whole(x) and 0 <= x <= MAX_RANDAUGMENT_OPS,
-    f"0 (off) to {MAX_RANDAUGMENT_OPS} ops, e.g. 2",
-    int,
+IMAGE_SIZE = fields.whole_at_least(8)
+WHOLE_OR_0 = fields.whole_at_least(0)
+CHANCE = fields.interval(0, 1, high_in=True)  # [0, 1]: from never to always.
+AREA = fields.interval(0, 1, low_in=False, high_in=True)  # A share of the image, (0, 1].
+
+
+def whole_between(low: int, high: int, wanted: str) -> Rule:
+    """A whole number from `low` to `high`."""
+    return Rule(lambda x: fields.is_whole(x) and low <= x <= high, wanted, int)
+
+
+RANDAUGMENT_OPS = whole_between(
+    0, MAX_RANDAUGMENT_OPS, f"0 (off) to {MAX_RANDAUGMENT_OPS} ops, e.g. 2"
 )
 RANDAUGMENT_MAGNITUDE = Rule(
-    lambda x: is_number(x) and 0 <= x <= MAX_RANDAUGMENT_MAGNITUDE,
+    lambda x: fields.is_number(x) and 0 <= x <= MAX_RANDAUGMENT_MAGNITUDE,
     f"0 to {MAX_RANDAUGMENT_MAGNITUDE:g} (10 is the scale's top), e.g. 9",
     float,
 )
 MAGNITUDE_STD = Rule(
-    AT_LEAST_0.test,
+    fields.AT_LEAST_0.test,
     "0 (off) or a finite number above, e.g. 0.5 (timm's uniform magnitudes, an infinite "
     "std, are not implemented)",
     float,
 )
-AUGMIX_SEVERITY = Rule(
-    lambda x: is_whole(x) and 1 <= x <= AUGMIX_MAX_SEVERITY,
-    f"1 to {AUGMIX_MAX_SEVERITY} (the magnitude bins drawn from), e.g. 3",
-    int,
+AUGMIX_SEVERITY = whole_between(
+    1, AUGMIX_MAX_SEVERITY, f"1 to {AUGMIX_MAX_SEVERITY} (the magnitude bins drawn from), e.g. 3"
 )
 AUGMIX_DEPTH = Rule(
-    lambda x: is_whole(x) and (x == -1 or x >= 1),
+    lambda x: fields.is_whole(x) and (x == -1 or x >= 1),
     "-1 (each chain 1 to 3 ops, drawn) or a whole number of ops, e.g. 2",
     int,
 )
@@ -93,9 +81,11 @@ SEPARATOR = Rule(
 )
 
 
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
+def _require(*checks: tuple[bool, str]) -> None:
+    """Raises the message of the first (condition, message) whose condition is false."""
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
 
 
 AUGMIX_SETTINGS = tuple(f"augmix_{name}" for name in ("severity", "width", "depth", "alpha"))
@@ -160,43 +150,47 @@ class AugmentSettings:
     crop_padding: int = setting(4, WHOLE_OR_0)
     flip: bool = True
     area_range: tuple[float, float] = setting((0.08, 1.0), AREA)
-    aspect_ratio_range: tuple[float, float] = setting((3 / 4, 4 / 3), MORE_THAN_0)
+    aspect_ratio_range: tuple[float, float] = setting((3 / 4, 4 / 3), fields.MORE_THAN_0)
     randaugment_ops: int = setting(0, RANDAUGMENT_OPS)
     randaugment_magnitude: float = setting(9.0, RANDAUGMENT_MAGNITUDE)
     randaugment_prob: float = setting(1.0, CHANCE)
     randaugment_magnitude_std: float = setting(0.0, MAGNITUDE_STD)
-    auto_augment: str = setting("none", one_of(AUTO_AUGMENTS))
+    auto_augment: str = setting("none", fields.one_of(AUTO_AUGMENTS))
     augmix_severity: int = setting(3, AUGMIX_SEVERITY)
-    augmix_width: int = setting(3, AT_LEAST_1)
+    augmix_width: int = setting(3, fields.AT_LEAST_1)
     augmix_depth: int = setting(-1, AUGMIX_DEPTH)
-    augmix_alpha: float = setting(1.0, MORE_THAN_0)
+    augmix_alpha: float = setting(1.0, fields.MORE_THAN_0)
     augmix_all_ops: bool = True
-    augmix_jsd: float = setting(0.0, AT_LEAST_0)
+    augmix_jsd: float = setting(0.0, fields.AT_LEAST_0)
     erase_probability: float = setting(0.0, CHANCE)
     erase_area_range: tuple[float, float] = setting((0.02, 1 / 3), AREA)
-    erase_aspect_range: tuple[float, float] = setting((0.3, 1 / 0.3), MORE_THAN_0)
+    erase_aspect_range: tuple[float, float] = setting((0.3, 1 / 0.3), fields.MORE_THAN_0)
     cutout_size: int = setting(0, WHOLE_OR_0)
-    repeats: int = setting(1, whole_at_least(1))
+    repeats: int = setting(1, fields.whole_at_least(1))
 
     def __post_init__(self):
         key = "data.augment."
-        check_declared(self, key + "{}")
+        fields.check_declared(self, key + "{}")
+        checks = []
         for name in ("area_range", "aspect_ratio_range", "erase_area_range", "erase_aspect_range"):
-            value = getattr(self, name)
-            _check(len(value) == 2, f"{key}{name} needs 2 values, low and high; got {len(value)}")
-            low, high = value
-            _check(low <= high, f"{key}{name}=({low}, {high}); need low <= high")
-        ops = self.randaugment_ops
-        _check(
-            self.auto_augment == "none" or not ops,
-            f"{key}auto_augment={self.auto_augment} replaces RandAugment, and "
-            f"randaugment_ops={ops}: set one of them (randaugment_ops=0)",
-        )
-        changed = changed_from_defaults(self, AUGMIX_SETTINGS)
-        _check(
-            not changed or self.auto_augment == "augmix",
-            f"{key}{changed[0] if changed else ''} is AugMix's and auto_augment="
-            f"{self.auto_augment}: set {key}auto_augment=augmix or drop it",
+            value = getattr(self, name)  # A tuple of floats: printed as "(low, high)".
+            checks += [
+                (len(value) == 2, f"{key}{name} needs 2 values, low and high; got {len(value)}"),
+                (len(value) != 2 or value[0] <= value[1], f"{key}{name}={value}; need low <= high"),
+            ]
+        changed = [*fields.changed_from_defaults(self, AUGMIX_SETTINGS), ""]
+        _require(
+            *checks,
+            (
+                self.auto_augment == "none" or not self.randaugment_ops,
+                f"{key}auto_augment={self.auto_augment} replaces RandAugment, and "
+                f"randaugment_ops={self.randaugment_ops}: set one of them (randaugment_ops=0)",
+            ),
+            (
+                not changed[0] or self.auto_augment == "augmix",
+                f"{key}{changed[0]} is AugMix's and auto_augment={self.auto_augment}: set "
+                f"{key}auto_augment=augmix or drop it",
+            ),
         )
 
     @property
@@ -220,13 +214,13 @@ class MixSettings:
       mode: "batch" (one draw per batch) or "example" (one per example).
     """
 
-    mixup_alpha: float = setting(0.0, AT_LEAST_0)
-    cutmix_alpha: float = setting(0.0, AT_LEAST_0)
+    mixup_alpha: float = setting(0.0, fields.AT_LEAST_0)
+    cutmix_alpha: float = setting(0.0, fields.AT_LEAST_0)
     switch_prob: float = setting(0.5, CHANCE)
-    mode: str = setting("batch", one_of(MIX_MODES))
+    mode: str = setting("batch", fields.one_of(MIX_MODES))
 
     def __post_init__(self):
-        check_declared(self, "data.mix.{}")
+        fields.check_declared(self, "data.mix.{}")
 
     @property
     def enabled(self) -> bool:
@@ -274,11 +268,11 @@ class ProgressiveSettings:
 
     start_size: int | None = setting(None, IMAGE_SIZE)
     end_size: int | None = setting(None, IMAGE_SIZE)
-    start_epoch: float = setting(0.0, AT_LEAST_0)
-    end_epoch: float | None = setting(None, AT_LEAST_0)
-    multiple: int | None = setting(None, AT_LEAST_1)
+    start_epoch: float = setting(0.0, fields.AT_LEAST_0)
+    end_epoch: float | None = setting(None, fields.AT_LEAST_0)
+    multiple: int | None = setting(None, fields.AT_LEAST_1)
     sizes: tuple[int, ...] = setting((), IMAGE_SIZE)
-    epochs: tuple[float, ...] = setting((), AT_LEAST_0)
+    epochs: tuple[float, ...] = setting((), fields.AT_LEAST_0)
 
     @property
     def enabled(self) -> bool:
@@ -286,33 +280,33 @@ class ProgressiveSettings:
 
     def __post_init__(self):
         key = "data.progressive."
-        check_declared(self, key + "{}")
+        fields.check_declared(self, key + "{}")
         ramp, listed = self.start_size is not None, bool(self.sizes or self.epochs)
-        _check(
-            not (ramp and listed),
-            f"{key}start_size and {key}sizes are two forms of one schedule; give one",
-        )
-        if ramp:
-            _check(
-                self.end_epoch is not None and self.end_epoch > self.start_epoch,
+        epochs = list(self.epochs)
+        _require(
+            (
+                not (ramp and listed),
+                f"{key}start_size and {key}sizes are two forms of one schedule; give one",
+            ),
+            (
+                not ramp or self.end_epoch is not None and self.end_epoch > self.start_epoch,
                 f"{key}end_epoch={self.end_epoch}: a ramp needs 0 <= start_epoch < end_epoch "
                 f"(start_epoch={self.start_epoch})",
-            )
-        if listed:
-            _check(
-                len(self.sizes) == len(self.epochs),
-                f"{key}sizes has {len(self.sizes)} values and {key}epochs {len(self.epochs)}; "
+            ),
+            (
+                not listed or len(self.sizes) == len(epochs),
+                f"{key}sizes has {len(self.sizes)} values and {key}epochs {len(epochs)}; "
                 "give one first epoch per size",
-            )
-            _check(
-                self.epochs[0] == 0 and list(self.epochs) == sorted(set(self.epochs)),
-                f"{key}epochs={list(self.epochs)}; start at 0 and increase, e.g. [0, 10, 14]",
-            )
-        else:
-            _check(
-                self.multiple is None or ramp,
+            ),
+            (
+                not listed or epochs[:1] == [0] and epochs == sorted(set(epochs)),
+                f"{key}epochs={epochs}; start at 0 and increase, e.g. [0, 10, 14]",
+            ),
+            (
+                listed or ramp or self.multiple is None,
                 f"{key}multiple rounds a ramp's sizes; set {key}start_size too",
-            )
+            ),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -378,67 +372,71 @@ class DataConfig:
     """
 
     dataset: str = setting("shapes", DATASET)
-    data_dir: str | None = resumable(None)
+    data_dir: str | None = fields.resumable(None)
     image_size: int | None = setting(None, IMAGE_SIZE)
-    preprocessing: str = setting("auto", one_of(FAMILIES))
+    preprocessing: str = setting("auto", fields.one_of(FAMILIES))
     channels: int | None = setting(None, CHANNEL_COUNT)
     mean: tuple[float, ...] | None = None
-    std: tuple[float, ...] | None = setting(None, MORE_THAN_0)
-    eval_resize: int | None = resumable(None, IMAGE_SIZE)
-    eval_image_size: int | None = resumable(None, IMAGE_SIZE)
+    std: tuple[float, ...] | None = setting(None, fields.MORE_THAN_0)
+    eval_resize: int | None = fields.resumable(None, IMAGE_SIZE)
+    eval_image_size: int | None = fields.resumable(None, IMAGE_SIZE)
     augment: AugmentSettings = AugmentSettings()
     mix: MixSettings = MixSettings()
     validation_split: int = setting(0, WHOLE_OR_0)
-    eval_split: str | None = resumable(None)
-    train_examples: int | None = setting(None, AT_LEAST_1)
-    eval_examples: int | None = resumable(None, AT_LEAST_1)
-    shuffle_buffer: int = setting(10_000, AT_LEAST_1)
+    eval_split: str | None = fields.resumable(None)
+    train_examples: int | None = setting(None, fields.AT_LEAST_1)
+    eval_examples: int | None = fields.resumable(None, fields.AT_LEAST_1)
+    shuffle_buffer: int = setting(10_000, fields.AT_LEAST_1)
     # Not a `data.` config key of its own.
-    seed: int = dataclasses.field(default=0, metadata={SET_BY: "train.seed"})
+    seed: int = dataclasses.field(default=0, metadata={fields.SET_BY: "train.seed"})
     dtype: str | None = setting("float32", DTYPE)
-    num_classes: int = setting(10, AT_LEAST_1)
+    num_classes: int = setting(10, fields.AT_LEAST_1)
     class_names: tuple[str, ...] | None = None
     coarse_labels: bool = False
     multi_label: bool | None = None
     label_separator: str = setting(" ", SEPARATOR)
     records: RecordSettings = RecordSettings()
-    sampling: str = setting("natural", one_of(SAMPLINGS))
+    sampling: str = setting("natural", fields.one_of(SAMPLINGS))
     progressive: ProgressiveSettings = ProgressiveSettings()
 
     def __post_init__(self):
-        check_declared(self, "data.{}")
-        _check(
-            self.class_names is None or len(set(self.class_names)) == len(self.class_names) > 0,
-            f"class_names={list(self.class_names or ())} must be distinct names, at least one",
-        )
-        _check(
-            not self.coarse_labels or self.dataset.startswith(("cifar:", "cifar100")),
-            f"data.coarse_labels is for CIFAR-100 (--dataset=cifar:PATH of its archive, or "
-            f"cifar100); --dataset={self.dataset} has no coarse labels: drop it",
-        )
-        for name in ("mean", "std"):
-            value = getattr(self, name)
-            counts = (self.channels,) if self.channels else CHANNELS[1:]
-            _check(
+        fields.check_declared(self, "data.{}")
+        names, jsd = list(self.class_names or ()), self.augment.augmix_jsd
+        counts = (self.channels,) if self.channels else CHANNELS[1:]
+        per_channel = [
+            (
                 value is None or len(value) in counts,
                 f"{name} has {len(value or ())} values; give one per channel: "
                 + " or ".join(str(c) for c in counts),
             )
-        _check(
-            self.mean is None or self.std is None or len(self.mean) == len(self.std),
-            f"mean has {len(self.mean or ())} values and std {len(self.std or ())}; "
-            "give both one per channel",
-        )
-        jsd = self.augment.augmix_jsd
-        _check(
-            not (jsd and self.mix.enabled),
-            f"data.augment.augmix_jsd={jsd} (AugMix's consistency loss) compares an example's "
-            "views and data.mix blends examples: keep one (drop data.mix or augmix_jsd)",
-        )
-        _check(
-            self.augment.repeats == 1 or self.sampling != "balanced",
-            f"data.augment.repeats={self.augment.repeats} repeats each example of a uniform "
-            "order; data.sampling=balanced draws its own: keep one",
+            for name, value in (("mean", self.mean), ("std", self.std))
+        ]
+        _require(
+            (
+                self.class_names is None or len(set(names)) == len(names) > 0,
+                f"class_names={names} must be distinct names, at least one",
+            ),
+            (
+                not self.coarse_labels or self.dataset.startswith(("cifar:", "cifar100")),
+                f"data.coarse_labels is for CIFAR-100 (--dataset=cifar:PATH of its archive, or "
+                f"cifar100); --dataset={self.dataset} has no coarse labels: drop it",
+            ),
+            *per_channel,
+            (
+                self.mean is None or self.std is None or len(self.mean) == len(self.std),
+                f"mean has {len(self.mean or ())} values and std {len(self.std or ())}; "
+                "give both one per channel",
+            ),
+            (
+                not (jsd and self.mix.enabled),
+                f"data.augment.augmix_jsd={jsd} (AugMix's consistency loss) compares an example's "
+                "views and data.mix blends examples: keep one (drop data.mix or augmix_jsd)",
+            ),
+            (
+                self.augment.repeats == 1 or self.sampling != "balanced",
+                f"data.augment.repeats={self.augment.repeats} repeats each example of a uniform "
+                "order; data.sampling=balanced draws its own: keep one",
+            ),
         )
 
 
@@ -446,9 +444,7 @@ def data_config(**keys: Any) -> DataConfig:
     """A `DataConfig` from keys as a config file's data section gives them (groups as
     mappings, `augment={"flip": False}`, or the old flat names), checked as a config's;
     `seed` (a training config's train.seed) too."""
-    from resnet_app.common.fields import replace_from
-
     seed = keys.pop("seed", 0)
     return dataclasses.replace(
-        replace_from(DataConfig(), "data", migration.config_section("data", keys)), seed=seed
+        fields.replace_from(DataConfig(), "data", migration.config_section("data", keys)), seed=seed
     )

@@ -27,7 +27,6 @@ import tensorflow as tf
 from resnet_app.data import augment_ops, randaugment
 
 NUM_BINS = 31
-STREAM = (1 << 40) + 6  # Folded into an example's seed: the op, sign and bin.
 
 
 def torch_linspace(start: float, end: float, steps: int) -> np.ndarray:
@@ -68,15 +67,15 @@ WIDE_RANGES = augment_ops.OpRanges(
 class TrivialAugment(augment_ops.OpPolicy):
     """One op per image, drawn uniformly from `ranges.ops`, at a uniform bin of `bins`."""
 
-    def __init__(self, name: str, ranges: augment_ops.OpRanges, bins: int, stream: int):
-        self.name, self.ranges, self.bins, self.stream = name, ranges, bins, stream
+    streams = (6,)  # The op, sign and bin.
+
+    def __init__(self, name: str, ranges: augment_ops.OpRanges, bins: int):
+        self.name, self.ranges, self.bins = name, ranges, bins
 
     def draw(self, seed, config):
-        draws = tf.random.stateless_uniform([3], augment_ops.sub_seed(seed, self.stream))
-        index = tf.cast(tf.floor(draws[0] * len(self.ranges.ops)), tf.int32)
-        sign = augment_ops.signs_of(draws[1])
-        bin_ = tf.floor(draws[2] * self.bins)
-        return {"op_indices": index[None], "op_signs": sign[None], "op_magnitudes": bin_[None]}
+        draws = self.uniform(seed, [3, 1])  # The op, its sign and its bin.
+        indices = tf.cast(tf.floor(draws[0] * len(self.ranges.ops)), tf.int32)
+        return self.op_draws(indices, draws[1], tf.floor(draws[2] * self.bins))
 
 
-TA_WIDE = TrivialAugment("ta_wide", WIDE_RANGES, NUM_BINS, STREAM)
+TA_WIDE = TrivialAugment("ta_wide", WIDE_RANGES, NUM_BINS)
