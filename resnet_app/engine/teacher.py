@@ -1,26 +1,18 @@
 """The teacher of knowledge distillation (`train.teacher`): a trained network, frozen.
 
-`create` loads what `train.teacher` names and checks its classes against the
-data's (as many, and the same names in the same order when both name them). A
-`Teacher` maps a training batch's images, as the student sees them, to float32
-logits in inference mode under the run's strategy; the `losses.Distillation`
-term distills them. A teacher is another run of this app (its newest readable
-checkpoint, the moving average when kept, or one `RUN/ckpt-N`, the network
-rebuilt from its config), `keras:resnet50`, a Keras applications `.h5` or a
-torchvision/timm `.safetensors` file (`train.teacher_model` names its network),
-or an export of a run (`resnet-app export`), given uint8 pixels. Each sees the
-pixels recovered from the student's normalization, normalized its own way and
-brought to its channels.
-
-The first run writes a copy of the teacher into `model_dir/teacher/` (its
-weights and `teacher.json`, or the export), durably, and a resumed run reads
-the copy: it resumes with the teacher it started with, bitwise, even when the
-source has trained on, rotated its checkpoints or gone.
+A teacher is another run of this app (its newest readable checkpoint, the
+moving average when kept, or one `RUN/ckpt-N`), `keras:resnet50`, a Keras `.h5`
+or torchvision/timm `.safetensors` file (`train.teacher_model` names its
+network), or an export (given uint8 pixels). It sees the student's pixels,
+normalized its own way, and its classes must be the data's. The first run
+writes a copy into `model_dir/teacher/`, durably, which a resumed run reads:
+it resumes bitwise with the teacher it started with, whatever the source became.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -78,9 +70,7 @@ class Teacher:
     """
 
     def __init__(self, info: TeacherInfo, network: Any, student: Preprocessing):
-        self.info = info
-        self.network = network
-        self.student = student
+        self.info, self.network, self.student = info, network, student
 
     def __call__(self, images: tf.Tensor) -> tf.Tensor:
         mean = tf.constant(self.student.mean, tf.float32)
@@ -91,18 +81,16 @@ class Teacher:
             logits = self.network.signatures["serving_default"](images=served)["logits"]
         else:
             pixels = _to_channels(pixels, self.info.channels)
-            normalized = (pixels - tf.constant(self.info.mean, tf.float32)) / tf.constant(
-                self.info.std, tf.float32
-            )
-            normalized = tf.cast(normalized, self.network.compute_dtype)
+            own_mean = tf.constant(self.info.mean, tf.float32)
+            own_std = tf.constant(self.info.std, tf.float32)
+            normalized = tf.cast((pixels - own_mean) / own_std, self.network.compute_dtype)
             logits = self.network(normalized, training=False)
         return tf.stop_gradient(tf.cast(logits, tf.float32))
 
 
 def _to_channels(pixels: tf.Tensor, channels: int) -> tf.Tensor:
     """Float pixels [..., 1 or 3] as [..., channels] (`data/channels.py`'s rule, unrounded)."""
-    have = pixels.shape[-1]
-    if have == channels:
+    if pixels.shape[-1] == channels:
         return pixels
     if channels == image_channels.RGB:
         return tf.repeat(pixels, image_channels.RGB, axis=-1)
@@ -134,16 +122,15 @@ def create(
     if from_copy:
         info, network = _read_copy(copy, strategy, student, config.train.precision)
     else:
-        info, network, write = _read_source(config, strategy, student, len(class_names))
+        info, network, weights = _read_source(config, strategy, student, len(class_names))
     _check_classes(info, class_names)
     if not from_copy and chief:
+        write = functools.partial(_write_copy, info, weights)
         files.replace_directory(copy, copy + ".partial", copy + ".old", write)
+    train = config.train
     logging.info(
         "Distilling from %s (%d classes; alpha %g, temperature %g)%s",
-        info.description,
-        info.num_classes,
-        config.train.distill_alpha,
-        config.train.distill_temperature,
+        *(info.description, info.num_classes, train.distill_alpha, train.distill_temperature),
         ", read from the run's copy" if from_copy else "",
     )
     return Teacher(info, network, student)
@@ -165,45 +152,19 @@ def _check_classes(info: TeacherInfo, class_names: list[str]) -> None:
         )
 
 
-def _is_export(path: str) -> bool:
-    """Whether `path` holds an export (`resnet-app export`'s layout)."""
-    info = os.path.join(path, "assets.extra", "export_info.json")
-    return tf.saved_model.contains_saved_model(path) and os.path.isfile(info)
-
-
 def _read_source(
     config: config_lib.Config, strategy: tf.distribute.Strategy, student: Preprocessing, classes
 ):
-    """(info, network, a function writing the run's copy into a directory) of the source."""
+    """(info, network, weights) of the source: the weights of a network, None for an export."""
     spec = config.train.teacher
     path = os.path.expanduser(spec)
-    if os.path.isdir(path) and _is_export(path):
-        loaded = tf.saved_model.load(path)
-        info = _export_info(spec, path, loaded, student)
-
-        def write_export(directory: str) -> None:
-            shutil.copytree(path, os.path.join(directory, EXPORT))
-            _write_info(directory, info)
-
-        return info, loaded, write_export
-    info, weights = _network_weights(config, classes)
-    network = _network(info, strategy, student.image_size, config.train.precision, weights)
-
-    def write_weights(directory: str) -> None:
-        flat = {
-            f"{layer}/{name}": value
-            for layer, values in weights.items()
-            for name, value in values.items()
-        }
-        with open(os.path.join(directory, WEIGHTS), "wb") as f:
-            np.savez(f, **flat)
-        _write_info(directory, info)
-
-    return info, network, write_weights
-
-
-def _export_info(spec: str, path: str, loaded, student: Preprocessing) -> TeacherInfo:
-    """An export's classes: its logits' width on one blank image, and its labels.txt."""
+    exported = os.path.join(path, "assets.extra", "export_info.json")  # `resnet-app export`'s.
+    if not (os.path.isfile(exported) and tf.saved_model.contains_saved_model(path)):
+        info, weights = _network_weights(config, classes)
+        network = _network(info, strategy, student.image_size, config.train.precision, weights)
+        return info, network, weights
+    loaded = tf.saved_model.load(path)
+    # Its classes: its logits' width on one blank image, and its labels.txt.
     blank = tf.zeros([1, student.image_size, student.image_size, student.channels], tf.uint8)
     classes = int(loaded.signatures["serving_default"](images=blank)["logits"].shape[-1])
     labels = os.path.join(path, "assets.extra", "labels.txt")
@@ -211,7 +172,23 @@ def _export_info(spec: str, path: str, loaded, student: Preprocessing) -> Teache
     if os.path.isfile(labels):
         with open(labels) as f:
             names = [line.rstrip("\n") for line in f] or None
-    return TeacherInfo(spec, SERVED, f"the export {path}", classes, names)
+    return TeacherInfo(spec, SERVED, f"the export {path}", classes, names), loaded, None
+
+
+def _write_copy(info: TeacherInfo, weights: dict | None, directory: str) -> None:
+    """The run's copy of its teacher in `directory`: the export or the weights, and its info."""
+    if weights is None:
+        shutil.copytree(os.path.expanduser(info.spec), os.path.join(directory, EXPORT))
+    else:
+        flat = {
+            f"{layer}/{name}": value
+            for layer, values in weights.items()
+            for name, value in values.items()
+        }
+        with open(os.path.join(directory, WEIGHTS), "wb") as f:
+            np.savez(f, **flat)
+    with open(os.path.join(directory, INFO), "w") as f:
+        json.dump(dataclasses.asdict(info), f, indent=1)
 
 
 def _network_weights(config: config_lib.Config, classes: int):
@@ -263,11 +240,6 @@ def _network(info: TeacherInfo, strategy, image_size: int, precision: str, weigh
     return network
 
 
-def _write_info(directory: str, info: TeacherInfo) -> None:
-    with open(os.path.join(directory, INFO), "w") as f:
-        json.dump(dataclasses.asdict(info), f, indent=1)
-
-
 def _read_copy(directory: str, strategy, student: Preprocessing, precision: str):
     """(info, network) from the run's copy."""
     try:
@@ -303,7 +275,6 @@ def log_cost(teacher: Teacher, batch_shape: list[int], dtype: tf.DType) -> float
     logging.info(
         "The teacher's forward pass takes %.1f ms per tower batch of %d images (inference "
         "mode), in every training step",
-        seconds * 1000,
-        batch_shape[0],
+        *(seconds * 1000, batch_shape[0]),
     )
     return seconds
