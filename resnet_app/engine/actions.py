@@ -127,8 +127,8 @@ class Records(Action):
                     "Training is input-bound: the steps waited for data %.0f%% of the time (at "
                     "%.0f images/s). Faster input: more CPU cores for tf.data, data on a faster "
                     "disk, or a smaller data.image_size; scripts/benchmark.py measures both sides",
-                    *(100 * wait, record["examples_per_sec"]),
-                )
+                    100 * wait, record["examples_per_sec"],
+                )  # fmt: skip
                 self.writer.write({"step": step, "event": "input_bound", "input_wait": wait})
         if self.progress is None:
             return
@@ -249,8 +249,8 @@ class KeepBest(Action):
         else:
             logging.warning(
                 "%s holds the best %s (%s); keeping the best %s (%s) from here on",
-                *(path, *kept, self.metric, self.direction),
-            )
+                path, *kept, self.metric, self.direction,
+            )  # fmt: skip
 
     def __call__(self, boundary: Boundary) -> None:
         if boundary.evaluation is None:

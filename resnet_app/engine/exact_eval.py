@@ -332,18 +332,18 @@ def _log_result(result: EvalResult, expected: int, top_k: int) -> None:
         logging.info(
             "Evaluated %d examples: mAP %.4f, F1 micro %.4f, macro %.4f (threshold %g), "
             "top class right %.4f, loss %.4f",
-            *(result.examples, result.map, result.f1_micro, result.f1_macro),
-            *(result.threshold, result.accuracy, result.loss),
-        )
+            result.examples, result.map, result.f1_micro, result.f1_macro,
+            result.threshold, result.accuracy, result.loss,
+        )  # fmt: skip
         return
     views = f" ({result.tta}: views averaged)" if result.tta else ""
     balanced = result.balanced_accuracy
     balanced = "" if balanced is None else f", balanced accuracy {balanced:.4f}"
     logging.info(
         "Evaluated %d examples%s: accuracy %.4f, top-%d %.4f, loss %.4f%s",
-        *(result.examples, views, result.accuracy, top_k, result.top5_accuracy, result.loss),
+        result.examples, views, result.accuracy, top_k, result.top5_accuracy, result.loss,
         balanced,
-    )
+    )  # fmt: skip
 
 
 def _run(

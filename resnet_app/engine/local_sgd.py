@@ -131,8 +131,8 @@ class LocalSGD:
             logging.info(
                 "Model averaging every %d steps: %s %d -> %d (evaluations and checkpoints "
                 "need the averaged model)",
-                *(self.interval, name, every, rounded),
-            )
+                self.interval, name, every, rounded,
+            )  # fmt: skip
         return rounded
 
     def at_sync(self, step: int) -> bool:

@@ -215,18 +215,18 @@ def _announce(
     logging.info(
         "Training %s on %s (%s): %d steps (%.2f epochs of %d examples), global batch %d "
         "on %d replica(s), evaluating on %s every %d steps; run directory %s",
-        *(config.model_name, config.data.dataset, pipeline.describe(), total),
-        *(total * batch / examples, examples, batch, replicas, pipeline.eval_split_name),
-        *(intervals.eval_every, run.model_dir),
-    )
+        config.model_name, config.data.dataset, pipeline.describe(), total,
+        total * batch / examples, examples, batch, replicas, pipeline.eval_split_name,
+        intervals.eval_every, run.model_dir,
+    )  # fmt: skip
     schedule = describe_schedule(config, run.plan)
     logging.info("Learning rate (schedule.%s): %s", config.schedule.kind, schedule)
     sizes = run.plan.sizes
     if sizes.progressive:
         logging.info(
             "Progressive resizing (data.progressive): %s; evaluated at %d px; the batch stays %d",
-            *(sizes.describe(), pipeline.preprocessing.eval_size, batch),
-        )
+            sizes.describe(), pipeline.preprocessing.eval_size, batch,
+        )  # fmt: skip
     writer.write({"step": start, "event": "start", "total_steps": total, "time": time.time()})
     settings = hparam_values(run.config.to_dict(with_derived=True))
     writer.hparams(
@@ -239,8 +239,8 @@ def _stopped(run: setup.Run, writer: MetricsWriter, step: int, reason: str) -> R
     logging.warning(
         "Stopped by %s at step %d of %d; saved a checkpoint in %s. Rerun the same command "
         "to resume.",
-        *(reason, step, run.plan.total_steps, run.model_dir),
-    )
+        reason, step, run.plan.total_steps, run.model_dir,
+    )  # fmt: skip
     return RunResult(summary={"step": step, "stopped": reason}, model=run.model, stopped=reason)
 
 
@@ -266,8 +266,8 @@ def _finish(
     logging.info(
         "Done: %d steps in %s (%.0f examples/s); %s top-1 %.4f, top-5 %.4f, loss %.4f on "
         "%d examples; run directory %s",
-        *(step, format_duration(elapsed), summary["examples_per_sec"], *scores, run.model_dir),
-    )
+        step, format_duration(elapsed), summary["examples_per_sec"], *scores, run.model_dir,
+    )  # fmt: skip
     train = run.config.train
     if "ema_top1" in last_eval:
         if train.swa_start:
@@ -277,8 +277,8 @@ def _finish(
         logging.info(
             "%s: top-1 %.4f, top-5 %.4f, loss %.4f; evaluate, export and predict use it unless "
             "given --weights=raw",
-            *(average, last_eval["ema_top1"], last_eval["ema_top5"], last_eval["ema_loss"]),
-        )
+            average, last_eval["ema_top1"], last_eval["ema_top5"], last_eval["ema_loss"],
+        )  # fmt: skip
     if train.swa_start and run.chief:
         summary["swa"] = _write_swa_checkpoint(run, writer, step, swa_checkpoint)
     return RunResult(summary=summary, model=run.model)
@@ -314,7 +314,7 @@ def _write_swa_checkpoint(
         "SWA: the mean of %d models (updates %d, %d, ... every %d) with BatchNorm measured on %d "
         "training batches: top-1 %.4f on %s; the run's averaged checkpoint %s "
         "(evaluate and export --checkpoint=averaged)",
-        *(models, start, start + period, period, bn_batches, top1, evaluation.get("split")),
+        models, start, start + period, period, bn_batches, top1, evaluation.get("split"),
         checkpoint,
-    )
+    )  # fmt: skip
     return record

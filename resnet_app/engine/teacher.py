@@ -130,9 +130,9 @@ def create(
     train = config.train
     logging.info(
         "Distilling from %s (%d classes; alpha %g, temperature %g)%s",
-        *(info.description, info.num_classes, train.distill_alpha, train.distill_temperature),
+        info.description, info.num_classes, train.distill_alpha, train.distill_temperature,
         ", read from the run's copy" if from_copy else "",
-    )
+    )  # fmt: skip
     return Teacher(info, network, student)
 
 
@@ -275,6 +275,6 @@ def log_cost(teacher: Teacher, batch_shape: list[int], dtype: tf.DType) -> float
     logging.info(
         "The teacher's forward pass takes %.1f ms per tower batch of %d images (inference "
         "mode), in every training step",
-        *(seconds * 1000, batch_shape[0]),
-    )
+        seconds * 1000, batch_shape[0],
+    )  # fmt: skip
     return seconds
