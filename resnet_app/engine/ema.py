@@ -21,7 +21,7 @@ import tensorflow as tf
 
 class WeightEMA:
     """The moving average of `model`'s variables, held in `average_model` (the same
-    network, built in the same scope but outside `averaging.local_variables()`), with
+    network, built in the same scope but outside `local_sgd.local_variables()`), with
     decay d in (0, 1), updated once per `every` optimizer updates with d**every."""
 
     def __init__(
