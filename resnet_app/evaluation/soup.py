@@ -119,11 +119,9 @@ def recompute_batch_norm(model, batches: Iterable[dict[str, Any]], seed: int = 0
             layer.momentum = 0.0  # Read when traced: the moving statistics = the batch's.
         for batch in batches:
             images = consistency.stacked_images(batch)
-            keys = (
-                drop_path.example_keys(seed, count, *consistency.stacked_keys(batch))
-                if keyed
-                else None
-            )
+            keys = None
+            if keyed:
+                keys = drop_path.example_keys(seed, count, *consistency.stacked_keys(batch))
             forward(images, keys)
             for mean, variance, layer in zip(means, variances, layers):
                 mean += layer.moving_mean.numpy()
@@ -218,10 +216,8 @@ def average_run(model_dir: str, request: AverageRequest) -> dict[str, Any]:
             "on test: train with a held-out split (--set data.validation_split=5000) and "
             "average that run, or use --mode=uniform"
         )
-    strategy = tf.distribute.get_strategy()
-    model = checkpoint_eval.create_model(run_config, pipeline, strategy)
-    bench = _Bench(model, pipeline, batch_size, split, run_config, request.bn_batches)
-    ingredients = [bench.load(prefix, kind) for (_, prefix), kind in zip(chosen, kinds)]
+    model = checkpoint_eval.create_model(run_config, pipeline, tf.distribute.get_strategy())
+    bench = _Bench(model, pipeline, batch_size, split, run_config, chosen, kinds)
     names = [prefix.rsplit("/", 1)[-1] for _, prefix in chosen]
     # The run's keep-best metric of the weights themselves ("ema_top1" ranks by "top1").
     metric = run_config.train.best_by.removeprefix("ema_")
@@ -229,19 +225,14 @@ def average_run(model_dir: str, request: AverageRequest) -> dict[str, Any]:
     scores: dict[str, float] = {}
     members = list(range(len(chosen)))
     if request.mode == "soup":
-        for index, weights in enumerate(ingredients):
-            bench.set(weights, measure_bn=False)  # Its own statistics.
-            scores[names[index]] = bench.evaluate(chosen[index][0])[metric]
+        # Each alone with its own statistics, then each soup with BatchNorm measured again.
+        scores = {names[i]: bench.evaluate([i])[metric] for i in members}
         ranked = sorted(members, key=lambda i: scores[names[i]], reverse=higher)
-
-        def score(soup: list[int]) -> float:
-            bench.set(mean_weights([ingredients[i] for i in soup]))
-            return bench.evaluate(max(chosen[i][0] for i in soup))[metric]
-
-        members, _ = greedy_soup(ranked, score, higher)
+        members, _ = greedy_soup(
+            ranked, lambda soup: bench.evaluate(soup, request.bn_batches)[metric], higher
+        )
     step = max(chosen[i][0] for i in members)
-    bench.set(mean_weights([ingredients[i] for i in members]))
-    evaluation = bench.evaluate(step)
+    evaluation = bench.evaluate(members, request.bn_batches)
     record = {
         "mode": request.mode,
         "members": [names[i] for i in members],
@@ -283,36 +274,39 @@ def _save_model(model, prefix: str) -> None:
 
 
 class _Bench:
-    """One model whose weights are set, re-normalized and evaluated in turn."""
+    """One model set to the mean of some of the chosen checkpoints' weights, and evaluated."""
 
-    def __init__(self, model, pipeline, batch_size, split, run_config, bn_batches):
-        self.model, self.pipeline, self.batch_size = model, pipeline, batch_size
-        self.split, self.run_config, self.bn_batches = split, run_config, bn_batches
-        self.bn_batches_used = 0
-
-    def load(self, prefix: str, kind: str) -> list[np.ndarray]:
+    def __init__(self, model, pipeline, batch_size, split, run_config, chosen, kinds):
         from resnet_app.common import checkpoint
 
-        checkpoint.restore_model(self.model, prefix, kind)
-        return [variable.numpy() for variable in self.model.weights]
+        self.model, self.pipeline, self.batch_size = model, pipeline, batch_size
+        self.split, self.train, self.steps = split, run_config.train, [step for step, _ in chosen]
+        self.ingredients = []
+        for (_, prefix), kind in zip(chosen, kinds):
+            checkpoint.restore_model(model, prefix, kind)
+            self.ingredients.append([variable.numpy() for variable in model.weights])
+        self.bn_batches_used = 0
 
-    def set(self, weights: list[np.ndarray], measure_bn: bool = True) -> None:
-        for variable, value in zip(self.model.weights, weights):
-            variable.assign(value)
-        if measure_bn and self.bn_batches:
-            import itertools
+    def evaluate(self, members: list[int], bn_batches: int = 0) -> dict[str, Any]:
+        """The record of `members`' mean (at the newest one's step), with BatchNorm's statistics
+        measured on `bn_batches` training batches (0: averaged)."""
+        import itertools
 
-            stream = self.pipeline.train_dataset(self.batch_size)
-            batches = itertools.islice(iter(stream), self.bn_batches)
-            seed = self.run_config.train.seed
-            self.bn_batches_used = recompute_batch_norm(self.model, batches, seed)
-
-    def evaluate(self, step: int) -> dict[str, Any]:
         from resnet_app.engine import exact_eval
 
-        threshold = self.run_config.train.threshold
+        weights = mean_weights([self.ingredients[i] for i in members])
+        for variable, value in zip(self.model.weights, weights):
+            variable.assign(value)
+        if bn_batches:
+            stream = self.pipeline.train_dataset(self.batch_size)
+            batches = itertools.islice(iter(stream), bn_batches)
+            self.bn_batches_used = recompute_batch_norm(self.model, batches, self.train.seed)
         result = exact_eval.evaluate(
-            self.model, self.pipeline, self.batch_size, split=self.split, threshold=threshold
+            self.model,
+            self.pipeline,
+            self.batch_size,
+            split=self.split,
+            threshold=self.train.threshold,
         )
-        precision = self.run_config.train.precision
-        return exact_eval.eval_record(step, self.split, result, precision)
+        step = max(self.steps[i] for i in members)
+        return exact_eval.eval_record(step, self.split, result, self.train.precision)

@@ -118,16 +118,11 @@ def write_formats(staged: str, served, source: dict, run_config, request: Reques
             _write(path, module.convert(classifier, variant, calibration, info))
             outputs.append((kind.output_name(variant), path, module.Runner))
     for name, path, runner in outputs:
-        if images is not None:
-            rows.append(parity.measure(name, path, runner(path), images, labels, reference)[0])
+        if images is None:  # No parity: the file's size only.
+            size = parity.path_size(path)
+            rows.append({"format": name, "file": os.path.basename(path), "size_bytes": size})
         else:
-            rows.append(
-                {
-                    "format": name,
-                    "file": os.path.basename(path),
-                    "size_bytes": parity.path_size(path),
-                }
-            )
+            rows.append(parity.measure(name, path, runner(path), images, labels, reference)[0])
     if outputs:
         _write(os.path.join(staged, MODEL_INFO), json.dumps(info, indent=1).encode())
     report = {
@@ -146,17 +141,15 @@ def _model_info(served, preprocessing, source: dict) -> dict:
     """What a .tflite or .onnx file takes and gives, for callers without resnet_app."""
     from resnet_app.export import portable
 
+    output = "probabilities: float32 [batch, classes], in class_names order"
+    if served.multi_label:
+        output += f" (multi-label: each class's sigmoid; predicted from {served.threshold:g})"
     return {
         "class_names": served.class_names,
         "input": f"images: uint8 [batch, input_size, input_size, {preprocessing.channels}], "
         + image_channels.name(preprocessing.channels),
         "channels": preprocessing.channels,
-        "output": "probabilities: float32 [batch, classes], in class_names order"
-        + (
-            f" (multi-label: each class's sigmoid; predicted from {served.threshold:g})"
-            if served.multi_label
-            else ""
-        ),
+        "output": output,
         "multi_label": served.multi_label,
         "threshold": served.threshold if served.multi_label else None,
         "input_size": portable.input_size(preprocessing),

@@ -53,14 +53,11 @@ def split_images(split, preprocessing: Preprocessing, count: int | None = None):
                 )
             images.append(fixed_size_image(image, preprocessing))
             labels.append(split.labels[i])
-    size = input_size(preprocessing)
-    stacked = (
-        np.stack([np.asarray(image) for image in images])
-        if images
-        else np.zeros((0, size, size, channels), np.uint8)
-    )
+    if not images:
+        size = input_size(preprocessing)
+        return np.zeros((0, size, size, channels), np.uint8), np.zeros(0, np.int64)
     # Class ids, or multi-hot rows for multi-label data.
-    return stacked, np.stack(labels).astype(np.int64) if labels else np.zeros(0, np.int64)
+    return np.stack([np.asarray(image) for image in images]), np.stack(labels).astype(np.int64)
 
 
 class PortableClassifier(tf.Module):

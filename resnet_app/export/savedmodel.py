@@ -67,23 +67,18 @@ class ServingModel(tf.Module):
         self.top_k = max(1, min(top_k, len(self.class_names)))
         if multi_label:  # Every class, ranked: predict shows those above the threshold.
             self.top_k = len(self.class_names)
-        self._preprocessing = preprocessing
+        self.preprocessing = preprocessing  # The run's evaluation's: every signature applies it.
         self._names = tf.constant(self.class_names, tf.string)
 
-    @property
-    def preprocessing(self) -> Preprocessing:
-        """The run's evaluation preprocessing, which every signature applies."""
-        return self._preprocessing
-
     def _preprocess(self, images: tf.Tensor, encoded: bool) -> tf.Tensor:
-        size, channels = self._preprocessing.eval_size, self._preprocessing.channels
-        recipe = families.of(self._preprocessing)
+        size, channels = self.preprocessing.eval_size, self.preprocessing.channels
+        recipe = families.of(self.preprocessing)
         if not encoded:  # Files are decoded to the run's channels.
             images = image_channels.convert(images, channels)
         return tf.map_fn(
-            lambda image: recipe.evaluate(image, self._preprocessing, encoded),
+            lambda image: recipe.evaluate(image, self.preprocessing, encoded),
             images,
-            fn_output_signature=tf.TensorSpec([size, size, channels], self._preprocessing.dtype),
+            fn_output_signature=tf.TensorSpec([size, size, channels], self.preprocessing.dtype),
         )
 
     def _classify(self, pixels: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -176,10 +171,10 @@ def load(
     logging.info(
         "Restored %s (step %d, %s weights) from %s", run_config.model_name, step, chosen, prefix
     )
-    temperature = calibration.read_temperature(model_dir)
-    calibration.warn_if_fitted_elsewhere(
-        calibration.read_temperature_record(model_dir), prefix, chosen
-    )
+    fitted = calibration.read_temperature_record(model_dir)
+    calibration.warn_if_fitted_elsewhere(fitted, prefix, chosen)
+    temperature = 1.0 if fitted is None else fitted["temperature"]
+    threshold = run_config.train.threshold
     source = {
         "model_dir": os.path.abspath(model_dir),
         "checkpoint": os.path.basename(prefix),
@@ -190,17 +185,10 @@ def load(
         "temperature": temperature,
         "tta": tta,
         "multi_label": multi_label,
-        "threshold": run_config.train.threshold if multi_label else None,
+        "threshold": threshold if multi_label else None,
     }
     served = ServingModel(
-        model,
-        preprocessing,
-        class_names,
-        top_k,
-        temperature,
-        tta,
-        multi_label=multi_label,
-        threshold=run_config.train.threshold,
+        model, preprocessing, class_names, top_k, temperature, tta, multi_label, threshold
     )
     return served, source
 
@@ -318,32 +306,23 @@ def save(
     """
     export_dir = check_destination(export_dir, overwrite, source.get("model_dir"))
     staged = f"{export_dir}.partial-{os.getpid()}"
-    try:
+    try:  # A place that cannot be written is refused in one line, before the model is saved.
         os.makedirs(staged)
     except OSError as error:
         raise ConfigError(
             f"--export_dir={export_dir}: cannot write there ({error.strerror}: "
             f"{error.filename}); pick another directory"
         ) from None
-    replaced = f"{export_dir}.replaced-{os.getpid()}"
-    try:
-        tf.saved_model.save(served, staged, signatures=served.signatures())
-        _write_extras(staged, served, source)
+
+    def fill(directory: str) -> None:
+        tf.saved_model.save(served, directory, signatures=served.signatures())
+        _write_extras(directory, served, source)
         if more is not None:
-            more(staged)
-        files.sync_tree(staged)  # On disk before it replaces anything.
-        # A non-empty directory cannot be renamed over: the old export steps
-        # aside first, and comes back if the rename fails (or at the next
-        # export, after a kill: `recover`).
-        if os.path.lexists(export_dir):
-            os.replace(export_dir, replaced)
-        os.replace(staged, export_dir)
-        files.sync_directory(os.path.dirname(export_dir))
-    except BaseException:
-        if os.path.lexists(replaced) and not os.path.lexists(export_dir):
-            os.replace(replaced, export_dir)
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
-    shutil.rmtree(replaced, ignore_errors=True)
+            more(directory)
+
+    # A non-empty directory cannot be renamed over: the old export steps aside
+    # first, and comes back if the rename fails (or at the next export, after a
+    # kill: `recover`).
+    files.replace_directory(export_dir, staged, f"{export_dir}.replaced-{os.getpid()}", fill)
     logging.info("Exported %s (signatures %s) to %s", source, ", ".join(SIGNATURES), export_dir)
     return export_dir
