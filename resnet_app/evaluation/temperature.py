@@ -74,15 +74,15 @@ def fit_run_temperature(
     result = exact_eval.evaluate(
         model, pipeline, batch_size, strategy, HOLDOUT_SPLIT, collect_logits=True
     )
-    fit = _fit(result.logits, result.labels)
+    temperature = calibration.fit_temperature(result.logits, result.labels)
     record = {
-        "temperature": fit.pop("temperature"),
+        "temperature": temperature,
         "checkpoint": os.path.basename(prefix),
         "step": step,
         "weights": chosen,
         "split": HOLDOUT_SPLIT,
         "num_examples": result.examples,
-        **fit,
+        **_before_and_after(result.logits, result.labels, temperature),
     }
     if on_record is not None:
         on_record(record)
@@ -110,9 +110,8 @@ def _check_fit(model_dir: str, which: str, run_config: config.Config) -> None:
         )
 
 
-def _fit(logits: np.ndarray, labels: np.ndarray) -> Record:
-    """The temperature, and the NLL and ECE before (T = 1) and after; logged."""
-    temperature = calibration.fit_temperature(logits, labels)
+def _before_and_after(logits: np.ndarray, labels: np.ndarray, temperature: float) -> Record:
+    """The NLL and ECE before (T = 1) and after temperature scaling; logged."""
     before = calibration.calibration_record(logits, labels)
     after = calibration.calibration_record(logits, labels, temperature)
     logging.info(
@@ -125,7 +124,6 @@ def _fit(logits: np.ndarray, labels: np.ndarray) -> Record:
         after["ece"],
     )
     return {
-        "temperature": temperature,
         "nll_before": before["nll"],
         "nll_after": after["nll"],
         "ece_before": before["ece"],

@@ -150,9 +150,8 @@ def with_run_details(source: Source) -> Source:
     saved = checkpoint.read_value(prefix, "config")
     fields: dict[str, Any] = {}
     if saved is not None:
-        fields = _exact_fields(
-            config_lib.from_yaml(saved.decode(), f"the config saved in {prefix}")
-        )
+        saved_config = config_lib.from_yaml(saved.decode(), f"the config saved in {prefix}")
+        fields = _exact_fields(saved_config)
     recorded = run_pipeline.read_data_info(directory)
     mean = std = None
     if recorded is None:
