@@ -1,15 +1,11 @@
 """Breaks the code on purpose, one place at a time, and shows the suite catch it.
 
-For each breakage below: the source is changed, the test files that should
-catch it run in the default tier (README command 2's selection: the slow
-tier's tests are left out), the failing tests are printed, and the source is
-put back (also on Ctrl-C). A breakage whose tests all pass is a hole in the
-suite. Running a file or two of the suite is enough to show the suite fails.
-
     python scripts/break_on_purpose.py            # every breakage
     python scripts/break_on_purpose.py 2 5        # the 2nd and the 5th
 
-Prints one JSON line per breakage: {n, what, file, targets, failed, summary, seconds}.
+Each breakage changes its file, runs its target test files in the default tier,
+prints one JSON line {n, what, file, targets, failed, summary, seconds} and puts
+the file back (also on Ctrl-C). A breakage whose tests all pass is a hole in the suite.
 """
 
 from __future__ import annotations
