@@ -208,7 +208,8 @@ def read_cache(path: str, read: Callable[[Any], T | None]) -> T | None:
 
     remove_leftovers(path)  # A killed rebuild's temporary file, however large.
     try:
-        with np.load(path, allow_pickle=False) as cached:
+        # Our own handle: np.load leaks the one it opens when the zip is damaged.
+        with open(path, "rb") as file, np.load(file, allow_pickle=False) as cached:
             return read(cached)
     except FileNotFoundError:
         return None
