@@ -27,6 +27,10 @@ AVERAGING = "test_averaging.py::test_averaging_every_step_is_the_one_device_upda
 
 # {key: (what it adds to its representative, the representative in the default suite)}
 MOVED: dict[str, tuple[str, str]] = {
+    "test_bad_files.py::test_every_other_bad_file_is_one_line": (
+        "every command on every bad file kind",
+        "test_bad_files.py::test_a_bad_file_is_one_line",
+    ),
     # The no-traceback matrix stays on shapes and tfds offline.
     f"{MATRIX_OWN}[folder]": (MATRIX_KIND, EXPORT),
     f"{MATRIX_OWN}[csv]": (
