@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -23,8 +24,9 @@ def fail(message: str, status: int = USAGE_ERROR, at_once: bool = False) -> NoRe
     sys.stderr.write(f"error: {message}\n")
     sys.stderr.flush()
     if at_once:
-        logging.flush()
-        sys.stdout.flush()
+        with contextlib.suppress(OSError):  # A closed pipe must not stop the exit.
+            logging.flush()
+            sys.stdout.flush()
         os._exit(status)
     sys.exit(status)
 
