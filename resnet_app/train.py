@@ -40,16 +40,12 @@ def main(argv: list[str]) -> None:
         # A second trainer on a run directory in use, answered before TensorFlow loads
         # (a multi-worker job's workers share the directory).
         run_lock.refuse_if_held(MODEL_DIR.value)
-    from resnet_app.engine import loop
+    from resnet_app.engine import loop, setup
     from resnet_app.evaluation import soup
 
-    loop.train_and_evaluate(
-        resolved,
-        MODEL_DIR.value or default_model_dir(resolved),
-        restart=RESTART.value,
-        allow_config_change=ALLOW_CONFIG_CHANGE.value,
-        swa_checkpoint=soup.swa_checkpoint,
-    )
+    model_dir = MODEL_DIR.value or default_model_dir(resolved)
+    run = setup.build_run(resolved, model_dir, RESTART.value, ALLOW_CONFIG_CHANGE.value)
+    loop.train(run, swa_checkpoint=soup.swa_checkpoint)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ _HELP_FLAGS = ("-?", "-h", "--help", "--helpshort", "--helpfull", "--helpxml")
 
 def _parse_flags(argv: Sequence[str]) -> list[str]:
     try:
-        return flags.FLAGS(list(argv))
+        rest = flags.FLAGS(list(argv))
     except flags.Error as error:
         fail(f"{error} (run with --help to list the flags)")
     except SystemExit as done:
@@ -44,22 +44,18 @@ def _parse_flags(argv: Sequence[str]) -> list[str]:
         if done.code == 1 and any(arg.split("=")[0] in _HELP_FLAGS for arg in argv[1:]):
             sys.exit(0)
         raise
+    # Before any command imports TensorFlow; --verbosity=1 shows its start-up lines.
+    startup_noise.install(show_all=flags.FLAGS.verbosity >= 1)
+    return rest
 
 
 def run(main: Callable[[list[str]], None]) -> NoReturn:
     """Runs `main(argv)` under absl; a `ConfigError` exits with one line, status 2."""
-
-    def guarded_main(argv: list[str]) -> None:
-        # Before any command imports TensorFlow; --verbosity=1 shows its start-up lines.
-        startup_noise.install(show_all=flags.FLAGS.verbosity >= 1)
-        try:
-            main(argv)
-        except ConfigError as error:
-            status = getattr(error, "exit_status", USAGE_ERROR)
-            fail(str(error), status, at_once=isinstance(error, WorkerLostError))
-
     try:
-        app.run(guarded_main, flags_parser=_parse_flags)
+        app.run(main, flags_parser=_parse_flags)
+    except ConfigError as error:
+        status = getattr(error, "exit_status", USAGE_ERROR)
+        fail(str(error), status, at_once=isinstance(error, WorkerLostError))
     except BrokenPipeError:
         # The reader went away (`--help | head`): no traceback, and none at exit either.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
