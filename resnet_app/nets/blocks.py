@@ -171,12 +171,10 @@ class ResidualBlock(Unit):
     def build(self, input_shape: Shape) -> None:
         build_layer(self.preact_norm, input_shape)
         shape = input_shape
-        for number, conv in enumerate(self.convs, start=1):
-            if self.preact and number > 1:
-                build_layer(getattr(self, f"bn{number - 1}"), shape)
+        # Each BatchNorm reads the output of the conv before it (v2's last conv has none).
+        for conv, norm in zip(self.convs, [*self.norms, None]):
             shape = build_layer(conv, shape)
-            if not self.preact:
-                build_layer(getattr(self, f"bn{number}"), shape)
+            build_layer(norm, shape)
         build_layer(self.attention, shape)
         pooled = input_shape if self.pool is None else self.pool.compute_output_shape(input_shape)
         build_layer(self.projection_norm, build_layer(self.projection, pooled))
@@ -187,17 +185,15 @@ class ResidualBlock(Unit):
         if self.preact_norm is not None:
             activated = relu(self.preact_norm(inputs, training=training))
         outputs = activated
-        for number, conv in enumerate(self.convs, start=1):
+        for number, (conv, norm) in enumerate(zip(self.convs, [*self.norms, None]), start=1):
             last = number == self.num_convs
-            if self.preact and number > 1:
-                outputs = relu(getattr(self, f"bn{number - 1}")(outputs, training=training))
             if last and training and self.dropout_rate and keys is not None:
                 # Per element, keyed like stochastic depth (`nets/drop_path.py`).
                 outputs = drop_path.dropout(outputs, keys, self.block_index, self.dropout_rate)
             outputs = conv(outputs)
-            if not self.preact:
-                outputs = getattr(self, f"bn{number}")(outputs, training=training)
-                outputs = outputs if last else relu(outputs)
+            if norm is not None:
+                outputs = norm(outputs, training=training)
+            outputs = outputs if last else relu(outputs)
         if self.attention is not None:
             outputs = self.attention(outputs)
         if training and self.drop_rate and keys is not None:  # Stochastic depth.

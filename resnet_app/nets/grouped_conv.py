@@ -66,24 +66,15 @@ def _block_diagonal_kernel(kernel: tf.Tensor, groups: int) -> tf.Tensor:
     return tf.reshape(blocks * eye, [kh, kw, groups * group_in, out])
 
 
-def block_diagonal(
-    x: tf.Tensor, kernel: tf.Tensor, groups: int, strides: int, padding: str
-) -> tf.Tensor:
-    """One dense conv with the block-diagonal kernel: exact, at `groups` times the FLOPs."""
-    _check_layout(x, kernel, groups)
-    return tf.nn.conv2d(x, _block_diagonal_kernel(kernel, groups), strides, padding)
-
-
 def chunked_auto(
     x: tf.Tensor, kernel: tf.Tensor, groups: int, strides: int, padding: str
 ) -> tf.Tensor:
-    """`block_diagonal` on channel chunks of about 16 inputs (whole groups; `split` beyond)."""
+    """On channel chunks of about 16 inputs (whole groups), one dense conv each with the
+    block-diagonal kernel: exact, at the chunk's groups times the FLOPs."""
     _check_layout(x, kernel, groups)
     wanted = max(1, 16 // max(1, int(x.shape[-1]) // groups))  # Groups per chunk, at most.
     per_chunk = max(d for d in range(1, min(wanted, groups) + 1) if groups % d == 0)
     chunks = groups // per_chunk
-    if chunks == 1:
-        return block_diagonal(x, kernel, groups, strides, padding)
     inputs = tf.split(x, chunks, axis=-1)
     kernels = tf.split(kernel, chunks, axis=-1)
     return tf.concat(
@@ -147,7 +138,6 @@ def convolve(x: tf.Tensor, kernel: tf.Tensor, groups: int, strides: int, padding
 FORMULATIONS: dict[str, GroupedConv] = {
     "native": native,
     "split": split,
-    "block_diagonal": block_diagonal,
     "chunked_auto": chunked_auto,
     "convolve": convolve,
 }

@@ -25,10 +25,7 @@ PRESETS: dict[str, dict[str, Any]] = {}
 
 def register(name: str, *families: dict[str, Any], **fields: Any) -> None:
     """Adds preset `name`: its families' fields, then `fields`, over the defaults."""
-    merged: dict[str, Any] = {}
-    for family in families:
-        merged.update(family)
-    PRESETS[name] = {**merged, **fields}
+    PRESETS[name] = {key: value for part in (*families, fields) for key, value in part.items()}
 
 
 # The two input families. CIFAR's is ResNetConfig's default stem (3x3/1, 16).

@@ -50,6 +50,8 @@ class ResNet(keras.Model):
         # Names, not layers: a list of layers would be tracked as a second path
         # to them, and checkpoints key each variable by its first path.
         self.stem_names = tuple(stem_lib.conv_names(config))
+        if config.replace_stem_pool:  # ResNet-RS's strided conv, in place of the max-pool.
+            self.stem_names += (("stem_pool_conv", "stem_pool_bn"),)
 
         # Units are attributes named stage2_unit0, ... (checkpoints follow
         # attributes, not lists); `stage_names` keeps the table's order.
@@ -93,16 +95,13 @@ class ResNet(keras.Model):
 
     @property
     def stem_pairs(self) -> list[tuple[keras.layers.Layer, keras.layers.Layer]]:
-        """The stem's (conv, BatchNorm) pairs, input to output."""
+        """The stem's (conv, BatchNorm) pairs, input to output (`replace_stem_pool`'s last)."""
         return [(getattr(self, conv), getattr(self, norm)) for conv, norm in self.stem_names]
 
     @property
     def stem_layers(self) -> list[keras.layers.Layer]:
         """The stem's layers with weights, input to output."""
-        layers = [layer for pair in self.stem_pairs for layer in pair]
-        if self.stem_pool_conv is not None:
-            layers += [self.stem_pool_conv, self.stem_pool_bn]
-        return layers
+        return [layer for pair in self.stem_pairs for layer in pair]
 
     @property
     def stages(self) -> list[list[keras.layers.Layer]]:
@@ -123,10 +122,7 @@ class ResNet(keras.Model):
         for conv, norm in self.stem_pairs:
             shape = build_layer(conv, shape)
             build_layer(norm, shape)
-        if self.stem_pool_conv is not None:
-            shape = build_layer(self.stem_pool_conv, shape)
-            build_layer(self.stem_pool_bn, shape)
-        elif self.stem_pool is not None:
+        if self.stem_pool is not None:
             shape = self.stem_pool.compute_output_shape(shape)
         for stage_units in self.stages:
             for unit in stage_units:

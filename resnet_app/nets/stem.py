@@ -49,14 +49,12 @@ def make_layers(config: ResNetConfig) -> dict[str, keras.layers.Layer]:
 
 
 def call(model, inputs, training=None):
-    """The stem's output: each conv-BN-ReLU, then the pool."""
+    """The stem's output: each conv-BN-ReLU (a strided one in place of the pool, too), then
+    the max-pool."""
     outputs = inputs
     for conv, norm in model.stem_pairs:
         outputs = keras.ops.relu(norm(conv(outputs), training=training))
-    if model.stem_pool_conv is not None:
-        outputs = model.stem_pool_conv(outputs)
-        outputs = keras.ops.relu(model.stem_pool_bn(outputs, training=training))
-    elif model.stem_pool is not None:
+    if model.stem_pool is not None:
         outputs = model.stem_pool(outputs)
     return outputs
 
