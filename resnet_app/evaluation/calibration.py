@@ -19,7 +19,6 @@ import numpy as np
 from absl import logging
 
 from resnet_app.common import files, run_dir
-from resnet_app.common.errors import ConfigError
 
 DEFAULT_BINS = 15  # Guo et al. 2017.
 TEMPERATURE_FIELDS = (
@@ -303,19 +302,16 @@ def read_temperature_record(model_dir: str) -> dict[str, Any] | None:
     path = run_dir.temperature_path(model_dir)
     if not os.path.exists(path):
         return None
-    try:
-        with open(path) as f:
-            record = json.load(f)
+
+    def parse(record: dict[str, Any]) -> dict[str, Any]:
         value = record["temperature"]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TypeError(f"temperature {value!r} is not a number")
         record["temperature"] = _check_temperature(value)
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ConfigError(
-            f"{path} is damaged ({type(error).__name__}: {error}); rerun python -m "
-            f"resnet_app.evaluate --model_dir={model_dir} --fit_temperature"
-        ) from None
-    return record
+        return record
+
+    remedy = f"rerun python -m resnet_app.evaluate --model_dir={model_dir} --fit_temperature"
+    return run_dir.read_json(path, parse, remedy)
 
 
 def warn_if_fitted_elsewhere(fitted: dict[str, Any] | None, prefix: str, weights: str) -> None:

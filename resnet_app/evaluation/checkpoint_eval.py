@@ -28,7 +28,6 @@ from resnet_app.evaluation import calibration
 if TYPE_CHECKING:
     import tensorflow as tf
 
-    from resnet_app.common.metrics import MetricsWriter
     from resnet_app.data.input_pipeline import InputPipeline
     from resnet_app.data.settings import DataConfig
     from resnet_app.engine.exact_eval import EvalResult
@@ -42,7 +41,7 @@ def evaluate_checkpoints(
     """Evaluates a run's checkpoints, each on every example of a split, and reports each.
 
     `which`: latest, all, best, averaged, ckpt-N or N; `weights`: "auto" (the
-    moving average when kept), "ema" or "raw"; `options`: `open_session`'s
+    moving average when kept), "ema" or "raw"; `options`: `Session`'s
     (None: the run's own split, data_dir and batch; every GPU; `reports/`).
 
     Returns:
@@ -55,7 +54,7 @@ def evaluate_checkpoints(
       ConfigError: for a mistake in the command or the run.
     """
     # The checkpoints are chosen before the data loads.
-    session = open_session(model_dir, chosen=lambda: _chosen(model_dir, which, weights), **options)
+    session = Session(model_dir, chosen=lambda: _chosen(model_dir, which, weights), **options)
     records = []
     try:
         for step, prefix, kind in session.chosen:
@@ -67,30 +66,58 @@ def evaluate_checkpoints(
     return records
 
 
-@dataclasses.dataclass
 class Session:
     """A run's model, data, report directory and metrics, ready to evaluate checkpoints.
 
-    `events` (TensorBoard's directory for "ema" or "raw" weights, None for no
-    events) and `tags` (fields added to each record) are the watcher's.
+    Made from the options of `evaluate_checkpoints`; `chosen()` picks the
+    checkpoints before the data loads. `events` (TensorBoard's directory for
+    "ema" or "raw" weights, None for no events) and `tags` (fields added to
+    each record) are the watcher's.
     """
 
-    model_dir: str
-    run_config: config.Config
-    strategy: tf.distribute.Strategy
-    pipeline: InputPipeline
-    model: tf.keras.Model
-    batch_size: int
-    split: str
-    tta: str | None
-    fitted: Record | None
-    report_root: str
-    writer: MetricsWriter
-    chief: bool
-    chosen: list[tuple[int, str, str]]
-    on_record: Callable[[Record], None] | None
-    events: Callable[[str], str] | None = None
-    tags: Record = dataclasses.field(default_factory=dict)
+    def __init__(
+        self,
+        model_dir: str,
+        *,
+        chosen: Callable[[], list[tuple[int, str, str]]],
+        split: str | None = None,
+        batch_size: int | None = None,
+        num_towers: int | None = None,
+        data_dir: str | None = None,
+        report_dir: str | None = None,
+        tta: str | None = None,
+        on_record: Callable[[Record], None] | None = None,
+    ):
+        self.run_config, data_config, self.batch_size = run_settings(
+            model_dir, split, batch_size, data_dir
+        )
+        _check_tta(tta)
+        # A damaged file: now, not later.
+        self.fitted = calibration.read_temperature_record(model_dir)
+        from resnet_app.common import distribute, metrics
+        from resnet_app.data import run_pipeline
+
+        self.strategy = distribute.create_strategy(num_towers)  # Before TF runs any op.
+        self.chosen = chosen()
+        self.pipeline = run_pipeline.create_run_pipeline(self.run_config, data_config, model_dir)
+        _check_tta(tta, self.pipeline.preprocessing.family, self.pipeline.multi_label)
+        self.model_dir, self.split, self.tta = model_dir, self.pipeline.eval_split_name, tta
+        self.on_record, self.events, self.tags = on_record, None, {}
+        self.report_root = _prepare_report_root(
+            model_dir, report_dir, self.chosen, self.split, tta, self.strategy
+        )
+        # At the run's train.precision.
+        self.model = create_model(self.run_config, self.pipeline, self.strategy)
+        self.chief = distribute.is_chief(self.strategy)
+        why = run_dir.unwritable(model_dir) if self.chief else None
+        if why:
+            logging.warning(
+                "The run directory %s is read-only (%s): the records go to stdout and the "
+                "reports only, not to its metrics.jsonl",
+                model_dir,
+                why,
+            )
+        self.writer = metrics.MetricsWriter(model_dir, enabled=self.chief and not why)
 
     def evaluate(self, which: str, step: int, prefix: str, kind: str) -> Record | None:
         """Restores, evaluates and reports one checkpoint (`kind` "ema" or "raw"); its record.
@@ -176,60 +203,6 @@ class Session:
                 f"numbers above are in metrics.jsonl; free space or pick --report_dir"
             ) from None
         reports.log_summary(report)
-
-
-def open_session(
-    model_dir: str,
-    *,
-    chosen: Callable[[], list[tuple[int, str, str]]],
-    split: str | None = None,
-    batch_size: int | None = None,
-    num_towers: int | None = None,
-    data_dir: str | None = None,
-    report_dir: str | None = None,
-    tta: str | None = None,
-    on_record: Callable[[Record], None] | None = None,
-) -> Session:
-    """Reads the run and makes the strategy, data, model and report directory (the options of
-    `evaluate_checkpoints`); `chosen()` picks the checkpoints before the data loads."""
-    run_config, data_config, batch_size = run_settings(model_dir, split, batch_size, data_dir)
-    _check_tta(tta)
-    fitted = calibration.read_temperature_record(model_dir)  # A damaged file: now, not later.
-    from resnet_app.common import distribute, metrics
-    from resnet_app.data import run_pipeline
-
-    strategy = distribute.create_strategy(num_towers)  # Before TF runs any op.
-    picked = chosen()
-    pipeline = run_pipeline.create_run_pipeline(run_config, data_config, model_dir)
-    _check_tta(tta, pipeline.preprocessing.family, pipeline.multi_label)
-    split = pipeline.eval_split_name
-    report_root = _prepare_report_root(model_dir, report_dir, picked, split, tta, strategy)
-    model = create_model(run_config, pipeline, strategy)  # At the run's train.precision.
-    chief = distribute.is_chief(strategy)
-    why = run_dir.unwritable(model_dir) if chief else None
-    if why:
-        logging.warning(
-            "The run directory %s is read-only (%s): the records go to stdout and the "
-            "reports only, not to its metrics.jsonl",
-            model_dir,
-            why,
-        )
-    return Session(
-        model_dir=model_dir,
-        run_config=run_config,
-        strategy=strategy,
-        pipeline=pipeline,
-        model=model,
-        batch_size=batch_size,
-        split=split,
-        tta=tta,
-        fitted=fitted,
-        report_root=report_root,
-        writer=metrics.MetricsWriter(model_dir, enabled=chief and not why),
-        chief=chief,
-        chosen=picked,
-        on_record=on_record,
-    )
 
 
 def _chosen(model_dir: str, which: str, weights: str) -> list[tuple[int, str, str]]:
@@ -370,16 +343,19 @@ def create_model(
 def _calibration(result: EvalResult) -> tuple[Record, Record | None]:
     """ECE (15 bins) and NLL of every example's softmax, also at the fitted temperature
     (None each without examples); and the reliability bins."""
-    temperature = result.temperature
-    fields: Record = {"ece": None, "nll": None}
-    if temperature is not None:
-        fields.update(temperature=temperature, ece_scaled=None, nll_scaled=None)
-    if not result.examples or result.multi_label:  # Softmax calibration: one class per image.
-        return fields, None
-    raw = calibration.calibration_record(result.logits, result.labels)
-    fields.update(ece=raw["ece"], nll=raw["nll"])
-    if temperature is not None:
+    measured = result.examples and not result.multi_label  # Softmax: one class per image.
+
+    def measure(logits) -> Record:
+        return calibration.calibration_record(logits, result.labels) if measured else {}
+
+    raw = measure(result.logits)
+    fields: Record = {"ece": raw.get("ece"), "nll": raw.get("nll")}
+    if result.temperature is not None:
         # Each view's logits were divided by T before the average (`engine/tta.py`).
-        scaled = calibration.calibration_record(result.scaled_logits, result.labels)
-        fields.update(ece_scaled=scaled["ece"], nll_scaled=scaled["nll"])
-    return fields, raw["reliability"]
+        scaled = measure(result.scaled_logits)
+        fields.update(
+            temperature=result.temperature,
+            ece_scaled=scaled.get("ece"),
+            nll_scaled=scaled.get("nll"),
+        )
+    return fields, raw.get("reliability")

@@ -80,6 +80,5 @@ def plot_reliability(reliability: dict[str, Any], path: str, title: str = "") ->
             path,
         )
         return False
-    # The temporary name does not end in .png, hence the explicit format.
-    files.write_atomically(path, lambda temporary: figure.savefig(temporary, format="png", dpi=100))
+    files.save_figure(figure, path)
     return True

@@ -205,7 +205,7 @@ def write_report(
     try:
         heading = f"{title}: top-1 {record['top1']:.2%} of {record['num_examples']} examples"
         figure = plot_confusion(confusion, class_names, heading)
-        files.write_atomically(picture, lambda path: figure.savefig(path, format="png", dpi=100))
+        files.save_figure(figure, picture)
     except ImportError:
         # No matplotlib: neither picture, and one warning for both.
         skipped = [PICTURE_FILE] + ([RELIABILITY_FILE] if reliability is not None else [])

@@ -111,8 +111,8 @@ def recompute_batch_norm(model, batches: Iterable[dict[str, Any]], seed: int = 0
         else:
             model(images, training=True)
 
-    means = [np.zeros(layer.moving_mean.shape, np.float64) for layer in layers]
-    variances = [np.zeros(layer.moving_variance.shape, np.float64) for layer in layers]
+    moving = [v for layer in layers for v in (layer.moving_mean, layer.moving_variance)]
+    sums = [np.zeros(variable.shape, np.float64) for variable in moving]
     count = 0
     try:
         for layer in layers:
@@ -123,17 +123,15 @@ def recompute_batch_norm(model, batches: Iterable[dict[str, Any]], seed: int = 0
             if keyed:
                 keys = drop_path.example_keys(seed, count, *consistency.stacked_keys(batch))
             forward(images, keys)
-            for mean, variance, layer in zip(means, variances, layers):
-                mean += layer.moving_mean.numpy()
-                variance += layer.moving_variance.numpy()
+            for total, variable in zip(sums, moving):
+                total += variable.numpy()
             count += 1
     finally:
         for layer, momentum in zip(layers, momenta):
             layer.momentum = momentum
     if count:
-        for mean, variance, layer in zip(means, variances, layers):
-            layer.moving_mean.assign(mean / count)
-            layer.moving_variance.assign(variance / count)
+        for total, variable in zip(sums, moving):
+            variable.assign(total / count)
     return count
 
 
@@ -141,28 +139,19 @@ def chosen_checkpoints(
     model_dir: str, request: AverageRequest, run_config: config.Config
 ) -> list[tuple[int, str]]:
     """(step, prefix) of the readable checkpoints to average, oldest first: all, the newest
-    `request.last`, or the `request.best` best by the run's keep-best metric (`train.best_by`)."""
-    from resnet_app.common import checkpoint
-
-    found = checkpoint.select(model_dir, "all")
-    if request.best:
-        train = run_config.train
-        metric = (train.best_by, train.best_direction == "max")
-        return best_recorded(model_dir, found, request.best, metric)
-    return found[-request.last :] if request.last else found
-
-
-def best_recorded(
-    model_dir: str, found: list[tuple[int, str]], count: int, metric: tuple[str, bool]
-) -> list[tuple[int, str]]:
-    """The `count` checkpoints of `found` the trainer's evaluations rank best, in step order.
+    `request.last`, or the `request.best` the trainer's evaluations rank best by the run's
+    keep-best metric (`train.best_by`).
 
     Raises:
-      ConfigError: when those evaluations were on the test split, or a checkpoint has none.
+      ConfigError: for --best when those evaluations were on the test split, or a
+        checkpoint has none.
     """
-    from resnet_app.common import metrics
+    from resnet_app.common import checkpoint, metrics
 
-    key, higher = metric
+    found = checkpoint.select(model_dir, "all")
+    if not request.best:
+        return found[-request.last :] if request.last else found
+    key = run_config.train.best_by
     recorded: dict[int, dict[str, Any]] = {}
     for record in metrics.read_records(os.path.join(model_dir, metrics.METRICS_FILE)):
         if key in record and "split" in record and "checkpoint" not in record:
@@ -179,9 +168,9 @@ def best_recorded(
         raise ConfigError(
             f"--best: the run recorded no evaluation ({key}) at steps {missing}; use --last"
         )
-    sign = -1 if higher else 1  # Ties go to the earlier checkpoint.
+    sign = -1 if run_config.train.best_direction == "max" else 1  # Ties: the earlier one.
     ranked = sorted(found, key=lambda item: sign * recorded[item[0]][key])
-    return sorted(ranked[:count])
+    return sorted(ranked[: request.best])
 
 
 def average_run(model_dir: str, request: AverageRequest) -> dict[str, Any]:

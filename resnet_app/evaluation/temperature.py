@@ -112,20 +112,16 @@ def _check_fit(model_dir: str, which: str, run_config: config.Config) -> None:
 
 def _before_and_after(logits: np.ndarray, labels: np.ndarray, temperature: float) -> Record:
     """The NLL and ECE before (T = 1) and after temperature scaling; logged."""
-    before = calibration.calibration_record(logits, labels)
-    after = calibration.calibration_record(logits, labels, temperature)
+    measured = {
+        "before": calibration.calibration_record(logits, labels),
+        "after": calibration.calibration_record(logits, labels, temperature),
+    }
+    # nll_before, nll_after, ece_before, ece_after.
+    fields = {f"{key}_{when}": measured[when][key] for key in ("nll", "ece") for when in measured}
     logging.info(
         "Temperature %.4f fitted on %d holdout examples: NLL %.4f -> %.4f, ECE %.4f -> %.4f",
         temperature,
         len(labels),
-        before["nll"],
-        after["nll"],
-        before["ece"],
-        after["ece"],
+        *fields.values(),
     )
-    return {
-        "nll_before": before["nll"],
-        "nll_after": after["nll"],
-        "ece_before": before["ece"],
-        "ece_after": after["ece"],
-    }
+    return fields

@@ -109,7 +109,7 @@ def watch_run(
             "step of one task (srun --ntasks=1), or unset TF_CONFIG"
         )
     _wait_for_run(model_dir, poll_seconds, timeout)
-    session = checkpoint_eval.open_session(model_dir, chosen=list, **options)
+    session = checkpoint_eval.Session(model_dir, chosen=list, **options)
     session.events = lambda kind: EMA_EVENTS_DIR if kind == "ema" else EVENTS_DIR
     session.tags = {"watch": True}
     try:

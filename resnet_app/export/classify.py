@@ -59,11 +59,9 @@ def load_classifier(
         directory that holds no export.
     """
     if bool(export_dir) == bool(model_dir):
+        both = ", not both" if export_dir else ""
         raise ConfigError(
-            "give either --export_dir (an exported SavedModel) or --model_dir (a run "
-            "directory), not both"
-            if export_dir
-            else "give --export_dir (an exported SavedModel) or --model_dir (a run directory)"
+            f"give --export_dir (an exported SavedModel) or --model_dir (a run directory){both}"
         )
     if not model_dir:
         return _load_export(export_dir)
@@ -206,29 +204,32 @@ def classify_files(
         readable, contents = [], []
         for path in batch:
             try:
-                content = _read(path)
+                contents.append(_read(path, max_pixels))
+                readable.append(path)
             except OSError as error:
                 results[path] = error.strerror or str(error)
-                continue
-            too_large = _too_large(content, max_pixels)
-            if too_large:
-                results[path] = too_large
-                continue
-            contents.append(content)
-            readable.append(path)
         if contents:
             results.update(zip(readable, _classify(classify, contents)))
         yield [(path, results[path]) for path in batch]
 
 
-def _read(path: str) -> bytes:
-    """The file's bytes; raises OSError with a short reason."""
+def _read(path: str, max_pixels: int | None) -> bytes:
+    """The file's bytes; raises OSError with a short reason, also for a header of more than
+    `max_pixels` (refused before it is decoded)."""
     if os.path.isdir(path):
         raise OSError(f"a directory without image files ({', '.join(IMAGE_EXTENSIONS)})")
     with open(path, "rb") as f:
         content = f.read()
     if not content:
         raise OSError("is empty")
+    shape = image_shape(content) if max_pixels else None
+    if shape is not None and shape[0] * shape[1] > max_pixels:
+        height, width = shape
+        raise OSError(
+            f"{width}x{height} pixels ({height * width:,}), more than the limit of "
+            f"{max_pixels:,} (a guard against decompression bombs); pass a larger "
+            "--max_image_pixels if the image is meant to be this large"
+        )
     return content
 
 
@@ -291,19 +292,6 @@ def _jpeg_shape(content: bytes) -> tuple[int, int] | None:
             (length,) = struct.unpack(">H", content[position + 2 : position + 4])
             position += 2 + length
     return None
-
-
-def _too_large(content: bytes, max_pixels: int | None) -> str | None:
-    """Why an image is refused before it is decoded, or None."""
-    shape = image_shape(content) if max_pixels else None
-    if shape is None or shape[0] * shape[1] <= max_pixels:
-        return None
-    height, width = shape
-    return (
-        f"{width}x{height} pixels ({height * width:,}), more than the limit of "
-        f"{max_pixels:,} (a guard against decompression bombs); pass a larger "
-        "--max_image_pixels if the image is meant to be this large"
-    )
 
 
 def _reason(message: str) -> str:

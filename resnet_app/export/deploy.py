@@ -108,10 +108,7 @@ def write_formats(staged: str, served, source: dict, run_config, request: Reques
     )
     info = _model_info(served, prep, source)
     outputs = []
-    for name in request.formats:
-        if name == formats.SAVED_MODEL:
-            continue
-        kind = formats.FORMATS[name]
+    for kind in [formats.FORMATS[name] for name in request.formats if name in formats.FORMATS]:
         module = kind.load()
         for variant in [v for v in request.quantizations if v in kind.variants] or [None]:
             path = os.path.join(staged, kind.file_name(variant))
