@@ -130,20 +130,17 @@ class InputPipeline:
 
     def describe(self) -> str:
         """The image size and recipe, and why, for the start-up log line."""
-        text = describe_choice(
-            self.image_size, self.config.preprocessing, self.preprocessing.family
-        )
-        if self.preprocessing.eval_image_size:
-            text += f"; evaluated at {self.preprocessing.eval_image_size} px (data.eval_image_size)"
+        config = self.preprocessing
+        text = describe_choice(self.image_size, self.config.preprocessing, config.family)
+        if config.eval_image_size:
+            text += f"; evaluated at {config.eval_image_size} px (data.eval_image_size)"
         return text
 
     @property
     def eval_split_name(self) -> str:
         """The split evaluated by default: --eval_split, else holdout, validation, test."""
-        if self.config.eval_split:
-            return self.config.eval_split
-        if self.source is None:
-            return "test"
+        if self.config.eval_split or self.source is None:
+            return self.config.eval_split or "test"
         return self.source.default_eval_split()
 
     def epoch_examples(self, global_batch: int) -> int:
@@ -185,10 +182,8 @@ class InputPipeline:
         loss is on, split into the "image" (the first) and "augmix_views"."""
         batch = dict(batch)
         if "choices" in batch:
-            choices = batch.pop("choices")
-            draws = batch.pop("draws", None)
-            images = preprocessing.cifar_train_batch(batch["image"], choices, config, draws)
-            batch["image"] = images
+            choices, draws = batch.pop("choices"), batch.pop("draws", None)
+            batch["image"] = preprocessing.cifar_train_batch(batch["image"], choices, config, draws)
         if config.augment.views > 1:
             views = batch.pop("image")
             batch.update(image=views[:, 0], augmix_views=views[:, 1:])
@@ -336,7 +331,7 @@ class InputPipeline:
         `batches_multiple_of` (its replicas), so no replica steps alone. With `crops` (the
         ImageNet family), each "image" is [5, size, size, 3] crops.
         """
-        total = self.num_eval_examples(split)
+        total, config = self.num_eval_examples(split), self.preprocessing
         data = self.eval_split(split)
         indices = np.arange(shard_index, total, num_shards, dtype=np.int64)
         sizes = round_robin(total, num_shards) if data is None else data.shard_sizes(num_shards)
@@ -345,13 +340,11 @@ class InputPipeline:
             if crops:
                 raise ConfigError("synthetic data has no images to crop; use --tta=flip")
             ids = batches.padded_ids(indices, batch_size, num_batches)
-            return self._synthetic(batch_size, self.preprocessing.eval_size, ids)
-        resize = self.source.image_size != self.preprocessing.image_size
-        if not crops and batches.applies(data, self.preprocessing, resize):
+            return self._synthetic(batch_size, config.eval_size, ids)
+        resize = self.source.image_size != config.image_size
+        if not crops and batches.applies(data, config, resize):
             lookup = self._lookup(data)
-            stream = batches.evaluation(
-                indices, batch_size, num_batches, lookup, self.preprocessing
-            )
+            stream = batches.evaluation(indices, batch_size, num_batches, lookup, config)
             return stream.prefetch(tf.data.AUTOTUNE).with_options(options.dataset_options())
         # Its share, then masked blanks to a whole number of batches; an undecodable file is
         # dropped with a warning and not counted.
@@ -365,7 +358,6 @@ class InputPipeline:
             )
 
         def transform(example_id, image, label):
-            config = self.preprocessing
             image = families.of(config).evaluate(image, config, data.encoded, resize, crops)
             return batches.example({"image": image}, label, example_id)
 
@@ -391,11 +383,10 @@ class InputPipeline:
         """The masked example that pads evaluation batches; its image has the real ones' shape."""
         size, dtype = self.preprocessing.eval_size, self.preprocessing.dtype
         shape = [size, size, self.channels]
+        label = tf.zeros([self.num_classes]) if self.multi_label else tf.constant(0, tf.int32)
         return {
             "image": tf.zeros([5, *shape] if crops else shape, dtype),
-            "label": tf.zeros([self.num_classes], tf.float32)
-            if self.multi_label
-            else tf.constant(0, tf.int32),
+            "label": label,
             "id": tf.constant(-1, tf.int64),
             "mask": tf.constant(0.0),
         }

@@ -87,18 +87,15 @@ def _resize(image: tf.Tensor, height: tf.Tensor, width: tf.Tensor) -> tf.Tensor:
     return tf.image.resize(tf.cast(image, tf.float32), tf.stack([height, width]))
 
 
-def cifar_choices(seed: tf.Tensor, config: Preprocessing) -> tf.Tensor:
-    """int32 [3], one example's CIFAR draws from its seed: the crop's top and left in the
-    padded image (0 to 2 * padding) and whether to flip (0 or 1; 0 without flips)."""
-    return _choices_of(tf.random.stateless_uniform([3], seed), config)
-
-
 def cifar_choices_rows(seeds: tf.Tensor, config: Preprocessing) -> tf.Tensor:
-    """`cifar_choices` of a batch of seeds (int64 [batch, 2]) at once: int32 [batch, 3]."""
+    """`cifar_augment`'s "choices" of a batch of seeds (int64 [batch, 2]) at once:
+    int32 [batch, 3], each row what `stateless_uniform` of its seed gives."""
     return _choices_of(philox.uniform_rows(seeds, 3), config)
 
 
 def _choices_of(uniform: tf.Tensor, config: Preprocessing) -> tf.Tensor:
+    """One example's CIFAR draws from its uniforms: the crop's top and left in the padded
+    image (0 to 2 * padding) and whether to flip (0 or 1; 0 without flips)."""
     positions = 2 * config.augment.crop_padding + 1
     scale = tf.constant([positions, positions, 2 if config.augment.flip else 1], tf.float32)
     return tf.cast(tf.floor(uniform * scale), tf.int32)
@@ -155,7 +152,8 @@ def _train_batch(images: tf.Tensor, draws: dict, config: Preprocessing, normaliz
 def cifar_augment(image: tf.Tensor, seed: tf.Tensor, config: Preprocessing) -> dict:
     """One example's part of the CIFAR recipe: {"image", "choices"} and, if an augmentation
     is on, "draws" (`augmentations.draws`); batched, `cifar_train_batch`'s arguments."""
-    features = {"image": image, "choices": cifar_choices(seed, config)}
+    choices = _choices_of(tf.random.stateless_uniform([3], seed), config)
+    features = {"image": image, "choices": choices}
     if augmentations.active(config.augment):
         features["draws"] = augmentations.draws(seed, config)
     return features

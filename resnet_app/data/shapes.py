@@ -20,16 +20,8 @@ import numpy as np
 from resnet_app.common import files
 
 CLASS_NAMES = (
-    "circle",
-    "ring",
-    "triangle",
-    "square",
-    "hexagon",
-    "star",
-    "cross",
-    "crescent",
-    "heart",
-    "semicircle",
+    *("circle", "ring", "triangle", "square", "hexagon"),
+    *("star", "cross", "crescent", "heart", "semicircle"),
 )
 SPLIT_SIZES = {"train": 50_000, "test": 10_000}
 IMAGE_SIZE = 32

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pathlib
 import tarfile
 import zlib
 
@@ -164,18 +165,22 @@ def _read_layout(argument: str, archive: Archive) -> Archive:
     return Archive(_tarball_layout(argument, archive.path), archive.path, tarball=True)
 
 
+def _archives(argument: str, path: str) -> list[Archive]:
+    """The archives at `path`: a tarball, an extracted directory, or a directory's
+    `_candidates`."""
+    if os.path.isfile(path):
+        return [Archive(_tarball_layout(argument, path), path, tarball=True)]
+    layout = _directory_layout(path)
+    return [Archive(layout, path, tarball=False)] if layout else _candidates(path)
+
+
 def locate(argument: str) -> Archive:
     """The archive `cifar:PATH` names: a tarball, an extracted directory, or a directory of
     one (not of both CIFAR-10 and CIFAR-100)."""
     path = argument
-    if os.path.isfile(path):
-        return Archive(_tarball_layout(argument, path), path, tarball=True)
-    if not os.path.isdir(path):
+    if not (os.path.isfile(path) or os.path.isdir(path)):
         raise _refuse(argument, f"{path} does not exist; {EXPECTED}")
-    layout = _directory_layout(path)
-    if layout is not None:
-        return Archive(layout, path, tarball=False)
-    found = _candidates(path)
+    found = _archives(argument, path)
     if not found:
         raise _refuse(argument, f"{path} holds no CIFAR archive; {EXPECTED}")
     if len({archive.layout.classes for archive in found}) > 1:
@@ -223,13 +228,9 @@ def check(argument: str, config) -> Archive:
 
 def _read_files(argument: str, archive: Archive) -> dict[str, bytes]:
     """{file name: bytes} of every file of the layout, from the directory or the tarball."""
-    names = archive.layout.files
-    contents = {}
+    names, contents = archive.layout.files, {}
     if not archive.tarball:
-        for name in names:
-            with open(os.path.join(archive.path, name), "rb") as file:
-                contents[name] = file.read()
-        return contents
+        return {name: pathlib.Path(archive.path, name).read_bytes() for name in names}
     try:
         with tarfile.open(archive.path, "r:*") as tar:
             for member in tar:
@@ -277,17 +278,9 @@ def _pickled_batch(argument: str, name: str, data: bytes, label_key: str, classe
     """(uint8 [N, 3072] pixels, int64 labels) of a pickled batch, checked."""
     batch = read_pickle(argument, name, data)
     pixels = batch.get("data")
-    if not (
-        isinstance(pixels, np.ndarray)
-        and pixels.dtype == np.uint8
-        and pixels.ndim == 2
-        and pixels.shape[1] == PIXELS
-    ):
-        what = (
-            f"a {pixels.dtype} array of shape {pixels.shape}"
-            if isinstance(pixels, np.ndarray)
-            else type(pixels).__name__
-        )
+    array = isinstance(pixels, np.ndarray)
+    if not (array and pixels.dtype == np.uint8 and pixels.ndim == 2 and pixels.shape[1] == PIXELS):
+        what = f"a {pixels.dtype} array of shape {pixels.shape}" if array else type(pixels).__name__
         raise _refuse(argument, f"{name}'s data is {what}, not uint8 images of {PIXELS} bytes")
     if label_key not in batch:
         raise _refuse(argument, f"{name} has no {label_key}; keys: {', '.join(map(str, batch))}")
@@ -402,32 +395,18 @@ def archive_places(data_dir: str | None, tfds_dir: str) -> list[str]:
     """`usual_places`, then where Keras 3's `keras.datasets.cifar10` leaves the python
     archives: `cifar-10-batches-py-target/` beside `cifar-10-batches-py-target_archive`
     (Keras 2's names are in `usual_places`)."""
-    keras = _keras_datasets()
-    places = usual_places(data_dir, tfds_dir)
-    for layout in LAYOUTS:
-        if not layout.binary:
-            places.append(os.path.join(keras, f"{layout.directory}-target"))
-            places.append(os.path.join(keras, f"{layout.directory}-target_archive"))
-    return places
+    python = [layout.directory for layout in LAYOUTS if not layout.binary]
+    keras = [f"{name}-target{end}" for name in python for end in ("", "_archive")]
+    return usual_places(data_dir, tfds_dir) + [os.path.join(_keras_datasets(), n) for n in keras]
 
 
 def find_archive(classes: int, places: list[str]) -> Archive | None:
     """The first CIFAR-`classes` archive in `places` (directories, or tarballs), without
     TensorFlow; a damaged tarball found there is one line (ConfigError), not skipped."""
     for place in places:
-        if os.path.isfile(place):
-            layout = _tarball_layout(place, place)
-            if layout.classes == classes:
-                return Archive(layout, place, tarball=True)
-        elif os.path.isdir(place):
-            layout = _directory_layout(place)
-            if layout is not None:
-                if layout.classes == classes:
-                    return Archive(layout, place, tarball=False)
-                continue
-            for archive in _candidates(place):
+        for archive in _archives(place, place):
+            if archive.layout.classes == classes:
+                archive = _read_layout(archive.path, archive)
                 if archive.layout.classes == classes:
-                    archive = _read_layout(archive.path, archive)
-                    if archive.layout.classes == classes:
-                        return archive
+                    return archive
     return None

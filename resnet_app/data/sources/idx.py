@@ -38,16 +38,8 @@ ROLES = {
 DIMENSIONS = {"images": 3, "labels": 1}
 UBYTE = 0x08
 FASHION_CLASSES = (
-    "T-shirt/top",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
+    *("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat"),
+    *("Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
 )
 
 
@@ -106,16 +98,18 @@ def _pick(argument: str, directory: str, names: list[str], endings: tuple[str, .
     return os.path.join(directory, stems[0] if stems[0] in names else stems[0] + ".gz")
 
 
-def _open(path: str):
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
-
-
-def _unreadable(argument: str, path: str, error: BaseException) -> ConfigError:
-    what = "a readable gzip file" if path.endswith(".gz") else "readable"
-    return ConfigError(
-        f"--dataset={PREFIX}{argument}: {path} is not {what} ({first_line(error)}); "
-        "download it again"
-    )
+def _read(argument: str, path: str, size: int = -1) -> bytes:
+    """The first `size` bytes of a file (all: -1), gunzipped when its name ends in .gz."""
+    gzipped = path.endswith(".gz")
+    try:
+        with (gzip.open if gzipped else open)(path, "rb") as file:
+            return file.read(size)
+    except (OSError, EOFError, zlib.error) as error:
+        raise ConfigError(
+            f"--dataset={PREFIX}{argument}: {path} is not "
+            f"{'a readable gzip file' if gzipped else 'readable'} ({first_line(error)}); "
+            "download it again"
+        ) from None
 
 
 def _check_header(argument: str, path: str, header: bytes, what: str) -> tuple[int, ...]:
@@ -145,23 +139,14 @@ def check(argument: str, config=None) -> dict[tuple[str, str], str]:
     names = [name for name in _listing(argument, directory) if name.startswith(prefix)]
     files = {role: _pick(argument, directory, names, ends) for role, ends in ROLES.items()}
     for (_, what), path in files.items():
-        try:
-            with _open(path) as file:
-                header = file.read(4 + 4 * DIMENSIONS[what])
-        except (OSError, EOFError, zlib.error) as error:
-            raise _unreadable(argument, path, error) from None
-        _check_header(argument, path, header, what)
+        _check_header(argument, path, _read(argument, path, 4 + 4 * DIMENSIONS[what]), what)
     return files
 
 
 def read_idx(argument: str, path: str, what: str) -> np.ndarray:
     """The array of one IDX file of `what` ("images", N x H x W, or "labels", N), gzipped
     or not, its header and size checked."""
-    try:
-        with _open(path) as file:
-            data = file.read()
-    except (OSError, EOFError, zlib.error) as error:
-        raise _unreadable(argument, path, error) from None
+    data = _read(argument, path)
     shape = _check_header(argument, path, data, what)
     start = 4 + 4 * len(shape)
     expected = start + math.prod(shape)

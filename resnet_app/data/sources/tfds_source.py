@@ -299,14 +299,9 @@ def load(name: str, config) -> Source:
     and prepared if needed (CIFAR's own archive when tfds cannot give it)."""
     archive = cifar_archive(name, config) if name in cifar.TFDS_NAMES else None
     if archive is not None:
-        logging.info(
-            "%s: reading CIFAR's own archive %s (%s)",
-            name,
-            archive.path,
-            "data.coarse_labels"
-            if config.coarse_labels
-            else f"not prepared in {tfds_data_dir(config.data_dir)}, and no network",
-        )
+        why = f"not prepared in {tfds_data_dir(config.data_dir)}, and no network"
+        why = "data.coarse_labels" if config.coarse_labels else why
+        logging.info("%s: reading CIFAR's own archive %s (%s)", name, archive.path, why)
         return cifar.load_archive(archive.path, archive, config, name=name)
     import tensorflow_datasets as tfds
 
