@@ -6,7 +6,6 @@ picks it.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Callable
@@ -30,26 +29,13 @@ def write(model_dir: str, step: int, save: Callable[[str], None], record: dict[s
     final = os.path.join(model_dir, DIR)
     for leftover in files.swap_leftovers(final)[0]:
         shutil.rmtree(leftover, ignore_errors=True)  # Killed writers' halves.
-    name = checkpoint_name(step)
-
-    def fill(staged: str) -> None:
-        save(os.path.join(staged, name))
-        content = json.dumps({**record, "step": step, "checkpoint": name}, indent=1)
-        files.write_text_atomically(os.path.join(staged, FILE), content)
-
-    files.replace_directory(final, *files.swap_directories(final), fill)
-    return os.path.join(final, name)
+    return run_dir.write_kept(final, FILE, checkpoint_name(step), step, record, save)
 
 
 def read(model_dir: str) -> tuple[str, dict[str, Any]] | None:
     """(its directory, `averaged.json`): `averaged/` once complete, else one a crash left
     aside mid-swap; None without one."""
-    directory = files.find_complete(os.path.join(model_dir, DIR), FILE)
-    if directory is None:
-        return None
-    return directory, run_dir.read_kept_record(
-        os.path.join(directory, FILE), "run resnet-app average again"
-    )
+    return run_dir.read_kept(os.path.join(model_dir, DIR), FILE, "run resnet-app average again")
 
 
 def find(model_dir: str) -> tuple[int, str]:

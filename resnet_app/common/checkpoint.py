@@ -10,7 +10,6 @@ import contextlib
 import errno
 import glob
 import hashlib
-import json
 import os
 import shutil
 import tempfile
@@ -132,21 +131,17 @@ def find_best(directory: str) -> tuple[int, str]:
 def keep_best(model_dir: str, step: int, record: dict[str, Any]) -> str:
     """Copies the rolling checkpoint `ckpt-<step>` to `best/best-<step>`, with `best.json`
     (`record` plus "step" and "checkpoint"), replacing `best/` whole
-    (`files.replace_directory`); returns its prefix. OSError leaves the old best."""
+    (`run_dir.write_kept`); returns its prefix. OSError leaves the old best."""
     source = os.path.join(model_dir, run_dir.checkpoint_name(step))
-    name = run_dir.best_checkpoint_name(step)
-    best = run_dir.best_dir(model_dir)
 
-    def fill(staged: str) -> None:
+    def copy(prefix: str) -> None:
         for path in _checkpoint_files(source):
-            shutil.copyfile(path, os.path.join(staged, name + path[len(source) :]))
-        content = {**record, "step": step, "checkpoint": name}
-        files.write_text_atomically(
-            os.path.join(staged, run_dir.BEST_FILE), json.dumps(content, indent=1)
-        )
+            shutil.copyfile(path, prefix + path[len(source) :])
 
-    files.replace_directory(best, *files.swap_directories(best), fill)
-    return os.path.join(best, name)
+    name = run_dir.best_checkpoint_name(step)
+    return run_dir.write_kept(
+        run_dir.best_dir(model_dir), run_dir.BEST_FILE, name, step, record, copy
+    )
 
 
 def recover_best(model_dir: str) -> None:

@@ -22,7 +22,6 @@ ISA_FLAGS = {
 NO_BF16_CAPS = frozenset(
     {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"}
 )
-NO_AVX512_CAPS = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2"})
 # /proc/cpuinfo flags on which TensorFlow turns oneDNN on by default.
 ONEDNN_DEFAULT_FLAGS = frozenset(
     {"avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8"}
@@ -52,13 +51,6 @@ class CpuInfo:
         if self.bf16_capped or not self.onednn:
             return False
         return "AVX512_BF16" in self.isa or "AMX-BF16" in self.isa
-
-    @property
-    def avx512(self) -> bool:
-        """Whether AVX-512 is available to oneDNN (present and not capped below)."""
-        if self.isa_cap and self.isa_cap.upper() in NO_AVX512_CAPS:
-            return False
-        return "AVX-512" in self.isa
 
     def describe(self) -> str:
         """E.g. "AMD EPYC 7B13: AVX2, AVX-512 (ONEDNN_MAX_CPU_ISA=AVX2); oneDNN on"."""

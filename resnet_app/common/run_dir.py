@@ -132,23 +132,41 @@ def best_checkpoint_name(step: int) -> str:
 
 def read_best(model_dir: str) -> tuple[str, dict[str, Any]] | None:
     """(its directory, `best.json`) of the run's best checkpoint, or None if it has none."""
-    directory = files.find_complete(best_dir(model_dir), BEST_FILE)
+    remedy = "delete {directory} to start keeping the best anew"
+    return read_kept(best_dir(model_dir), BEST_FILE, remedy)
+
+
+def read_kept(final: str, record: str, remedy: str) -> tuple[str, dict[str, Any]] | None:
+    """(its directory, its JSON `record`, with "step" and "checkpoint") of a checkpoint kept
+    whole in `final` (best/, averaged/; `files.find_complete`), or None; a damaged record is
+    ConfigError "PATH is damaged (...); REMEDY" (`remedy` may name the {directory})."""
+    directory = files.find_complete(final, record)
     if directory is None:
         return None
-    remedy = f"delete {directory} to start keeping the best anew"
-    return directory, read_kept_record(os.path.join(directory, BEST_FILE), remedy)
 
-
-def read_kept_record(path: str, remedy: str) -> dict[str, Any]:
-    """The JSON record beside a kept checkpoint (best.json, averaged.json), with its "step"
-    and "checkpoint" name; a damaged one is ConfigError "PATH is damaged (...); REMEDY"."""
-
-    def checked(record: dict[str, Any]) -> dict[str, Any]:
-        if not isinstance(record["step"], int) or not isinstance(record["checkpoint"], str):
+    def checked(content: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(content["step"], int) or not isinstance(content["checkpoint"], str):
             raise TypeError("step or checkpoint of the wrong type")
-        return record
+        return content
 
-    return read_json(path, checked, remedy)
+    path = os.path.join(directory, record)
+    return directory, read_json(path, checked, remedy.format(directory=directory))
+
+
+def write_kept(
+    final: str, record: str, name: str, step: int, content: dict[str, Any], save: Callable
+) -> str:
+    """Replaces the directory `final` whole (`files.replace_directory`) with the checkpoint
+    `name` that `save(prefix)` writes and the JSON `record` (`content` plus "step" and
+    "checkpoint"); returns its prefix. OSError leaves the old one."""
+
+    def fill(staged: str) -> None:
+        save(os.path.join(staged, name))
+        text = json.dumps({**content, "step": step, "checkpoint": name}, indent=1)
+        files.write_text_atomically(os.path.join(staged, record), text)
+
+    files.replace_directory(final, *files.swap_directories(final), fill)
+    return os.path.join(final, name)
 
 
 def read_json(path: str, parse: Callable[[Any], T], remedy: str) -> T:

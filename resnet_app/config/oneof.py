@@ -189,25 +189,20 @@ class OneOfSection(Section):
         """The family's kinds, sorted, for error messages."""
         return ", ".join(sorted(cls.KINDS))
 
-    # The family's one-line messages: not a mapping, no kind, an unknown kind,
-    # unknown keys, a needed key missing.
+    # The family's one-line messages: not a mapping, a needed key missing (and, each
+    # family's own, `missing_kind_error`, `unknown_kind_error`, `unknown_keys_error`).
 
     @classmethod
     def not_a_mapping_error(cls, value: Any) -> ConfigError:
         return ConfigError(f"the {cls.SECTION} section must be a mapping of keys, got {value!r}")
 
     @classmethod
-    def missing_kind_error(cls) -> ConfigError:
-        return ConfigError(f"the {cls.SECTION} section needs a '{cls.KEY}': {cls.valid_kinds()}")
-
-    @classmethod
-    def unknown_kind_error(cls, kind: Any) -> ConfigError:
-        return ConfigError(f"unknown {cls.SECTION} {kind!r}; valid: {cls.valid_kinds()}")
-
-    @classmethod
-    def unknown_keys_error(cls, keys: list[Any]) -> ConfigError:
-        return ConfigError(f"unknown {cls.SECTION} key(s) {', '.join(map(str, keys))}")
+    def valid_keys(cls) -> str:
+        return ", ".join(sorted([cls.KEY, *(field.name for field in dataclasses.fields(cls))]))
 
     @classmethod
     def missing_keys_error(cls, group: tuple[str, ...]) -> ConfigError:
-        return ConfigError(f"{cls.SECTION} {cls.KIND} needs {' or '.join(group)}")
+        needed = " or ".join(f"'{name}'" for name in group)
+        return ConfigError(
+            f"{cls.SECTION} {cls.KIND} needs key {needed}; valid keys: {cls.valid_keys()}"
+        )

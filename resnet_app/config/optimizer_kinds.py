@@ -158,7 +158,7 @@ class Momentum(OptimizerSection, kind="momentum"):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class SGD(OptimizerSection, kind="sgd"):
+class SGD(Momentum, kind="sgd"):
     """Keras `SGD`, whose velocity keeps the learning rate it was accumulated at.
 
     Attributes:
@@ -167,11 +167,7 @@ class SGD(OptimizerSection, kind="sgd"):
 
     OPTIMIZER = "keras.optimizers:SGD"
 
-    learning_rate: float = setting(0.1, AT_LEAST_0)
-    momentum: float = setting(0.0, FRACTION)
-    nesterov: bool = False
-    clipnorm: float | None = clipping("global_clipnorm")
-    global_clipnorm: float | None = clipping("clipnorm")
+    momentum: float = setting(0.0, FRACTION)  # Momentum's other fields, in their order.
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -77,10 +77,6 @@ class ScheduleSection(OneOfSection):
         return []
 
     @classmethod
-    def valid_keys(cls) -> str:
-        return ", ".join(sorted([cls.KEY, *(field.name for field in dataclasses.fields(cls))]))
-
-    @classmethod
     def unknown_kind_error(cls, kind: Any) -> ConfigError:
         return ConfigError(f"unknown schedule {kind!r}; valid schedules: {cls.valid_kinds()}")
 
@@ -88,13 +84,6 @@ class ScheduleSection(OneOfSection):
     def unknown_keys_error(cls, keys: list[Any]) -> ConfigError:
         return ConfigError(
             f"unknown schedule key {keys[0]!r} for {cls.KIND}; valid keys: {cls.valid_keys()}"
-        )
-
-    @classmethod
-    def missing_keys_error(cls, group: tuple[str, ...]) -> ConfigError:
-        needed = " or ".join(f"'{name}'" for name in group)
-        return ConfigError(
-            f"schedule {cls.KIND} needs key {needed}; valid keys: {cls.valid_keys()}"
         )
 
 
