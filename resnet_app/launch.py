@@ -142,16 +142,10 @@ class Group:
                 if started <= index:
                     process.send_signal(number)
             pump = threading.Thread(
-                target=_pump,
-                args=(process.stdout, log, index, self._port_is_taken),
-                daemon=True,
+                target=_pump, args=(process.stdout, log, index, self), daemon=True
             )
             pump.start()
             self._pumps.append(pump)
-
-    def _port_is_taken(self, index: int) -> None:
-        if self.port_taken is None:
-            self.port_taken = index
 
     def wait_for_first_failure(self, grace: float) -> int | None:
         """Blocks until every worker succeeded (None) or one failed (its index); one still
@@ -282,18 +276,18 @@ class _Console:
 _CONSOLE = _Console()
 
 
-def _pump(stream: BinaryIO, log: BinaryIO, index: int, port_taken: Callable[[int], None]) -> None:
+def _pump(stream: BinaryIO, log: BinaryIO, index: int, group: Group) -> None:
     """Copies a worker's output, as bytes, to its log; worker 0's to the console, others'
-    errors too. A failing destination is dropped; the reading goes on (an unread pipe
-    would block the worker)."""
+    errors too; notes in `group` a server that could not listen. A failing destination is
+    dropped; the reading goes on (an unread pipe would block the worker)."""
     to_log = _Sink(functools.partial(_write_flushed, log))
     prefix = b"" if index == 0 else f"[worker {index}] ".encode()
     echo, line_start = False, True
     with log, stream:
         for chunk in iter(functools.partial(stream.readline, _CHUNK), b""):
             to_log.write(chunk)
-            if _PORT_TAKEN in chunk:
-                port_taken(index)
+            if _PORT_TAKEN in chunk and group.port_taken is None:
+                group.port_taken = index
             if line_start:
                 echo = index == 0 or chunk.startswith(b"error: ")
             if echo:
@@ -334,15 +328,15 @@ def _log_stragglers(group: Group, killed: set[int], grace: float) -> None:
 
 def _log_start(group: Group, host: str, first: bool) -> None:
     """One line per group; the first says who else can reach the workers' ports."""
+    where = f"{len(group.addresses)} workers on {', '.join(group.addresses)}"
     if not first:
-        logging.info("launch: %d workers on %s", len(group.addresses), ", ".join(group.addresses))
+        logging.info("launch: %s", where)
         return
     logging.warning(
-        "launch: %d workers on %s; TensorFlow's servers listen on these ports on every network "
-        "interface, not only %s, without authentication: where this machine is reachable from "
-        "a network you do not trust, close them there with a firewall (docs/distributed.md)",
-        len(group.addresses),
-        ", ".join(group.addresses),
+        "launch: %s; TensorFlow's servers listen on these ports on every network interface, "
+        "not only %s, without authentication: where this machine is reachable from a network "
+        "you do not trust, close them there with a firewall (docs/distributed.md)",
+        where,
         host,
     )
 

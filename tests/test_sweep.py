@@ -205,16 +205,16 @@ def test_a_study_that_searched_something_else_is_refused(tmp_path):
     url = study_lib.storage_url(str(tmp_path), None)
     assert url == f"sqlite:///{tmp_path}/study.db"
     first = {"space": {"a.b": "log(0.1, 1)"}, "argv": ["--model=tiny"], "direction": "max"}
-    study = study_lib.open_study(url, "s", "maximize", None, None)
+    study = study_lib.open_study(url, "s", "maximize", None)
     study_lib.check_fingerprint(study, "s", first)
-    again = study_lib.open_study(url, "s", "maximize", None, None)
+    again = study_lib.open_study(url, "s", "maximize", None)
     study_lib.check_fingerprint(again, "s", first)  # The same sweep: accepted.
     with pytest.raises(ConfigError, match=r"searched another sweep \(space differ\)"):
         study_lib.check_fingerprint(again, "s", {**first, "space": {"a.b": "log(0.2, 1)"}})
     with pytest.raises(ConfigError, match=r"\(direction differ\)"):  # Optuna would load it.
         study_lib.check_fingerprint(again, "s", {**first, "direction": "min"})
     with pytest.raises(ConfigError, match="cannot open the study database"):
-        study_lib.open_study("nosuchdb://x", "s", "maximize", None, None)
+        study_lib.open_study("nosuchdb://x", "s", "maximize", None)
 
 
 def test_a_sweep_resumes_only_the_unfinished_trials_it_started_here(tmp_path):

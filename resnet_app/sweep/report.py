@@ -84,9 +84,7 @@ def table(ranked: list[Row], keys: list[str], metric: str) -> str:
 def _text(value: Any) -> str:
     if value is None:
         return "-"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 def write_summary(path: str, ranked: list[Row], keys: list[str], metric: str) -> None:

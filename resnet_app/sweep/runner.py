@@ -153,7 +153,6 @@ class Sweep:
             study_lib.storage_url(request.study_dir, request.storage),
             request.study_name,
             "maximize" if plan.higher else "minimize",
-            None,
             study_lib.PRUNERS[request.pruner](request.prune_after, plan.eval_every),
         )
         study_lib.check_fingerprint(self.study, request.study_name, fingerprint)

@@ -118,7 +118,6 @@ def _choice(key: str, values: list[Any], where: str) -> Param:
             raise ConfigError(
                 f"{where}{key}: choice values are numbers, words, true/false or null, got {value!r}"
             )
-    for value in values:
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{where}{key}: choice values must be finite, got {value}")
     # Optuna tells choices apart by ==, so 1, 1.0 and true are one value.

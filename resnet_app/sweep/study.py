@@ -94,18 +94,13 @@ def make_sampler(name: str, seed: int, grid: dict[str, list[Any]] | None) -> Any
     return {"random": samplers.RandomSampler, "tpe": samplers.TPESampler}[name](seed=seed)
 
 
-def open_study(url: str, name: str, direction: str, sampler: Any, pruner: Any) -> Any:
-    """Creates the study, or opens it; refuses a database that cannot be opened or holds the
-    study in the other direction."""
+def open_study(url: str, name: str, direction: str, pruner: Any) -> Any:
+    """Creates the study (the sweep sets its sampler), or opens it; refuses a database that
+    cannot be opened or holds the study in the other direction."""
     optuna = import_optuna()
     try:
         return optuna.create_study(
-            storage=url,
-            study_name=name,
-            direction=direction,
-            sampler=sampler,
-            pruner=pruner,
-            load_if_exists=True,
+            storage=url, study_name=name, direction=direction, pruner=pruner, load_if_exists=True
         )
     except ValueError as error:  # e.g. a study of the same name in another direction.
         raise ConfigError(f"study {name!r} in {url}: {first_line(error)}") from None

@@ -75,9 +75,7 @@ class RangeTest:
                 f"{self.divergence:g} x the minimum {self._best:.4g}"
             )
         self._best = min(self._best, smoothed)
-        if self.stop_reason:
-            return self.stop_reason
-        return COMPLETE if step + 1 >= self.steps else None
+        return self.stop_reason or (COMPLETE if step + 1 >= self.steps else None)
 
     @property
     def finished(self) -> bool:

@@ -114,13 +114,9 @@ def main(argv: list[str]) -> None:
 
 
 def plot(rates: list[float], steps_per_epoch: int, path: str, title: str) -> None:
-    try:
-        import matplotlib
+    cli.use_matplotlib("schedule")
+    import matplotlib.pyplot as plt
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ConfigError("--plot needs matplotlib: pip install -r requirements-plot.txt") from None
     figure, axes = plt.subplots(figsize=(7, 3.5))
     axes.plot([step / steps_per_epoch for step in range(len(rates))], rates)
     axes.set_xlabel("epoch")

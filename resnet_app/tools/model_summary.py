@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import NoReturn
 
 from absl import flags
 
@@ -16,25 +15,13 @@ from resnet_app.nets import presets
 from resnet_app.nets import summary as summary_lib
 
 FLAGS = flags.FLAGS
-
-
-def _define_flags() -> None:
-    if "model" in FLAGS:  # Already defined, by an earlier run() in this process.
-        return
-    # Registered as the main module's flags, so that --help lists them.
-    main = {"module_name": sys.argv[0]}
-    flags.DEFINE_string("model", None, f"Preset name: {', '.join(presets.model_names())}.", **main)
-    flags.DEFINE_integer(
-        "num_classes", None, "Width of the logits (default: the preset's).", **main
-    )
-    flags.DEFINE_integer(
-        "image_size",
-        None,
-        "Input height and width (default: 224 for ImageNet presets, else 32).",
-        **main,
-    )
-    flags.DEFINE_boolean("json", False, "Print one JSON object instead of a table.", **main)
-    flags.mark_flag_as_required("model")
+flags.DEFINE_string("model", None, f"Preset name: {', '.join(presets.model_names())}.")
+flags.DEFINE_integer("num_classes", None, "Width of the logits (default: the preset's).")
+flags.DEFINE_integer(
+    "image_size", None, "Input height and width (default: 224 for ImageNet presets, else 32)."
+)
+flags.DEFINE_boolean("json", False, "Print one JSON object instead of a table.")
+flags.mark_flag_as_required("model")
 
 
 def main(argv: list[str]) -> None:
@@ -46,11 +33,5 @@ def main(argv: list[str]) -> None:
     sys.stdout.write(output + "\n")
 
 
-def run() -> NoReturn:
-    """The `resnet-app model` entry point; exits when done."""
-    _define_flags()
-    cli.run(main)
-
-
 if __name__ == "__main__":
-    run()
+    cli.run(main)
