@@ -291,25 +291,13 @@ class KeepBest(Action):
 
 class Checkpointer(Action):
     """Saves a checkpoint when due or asked for, once the replicas hold the global
-    model (under local SGD a save between averages waits for the next one).
+    model (under local SGD a save between averages waits for the next one). With
+    `train.on_nan=rollback` a fresh start saves too, so that a rollback has a
+    checkpoint to go back to."""
 
-    Args:
-      checkpoints: the run's checkpoint.
-      policy: the sync policy.
-      global_model: makes the model global and checks it before a save.
-      save_first: save on a fresh start too, so that a rollback has a checkpoint
-        to go back to (`train.on_nan=rollback`).
-    """
-
-    def __init__(
-        self,
-        checkpoints: checkpoint.RunCheckpoint,
-        policy: SyncPolicy,
-        global_model: GlobalModel,
-        save_first: bool = False,
-    ):
-        self.checkpoints, self.policy, self.global_model = checkpoints, policy, global_model
-        self.save_first = save_first
+    def __init__(self, run: Run, policy: SyncPolicy, global_model: GlobalModel):
+        self.checkpoints, self.policy, self.global_model = run.checkpoints, policy, global_model
+        self.save_first = run.config.train.on_nan == "rollback"
         self.last_saved: int | None = None
         self.held = False  # A save waiting for the replicas to agree.
 
@@ -352,11 +340,8 @@ def create_actions(
     """The trainer's actions in order: the records, the learning-rate override, the
     evaluator, keep-best, `extra`, and the checkpointer last; and the evaluator
     (the run's summary is its last record). `start` is the first step, for the ETA."""
-    train = run.config.train
     progress = Progress(run.plan.total_steps, start) if run.chief else None
     evaluator = Evaluator(run, writer, global_model)
-    best = [KeepBest(run)] if train.keep_best else []
-    save_first = train.on_nan == "rollback"
-    checkpointer = Checkpointer(run.checkpoints, policy, global_model, save_first)
+    best = [KeepBest(run)] if run.config.train.keep_best else []
     actions = [Records(writer, progress), LrOverride(run, writer), evaluator, *best, *extra]
-    return [*actions, checkpointer], evaluator
+    return [*actions, Checkpointer(run, policy, global_model)], evaluator

@@ -299,19 +299,14 @@ def evaluate(
         temperature=temperature if collect_logits else None,
         multi_label=multi_label,
     )
-    crops = options.tta == CROPS
-    dataset = _distributed_eval_dataset(pipeline, global_batch_size, strategy, split, crops)
+    dataset = _distributed_eval_dataset(
+        pipeline, global_batch_size, strategy, split, options.tta == CROPS
+    )
     step = _step_function(model, strategy, options)
-    keep = collect or collect_logits or multi_label
-    result, examples = _run(dataset, step, strategy, options, keep)
-    if examples is not None:
-        result.ids, result.labels, result.predictions = (
-            examples[k] for k in ("id", "label", "prediction")
-        )
-        result.logits, result.scaled_logits = examples.get("logits"), examples.get("scaled_logits")
+    result = _run(dataset, step, strategy, options, collect or collect_logits or multi_label)
     if multi_label:
-        scores = examples.get("score", np.zeros((0, classes), np.float32))
-        labels = examples["label"].reshape(-1, classes)
+        scores = np.zeros((0, classes), np.float32) if result.scores is None else result.scores
+        labels = result.labels.reshape(-1, classes)
         result.scores, result.labels, result.threshold = scores, labels, threshold
         result.map, _ = label_metrics.mean_average_precision(scores, labels)
         result.f1_micro, result.f1_macro, _ = label_metrics.f1_scores(scores, labels, threshold)
@@ -352,7 +347,7 @@ def _run(
     strategy: tf.distribute.Strategy,
     options: _StepOptions,
     keep: bool,
-) -> tuple[EvalResult, dict[str, np.ndarray] | None]:
+) -> EvalResult:
     """Steps through the dataset: the metrics, and with `keep` the real examples' arrays.
 
     The host sums in float64 and counts in int64, as float32 stops being exact past 2**24.
@@ -391,8 +386,11 @@ def _run(
     if "class_examples" in totals:
         result.class_examples = np.rint(totals["class_examples"]).astype(np.int64)
         result.class_correct = np.rint(totals["class_correct"]).astype(np.int64)
-    if not keep:
-        return result, None
-    if not parts:  # No step: empty int64 arrays.
-        parts = [dict.fromkeys(("id", "label", "prediction"), np.zeros(0, np.int64))]
-    return result, {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
+    if keep:
+        if not parts:  # No step: empty int64 arrays.
+            parts = [dict.fromkeys(("id", "label", "prediction"), np.zeros(0, np.int64))]
+        examples = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
+        result.ids, result.labels = examples["id"], examples["label"]
+        result.predictions, result.scores = examples["prediction"], examples.get("score")
+        result.logits, result.scaled_logits = examples.get("logits"), examples.get("scaled_logits")
+    return result

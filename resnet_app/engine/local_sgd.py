@@ -118,11 +118,8 @@ class LocalSGD:
         step = tf.convert_to_tensor(self.optimizer.iterations)
         return tf.equal(step % tf.cast(self.interval, step.dtype), 0)
 
-    def _replica_average(self) -> None:
-        distribute.assign_replica_mean(self.averaged)
-
     def _average_fn(self) -> None:
-        self.strategy.run(self._replica_average)
+        self.strategy.run(lambda: distribute.assign_replica_mean(self.averaged))
 
     # The sync policy.
     def align(self, name: str, every: int) -> int:
@@ -161,7 +158,7 @@ class LocalSGD:
 
     def after_step(self) -> None:
         if self.interval == 1:
-            self.strategy.run(self._replica_average)
+            self._average_fn()
         else:
             tf.cond(self.at_average(), self._average_fn, lambda: None)
 

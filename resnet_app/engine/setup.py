@@ -160,15 +160,11 @@ class Run:
             )  # fmt: skip
         return step
 
-    def train_dataset(
-        self, image_size: int | None = None
-    ) -> tf.data.Dataset | tf.distribute.DistributedDataset:
-        """The training stream from the data position on, split over the replicas,
-        at `image_size` (default: the plan's size at the current step)."""
+    def train_dataset(self, size: int) -> tf.distribute.DistributedDataset:
+        """The training stream from the data position on at `size` px, split over the replicas."""
         global_batch = self.config.train.batch_size
         replicas = self.strategy.num_replicas_in_sync
         start_example = int(self.data_position.numpy())
-        size = image_size or self.plan.sizes.size_at(int(self.global_step.numpy()))
 
         def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
             dataset = self.pipeline.train_dataset(
@@ -197,7 +193,11 @@ def build_run(
     Raises:
       ConfigError: for settings that do not fit the data, the machine or the run.
     """
-    saved = _saved_config(model_dir, restart)
+    # A run that will be resumed: its config.yaml (read before the data).
+    path, saved = run_dir.config_path(model_dir), None
+    if not restart and run_dir.has_checkpoints(model_dir) and os.path.isfile(path):
+        with open(path) as file:
+            saved = config_lib.from_yaml(file.read(), path)
     config, source = pretrained.prepare(config, saved)  # Its network, before the data.
     if config.train.teacher and saved is None:  # A resume reads its own copy.
         sources.check_teacher(config.train.teacher, config.train.teacher_model)
@@ -322,15 +322,6 @@ def swa_updates(train: TrainSettings, plan: RunPlan) -> tuple[int, int]:
 
 def _preset(config: Config):
     return get_config(config.model_name, **config.model_overrides)
-
-
-def _saved_config(model_dir: str, restart: bool) -> Config | None:
-    """The config.yaml of a run that will be resumed, or None for one that starts."""
-    path = run_dir.config_path(model_dir)
-    if restart or not run_dir.has_checkpoints(model_dir) or not os.path.isfile(path):
-        return None
-    with open(path) as file:
-        return config_lib.from_yaml(file.read(), path)
 
 
 def _check_machine(config: Config, strategy: tf.distribute.Strategy) -> None:

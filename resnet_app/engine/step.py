@@ -152,7 +152,7 @@ class TrainStep:
 
     def __init__(self, tower, strategy, policy=None, ema=None, last_step=None, time_input=True):
         self.tower, self.optimizer, self.strategy = tower, tower.optimizer, strategy
-        self.policy = sync.AllReduce(tower.model, strategy) if policy is None else policy
+        self.policy = sync.AllReduce(strategy, tower.model) if policy is None else policy
         self.ema, self.last_step, self.time_input = ema, last_step, time_input
         self.names = ("examples", *tower.names)  # The sums a step returns.
         self._loops = {}  # One compiled loop per input shape (progressive resizing).

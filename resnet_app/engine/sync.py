@@ -42,20 +42,13 @@ class AllReduce:
     None: always) and `may_stop` (whether a requested stop may happen).
 
     Args:
-      model: the model, built in `strategy.scope()`.
-      strategy: its strategy.
-      average_model: the moving average of the weights (`ema.py`), whose per-tower
-        statistics are averaged with the model's, or None.
+      strategy: the strategy.
+      models: the model, built in `strategy.scope()`, and the moving average of its
+        weights (`ema.py`) if any, whose per-tower statistics are averaged with its.
     """
 
-    def __init__(
-        self,
-        model: keras.Model,
-        strategy: tf.distribute.Strategy,
-        average_model: keras.Model | None = None,
-    ):
-        self._models = [model] if average_model is None else [model, average_model]
-        self._strategy = strategy
+    def __init__(self, strategy: tf.distribute.Strategy, *models: keras.Model):
+        self._strategy, self._models = strategy, models
 
     @functools.cached_property
     def _syncs(self) -> list:
@@ -102,7 +95,7 @@ def create_policy(run: Run) -> SyncPolicy:
     if run.local_sgd is not None:
         run.local_sgd.total, run.local_sgd.ema = run.plan.total_steps, run.ema
         return run.local_sgd
-    return AllReduce(run.model, run.strategy, None if run.ema is None else run.ema.model)
+    return AllReduce(run.strategy, run.model, *([] if run.ema is None else [run.ema.model]))
 
 
 class GlobalModel:
@@ -114,12 +107,7 @@ class GlobalModel:
       strategy: the strategy (every worker must agree on a divergence).
     """
 
-    def __init__(
-        self,
-        policy: SyncPolicy,
-        checkpoints: checkpoint.RunCheckpoint,
-        strategy: tf.distribute.Strategy,
-    ):
+    def __init__(self, policy: SyncPolicy, checkpoints: checkpoint.RunCheckpoint, strategy):
         self.policy, self.checkpoints, self.strategy = policy, checkpoints, strategy
         self._ready_at: int | None = None
 

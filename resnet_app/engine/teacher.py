@@ -117,17 +117,18 @@ def create(
     spec = config.train.teacher
     if not spec:
         return None
-    copy = os.path.join(model_dir, DIRECTORY)
+    copy, train = os.path.join(model_dir, DIRECTORY), config.train
     from_copy = resuming and os.path.isfile(os.path.join(copy, INFO))
     if from_copy:
-        info, network = _read_copy(copy, strategy, student, config.train.precision)
+        info, network = _read_copy(copy)
     else:
-        info, network, weights = _read_source(config, strategy, student, len(class_names))
+        info, network = _read_source(config, student, len(class_names))
     _check_classes(info, class_names)
     if not from_copy and chief:
-        write = functools.partial(_write_copy, info, weights)
+        write = functools.partial(_write_copy, info, network)
         files.replace_directory(copy, copy + ".partial", copy + ".old", write)
-    train = config.train
+    if info.kind == NETWORK:
+        network = _network(info, strategy, student.image_size, train.precision, network)
     logging.info(
         "Distilling from %s (%d classes; alpha %g, temperature %g)%s",
         info.description, info.num_classes, train.distill_alpha, train.distill_temperature,
@@ -152,17 +153,13 @@ def _check_classes(info: TeacherInfo, class_names: list[str]) -> None:
         )
 
 
-def _read_source(
-    config: config_lib.Config, strategy: tf.distribute.Strategy, student: Preprocessing, classes
-):
-    """(info, network, weights) of the source: the weights of a network, None for an export."""
+def _read_source(config: config_lib.Config, student: Preprocessing, classes: int):
+    """(info, the weights of a network {layer: {variable: array}}, or the loaded export)."""
     spec = config.train.teacher
     path = os.path.expanduser(spec)
     exported = os.path.join(path, "assets.extra", "export_info.json")  # `resnet-app export`'s.
     if not (os.path.isfile(exported) and tf.saved_model.contains_saved_model(path)):
-        info, weights = _network_weights(config, classes)
-        network = _network(info, strategy, student.image_size, config.train.precision, weights)
-        return info, network, weights
+        return _network_weights(config, classes)
     loaded = tf.saved_model.load(path)
     # Its classes: its logits' width on one blank image, and its labels.txt.
     blank = tf.zeros([1, student.image_size, student.image_size, student.channels], tf.uint8)
@@ -172,12 +169,12 @@ def _read_source(
     if os.path.isfile(labels):
         with open(labels) as f:
             names = [line.rstrip("\n") for line in f] or None
-    return TeacherInfo(spec, SERVED, f"the export {path}", classes, names), loaded, None
+    return TeacherInfo(spec, SERVED, f"the export {path}", classes, names), loaded
 
 
-def _write_copy(info: TeacherInfo, weights: dict | None, directory: str) -> None:
+def _write_copy(info: TeacherInfo, weights: Any, directory: str) -> None:
     """The run's copy of its teacher in `directory`: the export or the weights, and its info."""
-    if weights is None:
+    if info.kind == SERVED:
         shutil.copytree(os.path.expanduser(info.spec), os.path.join(directory, EXPORT))
     else:
         flat = {
@@ -240,8 +237,8 @@ def _network(info: TeacherInfo, strategy, image_size: int, precision: str, weigh
     return network
 
 
-def _read_copy(directory: str, strategy, student: Preprocessing, precision: str):
-    """(info, network) from the run's copy."""
+def _read_copy(directory: str):
+    """(info, weights or the loaded export) from the run's copy."""
     try:
         with open(os.path.join(directory, INFO)) as f:
             fields = json.load(f)
@@ -260,7 +257,7 @@ def _read_copy(directory: str, strategy, student: Preprocessing, precision: str)
             f"the run's copy of its teacher in {directory} is damaged "
             f"({type(error).__name__}: {error}); restart the run (--restart)"
         ) from None
-    return info, _network(info, strategy, student.image_size, precision, weights)
+    return info, weights
 
 
 def log_cost(teacher: Teacher, batch_shape: list[int], dtype: tf.DType) -> float:
