@@ -10,8 +10,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import shutil
-import subprocess
 import sys
 from collections.abc import Sequence
 
@@ -82,20 +80,8 @@ def _tensorflow_gpus() -> list[tuple[int, int]]:
 
 
 def _nvidia_smi_gpus() -> list[tuple[int, int]]:
-    if not shutil.which("nvidia-smi"):
-        return []
-    try:
-        output = subprocess.run(
-            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
     capabilities = []
-    for line in output.split():
+    for line in hardware.nvidia_smi("--query-gpu=compute_cap", "--format=csv,noheader"):
         major, _, minor = line.strip().partition(".")
         if major.isdigit() and minor.isdigit():
             capabilities.append((int(major), int(minor)))

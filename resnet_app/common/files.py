@@ -13,6 +13,7 @@ import errno
 import glob
 import os
 import re
+import shutil
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -114,8 +115,6 @@ def replace_directory(final: str, staged: str, aside: str, fill: Callable[[str],
     `fill(staged)` fills the empty `staged`, which is synced; `final` is renamed to
     `aside`, `staged` to `final`, and `aside` removed (readers look there too).
     """
-    import shutil
-
     parent = os.path.dirname(final) or "."
     shutil.rmtree(staged, ignore_errors=True)
     try:
@@ -142,22 +141,15 @@ def swap_directories(final: str) -> tuple[str, str]:
 
 def swap_leftovers(final: str) -> tuple[list[str], list[str]]:
     """(staged, aside) directories interrupted replacements of `final` left, oldest first."""
-    parent, name = os.path.split(final)
-    try:
-        names = os.listdir(parent or ".")
-    except OSError:
-        return [], []
 
-    def oldest_first(prefix: str) -> list[str]:
+    def oldest_first(suffix: str) -> list[str]:
         found = []
-        for entry in names:
-            path = os.path.join(parent, entry)
+        for path in glob.glob(glob.escape(final + suffix) + "*"):
             with contextlib.suppress(OSError):  # Gone since the listing: not left over.
-                if entry.startswith(prefix):
-                    found.append((os.stat(path).st_mtime, path))
+                found.append((os.stat(path).st_mtime, path))
         return [path for _, path in sorted(found)]
 
-    return oldest_first(name + ".partial-"), oldest_first(name + ".old-")
+    return oldest_first(".partial-"), oldest_first(".old-")
 
 
 def find_complete(final: str, record: str) -> str | None:
@@ -172,8 +164,6 @@ def find_complete(final: str, record: str) -> str | None:
 def recover_directory(final: str, record: str) -> str | None:
     """Puts back the copy of `final` a crash left aside (returned; None if none), and
     removes unfinished copies."""
-    import shutil
-
     found = find_complete(final, record)
     if found is not None and found != final:
         shutil.rmtree(final, ignore_errors=True)  # Incomplete: it has no record.

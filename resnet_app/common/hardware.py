@@ -1,4 +1,4 @@
-"""The CPU a process runs on: its model and the instruction sets that decide its speed.
+"""The CPU a process runs on (its model, the instruction sets that decide its speed); nvidia-smi.
 
 TF uses oneDNN by default only on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI
 or AMX (else its Eigen kernels), and emulates bfloat16, several times slower,
@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
+import shutil
+import subprocess
 
 # /proc/cpuinfo flag -> the name people use, in order of capability.
 ISA_FLAGS = {
@@ -108,3 +110,16 @@ def read_cpu_info(path: str = "/proc/cpuinfo") -> CpuInfo:
             return parse_cpuinfo(f.read(), cap, forced)
     except OSError:
         return dataclasses.replace(parse_cpuinfo("", cap, forced), model=platform.processor())
+
+
+def nvidia_smi(*arguments: str) -> list[str]:
+    """The lines `nvidia-smi ARGUMENTS` prints; none without it, or when it fails."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    command = ["nvidia-smi", *arguments]
+    try:
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=60, check=True
+        ).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return []

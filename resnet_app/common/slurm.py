@@ -18,6 +18,7 @@ import subprocess
 
 from absl import logging
 
+from resnet_app.common import hardware
 from resnet_app.common.errors import ConfigError, first_line
 
 # Job-id ports: blocks of PORT_STRIDE from PORT_FLOOR, below Linux's ephemeral
@@ -199,16 +200,8 @@ def visible_gpus() -> list[str]:
     if visible is not None:
         ids = [gpu.strip() for gpu in visible.split(",") if gpu.strip()]
         return [] if ids in (["-1"], ["NoDevFiles"]) else ids
-    nvidia_smi = shutil.which("nvidia-smi")
-    if nvidia_smi is None:
-        return []
-    try:
-        output = subprocess.run(
-            [nvidia_smi, "--list-gpus"], capture_output=True, text=True, timeout=60
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [str(i) for i, line in enumerate(output.splitlines()) if line.startswith("GPU ")]
+    lines = hardware.nvidia_smi("--list-gpus")
+    return [str(i) for i, line in enumerate(lines) if line.startswith("GPU ")]
 
 
 def share_gpus(step: Step) -> str | None:

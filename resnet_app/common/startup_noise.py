@@ -83,9 +83,7 @@ def install(show_all: bool = False) -> None:
     """Filters TensorFlow's start-up lines out of stderr while the first `import tensorflow`
     runs; nothing when `show_all`, RESNET_APP_TF_STARTUP=show, or TensorFlow is loaded."""
     global _installed
-    if _installed or show_all or os.environ.get(SHOW_ENV) == "show":
-        return
-    if "tensorflow" in sys.modules:
+    if _installed or show_all or os.environ.get(SHOW_ENV) == "show" or "tensorflow" in sys.modules:
         return
     _installed = True
     sys.meta_path.insert(0, _TensorFlowImport())

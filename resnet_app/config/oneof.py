@@ -144,19 +144,6 @@ class OneOfSection(Section):
         return plain({self.KEY: self.KIND, **self.field_values()})
 
     @classmethod
-    def required_groups(cls) -> list[tuple[str, ...]]:
-        """Fields of this kind that must be given: alone, or one of two alternatives."""
-        groups: list[tuple[str, ...]] = []
-        for field in dataclasses.fields(cls):
-            if field.metadata.get(REQUIRED):
-                group = (field.name, field.metadata[ALTERNATIVE])
-                if group[::-1] not in groups:
-                    groups.append(group)
-            elif field.default is dataclasses.MISSING:
-                groups.append((field.name,))
-        return groups
-
-    @classmethod
     def kind_class(cls, kind: Any) -> type[OneOfSection] | None:
         """The class of kind `kind` (None: `DEFAULT_KIND`), or None if there is none."""
         kind = cls.DEFAULT_KIND if kind is None else kind
@@ -179,8 +166,11 @@ class OneOfSection(Section):
         values = {key: value for key, value in mapping.items() if key != cls.KEY}
         if cls.NULL_IS_ABSENT:
             values = {key: value for key, value in values.items() if value is not None}
-        for group in kind_class.required_groups():
-            if not any(values.get(key) is not None for key in group):
+        for field in dataclasses.fields(kind_class):  # Needed: alone, or one of two.
+            either = field.metadata.get(REQUIRED)
+            group = (field.name, field.metadata[ALTERNATIVE]) if either else (field.name,)
+            needed = either or field.default is dataclasses.MISSING
+            if needed and all(values.get(key) is None for key in group):
                 raise kind_class.missing_keys_error(group)
         return kind_class(**values)
 

@@ -57,10 +57,7 @@ def _rows(cls: type, prefix: str, skip: tuple[str, ...] = ()) -> Iterator[str]:
         if types[field.name].nested:
             nested.append(field)
             continue
-        default = field.default
-        if default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
-            default = field.default_factory()
-        shown = "" if default is dataclasses.MISSING else _value(default)
+        shown = "" if field.default is dataclasses.MISSING else _value(field.default)
         description = text.get(field.name, "").replace("|", "\\|")
         yield f"| `{prefix}{field.name}` | {shown} | {description} |"
     for field in nested:

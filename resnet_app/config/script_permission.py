@@ -60,13 +60,9 @@ def _key(create: bool) -> bytes | None:
         return None
 
 
-def _script_file(spec: str) -> str:
-    return spec.rpartition(":")[0]
-
-
 def digest(spec: str) -> str:
     """The SHA-256 of the bytes of the script `spec` (PATH.py:FUNCTION) names."""
-    with open(_script_file(spec), "rb") as f:
+    with open(spec.rpartition(":")[0], "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
 
 
