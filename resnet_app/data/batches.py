@@ -31,14 +31,9 @@ def example(features: dict, label: tf.Tensor, example_id: tf.Tensor) -> dict:
 
 def applies(split: sources.Split | None, config: preprocessing.Preprocessing, resize: bool) -> bool:
     """Whether `split` can be read a batch at a time under `config`."""
-    return (
-        split is not None
-        and split.indexed
-        and not split.encoded
-        and not resize
-        and config.family == "cifar"
-        and not augmentations.active(config.augment)
-    )
+    if split is None or not split.indexed or split.encoded or resize:
+        return False
+    return config.family == "cifar" and not augmentations.active(config.augment)
 
 
 def training(

@@ -77,10 +77,12 @@ def check_single_label_options(config, multi_label: bool) -> None:
         )
 
 
-def balanced_order(labels, num_classes: int, seed: int, epoch, stream_seed) -> object:
+def balanced_order(labels, num_classes: int, seed: int, epoch) -> object:
     """An epoch of class-balanced draws: int64 example indices (position i reads example
-    result[i]), a function of (seed, epoch) through `stream_seed(seed, epoch)`."""
+    result[i]), a function of (seed, epoch) through the `seeds.SAMPLE` stream."""
     import tensorflow as tf
+
+    from resnet_app.data import seeds
 
     counts = np.bincount(labels, minlength=num_classes)
     present = np.flatnonzero(counts)
@@ -88,7 +90,7 @@ def balanced_order(labels, num_classes: int, seed: int, epoch, stream_seed) -> o
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[present]
     size = len(labels)
     class_seed, member_seed = tf.unstack(
-        tf.random.experimental.stateless_split(stream_seed(seed, epoch), 2)
+        tf.random.experimental.stateless_split(seeds.stream_seed(seed, seeds.SAMPLE, epoch), 2)
     )
     picks = tf.random.stateless_uniform(
         [size], class_seed, minval=0, maxval=len(present), dtype=tf.int64

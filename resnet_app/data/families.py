@@ -97,9 +97,7 @@ class Imagenet(Family):
     def evaluate(self, image, config, encoded, resize=True, crops=False):
         from resnet_app.data import preprocessing
 
-        if crops:
-            return preprocessing.imagenet_eval_crops(image, config, encoded=encoded)
-        return preprocessing.imagenet_eval(image, config, encoded=encoded)
+        return preprocessing.imagenet_eval(image, config, encoded=encoded, corners=crops)
 
     def eval_resize(self, eval_resize, eval_image_size, size):
         eval_size = eval_image_size or size

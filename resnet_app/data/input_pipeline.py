@@ -102,18 +102,10 @@ class InputPipeline:
         self.stats_origin = chosen.stats_origin
         mean, std, size = chosen.mean, chosen.std, chosen.image_size.size
         family = choose_recipe(config.preprocessing, size)
-        eval_resize = families.named(family).eval_resize(
-            config.eval_resize, config.eval_image_size, size
-        )
-        self.preprocessing = Preprocessing(
-            family=family,
-            image_size=size,
-            mean=tuple(mean),
-            std=tuple(std),
-            dtype=config.dtype,
-            eval_resize=eval_resize,
-            eval_image_size=config.eval_image_size,
-            augment=config.augment,
+        eval_size = config.eval_image_size
+        resize = families.named(family).eval_resize(config.eval_resize, eval_size, size)
+        self.preprocessing = Preprocessing(  # Its fields in order.
+            family, size, mean, std, config.dtype, resize, eval_size, config.augment
         )
         logging.info(
             "Dataset %s: %s training examples%s, splits %s; %s; %s; mean %s, std %s, %s",
@@ -195,15 +187,9 @@ class InputPipeline:
 
     def _epoch_order(self, epoch) -> tf.Tensor:
         """A permutation of the indices, or with data.sampling=balanced class-balanced draws."""
-        seed = self.config.seed
+        seed, labels = self.config.seed, self.train_split.labels
         if self.config.sampling == "balanced":
-            return class_balance.balanced_order(
-                self.train_split.labels,
-                self.num_classes,
-                seed,
-                epoch,
-                lambda s, e: seeds.stream_seed(s, seeds.SAMPLE, e),
-            )
+            return class_balance.balanced_order(labels, self.num_classes, seed, epoch)
         return seeds.permutation(self.num_train_examples, seed, epoch)
 
     def train_dataset(

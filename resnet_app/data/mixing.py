@@ -50,25 +50,19 @@ def draws(seed: tf.Tensor, settings: MixSettings, batch_size: int) -> dict[str, 
     return {key: tf.repeat(value, batch_size // count, axis=0) for key, value in drawn.items()}
 
 
-def cutmix_box(lam: tf.Tensor, centre: tf.Tensor, height: int, width: int) -> tf.Tensor:
-    """int32 [B, 4] boxes (top, bottom, left, right) of area about 1 - lam, clipped."""
-    ratio = tf.sqrt(1.0 - lam)
-    size = tf.stack([ratio * height, ratio * width], axis=1)
-    middle = centre * tf.constant([height, width], tf.float32)
-    low = tf.cast(tf.round(middle - size / 2), tf.int32)
-    high = tf.cast(tf.round(middle + size / 2), tf.int32)
-    low = tf.clip_by_value(low, 0, [height, width])
-    high = tf.clip_by_value(high, 0, [height, width])
-    return tf.stack([low[:, 0], high[:, 0], low[:, 1], high[:, 1]], axis=1)
-
-
 def mix_with(batch: dict, choices: dict) -> dict:
     """The batch mixed with its reversed self by given draws (see `draws`)."""
     images, labels = batch["image"], batch["label"]
     partner_images, partner_labels = tf.reverse(images, [0]), tf.reverse(labels, [0])
     height, width = images.shape[1], images.shape[2]
     lam = choices["lam"]
-    box = cutmix_box(lam, choices["centre"], height, width)
+    # CutMix's box (top, bottom, left, right) of area about 1 - lam, clipped.
+    ratio = tf.sqrt(1.0 - lam)
+    size = tf.stack([ratio * height, ratio * width], axis=1)
+    middle = choices["centre"] * tf.constant([height, width], tf.float32)
+    low = tf.clip_by_value(tf.cast(tf.round(middle - size / 2), tf.int32), 0, [height, width])
+    high = tf.clip_by_value(tf.cast(tf.round(middle + size / 2), tf.int32), 0, [height, width])
+    box = tf.stack([low[:, 0], high[:, 0], low[:, 1], high[:, 1]], axis=1)
     rows = tf.reshape(tf.range(height), [1, height, 1])
     cols = tf.reshape(tf.range(width), [1, 1, width])
     top, bottom, left, right = (tf.reshape(box[:, k], [-1, 1, 1]) for k in range(4))

@@ -116,8 +116,10 @@ def _scan(paths: list[str], label_key: str, text_key: str | None) -> ShardIndex:
         where = f"one of the TFRecord shards {', '.join(paths[i] for i in suspects)}"
         cause: Exception = error
         for i in suspects:
-            failure = _read_error(interleaved(np.array([i])))
-            if failure is not None:
+            try:
+                for _ in interleaved(np.array([i])).as_numpy_iterator():
+                    pass
+            except tf.errors.OpError as failure:
                 where, cause = f"the TFRecord shard {paths[i]}", failure
                 break
         raise ConfigError(
@@ -131,18 +133,6 @@ def _scan(paths: list[str], label_key: str, text_key: str | None) -> ShardIndex:
         np.concatenate(per_file).astype(np.int64),
         {label: text for label, text in texts.items() if text},
     )
-
-
-def _read_error(dataset) -> Exception | None:
-    """The error that reading `dataset` to its end raises, or None."""
-    import tensorflow as tf
-
-    try:
-        for _ in dataset.as_numpy_iterator():
-            pass
-    except tf.errors.OpError as error:
-        return error
-    return None
 
 
 def load(
