@@ -155,19 +155,13 @@ def _load_export(export_dir: str) -> Classifier:
     return classify
 
 
-def _log_unreadable_folder(error: OSError) -> None:
-    logging.warning("%s: %s; its images are skipped", error.filename, error.strerror)
-
-
-def expand(
-    paths: Sequence[str], on_unreadable: Callable[[OSError], None] | None = None
-) -> list[str]:
+def expand(paths: Sequence[str], on_unreadable: Callable[[OSError], None]) -> list[str]:
     """The files to classify, in the order given.
 
     Each file as given, each directory's image files (by extension, recursively
     but not into hidden folders or links to folders, sorted); a directory
     without any stays, to be reported. `on_unreadable` gets the error of a
-    folder that cannot be listed (None: a warning).
+    folder that cannot be listed.
     """
     files = []
     for path in paths:
@@ -175,9 +169,7 @@ def expand(
             files.append(path)
             continue
         found = []
-        for folder, folders, names in os.walk(
-            path, onerror=on_unreadable or _log_unreadable_folder
-        ):
+        for folder, folders, names in os.walk(path, onerror=on_unreadable):
             folders[:] = [d for d in folders if not d.startswith(".")]  # .thumbnails etc.
             found += [
                 os.path.join(folder, name)
@@ -237,12 +229,11 @@ def image_shape(content: bytes) -> tuple[int, int] | None:
     """(height, width) from an encoded image's header (what the decoder allocates), or
     None for another format or a header cut short (the decoder then says what is wrong)."""
     try:
+        # (width, height) in the header, reversed.
         if content.startswith(b"\x89PNG\r\n\x1a\n") and content[12:16] == b"IHDR":
-            width, height = struct.unpack(">II", content[16:24])
-            return height, width
+            return struct.unpack(">II", content[16:24])[::-1]
         if content.startswith((b"GIF87a", b"GIF89a")):
-            width, height = struct.unpack("<HH", content[6:10])
-            return height, width
+            return struct.unpack("<HH", content[6:10])[::-1]
         if content.startswith(b"BM"):
             (header_size,) = struct.unpack("<I", content[14:18])
             if header_size == 12:  # OS/2 1.x: 16-bit sizes.

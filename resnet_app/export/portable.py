@@ -75,7 +75,6 @@ class PortableClassifier(tf.Module):
         preprocessing: Preprocessing,
         temperature: float = 1.0,
         tta: str = "none",
-        batch: int | None = None,
         multi_label: bool = False,
     ):
         super().__init__(name="resnet_app_portable")
@@ -88,7 +87,7 @@ class PortableClassifier(tf.Module):
         self.temperature = float(temperature)
         self.tta = tta
         size = input_size(preprocessing)
-        spec = tf.TensorSpec([batch, size, size, preprocessing.channels], tf.uint8, name="images")
+        spec = tf.TensorSpec([None, size, size, preprocessing.channels], tf.uint8, name="images")
         self.classify = tf.function(self._classify, input_signature=[spec])
 
     def _classify(self, images: tf.Tensor) -> dict[str, tf.Tensor]:

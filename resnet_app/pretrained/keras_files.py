@@ -71,6 +71,11 @@ def find_or_fetch(name: str, with_top: bool) -> str:
         ) from None
 
 
+def _text(value) -> str:
+    """An HDF5 attribute's string (h5py gives bytes or str)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def _read_arrays(path: str) -> dict[str, list[np.ndarray]]:
     """{layer name: its arrays in order} of a Keras HDF5 weights file (Keras 2's or Keras 3's)."""
     import h5py
@@ -79,13 +84,9 @@ def _read_arrays(path: str) -> dict[str, list[np.ndarray]]:
         with h5py.File(path, "r") as file:
             if "layer_names" in file.attrs:
                 layers = {}
-                for raw in file.attrs["layer_names"]:
-                    name = raw.decode() if isinstance(raw, bytes) else str(raw)
+                for name in map(_text, file.attrs["layer_names"]):
                     group = file[name]
-                    names = [
-                        item.decode() if isinstance(item, bytes) else str(item)
-                        for item in group.attrs.get("weight_names", [])
-                    ]
+                    names = map(_text, group.attrs.get("weight_names", []))
                     layers[name] = [np.asarray(group[weight]) for weight in names]
                 return layers
             keras3 = "layers" in file

@@ -78,7 +78,19 @@ def parse(spec: str, key: str = "train.init_from") -> Source:
         missing path, or a file of an unknown kind.
     """
     if spec.startswith("keras:"):
-        return _keras_source(spec, spec.split(":", 1)[1].strip().lower(), key)
+        name = spec.split(":", 1)[1].strip().lower().replace("_", "")
+        if name in KERAS_V2:
+            raise ConfigError(
+                f"{key}={spec}: Keras applications' ResNetV2 cannot be represented "
+                "exactly here (it downsamples in the last unit of each stage, not the first, and "
+                "has no BatchNorm after the stem); use keras:resnet50/101/152 or a torchvision file"
+            )
+        if name not in KERAS_PRESETS:
+            raise ConfigError(
+                f"{key}={spec}: unknown Keras applications model; use one of "
+                f"{', '.join('keras:' + preset for preset in KERAS_PRESETS)}"
+            )
+        return _network_source(spec, KERAS, None, name, key)
     path = os.path.expanduser(spec)
     kind = next((kind for suffix, kind in SUFFIXES.items() if path.endswith(suffix)), None)
     if kind is not None:
@@ -108,22 +120,6 @@ def check_teacher(spec: str, model_name: str | None) -> None:
             f"{key}={spec} is a weights file: name its network with train.teacher_model "
             "(e.g. resnet50)"
         )
-
-
-def _keras_source(spec: str, name: str, key: str) -> Source:
-    compact = name.replace("_", "")
-    if compact in KERAS_V2:
-        raise ConfigError(
-            f"{key}={spec}: Keras applications' ResNetV2 cannot be represented "
-            "exactly here (it downsamples in the last unit of each stage, not the first, and "
-            "has no BatchNorm after the stem); use keras:resnet50/101/152 or a torchvision file"
-        )
-    if compact not in KERAS_PRESETS:
-        raise ConfigError(
-            f"{key}={spec}: unknown Keras applications model; use one of "
-            f"{', '.join('keras:' + preset for preset in KERAS_PRESETS)}"
-        )
-    return _network_source(spec, KERAS, None, compact, key)
 
 
 def _network_source(spec: str, kind: str, path: str | None, name: str | None, key: str) -> Source:

@@ -162,24 +162,19 @@ def assign(
     for layer_name, layer in parts.named_layers(model).items():
         part = part_of[layer_name]
         theirs = weights.layers.get(layer_name, {})
-        head = layer_name == HEAD_LAYER
         fits = all(
             name in theirs and theirs[name].shape == tuple(variable.shape)
             for variable in layer.weights
             for name in [parts.short_name(variable)]
         )
-        if head and (init_head == "new" or not fits):
-            for variable in layer.weights:
-                report.new.setdefault(part, []).append(
-                    (f"{layer_name}/{parts.short_name(variable)}", tuple(variable.shape))
-                )
-            for name, value in theirs.items():
-                report.skipped[f"{label}'s {layer_name}/{name}"] = tuple(value.shape)
-            continue
+        new = layer_name == HEAD_LAYER and (init_head == "new" or not fits)
         for variable in layer.weights:
             name = parts.short_name(variable)
-            variable.assign(theirs[name].astype(variable.dtype))
-            report.loaded.setdefault(part, []).append(
-                (f"{layer_name}/{name}", tuple(variable.shape))
-            )
+            if not new:
+                variable.assign(theirs[name].astype(variable.dtype))
+            listed = report.new if new else report.loaded
+            listed.setdefault(part, []).append((f"{layer_name}/{name}", tuple(variable.shape)))
+        if new:  # The source's head, of another shape or not wanted.
+            for name, value in theirs.items():
+                report.skipped[f"{label}'s {layer_name}/{name}"] = tuple(value.shape)
     return report
