@@ -60,12 +60,9 @@ def _shape_mask(label: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return rho <= 0.9
     if name == "ring":
         return (rho <= 1.0) & (rho >= 0.6)
-    if name == "triangle":
-        return _polygon(rho, phi, 3)
-    if name == "square":
-        return _polygon(rho, phi, 4)
-    if name == "hexagon":
-        return _polygon(rho, phi, 6)
+    sides = {"triangle": 3, "square": 4, "hexagon": 6}
+    if name in sides:
+        return _polygon(rho, phi, sides[name])
     if name == "star":
         return _star(rho, phi)
     if name == "cross":

@@ -127,11 +127,9 @@ class Split:
     def subset(self, indices: np.ndarray, name: str | None = None) -> Split:
         """The examples at `indices` (indexed splits only)."""
 
-        def take(values: np.ndarray | None) -> np.ndarray | None:
-            return None if values is None else values[indices]
-
-        arrays = (take(self.labels), take(self.images), take(self.files), take(self.contents))
-        return Split(name or self.name, len(indices), *arrays)
+        arrays = (self.labels, self.images, self.files, self.contents)
+        taken = [None if values is None else values[indices] for values in arrays]
+        return Split(name or self.name, len(indices), *taken)
 
     def class_counts(self, num_classes: int) -> np.ndarray | None:
         """Training examples per class (None when the labels are unknown)."""

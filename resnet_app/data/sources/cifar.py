@@ -341,8 +341,7 @@ def _split(argument: str, layout: Layout, name: str, files, contents, coarse: bo
         else _pickled_batch(argument, file, contents[file], key, classes)
         for file in files
     ]
-    pixels = np.concatenate([p for p, _ in parts])
-    labels = np.concatenate([y for _, y in parts])
+    pixels, labels = (np.concatenate(column) for column in zip(*parts))
     # [N, 3072] channel planes to [N, 32, 32, 3].
     images = np.ascontiguousarray(pixels.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
     return Split(name, len(labels), labels=labels, images=images)

@@ -39,13 +39,17 @@ def _class_files(class_dir: str) -> list[str]:
     return paths
 
 
+def _folders(path: str) -> list[str]:
+    """The names of `path`'s subfolders, sorted, hidden ones skipped."""
+    names = sorted(name for name in os.listdir(path) if not name.startswith("."))
+    return [name for name in names if os.path.isdir(os.path.join(path, name))]
+
+
 def _list_split(root: str, split: str, class_names: list[str]) -> tuple[list, list]:
     paths, labels = [], []
     split_dir = os.path.join(root, split)
-    for entry in sorted(os.listdir(split_dir)):
+    for entry in _folders(split_dir):
         class_dir = os.path.join(split_dir, entry)
-        if entry.startswith(".") or not os.path.isdir(class_dir):
-            continue
         if entry not in class_names:
             raise ConfigError(
                 f"{class_dir} is a class that train/ does not have; every split of "
@@ -63,20 +67,14 @@ def check(root: str, config=None) -> tuple[list[str], list[str]]:
     name = PREFIX + root
     if not os.path.isdir(root):
         raise ConfigError(f"--dataset={name}: {root} is not a directory")
-    split_names = sorted(
-        entry for entry in os.listdir(root) if os.path.isdir(os.path.join(root, entry))
-    )
+    split_names = _folders(root)
     if "train" not in split_names:
         raise ConfigError(
             f"--dataset={name}: no train/ in {root}; expected {root}/train/<class>/<image> "
             f"(and optionally {root}/val/<class>/<image>)"
         )
     train_dir = os.path.join(root, "train")
-    class_names = sorted(
-        entry
-        for entry in os.listdir(train_dir)
-        if not entry.startswith(".") and os.path.isdir(os.path.join(train_dir, entry))
-    )
+    class_names = _folders(train_dir)
     if not class_names:
         raise ConfigError(f"--dataset={name}: {train_dir} has no class subdirectories")
     return split_names, class_names

@@ -198,8 +198,7 @@ def load(argument: str, config) -> Source:
     for path in files.values():
         if not path.endswith(".gz") and os.path.exists(path + ".gz"):
             logging.info("%s: reading %s, not its gzipped copy .gz", PREFIX + argument, path)
-    directory = _locate(argument)[0]
-    classes = _class_names(directory, files, config)
+    classes = _class_names(_locate(argument)[0], files, config)
     splits = {name: _split(argument, name, files, classes) for name in ("train", "test")}
     sizes = {split.images.shape[1:3] for split in splits.values()}
     if len(sizes) > 1:

@@ -175,8 +175,7 @@ def _prepare(builder, name: str, data_dir: str) -> None:
 
     if builder.MANUAL_DOWNLOAD_INSTRUCTIONS:
         manual_dir = os.path.join(data_dir, "downloads", "manual")
-        present = os.path.isdir(manual_dir) and os.listdir(manual_dir)
-        if not present:
+        if not (os.path.isdir(manual_dir) and os.listdir(manual_dir)):
             hint = " ".join(str(builder.MANUAL_DOWNLOAD_INSTRUCTIONS).split())
             if len(hint) > 300:
                 hint = hint[:297] + "..."

@@ -219,15 +219,11 @@ def _class_names(dataset: str, labels: np.ndarray, texts: dict, config) -> list[
     if low - offset < 0 or high - offset >= count or unnamed_zero:
         fits = high - low < count
         fix = f"set data.records.label_offset={low}" if fits else "check data.records.label_key"
+        problem = f"outside [0, {count}) for {count} {why}"
+        problem = f"and no class text or example has label {offset}" if unnamed_zero else problem
         raise ConfigError(
             f"--dataset={dataset}: labels run from {low} to {high}; with data.records.label_offset="
-            f"{offset} that is {low - offset} to {high - offset}"
-            + (
-                f", and no class text or example has label {offset}"
-                if unnamed_zero
-                else f", outside [0, {count}) for {count} {why}"
-            )
-            + f": {fix}"
+            f"{offset} that is {low - offset} to {high - offset}, {problem}: {fix}"
         )
     if names is None and low - offset > 0:
         logging.warning(
