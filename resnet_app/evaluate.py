@@ -44,9 +44,7 @@ flags.DEFINE_integer(
     "num_towers", None, "Towers to evaluate on (default: every GPU, or the one CPU)."
 )
 flags.DEFINE_string(
-    "data_dir",
-    None,
-    "Where the run's data is now, if it moved (default: the run's data.data_dir).",
+    "data_dir", None, "Where the run's data is now, if it moved (default: the run's data.data_dir)."
 )
 _REPORT_DIR = flags.DEFINE_string(
     "report_dir",

@@ -40,8 +40,7 @@ class ZeroPadShortcut(keras.layers.Layer):
 
     def __init__(self, stride: int, extra_channels: int, **kwargs):
         super().__init__(**kwargs)
-        self.stride = stride
-        self.extra_channels = extra_channels
+        self.stride, self.extra_channels = stride, extra_channels
 
     def call(self, inputs):
         outputs = inputs[:, :: self.stride, :: self.stride, :]

@@ -126,10 +126,6 @@ def choices_help(registry: dict[str, Any]) -> str:
     return ", ".join(named[:-1]) + " or " + named[-1] if len(named) > 1 else "".join(named)
 
 
-def _plain_convs(config) -> tuple[tuple[int, int], ...]:
-    return ((config.stem_kernel, config.stem_filters),)
-
-
 def _deep_convs(config) -> tuple[tuple[int, int], ...]:
     widths = config.stem_widths or (config.stem_filters // 2,) * 2
     return tuple((3, width) for width in (*widths, config.stem_filters))
@@ -143,10 +139,6 @@ def _check_deep(config) -> None:
         )
     if config.stem_filters < 2:
         raise ConfigError("model field 'stem_filters' must be at least 2 for stem=deep")
-
-
-def _torch_plain(count: int) -> dict[str, str]:
-    return {"stem_conv": "conv1", "stem_bn": "bn1"}
 
 
 def _torch_deep(count: int) -> dict[str, str]:
@@ -163,9 +155,9 @@ for _kind in (
     StemKind(
         "plain",
         "one convolution of `stem_kernel`",
-        _plain_convs,
+        lambda config: ((config.stem_kernel, config.stem_filters),),
         fields={"stem_kernel": "a plain stem's kernel"},
-        torch_names=_torch_plain,
+        torch_names=lambda count: {"stem_conv": "conv1", "stem_bn": "bn1"},
         keras_applications=True,
     ),
     StemKind(

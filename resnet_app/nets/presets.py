@@ -142,9 +142,7 @@ TEST_ONLY = ("tiny",)
 # would do nothing, so a preset that does not have that kind refuses them.
 # {field: (the field that picks the kind, the kinds that read it, what it sets)};
 # the attention kinds' own fields join from their registry (`_only_with`).
-_ONLY_WITH = {
-    "activate_before_residual": ("version", ("v2",), "a pre-activation shortcut's input"),
-}
+_ONLY_WITH = {"activate_before_residual": ("version", ("v2",), "a pre-activation shortcut's input")}
 
 
 def _only_with() -> dict[str, tuple[str, tuple[str, ...], str]]:

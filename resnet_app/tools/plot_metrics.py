@@ -161,8 +161,7 @@ def plot_curves(runs: Mapping[str, RunCurves], x: str = "step") -> Figure:
             eval_x = series.steps if x == "step" else epochs_at(series.steps, curves.train["epoch"])
             if eval_x is None:
                 logging.warning(
-                    "%s: no training record gives the epochs of its evaluations; not drawn",
-                    label,
+                    "%s: no training record gives the epochs of its evaluations; not drawn", label
                 )
                 continue
             _draw(
@@ -248,9 +247,8 @@ def main(argv: list[str]) -> None:
     try:
         files.save_figure(plot_runs(run_dirs, x=flags.FLAGS.x), out, dpi=DPI)
     except OSError as error:
-        raise ConfigError(f"--out={out}: cannot write it ({error.strerror}); pick another") from (
-            None
-        )
+        message = f"--out={out}: cannot write it ({error.strerror}); pick another"
+        raise ConfigError(message) from None
     logging.info("Wrote %s: %d run(s) against the %s", out, len(run_dirs), flags.FLAGS.x)
 
 
