@@ -175,14 +175,14 @@ def broadcast_from_chief(strategy: tf.distribute.Strategy, values: list[float]) 
     at the same point. For what only the chief reads (the live LR override)."""
     if not is_multi_worker(strategy):
         return values
-    return _on_replicas(strategy, _chief_values, tf.constant(values, tf.float64))
+    return _gathered(strategy, values)[: len(values)]  # Replica 0's: the chief's.
 
 
 def gather_from_workers(strategy: tf.distribute.Strategy, value: float) -> list[float]:
     """`value` from every replica, in replica order (one machine: just `value`)."""
     if not is_multi_worker(strategy):
         return [value]
-    return _on_replicas(strategy, _gathered, tf.constant([value], tf.float64))
+    return _gathered(strategy, [value])
 
 
 def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
@@ -190,33 +190,22 @@ def any_worker(strategy: tf.distribute.Strategy, flag: bool) -> bool:
     return max(gather_from_workers(strategy, float(flag))) > 0
 
 
-def _chief_values(tensor: tf.Tensor) -> tf.Tensor:
-    context = tf.distribute.get_replica_context()
-    # Made here, on the replica's device: a tensor from outside has none to reduce to.
-    tensor = tf.identity(tensor)
-    mine = tf.where(context.replica_id_in_sync_group == 0, tensor, tf.zeros_like(tensor))
-    return context.all_reduce(tf.distribute.ReduceOp.SUM, mine)
+_GATHERS: dict = {}  # strategy id -> (strategy, its traced all-gather).
 
 
-def _gathered(tensor: tf.Tensor) -> tf.Tensor:
-    return tf.distribute.get_replica_context().all_gather(tf.identity(tensor), axis=0)
+def _gathered(strategy: tf.distribute.Strategy, values: list[float]) -> list[float]:
+    """Every replica's `values`, concatenated in replica order."""
+    if id(strategy) not in _GATHERS:
 
-
-_FUNCTIONS: dict = {}  # (strategy id, replica function) -> (strategy, its traced run).
-
-
-def _on_replicas(strategy: tf.distribute.Strategy, replica_fn, tensor: tf.Tensor) -> list:
-    """The first local result of `replica_fn(tensor)` run on every replica, as a list."""
-    key = (id(strategy), replica_fn)
-    if key not in _FUNCTIONS:
+        def replica_gather(tensor):  # tf.identity: a tensor on the replica's own device.
+            return tf.distribute.get_replica_context().all_gather(tf.identity(tensor), axis=0)
 
         @tf.function
-        def run(tensor):
-            result = strategy.run(replica_fn, args=(tensor,))
-            return strategy.experimental_local_results(result)[0]
+        def gather(tensor):
+            return strategy.experimental_local_results(strategy.run(replica_gather, (tensor,)))[0]
 
-        _FUNCTIONS[key] = (strategy, run)
-    return _FUNCTIONS[key][1](tensor).numpy().tolist()
+        _GATHERS[id(strategy)] = (strategy, gather)
+    return _GATHERS[id(strategy)][1](tf.constant(values, tf.float64)).numpy().tolist()
 
 
 def moving_statistics_sync(

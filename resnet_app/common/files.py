@@ -69,8 +69,6 @@ def left_by_dead_writers(path: str, suffix: str) -> list[str]:
 
 def process_alive(pid: int) -> bool:
     """Whether a process `pid` runs on this machine (ours or another user's)."""
-    if pid == os.getpid():
-        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
