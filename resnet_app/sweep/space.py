@@ -127,18 +127,17 @@ def _choice(key: str, values: list[Any], where: str) -> Param:
 
 
 def _range(key: str, kind: str, values: list[Any], where: str) -> Param:
-    form = f"{kind}(low, high)" + (
-        "" if kind in ("log", "logint") else f" or {kind}(low, high, step)"
-    )
+    log = kind in ("log", "logint")
+    form = f"{kind}(low, high)" + ("" if log else f" or {kind}(low, high, step)")
     numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
-    if not numbers or len(values) not in ((2,) if kind in ("log", "logint") else (2, 3)):
+    if not numbers or len(values) not in ((2,) if log else (2, 3)):
         raise ConfigError(f"{where}{key}: give {form} with numbers, got {kind}{tuple(values)}")
     low, high, step = float(values[0]), float(values[1]), values[2] if len(values) == 3 else None
     if not all(math.isfinite(v) for v in values) or not low < high:
         raise ConfigError(f"{where}{key}: {kind}(low, high) needs finite low < high, got {values}")
     if kind in ("int", "logint") and not (low.is_integer() and high.is_integer()):
         raise ConfigError(f"{where}{key}: {kind}(...) takes whole numbers, got {values[:2]}")
-    if kind in ("log", "logint") and low <= 0:
+    if log and low <= 0:
         raise ConfigError(f"{where}{key}: {kind}(low, high) needs low > 0, got {values[0]}")
     if step is not None and not (0 < step <= high - low):
         raise ConfigError(f"{where}{key}: the step must be > 0 and at most high - low, got {step}")
