@@ -264,18 +264,13 @@ class InputPipeline:
                 f"data.augment.repeats needs data read by index; {self.config.dataset}'s "
                 "records are streamed: drop it, or read the data from its files"
             )
-        stream = split.stream.training(
-            seed, start_example, num_shards, shard_index, self.config.shuffle_buffer
-        )
-        return stream.map(
-            lambda epoch, example_id, *example: (
-                seeds.augment_key(seed, epoch),
-                example_id,
-                tf.zeros([], tf.int64),  # The copy: one of each example.
-                *example,
-            ),
-            num_parallel_calls=options.parallel_calls(),
-        )
+        buffer = self.config.shuffle_buffer
+        stream = split.stream.training(seed, start_example, num_shards, shard_index, buffer)
+
+        def keyed(epoch, example_id, *example):  # Copy 0: one of each example.
+            return (seeds.augment_key(seed, epoch), example_id, tf.zeros([], tf.int64), *example)
+
+        return stream.map(keyed, num_parallel_calls=options.parallel_calls())
 
     def _indexed_stream(self, start_example: int, arrange: np.ndarray) -> tf.data.Dataset:
         """(augmentation key, example index, copy) from `start_example` on: each epoch's

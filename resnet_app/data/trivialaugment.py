@@ -55,12 +55,8 @@ TABLES = {
     "threshold": np.ceil(torch_linspace(255.0, 0.0, NUM_BINS)).astype(np.int32),
 }
 _arguments = augment_ops.binned(TABLES)
-WIDE_RANGES = augment_ops.OpRanges(
-    randaugment.OPS,
-    _arguments,
-    min_factor=None,
-    translate_pixels=lambda bins, size: _arguments(bins)["translate"],  # 0 to 32 at any size.
-    interpolation="NEAREST",
+WIDE_RANGES = augment_ops.OpRanges(  # Translations: 0 to 32 pixels at any size.
+    randaugment.OPS, _arguments, None, lambda bins, size: _arguments(bins)["translate"], "NEAREST"
 )
 
 
