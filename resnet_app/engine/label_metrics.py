@@ -11,6 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 
+def _mean_present(values: np.ndarray) -> float:
+    """The mean of the values that are not NaN (NaN when none is)."""
+    present = ~np.isnan(values)
+    return float(values[present].mean()) if present.any() else float("nan")
+
+
 def per_class_recall(class_examples: np.ndarray, class_correct: np.ndarray) -> np.ndarray:
     """float64 [classes]: correct / examples per true class; NaN for a class without examples."""
     return np.where(class_examples > 0, class_correct / np.maximum(class_examples, 1), np.nan)
@@ -18,9 +24,7 @@ def per_class_recall(class_examples: np.ndarray, class_correct: np.ndarray) -> n
 
 def balanced_accuracy(class_examples: np.ndarray, class_correct: np.ndarray) -> float:
     """The mean recall over the classes that have examples (NaN when none has)."""
-    recall = per_class_recall(class_examples, class_correct)
-    present = ~np.isnan(recall)
-    return float(recall[present].mean()) if present.any() else float("nan")
+    return _mean_present(per_class_recall(class_examples, class_correct))
 
 
 def average_precision(scores: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -51,8 +55,7 @@ def average_precision(scores: np.ndarray, targets: np.ndarray) -> np.ndarray:
 def mean_average_precision(scores: np.ndarray, targets: np.ndarray) -> tuple[float, np.ndarray]:
     """(mAP over the classes with positives, per-class AP)."""
     ap = average_precision(scores, targets)
-    present = ~np.isnan(ap)
-    return (float(ap[present].mean()) if present.any() else float("nan")), ap
+    return _mean_present(ap), ap
 
 
 def f1_scores(
@@ -72,6 +75,4 @@ def f1_scores(
     per_class = np.where(denominator > 0, 2 * tp / np.maximum(denominator, 1), np.nan)
     total = 2 * tp.sum() + fp.sum() + fn.sum()
     micro = float(2 * tp.sum() / total) if total > 0 else float("nan")
-    present = ~np.isnan(per_class)
-    macro = float(per_class[present].mean()) if present.any() else float("nan")
-    return micro, macro, per_class
+    return micro, _mean_present(per_class), per_class

@@ -39,12 +39,11 @@ class _Layerwise(SlotOptimizer):
     given to Keras, whose `apply_gradients` would decay the weights a second time.
     """
 
-    def __init__(self, weight_decay: float, exclude_from_adaptation: bool, **kwargs: Any):
-        super().__init__(**kwargs)
+    def __init__(self, learning_rate: Any, name: str, weight_decay: float = 0.0, **kwargs: Any):
+        super().__init__(learning_rate, name, **kwargs)
         if not weight_decay >= 0:
             raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
         self.weight_decay_rate = float(weight_decay)
-        self.exclude_from_adaptation = bool(exclude_from_adaptation)
 
     def build(self, var_list: list[keras.Variable]) -> None:
         if self.built:
@@ -60,12 +59,7 @@ class _Layerwise(SlotOptimizer):
         )  # fmt: skip
 
     def get_config(self) -> dict[str, Any]:
-        config = super().get_config()
-        config.update(
-            weight_decay=self.weight_decay_rate,
-            exclude_from_adaptation=self.exclude_from_adaptation,
-        )
-        return config
+        return {**super().get_config(), "weight_decay": self.weight_decay_rate}
 
 
 @keras.saving.register_keras_serializable(package="resnet_app")
@@ -86,23 +80,10 @@ class Lamb(_Layerwise):
     """
 
     SLOTS = ("momentum", "velocity")
-    SETTINGS = ("beta_1", "beta_2", "epsilon")
+    SETTINGS = {"beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-6, "exclude_from_adaptation": True}
 
-    def __init__(
-        self,
-        learning_rate: Any = 0.001,
-        beta_1: float = 0.9,
-        beta_2: float = 0.999,
-        epsilon: float = 1e-6,
-        weight_decay: float = 0.0,
-        exclude_from_adaptation: bool = True,
-        name: str = "lamb",
-        **kwargs: Any,
-    ):
-        super().__init__(
-            weight_decay, exclude_from_adaptation, learning_rate=learning_rate, name=name, **kwargs
-        )
-        self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
+    def __init__(self, learning_rate: Any = 0.001, name: str = "lamb", **kwargs: Any):
+        super().__init__(learning_rate, name, **kwargs)
 
     def update_step(self, gradient: Any, variable: keras.Variable, learning_rate: Any) -> None:
         index = self._get_variable_index(variable)
@@ -146,25 +127,13 @@ class Lars(_Layerwise):
     """
 
     SLOTS = ("momentum",)
-    SETTINGS = ("momentum", "eeta", "epsilon", "nesterov")
+    SETTINGS = {
+        "momentum": 0.9, "eeta": 0.001, "epsilon": 0.0, "nesterov": False,
+        "exclude_from_adaptation": True,
+    }  # fmt: skip
 
-    def __init__(
-        self,
-        learning_rate: Any = 0.1,
-        momentum: float = 0.9,
-        eeta: float = 0.001,
-        weight_decay: float = 0.0,
-        epsilon: float = 0.0,
-        nesterov: bool = False,
-        exclude_from_adaptation: bool = True,
-        name: str = "lars",
-        **kwargs: Any,
-    ):
-        super().__init__(
-            weight_decay, exclude_from_adaptation, learning_rate=learning_rate, name=name, **kwargs
-        )
-        self.momentum, self.eeta, self.epsilon = float(momentum), float(eeta), float(epsilon)
-        self.nesterov = bool(nesterov)
+    def __init__(self, learning_rate: Any = 0.1, name: str = "lars", **kwargs: Any):
+        super().__init__(learning_rate, name, **kwargs)
 
     def update_step(self, gradient: Any, variable: keras.Variable, learning_rate: Any) -> None:
         index = self._get_variable_index(variable)

@@ -20,12 +20,7 @@ class LastStep:
     """A copy of every local component of `variables` (what the compiled loop writes)
     as of the last completed step; `step`, a host variable, is that step's number."""
 
-    def __init__(
-        self,
-        strategy: tf.distribute.Strategy,
-        variables,
-        local_sgd: LocalSGD | None = None,
-    ):
+    def __init__(self, strategy, variables, local_sgd: LocalSGD | None = None):
         self.local_sgd = local_sgd
         self._live = []  # Every local copy (one per local replica) of every variable.
         for variable in variables:

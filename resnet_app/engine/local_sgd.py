@@ -69,8 +69,8 @@ class LocalSGD:
       ema: the moving average of the weights, which follows that last average, or None.
 
     Raises:
-      ValueError: for variables not made by `local_variables()`, or an optimizer
-        whose state this does not average (EMA, gradient accumulation, loss scaling).
+      ValueError: for variables not made by `local_variables()`. (The config refuses
+        a loss scale; the optimizer has no EMA or gradient accumulation.)
     """
 
     def __init__(
@@ -80,14 +80,6 @@ class LocalSGD:
         strategy: tf.distribute.Strategy,
         interval: int,
     ):
-        if interval < 1:
-            raise ValueError(f"interval must be 1 or more, got {interval}")
-        if optimizer.use_ema or optimizer.gradient_accumulation_steps:
-            raise ValueError("model averaging does not average EMA or gradient accumulators")
-        if optimizer.loss_scale_factor is not None or isinstance(
-            optimizer, keras.optimizers.LossScaleOptimizer
-        ):
-            raise ValueError("model averaging does not apply a loss scale")
         self.optimizer, self.strategy, self.interval = optimizer, strategy, interval
         self.total: int | None = None
         self.ema: WeightEMA | None = None

@@ -29,10 +29,19 @@ OPTIMIZERS: dict[str, dict[str, Any]] = {
 
 class SlotOptimizer(keras.optimizers.Optimizer):
     """A Keras optimizer with a slot per variable for each of `SLOTS` (`self.slots[i]`),
-    and `SETTINGS`, the attributes `get_config` adds."""
+    and `SETTINGS`, {keyword argument: default}: each kept as an attribute of its
+    default's type, and in `get_config`."""
 
     SLOTS: tuple[str, ...] = ()
-    SETTINGS: tuple[str, ...] = ()
+    SETTINGS: dict[str, Any] = {}
+
+    def __init__(self, learning_rate: Any, name: str, **kwargs: Any):
+        settings = {
+            key: type(default)(kwargs.pop(key, default)) for key, default in self.SETTINGS.items()
+        }
+        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        for key, value in settings.items():
+            setattr(self, key, value)
 
     def build(self, var_list: list[keras.Variable]) -> None:
         if self.built:
@@ -59,20 +68,12 @@ class Momentum(SlotOptimizer):
     densely: `IndexedSlices` decay every row."""
 
     SLOTS = ("momentum",)
-    SETTINGS = ("momentum", "nesterov")
+    SETTINGS = {"momentum": 0.9, "nesterov": False}
 
-    def __init__(
-        self,
-        learning_rate: Any = 0.1,
-        momentum: float = 0.9,
-        nesterov: bool = False,
-        name: str = "momentum",
-        **kwargs: Any,
-    ):
-        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
-        if not 0 <= momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {momentum}")
-        self.momentum, self.nesterov = float(momentum), bool(nesterov)
+    def __init__(self, learning_rate: Any = 0.1, name: str = "momentum", **kwargs: Any):
+        super().__init__(learning_rate, name, **kwargs)
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
 
     def update_step(self, gradient: Any, variable: keras.Variable, learning_rate: Any) -> None:
         learning_rate = ops.cast(learning_rate, variable.dtype)

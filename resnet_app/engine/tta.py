@@ -32,11 +32,6 @@ def check_mode(tta: str | None) -> str | None:
     return tta
 
 
-def num_views(tta: str | None) -> int:
-    """Views averaged per example: 1 without TTA, 2 for flip, 10 for crops."""
-    return {None: 1, FLIP: 2, CROPS: 2 * CROPS_PER_IMAGE}[check_mode(tta)]
-
-
 def view_logits(model: tf.keras.Model, images: tf.Tensor, tta: str | None) -> tf.Tensor:
     """float32 [views, batch, classes]: the model's logits on every view, in one call.
 
@@ -52,7 +47,8 @@ def view_logits(model: tf.keras.Model, images: tf.Tensor, tta: str | None) -> tf
     # NHWC: axis 2 is the width; reversing it mirrors left and right.
     both = tf.concat([images, tf.reverse(images, axis=[2])], axis=0)
     logits = tf.cast(model(both, training=False), tf.float32)
-    return tf.reshape(logits, [num_views(tta), -1, logits.shape[-1]])
+    views = 2 * CROPS_PER_IMAGE if tta == CROPS else 2  # Flip: the image and its mirror.
+    return tf.reshape(logits, [views, -1, logits.shape[-1]])
 
 
 def mean_probability_logits(logits: tf.Tensor, temperature: float = 1.0) -> tf.Tensor:
