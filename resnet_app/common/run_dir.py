@@ -84,11 +84,7 @@ def open_append(path: str):
 
 def _in_run(name: str) -> Callable[[str], str]:
     """The function `model_dir -> model_dir/name`."""
-
-    def path(model_dir: str) -> str:
-        return os.path.join(model_dir, name)
-
-    return path
+    return lambda model_dir: os.path.join(model_dir, name)
 
 
 config_path = _in_run(CONFIG_FILE)

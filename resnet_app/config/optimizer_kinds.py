@@ -15,6 +15,7 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.common.fields import (
     AT_LEAST_0,
     CHECK,
+    FLAG,
     FRACTION,
     MORE_THAN_0,
     FieldType,
@@ -112,9 +113,7 @@ def _check_value(kind: str, field: dataclasses.Field, value: Any, type_: FieldTy
     """Returns `value` for argument `field` of class `kind`, or raises ConfigError."""
     where = f"optimizer '{kind}' argument '{field.name}'"
     if type_.base is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where} must be true or false, got {value!r}")
-        return value
+        return FLAG.check(where, value)
     if value is None and type_.optional:
         return None
     rule = field.metadata[CHECK]

@@ -44,13 +44,11 @@ from resnet_app.config.schedule_kinds import Piecewise, ScheduleSection
 from resnet_app.data.settings import DataConfig
 from resnet_app.nets import presets
 
-ON_NAN = ("stop", "rollback")
 # train.loss: the label term each name builds ("module:Class", imported by the engine).
 LOSSES: dict[str, str | type] = {
     "cross_entropy": "resnet_app.engine.losses.cross_entropy:CrossEntropy",
     "bce": "resnet_app.engine.losses.bce:BinaryCrossEntropy",
 }
-INIT_HEADS = ("auto", "new")
 # train.best_metric: a key of the evaluation record (the moving average's with ema_;
 # imbalanced and multi-label data's), and the direction it improves in.
 BEST_METRICS = {
@@ -58,7 +56,6 @@ BEST_METRICS = {
     for key in ("top1", "top5", "loss", "ema_top1", "ema_top5", "ema_loss", "balanced_accuracy")
     + ("map", "f1_micro", "f1_macro", "ema_balanced_accuracy", "ema_map")
 }
-BEST_MODES = ("max", "min")
 # train.precision's names -> their `Precision` (the images' dtype, data.dtype, unless set).
 PRECISIONS = precision_names.PRECISIONS
 # train.precision: a registered precision (read when checking: one may be added) or "auto".
@@ -67,7 +64,6 @@ PRECISION = Rule(
     lambda: f"one of: {', '.join(PRECISIONS)}, {auto_precision.AUTO}",
 )
 MAX_ROLLBACKS = 3
-SYNC_MODES = ("allreduce", "model_average")
 DERIVED_DTYPE = "data.dtype"  # Follows train.precision when unset.
 DERIVED_PRECISION = "train.precision"  # "auto", resolved for this machine.
 # How `to_dict` writes a derived key: what makes it derived again when read back.
@@ -207,18 +203,18 @@ class TrainSettings:
     keep_checkpoints: int = resumable(3, AT_LEAST_1)
     keep_checkpoint_every_n_hours: float | None = resumable(None, MORE_THAN_0)
     deterministic: bool = resumable(False)
-    on_nan: str = resumable("stop", one_of(ON_NAN))
+    on_nan: str = resumable("stop", one_of(("stop", "rollback")))
     nan_lr_factor: float = resumable(0.5, PROBABILITY)
     precision: str = setting("fp32", PRECISION)
     jit: bool = resumable(False)
     init_from: str | None = setting(None, NOT_BLANK)
-    init_head: str = setting("auto", one_of(INIT_HEADS))
+    init_head: str = setting("auto", one_of(("auto", "new")))
     freeze: tuple[str, ...] = ()
     freeze_batch_norm: bool = True
     lr_multipliers: dict[str, float] | None = setting(None, AT_LEAST_0)
     keep_best: bool = resumable(False)
     best_metric: str | None = resumable(None, one_of(BEST_METRICS))
-    best_mode: str | None = resumable(None, one_of(BEST_MODES))
+    best_mode: str | None = resumable(None, one_of(("max", "min")))
     loss: str = setting("cross_entropy", one_of(LOSSES))
     bce_target_threshold: float | None = setting(None, FRACTION)
     accumulate_steps: int = setting(1, AT_LEAST_1)
@@ -309,7 +305,7 @@ class SyncSettings:
         survivors save it (`lost_worker.py`). One copy of the state per step.
     """
 
-    mode: str = setting("allreduce", one_of(SYNC_MODES))
+    mode: str = setting("allreduce", one_of(("allreduce", "model_average")))
     interval: int = setting(8, AT_LEAST_1)
     timeout: float | None = resumable(None, MORE_THAN_0)
     keep_last_step: bool = resumable(True)
