@@ -15,10 +15,6 @@ from resnet_app.config.sections import SECTIONS
 class DuplicateKey(yaml.YAMLError):
     """A mapping that names one key twice; YAML would keep only the last silently."""
 
-    def __init__(self, key: Any, first: int, second: int):
-        super().__init__(f"{key!r} appears twice (lines {first} and {second})")
-        self.key, self.first, self.second = key, first, second
-
 
 class _Loader(yaml.SafeLoader):
     """`1e-4` as a float; a key given twice in one mapping is an error, not silently replaced."""
@@ -33,7 +29,7 @@ class _Loader(yaml.SafeLoader):
                 line = key_node.start_mark.line + 1
                 try:
                     if key in seen:
-                        raise DuplicateKey(key, seen[key], line)
+                        raise DuplicateKey(f"{key!r} appears twice (lines {seen[key]} and {line})")
                     seen[key] = line
                 except TypeError:  # An unhashable key: YAML's own error follows.
                     break
