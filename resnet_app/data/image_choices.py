@@ -138,23 +138,6 @@ def _stats(config: DataConfig, facts, recorded: Recorded, count: int) -> tuple[t
     return tuple(mean), tuple(std), origin
 
 
-def _image_size(config, dataset_size, facts, recorded: Recorded, preset_size, model_name):
-    """`choose_image_size` with what was measured or recorded, and why, in its reason."""
-    chosen = choose_image_size(
-        config,
-        dataset_size or (facts.size if facts else None),
-        preset_size,
-        model_name,
-        recorded.image_size,
-    )
-    if not dataset_size and recorded.stats and recorded.image_size and not config.image_size:
-        return ImageSize(recorded.image_size, "as this run was trained (data_info.json)")
-    if not dataset_size and facts and chosen.reason == "the dataset's size":
-        reason = f"the dataset's size, in all {facts.measured:,} images measured"
-        return ImageSize(chosen.size, reason)
-    return chosen
-
-
 @dataclasses.dataclass(frozen=True)
 class Chosen:
     """A pipeline's image size, channels (1 or 3) and statistics (0-255 scale), with where
@@ -182,6 +165,13 @@ def choose(
     if train is not None and (needs_stats or needs_size or not known):
         facts = image_facts.measure(train, preprocessing.decode_image, known)
     count = known or facts.channels
-    size = _image_size(config, dataset_size, facts, recorded, preset_size, model_name)
+    # The size, with what was measured or recorded, and why, in its reason.
+    measured = dataset_size or (facts.size if facts else None)
+    size = choose_image_size(config, measured, preset_size, model_name, recorded.image_size)
+    if not dataset_size and recorded.stats and recorded.image_size and not config.image_size:
+        size = ImageSize(recorded.image_size, "as this run was trained (data_info.json)")
+    elif not dataset_size and facts and size.reason == "the dataset's size":
+        reason = f"the dataset's size, in all {facts.measured:,} images measured"
+        size = ImageSize(size.size, reason)
     mean, std, stats_origin = _stats(config, facts, recorded, count)
     return Chosen(size, count, f"{channels.name(count)}, {why}", mean, std, stats_origin, facts)

@@ -364,10 +364,8 @@ def load_archive(argument: str, archive: Archive, config, name: str | None = Non
                 + ("" if coarse or layout.classes == 10 else " (data.coarse_labels: 20)"),
             )
         classes = list(config.class_names)
-    splits = {
-        "train": _split(argument, layout, "train", layout.train, contents, coarse),
-        "test": _split(argument, layout, "test", (layout.test,), contents, coarse),
-    }
+    files = {"train": layout.train, "test": (layout.test,)}
+    splits = {s: _split(argument, layout, s, names, contents, coarse) for s, names in files.items()}
     return Source(name or PREFIX + argument, classes, 32, splits)
 
 
