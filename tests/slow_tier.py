@@ -104,10 +104,6 @@ MOVED: dict[str, tuple[str, str]] = {
         "the mean of three towers' copies",
         "test_averaging.py::test_copies_drift_between_averages_and_become_their_mean[2]",
     ),
-    "test_step.py::test_empty_tower_with_synchronized_batch_norm_without_onednn": (
-        "an empty tower's convolution on an empty batch (a process without oneDNN)",
-        "test_step.py::test_empty_tower_with_per_tower_batch_norm",
-    ),
     # Resume and export of one more network of the family.
     "test_modern_resume.py::test_sigkill_of_a_family_network_resumes_bitwise": (
         "kill -9 and resume of a family network",

@@ -2,24 +2,16 @@
 by hand (one GradientTape over the whole batch, mean cross-entropy plus the regularization
 losses, TF1's momentum rule)."""
 
-import os
-
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from resnet_app.common.distribute import (
-    distribute_datasets,
-    mirrored_strategy,
-    moving_statistics_sync,
-)
+from resnet_app.common.distribute import distribute_datasets, mirrored_strategy
 from resnet_app.engine import optim
-from resnet_app.engine.step import Tower, TrainStep, skips_empty_towers
-from tests.commands import run_command
+from resnet_app.engine.step import Tower, TrainStep
 from tests.reference import momentum_steps
 from tests.small_models import SIZE, initial_weights, no_bn, tiny_bn
 
-ONEDNN = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0"
 LEARNING_RATES = (0.1, 0.05)  # Two steps, with an LR change between them.
 MOMENTUM = 0.9
 
@@ -65,9 +57,7 @@ def _distributed(
     model, optimizer = _model_and_optimizer(strategy, make_model, initial_weights)
     dataset = tf.data.Dataset.from_tensors(batch).repeat()
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
-    # The cond that guards empty towers only when one can occur, as the trainer.
-    skip_empty = skips_empty_towers(model, strategy, len(batch["label"]) < towers)
-    step = TrainStep(Tower(model, optimizer, jit=jit, skip_empty=skip_empty), strategy)
+    step = TrainStep(Tower(model, optimizer, jit=jit), strategy)
     result = step.loop(iterator, list(learning_rates), stop)
     assert result.steps == len(learning_rates) or stop is not None or not result.finite
     return model, strategy, result.sums
@@ -88,11 +78,7 @@ CASES = {
     [
         (case, towers, count)
         for case in sorted(CASES)
-        for towers, count in [(2, 6), (3, 6), (2, 7), (3, 7), (3, 2)]
-        # oneDNN's CPU convolution mis-shapes an empty batch, which aborts
-        # synchronized BatchNorm's all-reduce; without oneDNN (GPUs, or the
-        # subprocess test below) the case runs. The trainer never makes it.
-        if not (case == "synchronized_bn" and count < towers and ONEDNN)
+        for towers, count in [(2, 6), (3, 6), (2, 7), (3, 7)]
     ],
 )
 def test_towers_match_one_device(case, towers, count):
@@ -154,46 +140,6 @@ def test_reference_is_sensitive_to_the_split():
         for v, e in zip(model.trainable_variables, expected_trainable)
     ]
     assert max(differences) > 1e-4
-
-
-def test_empty_tower_with_per_tower_batch_norm():
-    """2 examples on 3 towers: the third tower skips its forward pass; nothing is NaN."""
-    make_model = lambda: tiny_bn(synchronized=False)  # noqa: E731
-    weights = initial_weights(make_model)
-    model, strategy, totals = _distributed(make_model, weights, _batch(2), towers=3)
-    assert totals["examples"] == 4
-    for variable in model.variables:
-        for value in _local_values(strategy, variable):
-            assert np.all(np.isfinite(value)), variable.path
-    # The empty tower's moving statistics were left untouched.
-    bn_mean = model.stem_bn.moving_mean
-    initial = weights[[v.path for v in model.weights].index(bn_mean.path)]
-    towers = _local_values(strategy, bn_mean)
-    np.testing.assert_array_equal(towers[2], initial)
-    assert not np.allclose(towers[0], initial)
-    # Averaging the statistics makes every tower hold their mean.
-    moving_statistics_sync(model, strategy)()
-    np.testing.assert_allclose(
-        _local_values(strategy, bn_mean)[1], np.mean(towers, axis=0), rtol=1e-6
-    )
-
-
-@pytest.mark.skipif(not ONEDNN, reason="this is the run without oneDNN already")
-def test_empty_tower_with_synchronized_batch_norm_without_onednn():
-    """2 examples on 3 towers with synchronized BatchNorm equal one device, where
-    the convolution handles an empty batch (TF_ENABLE_ONEDNN_OPTS=0, as on GPUs)."""
-    result = run_command(
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "tests/test_step.py",
-        "-k",
-        "test_towers_match_one_device and synchronized_bn-3-2",
-        env={"TF_ENABLE_ONEDNN_OPTS": "0"},
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "1 passed" in result.stdout
 
 
 def test_loop_ends_after_the_first_step_with_a_nonfinite_loss():

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 
-import keras
 import tensorflow as tf
 
 from resnet_app.common import compat
@@ -24,19 +23,6 @@ from resnet_app.engine.train_metrics import LoopResult
 from resnet_app.nets import drop_path
 
 SUM = tf.distribute.ReduceOp.SUM
-
-
-def skips_empty_towers(model, strategy: tf.distribute.Strategy, partial_batches: bool) -> bool:
-    """Whether a tower guards against an empty batch, whose per-tower BatchNorm statistics
-    would be 0/0 (a costly cond: only with partial batches on several towers)."""
-    return (
-        partial_batches
-        and strategy.num_replicas_in_sync > 1
-        and not any(
-            isinstance(layer, keras.layers.BatchNormalization) and layer.synchronized
-            for layer in compat.nested_layers(model)
-        )
-    )
 
 
 def _dense(gradients: list, variables: list) -> list[tf.Tensor]:
@@ -56,15 +42,12 @@ class Tower:
       seed: with the step and each example's id, keys stochastic depth and dropout.
       accumulate_steps: micro-batches per tower batch.
       jit: compile the forward and backward pass with XLA.
-      skip_empty: guard against an empty batch (`skips_empty_towers`).
     """
 
-    def __init__(
-        self, model, optimizer, loss=None, seed=0, accumulate_steps=1, jit=False, skip_empty=False
-    ):
+    def __init__(self, model, optimizer, loss=None, seed=0, accumulate_steps=1, jit=False):
         self.model, self.optimizer, self.seed = model, optimizer, seed
         self.loss = Loss() if loss is None else loss
-        self.accumulate_steps, self.skip_empty = accumulate_steps, skip_empty
+        self.accumulate_steps = accumulate_steps
         self.names = (*self.loss.names, "regularization")
         self._forward_backward = (
             tf.function(self._gradients, jit_compile=True) if jit else self._gradients
@@ -72,13 +55,7 @@ class Tower:
 
     def __call__(self, batch: dict, count: tf.Tensor, shares: int) -> tuple[list, dict]:
         """(gradients, sums): `count` divides the loss, `shares` the regularization."""
-        if not self.skip_empty:
-            return self._accumulated(batch, count, shares)
-        return tf.cond(
-            tf.shape(batch["label"])[0] > 0,
-            lambda: self._accumulated(batch, count, shares),
-            lambda: self._regularization_only(shares),
-        )
+        return self._accumulated(batch, count, shares)
 
     def logits(self, batch: dict) -> tf.Tensor:
         """Training-mode logits of the images and AugMix's views, in one forward pass."""
@@ -108,14 +85,6 @@ class Tower:
             )
             scaled = self.optimizer.scale_loss(loss)  # fp16's loss scale; else the identity.
         return _dense(tape.gradient(scaled, variables), variables), sums
-
-    def _regularization_only(self, shares: int) -> tuple[list, dict]:
-        """An empty tower's part: no forward pass, its share of the regularization."""
-        variables = self.model.trainable_variables
-        with tf.GradientTape() as tape:
-            regularization = self.regularization()
-            loss = self.optimizer.scale_loss(regularization / shares)
-        return _dense(tape.gradient(loss, variables), variables), self._zeros(regularization)
 
     @compat.converted_by_autograph
     def _accumulated(self, batch: dict, count: tf.Tensor, shares: int) -> tuple[list, dict]:
