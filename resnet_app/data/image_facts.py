@@ -55,14 +55,10 @@ def channel_stats(
         for start in range(0, len(pixels), _CHUNK):
             yield image_channels.convert_array(pixels[start : start + _CHUNK], channels)
 
-    total = np.zeros(channels)
-    for chunk in chunks():
-        total += chunk.sum(axis=0, dtype=np.float64)
-    mean = total / len(pixels)
-    squares = np.zeros(channels)
-    for chunk in chunks():
-        centred = chunk.astype(np.float64) - mean
-        squares += (centred * centred).sum(axis=0)
+    zeros = np.zeros(channels)
+    mean = sum((chunk.sum(axis=0, dtype=np.float64) for chunk in chunks()), zeros) / len(pixels)
+    centred = (chunk.astype(np.float64) - mean for chunk in chunks())
+    squares = sum(((values * values).sum(axis=0) for values in centred), zeros)
     return tuple(mean.tolist()), tuple(np.sqrt(squares / len(pixels)).tolist())
 
 

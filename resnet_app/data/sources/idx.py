@@ -78,9 +78,8 @@ def _locate(argument: str) -> tuple[str, str]:
 
 def _pick(argument: str, directory: str, names: list[str], endings: tuple[str, ...]) -> str:
     """The one file among `names` for a role; a plain file is preferred to its `.gz`."""
-    stems = sorted(
-        {n.removesuffix(".gz") for n in names if n.removesuffix(".gz").endswith(endings)}
-    )
+    plain = {name.removesuffix(".gz") for name in names}
+    stems = sorted(stem for stem in plain if stem.endswith(endings))
     if len(stems) > 1:
         sets = [stem[: -len(next(e for e in endings if stem.endswith(e)))] for stem in stems]
         example = next((s.rstrip("-") for s in sets if s.rstrip("-")), "PREFIX")
