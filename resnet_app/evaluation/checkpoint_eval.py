@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from resnet_app.engine.exact_eval import EvalResult
 
 Record = dict[str, Any]
+Chosen = list[tuple[int, str, str]]  # (step, prefix, "ema" or "raw") of each checkpoint.
 
 
 def evaluate_checkpoints(
@@ -79,7 +80,7 @@ class Session:
         self,
         model_dir: str,
         *,
-        chosen: Callable[[], list[tuple[int, str, str]]],
+        chosen: Callable[[], Chosen],
         split: str | None = None,
         batch_size: int | None = None,
         num_towers: int | None = None,
@@ -205,7 +206,7 @@ class Session:
         reports.log_summary(report)
 
 
-def _chosen(model_dir: str, which: str, weights: str) -> list[tuple[int, str, str]]:
+def _chosen(model_dir: str, which: str, weights: str) -> Chosen:
     """(step, prefix, "ema" or "raw") of each checkpoint `which` and `weights` pick."""
     from resnet_app.common import checkpoint
 
@@ -252,7 +253,7 @@ def run_settings(
 def _prepare_report_root(
     model_dir: str,
     report_dir: str | None,
-    chosen: list[tuple[int, str, str]],
+    chosen: Chosen,
     split: str,
     tta: str | None,
     strategy: tf.distribute.Strategy,
@@ -282,27 +283,22 @@ def _prepare_report_root(
 
 def _probe(root: str, model_dir: str, report_dir: str | None) -> None:
     """Creates `root` and checks that it takes a file (read-only would fail only at the end)."""
-    probe = os.path.join(root, f".write-test-{os.getpid()}")
     try:
         os.makedirs(root, exist_ok=True)
-        with open(probe, "w"):
-            pass
-        os.remove(probe)
+        why = run_dir.unwritable(root)
     except OSError as error:
+        why = error.strerror
+    if why:
         raise ConfigError(
-            f"--report_dir={report_dir}: cannot create it ({error.strerror}); pick another"
+            f"--report_dir={report_dir}: cannot create it ({why}); pick another"
             if report_dir
             else f"cannot write the reports into the run directory {model_dir} "
-            f"({error.strerror}): pass --report_dir=DIR to write them elsewhere"
-        ) from None
+            f"({why}): pass --report_dir=DIR to write them elsewhere"
+        )
 
 
 def _check_report_owners(
-    model_dir: str,
-    report_root: str,
-    chosen: list[tuple[int, str, str]],
-    split: str,
-    tta: str | None,
+    model_dir: str, report_root: str, chosen: Chosen, split: str, tta: str | None
 ) -> None:
     """Refuses (ConfigError) to write over another run's report in a shared --report_dir.
 

@@ -173,10 +173,8 @@ def _evaluate(
 
     try:
         kind = checkpoint.chosen_weights(prefix, weights)
-    except ConfigError:
-        raise
-    except Exception:  # noqa: BLE001 - tf.errors.NotFoundError, or a damaged file.
-        if os.path.exists(prefix + ".index"):
+    except Exception as error:  # noqa: BLE001 - tf.errors.NotFoundError, or a damaged file.
+        if isinstance(error, ConfigError) or os.path.exists(prefix + ".index"):
             raise
         logging.warning("Skipping %s: rotation removed it before it could be read", prefix)
         return None

@@ -48,8 +48,7 @@ def split_images(split, preprocessing: Preprocessing, count: int | None = None):
             else:
                 content = split.contents[i] if split.contents is not None else None
                 image = decode_image(
-                    content if content is not None else tf.io.read_file(split.files[i]),
-                    channels,
+                    content if content is not None else tf.io.read_file(split.files[i]), channels
                 )
             images.append(fixed_size_image(image, preprocessing))
             labels.append(split.labels[i])

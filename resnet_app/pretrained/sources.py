@@ -152,8 +152,7 @@ def with_run_details(source: Source) -> Source:
     mean = std = None
     if recorded is None:
         logging.warning(
-            "%s records no preprocessing (no data_info.json); this run measures its own",
-            directory,
+            "%s records no preprocessing (no data_info.json); this run measures its own", directory
         )
     else:
         mean, std = tuple(recorded[1].mean), tuple(recorded[1].std)
