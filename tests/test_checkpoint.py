@@ -56,7 +56,7 @@ class KillAt(Action):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-loop.train_and_evaluate = functools.partial(loop.train_and_evaluate, actions=[KillAt()])
+loop.train = functools.partial(loop.train, actions=[KillAt()])
 if ids_path != "-":
     replica_step = step.TrainStep.replica_step
 

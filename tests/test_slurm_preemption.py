@@ -49,7 +49,7 @@ class PauseAt(Action):
                 time.sleep(0.01)
 
 
-loop.train_and_evaluate = functools.partial(loop.train_and_evaluate, actions=[PauseAt()])
+loop.train = functools.partial(loop.train, actions=[PauseAt()])
 sys.argv = ["train", *sys.argv[4:]]
 cli.run(train.main)
 """

@@ -9,7 +9,6 @@ import dataclasses
 import json
 import sys
 from collections.abc import Iterator
-from typing import Any
 
 from absl import app, flags
 
@@ -39,14 +38,6 @@ def _help(cls: type) -> dict[str, str]:
     return merged
 
 
-def _value(value: Any) -> str:
-    if dataclasses.is_dataclass(value):
-        return ""
-    if isinstance(value, (tuple, list)):
-        value = list(value)
-    return f"`{json.dumps(value)}`"
-
-
 def _rows(cls: type, prefix: str, skip: tuple[str, ...] = ()) -> Iterator[str]:
     """One table row per key of dataclass `cls`, nested groups under `prefix.group.`."""
     text, types = _help(cls), field_types(cls)
@@ -57,7 +48,7 @@ def _rows(cls: type, prefix: str, skip: tuple[str, ...] = ()) -> Iterator[str]:
         if types[field.name].nested:
             nested.append(field)
             continue
-        shown = "" if field.default is dataclasses.MISSING else _value(field.default)
+        shown = "" if field.default is dataclasses.MISSING else f"`{json.dumps(field.default)}`"
         description = text.get(field.name, "").replace("|", "\\|")
         yield f"| `{prefix}{field.name}` | {shown} | {description} |"
     for field in nested:
