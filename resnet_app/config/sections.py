@@ -354,12 +354,7 @@ def _model_fields() -> list[tuple[str, Any, Any]]:
 # (the preset's value) unless set. Generated, so a new ResNetConfig field is a
 # config key at once; `nets/spec.py` documents the fields.
 ModelSection = dataclasses.make_dataclass(
-    "ModelSection",
-    _model_fields(),
-    bases=(_ModelBase,),
-    frozen=True,
-    eq=False,
-    repr=False,
+    "ModelSection", _model_fields(), bases=(_ModelBase,), frozen=True, eq=False, repr=False
 )
 ModelSection.__module__ = __name__
 ModelSection.__doc__ = "The `model:` section: a preset `name` and the ResNetConfig fields it sets."
