@@ -11,6 +11,7 @@ so the references round it the same way (`f32`).
 """
 
 import contextlib
+import functools
 
 import keras
 import numpy as np
@@ -267,11 +268,13 @@ def test_two_replicas_apply_the_summed_gradient(config, two_replicas):
 
 @pytest.mark.parametrize("config", [CASES[1], CASES[3]])
 def test_model_averaging_updates_each_copy_with_its_own_gradient(config, two_replicas):
-    # `local_sgd.LocalSGD.apply_locally` calls `update_step` directly; with
+    # `local_sgd.LocalSGD.apply` calls `update_step` directly; with
     # no average in between, copy r follows the rule on replica r's gradient.
     model, optimizer = build(config, two_replicas, local=True)
     averager = local_sgd.LocalSGD(model, optimizer, two_replicas, interval=10**9)
-    history = train(model, optimizer, two_replicas, apply=averager.apply_locally)
+    history = train(
+        model, optimizer, two_replicas, apply=functools.partial(averager.apply, optimizer)
+    )
     for replica in (0, 1):
         check(history, expected(config, replicas=(replica,)), copy=replica)
 

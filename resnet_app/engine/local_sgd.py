@@ -91,11 +91,10 @@ class LocalSGD:
         self.averaged = [v for v in variables if getattr(v.value, "aggregation", MEAN) == MEAN]
         self._average = tf.function(self._average_fn)
 
-    def apply_locally(self, gradients: list[tf.Tensor], variables: list) -> None:
+    def apply(self, optimizer, gradients: list[tf.Tensor], variables: list) -> None:
         """In replica context: `optimizer.apply_gradients` on the replica's own copy
         (clipping, decoupled weight decay, the update rule, the count), without its
         all-reduce of the gradients."""
-        optimizer = self.optimizer
         gradients = compat.clip_gradients(optimizer, gradients)
         # The base class's decay works on the replica's copy; the TF backend's
         # would merge into cross-replica context.
@@ -144,9 +143,6 @@ class LocalSGD:
 
     def shares(self) -> int:
         return 1
-
-    def apply(self, optimizer, gradients: list[tf.Tensor], variables: list) -> None:
-        self.apply_locally(gradients, variables)
 
     def after_step(self) -> None:
         if self.interval == 1:
