@@ -21,17 +21,11 @@ from absl import logging
 from resnet_app.common import files, run_dir
 
 DEFAULT_BINS = 15  # Guo et al. 2017.
+# What temperature.json holds: the fit's checkpoint ("weights" "ema" or "raw"; a file from
+# before EMA has none: raw) and split, and the NLL and ECE before and after scaling.
 TEMPERATURE_FIELDS = (
-    "temperature",
-    "checkpoint",
-    "step",
-    "weights",  # "ema" or "raw" (a file from before EMA has none: raw).
-    "split",
-    "num_examples",
-    "nll_before",
-    "nll_after",
-    "ece_before",
-    "ece_after",
+    *("temperature", "checkpoint", "step", "weights", "split", "num_examples"),
+    *("nll_before", "nll_after", "ece_before", "ece_after"),
 )
 # Probabilities computed in float32 may exceed 1 by a rounding error; more is a mistake.
 PROBABILITY_SLACK = 1e-6

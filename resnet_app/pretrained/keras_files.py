@@ -148,10 +148,7 @@ def read(path: str, model, model_name: str) -> SourceWeights:
             f"{path} holds a Keras applications ResNetV2, which cannot be represented exactly "
             "here (it downsamples in the last unit of each stage); use a ResNet v1 file"
         )
-    units = [
-        (int(m.group(1)) - 1, int(m.group(2)) - 1) for m in map(_UNIT_PREFIX.match, arrays) if m
-    ]
-    check_units(units, model, path, model_name)
+    check_units(_UNIT_PREFIX, arrays, model, path, model_name, first=2)  # conv2_block1_...
     ours_by_theirs = {
         theirs: ours for ours, theirs in parts.source_names(model, blocks.KERAS).items()
     }

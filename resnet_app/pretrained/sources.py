@@ -200,15 +200,13 @@ def adopt(config: Config, source: Source) -> Config:
     (ConfigError); a mean or std the user set is kept, with a warning.
     """
     given = config.model_overrides
-    fields = {}
     for name, value in source.model_fields.items():
         if name in given and given[name] != value:
             raise ConfigError(
                 f"model.{name}={given[name]!r}, but the weights of {source.spec} were "
                 f"trained with {name}={value!r}; drop model.{name}"
             )
-        fields[name] = value
-    model = dataclasses.replace(config.model, **fields)
+    model = dataclasses.replace(config.model, **source.model_fields)
     data = config.data
     if source.mean is not None:
         if data.mean is None and data.std is None:

@@ -67,8 +67,7 @@ def read(path: str, model, model_name: str) -> SourceWeights:
     """The weights of a torchvision- or timm-layout `.safetensors` file, under `model`'s names;
     ConfigError for an unreadable file or another network, naming the first difference."""
     tensors = _load(path)
-    units = [(int(m.group(1)), int(m.group(2))) for m in map(_UNIT.match, tensors) if m]
-    check_units(units, model, path, model_name)
+    check_units(_UNIT, tensors, model, path, model_name)
     names = parts.source_names(model, blocks.TORCH)
     variables = parts.named_layers(model)
     layers: dict[str, dict[str, np.ndarray]] = {}

@@ -63,11 +63,14 @@ def _summary(items: list[tuple[str, tuple[int, ...]]], shapes: bool = False) -> 
     return f"{len(items)} tensors, {values:,} values"
 
 
-def check_units(found: Iterable[tuple[int, int]], model, label: str, model_name: str) -> None:
-    """Refuses (ConfigError) weights of another depth, from the source's (stage, unit) pairs."""
+def check_units(
+    pattern: re.Pattern, names: Iterable[str], model, label: str, model_name: str, first: int = 1
+) -> None:
+    """Refuses (ConfigError) weights of another depth, from the (stage, unit) numbers `pattern`
+    finds in the source's `names` (its stages numbered from `first`)."""
     units: dict[int, set[int]] = {}
-    for stage, unit in found:
-        units.setdefault(stage, set()).add(unit)
+    for match in filter(None, map(pattern.match, names)):
+        units.setdefault(int(match.group(1)) - first + 1, set()).add(int(match.group(2)))
     have = [len(units.get(stage, ())) for stage in range(1, max(units, default=0) + 1)]
     want = [len(stage) for stage in model.stages]
     if len(have) != len(want):
@@ -86,8 +89,7 @@ def check_units(found: Iterable[tuple[int, int]], model, label: str, model_name:
 def check_compatible(weights: SourceWeights, model, label: str, model_name: str) -> None:
     """Refuses (ConfigError) weights of another network, naming the first difference."""
     ours = parts.get_weights(model)
-    units = [(int(m.group(1)), int(m.group(2))) for m in map(_UNIT.match, weights.layers) if m]
-    check_units(units, model, label, model_name)
+    check_units(_UNIT, weights.layers, model, label, model_name)
     body = {layer: variables for layer, variables in ours.items() if layer != HEAD_LAYER}
     for layer in body:
         if layer not in weights.layers:
