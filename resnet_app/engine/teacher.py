@@ -30,6 +30,8 @@ from resnet_app.data import channels as image_channels
 from resnet_app.data import run_pipeline
 from resnet_app.data.preprocessing import Preprocessing
 from resnet_app.nets import factory, parts
+from resnet_app.pretrained import read_weights, run_files, sources
+from resnet_app.pretrained.weights import HEAD_LAYER, SourceWeights, adapt_input_channels, assign
 
 DIRECTORY = "teacher"
 INFO = "teacher.json"
@@ -127,8 +129,13 @@ def create(
     if not from_copy and chief:
         write = functools.partial(_write_copy, info, network)
         files.replace_directory(copy, copy + ".partial", copy + ".old", write)
-    if info.kind == NETWORK:
-        network = _network(info, strategy, student.image_size, train.precision, network)
+    if info.kind == NETWORK:  # Weights {layer: {variable: array}} into a frozen network.
+        preset = (info.model_name, info.model_overrides, info.num_classes, student.image_size)
+        with strategy.scope():
+            built = factory.create_network(*preset, train.precision, info.channels)
+        built.trainable = False
+        assign(built, SourceWeights(layers=network, skipped={}), info.spec, info.model_name)
+        network = built
     logging.info(
         "Distilling from %s (%d classes; alpha %g, temperature %g)%s",
         info.description, info.num_classes, train.distill_alpha, train.distill_temperature,
@@ -190,10 +197,6 @@ def _write_copy(info: TeacherInfo, weights: Any, directory: str) -> None:
 
 def _network_weights(config: config_lib.Config, classes: int):
     """(info, {layer: {variable: array}}) of a run or weights-file teacher."""
-    from resnet_app import pretrained
-    from resnet_app.pretrained import run_files, sources
-    from resnet_app.pretrained.weights import HEAD_LAYER, adapt_input_channels
-
     spec = config.train.teacher
     source = sources.parse(spec, KEY)
     if source.kind == sources.RUN:
@@ -215,26 +218,13 @@ def _network_weights(config: config_lib.Config, classes: int):
     name = config.train.teacher_model or source.name
     overrides = dict(source.model_fields)
     model = factory.create_network(name, overrides, classes, 64)
-    weights = adapt_input_channels(pretrained.read_weights(source, model, name), model, spec)
+    weights = adapt_input_channels(read_weights(source, model, name), model, spec)
     head = weights.layers.get(HEAD_LAYER, {}).get("kernel")
     found = classes if head is None else int(head.shape[-1])
     about = f"{name} from {sources.describe(source)}"
     mean, std = tuple(source.mean), tuple(source.std)
     info = TeacherInfo(spec, NETWORK, about, found, None, name, overrides, mean=mean, std=std)
     return info, weights.layers
-
-
-def _network(info: TeacherInfo, strategy, image_size: int, precision: str, weights: dict):
-    """The teacher's network in the strategy's scope, in the run's precision, frozen;
-    `weights` is {layer: {variable: array}}."""
-    from resnet_app.pretrained.weights import SourceWeights, assign
-
-    preset = (info.model_name, info.model_overrides, info.num_classes)
-    with strategy.scope():
-        network = factory.create_network(*preset, image_size, precision, info.channels)
-    network.trainable = False
-    assign(network, SourceWeights(layers=weights, skipped={}), info.spec, info.model_name)
-    return network
 
 
 def _read_copy(directory: str):
