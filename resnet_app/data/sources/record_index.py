@@ -152,8 +152,7 @@ def load(
     def read(cached) -> ShardIndex | None:
         if str(cached["fingerprint"]) != fingerprint:
             return None  # Stale: the shards changed.
-        texts = json.loads(str(cached["texts"])).items()
-        texts = {int(label): text for label, text in texts}
+        texts = {int(label): text for label, text in json.loads(str(cached["texts"])).items()}
         return ShardIndex(tuple(paths), cached["counts"], cached["labels"], texts)
 
     index = files.read_cache(cache, read)

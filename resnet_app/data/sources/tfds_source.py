@@ -330,10 +330,8 @@ def load(name: str, config) -> Source:
     for split_name, split_info in info.splits.items():
         if static and split_info.num_examples * int(np.prod(shape)) <= IN_MEMORY_LIMIT_BYTES:
             data = tfds.as_numpy(builder.as_dataset(split=split_name, batch_size=-1))
-            images, labels = data[image_key], data[label_key]
-            splits[split_name] = Split(
-                split_name, len(labels), labels=labels.astype(np.int64), images=images
-            )
+            labels = data[label_key].astype(np.int64)
+            splits[split_name] = Split(split_name, len(labels), labels, data[image_key])
         else:
             lengths = split_info.shard_lengths or [split_info.num_examples]
             offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
