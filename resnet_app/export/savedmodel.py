@@ -279,17 +279,6 @@ def readable(export_dir: str) -> str:
     return replaced[-1]
 
 
-def _write_extras(directory: str, served: ServingModel, source: dict) -> None:
-    """assets.extra/: the class names one per line, and where the model came from."""
-    extra = os.path.join(directory, "assets.extra")
-    os.makedirs(extra, exist_ok=True)
-    with open(os.path.join(extra, "labels.txt"), "w") as f:
-        f.write("".join(f"{name}\n" for name in served.class_names))
-    info = {**source, "signatures": list(SIGNATURES), "top_k": served.top_k}
-    with open(os.path.join(extra, "export_info.json"), "w") as f:
-        json.dump(info, f, indent=1)
-
-
 def save(
     served: ServingModel,
     source: dict,
@@ -316,7 +305,14 @@ def save(
 
     def fill(directory: str) -> None:
         tf.saved_model.save(served, directory, signatures=served.signatures())
-        _write_extras(directory, served, source)
+        # assets.extra/: the class names one per line, and where the model came from.
+        extra = os.path.join(directory, "assets.extra")
+        os.makedirs(extra, exist_ok=True)
+        with open(os.path.join(extra, "labels.txt"), "w") as f:
+            f.write("".join(f"{name}\n" for name in served.class_names))
+        info = {**source, "signatures": list(SIGNATURES), "top_k": served.top_k}
+        with open(os.path.join(extra, "export_info.json"), "w") as f:
+            json.dump(info, f, indent=1)
         if more is not None:
             more(directory)
 
