@@ -86,12 +86,11 @@ def _grid(resolution: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _generate_chunk(
-    rng: np.random.Generator, count: int, keep: int | None = None
+    rng: np.random.Generator, count: int, keep: int
 ) -> tuple[np.ndarray, np.ndarray]:
     # Vectorized over the chunk: background and clutter at 32x32, the shape's coverage at
     # 64x64 averaged down, then blended. Every random draw is made for all `count` images,
     # so the first `keep` (the only ones drawn) do not depend on `keep`.
-    keep = count if keep is None else keep
     size = IMAGE_SIZE
     grid_x, grid_y = _grid(size)
 

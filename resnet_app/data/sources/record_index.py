@@ -127,12 +127,9 @@ def _scan(paths: list[str], label_key: str, text_key: str | None) -> ShardIndex:
             "feature is not one int64 per record; remove it or write it again"
         ) from None
     per_file = [np.concatenate(chunks) if chunks else np.zeros(0, np.int64) for chunks in labels]
-    return ShardIndex(
-        tuple(paths),
-        np.array([len(values) for values in per_file], np.int64),
-        np.concatenate(per_file).astype(np.int64),
-        {label: text for label, text in texts.items() if text},
-    )
+    counts = np.array([len(values) for values in per_file], np.int64)
+    texts = {label: text for label, text in texts.items() if text}
+    return ShardIndex(tuple(paths), counts, np.concatenate(per_file).astype(np.int64), texts)
 
 
 def load(
