@@ -79,13 +79,12 @@ def table_lines(rows: list[dict]) -> list[str]:
         width = int(spec.split(".")[0])
         return format(row[key], spec) if key in row else "-".rjust(width)
 
-    lines = [
+    header = (
         f"{'format':<18} {'top-1':>7} {'agree':>7} {'max |dp|':>9} {'size MB':>8} {'ms/img':>7}"
+    )
+    return [header] + [
+        f"{row['format']:<18} {cell(row, 'top1', '7.2%')} {cell(row, 'agreement', '7.2%')} "
+        f"{cell(row, 'max_prob_diff', '9.1e')} {row['size_bytes'] / 1e6:8.2f} "
+        f"{cell(row, 'latency_ms', '7.2f')}"
+        for row in rows
     ]
-    for row in rows:
-        lines.append(
-            f"{row['format']:<18} {cell(row, 'top1', '7.2%')} {cell(row, 'agreement', '7.2%')} "
-            f"{cell(row, 'max_prob_diff', '9.1e')} {row['size_bytes'] / 1e6:8.2f} "
-            f"{cell(row, 'latency_ms', '7.2f')}"
-        )
-    return lines
