@@ -120,30 +120,6 @@ def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
     return math.ceil(global_batch_size / num_replicas)
 
 
-def _distributed_eval_dataset(
-    pipeline: InputPipeline,
-    global_batch_size: int,
-    strategy: tf.distribute.Strategy,
-    split: str | None,
-    crops: bool,
-) -> tf.data.Dataset | tf.distribute.DistributedDataset:
-    """The split in padded batches, every replica of every worker given a full one."""
-    replicas = strategy.num_replicas_in_sync
-    batch = per_replica_batch_size(global_batch_size, replicas)
-
-    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        return pipeline.eval_dataset(
-            batch,
-            split,
-            num_shards=context.num_input_pipelines,
-            shard_index=context.input_pipeline_id,
-            batches_multiple_of=replicas // context.num_input_pipelines,
-            crops=crops,
-        )
-
-    return distribute.distribute_datasets(strategy, dataset_fn)
-
-
 # Compiled evaluation steps, per model: a trainer evaluating every epoch traces once.
 _STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -267,13 +243,10 @@ def evaluate(
       split: default: the pipeline's evaluation split.
       collect: also return every example's id, label and prediction (this
         worker's replicas').
-      confusion: also count the confusion matrix over the whole split; off by
-        default, as its all-reduce per step the trainer need not pay.
-      collect_logits: also return every example's float32 logits, id, label
-        and prediction, gathered from every replica and worker each step (so
-        calibration covers the whole split on each worker alike).
-      tta: None, "flip" or "crops" (`tta.py`): every metric is of the views'
-        averaged probabilities.
+      confusion: also count the confusion matrix (an all-reduce per step).
+      collect_logits: also return every example's float32 logits, id, label and
+        prediction, gathered from every replica and worker (for calibration).
+      tta: None, "flip" or "crops" (`tta.py`): metrics of the views' mean probabilities.
       temperature: with `collect_logits`, also the logits with each view's
         divided by it before the average.
       threshold: multi-label data: the probability at which a class is predicted.
@@ -299,9 +272,21 @@ def evaluate(
         temperature=temperature if collect_logits else None,
         multi_label=multi_label,
     )
-    dataset = _distributed_eval_dataset(
-        pipeline, global_batch_size, strategy, split, options.tta == CROPS
-    )
+    replicas = strategy.num_replicas_in_sync
+    batch = per_replica_batch_size(global_batch_size, replicas)
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        # The split in padded batches, every replica of every worker given a full one.
+        return pipeline.eval_dataset(
+            batch,
+            split,
+            num_shards=context.num_input_pipelines,
+            shard_index=context.input_pipeline_id,
+            batches_multiple_of=replicas // context.num_input_pipelines,
+            crops=options.tta == CROPS,
+        )
+
+    dataset = distribute.distribute_datasets(strategy, dataset_fn)
     step = _step_function(model, strategy, options)
     result = _run(dataset, step, strategy, options, collect or collect_logits or multi_label)
     if multi_label:
