@@ -26,7 +26,7 @@ resolved = config.resolve(sets=["model.name=resnet20", "data.dataset=synthetic",
 run = setup.build_run(resolved, tempfile.mkdtemp())
 run.restore(None)
 step = TrainStep(Tower(run.model, run.optimizer), run.strategy)
-iterator = iter(run.train_dataset())
+iterator = iter(run.train_dataset(run.plan.sizes.size_at(0)))
 step.loop(iterator, [0.1] * 3)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 step.loop(iterator, [0.1] * 10)

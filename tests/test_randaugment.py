@@ -549,7 +549,7 @@ def test_the_augmented_batch_of_a_step_is_the_same_on_1_and_3_towers(tmp_path):
             num_towers=towers,
         )
         run = setup.build_run(config, str(tmp_path / f"towers{towers}"))
-        batch = next(iter(run.train_dataset()))
+        batch = next(iter(run.train_dataset(run.plan.sizes.size_at(0))))
         batches[towers] = {}
         for key in ("image", "id", "label", "mix_label", "mix_weight"):
             parts = run.strategy.experimental_local_results(batch[key])
