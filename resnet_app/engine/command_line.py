@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 
 from absl import flags, logging
 
@@ -84,10 +85,10 @@ _define_shortcuts()
 FLAGS = flags.FLAGS
 
 
-def config_from_flags() -> config.Config:
+def config_from_flags(extra_sets: Sequence[str] = ()) -> config.Config:
     """The config the command line describes: defaults, --config (else the run
     directory's config.yaml: `--model_dir=DIR` resumes with its own settings), --set,
-    then the flags."""
+    `extra_sets` (`KEY=VALUE`, a sweep trial's), then the flags."""
     config_file, resumed = CONFIG.value, False
     if not config_file and MODEL_DIR.value:
         saved = run_dir.config_path(MODEL_DIR.value)
@@ -101,7 +102,8 @@ def config_from_flags() -> config.Config:
             overrides.setdefault(section, {})[field] = FLAGS[name].value
     if LR_SCHEDULE.value:
         overrides["schedule"] = {"name": "script", "path": os.path.abspath(LR_SCHEDULE.value)}
-    resolved = config.resolve(config_file, SET.value, overrides, resumed=resumed)
+    sets = [*SET.value, *extra_sets]
+    resolved = config.resolve(config_file, sets, overrides, resumed=resumed)
     if resolved.schedule.RUNS_CODE:
         from resnet_app.config import script_permission
         from resnet_app.engine import schedules  # Pure Python: no TensorFlow.
@@ -110,7 +112,7 @@ def config_from_flags() -> config.Config:
         if LR_SCHEDULE.value:
             named = spec == os.path.abspath(LR_SCHEDULE.value)
         else:
-            named = any(item.partition("=")[0].strip() == "schedule.path" for item in SET.value)
+            named = any(item.partition("=")[0].strip() == "schedule.path" for item in sets)
         script_permission.check_allowed(spec, named, ALLOW_SCRIPTS.value, MODEL_DIR.value)
         schedules.load_script(spec)  # A bad script is answered now.
     return resolved
