@@ -169,6 +169,32 @@ MOVED: dict[str, tuple[str, str]] = {
         DEEPER,
         "test_torchvision_reference.py::test_activations_stay_order_one[resnet18]",
     ),
+    # Kill -9 and resume of one recipe more: the default suite keeps SIGKILL and each
+    # recipe's re-entry at any example.
+    "test_augmix.py::test_a_kill_mid_epoch_resumes_bitwise_with_augmix_views": (
+        "kill -9 and resume with AugMix's views",
+        "test_augmix.py::test_the_pipeline_augments_each_example_by_its_draws_and_enters_anywhere",
+    ),
+    "test_progressive.py::test_a_kill_mid_ramp_resumes_bitwise_across_the_next_size_change": (
+        "kill -9 and resume across a size change",
+        "test_progressive.py::test_each_size_is_traced_once_and_a_resumed_run_traces_only_those_ahead",
+    ),
+    "test_distill.py::test_a_kill_mid_epoch_resumes_bitwise_from_the_runs_copy_of_its_teacher": (
+        "kill -9 and resume from the run's copy of its teacher",
+        "test_distill.py::test_a_distillation_that_weighs_nothing_trains_bitwise_as_no_teacher",
+    ),
+    "test_bad_files.py::test_a_bad_file_is_one_line[train-other.weights.h5]": (
+        "the train command on another network's weights file",
+        "test_pretrained.py::test_a_keras3_weights_file_of_another_network_is_one_line",
+    ),
+    "test_startup_noise.py::test_a_closed_output_pipe_never_stops_training": (
+        "a whole training run whose output pipe closes",
+        "test_startup_noise.py::test_a_pipe_closed_while_tensorflow_loads_blocks_nothing",
+    ),
+    "test_disk_full.py::test_a_full_disk_and_a_full_memory_are_told_apart": (
+        "a full memory told apart from a full disk",
+        "test_disk_full.py::test_a_full_disk_stops_in_one_line_and_the_last_checkpoint_resumes",
+    ),
 }
 
 
