@@ -53,10 +53,6 @@ class Tower:
             tf.function(self._gradients, jit_compile=True) if jit else self._gradients
         )
 
-    def __call__(self, batch: dict, count: tf.Tensor, shares: int) -> tuple[list, dict]:
-        """(gradients, sums): `count` divides the loss, `shares` the regularization."""
-        return self._accumulated(batch, count, shares)
-
     def logits(self, batch: dict) -> tf.Tensor:
         """Training-mode logits of the images and AugMix's views, in one forward pass."""
         images = consistency.stacked_images(batch)
@@ -71,9 +67,6 @@ class Tower:
         """The model's L2 penalties (computed from the weights when read)."""
         return tf.add_n([tf.cast(x, tf.float32) for x in self.model.losses] or [tf.constant(0.0)])
 
-    def _zeros(self, regularization: tf.Tensor) -> dict[str, tf.Tensor]:
-        return {**dict.fromkeys(self.names, tf.constant(0.0)), "regularization": regularization}
-
     def _gradients(self, batch: dict, count: tf.Tensor, shares: int) -> tuple[list, dict]:
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
@@ -87,15 +80,16 @@ class Tower:
         return _dense(tape.gradient(scaled, variables), variables), sums
 
     @compat.converted_by_autograph
-    def _accumulated(self, batch: dict, count: tf.Tensor, shares: int) -> tuple[list, dict]:
-        """`accumulate_steps` consecutive slices, each divided by the whole batch's count;
-        BatchNorm normalizes each by its own statistics."""
+    def __call__(self, batch: dict, count: tf.Tensor, shares: int) -> tuple[list, dict]:
+        """(gradients, sums): `count` divides the loss, `shares` the regularization; over
+        `accumulate_steps` consecutive slices, each divided by the whole batch's count
+        (BatchNorm normalizes each by its own statistics)."""
         steps = self.accumulate_steps
         if steps == 1:
             return self._forward_backward(batch, count, shares)
         size = tf.shape(batch["label"])[0] // steps
         gradients = [tf.zeros(v.shape, v.dtype) for v in self.model.trainable_variables]
-        sums = self._zeros(tf.constant(0.0))
+        sums = dict.fromkeys(self.names, tf.constant(0.0))
         for i in tf.range(steps):
             micro = {key: value[i * size : (i + 1) * size] for key, value in batch.items()}
             more, micro_sums = self._forward_backward(micro, count, shares)
