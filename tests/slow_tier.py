@@ -179,10 +179,6 @@ MOVED: dict[str, tuple[str, str]] = {
         "kill -9 and resume across a size change",
         "test_progressive.py::test_each_size_is_traced_once_and_a_resumed_run_traces_only_those_ahead",
     ),
-    "test_distill.py::test_a_kill_mid_epoch_resumes_bitwise_from_the_runs_copy_of_its_teacher": (
-        "kill -9 and resume from the run's copy of its teacher",
-        "test_distill.py::test_a_distillation_that_weighs_nothing_trains_bitwise_as_no_teacher",
-    ),
     "test_bad_files.py::test_a_bad_file_is_one_line[train-other.weights.h5]": (
         "the train command on another network's weights file",
         "test_pretrained.py::test_a_keras3_weights_file_of_another_network_is_one_line",
