@@ -128,9 +128,12 @@ class Lars(_Layerwise):
 
     SLOTS = ("momentum",)
     SETTINGS = {
-        "momentum": 0.9, "eeta": 0.001, "epsilon": 0.0, "nesterov": False,
+        "momentum": 0.9,
+        "eeta": 0.001,
+        "epsilon": 0.0,
+        "nesterov": False,
         "exclude_from_adaptation": True,
-    }  # fmt: skip
+    }
 
     def __init__(self, learning_rate: Any = 0.1, name: str = "lars", **kwargs: Any):
         super().__init__(learning_rate, name, **kwargs)

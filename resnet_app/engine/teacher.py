@@ -121,21 +121,22 @@ def create(
         return None
     copy, train = os.path.join(model_dir, DIRECTORY), config.train
     from_copy = resuming and os.path.isfile(os.path.join(copy, INFO))
+    # A network's weights {layer: {variable: array}}, or a loaded export.
     if from_copy:
-        info, network = _read_copy(copy)
+        info, read = _read_copy(copy)
     else:
-        info, network = _read_source(config, student, len(class_names))
+        info, read = _read_source(config, student, len(class_names))
     _check_classes(info, class_names)
     if not from_copy and chief:
-        write = functools.partial(_write_copy, info, network)
+        write = functools.partial(_write_copy, info, read)
         files.replace_directory(copy, copy + ".partial", copy + ".old", write)
-    if info.kind == NETWORK:  # Weights {layer: {variable: array}} into a frozen network.
+    network = read
+    if info.kind == NETWORK:  # The weights into a frozen network.
         preset = (info.model_name, info.model_overrides, info.num_classes, student.image_size)
         with strategy.scope():
-            built = factory.create_network(*preset, train.precision, info.channels)
-        built.trainable = False
-        assign(built, SourceWeights(layers=network, skipped={}), info.spec, info.model_name)
-        network = built
+            network = factory.create_network(*preset, train.precision, info.channels)
+        network.trainable = False
+        assign(network, SourceWeights(layers=read, skipped={}), info.spec, info.model_name)
     logging.info(
         "Distilling from %s (%d classes; alpha %g, temperature %g)%s",
         info.description, info.num_classes, train.distill_alpha, train.distill_temperature,
