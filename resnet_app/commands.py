@@ -24,6 +24,7 @@ class Command(NamedTuple):
 COMMANDS = {
     "train": Command("resnet_app.train", "train and evaluate a ResNet (resumes a run directory)"),
     "evaluate": Command("resnet_app.evaluate", "evaluate a run's checkpoints: reports, TTA"),
+    "report": Command("resnet_app.report", "one HTML page of what a checkpoint learned"),
     "export": Command("resnet_app.export", "export a run: SavedModel, TFLite, ONNX, parity"),
     "average": Command("resnet_app.tools.average", "average a run's checkpoints (uniform, soup)"),
     "sweep": Command("resnet_app.tools.sweep", "search settings (Optuna), each trial a run"),

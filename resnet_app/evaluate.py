@@ -14,8 +14,6 @@ evaluates each checkpoint as the run saves it. See docs/evaluation.md.
 
 from __future__ import annotations
 
-import sys
-
 from absl import flags
 
 from resnet_app.common import cli
@@ -23,35 +21,8 @@ from resnet_app.common.errors import ConfigError
 from resnet_app.engine.tta import MODES
 from resnet_app.evaluation import checkpoint_eval, temperature, watch
 
-_MODEL_DIR = flags.DEFINE_string(
-    "model_dir", None, "The run directory written by `python -m resnet_app.train`."
-)
-_CHECKPOINT = flags.DEFINE_string(
-    "checkpoint",
-    "latest",
-    "Which checkpoint(s): latest (the newest readable one), all, best (the best evaluation, "
-    "kept in MODEL_DIR/best/ by train.keep_best), averaged (resnet-app average's), ckpt-N or N.",
-)
-_SPLIT = flags.DEFINE_string(
-    "split", None, "The split to evaluate (default: the run's evaluation split)."
-)
-flags.DEFINE_integer(
-    "batch_size",
-    None,
-    "Global evaluation batch (default: the run's train.eval_batch_size, else train.batch_size).",
-)
-flags.DEFINE_integer(
-    "num_towers", None, "Towers to evaluate on (default: every GPU, or the one CPU)."
-)
-flags.DEFINE_string(
-    "data_dir", None, "Where the run's data is now, if it moved (default: the run's data.data_dir)."
-)
-_REPORT_DIR = flags.DEFINE_string(
-    "report_dir",
-    None,
-    "Where the reports go: one directory <checkpoint>-<split> per checkpoint, holding "
-    "eval_results.json, confusion_matrix.png and reliability.png (default: MODEL_DIR/reports).",
-)
+cli.define_checkpoint_flags()
+FLAGS = flags.FLAGS
 _TTA = flags.DEFINE_enum(
     "tta",
     None,
@@ -59,7 +30,6 @@ _TTA = flags.DEFINE_enum(
     "Test-time augmentation: average the probabilities of each image and its mirror (flip), "
     "or of 10 crops (crops: ImageNet-style runs). Default: one view.",
 )
-cli.define_weights_flag()
 _FIT_TEMPERATURE = flags.DEFINE_boolean(
     "fit_temperature",
     False,
@@ -85,19 +55,11 @@ _WATCH_TIMEOUT = flags.DEFINE_float(
 _SHARED = ("batch_size", "num_towers", "data_dir", "weights")
 
 
-def _print_record(record: dict) -> None:
-    """One line of JSON per checkpoint on stdout, as soon as its numbers are known."""
-    from resnet_app.common.metrics import json_text  # TensorFlow is loaded by now.
-
-    sys.stdout.write(json_text(record) + "\n")
-    sys.stdout.flush()
-
-
 def main(argv: list[str]) -> None:
     cli.reject_positional(argv)
-    shared = {**cli.flag_values(*_SHARED), "on_record": _print_record}
+    shared = {**cli.flag_values(*_SHARED), "on_record": cli.print_record}
     if _WATCH.value:
-        given = [flag.name for flag in (_CHECKPOINT, _FIT_TEMPERATURE) if flag.present]
+        given = [flag for flag in ("checkpoint", "fit_temperature") if FLAGS[flag].present]
         if given:
             raise ConfigError(
                 f"--watch evaluates every checkpoint as the run saves it: drop --{given[0]}"
@@ -106,24 +68,24 @@ def main(argv: list[str]) -> None:
             if flag.value is not None and not flag.value > 0:
                 raise ConfigError(f"--{flag.name}={flag.value:g}: give seconds above 0")
         watch.watch_run(
-            _MODEL_DIR.value,
+            FLAGS.model_dir,
             poll_seconds=_WATCH_EVERY.value,
             timeout=_WATCH_TIMEOUT.value,
             **cli.flag_values("split", "report_dir", "tta"),
             **shared,
         )
     elif _FIT_TEMPERATURE.value:
-        given = [flag.name for flag in (_SPLIT, _TTA, _REPORT_DIR) if flag.value is not None]
+        given = [name for name in ("split", "tta", "report_dir") if FLAGS[name].value is not None]
         if given:
             raise ConfigError(
                 "--fit_temperature fits on the holdout split, one view, and writes no report: "
                 f"drop {', '.join(f'--{name}' for name in given)}"
             )
-        temperature.fit_run_temperature(_MODEL_DIR.value, _CHECKPOINT.value, **shared)
+        temperature.fit_run_temperature(FLAGS.model_dir, FLAGS.checkpoint, **shared)
     else:
         checkpoint_eval.evaluate_checkpoints(
-            _MODEL_DIR.value,
-            _CHECKPOINT.value,
+            FLAGS.model_dir,
+            FLAGS.checkpoint,
             **cli.flag_values("split", "report_dir", "tta"),
             **shared,
         )

@@ -75,6 +75,14 @@ def flag_values(*names: str) -> dict[str, Any]:
     return {name: flags.FLAGS[name].value for name in names}
 
 
+def print_record(record: dict) -> None:
+    """One line of JSON on stdout, at once: a command's record of one checkpoint."""
+    from resnet_app.common.metrics import json_text  # TensorFlow is loaded by now.
+
+    sys.stdout.write(json_text(record) + "\n")
+    sys.stdout.flush()
+
+
 def use_matplotlib(command: str) -> None:
     """Selects matplotlib's Agg backend (files, no display); a ConfigError without it."""
     try:
@@ -95,6 +103,45 @@ def define_weights_flag() -> flags.FlagHolder:
         "Which weights of the checkpoint: ema (the average kept by train.ema_decay or "
         "train.swa_start), raw (the trained weights), or auto (the average when the run kept one).",
     )
+
+
+def define_checkpoint_flags() -> None:
+    """The flags of a command that evaluates a run's checkpoints (evaluate, report)."""
+    flags.DEFINE_string(
+        "model_dir", None, "The run directory written by `python -m resnet_app.train`."
+    )
+    flags.DEFINE_string(
+        "checkpoint",
+        "latest",
+        "Which checkpoint(s): latest (the newest readable one), all, best (the best evaluation, "
+        "kept in MODEL_DIR/best/ by train.keep_best), averaged (resnet-app average's), ckpt-N "
+        "or N.",
+    )
+    flags.DEFINE_string(
+        "split", None, "The split to evaluate (default: the run's evaluation split)."
+    )
+    flags.DEFINE_integer(
+        "batch_size",
+        None,
+        "Global evaluation batch (default: the run's train.eval_batch_size, else "
+        "train.batch_size).",
+    )
+    flags.DEFINE_integer(
+        "num_towers", None, "Towers to evaluate on (default: every GPU, or the one CPU)."
+    )
+    flags.DEFINE_string(
+        "data_dir",
+        None,
+        "Where the run's data is now, if it moved (default: the run's data.data_dir).",
+    )
+    flags.DEFINE_string(
+        "report_dir",
+        None,
+        "Where the reports go: one directory <checkpoint>-<split> per checkpoint, holding "
+        "eval_results.json, confusion_matrix.png and reliability.png (default: "
+        "MODEL_DIR/reports).",
+    )
+    define_weights_flag()
 
 
 def attribute_help(cls: type) -> dict[str, str]:

@@ -10,12 +10,13 @@ before every evaluation and save (`moving_statistics_sync`).
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 
 import tensorflow as tf
 from absl import logging
 
-from resnet_app.common import checks, compat, slurm, tf_config
+from resnet_app.common import checks, compat, hardware, slurm, tf_config
 from resnet_app.common.errors import ConfigError
 
 
@@ -136,6 +137,18 @@ def create_strategy(
     device = devices[0] if devices else "/cpu:0"
     logging.info("One device: %s", device)
     return tf.distribute.OneDeviceStrategy(device)
+
+
+def describe_devices(strategy: tf.distribute.Strategy) -> str:
+    """What the replicas run on: "2 x NVIDIA A100-SXM4-40GB", or "1 x CPU (AMD EPYC ...: AVX2;
+    oneDNN off: Eigen kernels), 2 cores" (towers on CPU devices count as replicas)."""
+    gpus = tf.config.list_physical_devices("GPU")
+    replicas = strategy.num_replicas_in_sync
+    if gpus:
+        name = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
+        return f"{replicas} x {name}"
+    cores = len(os.sched_getaffinity(0))
+    return f"{replicas} x CPU ({hardware.read_cpu_info().describe()}), {cores} cores"
 
 
 def distribute_datasets(

@@ -6,7 +6,8 @@ empty or short batch, which a plain Keras step does not survive under
 MirroredStrategy. Metrics are mask-weighted sums, reduced across replicas and
 divided once at the end by the real example count. On request the step also
 counts a confusion matrix, and gathers every example's logits from every
-replica and worker (for calibration). Test-time augmentation (`tta.py`)
+replica and worker (for calibration), and hands each batch's examples, images
+included, to a callback (for the report page). Test-time augmentation (`tta.py`)
 averages the probabilities of several views inside the step.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -139,6 +141,7 @@ class _StepOptions:
     tta: str | None
     temperature: float | None
     multi_label: bool
+    images: bool = False
 
 
 def _sums(
@@ -197,6 +200,8 @@ def _step_function(model: tf.keras.Model, strategy: tf.distribute.Strategy, opti
         labels, mask = batch["label"], batch["mask"]
         sums, predictions = _sums(logits, labels, mask, options)
         per_example = {"id": batch["id"], "label": labels, "prediction": predictions, "mask": mask}
+        if options.images:
+            per_example["image"] = batch["image"]
         if options.multi_label:
             per_example["score"] = tf.sigmoid(logits)
         if options.gather:
@@ -233,6 +238,7 @@ def evaluate(
     tta: str | None = None,
     temperature: float | None = None,
     threshold: float = 0.5,
+    on_batch: Callable[[dict[str, np.ndarray]], None] | None = None,
 ) -> EvalResult:
     """Runs `model` (variables made in `strategy.scope()`) over a whole split, in inference mode.
 
@@ -250,6 +256,9 @@ def evaluate(
       temperature: with `collect_logits`, also the logits with each view's
         divided by it before the average.
       threshold: multi-label data: the probability at which a class is predicted.
+      on_batch: with `collect_logits`, called with each batch's real examples
+        ("id", "label", "prediction", "logits", "image", ...), before the images
+        are dropped.
 
     Raises:
       ConfigError: for multi-label data with test-time augmentation, a
@@ -271,6 +280,7 @@ def evaluate(
         tta=check_mode(tta),
         temperature=temperature if collect_logits else None,
         multi_label=multi_label,
+        images=on_batch is not None,
     )
     replicas = strategy.num_replicas_in_sync
     batch = per_replica_batch_size(global_batch_size, replicas)
@@ -288,7 +298,8 @@ def evaluate(
 
     dataset = distribute.distribute_datasets(strategy, dataset_fn)
     step = _step_function(model, strategy, options)
-    result = _run(dataset, step, strategy, options, collect or collect_logits or multi_label)
+    keep = collect or collect_logits or multi_label
+    result = _run(dataset, step, strategy, options, keep, on_batch)
     if multi_label:
         scores = np.zeros((0, classes), np.float32) if result.scores is None else result.scores
         labels = result.labels.reshape(-1, classes)
@@ -332,8 +343,10 @@ def _run(
     strategy: tf.distribute.Strategy,
     options: _StepOptions,
     keep: bool,
+    on_batch: Callable[[dict[str, np.ndarray]], None] | None = None,
 ) -> EvalResult:
-    """Steps through the dataset: the metrics, and with `keep` the real examples' arrays.
+    """Steps through the dataset: the metrics, and with `keep` the real examples' arrays
+    (each batch's also to `on_batch`).
 
     The host sums in float64 and counts in int64, as float32 stops being exact past 2**24.
     """
@@ -355,7 +368,11 @@ def _run(
             for values in zip(*(strategy.experimental_local_results(per_example[k]) for k in keys)):
                 arrays = {k: v.numpy() for k, v in zip(keys, values)}
                 real = arrays.pop("mask") > 0
-                parts.append({k: v[real] for k, v in arrays.items()})
+                arrays = {k: v[real] for k, v in arrays.items()}
+                if on_batch is not None:
+                    on_batch(arrays)
+                arrays.pop("image", None)
+                parts.append(arrays)
     count = int(round(totals["examples"]))
     denominator = max(count, 1)  # Each sum divided once by the real example count.
     result = EvalResult(

@@ -227,7 +227,9 @@ def _announce(
             "Progressive resizing (data.progressive): %s; evaluated at %d px; the batch stays %d",
             sizes.describe(), pipeline.preprocessing.eval_size, batch,
         )  # fmt: skip
-    writer.write({"step": start, "event": "start", "total_steps": total, "time": time.time()})
+    devices = distribute.describe_devices(run.strategy)
+    record = {"step": start, "event": "start", "total_steps": total, "devices": devices}
+    writer.write({**record, "time": time.time()})
     settings = hparam_values(run.config.to_dict(with_derived=True))
     writer.hparams(
         {**settings, "total_steps": total}, os.path.basename(os.path.abspath(run.model_dir))

@@ -88,6 +88,7 @@ class Session:
         report_dir: str | None = None,
         tta: str | None = None,
         on_record: Callable[[Record], None] | None = None,
+        top_losses: int | None = None,
     ):
         self.run_config, data_config, self.batch_size = run_settings(
             model_dir, split, batch_size, data_dir
@@ -104,6 +105,7 @@ class Session:
         _check_tta(tta, self.pipeline.preprocessing.family, self.pipeline.multi_label)
         self.model_dir, self.split, self.tta = model_dir, self.pipeline.eval_split_name, tta
         self.on_record, self.events, self.tags = on_record, None, {}
+        self.top_losses = top_losses  # With a number: `report`'s page too (`page.py`).
         self.report_root = _prepare_report_root(
             model_dir, report_dir, self.chosen, self.split, tta, self.strategy
         )
@@ -150,6 +152,15 @@ class Session:
             options = dict(
                 confusion=True, collect_logits=True, tta=self.tta, temperature=temperature
             )
+        gallery = None
+        if self.top_losses:
+            from resnet_app.evaluation.gallery import Gallery
+
+            image_stats = self.pipeline.preprocessing
+            gallery = Gallery(
+                self.top_losses, image_stats.mean, image_stats.std, self.pipeline.multi_label
+            )
+            options.update(collect_logits=True, on_batch=gallery.add)
         result = exact_eval.evaluate(
             self.model, self.pipeline, self.batch_size, self.strategy, self.split, **options
         )
@@ -166,11 +177,14 @@ class Session:
         )
         if self.on_record is not None:  # The numbers first, as soon as they are known.
             self.on_record(record)
-        self._save(record, result, reliability)
+        self._save(record, result, reliability, gallery)
         return record
 
-    def _save(self, record: Record, result: EvalResult, reliability: Record | None) -> None:
-        """Appends the record to metrics.jsonl (and TensorBoard), then the chief writes its report.
+    def _save(
+        self, record: Record, result: EvalResult, reliability: Record | None, gallery: Any
+    ) -> None:
+        """Appends the record to metrics.jsonl (and TensorBoard), then the chief writes its report
+        (with a `gallery.Gallery`, and its page).
 
         Every worker holds the whole confusion matrix and every example's logits.
         """
@@ -198,6 +212,11 @@ class Session:
                 report = reports.write_report(
                     directory, details, result.confusion, names, reliability
                 )
+            if gallery is not None:
+                from resnet_app.evaluation import page
+
+                path = page.write_page(self, directory, report, result, gallery)
+                logging.info("The report page: %s", path)
         except OSError as error:
             raise ConfigError(
                 f"the report {directory} cannot be written ({error.strerror}); the "
