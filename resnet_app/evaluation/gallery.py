@@ -30,7 +30,8 @@ def example_losses(logits: np.ndarray, labels: np.ndarray, multi_label: bool) ->
 
 def pixels(images: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:
     """uint8 [..., channels]: normalized model inputs back on the 0-255 scale."""
-    restored = images.astype(np.float32) * np.asarray(std, np.float32) + np.asarray(mean, np.float32)
+    std, mean = np.asarray(std, np.float32), np.asarray(mean, np.float32)
+    restored = images.astype(np.float32) * std + mean
     return np.clip(np.rint(restored), 0, 255).astype(np.uint8)
 
 

@@ -105,8 +105,11 @@ def _glance(session: Session, report: dict) -> list[tuple[str, str]]:
         ),
         ("recipe", ", ".join(f"{key}={new}" for key, (_, new) in sorted(recipe.items()))),
         ("precision", report["precision"]),
-        ("steps", f"{report['step']}{total} (checkpoint {report['checkpoint']}, "
-                  f"{report['weights']} weights)"),  # fmt: skip
+        (
+            "steps",
+            f"{report['step']}{total} (checkpoint {report['checkpoint']}, "
+            f"{report['weights']} weights)",
+        ),  # fmt: skip
         ("training time", metrics.format_duration(sum(ends)) if ends else "not finished"),
         ("devices", starts[-1].get("devices", "not recorded") if starts else "not recorded"),
     ]
