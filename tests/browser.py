@@ -24,7 +24,7 @@ return {
   images: Array.from(document.images).map((image) => [image.complete, image.naturalWidth]),
   cards: cards.map((card) => ({id: Number(card.dataset.id), true: card.dataset.true,
                                predicted: card.dataset.predicted})),
-  pairs: document.querySelectorAll("#pairs tr").length - 1,
+  pairs: document.querySelectorAll("#pairs tr.pair").length,
   classes: rows.map((row) => Array.from(row.cells).map((cell) => cell.textContent.trim())),
   headings: Array.from(document.querySelectorAll("#classes th")).map((th) => th.textContent),
 };

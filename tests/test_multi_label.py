@@ -4,6 +4,7 @@ refuses the single-label options in one line."""
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -132,20 +133,33 @@ def test_training_reports_map_and_f1_and_keeps_the_best_by_map(run, table):
     assert best["value"] == max(r["map"] for r in evaluations)
 
 
-def test_evaluate_writes_per_class_average_precision(run):
+def test_report_writes_per_class_average_precision_and_the_worst_by_bce(run):
+    """`report` is `evaluate`'s pass and report, and a page: its gallery is the highest mean
+    BCE of the saved logits (NumPy), its per-class table the report's AP."""
     model_dir, _ = run
-    result = run_command("resnet_app.evaluate", f"--model_dir={model_dir}")
+    result = run_command("resnet_app.report", f"--model_dir={model_dir}", "--top_losses=5")
     assert result.returncode == 0, result.stderr[-3000:]
-    (report,) = [
-        json.loads((model_dir / "reports" / name / "eval_results.json").read_text())
-        for name in os.listdir(model_dir / "reports")
-    ]
+    (name,) = os.listdir(model_dir / "reports")
+    directory = model_dir / "reports" / name
+    report = json.loads((directory / "eval_results.json").read_text())
     trained = [r for r in read_records(model_dir) if r.get("step") == 12 and "map" in r][0]
     assert report["map"] == pytest.approx(trained["map"], abs=1e-6)
     aps = [c["average_precision"] for c in report["classes"] if c["average_precision"] is not None]
     assert report["map"] == pytest.approx(np.mean(aps))
     assert {c["name"] for c in report["classes"]} >= {"bright", "circle"}
     assert "confusion_matrix" not in report
+    with np.load(directory / "predictions.npz") as saved:
+        ids, labels, logits = saved["id"], saved["label"], saved["logits"]
+    losses = numpy_bce(logits, labels)
+    worst = ids[np.lexsort((ids, -losses))[:5]]
+    text = (directory / "report.html").read_text()
+    assert [int(i) for i in re.findall(r'class="card" data-id="(\d+)"', text)] == list(worst)
+    rows = re.findall(r"<tr><td>(\d+)</td><td>([^<]+)</td><td>(\d+)</td><td>([^<]*)</td>", text)
+    assert [(int(i), n) for i, n, _, _ in rows] == [(c["id"], c["name"]) for c in report["classes"]]
+    for (_, _, positives, ap), entry in zip(rows, report["classes"], strict=True):
+        assert int(positives) == entry["positives"]
+        expected = entry["average_precision"]
+        assert ap == ("" if expected is None else f"{expected:.4f}")
 
 
 def test_every_export_format_gives_sigmoid_probabilities(run, table, tmp_path):

@@ -132,7 +132,9 @@ def define_checkpoint_flags() -> None:
     flags.DEFINE_string(
         "data_dir",
         None,
-        "Where the run's data is now, if it moved (default: the run's data.data_dir).",
+        "Where the run's data is now, if it moved: the directory of a tfds, shapes or CIFAR "
+        "dataset (default: the run's data.data_dir), or for a path dataset (idx:DIR, "
+        "folder:PATH, csv:FILE, ...) the new path, or the directory holding it under its old name.",
     )
     flags.DEFINE_string(
         "report_dir",

@@ -22,6 +22,7 @@ from resnet_app import config
 from resnet_app.common import checks, run_dir
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import families
+from resnet_app.data.sources import registry
 from resnet_app.engine.tta import CROPS, MODES
 from resnet_app.evaluation import calibration
 
@@ -254,17 +255,19 @@ def _check_tta(tta: str | None, family: str | None = None, multi_label: bool = F
 def run_settings(
     model_dir: str, split: str | None, batch_size: int | None, data_dir: str | None
 ) -> tuple[config.Config, DataConfig, int]:
-    """The run's config, its data settings with `split` and `data_dir` (None: the run's), and
-    the batch size (None: the run's evaluation batch); without TensorFlow.
+    """The run's config, its data settings with `split` and `data_dir` (None: the run's; for
+    data from a path, `registry.moved`'s), and the batch size (None: the run's evaluation
+    batch); without TensorFlow.
 
     Raises:
-      ConfigError: for no such run, or a batch size below 1.
+      ConfigError: for no such run, a batch size below 1, or data that moved.
     """
     run_config = config.read_run_config(model_dir)
     if batch_size is None:
         batch_size = run_config.train.eval_batch_size or run_config.train.batch_size
     checks.at_least("--batch_size", batch_size)
-    given = {"data_dir": data_dir, "eval_split": split}
+    dataset = registry.moved(run_config.data.dataset, data_dir)
+    given = {"data_dir": data_dir, "eval_split": split, "dataset": dataset}
     changed = {field: value for field, value in given.items() if value}
     return run_config, dataclasses.replace(run_config.data, **changed), batch_size
 

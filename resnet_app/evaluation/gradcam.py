@@ -31,9 +31,9 @@ def activations_and_gradients(
 
 
 def maps(activations: np.ndarray, gradients: np.ndarray) -> np.ndarray:
-    """float32 [batch, h, w] in [0, 1]: Grad-CAM of each image (0 where no channel counts)."""
-    weights = gradients.mean(axis=(1, 2))
-    heat = np.maximum(np.einsum("bhwk,bk->bhw", activations, weights), 0.0)
+    """float64 [batch, h, w] in [0, 1]: Grad-CAM of each image (0 where no channel counts)."""
+    weights = gradients.astype(np.float64).mean(axis=(1, 2))
+    heat = np.maximum(np.einsum("bhwk,bk->bhw", activations.astype(np.float64), weights), 0.0)
     peak = heat.max(axis=(1, 2), keepdims=True)
     return np.divide(heat, peak, out=np.zeros_like(heat), where=peak > 0)
 

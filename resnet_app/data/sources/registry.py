@@ -140,6 +140,25 @@ def parse(dataset: str) -> tuple[SourceKind | None, str]:
     return kind, argument
 
 
+def moved(dataset: str, data_dir: str | None) -> str:
+    """`dataset` read from `data_dir` now, for a kind that takes a path: `data_dir` holds the
+    data under its old name (csv:/new/tags.csv for csv:/old/tags.csv) or is it. Refuses
+    (ConfigError) such data that is not where it was, when no `data_dir` says where."""
+    kind, argument = parse(dataset)
+    if kind is None or not kind.needs_argument or kind.scheme == TFDS_SCHEME:
+        return dataset
+    if data_dir is None:
+        if not os.path.exists(argument):
+            raise ConfigError(
+                f"the run's data {argument} is not there any more: if it moved, pass "
+                f"--data_dir=WHERE_IT_IS_NOW"
+            )
+        return dataset
+    under_old_name = os.path.join(data_dir, os.path.basename(argument.rstrip("/")))
+    path = under_old_name if os.path.exists(under_old_name) else data_dir
+    return f"{kind.scheme}:{os.path.abspath(path)}"
+
+
 def load_source(config):
     """The `Source` of `config.dataset` (None for synthetic data)."""
     kind, argument = parse(config.dataset)
