@@ -4,6 +4,7 @@
     revisions  the trainer of a git revision beside the working tree's, in one run
     race       time to accuracy: the trainer against Keras `fit` (`race.py`)
     sync       all-reduce against local SGD (`sync_costs.py`)
+    report     `resnet-app report` against `evaluate`, launch to exit (`report_cost.py`)
 
     python scripts/benchmark.py step --model=resnet50 --image_size=224 --batch_size=32 --steps=3
     python scripts/benchmark.py step --variants=input --set=data.augment.randaugment_ops=2
@@ -31,6 +32,7 @@ import time
 
 import keras_baseline
 import race
+import report_cost
 import sync_costs
 import timing
 from timing import REPO, median, number
@@ -381,6 +383,7 @@ def parser() -> timing.Parser:
     sub.set_defaults(rounds=3)
     race.add_parser(commands)
     sync_costs.add_parser(commands)
+    report_cost.add_parser(commands)
     return top
 
 
@@ -400,6 +403,7 @@ def main(argv: list[str]) -> None:
         "revisions": (revisions, revisions_text),
         "race": (race.race, race.text),
         "sync": (sync_costs.sync, sync_costs.text),
+        "report": (report_cost.report, report_cost.text),
     }[command]
     timing.emit(build(options), text, options["json"])
 

@@ -24,7 +24,7 @@ return {
   images: Array.from(document.images).map((image) => [image.complete, image.naturalWidth]),
   cards: cards.map((card) => ({id: Number(card.dataset.id), true: card.dataset.true,
                                predicted: card.dataset.predicted})),
-  pairs: document.querySelectorAll("#pairs tr.pair").length,
+  pairs: document.querySelectorAll("#pairs .pair").length,
   classes: rows.map((row) => Array.from(row.cells).map((cell) => cell.textContent.trim())),
   headings: Array.from(document.querySelectorAll("#classes th")).map((th) => th.textContent),
 };
@@ -33,7 +33,7 @@ return {
 
 def read_page(page: str, screenshot: str | None = None) -> dict:
     """What Chromium shows of `page`: "errors" (console messages at SEVERE), "images"
-    ([loaded, naturalWidth] each), the gallery's "cards", the number of "pairs" rows, the
+    ([loaded, naturalWidth] each), the gallery's "cards", the number of confused "pairs", the
     per-class table's "classes" rows (cell texts) and "headings"; sorted rows after a
     click on the recall heading as "sorted_by_recall"."""
     if not (pathlib.Path(CHROMIUM).exists() and pathlib.Path(CHROMEDRIVER).exists()):

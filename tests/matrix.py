@@ -118,7 +118,8 @@ def run_kind(kind, dataset, root, env=None):
         launch = ["--workers=2", "--", *data, *TRAIN, f"--model_dir={work / 'launched'}"]
         cell("launch", "resnet_app.launch", *launch)
         return cells
-    cell("evaluate", "resnet_app.evaluate", f"--model_dir={run}", f"--report_dir={work / 'r'}")
+    # report: evaluate's pass and report, and its page.
+    cell("report", "resnet_app.report", f"--model_dir={run}", f"--report_dir={work / 'r'}")
     cell("average", "resnet_app.tools.average", f"--model_dir={run}", "--bn_batches=1")
     cell("plot", "resnet_app.tools.plot_metrics", str(run), f"--out={work / 'curves.png'}")
     cell("predict run", "resnet_app.predict", f"--model_dir={run}", *photos)

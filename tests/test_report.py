@@ -115,10 +115,13 @@ def test_the_per_class_table_and_the_pairs_agree_with_eval_results(report):
     assert recalls == expected
     confusion = np.array(results["confusion_matrix"])
     off = confusion - np.diag(np.diag(confusion))
-    pairs = re.findall(r"<tr class=\"pair\"><td>([^<]+)</td><td>([^<]+)</td><td>(\d+)</td>", text)
+    pair = r'<div class="card pair"><b>([^<]+)</b> taken for <b>([^<]+)</b>: (\d+) times<br>'
+    pairs = re.findall(pair + r"\s*((?:<img [^>]*>)*)</div>", text)
     assert len(pairs) == min(page.MAX_PAIRS, np.count_nonzero(off))
+    for *_, count, images in pairs:  # Its three highest-loss examples, or all it has.
+        assert images.count("<img ") == min(int(count), 3)
     true, predicted = np.unravel_index(np.argmax(off), off.shape)  # The first largest cell.
-    assert pairs[0] == (CLASS_NAMES[true], CLASS_NAMES[predicted], str(off.max()))
+    assert pairs[0][:3] == (CLASS_NAMES[true], CLASS_NAMES[predicted], str(off.max()))
 
 
 @pytest.mark.parametrize("name", ["tiny", "resnet18"])
@@ -231,11 +234,9 @@ def test_a_thousand_class_page_stays_small(tmp_path):
     with open(path) as f:
         text = f.read()
     assert os.path.getsize(path) <= 5 * 2**20
-    assert text.count('class="card"') == 25
-    assert (
-        len(re.findall(r"<tr class=\"pair\"><td>class \d+ &lt;\d+&gt;</td><td>", text))
-        == page.MAX_PAIRS
-    )
+    assert text.count('<div class="card" data-id=') == 25
+    pair = r'<div class="card pair"><b>class \d+ &lt;\d+&gt;</b> taken for <b>class \d+ &lt;'
+    assert len(re.findall(pair, text)) == page.MAX_PAIRS
     assert text.count("<td data-recall=") == classes
     assert "<details>" in text  # The per-class table starts folded.
 

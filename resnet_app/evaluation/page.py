@@ -103,7 +103,8 @@ def _glance(session: Session, report: dict) -> list[tuple[str, str]]:
             f"{run_config.data.dataset}: {pipeline.num_classes} classes, {size}x{size} px, "
             f"{pipeline.channels} channel(s)",
         ),
-        ("recipe", ", ".join(f"{key}={new}" for key, (_, new) in sorted(recipe.items()))),
+        # The settings unset by the recipe (a schedule's unused keys) would only be noise.
+        ("recipe", ", ".join(f"{k}={v}" for k, (_, v) in sorted(recipe.items()) if v is not None)),
         ("precision", report["precision"]),
         (
             "steps",
@@ -132,13 +133,13 @@ def _chart(title: str, lines: dict[str, Series]) -> dict[str, Any]:
 
     def at(x: float, y: float) -> str:
         left = margin + (x - x0) / (x1 - x0) * (width - margin - 8)
-        top = 8 + (y1 - y) / (y1 - y0) * (height - margin - 8)
+        top = 24 + (y1 - y) / (y1 - y0) * (height - margin - 24)
         return f"{left:.1f},{top:.1f}"
 
     return {
         "title": title,
         "x": (x0, x1),
-        "y": (f"{y0:.4g}", f"{y1:.4g}"),
+        "y": (f"{y0:.3g}", f"{y1:.3g}"),
         "lines": [
             {"label": label, "points": " ".join(at(x, y) for x, y in found)}
             for label, found in points.items()
