@@ -257,6 +257,7 @@ def idx_run(tmp_path):
         "--batch_size=8",
         "--train_steps=2",
         "--set=data.image_size=16",
+        "--set=train.precision=bf16",
         f"--model_dir={model_dir}",
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -287,14 +288,19 @@ def test_refusals_are_one_line(tiny_run, idx_run, tmp_path):
     assert "--data_dir" in line
 
 
-def test_greyscale_stays_grey_and_moved_data_is_found_with_data_dir(idx_run, tmp_path):
+def test_a_bf16_greyscale_run_on_two_towers_with_its_data_moved(idx_run, tmp_path):
+    """Greyscale stays grey; the towers gather bfloat16 images; --data_dir finds the data."""
     shutil.move(tmp_path / "data", tmp_path / "moved")
-    result = run_command(
-        "resnet_app.report", f"--model_dir={idx_run}", f"--data_dir={tmp_path / 'moved'}"
-    )
+    args = [f"--model_dir={idx_run}", "--num_towers=2", "--top_losses=12"]
+    result = run_command("resnet_app.report", *args, f"--data_dir={tmp_path / 'moved'}")
     assert result.returncode == 0, result.stderr[-3000:]
     with open(os.path.join(json.loads(result.stdout)["report"], page.PAGE_FILE)) as f:
         text = f.read()
     first = re.search(r'<img class="thumb" src="data:image/png;base64,([^"]+)"', text)
     image = tf.io.decode_png(base64.b64decode(first.group(1))).numpy()
     assert image.shape == (16, 16, 1)  # The model's input as it is: one channel, 16 px.
+    with np.load(os.path.join(json.loads(result.stdout)["report"], page.PREDICTIONS_FILE)) as f:
+        ids, labels, logits = f["id"], f["label"], f["logits"]
+    assert sorted(ids) == list(range(12))  # Each test example once, over both towers.
+    worst = ids[np.lexsort((ids, -numpy_losses(logits, labels)))]
+    assert [int(i) for i in re.findall(r'class="card" data-id="(\d+)"', text)] == list(worst)

@@ -200,8 +200,8 @@ def _step_function(model: tf.keras.Model, strategy: tf.distribute.Strategy, opti
         labels, mask = batch["label"], batch["mask"]
         sums, predictions = _sums(logits, labels, mask, options)
         per_example = {"id": batch["id"], "label": labels, "prediction": predictions, "mask": mask}
-        if options.images:
-            per_example["image"] = batch["image"]
+        if options.images:  # float32: a collective gathers no bfloat16.
+            per_example["image"] = tf.cast(batch["image"], tf.float32)
         if options.multi_label:
             per_example["score"] = tf.sigmoid(logits)
         if options.gather:
