@@ -245,8 +245,7 @@ def evaluate(
     Args:
       global_batch_size: examples per step over all replicas (rounded up to a
         multiple of the replicas; the extra slots are padding).
-      strategy: default: the current one.
-      split: default: the pipeline's evaluation split.
+      strategy, split: default: the current one, and the pipeline's evaluation split.
       collect: also return every example's id, label and prediction (this
         worker's replicas').
       confusion: also count the confusion matrix (an all-reduce per step).
@@ -256,9 +255,7 @@ def evaluate(
       temperature: with `collect_logits`, also the logits with each view's
         divided by it before the average.
       threshold: multi-label data: the probability at which a class is predicted.
-      on_batch: with `collect_logits`, called with each batch's real examples
-        ("id", "label", "prediction", "logits", "image", ...), before the images
-        are dropped.
+      on_batch: with `collect_logits`, given each batch's real examples, images too.
 
     Raises:
       ConfigError: for multi-label data with test-time augmentation, a
@@ -298,7 +295,7 @@ def evaluate(
 
     dataset = distribute.distribute_datasets(strategy, dataset_fn)
     step = _step_function(model, strategy, options)
-    keep = collect or collect_logits or multi_label
+    keep = collect or collect_logits or multi_label  # Each example's arrays.
     result = _run(dataset, step, strategy, options, keep, on_batch)
     if multi_label:
         scores = np.zeros((0, classes), np.float32) if result.scores is None else result.scores

@@ -30,7 +30,6 @@ from resnet_app.tools.plot_metrics import Series, load_curves
 
 if TYPE_CHECKING:
     from resnet_app.engine.exact_eval import EvalResult
-    from resnet_app.evaluation.checkpoint_eval import Session
     from resnet_app.evaluation.gallery import Gallery
 
 PAGE_FILE = "report.html"
@@ -46,9 +45,10 @@ _TEMPLATES = jinja2.Environment(
 
 
 def write_page(
-    session: Session, directory: str, report: dict, result: EvalResult, gallery: Gallery
+    session: Any, directory: str, report: dict, result: EvalResult, gallery: Gallery
 ) -> str:
-    """Writes the page and `predictions.npz` into `directory`; the page's path."""
+    """Writes the page and `predictions.npz` into `directory`; the page's path. `session`: a
+    `checkpoint_eval.Session` (its model_dir, run_config, pipeline and model are read)."""
     names = session.pipeline.class_names
     files.write_atomically(
         os.path.join(directory, PREDICTIONS_FILE),
@@ -87,7 +87,7 @@ def image_uri(image: np.ndarray) -> str:
     return f"data:image/{kind};base64,{base64.b64encode(encoded.numpy()).decode('ascii')}"
 
 
-def _glance(session: Session, report: dict) -> list[tuple[str, str]]:
+def _glance(session: Any, report: dict) -> list[tuple[str, str]]:
     """(what, value) rows: the run's model, data, recipe, precision, steps, time and devices."""
     records = metrics.read_records(os.path.join(session.model_dir, metrics.METRICS_FILE))
     starts = [r for r in records if r.get("event") == "start"]
@@ -166,7 +166,7 @@ def _probabilities(logits: np.ndarray, multi_label: bool) -> np.ndarray:
     return shifted / shifted.sum(axis=-1, keepdims=True)
 
 
-def _worst(session: Session, gallery: Gallery, names: Sequence[str]) -> list[dict[str, Any]]:
+def _worst(session: Any, gallery: Gallery, names: Sequence[str]) -> list[dict[str, Any]]:
     """The gallery's highest-loss examples, each with its image, Grad-CAM of the predicted
     class, labels and probabilities."""
     worst = gallery.worst
