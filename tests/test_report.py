@@ -185,7 +185,7 @@ def test_the_streamed_gallery_equals_one_sort_of_the_whole_split():
 def test_a_thousand_class_page_stays_small(tmp_path):
     """1000 classes, 224-pixel colour images: the page holds at most 50 pairs and is <= 5 MB."""
     rng = np.random.default_rng(2)
-    classes, examples, size = 1000, 4000, 224
+    classes, examples, size = 1000, 1200, 224
     names = [f"class {i} <{i}>" for i in range(classes)]  # Escaped on the page.
     labels = rng.integers(0, classes, examples)
     logits = rng.normal(size=(examples, classes)).astype(np.float32)
