@@ -7,7 +7,11 @@ used: converters are optional dependencies) provides
         a `portable.PortableClassifier`'s file; `variant` a --quantize value
         (None without variants), `calibration` uint8 training images or None,
         `info` what model_info.json says about the file;
-    Runner(path)(images) -> probabilities, on uint8 images of the file's size.
+    Runner(path)(images) -> probabilities, on uint8 images of the file's size;
+    constructor(classifier, info), optionally: what model_info.json says of
+    how to build the file's network elsewhere (timm, torchvision).
+
+`module` may name an object in the module: "package.module:NAME".
 """
 
 from __future__ import annotations
@@ -41,8 +45,10 @@ class Format:
         return self.name if variant is None else f"{self.name}_{variant}"
 
     def load(self) -> ModuleType:
-        """The format's module (its converter's dependencies load with it)."""
-        return importlib.import_module(self.module)
+        """The format's module or object (its converter's dependencies load with it)."""
+        module, _, name = self.module.partition(":")
+        loaded = importlib.import_module(module)
+        return getattr(loaded, name) if name else loaded
 
 
 FORMATS = {
@@ -50,6 +56,11 @@ FORMATS = {
         "tflite", ".tflite", "resnet_app.export.tflite", (NO_VARIANT, "float16", "dynamic", "int8")
     ),
     "onnx": Format("onnx", ".onnx", "resnet_app.export.onnx_export"),
+    # PyTorch state dicts (safetensors) in each library's names: `torch_weights.py`.
+    "timm": Format("timm", "_timm.safetensors", "resnet_app.export.torch_weights:TIMM"),
+    "torchvision": Format(
+        "torchvision", "_torchvision.safetensors", "resnet_app.export.torch_weights:TORCHVISION"
+    ),
 }
 
 

@@ -29,7 +29,7 @@ from resnet_app.nets import blocks, parts
 from resnet_app.pretrained.weights import SourceWeights, check_units
 
 # Our variable names by the state-dict tensor kind.
-_KINDS = {
+STATE_DICT_KINDS = {
     "kernel": "weight",
     "bias": "bias",
     "gamma": "weight",
@@ -75,7 +75,7 @@ def read(path: str, model, model_name: str) -> SourceWeights:
     for ours, theirs in names.items():
         for variable in variables[ours].weights:
             short = parts.short_name(variable)
-            key = f"{theirs}.{_KINDS[short]}"
+            key = f"{theirs}.{STATE_DICT_KINDS[short]}"
             expected.add(key)
             if key not in tensors:
                 raise ConfigError(
