@@ -8,11 +8,12 @@
 Besides the SavedModel, `--format=tflite` writes one `.tflite` file per
 `--quantize` and `--format=onnx` a `model.onnx` (requirements-export.txt);
 both take uint8 images of one fixed size and return probabilities
-(`model_info.json`). Each format is checked against the SavedModel on the
-run's evaluation split (`--eval_examples=N` of it): top-1, agreement, largest
-probability difference, size and latency, in `export_report.json`. The run's
-fitted temperature applies to every format; `--tta=flip` averages each image
-with its mirror image.
+(`model_info.json`). `--format=timm` and `--format=torchvision` write the
+network as that library's safetensors state dict (`torch_weights.py`). Each
+format is checked against the SavedModel on the run's evaluation split
+(`--eval_examples=N` of it): top-1, agreement, largest probability difference,
+size and latency, in `export_report.json`. The run's fitted temperature applies
+to every format; `--tta=flip` averages each image with its mirror image.
 
 The SavedModel holds the network, the run's evaluation preprocessing and its
 class names, with signatures `serving_default` (uint8 images of any size),
@@ -56,7 +57,8 @@ _OVERWRITE = flags.DEFINE_boolean("overwrite", False, "Replace an existing expor
 _FORMAT = flags.DEFINE_list(
     "format",
     ["saved_model"],
-    "Formats: saved_model (always written), tflite, onnx; comma-separated.",
+    "Formats: saved_model (always written), tflite, onnx, timm, torchvision (PyTorch state "
+    "dicts in that library's names; see docs/export.md); comma-separated.",
 )
 _QUANTIZE = flags.DEFINE_list(
     "quantize",
