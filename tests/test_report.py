@@ -28,16 +28,14 @@ from resnet_app.nets.resnet import create_model
 from tests import own_data
 from tests.commands import error_line, run_command
 from tests.conftest import EVAL_EXAMPLES
+from tests.test_losses import numpy_cross_entropy
 
 TOP = 7
 
 
 def numpy_losses(logits, labels):
-    """Softmax cross-entropy of each row, in float64."""
-    logits = logits.astype(np.float64)
-    top = logits.max(axis=1)
-    log_sum_exp = top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
-    return log_sum_exp - logits[np.arange(len(labels)), labels]
+    """Softmax cross-entropy of each row against its class id, in float64."""
+    return numpy_cross_entropy(logits, np.eye(logits.shape[1])[labels])
 
 
 @pytest.fixture(scope="module")
@@ -243,27 +241,29 @@ def test_a_thousand_class_page_stays_small(tmp_path):
     assert "<details>" in text  # The per-class table starts folded.
 
 
-@pytest.fixture
-def idx_run(tmp_path):
-    """A tiny run trained on greyscale IDX files (as Fashion-MNIST's) under tmp_path/data."""
-    images, labels = shapes.generate("train", 48, seed=3)
-    grey, arrays = images.mean(axis=-1).astype(np.uint8), {}
-    for split, part in (("train", slice(0, 36)), ("test", slice(36, 48))):
+def greyscale_idx_run(root, train, test, *flags):
+    """A tiny run on greyscale shapes written as IDX files (Fashion-MNIST's layout) under
+    root/data: `train` and `test` images; `flags` for the trainer. Its run directory."""
+    images, labels = shapes.generate("train", train + test, seed=5)
+    grey, labels = images.mean(axis=-1).astype(np.uint8), labels.astype(np.uint8)
+    arrays = {}
+    for split, part in (("train", slice(0, train)), ("test", slice(train, None))):
         arrays[(split, "images")], arrays[(split, "labels")] = grey[part], labels[part]
-    own_data.write_idx(str(tmp_path / "data"), {k: v.astype(np.uint8) for k, v in arrays.items()})
-    model_dir = tmp_path / "run"
+    own_data.write_idx(str(root / "data"), arrays)
+    model_dir = root / "run"
+    dataset = f"--dataset=idx:{root / 'data'}"
     result = run_command(
-        "resnet_app.train",
-        f"--dataset=idx:{tmp_path / 'data'}",
-        "--model=tiny",
-        "--batch_size=8",
-        "--train_steps=2",
-        "--set=data.image_size=16",
-        "--set=train.precision=bf16",
-        f"--model_dir={model_dir}",
+        "resnet_app.train", dataset, "--model=tiny", *flags, f"--model_dir={model_dir}"
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return model_dir
+
+
+@pytest.fixture
+def idx_run(tmp_path):
+    """A bf16 run of 2 steps on 36 training and 12 test images, under tmp_path."""
+    flags = ("--batch_size=8", "--train_steps=2", "--set=data.image_size=16")
+    return greyscale_idx_run(tmp_path, 36, 12, *flags, "--set=train.precision=bf16")
 
 
 def test_refusals_are_one_line(tiny_run, idx_run, tmp_path):

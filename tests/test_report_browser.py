@@ -9,13 +9,12 @@ import os
 import numpy as np
 import pytest
 
-from resnet_app.data import shapes
-from tests import browser, own_data
+from tests import browser
 from tests.commands import run_command
 from tests.test_losses import numpy_bce
 from tests.test_multi_label import run as multi_label_run  # noqa: F401 - fixtures
 from tests.test_multi_label import table  # noqa: F401
-from tests.test_report import numpy_losses
+from tests.test_report import greyscale_idx_run, numpy_losses
 
 pytestmark = pytest.mark.slow  # Chromium, and two runs of their own.
 TOP = 12
@@ -40,25 +39,8 @@ def open_report(model_dir, tmp_path):
 
 @pytest.fixture
 def greyscale_run(tmp_path):
-    images, labels = shapes.generate("train", 160, seed=5)
-    grey = images.mean(axis=-1).astype(np.uint8)
-    arrays = {}
-    for split, part in (("train", slice(0, 112)), ("test", slice(112, 160))):
-        arrays[(split, "images")], arrays[(split, "labels")] = grey[part], labels[part]
-    arrays = {key: value.astype(np.uint8) for key, value in arrays.items()}
-    own_data.write_idx(str(tmp_path / "data"), arrays)
-    model_dir = tmp_path / "run"
-    result = run_command(
-        "resnet_app.train",
-        f"--dataset=idx:{tmp_path / 'data'}",
-        "--model=tiny",
-        "--batch_size=16",
-        "--train_steps=14",
-        "--eval_every=7",
-        f"--model_dir={model_dir}",
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return model_dir
+    flags = ("--batch_size=16", "--train_steps=14", "--eval_every=7")
+    return greyscale_idx_run(tmp_path, 112, 48, *flags)
 
 
 def test_a_greyscale_runs_page_in_chromium(greyscale_run, tmp_path):

@@ -138,13 +138,14 @@ def reliability(
     }
 
 
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
+def log_softmax(logits: np.ndarray) -> np.ndarray:
     """log softmax over the last axis, through log-sum-exp: finite for any finite logits."""
     shifted = logits - logits.max(axis=-1, keepdims=True)
     return shifted - np.log(np.sum(np.exp(shifted), axis=-1, keepdims=True))
 
 
-def _softmax(logits: np.ndarray) -> np.ndarray:
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """softmax over the last axis, shifted by the largest logit (no overflow)."""
     shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
     return shifted / shifted.sum(axis=-1, keepdims=True)
 
@@ -161,7 +162,7 @@ def negative_log_likelihood(
     """
     temperature = _check_temperature(temperature)
     logits, labels = _check_examples(logits, labels)
-    log_probabilities = _log_softmax(logits / temperature)
+    log_probabilities = log_softmax(logits / temperature)
     return float(-np.mean(log_probabilities[np.arange(len(labels)), labels]))
 
 
@@ -171,7 +172,7 @@ def _nll_slope(logits: np.ndarray, labels: np.ndarray, beta: float) -> float:
     Non-decreasing in beta: its derivative is the mean variance of z under
     softmax(beta * z).
     """
-    probabilities = _softmax(beta * logits)
+    probabilities = softmax(beta * logits)
     expected = np.sum(probabilities * logits, axis=1)
     return float(np.mean(expected - logits[np.arange(len(labels)), labels]))
 
@@ -261,7 +262,7 @@ def apply_temperature(logits: np.ndarray, temperature: float) -> np.ndarray:
     """
     temperature = _check_temperature(temperature)
     logits = _check_scores(logits, "logits")
-    return _softmax(logits / temperature)
+    return softmax(logits / temperature)
 
 
 def calibration_record(

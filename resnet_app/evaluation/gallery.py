@@ -13,6 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
+from resnet_app.evaluation import calibration
+
 THUMBNAIL = 96  # Pixels: larger images are shrunk to it, smaller ones drawn at it by the page.
 
 
@@ -23,9 +25,7 @@ def example_losses(logits: np.ndarray, labels: np.ndarray, multi_label: bool) ->
     if multi_label:
         bce = np.maximum(logits, 0) - logits * labels + np.log1p(np.exp(-np.abs(logits)))
         return bce.mean(axis=1)
-    top = logits.max(axis=1, keepdims=True)
-    log_sum_exp = np.log(np.exp(logits - top).sum(axis=1)) + top[:, 0]
-    return log_sum_exp - logits[np.arange(len(labels)), labels]
+    return -calibration.log_softmax(logits)[np.arange(len(labels)), labels]
 
 
 def pixels(images: np.ndarray, mean: Sequence[float], std: Sequence[float]) -> np.ndarray:

@@ -24,7 +24,7 @@ import tensorflow as tf
 from resnet_app import config
 from resnet_app.common import files, metrics
 from resnet_app.config import differences
-from resnet_app.evaluation import gradcam, reports
+from resnet_app.evaluation import calibration, gradcam, reports
 from resnet_app.evaluation.gallery import THUMBNAIL, pixels, thumbnails
 from resnet_app.tools.plot_metrics import Series, load_curves
 
@@ -158,14 +158,6 @@ def _charts(model_dir: str, multi_label: bool) -> list[dict[str, Any]]:
     ]
 
 
-def _probabilities(logits: np.ndarray, multi_label: bool) -> np.ndarray:
-    logits = logits.astype(np.float64)
-    if multi_label:
-        return 1.0 / (1.0 + np.exp(-logits))
-    shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return shifted / shifted.sum(axis=-1, keepdims=True)
-
-
 def _worst(session: Any, gallery: Gallery, names: Sequence[str]) -> list[dict[str, Any]]:
     """The gallery's highest-loss examples, each with its image, Grad-CAM of the predicted
     class, labels and probabilities."""
@@ -176,7 +168,9 @@ def _worst(session: Any, gallery: Gallery, names: Sequence[str]) -> list[dict[st
     activations, gradients = gradcam.activations_and_gradients(session.model, images, predicted)
     shown = pixels(images, gallery.mean, gallery.std)
     heat = gradcam.overlay(shown, gradcam.maps(activations, gradients), THUMBNAIL)
-    probabilities = _probabilities(worst["logits"], gallery.multi_label)
+    logits = worst["logits"].astype(np.float64)
+    sigmoid = 1.0 / (1.0 + np.exp(-logits))
+    probabilities = sigmoid if gallery.multi_label else calibration.softmax(logits)
     cards = []
     for index, (label, prediction) in enumerate(zip(worst["label"], predicted)):
         if gallery.multi_label:

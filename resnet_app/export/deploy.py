@@ -110,13 +110,13 @@ def write_formats(staged: str, served, source: dict, run_config, request: Reques
     outputs = []
     for kind in [formats.FORMATS[name] for name in request.formats if name in formats.FORMATS]:
         module = kind.load()
+        if hasattr(module, "constructor"):  # How to build the network where the file goes.
+            built = module.constructor(classifier, info)
+            info[kind.name] = {"file": kind.file_name(None), **built}
         for variant in [v for v in request.quantizations if v in kind.variants] or [None]:
             path = os.path.join(staged, kind.file_name(variant))
             _write(path, module.convert(classifier, variant, calibration, info))
             outputs.append((kind.output_name(variant), path, module.Runner))
-        if hasattr(module, "constructor"):  # How to build the network where the file goes.
-            built = module.constructor(classifier, info)
-            info[kind.name] = {"file": os.path.basename(path), **built}
     for name, path, runner in outputs:
         if images is None:  # No parity: the file's size only.
             size = parity.path_size(path)

@@ -8,8 +8,8 @@ used: converters are optional dependencies) provides
         (None without variants), `calibration` uint8 training images or None,
         `info` what model_info.json says about the file;
     Runner(path)(images) -> probabilities, on uint8 images of the file's size;
-    constructor(classifier, info), optionally: what model_info.json says of
-    how to build the file's network elsewhere (timm, torchvision).
+    constructor(classifier, info), optionally: how to build the file's network
+    elsewhere (timm, torchvision), put in `info[name]` before `convert` runs.
 
 `module` may name an object in the module: "package.module:NAME".
 """

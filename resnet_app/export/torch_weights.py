@@ -118,12 +118,13 @@ class Library:
         return found
 
     def convert(self, classifier, variant=None, calibration=None, info: dict | None = None):
-        """The `.safetensors` bytes of the classifier's network."""
+        """The `.safetensors` bytes of the classifier's network; `info[self.name]` holds
+        `constructor`'s entry (`deploy.write_formats`)."""
         from safetensors.numpy import save
 
-        metadata = {key: info[key] for key in ("class_names", "preprocessing", "temperature",
-                                               "tta", "multi_label")}  # fmt: skip
-        metadata["constructor"] = self.constructor(classifier, info)
+        keys = ("class_names", "preprocessing", "temperature", "tta", "multi_label")
+        metadata = {key: info[key] for key in keys}
+        metadata["constructor"] = info[self.name]
         tensors = state_dict(classifier.model)
         return save(tensors, metadata={METADATA_KEY: json.dumps(metadata)})
 
