@@ -10,7 +10,7 @@ import tensorflow as tf
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import input_pipeline, shapes
 from resnet_app.data.settings import data_config
-from resnet_app.data.sources import record_index, tfrecord
+from resnet_app.data.sources import record_index, sharded_stream, tfrecord
 from tests import own_data, runs
 
 TRAIN_SIZES = (13, 9, 16, 11, 7, 14, 10)  # 80 examples in 7 shards of unequal sizes.
@@ -83,7 +83,7 @@ def test_the_stream_entered_at_any_example_continues_the_stream_from_the_start(
     root, tmp_path, monkeypatch, workers, start
 ):
     # Groups of 2 shards, so that entry points fall in later groups of an epoch.
-    monkeypatch.setattr(tfrecord, "CYCLE_SHARDS", 2)
+    monkeypatch.setattr(sharded_stream, "CYCLE_SHARDS", 2)
     split = load(root, tmp_path).split("train")
     for index in range(workers):
         whole = list(split.stream.training(3, 0, workers, index, 20).take(150).as_numpy_iterator())
