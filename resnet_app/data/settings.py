@@ -315,7 +315,7 @@ class DataConfig:
 
     Attributes:
       dataset: "shapes", "synthetic", "folder:PATH", "csv:FILE",
-        "tfrecord:DIR", "idx:DIR", "cifar:PATH" or a tfds name (`data/sources/`).
+        "tfrecord:DIR", "idx:DIR", "cifar:PATH", "hf:DIR" or a tfds name (`data/sources/`).
       data_dir: tfds data directory, and where `shapes` and the TFRecord
         indexes are cached (default: tfds's ~/tensorflow_datasets and
         ~/.cache/resnet_app).
@@ -365,6 +365,10 @@ class DataConfig:
       label_separator: `csv:` sources: what separates a cell's labels; the
         default, a space, is any run of whitespace (Kaggle's convention).
       records: how `tfrecord:` shards are read (`RecordSettings`).
+      image_column: `hf:` sources: the image column, when there are several
+        (default: the only `Image` feature).
+      label_column: `hf:` sources: the label column, when there are several
+        (default: the only `ClassLabel`, or list of them for multi-label).
       progressive: the training size by epoch (`ProgressiveSettings`).
       sampling: "natural" (each epoch visits every example once) or
         "balanced" (each draw picks a class uniformly, then one of its
@@ -396,6 +400,8 @@ class DataConfig:
     multi_label: bool | None = None
     label_separator: str = setting(" ", SEPARATOR)
     records: RecordSettings = RecordSettings()
+    image_column: str | None = None
+    label_column: str | None = None
     sampling: str = setting("natural", fields.one_of(SAMPLINGS))
     progressive: ProgressiveSettings = ProgressiveSettings()
 

@@ -29,6 +29,11 @@ _MAGIC = {
 }
 
 
+def image_format(head: bytes) -> str | None:
+    """ "jpeg", "png", "gif" or "bmp" from an image's first bytes (None: none of them)."""
+    return next((name for magic, name in _MAGIC.items() if head.startswith(magic)), None)
+
+
 def _inspect(path: str) -> tuple[str | None, int]:
     """(the image's format, "jpeg", "png", "gif", "bmp" or None if unreadable; its size).
 
@@ -44,7 +49,7 @@ def _inspect(path: str) -> tuple[str | None, int]:
             tail = file.read()
     except OSError:
         return None, 0
-    kind = next((name for magic, name in _MAGIC.items() if head.startswith(magic)), None)
+    kind = image_format(head)
     complete = {
         "jpeg": b"\xff\xd9" in tail,
         "png": b"IEND" in tail,
