@@ -5,6 +5,7 @@
     race       time to accuracy: the trainer against Keras `fit` (`race.py`)
     sync       all-reduce against local SGD (`sync_costs.py`)
     report     `resnet-app report` against `evaluate`, launch to exit (`report_cost.py`)
+    hf         a recipe on IDX files against the same images via `hf:` (`hf_cost.py`)
 
     python scripts/benchmark.py step --model=resnet50 --image_size=224 --batch_size=32 --steps=3
     python scripts/benchmark.py step --variants=input --set=data.augment.randaugment_ops=2
@@ -30,6 +31,7 @@ import tarfile
 import tempfile
 import time
 
+import hf_cost
 import keras_baseline
 import race
 import report_cost
@@ -384,6 +386,7 @@ def parser() -> timing.Parser:
     race.add_parser(commands)
     sync_costs.add_parser(commands)
     report_cost.add_parser(commands)
+    hf_cost.add_parser(commands)
     return top
 
 
@@ -404,6 +407,7 @@ def main(argv: list[str]) -> None:
         "race": (race.race, race.text),
         "sync": (sync_costs.sync, sync_costs.text),
         "report": (report_cost.report, report_cost.text),
+        "hf": (hf_cost.hf, hf_cost.text),
     }[command]
     timing.emit(build(options), text, options["json"])
 

@@ -110,3 +110,48 @@ def write_idx(directory, arrays, gzipped=True, prefix=""):
         data = idx_bytes(array)
         with gzip.open(f"{path}.gz", "wb") if gzipped else open(path, "wb") as file:
             file.write(data)
+
+
+def write_hf(root, splits, names, layout="hub", shards=1, rows_per_group=None):
+    """A Hugging Face dataset written by the `datasets` library: {split: (images, labels)}
+    with an Image and a ClassLabel column ("label"), or for label lists a list of them
+    ("labels"). `layout`: "hub" (data/{split}-0000i-of-n.parquet, `shards` of the train
+    split), "readme" (the same, its features only in a README's YAML) or "disk"
+    (DatasetDict.save_to_disk). Returns the `datasets.DatasetDict` written."""
+    import datasets
+    import huggingface_hub
+    import pyarrow.parquet as pq
+    from datasets.info import DatasetInfosDict
+
+    label = datasets.ClassLabel(names=list(names))
+    multi = isinstance(next(iter(splits.values()))[1][0], list)
+    column = "labels" if multi else "label"
+    features = datasets.Features(
+        {"image": datasets.Image(), column: datasets.List(label) if multi else label}
+    )
+    written = datasets.DatasetDict(
+        {
+            split: datasets.Dataset.from_dict(
+                {"image": list(images), column: [x if multi else int(x) for x in labels]},
+                features=features,
+            )
+            for split, (images, labels) in splits.items()
+        }
+    )
+    if layout == "disk":
+        written.save_to_disk(str(root))
+        return written
+    os.makedirs(os.path.join(root, "data"), exist_ok=True)
+    for split, data in written.items():
+        count = shards if split == "train" else 1
+        for i in range(count):
+            path = os.path.join(root, "data", f"{split}-{i:05d}-of-{count:05d}.parquet")
+            data.shard(count, i, contiguous=True).to_parquet(path, batch_size=rows_per_group)
+            if layout == "readme":  # As other writers (pandas, Spark) leave them.
+                pq.write_table(pq.read_table(path).replace_schema_metadata(None), path)
+    if layout == "readme":
+        card = huggingface_hub.DatasetCardData()
+        DatasetInfosDict({"default": written["train"].info}).to_dataset_card_data(card)
+        with open(os.path.join(root, "README.md"), "w") as file:
+            file.write(f"---\n{card.to_yaml()}\n---\n# A dataset\n")
+    return written

@@ -124,6 +124,8 @@ def _pick(entries: list, config: str | None, root: str) -> dict | None:
     `config` names, else the default or only one; refuses a choice it cannot make."""
     if isinstance(entries, dict):
         entries = [entries]
+    if not entries:
+        return None
     named = {entry.get("config_name", "default"): entry for entry in entries}
     if config is not None:
         return named.get(config)
@@ -204,25 +206,12 @@ def check(root: str, config=None) -> Layout:
     name = PREFIX + root
     if not os.path.isdir(root):
         raise ConfigError(f"--dataset={name}: {root} is not a directory")
-    try:
-        if os.path.isfile(os.path.join(root, "dataset_dict.json")):
-            with open(os.path.join(root, "dataset_dict.json"), encoding="utf-8") as file:
-                names = json.load(file)["splits"]
-            saved = {split: _saved(os.path.join(root, split)) for split in names}
-            layout = Layout(
-                {_split_name(s): files for s, (files, _) in saved.items()},
-                next(iter(saved.values()))[1] if saved else None,
-            )
-        elif os.path.isfile(os.path.join(root, "state.json")):
-            files, features = _saved(root)
-            layout = Layout({"train": files}, features)
-        else:
-            layout = _hub(root)
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ConfigError(
-            f"--dataset={name}: its save_to_disk files cannot be read ({error}); write them "
-            "again with Dataset.save_to_disk"
-        ) from None
+    if os.path.isfile(os.path.join(root, "dataset_dict.json")) or os.path.isfile(
+        os.path.join(root, "state.json")
+    ):
+        layout = _saved_layout(root, name)
+    else:
+        layout = _hub(root)
     scripts = glob.glob(os.path.join(root, "*.py"))
     if not any(layout.splits.values()) and scripts:
         raise ConfigError(
@@ -237,6 +226,25 @@ def check(root: str, config=None) -> Layout:
             "data/train-*.parquet (the Hub's layout) or Dataset(Dict).save_to_disk's"
         )
     return layout
+
+
+def _saved_layout(root: str, name: str) -> Layout:
+    """The splits `Dataset(Dict).save_to_disk` wrote in `root`."""
+    try:
+        if not os.path.isfile(os.path.join(root, "dataset_dict.json")):
+            files, features = _saved(root)
+            return Layout({"train": files}, features)
+        with open(os.path.join(root, "dataset_dict.json"), encoding="utf-8") as file:
+            saved = {
+                split: _saved(os.path.join(root, split)) for split in json.load(file)["splits"]
+            }
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ConfigError(
+            f"--dataset={name}: its save_to_disk files cannot be read ({error}); write them "
+            "again with Dataset.save_to_disk"
+        ) from None
+    features = next((features for _, features in saved.values() if features), None)
+    return Layout({_split_name(split): files for split, (files, _) in saved.items()}, features)
 
 
 def _hub(root: str) -> Layout:
