@@ -51,6 +51,8 @@ def make_datasets(root):
         arrays[(split, "images")], arrays[(split, "labels")] = grey[part], ids[part]
     own_data.write_idx(str(root / "idx"), arrays)  # Greyscale, as MNIST's.
     cifar = cifar_files.write_archive(str(root / "cifar"), "cifar10", "binary", tarball=True)
+    hf_splits = {"train": (images[:36], labels[:36]), "test": (images[36:], labels[36:])}
+    own_data.write_hf(root / "hub", hf_splits, shapes.CLASS_NAMES, shards=2)
     np.save(root / "one.npy", images[0])
     own_data.write_pngs(str(root / "photos"), images[:2], prefix="photo")
     return {
@@ -62,6 +64,7 @@ def make_datasets(root):
         "tfrecord": f"tfrecord:{root / 'shards'}",
         "idx": f"idx:{root / 'idx'}",
         "cifar": f"cifar:{cifar}",
+        "hf": f"hf:{root / 'hub'}",
         "tfds (offline)": "cifar10",
     }
 

@@ -46,6 +46,11 @@ MOVED: dict[str, tuple[str, str]] = {
         MATRIX_KIND,
         "test_cifar_source.py::test_trains_and_evaluates_every_test_example_once",
     ),
+    f"{MATRIX_OWN}[hf]": (
+        MATRIX_KIND,
+        "test_hugging_face.py::"
+        "test_trains_from_the_command_line_and_refuses_a_wrong_column_in_one_line",
+    ),
     f"{MATRIX_BUILTIN}[tfrecord]": (
         MATRIX_KIND,
         "test_tfrecord.py::test_a_mid_epoch_kill_resumes_bitwise",

@@ -1,5 +1,6 @@
 """`hf:DIR` against the `datasets` library's own writing and reading of the same files."""
 
+import json
 import os
 
 import numpy as np
@@ -240,3 +241,17 @@ def test_a_bad_dataset_is_one_line_naming_the_file_and_row_group(
     with pytest.raises(ConfigError, match=message) as error:
         load(tmp_path, **fields)
     assert "\n" not in str(error.value)
+
+
+def test_trains_from_the_command_line_and_refuses_a_wrong_column_in_one_line(tmp_path):
+    from tests.commands import error_line, run_command
+
+    write(tmp_path / "hub", "disk", "grey")
+    args = ["resnet_app.train", f"--dataset=hf:{tmp_path / 'hub'}", "--model=tiny"]
+    args += ["--batch_size=8", "--train_steps=2", "--eval_every=2"]
+    result = run_command(*args, f"--model_dir={tmp_path / 'run'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    info = json.loads((tmp_path / "run" / "data_info.json").read_text())
+    assert info["class_names"] == list(NAMES) and len(info["preprocessing"]["mean"]) == 1
+    line = error_line(run_command(*args, "--set=data.image_column=picture"))
+    assert "has no column 'picture'; its columns are image (Image), label (ClassLabel)" in line

@@ -1,4 +1,4 @@
-"""The no-traceback matrix (tests/matrix.py) on own data: a folder, CSV tables, IDX files, CIFAR."""
+"""The no-traceback matrix (tests/matrix.py) on own data: folder, CSV, IDX, CIFAR, Hugging Face."""
 
 import pytest
 
@@ -11,6 +11,7 @@ EXPECTED_REFUSALS = {
     "multi-label csv": {"schedule": UNKNOWN_SIZE},
     "idx": {"schedule": UNKNOWN_SIZE},
     "cifar": {"schedule": UNKNOWN_SIZE},
+    "hf": {"schedule": UNKNOWN_SIZE},
 }
 
 

@@ -1,52 +1,38 @@
 """`--dataset=hf:DIR`: a Hugging Face dataset on disk, as the Hub holds it or save_to_disk wrote.
 
-Layouts: the Hub's repository (Parquet files named by a README's `configs:`, or
-`[data/]{split}-*.parquet`, or one `{config}/` of them) and `Dataset(Dict).save_to_disk`'s
-Arrow files beside `state.json`. The image column is an `Image` feature ({bytes, path}); the
-label column a `ClassLabel`, or a list of them (multi-label). Features come from the files'
-own `huggingface` schema metadata, else `dataset_info.json` or the README's YAML.
-
-A shard is a Parquet row group or an Arrow record batch. Labels are read alone (one column);
-a split whose files fit `image_files.MEMORY_LIMIT_BYTES` is read into memory once and indexed
-like a folder's, a larger one streams by shard (`sharded_stream.py`). Nothing here uses the
-network: a repository that holds only a loading script is refused.
+`hf_layout.py` finds the files. The image column is an `Image` feature ({bytes, path}); the
+label column a `ClassLabel`, a list of them (multi-label), or with `data.label_column`
+plain integer ids or names. A shard is a Parquet row group or an Arrow record batch. Labels
+are read alone (one column); a split whose files fit `image_files.MEMORY_LIMIT_BYTES` is
+read into memory once and indexed like a folder's, a larger one streams by shard
+(`sharded_stream.py`), and images stored by path are read as a folder's files.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import glob
 import json
 import os
-import re
 
 import numpy as np
 from absl import logging
 
+import resnet_app.data.sources.image_files as image_files
 from resnet_app.common.errors import ConfigError
-from resnet_app.data.sources import image_files
 from resnet_app.data.sources.base import Source, Split
-from resnet_app.data.sources.registry import register_check, register_source
+from resnet_app.data.sources.hf_layout import PREFIX, check
+from resnet_app.data.sources.registry import register_source
 from resnet_app.data.sources.sharded_stream import ShardedStream
 
-PREFIX = "hf:"
-SPLIT_NAMES = {"valid": "validation", "val": "validation", "dev": "validation"}
 LISTS = ("List", "Sequence", "LargeList")  # Multi-label: a list of ClassLabel.
 UNLABELLED = -1  # The Hub's label for an example without one (a test split's).
 
 
 @dataclasses.dataclass(frozen=True)
-class Layout:
-    """A dataset's files by split (sorted) and the features declared beside them, if any."""
-
-    splits: dict[str, list[str]]
-    features: dict | None
-
-
-@dataclasses.dataclass(frozen=True)
 class Columns:
-    """The image and label columns, the class names (None: ids) and whether multi-label."""
+    """The image and label columns, the class names (None: from the data) and whether
+    multi-label."""
 
     image: str
     label: str
@@ -66,8 +52,10 @@ class ParquetStream(ShardedStream):
     labels: np.ndarray
 
     def _images(self, shard) -> np.ndarray:
+        """Shard `shard`'s encoded images; the pipeline skips one that does not decode."""
         path = self.files[self.owners[shard]]
-        return np.array(_image_bytes(path, int(self.units[shard]), self.column), dtype=object)
+        images = _image_bytes(path, int(self.units[shard]), self.column)
+        return np.array([image or b"" for image in images], dtype=object)
 
     def _records(self, shard, offset):
         import tensorflow as tf
@@ -83,187 +71,6 @@ class ParquetStream(ShardedStream):
         return example_id - self.begin, record, tf.gather(tf.constant(self.labels), example_id)
 
 
-def _front_matter(path: str) -> dict:
-    """A README's YAML header ({} when it has none)."""
-    import yaml
-
-    with open(path, encoding="utf-8") as file:
-        text = file.read()
-    if not text.startswith("---"):
-        return {}
-    try:
-        header = yaml.safe_load(text[3 : text.find("\n---", 3)])
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: its YAML header cannot be read ({error.problem})") from None
-    return header if isinstance(header, dict) else {}
-
-
-def _yaml_type(value) -> dict:
-    """A README feature's type ("image", {"class_label": ...}) as `datasets` writes it in JSON."""
-    if value == "image":
-        return {"_type": "Image"}
-    if isinstance(value, dict) and "class_label" in value:
-        names = (value["class_label"] or {}).get("names") or []
-        if isinstance(names, dict):
-            names = [names[key] for key in sorted(names, key=int)]
-        return {"_type": "ClassLabel", "names": [str(name) for name in names]}
-    return {"_type": str(value)}
-
-
-def _readme(root: str) -> tuple[dict, str, str | None]:
-    """(the README's header, its directory, the config `root` names when it is the parent's)."""
-    for directory, config in ((root, None), (os.path.dirname(root), os.path.basename(root))):
-        path = os.path.join(directory, "README.md")
-        if os.path.isfile(path):
-            return _front_matter(path), directory, config
-    return {}, root, None
-
-
-def _pick(entries: list, config: str | None, root: str) -> dict | None:
-    """The entry of `entries` (configs or dataset_infos, each maybe with `config_name`) that
-    `config` names, else the default or only one; refuses a choice it cannot make."""
-    if isinstance(entries, dict):
-        entries = [entries]
-    if not entries:
-        return None
-    named = {entry.get("config_name", "default"): entry for entry in entries}
-    if config is not None:
-        return named.get(config)
-    defaults = [entry for entry in entries if entry.get("default")] or [named.get("default")]
-    if len(named) == 1 or defaults[0] is not None:
-        return defaults[0] or entries[0]
-    raise ConfigError(
-        f"--dataset={PREFIX}{root} has configs {', '.join(named)}: pass "
-        f"--dataset={PREFIX}{os.path.join(root, '<config>')}"
-    )
-
-
-def _hub_features(header: dict, config: str | None, root: str) -> dict | None:
-    info = _pick(header.get("dataset_info") or [], config, root) if header else None
-    features = (info or {}).get("features")
-    if not isinstance(features, list):
-        return None
-    return {entry["name"]: _feature(entry) for entry in features if "name" in entry}
-
-
-def _feature(entry: dict) -> dict:
-    for key in ("list", "sequence"):
-        if key in entry:
-            return {"_type": "List", "feature": _yaml_type(entry[key])}
-    return _yaml_type(entry.get("dtype"))
-
-
-def _split_name(name: str) -> str:
-    return SPLIT_NAMES.get(name, name)
-
-
-def _parquet_splits(root: str) -> dict[str, list[str]]:
-    """{split: files} of Parquet files named `{split}-*.parquet` or kept in `{split}/`, under
-    `root/data` or `root`; a single `{config}/` directory is entered."""
-    base = os.path.join(root, "data") if os.path.isdir(os.path.join(root, "data")) else root
-    splits: dict[str, list[str]] = {}
-    for path in sorted(glob.glob(os.path.join(base, "*.parquet"))):
-        name = re.split(r"[-.]", os.path.basename(path), maxsplit=1)[0]
-        splits.setdefault(_split_name(name), []).append(path)
-    folders = sorted(
-        entry.name
-        for entry in os.scandir(base)
-        if entry.is_dir()
-        and not entry.name.startswith(".")
-        and glob.glob(os.path.join(entry.path, "**", "*.parquet"), recursive=True)
-    )
-    if splits or not folders:
-        return splits
-    if "train" in folders:
-        return {
-            _split_name(folder): sorted(glob.glob(os.path.join(base, folder, "*.parquet")))
-            for folder in folders
-        }
-    if len(folders) == 1:
-        return _parquet_splits(os.path.join(base, folders[0]))
-    raise ConfigError(
-        f"--dataset={PREFIX}{root} has configs {', '.join(folders)}: pass "
-        f"--dataset={PREFIX}{os.path.join(root, '<config>')}"
-    )
-
-
-def _saved(directory: str) -> tuple[list[str], dict | None]:
-    """A `save_to_disk` split's Arrow files and the features of its dataset_info.json."""
-    with open(os.path.join(directory, "state.json"), encoding="utf-8") as file:
-        state = json.load(file)
-    files = [os.path.join(directory, entry["filename"]) for entry in state["_data_files"]]
-    info_path = os.path.join(directory, "dataset_info.json")
-    if not os.path.isfile(info_path):
-        return files, None
-    with open(info_path, encoding="utf-8") as file:
-        return files, json.load(file).get("features")
-
-
-@register_check("hf")
-def check(root: str, config=None) -> Layout:
-    """The dataset's files by split, found without reading them; refuses a directory that
-    holds neither layout, a loading script alone, or no training split."""
-    name = PREFIX + root
-    if not os.path.isdir(root):
-        raise ConfigError(f"--dataset={name}: {root} is not a directory")
-    if os.path.isfile(os.path.join(root, "dataset_dict.json")) or os.path.isfile(
-        os.path.join(root, "state.json")
-    ):
-        layout = _saved_layout(root, name)
-    else:
-        layout = _hub(root)
-    scripts = glob.glob(os.path.join(root, "*.py"))
-    if not any(layout.splits.values()) and scripts:
-        raise ConfigError(
-            f"--dataset={name}: {root} holds a loading script ({os.path.basename(scripts[0])}) "
-            "that fetches its data from the network; where there is network, run "
-            "datasets.load_dataset(...).save_to_disk(DIR) and pass --dataset=hf:DIR"
-        )
-    if "train" not in layout.splits:
-        found = ", ".join(layout.splits) or "no Parquet files and no save_to_disk output"
-        raise ConfigError(
-            f"--dataset={name}: {root} has {found}; expected a train split: "
-            "data/train-*.parquet (the Hub's layout) or Dataset(Dict).save_to_disk's"
-        )
-    return layout
-
-
-def _saved_layout(root: str, name: str) -> Layout:
-    """The splits `Dataset(Dict).save_to_disk` wrote in `root`."""
-    try:
-        if not os.path.isfile(os.path.join(root, "dataset_dict.json")):
-            files, features = _saved(root)
-            return Layout({"train": files}, features)
-        with open(os.path.join(root, "dataset_dict.json"), encoding="utf-8") as file:
-            saved = {
-                split: _saved(os.path.join(root, split)) for split in json.load(file)["splits"]
-            }
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ConfigError(
-            f"--dataset={name}: its save_to_disk files cannot be read ({error}); write them "
-            "again with Dataset.save_to_disk"
-        ) from None
-    features = next((features for _, features in saved.values() if features), None)
-    return Layout({_split_name(split): files for split, (files, _) in saved.items()}, features)
-
-
-def _hub(root: str) -> Layout:
-    header, directory, config = _readme(root)
-    features = _hub_features(header, config, root)
-    chosen = _pick(header["configs"], config, root) if header.get("configs") else None
-    if chosen is None:
-        return Layout(_parquet_splits(root), features)
-    data_files = chosen.get("data_files") or []
-    if not isinstance(data_files, list) or not all(isinstance(e, dict) for e in data_files):
-        data_files = [{"split": "train", "path": data_files}]
-    splits = {}
-    for entry in data_files:
-        patterns = entry["path"] if isinstance(entry["path"], list) else [entry["path"]]
-        paths = {p for pattern in patterns for p in glob.glob(os.path.join(directory, pattern))}
-        splits[_split_name(entry.get("split", "train"))] = sorted(paths)
-    return Layout(splits, features)
-
-
 def _is_parquet(path: str) -> bool:
     return path.endswith(".parquet")
 
@@ -273,7 +80,10 @@ def _arrow_batches(path: str) -> list:
     """An Arrow stream file's record batches, memory-mapped (read as pages are touched)."""
     import pyarrow as pa
 
-    return pa.ipc.open_stream(pa.memory_map(path)).read_all().to_batches()
+    try:
+        return pa.ipc.open_stream(pa.memory_map(path)).read_all().to_batches()
+    except pa.ArrowInvalid:  # The IPC file format, as some writers other than datasets use.
+        return pa.ipc.open_file(pa.memory_map(path)).read_all().to_batches()
 
 
 def _schema(path: str):
@@ -306,36 +116,24 @@ def _column(path: str, column: str, unit: int | None = None):
     return pa.chunked_array([batch.column(column) for batch in batches]).combine_chunks()
 
 
-def _image_bytes(path: str, unit: int, column: str, rows: int | None = None) -> list[bytes]:
-    """The encoded images of shard `unit` (its first `rows`), each checked by its first
-    bytes; an image stored by path alone is read from it (relative: to the file's directory)."""
+def _image_bytes(path: str, unit: int, column: str) -> list[bytes | None]:
+    """The encoded images of shard `unit` (None where a row has no bytes)."""
     import pyarrow as pa
 
     array = _column(path, column, unit)
-    if rows is not None:
-        array = array.slice(0, rows)
-    is_struct = pa.types.is_struct(array.type)
-    values = (array.field("bytes") if is_struct else array).to_pylist()
-    paths = array.field("path").to_pylist() if is_struct else [None] * len(values)
-    where = f"{path} (row group {unit}, column {column!r})"
-    for row, (value, source) in enumerate(zip(values, paths)):
-        if value is None and source:
-            source = os.path.join(os.path.dirname(path), source)
-            try:
-                with open(source, "rb") as file:
-                    values[row] = value = file.read()
-            except OSError as error:
-                raise ConfigError(
-                    f"{where} row {row} names its image by path, and {source} cannot be read "
-                    f"({error.strerror}); embed the images (datasets' Image(decode=True) with "
-                    "embed_external_files) or put the file back"
-                ) from None
-        if not isinstance(value, bytes) or image_files.image_format(value[:16]) is None:
+    return (array.field("bytes") if pa.types.is_struct(array.type) else array).to_pylist()
+
+
+def _checked(path: str, unit: int, column: str, images: list) -> list[bytes]:
+    """`images`, refused in one line unless each starts as a JPEG, PNG, BMP or GIF does."""
+    for row, image in enumerate(images):
+        if not isinstance(image, bytes) or image_files.image_format(image[:16]) is None:
             raise ConfigError(
-                f"{where} row {row} is not a JPEG, PNG, BMP or GIF image; choose the image "
-                "column with --set data.image_column=NAME, or write the images in one of those"
+                f"{path} (row group {unit}, column {column!r}) row {row} is not a JPEG, PNG, "
+                "BMP or GIF image; choose the image column with --set data.image_column=NAME, "
+                "or write the images in one of those formats"
             )
-    return values
+    return images
 
 
 def _kind(features: dict, name: str) -> str:
@@ -362,30 +160,19 @@ def _columns(schema, features: dict | None, config, where: str) -> Columns:
         bytes_struct = pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0
         return _kind(features, name) == "image" or (not features and bytes_struct)
 
-    described = [
-        f"{n} ({features.get(n, {}).get('_type') or schema.field(n).type})" for n in schema.names
-    ]
+    names = schema.names
+    described = [f"{n} ({features.get(n, {}).get('_type') or schema.field(n).type})" for n in names]
+    labels = [n for n in names if _kind(features, n) in ("label", "labels")]
     chosen = []
     for key, setting, what, candidates in (
-        (
-            "data.image_column",
-            config.image_column,
-            "Image column",
-            [n for n in schema.names if image_like(n)],
-        ),
-        (
-            "data.label_column",
-            config.label_column,
-            "ClassLabel column",
-            [n for n in schema.names if _kind(features, n) in ("label", "labels")],
-        ),
+        ("data.image_column", config.image_column, "Image", [n for n in names if image_like(n)]),
+        ("data.label_column", config.label_column, "ClassLabel", labels),
     ):
-        if setting is not None and setting not in schema.names:
+        if setting is not None and setting not in names:
             problem = f"has no column {setting!r}"
         elif setting is None and len(candidates) != 1:
-            problem = (
-                f"has several {what}s, {', '.join(candidates)}," if candidates else f"has no {what}"
-            )
+            several = f"has several {what} columns, {', '.join(candidates)},"
+            problem = several if candidates else f"has no {what} column"
         else:
             chosen.append(setting or candidates[0])
             continue
@@ -394,59 +181,111 @@ def _columns(schema, features: dict | None, config, where: str) -> Columns:
         )
     image, label = chosen
     multi = _kind(features, label) == "labels"
-    class_label = features[label].get("feature") if multi else features.get(label)
-    names = (class_label or {}).get("names") if _kind(features, label) else None
-    return Columns(image, label, names, multi)
+    class_label = (features[label].get("feature") if multi else features.get(label)) or {}
+    count = class_label.get("num_classes")
+    names = class_label.get("names") or (list(map(str, range(count))) if count else None)
+    return Columns(image, label, names if _kind(features, label) else None, multi)
 
 
-def _labels(path: str, columns: Columns, count: int, name: str) -> np.ndarray | None:
-    """One file's labels: int64 class ids, or uint8 multi-hot rows; None when none has one
-    (the Hub's -1, a test split's). Refuses one outside the `count` classes, naming its
-    row group."""
+def _is_text(kind) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def _class_names(files: list[str], columns: Columns, config) -> list[str]:
+    """The classes: the ClassLabel's names; else, for plain labels, `data.class_names` or
+    the ids (0 to the highest), or the sorted names a text column holds."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if columns.names is not None:
+        return [str(name) for name in columns.names]
+    arrays = [_column(path, columns.label) for path in files]
+    arrays = [a.dictionary_decode() if pa.types.is_dictionary(a.type) else a for a in arrays]
+    if all(pa.types.is_integer(array.type) for array in arrays):
+        highest = max((pc.max(array).as_py() or 0) for array in arrays)
+        return list(config.class_names or map(str, range(highest + 1)))
+    texts = {t for a in arrays if _is_text(a.type) for t in pc.unique(a).to_pylist()}
+    return sorted(text for text in texts if text is not None)
+
+
+def _label_ids(path: str, columns: Columns, names: list[str]):
+    """(a file's class ids, -1 where a row has none, the row of each, the label of each as
+    stored): for multi-label, one entry per label in a row's list."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     array = _column(path, columns.label)
-    if columns.multi_label:
-        values = array.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
-        rows = array.value_parent_indices().to_numpy(zero_copy_only=False)
+    values = array.flatten() if columns.multi_label else array
+    rows = array.value_parent_indices() if columns.multi_label else np.arange(len(array))
+    if pa.types.is_dictionary(values.type):
+        values = values.dictionary_decode()
+    if not pa.types.is_integer(values.type):
+        if not _is_text(values.type):
+            raise ConfigError(
+                f"{path}: column {columns.label!r} holds {values.type}, not class ids or names; "
+                "set data.label_column to the label column"
+            )
+        found = pc.index_in(values, value_set=pa.array(names, values.type))
+        ids = pc.if_else(pc.is_null(values), UNLABELLED, found.fill_null(len(names)))
     else:
-        values = array.fill_null(UNLABELLED).to_numpy(zero_copy_only=False).astype(np.int64)
-        rows = np.arange(len(values))
-        if len(values) and (values == UNLABELLED).all():
-            return None
-    bad = np.flatnonzero((values < 0) | (values >= count))
-    if len(bad):
-        group = int(np.searchsorted(np.cumsum(_unit_sizes(path)), rows[bad[0]], side="right"))
-        raise ConfigError(
-            f"--dataset={name}: {path} (row group {group}, column {columns.label!r}) has label "
-            f"{values[bad[0]]}, outside the {count} classes (0 to {count - 1}); fix the file, "
-            "or set data.label_column to the column of class ids"
-        )
-    if not columns.multi_label:
-        return values
-    hot = np.zeros((len(array), count), np.uint8)
-    hot[rows, values] = 1
-    return hot
+        ids = values.fill_null(UNLABELLED)
+    ids = ids.to_numpy(zero_copy_only=False).astype(np.int64)
+    return ids, np.asarray(rows), values
 
 
-def _split(split: str, files: list[str], columns: Columns, count: int, name: str) -> Split | None:
-    """One split, in memory when its files fit, else streamed by shard; None: unlabelled."""
-    parts = [_labels(path, columns, count, name) for path in files]
-    if any(part is None for part in parts):
+def _labels(split: str, files: list[str], columns: Columns, names: list[str], name: str):
+    """A split's labels: int64 class ids, or uint8 multi-hot rows; None when no example has
+    one (the Hub's -1, as in test splits). Refuses one outside the classes, naming its file
+    and row group."""
+    read = [(path, *_label_ids(path, columns, names)) for path in files]
+    ids = np.concatenate([part[1] for part in read]) if read else np.zeros(0, np.int64)
+    if not columns.multi_label and len(ids) and (ids == UNLABELLED).all():
         logging.warning("%s: split %r has no labels; it is left out", name, split)
         return None
-    labels = np.concatenate(parts)
+    count, labels = len(names), []
+    for path, values, rows, stored in read:
+        bad = np.flatnonzero((values < 0) | (values >= count))
+        if len(bad):
+            group = int(np.searchsorted(np.cumsum(_unit_sizes(path)), rows[bad[0]], "right"))
+            raise ConfigError(
+                f"--dataset={name}: {path} (row group {group}, column {columns.label!r}) has "
+                f"label {stored[int(bad[0])].as_py()!r}, outside the {count} classes (0 to "
+                f"{count - 1}{', as the train split names them' if columns.names is None else ''}"
+                "); fix the file, or set data.label_column to the column of class ids"
+            )
+        if columns.multi_label:
+            hot = np.zeros((len(_column(path, columns.label)), count), np.uint8)
+            hot[rows, values] = 1
+            values = hot
+        labels.append(values)
+    return np.concatenate(labels)
+
+
+def _split(split: str, files: list[str], columns: Columns, names: list[str], name: str):
+    """One split (None: unlabelled): in memory when its files fit, else streamed by shard;
+    images stored by path alone are a folder's files, read by index."""
+    labels = _labels(split, files, columns, names, name)
+    if labels is None:
+        return None
     sizes = [_unit_sizes(path) for path in files]
+    first = next(((path, 0) for path, units in zip(files, sizes) if units), None)
+    if first and _image_bytes(*first, columns.image)[0] is None:
+        return _by_path(split, files, columns, labels, name)
     if sum(os.path.getsize(path) for path in files) <= image_files.MEMORY_LIMIT_BYTES:
         images = [
             image
             for path, units in zip(files, sizes)
             for unit in range(len(units))
-            for image in _image_bytes(path, unit, columns.image)
+            for image in _checked(
+                path, unit, columns.image, _image_bytes(path, unit, columns.image)
+            )
         ]
-        contents = np.array(images, dtype=object)
-        return Split(split, len(labels), labels=labels, contents=contents)
+        return Split(split, len(labels), labels=labels, contents=np.array(images, dtype=object))
     for path, units in zip(files, sizes):  # Streamed: each file's first images checked now.
         if units:
-            _image_bytes(path, 0, columns.image, rows=8)
+            _checked(path, 0, columns.image, _image_bytes(path, 0, columns.image)[:8])
     owners = np.concatenate([np.full(len(units), i) for i, units in enumerate(sizes)])
     units = np.concatenate([np.arange(len(units)) for units in sizes])
     counts = np.concatenate([np.asarray(units, np.int64) for units in sizes])
@@ -456,6 +295,19 @@ def _split(split: str, files: list[str], columns: Columns, count: int, name: str
     return Split(split, len(labels), labels=labels, stream=stream)
 
 
+def _by_path(split: str, files: list[str], columns: Columns, labels: np.ndarray, name: str):
+    """A split whose images are files named by path (relative: to the data file's directory),
+    read as a folder's: unreadable ones skipped, small sets read into memory once."""
+    paths = []
+    for path in files:
+        names = _column(path, columns.image).field("path").to_pylist()
+        paths += [os.path.join(os.path.dirname(path), name or "") for name in names]
+    splits = image_files.FileSplits(name)
+    made = splits.split(split, paths, labels, f"the paths of column {columns.image!r}")
+    splits.finish()
+    return made
+
+
 @register_source("hf", usage="hf:DIR")
 def load(root: str, config) -> Source:
     """The dataset in `root`: its splits with the train split's columns and classes."""
@@ -463,26 +315,18 @@ def load(root: str, config) -> Source:
     layout = check(root)
     train = layout.splits["train"]
     columns = _columns(_schema(train[0]), layout.features, config, train[0])
-    if columns.names is None:  # Class ids without names: data.class_names, else the ids.
-        highest = max(int(_highest(_column(path, columns.label))) for path in train)
-        names = list(config.class_names or map(str, range(highest + 1)))
-    else:
-        names = [str(n) for n in columns.names]
+    names = _class_names(train, columns, config)
     splits = {}
     for split, files in layout.splits.items():
-        for path in files[:1]:  # Every split's files have the train split's columns.
-            _columns(_schema(path), layout.features, config, path)
-        made = _split(split, files, columns, len(names), name) if files else None
+        if columns.label not in _schema(files[0]).names and split != "train":
+            logging.warning(
+                "%s: split %r has no column %r; it is left out", name, split, columns.label
+            )
+            continue
+        _columns(_schema(files[0]), layout.features, config, files[0])  # The train split's.
+        made = _split(split, files, columns, names, name)
         if made is not None:
             splits[split] = made
     if "train" not in splits:
         raise ConfigError(f"--dataset={name}: the train split has no labels")
     return Source(name, names, None, splits)
-
-
-def _highest(array) -> int:
-    """The largest value of an integer column (-1 when it has none)."""
-    import pyarrow.compute as pc
-
-    value = pc.max(array).as_py()
-    return -1 if value is None else value
