@@ -35,6 +35,7 @@ from resnet_app.data import (
     batches,
     channels,
     class_balance,
+    decode_once,
     families,
     image_choices,
     mixing,
@@ -90,6 +91,7 @@ class InputPipeline:
             self.train_split = None
         self.source = source
         self._eval_splits: dict[str, sources.Split] = {}
+        self._decoding: set[str] = set()  # The splits `_in_memory` has tried.
         self.num_classes = len(self.class_names)
         # Several labels per image: "label" is a float32 [classes] multi-hot row.
         self.multi_label = bool(source is not None and source.multi_label)
@@ -217,9 +219,10 @@ class InputPipeline:
         config = self.training_preprocessing(image_size)
         if self.train_split is None:
             return self._synthetic(batch, config.image_size)
+        self.train_split = self._in_memory("train", self.train_split, config)
         seed, split = self.config.seed, self.train_split
+        resize = self._resizes(split, config.image_size)
         repeated = self.config.augment.repeats > 1
-        resize = self.source.image_size != config.image_size
         if split.indexed:  # (augmentation key, index, copy)
             arrange = repeats.placement(global_batch_size, num_shards, replicas_per_shard)
             examples = self._indexed_stream(start_example, arrange).shard(num_shards, shard_index)
@@ -322,7 +325,9 @@ class InputPipeline:
                 raise ConfigError("synthetic data has no images to crop; use --tta=flip")
             ids = batches.padded_ids(indices, batch_size, num_batches)
             return self._synthetic(batch_size, config.eval_size, ids)
-        resize = self.source.image_size != config.image_size
+        name = split or self.eval_split_name
+        data = self._eval_splits[name] = self._in_memory(name, data, config)
+        resize = self._resizes(data, config.image_size)
         if not crops and batches.applies(data, config, resize):
             lookup = self._lookup(data)
             stream = batches.evaluation(indices, batch_size, num_batches, lookup, config)
@@ -347,6 +352,31 @@ class InputPipeline:
         stream = stream.concatenate(blank).take(num_batches * batch_size)
         stream = stream.batch(batch_size, drop_remainder=True)
         return stream.prefetch(tf.data.AUTOTUNE).with_options(options.dataset_options())
+
+    def _resizes(self, split: sources.Split, size: int) -> bool:
+        """Whether the split's images may need resizing to `size` (pixels in memory know)."""
+        if split.images is not None:
+            return split.images.shape[1:3] != (size, size)
+        return self.source.image_size != size
+
+    def _in_memory(self, name: str, split: sources.Split, config) -> sources.Split:
+        """`split`, its files decoded once into memory where `decode_once` applies: the CIFAR
+        recipe at the files' own size. Tried once per split; the log says which way it reads."""
+        known = self.source.image_size in (None, config.image_size)  # None: sizes unknown.
+        files = split.encoded and split.indexed and name not in self._decoding
+        if not known or config.family != "cifar" or not files:
+            return split
+        self._decoding.add(name)
+        found, why = decode_once.decoded(split, config.image_size, self.channels)
+        if why:
+            logging.info("%s, %s split: decoded as it is read (%s)", self.config.dataset, name, why)
+        else:
+            logging.info(
+                "%s, %s split: %d files decoded once into memory (%d MB of pixels), read a "
+                "batch at a time",
+                self.config.dataset, name, split.num_examples, found.images.nbytes >> 20,
+            )  # fmt: skip
+        return found
 
     def _lookup(self, split: sources.Split):
         """`split.lookup()` with pixels held in memory brought to the run's channels."""

@@ -1,0 +1,44 @@
+"""Small image-file splits decoded once into memory, then read as in-memory pixels are.
+
+A folder or CSV split whose files are already held in memory (`image_files`) is decoded at
+start-up when the CIFAR recipe takes its images as they are: every image `size` square,
+and all the pixels within `PIXEL_LIMIT_BYTES`. Each epoch then gathers pixels instead of
+decoding every file again (on 2 cores every decode competes with the step), and the
+batch-wise reading of `batches.py` applies. The pixels are the ones the general pipeline
+decodes (`preprocessing.decode_image`), so the batches are the same bit for bit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from resnet_app.data import options, preprocessing
+from resnet_app.data.sources import Split
+
+PIXEL_LIMIT_BYTES = 1 << 30
+
+
+def decoded(split: Split, size: int, channels: int) -> tuple[Split, str | None]:
+    """(the split with its pixels in memory, or as it was; why not, None when decoded)."""
+    if split.contents is None:
+        return split, "files too large to hold in memory"
+    if split.num_examples * size * size * channels > PIXEL_LIMIT_BYTES:
+        return split, f"pixels over {PIXEL_LIMIT_BYTES >> 20} MB"
+    contents = tf.data.Dataset.from_tensor_slices(tf.constant(split.contents, tf.string))
+    pixels = contents.map(
+        lambda content: preprocessing.decode_image(content, channels),
+        num_parallel_calls=options.parallel_calls(),
+        deterministic=True,
+    )
+    images = np.empty((split.num_examples, size, size, channels), np.uint8)
+    try:
+        for index, image in enumerate(pixels.as_numpy_iterator()):
+            if image.shape[:2] != (size, size):
+                return split, f"an image of {image.shape[1]}x{image.shape[0]} px, not {size}"
+            images[index] = image
+    except tf.errors.InvalidArgumentError:  # Skipped one at a time by the general pipeline.
+        return split, "a file that does not decode"
+    return dataclasses.replace(split, images=images, files=None, contents=None), None
