@@ -19,6 +19,7 @@ from resnet_app.data import options, preprocessing
 from resnet_app.data.sources import Split
 
 PIXEL_LIMIT_BYTES = 1 << 30
+BATCH = 1024  # Images decoded per step of the decoding pipeline.
 
 
 def decoded(split: Split, size: int, channels: int) -> tuple[Split, str | None]:
@@ -27,18 +28,25 @@ def decoded(split: Split, size: int, channels: int) -> tuple[Split, str | None]:
         return split, "files too large to hold in memory"
     if split.num_examples * size * size * channels > PIXEL_LIMIT_BYTES:
         return split, f"pixels over {PIXEL_LIMIT_BYTES >> 20} MB"
+
+    def decode(content):  # A blank in place of an image of another size, and its shape.
+        image = preprocessing.decode_image(content, channels)
+        shape = tf.shape(image)
+        fits = tf.reduce_all(tf.equal(shape[:2], size))
+        blank = tf.zeros([size, size, channels], tf.uint8)
+        return tf.cond(fits, lambda: tf.reshape(image, tf.shape(blank)), lambda: blank), shape
+
     contents = tf.data.Dataset.from_tensor_slices(tf.constant(split.contents, tf.string))
-    pixels = contents.map(
-        lambda content: preprocessing.decode_image(content, channels),
-        num_parallel_calls=options.parallel_calls(),
-        deterministic=True,
-    )
-    images = np.empty((split.num_examples, size, size, channels), np.uint8)
+    pixels = contents.map(decode, num_parallel_calls=options.parallel_calls(), deterministic=True)
+    images, start = np.empty((split.num_examples, size, size, channels), np.uint8), 0
     try:
-        for index, image in enumerate(pixels.as_numpy_iterator()):
-            if image.shape[:2] != (size, size):
-                return split, f"an image of {image.shape[1]}x{image.shape[0]} px, not {size}"
-            images[index] = image
+        for batch, shapes in pixels.batch(BATCH).as_numpy_iterator():
+            other = np.flatnonzero((shapes[:, :2] != size).any(axis=1))
+            if len(other):
+                height, width = shapes[other[0], :2]
+                return split, f"an image of {width}x{height} px, not {size}"
+            images[start : start + len(batch)] = batch
+            start += len(batch)
     except tf.errors.InvalidArgumentError:  # Skipped one at a time by the general pipeline.
         return split, "a file that does not decode"
     return dataclasses.replace(split, images=images, files=None, contents=None), None

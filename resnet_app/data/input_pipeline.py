@@ -372,9 +372,9 @@ class InputPipeline:
             logging.info("%s, %s split: decoded as it is read (%s)", self.config.dataset, name, why)
         else:
             logging.info(
-                "%s, %s split: %d files decoded once into memory (%d MB of pixels), read a "
+                "%s, %s split: %d files decoded once into memory (%.1f MB of pixels), read a "
                 "batch at a time",
-                self.config.dataset, name, split.num_examples, found.images.nbytes >> 20,
+                self.config.dataset, name, split.num_examples, found.images.nbytes / 2**20,
             )  # fmt: skip
         return found
 
