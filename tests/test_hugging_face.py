@@ -11,7 +11,7 @@ import pytest
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import input_pipeline, preprocessing, shapes
 from resnet_app.data.settings import data_config
-from resnet_app.data.sources import hugging_face, image_files, sharded_stream
+from resnet_app.data.sources import hf_layout, hugging_face, image_files, sharded_stream
 from tests import own_data
 
 os.environ["HF_DATASETS_OFFLINE"] = "1"  # datasets' reading below must not look online.
@@ -255,3 +255,62 @@ def test_trains_from_the_command_line_and_refuses_a_wrong_column_in_one_line(tmp
     assert info["class_names"] == list(NAMES) and len(info["preprocessing"]["mean"]) == 1
     line = error_line(run_command(*args, "--set=data.image_column=picture"))
     assert "has no column 'picture'; its columns are image (Image), label (ClassLabel)" in line
+
+
+@pytest.mark.parametrize(
+    "names, splits",
+    [
+        (["data/train-00000-of-00002.parquet", "data/valid-00000-of-00001.parquet"],
+         {"train": 1, "validation": 1}),
+        (["cifar10_training.parquet", "cifar10_eval.parquet"], {"train": 1, "test": 1}),
+        (["default/partial-train/0000.parquet", "default/partial-train/0001.parquet",
+          "default/test/0000.parquet"], {"train": 2, "test": 1}),
+        (["data/00000.parquet", "data/00001.parquet"], {"train": 2}),
+    ],
+    ids=["hub", "keywords", "parquet conversion branch", "no keyword"],
+)  # fmt: skip
+def test_split_names_are_found_as_datasets_finds_them(tmp_path, names, splits):
+    from datasets.data_files import get_data_patterns
+
+    for name in names:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    layout = hf_layout.check(str(tmp_path))
+    assert {split: len(files) for split, files in layout.splits.items()} == splits
+    found = get_data_patterns(str(tmp_path))  # datasets' own inference, on the same files.
+    assert {hf_layout.split_of(split) or split for split in found} == set(splits)
+
+
+def test_text_labels_name_the_classes_and_path_only_images_are_read_as_files(tmp_path):
+    images, labels = images_of("rgb", 20, seed=2)
+    names = own_data.write_pngs(str(tmp_path / "data" / "images"), images)
+    texts = [NAMES[label] for label in labels]
+
+    def table(rows, kinds):  # Paths are relative to the data file's directory.
+        paths = pa.array([f"images/{names[i]}" for i in rows])
+        image = pa.StructArray.from_arrays(
+            [pa.nulls(len(rows), pa.binary()), paths], ["bytes", "path"]
+        )
+        return pa.table({"image": image, "kind": pa.array(kinds).dictionary_encode()})
+
+    pq.write_table(table(range(20), texts), tmp_path / "data" / "train-00000-of-00001.parquet")
+    test = tmp_path / "data" / "test-00000-of-00001.parquet"
+    pq.write_table(table(range(5), texts[:5]), test)
+    source = load(tmp_path, label_column="kind")
+    assert source.class_names == sorted(set(texts))
+    train = source.split("train")
+    np.testing.assert_array_equal(train.labels, [source.class_names.index(t) for t in texts])
+    for i, encoded in enumerate(train.contents):
+        np.testing.assert_array_equal(preprocessing.decode_image(encoded, None), images[i])
+    pq.write_table(table(range(2), ["zebra", texts[0]]), test)  # A class train does not have.
+    with pytest.raises(ConfigError, match=r"test-00000-of-00001.parquet \(row group 0, column "
+                       r"'kind'\) has label 'zebra', outside the \d+ classes"):  # fmt: skip
+        load(tmp_path, label_column="kind")
+
+
+def test_a_split_without_the_label_column_is_left_out(tmp_path, caplog):
+    write(tmp_path, shards=1)
+    path = tmp_path / "data" / "test-00000-of-00001.parquet"
+    pq.write_table(pq.read_table(path, columns=["image"]), path)
+    assert sorted(load(tmp_path).splits) == ["train"]
+    assert "split 'test' has no column 'label'; it is left out" in caplog.text
