@@ -278,7 +278,7 @@ def test_split_names_are_found_as_datasets_finds_them(tmp_path, names, splits):
     layout = hf_layout.check(str(tmp_path))
     assert {split: len(files) for split, files in layout.splits.items()} == splits
     found = get_data_patterns(str(tmp_path))  # datasets' own inference, on the same files.
-    assert {hf_layout.split_of(split) or split for split in found} == set(splits)
+    assert {hf_layout.split_of(str(s)) or str(s) for s in found} == set(splits)
 
 
 def test_text_labels_name_the_classes_and_path_only_images_are_read_as_files(tmp_path):

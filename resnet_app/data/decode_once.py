@@ -2,10 +2,11 @@
 
 A split of encoded images already held in memory (a folder's, a table's or a Hugging Face
 dataset's) is decoded at start-up when the CIFAR recipe takes its images as they are: every
-image `size` square, and all the pixels within `PIXEL_LIMIT_BYTES`. Each epoch then gathers pixels instead of
-decoding every file again (on 2 cores every decode competes with the step), and the
-batch-wise reading of `batches.py` applies. The pixels are the ones the general pipeline
-decodes (`preprocessing.decode_image`), so the batches are the same bit for bit.
+image `size` square, and all the pixels within `PIXEL_LIMIT_BYTES`. Each epoch then gathers
+pixels instead of decoding every file again (on 2 cores every decode competes with the
+step), and the batch-wise reading of `batches.py` applies. The pixels are the ones the
+general pipeline decodes (`preprocessing.decode_image`), so the batches are the same bit
+for bit.
 """
 
 from __future__ import annotations
