@@ -314,3 +314,17 @@ def test_a_split_without_the_label_column_is_left_out(tmp_path, caplog):
     pq.write_table(pq.read_table(path, columns=["image"]), path)
     assert sorted(load(tmp_path).splits) == ["train"]
     assert "split 'test' has no column 'label'; it is left out" in caplog.text
+
+
+def test_a_single_saved_dataset_is_the_train_split(tmp_path):
+    import datasets
+
+    images, labels = images_of("grey", 9, seed=6)
+    features = datasets.Features(
+        {"image": datasets.Image(), "label": datasets.ClassLabel(names=list(NAMES))}
+    )
+    data = datasets.Dataset.from_dict({"image": list(images), "label": labels.tolist()}, features)
+    data.save_to_disk(str(tmp_path))
+    source = load(tmp_path)
+    assert list(source.splits) == ["train"] and source.class_names == list(NAMES)
+    np.testing.assert_array_equal(source.split("train").labels, labels)
