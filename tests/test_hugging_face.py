@@ -11,8 +11,8 @@ import pytest
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import input_pipeline, preprocessing, shapes
 from resnet_app.data.settings import data_config
-from resnet_app.data.sources import hf_layout, hugging_face, image_files, sharded_stream
-from tests import own_data
+from resnet_app.data.sources import hf_layout, hugging_face, sharded_stream
+from tests import own_data, runs
 
 os.environ["HF_DATASETS_OFFLINE"] = "1"  # datasets' reading below must not look online.
 NAMES = shapes.CLASS_NAMES
@@ -58,10 +58,7 @@ def streamed(tmp_path_factory):
     """A Hub repository read as a stream (as if larger than memory): 3 files, 9 row groups."""
     root = tmp_path_factory.mktemp("hub")
     write(root)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(image_files, "MEMORY_LIMIT_BYTES", 0)
-        source = load(root)
-    return root, source
+    return root, load(root, in_memory_mb=0)
 
 
 @pytest.mark.parametrize("kind", ["rgb", "grey", "rgba"])
@@ -142,10 +139,9 @@ def test_the_stream_entered_at_any_example_continues_the_stream_from_the_start(
                 assert got[:2] == expected[:2] and got[2] == expected[2] and got[3] == expected[3]
 
 
-def test_the_pipeline_trains_and_evaluates_every_streamed_example_once(streamed, monkeypatch):
+def test_the_pipeline_trains_and_evaluates_every_streamed_example_once(streamed):
     root, _ = streamed
-    monkeypatch.setattr(image_files, "MEMORY_LIMIT_BYTES", 0)
-    config = data_config(dataset=f"hf:{root}", image_size=16, validation_split=11)
+    config = data_config(dataset=f"hf:{root}", image_size=16, validation_split=11, in_memory_mb=0)
     pipeline = input_pipeline.create_pipeline(config)
     assert pipeline.num_train_examples == TRAIN - 11 and pipeline.eval_split_name == "holdout"
     batches = list(pipeline.train_dataset(7).take(14).as_numpy_iterator())
@@ -157,6 +153,18 @@ def test_the_pipeline_trains_and_evaluates_every_streamed_example_once(streamed,
             for batch in pipeline.eval_dataset(4, num_shards=shards, shard_index=index):
                 seen += batch["id"].numpy()[batch["mask"].numpy() > 0].tolist()
         assert sorted(seen) == list(range(11))
+
+
+def test_a_streamed_run_killed_mid_epoch_resumes_bitwise(streamed, tmp_path):
+    from tests.test_checkpoint import SMALL, kill_and_resume
+
+    args = [*SMALL, f"--dataset=hf:{streamed[0]}", "--set=data.in_memory_mb=0"]
+    args += ["--set=data.image_size=16", "--set=data.shuffle_buffer=10", "--deterministic"]
+    args += ["--set=data.train_examples=48", "--train_steps=14", "--set=train.checkpoint_every=5"]
+    # 48 examples in batches of 16: step 5 is mid-way through epoch 2.
+    stderr, _ = kill_and_resume(tmp_path, args, runs.fault_rng().randint(6, 9))
+    assert "Resumed from step 5 (epoch 1, example 32 of 48)" in stderr
+    assert "train split: decoded as it is read (streamed from its files)" in stderr
 
 
 def test_a_test_split_without_labels_is_left_out(tmp_path, caplog):
@@ -232,14 +240,11 @@ def loading_script(root):
     ],
     ids=["label", "image", "no label column", "unknown column", "loading script"],
 )  # fmt: skip
-def test_a_bad_dataset_is_one_line_naming_the_file_and_row_group(
-    tmp_path, monkeypatch, damage, fields, message
-):
+def test_a_bad_dataset_is_one_line_naming_the_file_and_row_group(tmp_path, damage, fields, message):
     write(tmp_path)
     damage(tmp_path)
-    monkeypatch.setattr(image_files, "MEMORY_LIMIT_BYTES", 0)  # Streamed: checked at load too.
-    with pytest.raises(ConfigError, match=message) as error:
-        load(tmp_path, **fields)
+    with pytest.raises(ConfigError, match=message) as error:  # Streamed: checked at load too.
+        load(tmp_path, in_memory_mb=0, **fields)
     assert "\n" not in str(error.value)
 
 

@@ -25,8 +25,10 @@ BATCH = 1024  # Images decoded per step of the decoding pipeline.
 
 def decoded(split: Split, size: int, channels: int) -> tuple[Split, str | None]:
     """(the split with its pixels in memory, or as it was; why not, None when decoded)."""
+    if split.stream is not None:
+        return split, "streamed from its files"
     if split.contents is None:
-        return split, "files too large to hold in memory"
+        return split, "files larger than data.in_memory_mb, read from disk"
     if split.num_examples * size * size * channels > PIXEL_LIMIT_BYTES:
         return split, f"pixels over {PIXEL_LIMIT_BYTES >> 20} MB"
 

@@ -363,7 +363,7 @@ class InputPipeline:
         """`split`, its files decoded once into memory where `decode_once` applies: the CIFAR
         recipe at the files' own size. Tried once per split; the log says which way it reads."""
         known = self.source.image_size in (None, config.image_size)  # None: sizes unknown.
-        files = split.encoded and split.indexed and name not in self._decoding
+        files = split.encoded and name not in self._decoding
         if not known or config.family != "cifar" or not files:
             return split
         self._decoding.add(name)

@@ -16,6 +16,7 @@ from resnet_app.common import fields, migration, precision
 from resnet_app.common.errors import ConfigError
 from resnet_app.common.fields import Rule, setting
 from resnet_app.data.class_balance import SAMPLINGS
+from resnet_app.data.sources import image_files
 
 FAMILIES = ("auto", "cifar", "imagenet")
 # data.channels: unset (the data's own), greyscale or RGB.
@@ -365,6 +366,9 @@ class DataConfig:
       label_separator: `csv:` sources: what separates a cell's labels; the
         default, a space, is any run of whitespace (Kaggle's convention).
       records: how `tfrecord:` shards are read (`RecordSettings`).
+      in_memory_mb: `folder:`, `csv:` and `hf:` sources: a split whose files
+        fit in this many MB is read into memory once; a larger one is read
+        from disk as it is used (`hf:`: streamed by row group).
       image_column: `hf:` sources: the image column, when there are several
         (default: the only `Image` feature).
       label_column: `hf:` sources: the label column, when there are several
@@ -400,6 +404,7 @@ class DataConfig:
     multi_label: bool | None = None
     label_separator: str = setting(" ", SEPARATOR)
     records: RecordSettings = RecordSettings()
+    in_memory_mb: int = setting(image_files.IN_MEMORY_MB, WHOLE_OR_0)
     image_column: str | None = None
     label_column: str | None = None
     sampling: str = setting("natural", fields.one_of(SAMPLINGS))

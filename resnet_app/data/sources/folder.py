@@ -13,7 +13,7 @@ import numpy as np
 
 from resnet_app.common.errors import ConfigError
 from resnet_app.data.sources.base import Source
-from resnet_app.data.sources.image_files import FileSplits
+from resnet_app.data.sources.image_files import FileSplits, in_memory_bytes
 from resnet_app.data.sources.registry import register_check, register_source
 
 PREFIX = "folder:"
@@ -85,7 +85,7 @@ def load(root: str, config=None) -> Source:
     """An image folder: `root/train/<class>/<image>`, optionally val/, validation/, test/."""
     name = PREFIX + root
     split_names, class_names = check(root)
-    builder, splits = FileSplits(name), {}
+    builder, splits = FileSplits(name, in_memory_bytes(config)), {}
     for split in ["train"] + [s for s in EVAL_SPLITS if s in split_names]:
         paths, labels = _list_split(root, split, class_names)
         splits[split] = builder.split(split, paths, np.array(labels, np.int64), f"{root}/{split}")

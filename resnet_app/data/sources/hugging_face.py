@@ -3,8 +3,8 @@
 `hf_layout.py` finds the files. The image column is an `Image` feature ({bytes, path}); the
 label column a `ClassLabel`, a list of them (multi-label), or with `data.label_column`
 plain integer ids or names. A shard is a Parquet row group or an Arrow record batch. Labels
-are read alone (one column); a split whose files fit `image_files.MEMORY_LIMIT_BYTES` is
-read into memory once and indexed like a folder's, a larger one streams by shard
+are read alone (one column); a split whose files fit in `data.in_memory_mb` is read into
+memory once and indexed like a folder's, a larger one streams by shard
 (`sharded_stream.py`), and images stored by path are read as a folder's files.
 """
 
@@ -263,7 +263,7 @@ def _labels(split: str, files: list[str], columns: Columns, names: list[str], na
     return np.concatenate(labels)
 
 
-def _split(split: str, files: list[str], columns: Columns, names: list[str], name: str):
+def _split(split: str, files: list[str], columns: Columns, names: list[str], name: str, limit: int):
     """One split (None: unlabelled): in memory when its files fit, else streamed by shard;
     images stored by path alone are a folder's files, read by index."""
     labels = _labels(split, files, columns, names, name)
@@ -272,8 +272,8 @@ def _split(split: str, files: list[str], columns: Columns, names: list[str], nam
     sizes = [_unit_sizes(path) for path in files]
     first = next(((path, 0) for path, units in zip(files, sizes) if units), None)
     if first and _image_bytes(*first, columns.image)[0] is None:
-        return _by_path(split, files, columns, labels, name)
-    if sum(os.path.getsize(path) for path in files) <= image_files.MEMORY_LIMIT_BYTES:
+        return _by_path(split, files, columns, labels, name, limit)
+    if sum(os.path.getsize(path) for path in files) <= limit:
         images = [
             image
             for path, units in zip(files, sizes)
@@ -295,14 +295,16 @@ def _split(split: str, files: list[str], columns: Columns, names: list[str], nam
     return Split(split, len(labels), labels=labels, stream=stream)
 
 
-def _by_path(split: str, files: list[str], columns: Columns, labels: np.ndarray, name: str):
+def _by_path(
+    split: str, files: list[str], columns: Columns, labels: np.ndarray, name: str, limit: int
+):
     """A split whose images are files named by path (relative: to the data file's directory),
     read as a folder's: unreadable ones skipped, small sets read into memory once."""
     paths = []
     for path in files:
         names = _column(path, columns.image).field("path").to_pylist()
         paths += [os.path.join(os.path.dirname(path), name or "") for name in names]
-    splits = image_files.FileSplits(name)
+    splits = image_files.FileSplits(name, limit)
     made = splits.split(split, paths, labels, f"the paths of column {columns.image!r}")
     splits.finish()
     return made
@@ -324,7 +326,7 @@ def load(root: str, config) -> Source:
             )
             continue
         _columns(_schema(files[0]), layout.features, config, files[0])  # The train split's.
-        made = _split(split, files, columns, names, name)
+        made = _split(split, files, columns, names, name, image_files.in_memory_bytes(config))
         if made is not None:
             splits[split] = made
     if "train" not in splits:

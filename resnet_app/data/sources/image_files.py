@@ -1,8 +1,8 @@
 """Image files named by a source (a folder, a CSV table): checked once, skipped when unreadable.
 
 A file that is not a complete JPEG, PNG, BMP or GIF image is found by its first and last
-bytes, without decoding, and skipped; the count is logged once. A set of files small
-enough is read into memory once.
+bytes, without decoding, and skipped; the count is logged once. A split whose files fit in
+`data.in_memory_mb` is read into memory once.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from absl import logging
 from resnet_app.common.errors import ConfigError
 from resnet_app.data.sources.base import Split
 
-MEMORY_LIMIT_BYTES = 512 << 20  # A split whose files fit is read into memory once.
+IN_MEMORY_MB = 512  # data.in_memory_mb's default.
 THREADS = 16
 
 _MAGIC = {
@@ -27,6 +27,11 @@ _MAGIC = {
     b"GIF89a": "gif",
     b"BM": "bmp",
 }
+
+
+def in_memory_bytes(config) -> int:
+    """The size of a split's files that is read into memory once (`data.in_memory_mb`)."""
+    return (IN_MEMORY_MB if config is None else config.in_memory_mb) << 20
 
 
 def image_format(head: bytes) -> str | None:
@@ -60,10 +65,11 @@ def _inspect(path: str) -> tuple[str | None, int]:
 
 
 class FileSplits:
-    """Builds the splits of the source `dataset` from (paths, labels), counting what it skips."""
+    """Builds the splits of the source `dataset` from (paths, labels), counting what it skips;
+    files are read into memory when a split's fit in `limit_bytes`."""
 
-    def __init__(self, dataset: str):
-        self.dataset = dataset
+    def __init__(self, dataset: str, limit_bytes: int):
+        self.dataset, self.limit_bytes = dataset, limit_bytes
         self.skipped, self.total, self.first_bad = 0, 0, None
         self._pool = concurrent.futures.ThreadPoolExecutor(THREADS)
 
@@ -79,7 +85,7 @@ class FileSplits:
             raise ConfigError(f"--dataset={self.dataset}: no readable images in {where}")
         files = np.array(paths)[good]
         contents = None
-        if sum(sizes[i] for i in good) <= MEMORY_LIMIT_BYTES:
+        if sum(sizes[i] for i in good) <= self.limit_bytes:
             read = self._pool.map(lambda path: pathlib.Path(path).read_bytes(), files)
             contents = np.array(list(read), dtype=object)
         return Split(name, len(files), labels=labels[good], files=files, contents=contents)

@@ -23,7 +23,7 @@ from absl import logging
 
 from resnet_app.common.errors import ConfigError
 from resnet_app.data.sources.base import Source
-from resnet_app.data.sources.image_files import FileSplits
+from resnet_app.data.sources.image_files import FileSplits, in_memory_bytes
 from resnet_app.data.sources.registry import register_check, register_source
 
 PREFIX = "csv:"
@@ -260,7 +260,7 @@ def load(path: str, config) -> Source:
             ", ".join(missing[:SHOWN]),
             ", ..." if len(missing) > SHOWN else "",
         )
-    builder, splits = FileSplits(name), {}
+    builder, splits = FileSplits(name, in_memory_bytes(config)), {}
     for split, rows_of_split in by_split.items():
         members = [i for i in rows_of_split if exists[i]]
         if multi:
