@@ -46,6 +46,10 @@ MOVED: dict[str, tuple[str, str]] = {
         MATRIX_KIND,
         "test_cifar_source.py::test_trains_and_evaluates_every_test_example_once",
     ),
+    "test_hugging_face.py::test_a_streamed_run_killed_mid_epoch_resumes_bitwise": (
+        "kill -9 and resume on Parquet row groups (the same ShardedStream as TFRecords)",
+        "test_tfrecord.py::test_a_mid_epoch_kill_resumes_bitwise",
+    ),
     f"{MATRIX_OWN}[hf]": (
         MATRIX_KIND,
         "test_hugging_face.py::"
