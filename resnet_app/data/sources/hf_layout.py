@@ -152,12 +152,13 @@ def _readme_layout(root: str) -> Layout:
             for p in glob.glob(os.path.join(base, pattern), recursive=True)
         }
         name = entry.get("split", "train")
-        splits[split_of(name) or name] = sorted(p for p in paths if p.endswith(DATA_FILES))
-        if not splits[split_of(name) or name]:
+        found = sorted(p for p in paths if p.endswith(DATA_FILES))
+        if not found:
             raise ConfigError(
                 f"--dataset={PREFIX}{root}: the README's config {config!r} names no Parquet or "
                 f"Arrow files for split {name!r} ({', '.join(patterns)})"
             )
+        splits[split_of(name) or name] = found
     return Layout(splits, features)
 
 

@@ -193,16 +193,23 @@ def _is_text(kind) -> bool:
     return pa.types.is_string(kind) or pa.types.is_large_string(kind)
 
 
-def _class_names(files: list[str], columns: Columns, config) -> list[str]:
-    """The classes: the ClassLabel's names; else, for plain labels, `data.class_names` or
-    the ids (0 to the highest), or the sorted names a text column holds."""
+def _label_array(path: str, column: str):
+    """A file's label column, a category (dictionary) column as its values."""
+    import pyarrow as pa
+
+    array = _column(path, column)
+    return array.dictionary_decode() if pa.types.is_dictionary(array.type) else array
+
+
+def _class_names(arrays: list, columns: Columns, config) -> list[str]:
+    """The classes, from the train split's label `arrays`: the ClassLabel's names; else, for
+    plain labels, `data.class_names` or the ids (0 to the highest), or the sorted names a
+    text column holds."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     if columns.names is not None:
         return [str(name) for name in columns.names]
-    arrays = [_column(path, columns.label) for path in files]
-    arrays = [a.dictionary_decode() if pa.types.is_dictionary(a.type) else a for a in arrays]
     if all(pa.types.is_integer(array.type) for array in arrays):
         highest = max((pc.max(array).as_py() or 0) for array in arrays)
         return list(config.class_names or map(str, range(highest + 1)))
@@ -210,17 +217,14 @@ def _class_names(files: list[str], columns: Columns, config) -> list[str]:
     return sorted(text for text in texts if text is not None)
 
 
-def _label_ids(path: str, columns: Columns, names: list[str]):
-    """(a file's class ids, -1 where a row has none, the row of each, the label of each as
-    stored): for multi-label, one entry per label in a row's list."""
+def _label_ids(path: str, array, columns: Columns, names: list[str]):
+    """(the class ids of a file's label `array`, -1 where a row has none; the row of each; the
+    label of each as stored): for multi-label, one entry per label in a row's list."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    array = _column(path, columns.label)
     values = array.flatten() if columns.multi_label else array
     rows = array.value_parent_indices() if columns.multi_label else np.arange(len(array))
-    if pa.types.is_dictionary(values.type):
-        values = values.dictionary_decode()
     if not pa.types.is_integer(values.type):
         if not _is_text(values.type):
             raise ConfigError(
@@ -235,17 +239,19 @@ def _label_ids(path: str, columns: Columns, names: list[str]):
     return ids, np.asarray(rows), values
 
 
-def _labels(split: str, files: list[str], columns: Columns, names: list[str], name: str):
-    """A split's labels: int64 class ids, or uint8 multi-hot rows; None when no example has
-    one (the Hub's -1, as in test splits). Refuses one outside the classes, naming its file
-    and row group."""
-    read = [(path, *_label_ids(path, columns, names)) for path in files]
+def _labels(
+    split: str, files: list[str], arrays: list, columns: Columns, names: list[str], name: str
+):
+    """A split's labels from its files' label `arrays`: int64 class ids, or uint8 multi-hot
+    rows; None when no example has one (the Hub's -1, as in test splits). Refuses one
+    outside the classes, naming its file and row group."""
+    read = [(path, *_label_ids(path, array, columns, names)) for path, array in zip(files, arrays)]
     ids = np.concatenate([part[1] for part in read]) if read else np.zeros(0, np.int64)
     if not columns.multi_label and len(ids) and (ids == UNLABELLED).all():
         logging.warning("%s: split %r has no labels; it is left out", name, split)
         return None
     count, labels = len(names), []
-    for path, values, rows, stored in read:
+    for (path, values, rows, stored), array in zip(read, arrays):
         bad = np.flatnonzero((values < 0) | (values >= count))
         if len(bad):
             group = int(np.searchsorted(np.cumsum(_unit_sizes(path)), rows[bad[0]], "right"))
@@ -256,17 +262,18 @@ def _labels(split: str, files: list[str], columns: Columns, names: list[str], na
                 "); fix the file, or set data.label_column to the column of class ids"
             )
         if columns.multi_label:
-            hot = np.zeros((len(_column(path, columns.label)), count), np.uint8)
+            hot = np.zeros((len(array), count), np.uint8)
             hot[rows, values] = 1
             values = hot
         labels.append(values)
     return np.concatenate(labels)
 
 
-def _split(split: str, files: list[str], columns: Columns, names: list[str], name: str, limit: int):
-    """One split (None: unlabelled): in memory when its files fit, else streamed by shard;
-    images stored by path alone are a folder's files, read by index."""
-    labels = _labels(split, files, columns, names, name)
+def _split(split, files, arrays, columns: Columns, names: list[str], name: str, limit: int):
+    """One split (None: unlabelled), its files' label `arrays` read: in memory when its files
+    fit in `limit` bytes, else streamed by shard; images stored by path alone are a folder's
+    files."""
+    labels = _labels(split, files, arrays, columns, names, name)
     if labels is None:
         return None
     sizes = [_unit_sizes(path) for path in files]
@@ -317,16 +324,22 @@ def load(root: str, config) -> Source:
     layout = check(root)
     train = layout.splits["train"]
     columns = _columns(_schema(train[0]), layout.features, config, train[0])
-    names = _class_names(train, columns, config)
-    splits = {}
+    labelled = {}  # {split: its files' label arrays}, each read once.
     for split, files in layout.splits.items():
-        if columns.label not in _schema(files[0]).names and split != "train":
+        schema = _schema(files[0])
+        if columns.label not in schema.names and split != "train":
             logging.warning(
                 "%s: split %r has no column %r; it is left out", name, split, columns.label
             )
             continue
-        _columns(_schema(files[0]), layout.features, config, files[0])  # The train split's.
-        made = _split(split, files, columns, names, name, image_files.in_memory_bytes(config))
+        if split != "train":
+            _columns(schema, layout.features, config, files[0])  # The train split's columns.
+        labelled[split] = [_label_array(path, columns.label) for path in files]
+    names = _class_names(labelled["train"], columns, config)
+    limit, splits = image_files.in_memory_bytes(config), {}
+    for split, arrays in labelled.items():
+        files = layout.splits[split]
+        made = _split(split, files, arrays, columns, names, name, limit)
         if made is not None:
             splits[split] = made
     if "train" not in splits:
