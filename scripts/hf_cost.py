@@ -9,7 +9,6 @@ time, and the ratio of the medians.
 
 from __future__ import annotations
 
-import gzip
 import os
 import subprocess
 import sys
@@ -21,29 +20,21 @@ import timing
 from timing import median
 
 KINDS = ("idx", "hf")
-FASHION = [
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
-]  # fmt: skip
-
-
-def read_idx(path: str) -> np.ndarray:
-    with gzip.open(path) as file:
-        data = file.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
 def write_hub(idx_dir: str, root: str) -> str:
-    """Fashion-MNIST as a Hub repository in `root` (two train shards, one test)."""
+    """The IDX files in `idx_dir`, as the idx: source reads them (classes included), written
+    as a Hub repository in `root` (two train shards, one test)."""
     from datasets import ClassLabel, Dataset, Features, Image
 
-    features = Features({"image": Image(), "label": ClassLabel(names=FASHION)})
+    from resnet_app.data.settings import data_config
+    from resnet_app.data.sources import load_source
+
+    source = load_source(data_config(dataset=f"idx:{idx_dir}"))
+    features = Features({"image": Image(), "label": ClassLabel(names=source.class_names)})
     os.makedirs(os.path.join(root, "data"), exist_ok=True)
-    for split, prefix, shards in (("train", "train", 2), ("test", "t10k", 1)):
-        images = read_idx(os.path.join(idx_dir, f"{prefix}-images-idx3-ubyte.gz"))
-        labels = read_idx(os.path.join(idx_dir, f"{prefix}-labels-idx1-ubyte.gz"))
+    for split, shards in (("train", 2), ("test", 1)):
+        images, labels = source.splits[split].images[..., 0], source.splits[split].labels
         data = Dataset.from_dict({"image": list(images), "label": labels.tolist()}, features)
         for i in range(shards):
             name = f"{split}-{i:05d}-of-{shards:05d}.parquet"
