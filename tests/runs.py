@@ -30,6 +30,16 @@ def small_config(tmp_path, *sets, **train):
     )
 
 
+def evaluated_ids(pipeline, batch_size, num_shards=1):
+    """The sorted ids of every real (unmasked) example the evaluation pipelines yield."""
+    return sorted(
+        int(i)
+        for index in range(num_shards)
+        for batch in pipeline.eval_dataset(batch_size, num_shards=num_shards, shard_index=index)
+        for i in batch["id"].numpy()[batch["mask"].numpy() > 0]
+    )
+
+
 def read_records(model_dir):
     """The run's metrics.jsonl records, read by the app's reader, after checking that a line
     is damaged only where a killed process left it: the file's last line, or one followed by

@@ -12,7 +12,7 @@ import tensorflow as tf
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import image_choices, input_pipeline, run_pipeline, seeds, sources
 from resnet_app.data.settings import data_config
-from tests import image_files
+from tests import image_files, runs
 from tests.tfds_mock import closed_port, mock_tfds
 
 
@@ -234,12 +234,7 @@ def test_synthetic_is_any_shape_and_counts_exactly():
     masks = [b["mask"].numpy() for b in pipeline.eval_dataset(16)]
     assert sum(m.sum() for m in masks) == 50 and len(masks) == 4
     # Two workers: every example id exactly once overall.
-    ids = [
-        batch["id"].numpy()[batch["mask"].numpy() > 0]
-        for index in range(2)
-        for batch in pipeline.eval_dataset(8, num_shards=2, shard_index=index)
-    ]
-    assert sorted(np.concatenate(ids)) == list(range(50))
+    assert runs.evaluated_ids(pipeline, 8, num_shards=2) == list(range(50))
 
 
 # -- image folders ---------------------------------------------------------------
