@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import os
 
-from absl import flags
+from absl import flags, logging
 
-from resnet_app.common import cli, run_lock, slurm, tf_config
+from resnet_app.common import cli, hardware, precision, run_lock, slurm, tf_config
 from resnet_app.engine import command_line
 from resnet_app.engine.command_line import (
     ALLOW_CONFIG_CHANGE,
@@ -40,6 +40,8 @@ def main(argv: list[str]) -> None:
         # A second trainer on a run directory in use, answered before TensorFlow loads
         # (a multi-worker job's workers share the directory).
         run_lock.refuse_if_held(MODEL_DIR.value)
+    if onednn := hardware.turn_on_onednn(precision.get(resolved.train.precision).compute_dtype):
+        logging.info("%s", onednn)
     from resnet_app.engine import loop, setup
     from resnet_app.evaluation import soup
 

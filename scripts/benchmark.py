@@ -2,6 +2,7 @@
 
     step       training images/s: Keras `fit` against the trainer's variants; input; start-up
     revisions  the trainer of a git revision beside the working tree's, in one run
+    limit      where the trainer's step goes, by kind of op, against the matmul peak
     race       time to accuracy: the trainer against Keras `fit` (`race.py`)
     sync       all-reduce against local SGD (`sync_costs.py`)
     report     `resnet-app report` against `evaluate`, launch to exit (`report_cost.py`)
@@ -22,6 +23,7 @@ most of the machine's drift), sides alternating round by round.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import resource
@@ -35,6 +37,7 @@ import hf_cost
 import keras_baseline
 import race
 import report_cost
+import step_limit
 import sync_costs
 import timing
 from timing import REPO, median, number
@@ -66,8 +69,11 @@ def data_sets(options: dict, dataset: str) -> list[str]:
     return sets + ([f"data.data_dir={options['data_dir']}"] if options["data_dir"] else [])
 
 
-def trainer_rate(options: dict, variant: str, tree: str = REPO, dataset: str = "synthetic"):
-    """A trainer variant's images/s and input wait, from its records (`tree`'s code)."""
+def trainer_rate(
+    options: dict, variant: str, tree: str = REPO, dataset: str = "synthetic", profile=False
+):
+    """A trainer variant's images/s and input wait, from its records (`tree`'s code); with
+    `profile`, its second window's time by kind of op (`step_limit.breakdown`)."""
     steps, batch = options["steps"], options["batch_size"]
     preset = variant.removeprefix(MODEL_PREFIX) if variant.startswith(MODEL_PREFIX) else None
     sets = data_sets(options, dataset)
@@ -75,11 +81,14 @@ def trainer_rate(options: dict, variant: str, tree: str = REPO, dataset: str = "
     sets += [f"train.train_steps={steps * (options['windows'] + 1)}", f"train.log_every={steps}"]
     sets += ["schedule.name=constant", *options["set"]]
     sets += [f"model.name={preset}"] if preset else TRAINER_VARIANTS[variant]
+    sets += [f"train.profile_steps={steps}"] if profile else []
     with tempfile.TemporaryDirectory(prefix="benchmark_") as model_dir:
         launched = time.time()  # The first window, with the start-up, is dropped.
         args = [*(f"--set={s}" for s in sets), f"--model_dir={model_dir}"]
         found = timing.run_trainer(variant, args, tree)
         records = timing.read_records(os.path.join(model_dir, "metrics.jsonl"))
+        if profile:
+            found["breakdown"] = step_limit.breakdown(model_dir, steps)
     training = [r for r in records if "accuracy" in r]
     times = [launched, *(r["time"] for r in training)]
     rates = timing.window_rates(times, steps * batch)
@@ -236,6 +245,23 @@ def step(options: dict) -> dict:
     return report
 
 
+def limit(options: dict) -> dict:
+    """Each variant's step by kind of op (medians over --rounds), and this run's peak."""
+    model = options["model"]
+    report = {"cpu": timing.cpu().to_dict(), "model": model, "image_size": image_size(options)}
+    report.update(batch_size=options["batch_size"], flops_per_image=flops(options, model))
+    report["peak_gflops"] = spawn("peak", options)["peak_gflops"]
+    measure = functools.partial(trainer_rate, options, profile=True)
+    found = timing.in_rounds(options["variants"], options["rounds"], measure)
+    report["variants"] = {
+        variant: {
+            kind: median(r["breakdown"][kind] for r in results) for kind in results[0]["breakdown"]
+        }
+        for variant, results in found.items()
+    }
+    return report
+
+
 def input_rates(options: dict, synthetic: dict | None) -> dict:
     """The --dataset's pipeline alone, and the trainer fed by it against synthetic data."""
     synthetic = synthetic or trainer_rate(options, "fp32")
@@ -383,6 +409,8 @@ def parser() -> timing.Parser:
     sub.add_argument("--after", help="the revision to compare (default: the working tree)")
     sub.add_argument("--variants", default="fp32,bf16", help=", ".join(TRAINER_VARIANTS))
     sub.set_defaults(rounds=3)
+    sub = commands.add_parser("limit", parents=[common], help="the step by kind of op")
+    sub.add_argument("--variants", default="fp32", help=", ".join(TRAINER_VARIANTS))
     race.add_parser(commands)
     sync_costs.add_parser(commands)
     report_cost.add_parser(commands)
@@ -404,6 +432,7 @@ def main(argv: list[str]) -> None:
     build, text = {
         "step": (step, step_text),
         "revisions": (revisions, revisions_text),
+        "limit": (limit, step_limit.text),
         "race": (race.race, race.text),
         "sync": (sync_costs.sync, sync_costs.text),
         "report": (report_cost.report, report_cost.text),

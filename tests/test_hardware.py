@@ -95,3 +95,61 @@ def test_bf16_training_on_a_cpu_without_it_warns_once_with_the_cost(caplog):
     assert "AMD EPYC 7B12: AVX2" in first and "--precision=fp32" in first
     assert "5x slower" in first
     assert "TF_ENABLE_ONEDNN_OPTS=0" in without_onednn
+
+
+NO_AVX2 = """processor\t: 0
+model name\t: Intel(R) Core(TM)2 Duo CPU
+flags\t\t: fpu sse4_1
+"""
+
+
+@pytest.mark.parametrize(
+    "text, forced, dtype, wins",
+    [
+        (AVX2, None, "float32", True),
+        (AVX2, None, "bfloat16", False),  # oneDNN's AVX2 kernels: no bfloat16 convolution.
+        (AVX2, None, "float16", False),
+        (AVX2, "0", "float32", False),  # The user's setting stays.
+        (AVX512_BF16, None, "float32", False),  # TensorFlow turns oneDNN on itself.
+        (NO_AVX2, None, "float32", False),
+    ],
+)
+def test_onednn_is_turned_on_for_float32_where_tensorflow_left_eigen_on_avx2(
+    text, forced, dtype, wins
+):
+    assert hardware.onednn_wins(hardware.parse_cpuinfo(text, onednn_forced=forced), dtype) == wins
+
+
+@pytest.mark.parametrize("precision, turned_on", [("fp32", True), ("bf16", False)])
+def test_the_trainer_turns_onednn_on_before_tensorflow_loads(tmp_path, precision, turned_on):
+    """A fresh `resnet_app.train` on an AVX2-only CPU (its cpuinfo text): TensorFlow loads
+    with TF_ENABLE_ONEDNN_OPTS=1 in fp32, and the run's start record says so."""
+    code = (
+        "import os, sys\n"
+        "from resnet_app.common import cli, hardware\n"
+        "hardware.read_cpu_info = lambda: hardware.parse_cpuinfo(\n"
+        f"    {AVX2!r}, None, os.environ.get(hardware.ONEDNN_VARIABLE))\n"
+        "from resnet_app import train\n"
+        "sys.argv[0] = 'train'\n"
+        "try:\n"
+        "    cli.run(train.main)\n"
+        "finally:\n"
+        "    import tensorflow.python.util._pywrap_util_port as port\n"
+        "    print(os.environ.get(hardware.ONEDNN_VARIABLE), port.IsMklEnabled())\n"
+    )
+    args = ["--dataset=shapes", "--model=tiny", f"--model_dir={tmp_path}", "--train_steps=2"]
+    args += ["--set=data.eval_examples=8", f"--set=train.precision={precision}"]
+    result = run_code(code, *args, unset=(hardware.ONEDNN_VARIABLE,), fresh=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    start = next(r for r in _records(tmp_path) if r.get("event") == "start")
+    assert ("oneDNN turned on (TF_ENABLE_ONEDNN_OPTS=1)" in result.stderr) == turned_on
+    assert ("(TF_ENABLE_ONEDNN_OPTS=1)" in start["devices"]) == turned_on
+    if turned_on:
+        assert result.stdout.split()[-2:] == ["1", "True"]
+
+
+def _records(model_dir):
+    import json
+
+    with open(model_dir / "metrics.jsonl") as f:
+        return [json.loads(line) for line in f]

@@ -321,12 +321,26 @@ def test_bottleneck_stride_placement():
     assert [c.strides for c in original.stages[1][0].convs] == [(2, 2), (1, 1), (1, 1)]
 
 
-def test_pad_shortcut_subsamples_and_zero_pads_like_numpy():
-    x = np.random.default_rng(1).normal(size=(2, 8, 8, 16)).astype("float32")
-    out = np.asarray(blocks.ZeroPadShortcut(stride=2, extra_channels=16)(x))
-    expected = np.zeros((2, 4, 4, 32), "float32")
-    expected[..., 8:24] = x[:, ::2, ::2, :]
-    np.testing.assert_array_equal(out, expected)
+@pytest.mark.parametrize("size, dtype", [(8, "float32"), (7, "float32"), (9, "bfloat16")])
+def test_pad_shortcut_subsamples_and_zero_pads_like_numpy(size, dtype):
+    """Exactly, forward and backward: a weighted sum's gradient lands on the kept pixels."""
+    import tensorflow as tf
+
+    rng = np.random.default_rng(1)
+    x = tf.cast(rng.normal(size=(2, size, size, 16)), dtype)
+    weights = rng.normal(size=(2, (size + 1) // 2, (size + 1) // 2, 32))
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        out = blocks.ZeroPadShortcut(stride=2, extra_channels=16)(x)
+        total = tf.reduce_sum(tf.cast(out, "float32") * weights)
+    kept = np.asarray(tf.cast(x, "float32"))[:, ::2, ::2, :]
+    expected = np.zeros(weights.shape, "float32")
+    expected[..., 8:24] = kept
+    np.testing.assert_array_equal(np.asarray(tf.cast(out, "float32")), expected)
+    gradient = np.zeros(x.shape, "float32")
+    gradient[:, ::2, ::2, :] = weights[..., 8:24]
+    found = np.asarray(tf.cast(tape.gradient(total, x), "float32"))
+    np.testing.assert_array_equal(found, np.asarray(tf.cast(tf.cast(gradient, dtype), "float32")))
 
 
 def _relu(x):

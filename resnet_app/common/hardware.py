@@ -2,7 +2,7 @@
 
 TF uses oneDNN by default only on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI
 or AMX (else its Eigen kernels), and emulates bfloat16, several times slower,
-without AVX512_BF16 or AMX. No TensorFlow here.
+without AVX512_BF16 or AMX. No TensorFlow here: `turn_on_onednn` runs before it loads.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 
 # /proc/cpuinfo flag -> the name people use, in order of capability.
 ISA_FLAGS = {
@@ -78,6 +79,29 @@ def onednn_enabled(flags: set[str] | frozenset[str], forced: str | None) -> bool
     if forced:
         return forced.strip().lower() in ("1", "true")
     return bool(ONEDNN_DEFAULT_FLAGS & set(flags))
+
+
+def onednn_wins(cpu: CpuInfo, compute_dtype: str) -> bool:
+    """Whether to turn oneDNN on where TensorFlow's default left its Eigen kernels: AVX2
+    CPUs in float32 (docs/performance.md). Its AVX2 kernels have no bfloat16 or float16
+    convolution (TF fails to build one), and a TF_ENABLE_ONEDNN_OPTS that is set stays."""
+    eigen = not cpu.onednn and not cpu.onednn_forced
+    return eigen and "AVX2" in cpu.isa and compute_dtype == "float32"
+
+
+def turn_on_onednn(compute_dtype: str) -> str | None:
+    """Sets TF_ENABLE_ONEDNN_OPTS=1 where `onednn_wins`, before TensorFlow loads (it reads
+    the variable on import); why, for the run's log, or None."""
+    cpu = read_cpu_info()
+    if "tensorflow" in sys.modules or nvidia_smi("-L") or not onednn_wins(cpu, compute_dtype):
+        return None
+    os.environ[ONEDNN_VARIABLE] = "1"
+    model = cpu.model or "this CPU"
+    return (
+        f"oneDNN turned on ({ONEDNN_VARIABLE}=1): TensorFlow's default on {model} is its "
+        f"Eigen kernels, and oneDNN's AVX2 kernels train faster in fp32; set {ONEDNN_VARIABLE}=0 "
+        "to keep Eigen"
+    )
 
 
 def parse_cpuinfo(

@@ -34,6 +34,7 @@ TRAIN_EVENTS_DIR = "train"
 EVAL_EVENTS_DIR = "eval"
 EMA_EVAL_EVENTS_DIR = "eval_ema"  # The moving average of the weights, evaluated.
 REPORTS_DIR = "reports"
+PROFILE_DIR = "profile"  # train.profile_steps
 PREVIOUS_PREFIX = "previous-"
 LOCK_FILE = "trainer.lock"
 LOGS_DIR = "logs"  # The launcher's worker logs.

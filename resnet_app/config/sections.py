@@ -101,6 +101,8 @@ class TrainSettings:
       steps_per_loop: steps run per call of the compiled loop (default and
         at most: log_every; a call also stops at evaluation and checkpoint
         steps); the learning rate is still set for every step.
+      profile_steps: profile this many steps after the first compiled call,
+        into model_dir/profile for TensorBoard's Profile tab (0: none).
       checkpoint_every: save a checkpoint every this many steps (default: at
         every evaluation); also saved at every evaluation and at the end.
       num_towers: towers (GPUs, or logical CPU devices on a CPU-only machine);
@@ -195,6 +197,7 @@ class TrainSettings:
     eval_every: int | None = resumable(None, AT_LEAST_1)
     log_every: int = resumable(100, AT_LEAST_1)
     steps_per_loop: int | None = resumable(None, AT_LEAST_1)
+    profile_steps: int = resumable(0, whole_at_least(0))
     checkpoint_every: int | None = resumable(None, AT_LEAST_1)
     num_towers: int | None = resumable(None, AT_LEAST_1)
     seed: int = 0

@@ -36,6 +36,7 @@ from resnet_app.engine.controller import Controller
 from resnet_app.engine.last_step import LastStep
 from resnet_app.engine.losses import create_loss
 from resnet_app.engine.plan import describe_schedule
+from resnet_app.engine.profiler import Profiler
 from resnet_app.engine.step import Tower, TrainStep
 
 # (model_dir, bn_batches) -> its record: SWA's last average with BatchNorm measured on
@@ -113,7 +114,8 @@ def train(
         _record_settings(run, writer, start)
         last = _last_step(run)
         global_model = sync.GlobalModel(policy, run.checkpoints, run.strategy)
-        actions, evaluator = create_actions(run, writer, policy, global_model, start, actions)
+        extra = [*actions, Profiler(run)]
+        actions, evaluator = create_actions(run, writer, policy, global_model, start, extra)
         loss = create_loss(run.config, run.class_weights, run.teacher)
         tower = Tower(
             run.model, run.optimizer, loss, settings.seed, settings.accumulate_steps, settings.jit
