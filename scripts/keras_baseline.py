@@ -9,6 +9,7 @@ parts it does not reproduce are refused (`unmirrored`).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -95,8 +96,11 @@ def fit_precision(resolved) -> str:
     return auto_precision.auto_choice().precision if precision == auto_precision.AUTO else precision
 
 
-def fit_recipe(resolved, pipeline, train_steps: int, eval_every: int, write: Callable):
-    """Trains the recipe with `model.fit` for `train_steps`; returns the model.
+def fit_recipe(
+    resolved, pipeline, train_steps: int, eval_every: int, write: Callable, from_folder=False
+):
+    """Trains the recipe with `model.fit` for `train_steps` (data: `fit_datasets`); returns
+    the model.
 
     The events (`race.py`) go to `write`: the start, the first step, and every
     `eval_every` steps a mark and an evaluation (`steps_per_epoch=eval_every`).
@@ -110,7 +114,7 @@ def fit_recipe(resolved, pipeline, train_steps: int, eval_every: int, write: Cal
     size, classes = pipeline.preprocessing.image_size, pipeline.num_classes
     smoothing, seed = resolved.train.label_smoothing, resolved.train.seed
     keras.utils.set_random_seed(seed)
-    train, test = fit_datasets(resolved, pipeline)
+    train, test = fit_datasets(resolved, pipeline, from_folder)
     plan = plan_run(resolved, pipeline.num_train_examples, size)
     rates = [plan.schedule(step, plan.steps_per_epoch) for step in range(train_steps)]
     values = tf.constant(rates, tf.float32)
@@ -155,11 +159,13 @@ def fit_recipe(resolved, pipeline, train_steps: int, eval_every: int, write: Cal
     return model
 
 
-def fit_datasets(resolved, pipeline):
+def fit_datasets(resolved, pipeline, from_folder: bool = False):
     """The `tf.data` pipelines a Keras user would write: (train, evaluation).
 
-    Over the trainer's own splits held in memory (`split_arrays`), resized and
-    normalized as its pipeline does; training's shuffled, augmented, batched.
+    Over the trainer's own splits held in memory (`split_arrays`), or with
+    `from_folder` read from `folder:DIR` by Keras's `image_dataset_from_directory`
+    and `.cache()`d; resized and normalized as the trainer's pipeline does, and
+    training's shuffled, augmented, batched.
     """
     import numpy as np
     import tensorflow as tf
@@ -172,7 +178,7 @@ def fit_datasets(resolved, pipeline):
 
     def prepare_for(images):
         """Normalizing, and resizing when the arrays are not at the size (as a user would)."""
-        resize = tuple(images.shape[1:3]) != (size, size)
+        resize = images is not None and tuple(images.shape[1:3]) != (size, size)
 
         def prepare(image, label):  # Resized back onto the 0-255 grid, as the trainer's are.
             image = tf.cast(image, tf.float32)
@@ -196,24 +202,45 @@ def fit_datasets(resolved, pipeline):
             image = image * (1 - tf.pad(tf.ones([side, side, depth]), square))
         return image, label
 
-    examples = split_arrays(pipeline.train_split, pipeline)
-    held_out = split_arrays(pipeline.eval_split(), pipeline)
+    if from_folder:
+        names = ("train", pipeline.eval_split_name)
+        train, held_out = (folder_split(resolved, pipeline, name) for name in names)
+        train_images = eval_images = None
+    else:
+        examples = split_arrays(pipeline.train_split, pipeline)
+        evaluated = split_arrays(pipeline.eval_split(), pipeline)
+        train, held_out = map(tf.data.Dataset.from_tensor_slices, (examples, evaluated))
+        train_images, eval_images = examples[0], evaluated[0]
     train = (
-        tf.data.Dataset.from_tensor_slices(examples)
-        .shuffle(len(examples[1]), seed=seed)
+        train.shuffle(pipeline.num_train_examples, seed=seed)
         .repeat()
-        .map(prepare_for(examples[0]), num_parallel_calls=tf.data.AUTOTUNE)
+        .map(prepare_for(train_images), num_parallel_calls=tf.data.AUTOTUNE)
         .map(random_augment, num_parallel_calls=tf.data.AUTOTUNE)
         .batch(batch)
         .prefetch(tf.data.AUTOTUNE)
     )
     evaluation = (
-        tf.data.Dataset.from_tensor_slices(held_out)
-        .map(prepare_for(held_out[0]), num_parallel_calls=tf.data.AUTOTUNE)
+        held_out.map(prepare_for(eval_images), num_parallel_calls=tf.data.AUTOTUNE)
         .batch(resolved.train.eval_batch_size or batch)
         .prefetch(tf.data.AUTOTUNE)
     )
     return train, evaluation
+
+
+def folder_split(resolved, pipeline, name: str):
+    """A split of `folder:DIR` as a Keras user reads class folders: unbatched, resized to
+    the training size, cached in memory after its first pass."""
+    import keras
+
+    root = resolved.data.dataset.removeprefix("folder:")
+    size = pipeline.preprocessing.image_size
+    return keras.utils.image_dataset_from_directory(
+        os.path.join(root, name),
+        color_mode="grayscale" if pipeline.channels == 1 else "rgb",
+        batch_size=None,
+        image_size=(size, size),
+        shuffle=False,
+    ).cache()
 
 
 def split_arrays(split, pipeline):

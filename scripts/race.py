@@ -75,23 +75,24 @@ def speedup(ours: list[dict], theirs: list[dict], key: str = "seconds") -> float
     return None if mine is None or other is None else other / mine
 
 
-def resolve_recipe(path: str, dataset: str | None, seed: int = 0):
-    """The recipe's config; `dataset` goes in as the trainer's --dataset does (a layer)."""
+def resolve_recipe(path: str, dataset: str | None, seed: int = 0, sets: tuple = ()):
+    """The recipe's config; `dataset` goes in as the trainer's --dataset does (a layer), and
+    `sets` as its --set."""
     from resnet_app import config
 
     overrides = {"data": {"dataset": dataset}} if dataset else None
-    return config.resolve(path, sets=[f"train.seed={seed}"], overrides=overrides)
+    return config.resolve(path, sets=[*sets, f"train.seed={seed}"], overrides=overrides)
 
 
 @functools.cache  # The parent loads each recipe's data once.
-def load_recipe(path: str, dataset: str | None, evals: int, seed: int = 0):
+def load_recipe(path: str, dataset: str | None, evals: int, seed: int = 0, sets: tuple = ()):
     """(the resolved config, its `InputPipeline`, how the runs train it: steps rounded
     down to a multiple of `evals`)."""
     from resnet_app.data import input_pipeline
     from resnet_app.engine.plan import plan_run
     from resnet_app.nets.presets import get_config
 
-    resolved = resolve_recipe(path, dataset, seed)
+    resolved = resolve_recipe(path, dataset, seed, sets)
     default = get_config(resolved.model_name).default_image_size
     pipeline = input_pipeline.create_pipeline(resolved.data, default_image_size=default)
     examples = pipeline.epoch_examples(resolved.train.batch_size)
@@ -107,10 +108,11 @@ def fit_worker(options: dict) -> dict:
     import keras_baseline
 
     recipe = [options[key] for key in ("config", "dataset", "evals", "seed")]
-    resolved, pipeline, recipe = load_recipe(*recipe)
+    resolved, pipeline, recipe = load_recipe(*recipe, tuple(options["set"]))
+    steps, every, folder = recipe["steps"], recipe["eval_every"], options["fit_input"] == "folder"
     with open(options["events"], "w") as events:
         write = lambda record: print(json.dumps(record), file=events, flush=True)  # noqa: E731
-        keras_baseline.fit_recipe(resolved, pipeline, recipe["steps"], recipe["eval_every"], write)
+        keras_baseline.fit_recipe(resolved, pipeline, steps, every, write, folder)
     return {}
 
 
@@ -121,13 +123,14 @@ def launch(run: str, recipe: dict, seed: str, run_dir: str, options: dict) -> tu
     if run == "fit":
         events = os.path.join(run_dir, "fit_events.jsonl")
         fit = {"config": recipe["path"], "dataset": options["dataset"], "evals": options["evals"]}
-        fit.update(seed=int(seed), events=events)
+        fit.update(seed=int(seed), events=events, set=options["set"])
+        fit.update(fit_input=options["fit_input"])
         script = os.path.join(REPO, "scripts", "benchmark.py")
         timing.run_child([script, "worker", "fit", json.dumps(fit)])
         return launched, events
     args = [f"--config={recipe['path']}", f"--train_steps={recipe['steps']}", f"--seed={seed}"]
     args += [f"--eval_every={recipe['eval_every']}", f"--log_every={recipe['eval_every']}"]
-    args += [f"--model_dir={run_dir}", "--restart"]
+    args += [f"--model_dir={run_dir}", "--restart", *(f"--set={s}" for s in options["set"])]
     args += [f"--dataset={options['dataset']}"] if options["dataset"] else []
     timing.run_trainer("fp32", args)
     return launched, os.path.join(run_dir, "metrics.jsonl")
@@ -150,9 +153,12 @@ def race(options: dict) -> dict:
     for path in {path for path in paths.values() if not os.path.isfile(path)}:
         timing.fail(f"--config: no file {path}; give a recipe, e.g. configs/shapes_quickstart.yaml")
     dataset, evals, cpu = options["dataset"], options["evals"], timing.cpu()
+    sets = tuple(options["set"])
     if "fit" in runs:
-        check_fit(options["config"], dataset, evals)
-    recipes = {run: load_recipe(path, dataset, evals)[2] for run, path in paths.items()}
+        check_fit(options["config"], dataset, evals, sets)
+    if options["fit_input"] == "folder" and not (dataset or "").startswith("folder:"):
+        timing.fail(f"--fit_input=folder reads --dataset=folder:DIR, not {dataset}")
+    recipes = {run: load_recipe(path, dataset, evals, 0, sets)[2] for run, path in paths.items()}
     work = options["work_dir"] or tempfile.mkdtemp(prefix="race_")
 
     def measure(seed, run):  # Seed by seed, every run: a slow spell hits them all.
@@ -270,13 +276,13 @@ def parse_targets(given: str) -> list[float]:
     return sorted(targets)
 
 
-def check_fit(path: str, dataset: str | None, evals: int) -> None:
+def check_fit(path: str, dataset: str | None, evals: int, sets: tuple = ()) -> None:
     """Refuses a recipe `fit` would not reproduce: its settings first, then its data."""
     import keras_baseline
 
-    missing = keras_baseline.unmirrored(resolve_recipe(path, dataset))
+    missing = keras_baseline.unmirrored(resolve_recipe(path, dataset, 0, sets))
     if not missing:  # Only then load the data, for what only it tells.
-        resolved, pipeline, _ = load_recipe(path, dataset, evals)
+        resolved, pipeline, _ = load_recipe(path, dataset, evals, 0, sets)
         missing = keras_baseline.unmirrored(resolved, pipeline)
     if missing:
         timing.fail(
@@ -292,6 +298,14 @@ def add_parser(commands) -> None:
     sub.add_argument("--fast_config", default="configs/shapes_fast.yaml", help="the fastest")
     sub.add_argument("--targets", default="0.85", help="the top-1s to reach, each in (0, 1)")
     sub.add_argument("--dataset", help="replaces data.dataset in every run's recipe")
+    sub.add_argument("--set", action="append", default=[], help="KEY=VALUE for every run")
+    sub.add_argument(
+        "--fit_input",
+        choices=("arrays", "folder"),
+        default="arrays",
+        help="fit's input: the trainer's decoded splits, or folder:DIR read by "
+        "Keras's image_dataset_from_directory and .cache()",
+    )
     sub.add_argument("--evals", type=int, default=10, help="evaluations per run, at even steps")
     sub.add_argument("--seeds", type=listed, default=["0"], help="training seeds, in rounds")
     sub.add_argument("--runs", type=listed, default=list(RUNS), help="some of fit, trainer, fast")

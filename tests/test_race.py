@@ -382,3 +382,30 @@ def test_fit_decodes_a_table_of_files_once_as_the_trainer_does(tmp_path):
     assert images.shape == theirs.shape == (6, 16, 16, 3)
     np.testing.assert_allclose(images, theirs, rtol=0, atol=1e-5)
     assert labels.tolist() == their_labels.tolist()
+
+
+def test_fit_reads_class_folders_as_a_keras_user_does(tmp_path):
+    """`--fit_input=folder`: Keras's `image_dataset_from_directory` (greyscale PNGs at the
+    training size, so its resize leaves them) gives the trainer's evaluation images."""
+    generator = np.random.default_rng(5)
+    for split, count in (("train", 9), ("test", 7)):
+        for label in ("coat", "dress", "shirt"):
+            images = list(generator.integers(0, 256, (count, 16, 16, 1), np.uint8))
+            own_data.write_pngs(str(tmp_path / split / label), images, prefix=f"{split}{label}")
+    sets = [f"data.dataset=folder:{tmp_path}", "data.image_size=16", "model.name=tiny"]
+    resolved = config.resolve(sets=sets)
+    pipeline = pipeline_of(resolved)
+    assert pipeline.channels == 1
+    images, labels = read_all(keras_baseline.fit_datasets(resolved, pipeline, True)[1])
+    theirs, their_labels = trainer_evaluation(pipeline, 4)
+    assert images.shape == theirs.shape == (21, 16, 16, 1)
+
+    def order(found, classes):  # By label, then pixels: both read a class folder by name.
+        keys = np.round(found.reshape(len(found), -1), 3).T[::-1]
+        return np.lexsort([*keys, classes])
+
+    ours, keras_order = order(theirs, their_labels), order(images, labels)
+    np.testing.assert_allclose(images[keras_order], theirs[ours], rtol=0, atol=1e-5)
+    assert labels[keras_order].tolist() == their_labels[ours].tolist()
+    train = next(iter(keras_baseline.fit_datasets(resolved, pipeline, True)[0]))
+    assert train[0].shape == (resolved.train.batch_size, 16, 16, 1)
