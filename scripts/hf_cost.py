@@ -42,6 +42,24 @@ def write_hub(idx_dir: str, root: str) -> str:
     return root
 
 
+def write_folders(idx_dir: str, root: str) -> str:
+    """The IDX files in `idx_dir` as PNG class folders, `root/<split>/<class>/<i>.png` (the
+    folder race of docs/performance.md); a "/" in a class name becomes "-"."""
+    import tensorflow as tf
+
+    from resnet_app.data.settings import data_config
+    from resnet_app.data.sources import load_source
+
+    source = load_source(data_config(dataset=f"idx:{idx_dir}"))
+    for split in ("train", "test"):
+        images, labels = source.splits[split].images, source.splits[split].labels
+        for i, (image, label) in enumerate(zip(images, labels)):
+            folder = os.path.join(root, split, source.class_names[label].replace("/", "-"))
+            os.makedirs(folder, exist_ok=True)
+            tf.io.write_file(os.path.join(folder, f"{i:05d}.png"), tf.io.encode_png(image))
+    return root
+
+
 def train(kind: str, seed: int, options: dict, work: str) -> dict:
     dataset = {"idx": f"idx:{options['idx_dir']}", "hf": f"hf:{options['hub_dir']}"}[kind]
     run_dir = os.path.join(work, f"{kind}_{seed}")
