@@ -15,7 +15,15 @@ import os
 
 from absl import flags, logging
 
-from resnet_app.common import cli, hardware, precision, run_lock, slurm, tf_config
+from resnet_app.common import (
+    auto_precision,
+    cli,
+    hardware,
+    precision,
+    run_lock,
+    slurm,
+    tf_config,
+)
 from resnet_app.engine import command_line
 from resnet_app.engine.command_line import (
     ALLOW_CONFIG_CHANGE,
@@ -42,6 +50,7 @@ def main(argv: list[str]) -> None:
         run_lock.refuse_if_held(MODEL_DIR.value)
     if onednn := hardware.turn_on_onednn(precision.get(resolved.train.precision).compute_dtype):
         logging.info("%s", onednn)
+        auto_precision.auto_choice.cache_clear()  # Its reason named the Eigen kernels.
     from resnet_app.engine import loop, setup
     from resnet_app.evaluation import soup
 
