@@ -120,7 +120,10 @@ def test_onednn_is_turned_on_for_float32_where_tensorflow_left_eigen_on_avx2(
     assert hardware.onednn_wins(hardware.parse_cpuinfo(text, onednn_forced=forced), dtype) == wins
 
 
-@pytest.mark.parametrize("precision, turned_on", [("fp32", True), ("auto", True), ("bf16", False)])
+@pytest.mark.parametrize(
+    "precision, turned_on",
+    [("auto", True), pytest.param("bf16", False, marks=pytest.mark.slow)],  # A process each.
+)
 def test_the_trainer_turns_onednn_on_before_tensorflow_loads(tmp_path, precision, turned_on):
     """A fresh `resnet_app.train` on an AVX2-only CPU (its cpuinfo text): TensorFlow loads
     with TF_ENABLE_ONEDNN_OPTS=1 in fp32, and the run's start record says so."""
