@@ -44,6 +44,7 @@ def test_an_op_is_of_its_kind(name, kind):
     assert step_limit.kind_of(name) == kind
 
 
+@pytest.mark.usefixtures("op_determinism_off_after")
 def test_a_profiled_run_traces_its_steps_and_trains_bit_for_bit_alike(tmp_path):
     from resnet_app.engine import loop
 
