@@ -10,10 +10,13 @@ backward-weights), as the `step` rows count them; the matmul peak is this run's.
 
 from __future__ import annotations
 
+import collections
 import glob
 import os
 
 import timing
+
+from resnet_app.common import run_dir
 
 # Kinds of op by type (their order decides), and the optimizer's ops by name scope.
 KINDS = (
@@ -36,15 +39,24 @@ def kind_of(name: str) -> str:
     return next((kind for kind, types in KINDS if any(t in op_type for t in types)), OTHER)
 
 
-def shares(events: list[tuple[int, int, str]], start: int, stop: int) -> dict[str, int]:
+def shares(events: list[tuple[int, int, str]], start: int, stop: int) -> dict[str, float]:
     """Each kind's share of [start, stop): events (begin, end, kind) overlapping in time
-    split a moment equally between the kinds running; IDLE gets the moments of none."""
-    edges = sorted({start, stop, *(min(max(t, start), stop) for e in events for t in e[:2])})
+    split a moment equally between the kinds running; IDLE gets the moments of none. One
+    sweep over the events' ends in time order."""
+    changes = sorted(
+        (min(max(t, start), stop), step, kind)
+        for begin, end, kind in events
+        for t, step in ((begin, 1), (end, -1))
+    )
     found = dict.fromkeys([*(kind for kind, _ in KINDS), OTHER, IDLE], 0)
-    for left, right in zip(edges, edges[1:]):
-        running = {kind for begin, end, kind in events if begin <= left and end >= right}
-        for kind in running or {IDLE}:
-            found[kind] += (right - left) / len(running or {IDLE})
+    running, time = collections.Counter(), start
+    for at, step, kind in [*changes, (stop, 0, IDLE)]:
+        if at > time:
+            kinds = [k for k, count in running.items() if count] or [IDLE]
+            for k in kinds:
+                found[k] += (at - time) / len(kinds)
+            time = at
+        running[kind] += step
     return found
 
 
@@ -73,7 +85,7 @@ def read_trace(profile_dir: str) -> tuple[list[tuple[int, int, str]], int, int]:
 def breakdown(model_dir: str, steps: int) -> dict[str, float]:
     """Milliseconds per step of each kind, over the run's profiled steps (their sum: the
     trace's first op to its last, per step)."""
-    events, start, stop = read_trace(os.path.join(model_dir, "profile"))
+    events, start, stop = read_trace(os.path.join(model_dir, run_dir.PROFILE_DIR))
     return {kind: ps / 1e9 / steps for kind, ps in shares(events, start, stop).items()}
 
 
