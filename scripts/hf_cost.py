@@ -22,15 +22,20 @@ from timing import median
 KINDS = ("idx", "hf")
 
 
-def write_hub(idx_dir: str, root: str) -> str:
-    """The IDX files in `idx_dir`, as the idx: source reads them (classes included), written
-    as a Hub repository in `root` (two train shards, one test)."""
-    from datasets import ClassLabel, Dataset, Features, Image
-
+def idx_source(idx_dir: str):
+    """The IDX files in `idx_dir` as the idx: source reads them (classes included)."""
     from resnet_app.data.settings import data_config
     from resnet_app.data.sources import load_source
 
-    source = load_source(data_config(dataset=f"idx:{idx_dir}"))
+    return load_source(data_config(dataset=f"idx:{idx_dir}"))
+
+
+def write_hub(idx_dir: str, root: str) -> str:
+    """The IDX files in `idx_dir` (`idx_source`) written as a Hub repository in `root`
+    (two train shards, one test)."""
+    from datasets import ClassLabel, Dataset, Features, Image
+
+    source = idx_source(idx_dir)
     features = Features({"image": Image(), "label": ClassLabel(names=source.class_names)})
     os.makedirs(os.path.join(root, "data"), exist_ok=True)
     for split, shards in (("train", 2), ("test", 1)):
@@ -47,10 +52,7 @@ def write_folders(idx_dir: str, root: str) -> str:
     folder race of docs/performance.md); a "/" in a class name becomes "-"."""
     import tensorflow as tf
 
-    from resnet_app.data.settings import data_config
-    from resnet_app.data.sources import load_source
-
-    source = load_source(data_config(dataset=f"idx:{idx_dir}"))
+    source = idx_source(idx_dir)
     for split in ("train", "test"):
         images, labels = source.splits[split].images, source.splits[split].labels
         for i, (image, label) in enumerate(zip(images, labels)):

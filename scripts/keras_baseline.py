@@ -232,7 +232,9 @@ def folder_split(resolved, pipeline, name: str):
     the training size, cached in memory after its first pass."""
     import keras
 
-    root = resolved.data.dataset.removeprefix("folder:")
+    from resnet_app.data.sources import folder
+
+    root = resolved.data.dataset.removeprefix(folder.PREFIX)
     size = pipeline.preprocessing.image_size
     return keras.utils.image_dataset_from_directory(
         os.path.join(root, name),

@@ -156,8 +156,10 @@ def race(options: dict) -> dict:
     sets = tuple(options["set"])
     if "fit" in runs:
         check_fit(options["config"], dataset, evals, sets)
-    if options["fit_input"] == "folder" and not (dataset or "").startswith("folder:"):
-        timing.fail(f"--fit_input=folder reads --dataset=folder:DIR, not {dataset}")
+    from resnet_app.data.sources import folder
+
+    if options["fit_input"] == "folder" and not (dataset or "").startswith(folder.PREFIX):
+        timing.fail(f"--fit_input=folder reads --dataset={folder.PREFIX}DIR, not {dataset}")
     recipes = {run: load_recipe(path, dataset, evals, 0, sets)[2] for run, path in paths.items()}
     work = options["work_dir"] or tempfile.mkdtemp(prefix="race_")
 

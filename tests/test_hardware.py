@@ -5,6 +5,7 @@ import logging
 import pytest
 
 from resnet_app.common import hardware
+from tests import runs
 from tests.commands import run_code
 
 AVX512_BF16 = """processor\t: 0
@@ -144,7 +145,7 @@ def test_the_trainer_turns_onednn_on_before_tensorflow_loads(tmp_path, precision
     args += ["--set=data.eval_examples=8", f"--set=train.precision={precision}"]
     result = run_code(code, *args, unset=(hardware.ONEDNN_VARIABLE,), fresh=True)
     assert result.returncode == 0, result.stderr[-2000:]
-    start = next(r for r in _records(tmp_path) if r.get("event") == "start")
+    start = next(r for r in runs.read_records(tmp_path) if r.get("event") == "start")
     assert ("oneDNN turned on (TF_ENABLE_ONEDNN_OPTS=1)" in result.stderr) == turned_on
     assert ("(TF_ENABLE_ONEDNN_OPTS=1)" in start["devices"]) == turned_on
     if turned_on:
@@ -153,10 +154,3 @@ def test_the_trainer_turns_onednn_on_before_tensorflow_loads(tmp_path, precision
         assert "auto: fp32, as bfloat16 would be emulated on AMD EPYC 7B12: it has no" in (
             result.stderr
         )
-
-
-def _records(model_dir):
-    import json
-
-    with open(model_dir / "metrics.jsonl") as f:
-        return [json.loads(line) for line in f]
