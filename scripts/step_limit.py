@@ -60,8 +60,8 @@ def shares(events: list[tuple[int, int, str]], start: int, stop: int) -> dict[st
     return found
 
 
-def read_trace(profile_dir: str) -> tuple[list[tuple[int, int, str]], int, int]:
-    """The op events (begin, end, kind) of the run's trace, in ps, and its start and stop."""
+def op_events(profile_dir: str) -> list[tuple[int, int, str]]:
+    """The ops of the run's trace: (begin, end, "scope/name:Type"), in ps."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     paths = glob.glob(os.path.join(profile_dir, "**", "*.xplane.pb"), recursive=True)
@@ -77,7 +77,13 @@ def read_trace(profile_dir: str) -> tuple[list[tuple[int, int, str]], int, int]:
             name = plane.event_metadata[event.metadata_id].name
             if ":" in name and "::" not in name:  # "scope/name:Type"; not "Executor::Run".
                 begin = line.timestamp_ns * 1000 + event.offset_ps
-                events.append((begin, begin + event.duration_ps, kind_of(name)))
+                events.append((begin, begin + event.duration_ps, name))
+    return events
+
+
+def read_trace(profile_dir: str) -> tuple[list[tuple[int, int, str]], int, int]:
+    """The op events (begin, end, kind) of the run's trace, in ps, and its start and stop."""
+    events = [(begin, end, kind_of(name)) for begin, end, name in op_events(profile_dir)]
     bounds = [e[0] for e in events] + [e[1] for e in events]
     return events, min(bounds), max(bounds)
 

@@ -49,12 +49,12 @@ def test_a_profiled_run_traces_its_steps_and_trains_bit_for_bit_alike(tmp_path):
     from resnet_app.engine import loop
 
     dirs = {}
-    for profile_steps in (0, 3):  # Steps 3-5 of 6, its last call cut at step 5.
+    for profile_steps in (0, 3):  # Steps 4-6 of 6, between the evaluations at 3 and 6.
         resolved = runs.small_config(
             tmp_path,
             train_steps=6,
-            log_every=2,
-            eval_every=6,
+            log_every=3,
+            eval_every=3,
             deterministic=True,
             profile_steps=profile_steps,
         )
@@ -67,9 +67,13 @@ def test_a_profiled_run_traces_its_steps_and_trains_bit_for_bit_alike(tmp_path):
     assert set(plain) == set(profiled)
     for name in set(plain) - {"config/.ATTRIBUTES/VARIABLE_VALUE"}:  # It names the setting.
         np.testing.assert_array_equal(profiled[name], plain[name], err_msg=name)
-    events, start, stop = step_limit.read_trace(os.path.join(dirs[3], run_dir.PROFILE_DIR))
+    profile = os.path.join(dirs[3], run_dir.PROFILE_DIR)
+    # Every op is the compiled loop's: nothing of the evaluations at either end.
+    names = [name for _, _, name in step_limit.op_events(profile)]
+    assert names and all(name.startswith("while/") for name in names), sorted(set(names))[:5]
+    events, start, stop = step_limit.read_trace(profile)
     kinds = [kind for _, _, kind in events]
-    # The same convolutions in each of the 3 steps, and nothing of the evaluation.
+    # The same convolutions in each of the 3 steps.
     assert kinds.count(CONV) > 0 and kinds.count(CONV) % 3 == 0 and kinds.count(BN) % 3 == 0
     parts = step_limit.breakdown(dirs[3], 3)
     assert sum(parts.values()) == pytest.approx((stop - start) / 1e9 / 3)

@@ -114,8 +114,8 @@ def train(
         _record_settings(run, writer, start)
         last = _last_step(run)
         global_model = sync.GlobalModel(policy, run.checkpoints, run.strategy)
-        extra = [*actions, Profiler(run)]
-        actions, evaluator = create_actions(run, writer, policy, global_model, start, extra)
+        actions, evaluator = create_actions(run, writer, policy, global_model, start, actions)
+        actions = [Profiler(run), *actions]
         loss = create_loss(run.config, run.class_weights, run.teacher)
         tower = Tower(
             run.model, run.optimizer, loss, settings.seed, settings.accumulate_steps, settings.jit

@@ -1,8 +1,9 @@
 """`train.profile_steps`: TensorFlow's profiler over that many training steps.
 
 It starts at the first boundary, after the first compiled call (start-up and
-tracing left out), and writes `model_dir/profile/` for TensorBoard's Profile tab
-and `scripts/benchmark.py limit`, which splits the step's time by kind of op.
+tracing left out) and that boundary's evaluation or checkpoint, and writes
+`model_dir/profile/` for TensorBoard's Profile tab and `scripts/benchmark.py
+limit`, which splits the step's time by kind of op.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
 
 
 class Profiler(Action):
-    """Profiles steps (first, last] from the first boundary; on the chief only."""
+    """Profiles steps (first, last] from the first boundary; on the chief only. It comes
+    first among the actions: the trace starts after a boundary's work and ends before it."""
 
     def __init__(self, run: Run):
         self.steps, self.total = run.config.train.profile_steps, run.plan.total_steps
@@ -33,13 +35,14 @@ class Profiler(Action):
         return self.last
 
     def __call__(self, boundary: Boundary) -> None:
-        if self.done:
-            return
-        if self.last is None and boundary.step < self.total and not boundary.stopping:
+        if self.last is not None and (boundary.step >= self.last or boundary.stopping):
+            self._stop(boundary.step)
+
+    def after(self, boundary: Boundary) -> None:
+        stopping = boundary.stopping or boundary.stop_requested
+        if not self.done and self.last is None and boundary.step < self.total and not stopping:
             tf.profiler.experimental.start(self.directory)
             self.first, self.last = boundary.step, min(boundary.step + self.steps, self.total)
-        elif self.last is not None and (boundary.step >= self.last or boundary.stopping):
-            self._stop(boundary.step)
 
     def interrupt(self) -> None:
         if self.last is not None:
