@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import pathlib
 import re
 
 import numpy as np
@@ -12,6 +13,7 @@ import tensorflow as tf
 from resnet_app.common.errors import ConfigError
 from resnet_app.data import image_choices, input_pipeline, run_pipeline, seeds, sources
 from resnet_app.data.settings import data_config
+from resnet_app.data.sources import image_files as file_reading
 from tests import image_files, runs
 from tests.tfds_mock import closed_port, mock_tfds
 
@@ -280,8 +282,12 @@ def folder(tmp_path_factory):
     return root, originals
 
 
-def test_folder_lists_classes_and_skips_unreadable_files(folder, caplog):
+@pytest.mark.parametrize("disk", ["local", "slow"])
+def test_folder_lists_classes_and_skips_unreadable_files(folder, caplog, monkeypatch, disk):
     root, _ = folder
+    if disk == "slow":  # Every file "slow": all but the first 3 read on threads, 3 at a time.
+        monkeypatch.setattr(file_reading, "PROBE", 3)
+        monkeypatch.setattr(file_reading, "SLOW_SECONDS", -1.0)
     with caplog.at_level(logging.WARNING):
         source = sources.load_folder(root)
     assert source.class_names == ["cat", "dog", "zebra"]
@@ -293,6 +299,9 @@ def test_folder_lists_classes_and_skips_unreadable_files(folder, caplog):
     )
     warnings = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
     assert len(warnings) == 1 and "skipped 3 of 15 files" in warnings[0]
+    for path, held, label in zip(train.files, train.contents, train.labels, strict=True):
+        assert held == pathlib.Path(path).read_bytes()
+        assert source.class_names[label] == os.path.basename(os.path.dirname(path))
 
 
 def test_folder_images_decode_to_their_pixels_whatever_the_extension(folder):

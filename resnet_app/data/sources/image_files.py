@@ -8,8 +8,10 @@ bytes, without decoding, and skipped; the count is logged once. A split whose fi
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import os
 import pathlib
+import time
 
 import numpy as np
 from absl import logging
@@ -19,6 +21,10 @@ from resnet_app.data.sources.base import Split
 
 IN_MEMORY_MB = 512  # data.in_memory_mb's default.
 THREADS = 16
+# Files are read in this thread while the first PROBE take under SLOW_SECONDS each (a local,
+# cached disk: 60,000 Fashion-MNIST PNGs 1.1 s, against 5.1 s on 16 threads), else on the
+# threads in chunks of PROBE (a network filesystem's latency overlaps).
+PROBE, SLOW_SECONDS = 512, 50e-6
 
 _MAGIC = {
     b"\xff\xd8\xff": "jpeg",
@@ -76,7 +82,7 @@ class FileSplits:
     def split(self, name: str, paths: list[str], labels: np.ndarray, where: str) -> Split:
         """The split of the readable files among `paths`, with their `labels` (int64 [N] or
         multi-hot [N, classes]); `where` names the listing when none is readable."""
-        formats, sizes = zip(*self._pool.map(_inspect, paths)) if paths else ((), ())
+        formats, sizes = zip(*self._map(_inspect, paths)) if paths else ((), ())
         good = np.array([i for i, kind in enumerate(formats) if kind is not None], np.int64)
         bad = [paths[i] for i, kind in enumerate(formats) if kind is None]
         self.skipped, self.total = self.skipped + len(bad), self.total + len(paths)
@@ -86,9 +92,19 @@ class FileSplits:
         files = np.array(paths)[good]
         contents = None
         if sum(sizes[i] for i in good) <= self.limit_bytes:
-            read = self._pool.map(lambda path: pathlib.Path(path).read_bytes(), files)
-            contents = np.array(list(read), dtype=object)
+            read = self._map(lambda path: pathlib.Path(path).read_bytes(), list(files))
+            contents = np.array(read, dtype=object)
         return Split(name, len(files), labels=labels[good], files=files, contents=contents)
+
+    def _map(self, function, paths: list) -> list:
+        """`function` of each path, in order: see PROBE."""
+        began = time.perf_counter()
+        done = [function(path) for path in paths[:PROBE]]
+        if time.perf_counter() - began < SLOW_SECONDS * len(done):
+            return done + [function(path) for path in paths[PROBE:]]
+        chunks = [paths[i : i + PROBE] for i in range(PROBE, len(paths), PROBE)]
+        rest = self._pool.map(lambda chunk: [function(path) for path in chunk], chunks)
+        return done + list(itertools.chain.from_iterable(rest))
 
     def finish(self) -> None:
         """Logs the skipped files once."""
