@@ -21,9 +21,9 @@ from resnet_app.data.sources.base import Split
 
 IN_MEMORY_MB = 512  # data.in_memory_mb's default.
 THREADS = 16
-# Files are read in this thread while the first PROBE take under SLOW_SECONDS each (a local,
-# cached disk: 60,000 Fashion-MNIST PNGs 1.1 s, against 5.1 s on 16 threads), else on the
-# threads in chunks of PROBE (a network filesystem's latency overlaps).
+# Files are read in this thread when the first PROBE take under SLOW_SECONDS each (a local,
+# cached disk, where a pool's locks cost more than the reads: docs/performance.md), else on
+# the threads in chunks of PROBE (a network filesystem's latency overlaps).
 PROBE, SLOW_SECONDS = 512, 50e-6
 
 _MAGIC = {
