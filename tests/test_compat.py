@@ -268,3 +268,38 @@ def test_a_run_converts_only_the_functions_tf_function_wraps_and_the_marked_ones
     assert "TrainStep.run_steps" in converted and len(converted) < 10, converted
     for name, decorators in converted.items():
         assert any(d.startswith(ENTRIES) for d in decorators), (name, decorators)
+
+
+def test_keep_call_cancellation_runs_each_call_under_a_manager_it_keeps(monkeypatch):
+    """What a lost worker's survivor needs: each call's manager outlives the call (kept for
+    the next `calls` calls) and is the one the call runs under (cancelled, it stops it)."""
+    from tensorflow.python.eager import cancellation
+
+    monkeypatch.setattr(cancellation, "context", cancellation.context)  # Restored after.
+    compat.keep_call_cancellation(calls=2)
+    compat.keep_call_cancellation()  # Once is enough.
+    kept = cancellation.context.keeps
+    add_one = tf.function(lambda x: x + 1.0)
+    managers = []
+    for value in range(3):
+        assert float(add_one(tf.constant(float(value)))) == value + 1.0
+        managers.append(kept[-1])
+    assert len({id(m) for m in managers}) == 3
+    assert [id(m) for m in kept] == [id(m) for m in managers[1:]]
+
+    class Cancelled(cancellation.CancellationManager):
+        def __init__(self):
+            super().__init__()
+            self.start_cancel()
+
+    with monkeypatch.context() as patch:
+        patch.setattr(cancellation, "CancellationManager", Cancelled)
+        with pytest.raises(tf.errors.CancelledError):
+            add_one(tf.constant(1.0))
+    # A caller's own manager (a cancellable function) still comes first.
+    own = cancellation.CancellationManager()
+    concrete = add_one.get_concrete_function(tf.TensorSpec([], tf.float32))
+    assert float(own.get_cancelable_function(concrete)(tf.constant(1.0))) == 2.0
+    own.start_cancel()
+    with pytest.raises(tf.errors.CancelledError):
+        own.get_cancelable_function(concrete)(tf.constant(1.0))

@@ -5,6 +5,7 @@ Checked on TensorFlow 2.21.0 and Keras 3.15.1; tests/test_compat.py names what b
 
 from __future__ import annotations
 
+import collections
 import functools
 import os
 from collections.abc import Callable, Sequence
@@ -93,6 +94,29 @@ def keras_resnet_weights() -> tuple[str, dict[str, tuple[str, str]]]:
     from keras.src.applications import resnet
 
     return resnet.BASE_WEIGHTS_PATH, dict(resnet.WEIGHTS_HASHES)
+
+
+def keep_call_cancellation(calls: int = 256) -> None:
+    """Gives each tf.function call its own CancellationManager, kept until `calls` more
+    calls have started. TensorFlow frees a call's own when the call returns, but a collective
+    that timed out returns with its RPC to the stalled peer still in flight, and the RPC's
+    late end deregisters from the freed manager: SIGABRT ("Mutex corrupt") before the
+    survivor saves. Private: `eager.cancellation.context`, read by every call."""
+    from tensorflow.python.eager import cancellation
+
+    if getattr(cancellation.context, "keeps", None) is not None:
+        return
+    kept = collections.deque(maxlen=calls)
+
+    def context():
+        if cancellation._active_context is not None:  # A caller's own (cancellable calls).
+            return cancellation._active_context
+        manager = cancellation.CancellationManager()
+        kept.append(manager)
+        return manager
+
+    context.keeps = kept
+    cancellation.context = context
 
 
 # Every module that traces our code imports this one before it traces anything.

@@ -111,6 +111,7 @@ def create_strategy(
     elif cluster is not None and tf_config.training_tasks(cluster) > 1:
         num_gpus = len(tf.config.list_physical_devices("GPU"))
         resolver = worker_resolver(cluster, num_towers, num_gpus)
+        compat.keep_call_cancellation()  # A stalled peer must not crash the survivor.
         options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=timeout)
         strategy = tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=resolver, communication_options=options
