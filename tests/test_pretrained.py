@@ -358,11 +358,16 @@ def test_a_keras3_weights_file_reproduces_keras_logits(tmp_path):
     assert relative(ours(normalized(rgb, source), training=False).numpy(), expected) <= 1e-4
 
 
-def test_a_keras3_weights_file_of_another_network_is_one_line(tmp_path):
-    other = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+@pytest.mark.parametrize("convolutions", [0, 53])
+def test_a_keras3_weights_file_of_another_network_is_one_line(tmp_path, convolutions):
+    """Another depth is refused before any model is built; another network of ResNet-50's
+    depth (53 convolutions) when its weights do not load."""
+    convs = [keras.layers.Conv2D(1, 1) for _ in range(convolutions)]
+    other = keras.Sequential([keras.Input((4, 4, 1)), *convs, keras.layers.Dense(3)])
     other.save_weights(str(tmp_path / "other.weights.h5"))
     with pytest.raises(ConfigError, match="of none of Keras applications' ResNet50") as raised:
         read_weights(sources.parse(str(tmp_path / "other.weights.h5")), _model("resnet50"), "r")
+    assert f"(it holds {convolutions} convolutions; they hold 53, 104, 155)" in str(raised.value)
     assert "\n" not in str(raised.value)
 
 

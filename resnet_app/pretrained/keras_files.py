@@ -99,23 +99,27 @@ def _read_arrays(path: str) -> dict[str, list[np.ndarray]]:
     raise ConfigError(f"{path} is an HDF5 file without Keras weights; give a weights file")
 
 
-# The Keras applications ResNets a Keras 3 `.weights.h5` file may hold, tried in turn.
-_APPLICATIONS = ("ResNet50", "ResNet101", "ResNet152")
+# The Keras applications ResNets a Keras 3 `.weights.h5` file may hold, by their number of
+# convolutions (its layers are named by class: conv2d, conv2d_1, ...): the stem, 3 in each of
+# 16, 33 or 50 bottleneck units, and 4 projection shortcuts.
+_APPLICATIONS = {53: "ResNet50", 104: "ResNet101", 155: "ResNet152"}
 
 
 def _read_keras3(path: str) -> dict[str, list[np.ndarray]]:
     """{layer name: arrays} of a Keras 3 `.weights.h5` file of a Keras applications ResNet,
-    loaded into the model it fits (its classifier's width from the file)."""
+    loaded into the model of its depth (its classifier's width from the file)."""
     import h5py
     import keras
 
     with h5py.File(path, "r") as file:
-        dense = [name for name in file["layers"] if name.startswith("dense")]
+        layers = list(file["layers"])
+        convolutions = sum(re.fullmatch(r"conv2d(_\d+)?", name) is not None for name in layers)
+        dense = [name for name in layers if name.startswith("dense")]
         classes = None
         if dense and "vars" in file["layers"][dense[0]]:
             classes = int(file["layers"][dense[0]]["vars"]["1"].shape[0])
-    for name in _APPLICATIONS:
-        model = getattr(keras.applications, name)(
+    if convolutions in _APPLICATIONS:
+        model = getattr(keras.applications, _APPLICATIONS[convolutions])(
             weights=None,
             include_top=classes is not None,
             classes=classes or 1000,
@@ -127,12 +131,16 @@ def _read_keras3(path: str) -> dict[str, list[np.ndarray]]:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 model.load_weights(path)
-        except Exception:  # noqa: BLE001 - another network's file: try the next one.
-            continue
-        return {layer.name: [np.asarray(w) for w in layer.get_weights()] for layer in model.layers}
+        except Exception:  # noqa: BLE001 - another network of that depth: refused below.
+            pass
+        else:
+            return {
+                layer.name: [np.asarray(w) for w in layer.get_weights()] for layer in model.layers
+            }
     raise ConfigError(
         f"{path} is a Keras 3 .weights.h5 file of none of Keras applications' "
-        f"{', '.join(_APPLICATIONS)}; give one of theirs, or their published .h5 file"
+        f"{', '.join(_APPLICATIONS.values())} (it holds {convolutions} convolutions; they hold "
+        f"{', '.join(map(str, _APPLICATIONS))}); give one of theirs, or their published .h5 file"
     )
 
 
