@@ -21,6 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = """
 import sys
 import numpy as np
+from tensorflow.python.eager import cancellation
 
 from resnet_app import config
 from resnet_app.engine import loop
@@ -46,6 +47,8 @@ local = {
     for index, v in enumerate(result.model.weights)
 }
 np.savez(out, *result.model.get_weights(), examples=result.summary["num_examples"], **local)
+# Each call's cancellation manager outlives it: a stalled peer cannot crash this survivor.
+assert len(getattr(cancellation.context, "keeps", ())) > 0, "keep_call_cancellation is off"
 """
 
 
